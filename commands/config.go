@@ -1,0 +1,313 @@
+package commands
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/waybill/waybill/journal"
+	"github.com/waybill/waybill/lifecycle"
+)
+
+// configState is the whole configuration at one version of its stream.
+type configState struct {
+	version  int
+	routes   []lifecycle.Route
+	targets  map[string]lifecycle.Target
+	settings lifecycle.Settings
+	loaded   time.Time
+}
+
+// config returns the configuration dispatch decides with: cached, reloaded
+// after a change through this Writer, after Invalidate, and at the latest
+// ConfigTTL after it was read.
+func (w *Writer) config(ctx context.Context) (*configState, error) {
+	w.mu.Lock()
+	c := w.cached
+	w.mu.Unlock()
+	if c != nil && w.clock().Sub(c.loaded) < w.ttl {
+		return c, nil
+	}
+	c, err := w.loadConfig(ctx)
+	if err != nil {
+		return nil, err
+	}
+	w.mu.Lock()
+	w.cached = c
+	w.mu.Unlock()
+	return c, nil
+}
+
+// Invalidate drops the cached configuration, so the next dispatch reads it
+// again; call it when another process reports a change.
+func (w *Writer) Invalidate() {
+	w.mu.Lock()
+	w.cached = nil
+	w.mu.Unlock()
+}
+
+func (w *Writer) loadConfig(ctx context.Context) (*configState, error) {
+	c := &configState{targets: map[string]lifecycle.Target{}, settings: lifecycle.DefaultSettings(), loaded: w.clock()}
+	b := &pgx.Batch{}
+	b.Queue(`SELECT coalesce(max(version), 0) FROM journal WHERE stream = $1`, journal.ConfigStream).
+		QueryRow(func(row pgx.Row) error { return row.Scan(&c.version) })
+	b.Queue(`SELECT id, source, from_pattern, to_pattern, target FROM routes ORDER BY created_at, id`).
+		Query(func(rows pgx.Rows) error {
+			var err error
+			c.routes, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (lifecycle.Route, error) {
+				var r lifecycle.Route
+				return r, row.Scan(&r.ID, &r.Source, &r.From, &r.To, &r.Target)
+			})
+			return err
+		})
+	b.Queue(`SELECT name, kind, enabled, config FROM targets`).Query(func(rows pgx.Rows) error {
+		var t lifecycle.Target
+		_, err := pgx.ForEachRow(rows, []any{&t.Name, &t.Kind, &t.Enabled, &t.Config}, func() error {
+			c.targets[t.Name] = t
+			return nil
+		})
+		return err
+	})
+	b.Queue(`SELECT value FROM settings`).Query(func(rows pgx.Rows) error {
+		var raw []byte
+		_, err := pgx.ForEachRow(rows, []any{&raw}, func() error { return json.Unmarshal(raw, &c.settings) })
+		return err
+	})
+	if err := w.db.SendBatch(ctx, b).Close(); err != nil {
+		return nil, fmt.Errorf("load configuration: %w", err)
+	}
+	return c, nil
+}
+
+// Routes returns every route, oldest first.
+func (w *Writer) Routes(ctx context.Context) ([]lifecycle.Route, error) {
+	c, err := w.loadConfig(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return c.routes, nil
+}
+
+// Targets returns every target, by name.
+func (w *Writer) Targets(ctx context.Context) ([]lifecycle.Target, error) {
+	c, err := w.loadConfig(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]lifecycle.Target, 0, len(c.targets))
+	for _, t := range c.targets {
+		out = append(out, t)
+	}
+	slices.SortFunc(out, func(a, b lifecycle.Target) int { return strings.Compare(a.Name, b.Name) })
+	return out, nil
+}
+
+// Settings returns the settings in force.
+func (w *Writer) Settings(ctx context.Context) (lifecycle.Settings, error) {
+	c, err := w.loadConfig(ctx)
+	if err != nil {
+		return lifecycle.Settings{}, err
+	}
+	return c.settings, nil
+}
+
+// changeConfig runs one configuration command: decide looks at the current
+// configuration and returns the event and the table writes, and both are
+// written in one transaction as the next version of the config stream.
+func (w *Writer) changeConfig(ctx context.Context, actor string,
+	decide func(c *configState, now time.Time) (journal.Payload, func(b *pgx.Batch), error)) error {
+	if err := journal.CheckActor(actor); err != nil {
+		return invalid(err)
+	}
+	for try := 1; ; try++ {
+		c, err := w.loadConfig(ctx)
+		if err != nil {
+			return err
+		}
+		now := w.now()
+		p, writes, err := decide(c, now)
+		if err != nil {
+			return err
+		}
+		b := &pgx.Batch{}
+		e := journal.Event{RecordedAt: now, Stream: journal.ConfigStream, Version: c.version + 1, Actor: actor, Payload: p}
+		if err := journal.Queue(b, e); err != nil {
+			return invalid(err)
+		}
+		writes(b)
+		err = w.send(ctx, b)
+		if retryable(err) && try < maxTries {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		w.Invalidate()
+		return nil
+	}
+}
+
+// CreateTarget adds a target; ErrExists when the name is taken.
+func (w *Writer) CreateTarget(ctx context.Context, t lifecycle.Target, actor string) error {
+	t = withConfigObject(t)
+	if err := t.Validate(); err != nil {
+		return invalid(err)
+	}
+	err := w.changeConfig(ctx, actor, func(c *configState, now time.Time) (journal.Payload, func(*pgx.Batch), error) {
+		if _, ok := c.targets[t.Name]; ok {
+			return nil, nil, fmt.Errorf("target %s: %w", t.Name, ErrExists)
+		}
+		return &journal.TargetCreated{Target: t}, func(b *pgx.Batch) {
+			b.Queue(`INSERT INTO targets (name, kind, enabled, config, created_at, updated_at)
+				VALUES ($1, $2, $3, $4, $5, $5)`, t.Name, t.Kind, t.Enabled, []byte(t.Config), now)
+		}, nil
+	})
+	if err != nil {
+		return fmt.Errorf("create target %s: %w", t.Name, err)
+	}
+	return nil
+}
+
+// UpdateTarget replaces a target's definition; ErrNotFound when it has none.
+func (w *Writer) UpdateTarget(ctx context.Context, t lifecycle.Target, actor string) error {
+	t = withConfigObject(t)
+	if err := t.Validate(); err != nil {
+		return invalid(err)
+	}
+	err := w.changeConfig(ctx, actor, func(c *configState, now time.Time) (journal.Payload, func(*pgx.Batch), error) {
+		if _, ok := c.targets[t.Name]; !ok {
+			return nil, nil, ErrNotFound
+		}
+		return &journal.TargetUpdated{Target: t}, func(b *pgx.Batch) {
+			b.Queue(`UPDATE targets SET kind = $2, enabled = $3, config = $4, updated_at = $5 WHERE name = $1`,
+				t.Name, t.Kind, t.Enabled, []byte(t.Config), now)
+		}, nil
+	})
+	if err != nil {
+		return fmt.Errorf("update target %s: %w", t.Name, err)
+	}
+	return nil
+}
+
+// DeleteTarget removes a target no route names; ErrTargetInUse otherwise.
+// Its deliveries stay, and stall unless it comes back.
+func (w *Writer) DeleteTarget(ctx context.Context, name, actor string) error {
+	err := w.changeConfig(ctx, actor, func(c *configState, now time.Time) (journal.Payload, func(*pgx.Batch), error) {
+		if _, ok := c.targets[name]; !ok {
+			return nil, nil, ErrNotFound
+		}
+		for _, r := range c.routes {
+			if r.Target == name {
+				return nil, nil, fmt.Errorf("%w: route %s sends to it", ErrTargetInUse, r.ID)
+			}
+		}
+		return &journal.TargetDeleted{Name: name}, func(b *pgx.Batch) {
+			b.Queue(`DELETE FROM targets WHERE name = $1`, name)
+		}, nil
+	})
+	if err != nil {
+		return fmt.Errorf("delete target %s: %w", name, err)
+	}
+	return nil
+}
+
+// withConfigObject gives a target without configuration an empty object.
+func withConfigObject(t lifecycle.Target) lifecycle.Target {
+	if len(t.Config) == 0 {
+		t.Config = json.RawMessage(`{}`)
+	}
+	return t
+}
+
+// CreateRoute adds a route, with a new id when r has none, and returns it.
+// The target must exist (ErrInvalidTarget).
+func (w *Writer) CreateRoute(ctx context.Context, r lifecycle.Route, actor string) (lifecycle.Route, error) {
+	if r.ID == uuid.Nil {
+		r.ID = uuid.Must(uuid.NewV7())
+	}
+	err := w.changeRoute(ctx, r, actor, true)
+	if err != nil {
+		return lifecycle.Route{}, fmt.Errorf("create route: %w", err)
+	}
+	return r, nil
+}
+
+// UpdateRoute replaces the route with r's id; ErrNotFound when there is none.
+func (w *Writer) UpdateRoute(ctx context.Context, r lifecycle.Route, actor string) error {
+	if err := w.changeRoute(ctx, r, actor, false); err != nil {
+		return fmt.Errorf("update route %s: %w", r.ID, err)
+	}
+	return nil
+}
+
+func (w *Writer) changeRoute(ctx context.Context, r lifecycle.Route, actor string, create bool) error {
+	if err := r.Validate(); err != nil {
+		return invalid(err)
+	}
+	return w.changeConfig(ctx, actor, func(c *configState, now time.Time) (journal.Payload, func(*pgx.Batch), error) {
+		if _, ok := c.targets[r.Target]; !ok {
+			return nil, nil, fmt.Errorf("%w: %w", ErrInvalidTarget,
+				&lifecycle.FieldError{Field: "target", Problem: fmt.Sprintf("no target is named %q", r.Target)})
+		}
+		exists := slices.ContainsFunc(c.routes, func(o lifecycle.Route) bool { return o.ID == r.ID })
+		switch {
+		case create && exists:
+			return nil, nil, ErrExists
+		case create:
+			return &journal.RouteCreated{Route: r}, func(b *pgx.Batch) {
+				b.Queue(`INSERT INTO routes (id, source, from_pattern, to_pattern, target, created_at, updated_at)
+					VALUES ($1, $2, $3, $4, $5, $6, $6)`, r.ID, r.Source, r.From, r.To, r.Target, now)
+			}, nil
+		case !exists:
+			return nil, nil, ErrNotFound
+		}
+		return &journal.RouteUpdated{Route: r}, func(b *pgx.Batch) {
+			b.Queue(`UPDATE routes SET source = $2, from_pattern = $3, to_pattern = $4, target = $5, updated_at = $6
+				WHERE id = $1`, r.ID, r.Source, r.From, r.To, r.Target, now)
+		}, nil
+	})
+}
+
+// DeleteRoute removes a route. Messages dispatched before keep their
+// deliveries.
+func (w *Writer) DeleteRoute(ctx context.Context, id uuid.UUID, actor string) error {
+	err := w.changeConfig(ctx, actor, func(c *configState, now time.Time) (journal.Payload, func(*pgx.Batch), error) {
+		if !slices.ContainsFunc(c.routes, func(o lifecycle.Route) bool { return o.ID == id }) {
+			return nil, nil, ErrNotFound
+		}
+		return &journal.RouteDeleted{ID: id}, func(b *pgx.Batch) {
+			b.Queue(`DELETE FROM routes WHERE id = $1`, id)
+		}, nil
+	})
+	if err != nil {
+		return fmt.Errorf("delete route %s: %w", id, err)
+	}
+	return nil
+}
+
+// SetSettings replaces the settings.
+func (w *Writer) SetSettings(ctx context.Context, s lifecycle.Settings, actor string) error {
+	if err := s.Validate(); err != nil {
+		return invalid(err)
+	}
+	value, err := json.Marshal(s)
+	if err != nil {
+		return fmt.Errorf("set settings: %w", err)
+	}
+	err = w.changeConfig(ctx, actor, func(c *configState, now time.Time) (journal.Payload, func(*pgx.Batch), error) {
+		return &journal.SettingsChanged{Settings: s}, func(b *pgx.Batch) {
+			b.Queue(`INSERT INTO settings (singleton, value) VALUES (true, $1)
+				ON CONFLICT (singleton) DO UPDATE SET value = excluded.value`, value)
+		}, nil
+	})
+	if err != nil {
+		return fmt.Errorf("set settings: %w", err)
+	}
+	return nil
+}

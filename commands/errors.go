@@ -1,0 +1,80 @@
+package commands
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/waybill/waybill/projection"
+)
+
+// The outcomes callers branch on. Errors about a state wrap them in a
+// *StateError that tells the state found and the ones allowed.
+var (
+	// ErrNotFound: no such message, delivery, route or target.
+	ErrNotFound = projection.ErrNotFound
+	// ErrInvalid: the input failed validation; the error joins a
+	// *lifecycle.FieldError per problem.
+	ErrInvalid = errors.New("invalid input")
+	// ErrInvalidTarget: a route names a target that does not exist.
+	ErrInvalidTarget = errors.New("invalid target")
+	// ErrExists: a route or target with that id or name exists already.
+	ErrExists = errors.New("already exists")
+	// ErrTargetInUse: a target that routes still name cannot be deleted.
+	ErrTargetInUse = errors.New("target in use")
+	// ErrNotAccepted: the message is past its intake and cannot be refused.
+	ErrNotAccepted = errors.New("message not accepted")
+	// ErrNotClaimable: the delivery is not in a state a worker may take.
+	ErrNotClaimable = errors.New("delivery not claimable")
+	// ErrClaimLost: the claim token is not the delivery's current claim;
+	// another worker or the sweep has taken the delivery since.
+	ErrClaimLost = errors.New("claim lost")
+	// ErrReceiptRefused: the delivery awaits no receipt; the refusal was
+	// journaled.
+	ErrReceiptRefused = errors.New("receipt refused")
+	// ErrNotRedispatchable: only a dispatched message can be redispatched.
+	ErrNotRedispatchable = errors.New("message not redispatchable")
+	// ErrNotRedeliverable: the delivery is not in a redeliverable state.
+	ErrNotRedeliverable = errors.New("delivery not redeliverable")
+)
+
+// StateError is a command refused for the state of its message or delivery.
+type StateError struct {
+	// Err is the sentinel: ErrNotRedeliverable, ErrClaimLost, …
+	Err error
+	// State is the message stage or delivery state found.
+	State string
+	// Allowed lists the stages or states the command accepts, when the
+	// state was what refused it.
+	Allowed []string
+	// Reason is the fold's explanation.
+	Reason string
+}
+
+func (e *StateError) Error() string {
+	s := fmt.Sprintf("%v: %s", e.Err, e.Reason)
+	if len(e.Allowed) > 0 {
+		s += fmt.Sprintf(" (it is %s; allowed: %s)", e.State, strings.Join(e.Allowed, ", "))
+	}
+	return s
+}
+
+func (e *StateError) Unwrap() error { return e.Err }
+
+// refused turns a fold's refusal into sentinel's StateError; other errors
+// pass through.
+func refused(sentinel, err error) error {
+	var ill *projection.IllegalError
+	if !errors.As(err, &ill) {
+		return err
+	}
+	return &StateError{Err: sentinel, State: ill.State, Allowed: ill.Allowed, Reason: ill.Reason}
+}
+
+// invalid wraps validation problems in ErrInvalid; nil when there are none.
+func invalid(err error) error {
+	if err == nil {
+		return nil
+	}
+	return fmt.Errorf("%w: %w", ErrInvalid, err)
+}

@@ -1,0 +1,153 @@
+package commands_test
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"pgregory.net/rapid"
+
+	"github.com/waybill/waybill/commands"
+	"github.com/waybill/waybill/lifecycle"
+	"github.com/waybill/waybill/projection"
+)
+
+// TestLifecycleProperty drives random command sequences against the
+// database. After every step the stored status must be DeriveStatus over the
+// stored deliveries, and the tables must equal the fold of the journal.
+func TestLifecycleProperty(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.targets(t, "alpha", "beta", "gamma")
+	rapid.Check(t, func(rt *rapid.T) {
+		var messages []uuid.UUID
+		claims := map[uuid.UUID]uuid.UUID{} // delivery -> token of its last claim
+		token := func(id uuid.UUID) uuid.UUID {
+			if t, ok := claims[id]; ok {
+				return t
+			}
+			return uuid.New() // never claimed here: a stale token
+		}
+		pickDelivery := func() (uuid.UUID, uuid.UUID, bool) {
+			if len(messages) == 0 {
+				return uuid.Nil, uuid.Nil, false
+			}
+			m, err := projection.Load(b.ctx, b.db, rapid.SampledFrom(messages).Draw(rt, "message"))
+			if err != nil {
+				rt.Fatal(err)
+			}
+			if len(m.Deliveries) == 0 {
+				return m.ID, uuid.Nil, false
+			}
+			return m.ID, rapid.SampledFrom(m.Deliveries).Draw(rt, "delivery").ID, true
+		}
+		// expected tolerates the refusals a random sequence runs into.
+		expected := func(err error, allowed ...error) {
+			if err == nil {
+				return
+			}
+			for _, a := range allowed {
+				if errors.Is(err, a) {
+					return
+				}
+			}
+			rt.Fatalf("unexpected error: %v", err)
+		}
+		actions := map[string]func(*rapid.T){
+			"ingest": func(rt *rapid.T) {
+				in := newMessage()
+				in.From = rapid.SampledFrom([]string{"acme", "other"}).Draw(rt, "from")
+				m, _, err := b.w.Ingest(b.ctx, in)
+				expected(err)
+				messages = append(messages, m.ID)
+			},
+			"claim": func(rt *rapid.T) {
+				if _, id, ok := pickDelivery(); ok {
+					c, err := b.w.Claim(b.ctx, id, time.Duration(rapid.IntRange(1, 10).Draw(rt, "lease"))*time.Minute)
+					expected(err, commands.ErrNotClaimable)
+					if err == nil {
+						claims[id] = c.Token
+					}
+				}
+			},
+			"complete": func(rt *rapid.T) {
+				_, id, ok := pickDelivery()
+				if !ok {
+					return
+				}
+				at := b.clock.Now()
+				outcome := rapid.SampledFrom([]lifecycle.Outcome{
+					lifecycle.Delivered("200"),
+					lifecycle.AwaitingAck("sent", at.Add(time.Hour)),
+					lifecycle.Retry(at.Add(5*time.Minute), "503"),
+					lifecycle.Failed("400"),
+				}).Draw(rt, "outcome")
+				_, err := b.w.Complete(b.ctx, id, token(id), outcome)
+				expected(err, commands.ErrClaimLost)
+			},
+			"release": func(rt *rapid.T) {
+				if _, id, ok := pickDelivery(); ok {
+					_, err := b.w.Release(b.ctx, id, token(id), rapid.Bool().Draw(rt, "started"), "stopping")
+					expected(err, commands.ErrClaimLost)
+				}
+			},
+			"receipt": func(rt *rapid.T) {
+				if _, id, ok := pickDelivery(); ok {
+					_, err := b.w.Receipt(b.ctx, id, rapid.Bool().Draw(rt, "positive"), "", "source:partner")
+					expected(err, commands.ErrReceiptRefused)
+				}
+			},
+			"redeliver": func(rt *rapid.T) {
+				if m, id, ok := pickDelivery(); ok {
+					_, err := b.w.Redeliver(b.ctx, m, id, "admin")
+					expected(err, commands.ErrNotRedeliverable)
+				}
+			},
+			"redispatch": func(rt *rapid.T) {
+				if m, _, _ := pickDelivery(); m != uuid.Nil {
+					_, err := b.w.Redispatch(b.ctx, m, "admin")
+					expected(err, commands.ErrNotRedispatchable)
+				}
+			},
+			"sweep": func(rt *rapid.T) {
+				if _, id, ok := pickDelivery(); ok {
+					_, err := b.w.ExpireLease(b.ctx, id)
+					expected(err)
+					_, err = b.w.Wake(b.ctx, id)
+					expected(err)
+					_, err = b.w.TimeoutReceipt(b.ctx, id)
+					expected(err)
+				}
+			},
+			"time passes": func(rt *rapid.T) {
+				b.clock.Advance(time.Duration(rapid.IntRange(1, 90).Draw(rt, "minutes")) * time.Minute)
+			},
+		}
+		for range rapid.IntRange(1, 25).Draw(rt, "steps") {
+			name := rapid.SampledFrom([]string{"ingest", "claim", "complete", "release", "receipt",
+				"redeliver", "redispatch", "sweep", "time passes"}).Draw(rt, "action")
+			actions[name](rt)
+			for _, id := range messages {
+				m, err := projection.Load(b.ctx, b.db, id)
+				if err != nil {
+					rt.Fatal(err)
+				}
+				states := make([]lifecycle.DeliveryState, len(m.Deliveries))
+				for i, d := range m.Deliveries {
+					states[i] = d.State
+				}
+				if want := lifecycle.DeriveStatus(m.Stage, m.Refusal, states); m.Status != want {
+					rt.Fatalf("after %s: message %s stored %s, derived %s", name, id, m.Status, want)
+				}
+				r, err := projection.Audit(b.ctx, b.db, id)
+				if err != nil {
+					rt.Fatal(err)
+				}
+				for _, v := range r.Violations {
+					rt.Fatalf("after %s: %s", name, v)
+				}
+			}
+		}
+	})
+}

@@ -1,0 +1,83 @@
+package commands
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/waybill/waybill/journal"
+	"github.com/waybill/waybill/lifecycle"
+	"github.com/waybill/waybill/projection"
+)
+
+// The sweep's transitions. Each takes one delivery, does its step when the
+// fold finds it still due, and returns the kind of the event it recorded, or
+// "" when there was nothing to do (another process did it first, a worker
+// claimed the delivery, or it is not due). So several processes may sweep
+// one database at once and every row changes once.
+
+// ExpireLease turns a delivering delivery whose lease has run out into a
+// retrying one, due now.
+func (w *Writer) ExpireLease(ctx context.Context, deliveryID uuid.UUID) (journal.Kind, error) {
+	return w.sweepStep(ctx, "expire lease of", deliveryID, func(d *projection.Delivery, _ *configState, now time.Time) journal.Payload {
+		return &journal.DeliveryLeaseExpired{Token: d.ClaimToken, LeaseEnd: d.LeaseEnd}
+	})
+}
+
+// Wake counts an unclaimed wake-up of a due delivery and sets the next one
+// by lifecycle.DispatchBackoff; the wake-up is published after commit. A
+// delivery woken max_dispatches times already stalls instead.
+func (w *Writer) Wake(ctx context.Context, deliveryID uuid.UUID) (journal.Kind, error) {
+	return w.sweepStep(ctx, "wake", deliveryID, func(d *projection.Delivery, cfg *configState, now time.Time) journal.Payload {
+		if n := d.DispatchCount; n >= cfg.settings.Delivery.MaxDispatches {
+			return &journal.DeliveryStalled{WakeUps: n,
+				Reason: fmt.Sprintf("not claimed by %s after %d wake-ups", d.Target, n)}
+		}
+		n := d.DispatchCount + 1
+		return &journal.DeliveryWoken{DispatchCount: n, NextDue: now.Add(lifecycle.DispatchBackoff(n))}
+	})
+}
+
+// TimeoutReceipt fails a delivery whose receipt deadline has passed, with a
+// reason that names how long it waited from the hand-over.
+func (w *Writer) TimeoutReceipt(ctx context.Context, deliveryID uuid.UUID) (journal.Kind, error) {
+	return w.sweepStep(ctx, "time out receipt of", deliveryID, func(d *projection.Delivery, _ *configState, now time.Time) journal.Payload {
+		return &journal.ReceiptTimedOut{Deadline: d.NextDue,
+			Reason: fmt.Sprintf("no receipt within %s", d.NextDue.Sub(d.UpdatedAt))}
+	})
+}
+
+func (w *Writer) sweepStep(ctx context.Context, verb string, deliveryID uuid.UUID,
+	payload func(d *projection.Delivery, cfg *configState, now time.Time) journal.Payload) (journal.Kind, error) {
+	cfg, err := w.config(ctx)
+	if err != nil {
+		return "", fmt.Errorf("%s delivery %s: %w", verb, deliveryID, err)
+	}
+	var kind journal.Kind
+	_, err = w.run(ctx, w.loadDelivery(ctx, deliveryID), func(m *projection.Message, now time.Time) (*change, error) {
+		kind = ""
+		c := newChange(m)
+		d := c.after.Delivery(deliveryID)
+		p := payload(d, cfg, now)
+		err := c.record(journal.Event{RecordedAt: now, DeliveryID: deliveryID, Actor: journal.ActorSweep, Payload: p})
+		var ill *projection.IllegalError
+		if errors.As(err, &ill) {
+			return nil, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+		if p.Kind() == journal.KindDeliveryWoken {
+			c.wakeups = []Wakeup{{DeliveryID: deliveryID, Target: d.Target}}
+		}
+		kind = p.Kind()
+		return c, nil
+	})
+	if err != nil {
+		return "", fmt.Errorf("%s delivery %s: %w", verb, deliveryID, err)
+	}
+	return kind, nil
+}

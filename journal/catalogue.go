@@ -1,0 +1,521 @@
+package journal
+
+import (
+	"bytes"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/waybill/waybill/lifecycle"
+)
+
+// Kind names one type of event. The set is closed: Decode refuses any other.
+type Kind string
+
+// The event kinds.
+const (
+	KindMessageAccepted     Kind = "message.accepted"
+	KindMessageDispatched   Kind = "message.dispatched"
+	KindMessageRefused      Kind = "message.refused"
+	KindMessageRedispatched Kind = "message.redispatched"
+
+	KindDeliveryWoken        Kind = "delivery.woken"
+	KindDeliveryClaimed      Kind = "delivery.claimed"
+	KindDeliveryAttempted    Kind = "delivery.attempted"
+	KindDeliveryReleased     Kind = "delivery.released"
+	KindDeliveryLeaseExpired Kind = "delivery.lease_expired"
+	KindDeliveryStalled      Kind = "delivery.stalled"
+	KindReceiptReceived      Kind = "delivery.receipt_received"
+	KindReceiptRefused       Kind = "delivery.receipt_refused"
+	KindReceiptTimedOut      Kind = "delivery.receipt_timed_out"
+	KindDeliveryRedelivered  Kind = "delivery.redelivered"
+
+	KindRouteCreated    Kind = "route.created"
+	KindRouteUpdated    Kind = "route.updated"
+	KindRouteDeleted    Kind = "route.deleted"
+	KindTargetCreated   Kind = "target.created"
+	KindTargetUpdated   Kind = "target.updated"
+	KindTargetDeleted   Kind = "target.deleted"
+	KindSettingsChanged Kind = "settings.changed"
+)
+
+// catalogue maps each kind to a constructor of its payload.
+var catalogue = map[Kind]func() Payload{
+	KindMessageAccepted:      func() Payload { return new(MessageAccepted) },
+	KindMessageDispatched:    func() Payload { return new(MessageDispatched) },
+	KindMessageRefused:       func() Payload { return new(MessageRefused) },
+	KindMessageRedispatched:  func() Payload { return new(MessageRedispatched) },
+	KindDeliveryWoken:        func() Payload { return new(DeliveryWoken) },
+	KindDeliveryClaimed:      func() Payload { return new(DeliveryClaimed) },
+	KindDeliveryAttempted:    func() Payload { return new(DeliveryAttempted) },
+	KindDeliveryReleased:     func() Payload { return new(DeliveryReleased) },
+	KindDeliveryLeaseExpired: func() Payload { return new(DeliveryLeaseExpired) },
+	KindDeliveryStalled:      func() Payload { return new(DeliveryStalled) },
+	KindReceiptReceived:      func() Payload { return new(ReceiptReceived) },
+	KindReceiptRefused:       func() Payload { return new(ReceiptRefused) },
+	KindReceiptTimedOut:      func() Payload { return new(ReceiptTimedOut) },
+	KindDeliveryRedelivered:  func() Payload { return new(DeliveryRedelivered) },
+	KindRouteCreated:         func() Payload { return new(RouteCreated) },
+	KindRouteUpdated:         func() Payload { return new(RouteUpdated) },
+	KindRouteDeleted:         func() Payload { return new(RouteDeleted) },
+	KindTargetCreated:        func() Payload { return new(TargetCreated) },
+	KindTargetUpdated:        func() Payload { return new(TargetUpdated) },
+	KindTargetDeleted:        func() Payload { return new(TargetDeleted) },
+	KindSettingsChanged:      func() Payload { return new(SettingsChanged) },
+}
+
+// Kinds returns every kind of the catalogue.
+func Kinds() []Kind {
+	out := make([]Kind, 0, len(catalogue))
+	for k := range catalogue {
+		out = append(out, k)
+	}
+	return out
+}
+
+// Delivery reports whether events of the kind belong to one delivery and
+// carry its id, target and states.
+func (k Kind) Delivery() bool { return strings.HasPrefix(string(k), "delivery.") }
+
+// Stream is ConfigStream for configuration kinds and "" for message kinds,
+// whose stream is their message's.
+func (k Kind) Stream() string {
+	if strings.HasPrefix(string(k), "message.") || k.Delivery() {
+		return ""
+	}
+	return ConfigStream
+}
+
+// Payload is the typed body of an event.
+type Payload interface {
+	Kind() Kind
+	// Validate checks the fields; Encode and Decode both call it.
+	Validate() error
+	// Text is the event in words, for history pages.
+	Text() string
+}
+
+// Encode returns the payload as JSON after validating it.
+func Encode(p Payload) ([]byte, error) {
+	if err := p.Validate(); err != nil {
+		return nil, fmt.Errorf("encode %s: %w", p.Kind(), err)
+	}
+	data, err := json.Marshal(p)
+	if err != nil {
+		return nil, fmt.Errorf("encode %s: %w", p.Kind(), err)
+	}
+	return data, nil
+}
+
+// ErrUnknownKind is returned for a kind outside the catalogue.
+var ErrUnknownKind = errors.New("unknown event kind")
+
+// Decode parses data as a payload of kind, refusing unknown kinds, unknown
+// fields and payloads that do not validate.
+func Decode(kind Kind, data []byte) (Payload, error) {
+	newPayload, ok := catalogue[kind]
+	if !ok {
+		return nil, fmt.Errorf("decode %q: %w", kind, ErrUnknownKind)
+	}
+	p := newPayload()
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(p); err != nil {
+		return nil, fmt.Errorf("decode %s: %w", kind, err)
+	}
+	if dec.More() {
+		return nil, fmt.Errorf("decode %s: data after the payload", kind)
+	}
+	if err := p.Validate(); err != nil {
+		return nil, fmt.Errorf("decode %s: %w", kind, err)
+	}
+	return p, nil
+}
+
+func field(name, problem string) error { return &lifecycle.FieldError{Field: name, Problem: problem} }
+
+func required(name string, present bool) error {
+	if present {
+		return nil
+	}
+	return field(name, "is required")
+}
+
+// MessageAccepted: a source stored a message. The payload bytes are in the
+// payloads table; the event holds their size and SHA-256.
+type MessageAccepted struct {
+	Source         string `json:"source"`
+	From           string `json:"from"`
+	To             string `json:"to"`
+	ContentType    string `json:"content_type"`
+	PayloadSize    int64  `json:"payload_size"`
+	PayloadSHA256  string `json:"payload_sha256"`
+	IdempotencyKey string `json:"idempotency_key,omitempty"`
+}
+
+func (*MessageAccepted) Kind() Kind { return KindMessageAccepted }
+func (p *MessageAccepted) Text() string {
+	return fmt.Sprintf("accepted from %s: %s to %s, %d bytes of %s", p.Source, p.From, p.To, p.PayloadSize, p.ContentType)
+}
+func (p *MessageAccepted) Validate() error {
+	var errs []error
+	errs = append(errs,
+		lifecycle.CheckName("source", p.Source),
+		lifecycle.CheckParty("from", p.From),
+		lifecycle.CheckParty("to", p.To),
+		lifecycle.CheckParty("content_type", p.ContentType))
+	if p.PayloadSize < 0 {
+		errs = append(errs, field("payload_size", "must not be negative"))
+	}
+	if b, err := hex.DecodeString(p.PayloadSHA256); err != nil || len(b) != 32 {
+		errs = append(errs, field("payload_sha256", "must be 64 hexadecimal digits"))
+	}
+	if len(p.IdempotencyKey) > lifecycle.MaxPartyLength {
+		errs = append(errs, field("idempotency_key", fmt.Sprintf("must be at most %d bytes", lifecycle.MaxPartyLength)))
+	}
+	return errors.Join(errs...)
+}
+
+// NewDelivery is a delivery a dispatch creates, queued.
+type NewDelivery struct {
+	ID uuid.UUID `json:"id"`
+	// Seq numbers the message's deliveries from 1, in creation order.
+	Seq    int    `json:"seq"`
+	Target string `json:"target"`
+}
+
+// NewDeliveries is the part dispatch and redispatch share.
+type NewDeliveries struct {
+	Deliveries []NewDelivery `json:"deliveries"`
+	// NextDue is when the sweep first wakes the new deliveries again, in case
+	// the wake-up published after commit is lost.
+	NextDue time.Time `json:"next_due,omitzero"`
+}
+
+func (p NewDeliveries) validate() error {
+	var errs []error
+	seqs := map[int]bool{}
+	targets := map[string]bool{}
+	for i, d := range p.Deliveries {
+		name := fmt.Sprintf("deliveries[%d]", i)
+		errs = append(errs, required(name+".id", d.ID != uuid.Nil), lifecycle.CheckName(name+".target", d.Target))
+		if d.Seq < 1 || seqs[d.Seq] {
+			errs = append(errs, field(name+".seq", "must be 1 or more and unique"))
+		}
+		if targets[d.Target] {
+			errs = append(errs, field(name+".target", "must be unique in the message"))
+		}
+		seqs[d.Seq], targets[d.Target] = true, true
+	}
+	if len(p.Deliveries) > 0 {
+		errs = append(errs, required("next_due", !p.NextDue.IsZero()))
+	}
+	return errors.Join(errs...)
+}
+
+func (p NewDeliveries) targets() string {
+	names := make([]string, len(p.Deliveries))
+	for i, d := range p.Deliveries {
+		names[i] = d.Target
+	}
+	return strings.Join(names, ", ")
+}
+
+// MessageDispatched: the routes were matched once and one queued delivery
+// was created per distinct target, or none when nothing matched.
+type MessageDispatched struct{ NewDeliveries }
+
+func (*MessageDispatched) Kind() Kind        { return KindMessageDispatched }
+func (p *MessageDispatched) Validate() error { return p.validate() }
+func (p *MessageDispatched) Text() string {
+	if len(p.Deliveries) == 0 {
+		return "no route matched"
+	}
+	return "dispatched to " + p.targets()
+}
+
+// MessageRedispatched: an operator matched the current routes again and a
+// delivery was added for each matched target that had none.
+type MessageRedispatched struct{ NewDeliveries }
+
+func (*MessageRedispatched) Kind() Kind        { return KindMessageRedispatched }
+func (p *MessageRedispatched) Validate() error { return p.validate() }
+func (p *MessageRedispatched) Text() string {
+	if len(p.Deliveries) == 0 {
+		return "redispatched: every matched target already had a delivery"
+	}
+	return "redispatched: added " + p.targets()
+}
+
+// MessageRefused: an accepted message was settled without deliveries.
+type MessageRefused struct {
+	Refusal lifecycle.Refusal `json:"refusal"`
+	Reason  string            `json:"reason"`
+}
+
+func (*MessageRefused) Kind() Kind { return KindMessageRefused }
+func (p *MessageRefused) Text() string {
+	return "refused (" + p.Refusal.Label() + "): " + p.Reason
+}
+func (p *MessageRefused) Validate() error {
+	var errs []error
+	if _, err := lifecycle.ParseRefusal(string(p.Refusal)); err != nil {
+		errs = append(errs, field("refusal", err.Error()))
+	}
+	return errors.Join(append(errs, required("reason", p.Reason != ""))...)
+}
+
+// DeliveryWoken: a wake-up was published for an unclaimed delivery.
+type DeliveryWoken struct {
+	// DispatchCount is the number of unclaimed wake-ups, this one included.
+	DispatchCount int       `json:"dispatch_count"`
+	NextDue       time.Time `json:"next_due"`
+}
+
+func (*DeliveryWoken) Kind() Kind { return KindDeliveryWoken }
+func (p *DeliveryWoken) Text() string {
+	return fmt.Sprintf("wake-up %d; next at %s", p.DispatchCount, stamp(p.NextDue))
+}
+func (p *DeliveryWoken) Validate() error {
+	return errors.Join(positive("dispatch_count", p.DispatchCount), required("next_due", !p.NextDue.IsZero()))
+}
+
+// DeliveryClaimed: a worker took the delivery for one attempt, under a lease.
+type DeliveryClaimed struct {
+	Token    uuid.UUID `json:"token"`
+	Attempt  int       `json:"attempt"`
+	LeaseEnd time.Time `json:"lease_end"`
+}
+
+func (*DeliveryClaimed) Kind() Kind { return KindDeliveryClaimed }
+func (p *DeliveryClaimed) Text() string {
+	return fmt.Sprintf("attempt %d claimed; lease until %s", p.Attempt, stamp(p.LeaseEnd))
+}
+func (p *DeliveryClaimed) Validate() error {
+	return errors.Join(required("token", p.Token != uuid.Nil), positive("attempt", p.Attempt),
+		required("lease_end", !p.LeaseEnd.IsZero()))
+}
+
+// DeliveryAttempted: the claimed attempt ended with an outcome.
+type DeliveryAttempted struct {
+	Token   uuid.UUID         `json:"token"`
+	Attempt int               `json:"attempt"`
+	Outcome lifecycle.Outcome `json:"outcome"`
+}
+
+func (*DeliveryAttempted) Kind() Kind { return KindDeliveryAttempted }
+func (p *DeliveryAttempted) Text() string {
+	o := p.Outcome
+	s := fmt.Sprintf("attempt %d: %s", p.Attempt, o.Kind)
+	switch o.Kind {
+	case lifecycle.OutcomeRetry:
+		s += " at " + stamp(o.RetryAt)
+	case lifecycle.OutcomeAwaitingAck:
+		s += " until " + stamp(o.Deadline)
+	}
+	if o.Text != "" {
+		s += ": " + o.Text
+	}
+	return s
+}
+func (p *DeliveryAttempted) Validate() error {
+	return errors.Join(required("token", p.Token != uuid.Nil), positive("attempt", p.Attempt), p.Outcome.Validate())
+}
+
+// DeliveryReleased: a stopping worker gave its claim back.
+type DeliveryReleased struct {
+	Token uuid.UUID `json:"token"`
+	// Started says the attempt had begun its I/O, so the target may have the
+	// payload already: the delivery retries rather than queueing.
+	Started bool   `json:"started"`
+	Reason  string `json:"reason"`
+}
+
+func (*DeliveryReleased) Kind() Kind { return KindDeliveryReleased }
+func (p *DeliveryReleased) Text() string {
+	if p.Started {
+		return "released after its I/O started: " + p.Reason
+	}
+	return "released before any I/O: " + p.Reason
+}
+func (p *DeliveryReleased) Validate() error {
+	return errors.Join(required("token", p.Token != uuid.Nil), required("reason", p.Reason != ""))
+}
+
+// DeliveryLeaseExpired: a claim's lease ran out before its outcome was
+// recorded; the worker is presumed dead.
+type DeliveryLeaseExpired struct {
+	Token    uuid.UUID `json:"token"`
+	LeaseEnd time.Time `json:"lease_end"`
+}
+
+func (*DeliveryLeaseExpired) Kind() Kind { return KindDeliveryLeaseExpired }
+func (p *DeliveryLeaseExpired) Text() string {
+	return "attempt interrupted: lease expired at " + stamp(p.LeaseEnd)
+}
+func (p *DeliveryLeaseExpired) Validate() error {
+	return errors.Join(required("token", p.Token != uuid.Nil), required("lease_end", !p.LeaseEnd.IsZero()))
+}
+
+// DeliveryStalled: the delivery used up its wake-ups without being claimed.
+type DeliveryStalled struct {
+	WakeUps int    `json:"wake_ups"`
+	Reason  string `json:"reason"`
+}
+
+func (*DeliveryStalled) Kind() Kind     { return KindDeliveryStalled }
+func (p *DeliveryStalled) Text() string { return "stalled: " + p.Reason }
+func (p *DeliveryStalled) Validate() error {
+	return errors.Join(positive("wake_ups", p.WakeUps), required("reason", p.Reason != ""))
+}
+
+// ReceiptReceived: the receipt an awaiting delivery owed arrived.
+type ReceiptReceived struct {
+	Positive bool   `json:"positive"`
+	Detail   string `json:"detail,omitempty"`
+}
+
+func (*ReceiptReceived) Kind() Kind { return KindReceiptReceived }
+func (p *ReceiptReceived) Text() string {
+	return withDetail(receiptWord(p.Positive)+" receipt", p.Detail)
+}
+func (p *ReceiptReceived) Validate() error { return nil }
+
+// ReceiptRefused: a receipt arrived for a delivery that was not awaiting one.
+// It changes nothing but is kept, so the history shows it.
+type ReceiptRefused struct {
+	Positive bool   `json:"positive"`
+	Detail   string `json:"detail,omitempty"`
+	Reason   string `json:"reason"`
+}
+
+func (*ReceiptRefused) Kind() Kind { return KindReceiptRefused }
+func (p *ReceiptRefused) Text() string {
+	return withDetail(receiptWord(p.Positive)+" receipt refused: "+p.Reason, p.Detail)
+}
+func (p *ReceiptRefused) Validate() error { return required("reason", p.Reason != "") }
+
+// ReceiptTimedOut: the receipt deadline passed; the delivery failed.
+type ReceiptTimedOut struct {
+	Deadline time.Time `json:"deadline"`
+	Reason   string    `json:"reason"`
+}
+
+func (*ReceiptTimedOut) Kind() Kind     { return KindReceiptTimedOut }
+func (p *ReceiptTimedOut) Text() string { return p.Reason }
+func (p *ReceiptTimedOut) Validate() error {
+	return errors.Join(required("deadline", !p.Deadline.IsZero()), required("reason", p.Reason != ""))
+}
+
+// DeliveryRedelivered: an operator queued the delivery again.
+type DeliveryRedelivered struct {
+	DispatchCount int       `json:"dispatch_count"`
+	NextDue       time.Time `json:"next_due"`
+}
+
+func (*DeliveryRedelivered) Kind() Kind     { return KindDeliveryRedelivered }
+func (p *DeliveryRedelivered) Text() string { return "queued again by an operator" }
+func (p *DeliveryRedelivered) Validate() error {
+	return errors.Join(positive("dispatch_count", p.DispatchCount), required("next_due", !p.NextDue.IsZero()))
+}
+
+// RouteCreated: a route was added.
+type RouteCreated struct {
+	Route lifecycle.Route `json:"route"`
+}
+
+func (*RouteCreated) Kind() Kind        { return KindRouteCreated }
+func (p *RouteCreated) Text() string    { return "route created: " + routeText(p.Route) }
+func (p *RouteCreated) Validate() error { return validateRoute(p.Route) }
+
+// RouteUpdated: a route was changed; Route is the whole new route.
+type RouteUpdated struct {
+	Route lifecycle.Route `json:"route"`
+}
+
+func (*RouteUpdated) Kind() Kind        { return KindRouteUpdated }
+func (p *RouteUpdated) Text() string    { return "route updated: " + routeText(p.Route) }
+func (p *RouteUpdated) Validate() error { return validateRoute(p.Route) }
+
+// RouteDeleted: a route was removed.
+type RouteDeleted struct {
+	ID uuid.UUID `json:"id"`
+}
+
+func (*RouteDeleted) Kind() Kind        { return KindRouteDeleted }
+func (p *RouteDeleted) Text() string    { return "route deleted: " + p.ID.String() }
+func (p *RouteDeleted) Validate() error { return required("id", p.ID != uuid.Nil) }
+
+// TargetCreated: a target was added.
+type TargetCreated struct {
+	Target lifecycle.Target `json:"target"`
+}
+
+func (*TargetCreated) Kind() Kind        { return KindTargetCreated }
+func (p *TargetCreated) Text() string    { return "target created: " + p.Target.Name }
+func (p *TargetCreated) Validate() error { return p.Target.Validate() }
+
+// TargetUpdated: a target was changed; Target is the whole new definition.
+type TargetUpdated struct {
+	Target lifecycle.Target `json:"target"`
+}
+
+func (*TargetUpdated) Kind() Kind        { return KindTargetUpdated }
+func (p *TargetUpdated) Text() string    { return "target updated: " + p.Target.Name }
+func (p *TargetUpdated) Validate() error { return p.Target.Validate() }
+
+// TargetDeleted: a target was removed.
+type TargetDeleted struct {
+	Name string `json:"name"`
+}
+
+func (*TargetDeleted) Kind() Kind        { return KindTargetDeleted }
+func (p *TargetDeleted) Text() string    { return "target deleted: " + p.Name }
+func (p *TargetDeleted) Validate() error { return lifecycle.CheckName("name", p.Name) }
+
+// SettingsChanged: the settings were replaced; Settings is the whole new set.
+type SettingsChanged struct {
+	Settings lifecycle.Settings `json:"settings"`
+}
+
+func (*SettingsChanged) Kind() Kind { return KindSettingsChanged }
+func (p *SettingsChanged) Text() string {
+	return fmt.Sprintf("settings changed: max_dispatches %d", p.Settings.Delivery.MaxDispatches)
+}
+func (p *SettingsChanged) Validate() error { return p.Settings.Validate() }
+
+func validateRoute(r lifecycle.Route) error {
+	return errors.Join(required("route.id", r.ID != uuid.Nil), r.Validate())
+}
+
+func routeText(r lifecycle.Route) string {
+	return fmt.Sprintf("%s: %s to %s -> %s", r.Source, r.From, r.To, r.Target)
+}
+
+func positive(name string, n int) error {
+	if n < 1 {
+		return field(name, fmt.Sprintf("must be 1 or more, got %d", n))
+	}
+	return nil
+}
+
+func receiptWord(positive bool) string {
+	if positive {
+		return "positive"
+	}
+	return "negative"
+}
+
+func withDetail(s, detail string) string {
+	if detail == "" {
+		return s
+	}
+	return s + ": " + detail
+}
+
+func stamp(t time.Time) string { return t.UTC().Format(time.RFC3339) }

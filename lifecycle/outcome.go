@@ -1,0 +1,84 @@
+package lifecycle
+
+import (
+	"errors"
+	"time"
+)
+
+// OutcomeKind is what one attempt at a delivery came to.
+type OutcomeKind string
+
+// The outcome kinds.
+const (
+	OutcomeDelivered   OutcomeKind = "delivered"
+	OutcomeAwaitingAck OutcomeKind = "awaiting_ack"
+	OutcomeRetry       OutcomeKind = "retry"
+	OutcomeFailed      OutcomeKind = "failed"
+)
+
+// OutcomeKinds is the canonical set.
+var OutcomeKinds = []OutcomeKind{OutcomeDelivered, OutcomeAwaitingAck, OutcomeRetry, OutcomeFailed}
+
+// UnmarshalText accepts only a canonical outcome kind.
+func (k *OutcomeKind) UnmarshalText(text []byte) error {
+	return unmarshalText("outcome kind", text, OutcomeKinds, k)
+}
+
+// Outcome is the result of one attempt as a target reports it. A target never
+// writes a state; the fold turns the outcome into one.
+type Outcome struct {
+	Kind OutcomeKind `json:"kind"`
+	// Text says what happened, for the history: a response line, a reason.
+	Text string `json:"text,omitempty"`
+	// RetryAt is when a retry is due; only for OutcomeRetry.
+	RetryAt time.Time `json:"retry_at,omitzero"`
+	// Deadline is when an awaited receipt is overdue; only for OutcomeAwaitingAck.
+	Deadline time.Time `json:"deadline,omitzero"`
+}
+
+// Delivered is a successful attempt.
+func Delivered(text string) Outcome { return Outcome{Kind: OutcomeDelivered, Text: text} }
+
+// AwaitingAck is a hand-over whose receipt is owed by deadline.
+func AwaitingAck(text string, deadline time.Time) Outcome {
+	return Outcome{Kind: OutcomeAwaitingAck, Text: text, Deadline: deadline}
+}
+
+// Retry is a failure for now, due again at.
+func Retry(at time.Time, reason string) Outcome {
+	return Outcome{Kind: OutcomeRetry, Text: reason, RetryAt: at}
+}
+
+// Failed is a failure for good.
+func Failed(reason string) Outcome { return Outcome{Kind: OutcomeFailed, Text: reason} }
+
+// State is the delivery state the outcome leads to.
+func (o Outcome) State() DeliveryState {
+	switch o.Kind {
+	case OutcomeDelivered:
+		return StateDelivered
+	case OutcomeAwaitingAck:
+		return StateAwaitingAck
+	case OutcomeRetry:
+		return StateRetrying
+	}
+	return StateFailed
+}
+
+// Validate checks that the outcome carries exactly the fields its kind needs.
+func (o Outcome) Validate() error {
+	var errs []error
+	if _, err := parse("outcome.kind", string(o.Kind), OutcomeKinds); err != nil {
+		return &FieldError{Field: "outcome.kind", Problem: err.Error()}
+	}
+	if (o.Kind == OutcomeAwaitingAck) != !o.Deadline.IsZero() {
+		errs = append(errs, &FieldError{Field: "outcome.deadline", Problem: "is required for awaiting_ack and allowed for no other kind"})
+	}
+	if (o.Kind == OutcomeRetry) != !o.RetryAt.IsZero() {
+		errs = append(errs, &FieldError{Field: "outcome.retry_at", Problem: "is required for retry and allowed for no other kind"})
+	}
+	if (o.Kind == OutcomeRetry || o.Kind == OutcomeFailed) && o.Text == "" {
+		errs = append(errs, &FieldError{Field: "outcome.text", Problem: "must give the reason of a retry or a failure"})
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,80 @@
+package lifecycle
+
+// DeliveryState is where one delivery of a message to one target is.
+type DeliveryState string
+
+// The delivery states.
+const (
+	// StateQueued: waiting to be claimed for its first attempt, or again
+	// after a redelivery or a release before any I/O.
+	StateQueued DeliveryState = "queued"
+	// StateDelivering: claimed by a worker, whose lease bounds the attempt.
+	StateDelivering DeliveryState = "delivering"
+	// StateRetrying: an attempt failed for now; due again at its next time.
+	StateRetrying DeliveryState = "retrying"
+	// StateAwaitingAck: handed over; the target's receipt is still owed.
+	StateAwaitingAck DeliveryState = "awaiting_ack"
+	// StateDelivered: done.
+	StateDelivered DeliveryState = "delivered"
+	// StateFailed: failed for good.
+	StateFailed DeliveryState = "failed"
+	// StateStalled: woken the maximum number of times and never claimed;
+	// nothing was tried. The target's next start claims it again.
+	StateStalled DeliveryState = "stalled"
+)
+
+// DeliveryStates is the canonical set, in lifecycle order.
+var DeliveryStates = []DeliveryState{
+	StateQueued, StateDelivering, StateRetrying, StateAwaitingAck,
+	StateDelivered, StateFailed, StateStalled,
+}
+
+// RedeliverableStates are the states an operator may send a delivery again from.
+var RedeliverableStates = []DeliveryState{StateRetrying, StateFailed, StateStalled, StateDelivered}
+
+// ParseDeliveryState returns s as a state, or an error listing the states.
+func ParseDeliveryState(s string) (DeliveryState, error) {
+	return parse("delivery state", s, DeliveryStates)
+}
+
+// UnmarshalText accepts only a canonical state.
+func (s *DeliveryState) UnmarshalText(text []byte) error {
+	return unmarshalText("delivery state", text, DeliveryStates, s)
+}
+
+// Final reports whether nothing more happens to the delivery unless an
+// operator redelivers it.
+func (s DeliveryState) Final() bool {
+	return s == StateDelivered || s == StateFailed
+}
+
+// Redeliverable reports whether an operator may queue the delivery again.
+// Queued, delivering and awaiting_ack are refused: each is still in hand.
+func (s DeliveryState) Redeliverable() bool {
+	switch s {
+	case StateRetrying, StateFailed, StateStalled, StateDelivered:
+		return true
+	}
+	return false
+}
+
+// Label is the state as a person reads it.
+func (s DeliveryState) Label() string {
+	switch s {
+	case StateQueued:
+		return "Queued"
+	case StateDelivering:
+		return "Delivering"
+	case StateRetrying:
+		return "Retrying"
+	case StateAwaitingAck:
+		return "Awaiting receipt"
+	case StateDelivered:
+		return "Delivered"
+	case StateFailed:
+		return "Failed"
+	case StateStalled:
+		return "Stalled"
+	}
+	return string(s)
+}

@@ -1,0 +1,327 @@
+package projection
+
+import (
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/waybill/waybill/journal"
+	"github.com/waybill/waybill/lifecycle"
+)
+
+// IllegalError says why an event cannot happen in the state it found.
+type IllegalError struct {
+	Kind journal.Kind
+	// State is the message stage or the delivery state found.
+	State string
+	// Allowed lists the stages or states the event may happen in, when the
+	// state was what made it illegal.
+	Allowed []string
+	Reason  string
+}
+
+func (e *IllegalError) Error() string {
+	return fmt.Sprintf("%s is illegal in %s: %s", e.Kind, e.State, e.Reason)
+}
+
+// Apply folds e into m, which is the state of e's stream before it (the zero
+// Message for a new stream). It checks that the event is legal there and, for
+// a delivery event, that its recorded old and new states are the ones the
+// fold finds and makes. On an error m is unchanged.
+func Apply(m *Message, e journal.Event) error {
+	return apply(m, &e, false)
+}
+
+// Record makes e the next event of m's stream: it sets the version and, for
+// a delivery event, the target and the old and new states, then folds it into
+// m like Apply. The stream is m's, or e's own for the first event. Commands build their events with it, so what they append is
+// exactly what the fold decided.
+func Record(m *Message, e journal.Event) (journal.Event, error) {
+	if m.Version > 0 {
+		e.Stream = journal.MessageStream(m.ID)
+	}
+	e.Version = m.Version + 1
+	if err := apply(m, &e, true); err != nil {
+		return journal.Event{}, err
+	}
+	return e, nil
+}
+
+func apply(m *Message, e *journal.Event, stamp bool) error {
+	k := e.Kind()
+	if k.Stream() == journal.ConfigStream {
+		return &IllegalError{Kind: k, State: string(m.Stage), Reason: "not a message event"}
+	}
+	if e.Version != m.Version+1 {
+		return &IllegalError{Kind: k, State: string(m.Stage),
+			Reason: fmt.Sprintf("version %d does not follow %d", e.Version, m.Version)}
+	}
+	if k.Delivery() {
+		return applyDelivery(m, e, stamp)
+	}
+	next := *m
+	if err := messageStep(&next, e); err != nil {
+		return err
+	}
+	next.Version, next.UpdatedAt = e.Version, e.RecordedAt
+	next.settle()
+	*m = next
+	return nil
+}
+
+// messageStep folds a message event into next, a copy of the state.
+func messageStep(next *Message, e *journal.Event) error {
+	at := e.RecordedAt
+	switch p := e.Payload.(type) {
+	case *journal.MessageAccepted:
+		if next.Version != 0 {
+			return illegalStage(e, next, "the message was accepted already")
+		}
+		id, err := uuid.Parse(e.Stream)
+		if err != nil {
+			return &IllegalError{Kind: e.Kind(), Reason: fmt.Sprintf("stream %q is not a message id", e.Stream)}
+		}
+		*next = Message{
+			ID: id, Source: p.Source, From: p.From, To: p.To, ContentType: p.ContentType,
+			IdempotencyKey: p.IdempotencyKey, PayloadSize: p.PayloadSize, PayloadSHA256: p.PayloadSHA256,
+			Stage: lifecycle.StageAccepted, CreatedAt: at,
+		}
+	case *journal.MessageDispatched:
+		if next.Stage != lifecycle.StageAccepted {
+			return illegalStage(e, next, "only an accepted message is dispatched", lifecycle.StageAccepted)
+		}
+		if err := addDeliveries(next, e, p.Deliveries, p.NextDue); err != nil {
+			return err
+		}
+		next.Stage = lifecycle.StageDispatched
+	case *journal.MessageRedispatched:
+		if next.Stage != lifecycle.StageDispatched {
+			return illegalStage(e, next, "only a dispatched message is redispatched", lifecycle.StageDispatched)
+		}
+		if err := addDeliveries(next, e, p.Deliveries, p.NextDue); err != nil {
+			return err
+		}
+	case *journal.MessageRefused:
+		if next.Stage != lifecycle.StageAccepted {
+			return illegalStage(e, next, "only an accepted message is refused", lifecycle.StageAccepted)
+		}
+		next.Stage, next.Refusal, next.Error = lifecycle.StageRefused, p.Refusal, p.Reason
+	default:
+		return &IllegalError{Kind: e.Kind(), State: string(next.Stage), Reason: "not a message event"}
+	}
+	return nil
+}
+
+func illegalStage(e *journal.Event, m *Message, reason string, allowed ...lifecycle.MessageStage) error {
+	stage := string(m.Stage)
+	if m.Version == 0 {
+		stage = "a new stream"
+	}
+	return &IllegalError{Kind: e.Kind(), State: stage, Allowed: lifecycle.Strings(allowed), Reason: reason}
+}
+
+// addDeliveries appends the new deliveries of a dispatch, queued and counted
+// as woken once: the dispatch publishes their first wake-up.
+func addDeliveries(next *Message, e *journal.Event, add []journal.NewDelivery, nextDue time.Time) error {
+	deliveries := slices.Clip(next.Deliveries)
+	for i, nd := range add {
+		switch {
+		case nd.Seq != len(next.Deliveries)+i+1:
+			return illegalStage(e, next, fmt.Sprintf("delivery %s has seq %d, the next is %d", nd.ID, nd.Seq, len(next.Deliveries)+i+1))
+		case next.Delivery(nd.ID) != nil:
+			return illegalStage(e, next, fmt.Sprintf("delivery %s exists already", nd.ID))
+		case slices.ContainsFunc(next.Deliveries, func(d Delivery) bool { return d.Target == nd.Target }):
+			return illegalStage(e, next, fmt.Sprintf("target %s has a delivery already", nd.Target))
+		}
+		deliveries = append(deliveries, Delivery{
+			ID: nd.ID, MessageID: next.ID, Seq: nd.Seq, Target: nd.Target, State: lifecycle.StateQueued,
+			DispatchCount: 1, NextDue: nextDue, CreatedAt: e.RecordedAt, UpdatedAt: e.RecordedAt,
+		})
+	}
+	next.Deliveries = deliveries
+	return nil
+}
+
+func applyDelivery(m *Message, e *journal.Event, stamp bool) error {
+	k := e.Kind()
+	cur := m.Delivery(e.DeliveryID)
+	if cur == nil {
+		return &IllegalError{Kind: k, State: string(m.Stage),
+			Reason: fmt.Sprintf("the message has no delivery %s", e.DeliveryID)}
+	}
+	if stamp {
+		e.Target, e.OldState = cur.Target, cur.State
+	} else if e.Target != cur.Target || e.OldState != cur.State {
+		return &IllegalError{Kind: k, State: string(cur.State),
+			Reason: fmt.Sprintf("recorded from %s of %s, but the delivery is %s of %s", e.OldState, e.Target, cur.State, cur.Target)}
+	}
+	next := *cur
+	if err := deliveryStep(&next, e); err != nil {
+		return err
+	}
+	if stamp {
+		e.NewState = next.State
+	} else if e.NewState != next.State {
+		return &IllegalError{Kind: k, State: string(cur.State),
+			Reason: fmt.Sprintf("recorded to %s, but the fold makes %s", e.NewState, next.State)}
+	}
+	*cur = next
+	m.Version, m.UpdatedAt = e.Version, e.RecordedAt
+	m.settle()
+	return nil
+}
+
+// deliveryStep folds a delivery event into d, a copy of the delivery.
+func deliveryStep(d *Delivery, e *journal.Event) error {
+	at := e.RecordedAt
+	illegal := func(reason string, allowed ...lifecycle.DeliveryState) error {
+		return &IllegalError{Kind: e.Kind(), State: string(d.State), Allowed: lifecycle.Strings(allowed), Reason: reason}
+	}
+	in := func(states ...lifecycle.DeliveryState) bool { return slices.Contains(states, d.State) }
+	due := !d.NextDue.After(at)
+	switch p := e.Payload.(type) {
+	case *journal.DeliveryWoken:
+		wakeable := []lifecycle.DeliveryState{lifecycle.StateQueued, lifecycle.StateRetrying}
+		switch {
+		case !in(wakeable...):
+			return illegal("only an unclaimed delivery is woken", wakeable...)
+		case !due:
+			return illegal("not due until " + stamp(d.NextDue))
+		case p.DispatchCount != d.DispatchCount+1:
+			return illegal(fmt.Sprintf("wake-up %d does not follow %d", p.DispatchCount, d.DispatchCount))
+		case !p.NextDue.After(at):
+			return illegal("the next wake-up is not after this one")
+		}
+		d.DispatchCount, d.NextDue = p.DispatchCount, p.NextDue
+	case *journal.DeliveryStalled:
+		stallable := []lifecycle.DeliveryState{lifecycle.StateQueued, lifecycle.StateRetrying}
+		switch {
+		case !in(stallable...):
+			return illegal("only an unclaimed delivery stalls", stallable...)
+		case !due:
+			return illegal("not due until " + stamp(d.NextDue))
+		case p.WakeUps != d.DispatchCount:
+			return illegal(fmt.Sprintf("stalled after %d wake-ups, but it had %d", p.WakeUps, d.DispatchCount))
+		}
+		d.State, d.NextDue, d.LastError = lifecycle.StateStalled, time.Time{}, p.Reason
+	case *journal.DeliveryClaimed:
+		claimable := []lifecycle.DeliveryState{lifecycle.StateQueued, lifecycle.StateRetrying, lifecycle.StateStalled}
+		switch {
+		case !in(claimable...):
+			return illegal("only a queued, retrying or stalled delivery is claimed", claimable...)
+		case d.State == lifecycle.StateRetrying && !due && d.DispatchCount == 0:
+			return illegal("retrying, not due until " + stamp(d.NextDue))
+		case p.Attempt != d.Attempts+1:
+			return illegal(fmt.Sprintf("attempt %d does not follow %d", p.Attempt, d.Attempts))
+		case !p.LeaseEnd.After(at):
+			return illegal("the lease ends before it starts")
+		}
+		d.State, d.Attempts, d.DispatchCount = lifecycle.StateDelivering, p.Attempt, 0
+		d.ClaimToken, d.LeaseEnd, d.NextDue = p.Token, p.LeaseEnd, time.Time{}
+	case *journal.DeliveryAttempted:
+		if err := checkClaim(d, p.Token, illegal); err != nil {
+			return err
+		}
+		if p.Attempt != d.Attempts {
+			return illegal(fmt.Sprintf("outcome of attempt %d, but the claim is attempt %d", p.Attempt, d.Attempts))
+		}
+		o := p.Outcome
+		if o.Kind == lifecycle.OutcomeAwaitingAck && !o.Deadline.After(at) {
+			return illegal("the receipt deadline is not after the hand-over")
+		}
+		d.State, d.ClaimToken, d.LeaseEnd = o.State(), uuid.Nil, time.Time{}
+		switch o.Kind {
+		case lifecycle.OutcomeDelivered:
+			d.LastError, d.FinishedAt = "", at
+		case lifecycle.OutcomeAwaitingAck:
+			d.LastError, d.NextDue = "", o.Deadline
+		case lifecycle.OutcomeRetry:
+			d.LastError, d.NextDue = o.Text, o.RetryAt
+		case lifecycle.OutcomeFailed:
+			d.LastError, d.FinishedAt = o.Text, at
+		}
+	case *journal.DeliveryReleased:
+		if err := checkClaim(d, p.Token, illegal); err != nil {
+			return err
+		}
+		d.State, d.ClaimToken, d.LeaseEnd, d.NextDue = lifecycle.StateQueued, uuid.Nil, time.Time{}, at
+		if p.Started {
+			d.State = lifecycle.StateRetrying
+		} else {
+			// Nothing was sent: the claim gives its attempt back.
+			d.Attempts--
+		}
+	case *journal.DeliveryLeaseExpired:
+		switch err := checkClaim(d, p.Token, illegal); {
+		case err != nil:
+			return err
+		case !p.LeaseEnd.Equal(d.LeaseEnd):
+			return illegal("the lease recorded is not the claim's")
+		case at.Before(d.LeaseEnd):
+			return illegal("the lease runs until " + stamp(d.LeaseEnd))
+		}
+		d.State, d.ClaimToken, d.LeaseEnd, d.NextDue = lifecycle.StateRetrying, uuid.Nil, time.Time{}, at
+		d.LastError = "attempt interrupted: lease expired"
+	case *journal.ReceiptReceived:
+		if d.State != lifecycle.StateAwaitingAck {
+			return illegal("no receipt is awaited", lifecycle.StateAwaitingAck)
+		}
+		d.NextDue, d.FinishedAt = time.Time{}, at
+		if p.Positive {
+			d.State = lifecycle.StateDelivered
+		} else {
+			d.State, d.LastError = lifecycle.StateFailed, withDetail("negative receipt", p.Detail)
+		}
+	case *journal.ReceiptRefused:
+		if d.State == lifecycle.StateAwaitingAck {
+			return illegal("a receipt is awaited: it settles the delivery")
+		}
+		// A refused receipt is kept in the journal and changes nothing.
+		return nil
+	case *journal.ReceiptTimedOut:
+		switch {
+		case d.State != lifecycle.StateAwaitingAck:
+			return illegal("no receipt is awaited", lifecycle.StateAwaitingAck)
+		case !p.Deadline.Equal(d.NextDue):
+			return illegal("the deadline recorded is not the delivery's")
+		case !due:
+			return illegal("the receipt is not due until " + stamp(d.NextDue))
+		}
+		d.State, d.NextDue, d.LastError, d.FinishedAt = lifecycle.StateFailed, time.Time{}, p.Reason, at
+	case *journal.DeliveryRedelivered:
+		if !d.State.Redeliverable() {
+			return illegal("only a retrying, failed, stalled or delivered delivery is redelivered", lifecycle.RedeliverableStates...)
+		}
+		if !p.NextDue.After(at) {
+			return illegal("the next wake-up is not after the redelivery")
+		}
+		d.State, d.DispatchCount, d.NextDue = lifecycle.StateQueued, p.DispatchCount, p.NextDue
+		d.Redeliveries++
+		d.FinishedAt = time.Time{}
+	default:
+		return illegal("not a delivery event")
+	}
+	d.UpdatedAt = at
+	return nil
+}
+
+func checkClaim(d *Delivery, token uuid.UUID, illegal func(string, ...lifecycle.DeliveryState) error) error {
+	if d.State != lifecycle.StateDelivering {
+		return illegal("the delivery is not claimed", lifecycle.StateDelivering)
+	}
+	if token != d.ClaimToken {
+		return illegal("the claim token is not the current claim's")
+	}
+	return nil
+}
+
+func withDetail(s, detail string) string {
+	if detail == "" {
+		return s
+	}
+	return s + ": " + detail
+}
+
+func stamp(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) }

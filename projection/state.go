@@ -1,0 +1,103 @@
+package projection
+
+import (
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/waybill/waybill/lifecycle"
+)
+
+// Message is the folded state of one message stream: the row of the messages
+// table together with its deliveries.
+type Message struct {
+	ID uuid.UUID
+	// Version is the version of the last event folded in.
+	Version        int
+	Source         string
+	From           string
+	To             string
+	ContentType    string
+	IdempotencyKey string
+	PayloadSize    int64
+	PayloadSHA256  string
+	Stage          lifecycle.MessageStage
+	Refusal        lifecycle.Refusal
+	Status         lifecycle.MessageStatus
+	// Error is the refusal's reason, or the last error of the first failed
+	// delivery, else of the first stalled one.
+	Error string
+	// AttemptCount is the attempts of all deliveries together.
+	AttemptCount int
+	CreatedAt    time.Time
+	UpdatedAt    time.Time
+	// Deliveries are in Seq order.
+	Deliveries []Delivery
+}
+
+// Delivery is the folded state of one delivery: a row of the deliveries table.
+type Delivery struct {
+	ID        uuid.UUID
+	MessageID uuid.UUID
+	Seq       int
+	Target    string
+	State     lifecycle.DeliveryState
+	// Attempts counts the claims whose attempt started.
+	Attempts int
+	// DispatchCount counts the wake-ups since the last claim.
+	DispatchCount int
+	Redeliveries  int
+	// NextDue is when the sweep next acts on the delivery: the next wake-up
+	// while queued or retrying, the receipt deadline while awaiting_ack;
+	// zero otherwise. A delivering delivery's time is LeaseEnd.
+	NextDue    time.Time
+	ClaimToken uuid.UUID
+	LeaseEnd   time.Time
+	LastError  string
+	CreatedAt  time.Time
+	UpdatedAt  time.Time
+	FinishedAt time.Time
+}
+
+// Delivery returns the delivery with the id, or nil.
+func (m *Message) Delivery(id uuid.UUID) *Delivery {
+	for i := range m.Deliveries {
+		if m.Deliveries[i].ID == id {
+			return &m.Deliveries[i]
+		}
+	}
+	return nil
+}
+
+// Clone returns a deep copy, so a command can fold ahead without touching
+// the state it read.
+func (m *Message) Clone() *Message {
+	c := *m
+	c.Deliveries = append([]Delivery(nil), m.Deliveries...)
+	return &c
+}
+
+// settle derives the fields that follow from the others.
+func (m *Message) settle() {
+	states := make([]lifecycle.DeliveryState, len(m.Deliveries))
+	m.AttemptCount = 0
+	for i, d := range m.Deliveries {
+		states[i] = d.State
+		m.AttemptCount += d.Attempts
+	}
+	m.Status = lifecycle.DeriveStatus(m.Stage, m.Refusal, states)
+	if m.Stage == lifecycle.StageDispatched {
+		m.Error = m.firstError()
+	}
+}
+
+func (m *Message) firstError() string {
+	for _, want := range []lifecycle.DeliveryState{lifecycle.StateFailed, lifecycle.StateStalled} {
+		for _, d := range m.Deliveries {
+			if d.State == want {
+				return d.LastError
+			}
+		}
+	}
+	return ""
+}

@@ -1,0 +1,223 @@
+package projection
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/waybill/waybill/lifecycle"
+)
+
+// ErrNotFound is returned for a message or delivery the tables do not hold.
+var ErrNotFound = errors.New("not found")
+
+// Querier is what the reads need of a pool, a connection or a transaction.
+type Querier interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}
+
+const messageColumns = `m.id, m.version, m.source, m.from_party, m.to_party, m.content_type,
+	coalesce(m.idempotency_key, ''), m.payload_size, m.payload_sha256, m.stage, coalesce(m.refusal, ''),
+	m.status, m.error, m.attempt_count, m.created_at, m.updated_at`
+
+const deliveryColumns = `d.id, d.message_id, d.seq, d.target, d.state, d.attempts, d.dispatch_count,
+	d.redeliveries, d.next_due, d.claim_token, d.lease_end, d.last_error, d.created_at, d.updated_at, d.finished_at`
+
+// Load reads a message and its deliveries; ErrNotFound when there is none.
+func Load(ctx context.Context, q Querier, id uuid.UUID) (*Message, error) {
+	m, err := load(ctx, q, `SELECT `+messageColumns+`, `+deliveryColumns+`
+		FROM messages m LEFT JOIN deliveries d ON d.message_id = m.id
+		WHERE m.id = $1 ORDER BY d.seq`, id)
+	if err != nil {
+		return nil, fmt.Errorf("load message %s: %w", id, err)
+	}
+	return m, nil
+}
+
+// LoadByDelivery reads the message a delivery belongs to, with all its
+// deliveries; ErrNotFound when there is no such delivery.
+func LoadByDelivery(ctx context.Context, q Querier, deliveryID uuid.UUID) (*Message, error) {
+	m, err := load(ctx, q, `SELECT `+messageColumns+`, `+deliveryColumns+`
+		FROM deliveries w JOIN messages m ON m.id = w.message_id
+		LEFT JOIN deliveries d ON d.message_id = m.id
+		WHERE w.id = $1 ORDER BY d.seq`, deliveryID)
+	if err != nil {
+		return nil, fmt.Errorf("load delivery %s: %w", deliveryID, err)
+	}
+	return m, nil
+}
+
+func load(ctx context.Context, q Querier, sql string, id uuid.UUID) (*Message, error) {
+	rows, err := q.Query(ctx, sql, id)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var m *Message
+	for rows.Next() {
+		var (
+			row Message
+			d   deliveryRow
+		)
+		dest := append(row.scanDest(), d.scanDest()...)
+		if err := rows.Scan(dest...); err != nil {
+			return nil, err
+		}
+		if m == nil {
+			row.normalize()
+			m = &row
+		}
+		if d.id.Valid {
+			m.Deliveries = append(m.Deliveries, d.delivery())
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	if m == nil {
+		return nil, ErrNotFound
+	}
+	return m, nil
+}
+
+// scanDest lists the fields in messageColumns order.
+func (m *Message) scanDest() []any {
+	return []any{&m.ID, &m.Version, &m.Source, &m.From, &m.To, &m.ContentType, &m.IdempotencyKey,
+		&m.PayloadSize, &m.PayloadSHA256, &m.Stage, &m.Refusal, &m.Status, &m.Error, &m.AttemptCount,
+		&m.CreatedAt, &m.UpdatedAt}
+}
+
+// normalize puts read times in UTC, as the fold keeps them.
+func (m *Message) normalize() {
+	m.CreatedAt, m.UpdatedAt = m.CreatedAt.UTC(), m.UpdatedAt.UTC()
+}
+
+// deliveryRow scans a delivery that a LEFT JOIN may leave all NULL.
+type deliveryRow struct {
+	id, messageID, claimToken               pgtype.UUID
+	seq, attempts, dispatchCount, redeliver pgtype.Int4
+	target, state, lastError                pgtype.Text
+	nextDue, leaseEnd, finishedAt           pgtype.Timestamptz
+	createdAt, updatedAt                    pgtype.Timestamptz
+}
+
+// scanDest lists the fields in deliveryColumns order.
+func (r *deliveryRow) scanDest() []any {
+	return []any{&r.id, &r.messageID, &r.seq, &r.target, &r.state, &r.attempts, &r.dispatchCount,
+		&r.redeliver, &r.nextDue, &r.claimToken, &r.leaseEnd, &r.lastError, &r.createdAt, &r.updatedAt, &r.finishedAt}
+}
+
+func (r *deliveryRow) delivery() Delivery {
+	return Delivery{
+		ID: r.id.Bytes, MessageID: r.messageID.Bytes, Seq: int(r.seq.Int32), Target: r.target.String,
+		State: lifecycle.DeliveryState(r.state.String), Attempts: int(r.attempts.Int32),
+		DispatchCount: int(r.dispatchCount.Int32), Redeliveries: int(r.redeliver.Int32),
+		NextDue: timeOf(r.nextDue), ClaimToken: r.claimToken.Bytes, LeaseEnd: timeOf(r.leaseEnd),
+		LastError: r.lastError.String, CreatedAt: timeOf(r.createdAt), UpdatedAt: timeOf(r.updatedAt),
+		FinishedAt: timeOf(r.finishedAt),
+	}
+}
+
+func timeOf(t pgtype.Timestamptz) time.Time {
+	if !t.Valid {
+		return time.Time{}
+	}
+	return t.Time.UTC()
+}
+
+// Queue queues on b the writes that store m after the fold: the message row
+// (inserted when version is 0, else updated where it still has that
+// version, which locks it) and the rows of the deliveries named in touched.
+// An update that finds the row at another version fails the transaction with
+// a serialization failure, so a command that read a stale state retries.
+func Queue(b *pgx.Batch, version int, m *Message, touched []uuid.UUID) {
+	if version == 0 {
+		b.Queue(insertMessageSQL, m.ID, m.Version, m.Source, m.From, m.To, m.ContentType,
+			nullString(m.IdempotencyKey), m.PayloadSize, m.PayloadSHA256, m.Stage,
+			nullString(string(m.Refusal)), m.Status, m.Error, len(m.Deliveries), m.AttemptCount,
+			m.CreatedAt, m.UpdatedAt)
+	} else {
+		b.Queue(updateMessageSQL, m.ID, version, m.Version, m.Stage, nullString(string(m.Refusal)),
+			m.Status, m.Error, len(m.Deliveries), m.AttemptCount, m.UpdatedAt)
+	}
+	var c deliveryColumnsOf
+	for i, id := range touched {
+		if d := m.Delivery(id); d != nil && !slices.Contains(touched[:i], id) {
+			c.add(d)
+		}
+	}
+	if len(c.id) > 0 {
+		b.Queue(upsertDeliveriesSQL, c.args()...)
+	}
+}
+
+const insertMessageSQL = `INSERT INTO messages (id, version, source, from_party, to_party, content_type,
+	idempotency_key, payload_size, payload_sha256, stage, refusal, status, error, delivery_count,
+	attempt_count, created_at, updated_at)
+	VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17)`
+
+const updateMessageSQL = `WITH updated AS (
+		UPDATE messages SET version = $3, stage = $4, refusal = $5, status = $6, error = $7,
+			delivery_count = $8, attempt_count = $9, updated_at = $10
+		WHERE id = $1 AND version = $2 RETURNING id)
+	SELECT projection_expect_row((SELECT count(*) FROM updated), $1::uuid, $2::int)`
+
+const upsertDeliveriesSQL = `INSERT INTO deliveries (id, message_id, seq, target, state, attempts,
+	dispatch_count, redeliveries, next_due, claim_token, lease_end, last_error, created_at, updated_at, finished_at)
+	SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::int[], $4::text[], $5::text[], $6::int[], $7::int[],
+		$8::int[], $9::timestamptz[], $10::uuid[], $11::timestamptz[], $12::text[], $13::timestamptz[],
+		$14::timestamptz[], $15::timestamptz[])
+	ON CONFLICT (id) DO UPDATE SET state = excluded.state, attempts = excluded.attempts,
+		dispatch_count = excluded.dispatch_count, redeliveries = excluded.redeliveries,
+		next_due = excluded.next_due, claim_token = excluded.claim_token, lease_end = excluded.lease_end,
+		last_error = excluded.last_error, updated_at = excluded.updated_at, finished_at = excluded.finished_at`
+
+// deliveryColumnsOf holds deliveries column by column, for unnest and COPY.
+type deliveryColumnsOf struct {
+	id, messageID, claimToken           []pgtype.UUID
+	seq, attempts, dispatches, redelivs []int32
+	target, state, lastError            []string
+	nextDue, leaseEnd, finishedAt       []pgtype.Timestamptz
+	createdAt, updatedAt                []time.Time
+	row                                 int // the COPY cursor
+}
+
+func (c *deliveryColumnsOf) add(d *Delivery) {
+	c.id = append(c.id, pgUUID(d.ID))
+	c.messageID = append(c.messageID, pgUUID(d.MessageID))
+	c.seq = append(c.seq, int32(d.Seq))
+	c.target = append(c.target, d.Target)
+	c.state = append(c.state, string(d.State))
+	c.attempts = append(c.attempts, int32(d.Attempts))
+	c.dispatches = append(c.dispatches, int32(d.DispatchCount))
+	c.redelivs = append(c.redelivs, int32(d.Redeliveries))
+	c.nextDue = append(c.nextDue, pgTime(d.NextDue))
+	c.claimToken = append(c.claimToken, pgUUID(d.ClaimToken))
+	c.leaseEnd = append(c.leaseEnd, pgTime(d.LeaseEnd))
+	c.lastError = append(c.lastError, d.LastError)
+	c.createdAt = append(c.createdAt, d.CreatedAt)
+	c.updatedAt = append(c.updatedAt, d.UpdatedAt)
+	c.finishedAt = append(c.finishedAt, pgTime(d.FinishedAt))
+}
+
+func (c *deliveryColumnsOf) args() []any {
+	return []any{c.id, c.messageID, c.seq, c.target, c.state, c.attempts, c.dispatches, c.redelivs,
+		c.nextDue, c.claimToken, c.leaseEnd, c.lastError, c.createdAt, c.updatedAt, c.finishedAt}
+}
+
+func pgUUID(id uuid.UUID) pgtype.UUID { return pgtype.UUID{Bytes: id, Valid: id != uuid.Nil} }
+
+func pgTime(t time.Time) pgtype.Timestamptz { return pgtype.Timestamptz{Time: t, Valid: !t.IsZero()} }
+
+func nullString(s string) any {
+	if s == "" {
+		return nil
+	}
+	return s
+}

@@ -1,0 +1,226 @@
+package schema
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// The versions of the two parts this code reads and writes. Raise one when
+// its tables change: a database of the old version then refuses to start.
+const (
+	JournalVersion    = 1
+	ProjectionVersion = 1
+)
+
+// The parts, as recorded in schema_version.
+const (
+	PartJournal     = "journal"
+	PartProjections = "projections"
+)
+
+// VersionError says a part of the database was created by other code.
+type VersionError struct {
+	Part   string
+	Stored int
+	Code   int
+}
+
+func (e *VersionError) Error() string {
+	if e.Part == PartProjections {
+		return fmt.Sprintf("the projections are schema version %d and this build uses %d: run `waybill rebuild` (it resets the projections and replays the journal)", e.Stored, e.Code)
+	}
+	return fmt.Sprintf("the journal is schema version %d and this build uses %d: this build cannot read it; run the build that wrote it", e.Stored, e.Code)
+}
+
+const versionDDL = `CREATE TABLE IF NOT EXISTS schema_version (
+	part    text PRIMARY KEY,
+	version int  NOT NULL
+)`
+
+const journalDDL = `
+
+CREATE TABLE IF NOT EXISTS journal (
+	position    bigint      GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+	txid        xid8        NOT NULL DEFAULT pg_current_xact_id(),
+	recorded_at timestamptz NOT NULL,
+	stream      text        NOT NULL,
+	version     int         NOT NULL,
+	delivery_id uuid,
+	target      text,
+	kind        text        NOT NULL,
+	actor       text        NOT NULL,
+	old_state   text,
+	new_state   text,
+	payload     jsonb       NOT NULL,
+	CONSTRAINT journal_stream_version_key UNIQUE (stream, version)
+);
+CREATE INDEX IF NOT EXISTS journal_txid ON journal (txid, position);
+
+CREATE OR REPLACE FUNCTION journal_refuse_change() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+	RAISE EXCEPTION 'the journal is append-only: % refused', TG_OP
+		USING ERRCODE = 'restrict_violation';
+END $$;
+CREATE OR REPLACE TRIGGER journal_append_only BEFORE UPDATE OR DELETE ON journal
+	FOR EACH ROW EXECUTE FUNCTION journal_refuse_change();
+CREATE OR REPLACE TRIGGER journal_no_truncate BEFORE TRUNCATE ON journal
+	FOR EACH STATEMENT EXECUTE FUNCTION journal_refuse_change();
+
+CREATE TABLE IF NOT EXISTS payloads (
+	message_id uuid  PRIMARY KEY,
+	body       bytea NOT NULL
+);
+
+CREATE TABLE IF NOT EXISTS targets (
+	name       text        PRIMARY KEY,
+	kind       text        NOT NULL,
+	enabled    bool        NOT NULL,
+	config     jsonb       NOT NULL,
+	created_at timestamptz NOT NULL,
+	updated_at timestamptz NOT NULL
+);
+
+CREATE TABLE IF NOT EXISTS routes (
+	id           uuid        PRIMARY KEY,
+	source       text        NOT NULL,
+	from_pattern text        NOT NULL,
+	to_pattern   text        NOT NULL,
+	target       text        NOT NULL REFERENCES targets (name),
+	created_at   timestamptz NOT NULL,
+	updated_at   timestamptz NOT NULL
+);
+CREATE INDEX IF NOT EXISTS routes_target ON routes (target);
+
+CREATE TABLE IF NOT EXISTS settings (
+	singleton bool  PRIMARY KEY DEFAULT true CHECK (singleton),
+	value     jsonb NOT NULL
+);
+`
+
+// projectionDDL has no foreign key from deliveries to messages: the
+// projector writes both in one transaction, the audit checks them, and
+// rebuild loads them with COPY, which a per-row check would slow.
+const projectionDDL = `
+CREATE TABLE IF NOT EXISTS messages (
+	id              uuid        PRIMARY KEY,
+	version         int         NOT NULL,
+	source          text        NOT NULL,
+	from_party      text        NOT NULL,
+	to_party        text        NOT NULL,
+	content_type    text        NOT NULL,
+	idempotency_key text,
+	payload_size    bigint      NOT NULL,
+	payload_sha256  text        NOT NULL,
+	stage           text        NOT NULL,
+	refusal         text,
+	status          text        NOT NULL,
+	error           text        NOT NULL,
+	delivery_count  int         NOT NULL,
+	attempt_count   int         NOT NULL,
+	created_at      timestamptz NOT NULL,
+	updated_at      timestamptz NOT NULL,
+	CONSTRAINT messages_idempotency_key UNIQUE (source, idempotency_key)
+);
+CREATE INDEX IF NOT EXISTS messages_created ON messages (created_at DESC, id DESC);
+CREATE INDEX IF NOT EXISTS messages_status_created ON messages (status, created_at DESC, id DESC);
+CREATE INDEX IF NOT EXISTS messages_source_created ON messages (source, created_at DESC, id DESC);
+
+-- A command read the message at a version; finding it at another means a
+-- concurrent writer won, so the transaction fails as a serialization failure
+-- and the command reads again.
+CREATE OR REPLACE FUNCTION projection_expect_row(updated bigint, id uuid, version int) RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+	IF updated <> 1 THEN
+		RAISE EXCEPTION 'message % is no longer at version %', id, version
+			USING ERRCODE = 'serialization_failure';
+	END IF;
+END $$;
+
+CREATE TABLE IF NOT EXISTS deliveries (
+	id             uuid        PRIMARY KEY,
+	message_id     uuid        NOT NULL,
+	seq            int         NOT NULL,
+	target         text        NOT NULL,
+	state          text        NOT NULL,
+	attempts       int         NOT NULL,
+	dispatch_count int         NOT NULL,
+	redeliveries   int         NOT NULL,
+	next_due       timestamptz,
+	claim_token    uuid,
+	lease_end      timestamptz,
+	last_error     text        NOT NULL,
+	created_at     timestamptz NOT NULL,
+	updated_at     timestamptz NOT NULL,
+	finished_at    timestamptz,
+	CONSTRAINT deliveries_message_seq UNIQUE (message_id, seq)
+);
+CREATE INDEX IF NOT EXISTS deliveries_due ON deliveries (state, next_due) WHERE next_due IS NOT NULL;
+CREATE INDEX IF NOT EXISTS deliveries_lease ON deliveries (lease_end) WHERE state = 'delivering';
+CREATE INDEX IF NOT EXISTS deliveries_target_state ON deliveries (target, state);
+`
+
+// ensureLock serialises concurrent Ensure calls: CREATE … IF NOT EXISTS
+// is not safe against a second process creating the same table at once.
+const ensureLock = 0x77617962696c6c01
+
+// Ensure creates whatever is missing and checks that the stored versions are
+// this code's. It changes nothing else, so it is safe at every start.
+func Ensure(ctx context.Context, db *pgxpool.Pool) error {
+	err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, int64(ensureLock)); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, versionDDL); err != nil {
+			return fmt.Errorf("create schema_version: %w", err)
+		}
+		// Versions first: DDL of this build may not apply to tables of another.
+		if err := errors.Join(
+			checkVersion(ctx, tx, PartJournal, JournalVersion),
+			checkVersion(ctx, tx, PartProjections, ProjectionVersion)); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, journalDDL); err != nil {
+			return fmt.Errorf("create journal tables: %w", err)
+		}
+		if _, err := tx.Exec(ctx, projectionDDL); err != nil {
+			return fmt.Errorf("create projection tables: %w", err)
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("ensure schema: %w", err)
+	}
+	return nil
+}
+
+func checkVersion(ctx context.Context, tx pgx.Tx, part string, code int) error {
+	var stored int
+	// A part with no row is new here (or was reset): it takes this code's version.
+	err := tx.QueryRow(ctx, `INSERT INTO schema_version (part, version) VALUES ($1, $2)
+		ON CONFLICT (part) DO UPDATE SET part = excluded.part RETURNING version`, part, code).Scan(&stored)
+	if err != nil {
+		return fmt.Errorf("read %s schema version: %w", part, err)
+	}
+	if stored != code {
+		return &VersionError{Part: part, Stored: stored, Code: code}
+	}
+	return nil
+}
+
+// ResetProjections drops the messages and deliveries tables and forgets their
+// version; the journal, the payloads and the configuration stay. The next
+// Ensure creates them empty, for a rebuild to fill.
+func ResetProjections(ctx context.Context, db *pgxpool.Pool) error {
+	_, err := db.Exec(ctx, `DROP TABLE IF EXISTS messages, deliveries;
+		`+versionDDL+`;
+		DELETE FROM schema_version WHERE part = 'projections'`)
+	if err != nil {
+		return fmt.Errorf("reset projections: %w", err)
+	}
+	return nil
+}
