@@ -1,0 +1,204 @@
+package projection_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/waybill/waybill/commands"
+	"github.com/waybill/waybill/internal/dbtest"
+	"github.com/waybill/waybill/lifecycle"
+	"github.com/waybill/waybill/projection"
+	"github.com/waybill/waybill/schema"
+)
+
+func TestMain(m *testing.M) { dbtest.Main(m) }
+
+type bundle struct {
+	ctx context.Context
+	db  *pgxpool.Pool
+	w   *commands.Writer
+	now time.Time
+}
+
+func setup(t *testing.T) *bundle {
+	t.Helper()
+	b := &bundle{ctx: t.Context(), now: time.Date(2026, 12, 1, 8, 0, 0, 0, time.UTC)}
+	var err error
+	if b.db, err = pgxpool.New(b.ctx, dbtest.URL(t)); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(b.db.Close)
+	if err := schema.Ensure(b.ctx, b.db); err != nil {
+		t.Fatal(err)
+	}
+	if b.w, err = commands.New(commands.Config{DB: b.db, Now: func() time.Time { return b.now }}); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"alpha", "beta"} {
+		if err := b.w.CreateTarget(b.ctx, lifecycle.Target{Name: name, Kind: "http", Enabled: true}, "operator:admin"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := b.w.CreateRoute(b.ctx, lifecycle.Route{Source: "erp", From: "*", To: "*", Target: name}, "operator:admin"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return b
+}
+
+// lifecycles runs n messages through random but legal lives.
+func (b *bundle) lifecycles(t *testing.T, n int, rng *rand.Rand) {
+	t.Helper()
+	outcomes := []func() lifecycle.Outcome{
+		func() lifecycle.Outcome { return lifecycle.Delivered("200") },
+		func() lifecycle.Outcome { return lifecycle.Retry(b.now.Add(time.Minute), "503") },
+		func() lifecycle.Outcome { return lifecycle.Failed("400") },
+		func() lifecycle.Outcome { return lifecycle.AwaitingAck("sent", b.now.Add(time.Hour)) },
+	}
+	for i := range n {
+		m, _, err := b.w.Ingest(b.ctx, commands.NewMessage{Source: "erp", From: "acme", To: "globex",
+			Payload: fmt.Appendf(nil, "message %d", i), IdempotencyKey: fmt.Sprint(i)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, d := range m.Deliveries {
+			for range rng.IntN(4) {
+				b.now = b.now.Add(time.Duration(rng.IntN(120)) * time.Second)
+				c, err := b.w.Claim(b.ctx, d.ID, time.Minute)
+				if errors.Is(err, commands.ErrNotClaimable) {
+					_, _ = b.w.Wake(b.ctx, d.ID)
+					_, _ = b.w.TimeoutReceipt(b.ctx, d.ID)
+					continue
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+				if _, err := b.w.Complete(b.ctx, d.ID, c.Token, outcomes[rng.IntN(len(outcomes))]()); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if rng.IntN(5) == 0 {
+				_, err := b.w.Redeliver(b.ctx, m.ID, d.ID, "admin")
+				if err != nil && !errors.Is(err, commands.ErrNotRedeliverable) {
+					t.Fatal(err)
+				}
+			}
+		}
+	}
+}
+
+func (b *bundle) audit(t *testing.T) *projection.Report {
+	t.Helper()
+	r, err := projection.Audit(b.ctx, b.db, uuid.Nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// snapshot returns every projection row as text, in a stable order.
+func (b *bundle) snapshot(t *testing.T) []string {
+	t.Helper()
+	rows, err := b.db.Query(b.ctx, `SELECT r::text FROM (SELECT * FROM messages ORDER BY id) r
+		UNION ALL SELECT r::text FROM (SELECT * FROM deliveries ORDER BY id) r`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var s string
+		if err := rows.Scan(&s); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, s)
+	}
+	return out
+}
+
+func TestRebuildEqualsTheTablesBefore(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.lifecycles(t, 300, rand.New(rand.NewPCG(1, 2)))
+	if r := b.audit(t); len(r.Violations) > 0 || r.Messages != 300 {
+		t.Fatalf("audit before: %d messages, %v", r.Messages, r.Violations)
+	}
+	before := b.snapshot(t)
+	r, err := projection.Rebuild(b.ctx, b.db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(r.Violations) > 0 {
+		t.Fatalf("audit after rebuild: %v", r.Violations)
+	}
+	after := b.snapshot(t)
+	if len(after) != len(before) {
+		t.Fatalf("%d rows after, %d before", len(after), len(before))
+	}
+	for i := range before {
+		if before[i] != after[i] {
+			t.Errorf("row %d:\nbefore %s\nafter  %s", i, before[i], after[i])
+		}
+	}
+}
+
+func TestRebuildRefusesWhileAServerRuns(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	lock, err := schema.LockServer(b.ctx, b.db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := projection.Rebuild(b.ctx, b.db); !errors.Is(err, schema.ErrDatabaseInUse) {
+		t.Fatalf("rebuild beside a server: %v", err)
+	}
+	lock.Release()
+	if _, err := projection.Rebuild(b.ctx, b.db); err != nil {
+		t.Fatalf("rebuild after the server stopped: %v", err)
+	}
+}
+
+func TestAuditNamesACorruptRow(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.lifecycles(t, 3, rand.New(rand.NewPCG(3, 4)))
+	var id uuid.UUID
+	if err := b.db.QueryRow(b.ctx, `UPDATE deliveries SET attempts = attempts + 7
+		WHERE id = (SELECT id FROM deliveries ORDER BY id LIMIT 1) RETURNING id`).Scan(&id); err != nil {
+		t.Fatal(err)
+	}
+	r := b.audit(t)
+	if len(r.Violations) != 1 || r.Violations[0].DeliveryID != id || !strings.Contains(r.Violations[0].Problem, "Attempts") {
+		t.Fatalf("violations %v", r.Violations)
+	}
+}
+
+func TestAuditNamesAnIllegalEvent(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	m, _, err := b.w.Ingest(b.ctx, commands.NewMessage{Source: "erp", From: "a", To: "b", Payload: []byte("x")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := m.Deliveries[0]
+	// An outcome for a delivery nobody claimed, written behind the commands' back.
+	var position int64
+	err = b.db.QueryRow(b.ctx, `INSERT INTO journal (recorded_at, stream, version, delivery_id, target, kind, actor, old_state, new_state, payload)
+		VALUES ($1, $2, $3, $4, $5, 'delivery.attempted', 'worker:alpha', 'queued', 'delivered',
+		'{"token":"0194a2b1-0000-7000-8000-000000000001","attempt":1,"outcome":{"kind":"delivered"}}')
+		RETURNING position`, b.now, m.ID.String(), m.Version+1, d.ID, d.Target).Scan(&position)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := b.audit(t)
+	if len(r.Violations) != 1 || r.Violations[0].Position != position || r.Violations[0].DeliveryID != d.ID {
+		t.Fatalf("violations %v", r.Violations)
+	}
+}
