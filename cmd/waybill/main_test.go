@@ -1,0 +1,69 @@
+package main
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/waybill/waybill/commands"
+	"github.com/waybill/waybill/internal/dbtest"
+	"github.com/waybill/waybill/lifecycle"
+	"github.com/waybill/waybill/schema"
+)
+
+func TestMain(m *testing.M) { dbtest.Main(m) }
+
+func TestAuditRebuildReset(t *testing.T) {
+	ctx := t.Context()
+	url := dbtest.URL(t)
+	db, err := pgxpool.New(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if err := schema.Ensure(ctx, db); err != nil {
+		t.Fatal(err)
+	}
+	w, err := commands.New(commands.Config{DB: db})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.CreateTarget(ctx, lifecycle.Target{Name: "alpha", Kind: "http"}, "operator:admin"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.CreateRoute(ctx, lifecycle.Route{Source: "erp", From: "*", To: "*", Target: "alpha"}, "operator:admin"); err != nil {
+		t.Fatal(err)
+	}
+	m, _, err := w.Ingest(ctx, commands.NewMessage{Source: "erp", From: "a", To: "b", Payload: []byte("x")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waybill := func(args ...string) (int, string) {
+		var out, errOut bytes.Buffer
+		code := run(ctx, append(args, "--database-url", url), &out, &errOut)
+		return code, out.String() + errOut.String()
+	}
+	if code, out := waybill("audit"); code != 0 || !strings.Contains(out, "4 events, 1 messages, 1 deliveries checked; 0 violations") {
+		t.Fatalf("clean audit: %d %s", code, out)
+	}
+	if _, err := db.Exec(ctx, `UPDATE messages SET status = 'delivered'`); err != nil {
+		t.Fatal(err)
+	}
+	if code, out := waybill("audit", "--message", m.ID.String()); code != 1 || !strings.Contains(out, "Status is delivered in the table, in_progress by the journal") {
+		t.Fatalf("audit of a corrupt row: %d %s", code, out)
+	}
+	if code, out := waybill("reset"); code != 2 || !strings.Contains(out, "--projections") {
+		t.Fatalf("reset without --projections: %d %s", code, out)
+	}
+	if code, out := waybill("rebuild"); code != 0 || !strings.Contains(out, "0 violations") {
+		t.Fatalf("rebuild: %d %s", code, out)
+	}
+	if code, out := waybill("reset", "--projections"); code != 0 {
+		t.Fatalf("reset: %d %s", code, out)
+	}
+	if code, out := waybill("rebuild"); code != 0 || !strings.Contains(out, "1 messages") {
+		t.Fatalf("rebuild after reset: %d %s", code, out)
+	}
+}
