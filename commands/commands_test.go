@@ -66,7 +66,7 @@ type bundle struct {
 	wake  *wakeups
 }
 
-func setup(t *testing.T) *bundle {
+func setup(t testing.TB) *bundle {
 	t.Helper()
 	ctx := t.Context()
 	db, err := pgxpool.New(ctx, dbtest.URL(t))
@@ -96,7 +96,7 @@ const admin = "operator:admin"
 
 // targets creates the named targets and a route from source "erp" for any
 // parties to each.
-func (b *bundle) targets(t *testing.T, names ...string) {
+func (b *bundle) targets(t testing.TB, names ...string) {
 	t.Helper()
 	for _, name := range names {
 		if err := b.w.CreateTarget(b.ctx, lifecycle.Target{Name: name, Kind: "http", Enabled: true}, admin); err != nil {

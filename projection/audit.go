@@ -96,13 +96,19 @@ func Audit(ctx context.Context, q journal.Querier, message uuid.UUID) (*Report, 
 	if err != nil {
 		return nil, fmt.Errorf("audit: %w", err)
 	}
+	return checkTables(ctx, q, f, message)
+}
+
+// checkTables compares the stored rows (of one message, unless message is
+// uuid.Nil) with the fold f and reports with f's own violations.
+func checkTables(ctx context.Context, q journal.Querier, f *Folded, message uuid.UUID) (*Report, error) {
 	r := &Report{Events: f.Events, Violations: f.Violations}
 	where, args := "", []any{}
 	if message != uuid.Nil {
 		where, args = " WHERE m.id = $1", []any{message}
 	}
 	stored := map[uuid.UUID]*Message{}
-	err = scanRows(ctx, q, `SELECT `+messageColumns+` FROM messages m`+where, args, func(rows pgx.Rows) error {
+	err := scanRows(ctx, q, `SELECT `+messageColumns+` FROM messages m`+where, args, func(rows pgx.Rows) error {
 		var m Message
 		if err := rows.Scan(m.scanDest()...); err != nil {
 			return err

@@ -28,7 +28,7 @@ type bundle struct {
 	now time.Time
 }
 
-func setup(t *testing.T) *bundle {
+func setup(t testing.TB) *bundle {
 	t.Helper()
 	b := &bundle{ctx: t.Context(), now: time.Date(2026, 12, 1, 8, 0, 0, 0, time.UTC)}
 	var err error

@@ -13,7 +13,8 @@ import (
 
 // Rebuild recreates the messages and deliveries tables from the journal
 // alone: it folds the whole journal in memory, resets the projections and
-// loads the fold with COPY, then audits the result. It holds the server lock
+// loads the fold with COPY, then audits the result (the fold has checked
+// every event; the tables are compared with it). It holds the server lock
 // alone throughout, so it refuses while any server runs (schema.ErrDatabaseInUse).
 // An event the fold refuses is reported and left out, as the audit does.
 func Rebuild(ctx context.Context, db *pgxpool.Pool) (*Report, error) {
@@ -35,7 +36,7 @@ func Rebuild(ctx context.Context, db *pgxpool.Pool) (*Report, error) {
 	if err := copyFolded(ctx, db, f); err != nil {
 		return nil, fmt.Errorf("rebuild: %w", err)
 	}
-	r, err := Audit(ctx, db, uuid.Nil)
+	r, err := checkTables(ctx, db, f, uuid.Nil)
 	if err != nil {
 		return nil, fmt.Errorf("rebuild: %w", err)
 	}
