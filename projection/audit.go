@@ -9,6 +9,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/waybill/waybill/journal"
 )
@@ -91,12 +92,23 @@ func FoldJournal(ctx context.Context, q journal.Querier, message uuid.UUID) (*Fo
 
 // Audit replays the journal (or one message's stream) and checks every
 // event against the fold and the fold's result against the stored tables.
-func Audit(ctx context.Context, q journal.Querier, message uuid.UUID) (*Report, error) {
-	f, err := FoldJournal(ctx, q, message)
+// It reads everything in one read-only snapshot, so commands committing
+// meanwhile do not show up as differences.
+func Audit(ctx context.Context, db *pgxpool.Pool, message uuid.UUID) (*Report, error) {
+	var r *Report
+	err := pgx.BeginTxFunc(ctx, db, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly},
+		func(tx pgx.Tx) error {
+			f, err := FoldJournal(ctx, tx, message)
+			if err != nil {
+				return err
+			}
+			r, err = checkTables(ctx, tx, f, message)
+			return err
+		})
 	if err != nil {
 		return nil, fmt.Errorf("audit: %w", err)
 	}
-	return checkTables(ctx, q, f, message)
+	return r, nil
 }
 
 // checkTables compares the stored rows (of one message, unless message is
