@@ -473,3 +473,19 @@ func TestConcurrentClaimsOneWins(t *testing.T) {
 	}
 	b.audit(t)
 }
+
+func TestCompleteRefusesAPastDeadline(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.targets(t, "alpha")
+	d := b.ingest(t).Deliveries[0]
+	claim, err := b.w.Claim(b.ctx, d.ID, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = b.w.Complete(b.ctx, d.ID, claim.Token, lifecycle.AwaitingAck("sent", b.clock.Now()))
+	var fe *lifecycle.FieldError
+	if !errors.Is(err, commands.ErrInvalid) || !errors.As(err, &fe) || fe.Field != "outcome.deadline" {
+		t.Fatalf("past deadline: %v", err)
+	}
+}

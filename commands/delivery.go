@@ -63,6 +63,9 @@ func (w *Writer) Complete(ctx context.Context, deliveryID, token uuid.UUID, outc
 	if err := outcome.Validate(); err != nil {
 		return nil, invalid(err)
 	}
+	if outcome.Kind == lifecycle.OutcomeAwaitingAck && !outcome.Deadline.After(w.now()) {
+		return nil, invalid(&lifecycle.FieldError{Field: "outcome.deadline", Problem: "must be in the future"})
+	}
 	m, err := w.onClaim(ctx, deliveryID, func(d *projection.Delivery) journal.Payload {
 		return &journal.DeliveryAttempted{Token: token, Attempt: d.Attempts, Outcome: outcome}
 	})
