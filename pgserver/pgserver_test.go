@@ -1,0 +1,190 @@
+package pgserver
+
+import (
+	"context"
+	"errors"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// testDataDir returns a data directory path that does not exist yet. It is
+// not under t.TempDir: that one's parent is 0700, which the postgres user
+// cannot traverse when the tests run as root.
+func testDataDir(t *testing.T) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "pgserver-test-*")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return filepath.Join(dir, "data")
+}
+
+// start starts a server on dataDir with settings that make it quick, and
+// stops it at the end of the test.
+func start(t *testing.T, dataDir string) *Server {
+	t.Helper()
+	s, err := Start(t.Context(), Config{
+		DataDir:  dataDir,
+		Settings: map[string]string{"fsync": "off", "full_page_writes": "off"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := s.Stop(context.Background()); err != nil {
+			t.Error(err)
+		}
+	})
+	return s
+}
+
+func connect(t *testing.T, url string) *pgx.Conn {
+	t.Helper()
+	conn, err := pgx.Connect(t.Context(), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close(context.Background()) })
+	return conn
+}
+
+func TestFindBinDir(t *testing.T) {
+	dir, err := FindBinDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !hasBinaries(dir) {
+		t.Fatalf("FindBinDir() = %q, which lacks postgres or initdb", dir)
+	}
+}
+
+func TestStart(t *testing.T) {
+	t.Parallel()
+	dataDir := testDataDir(t)
+	s := start(t, dataDir)
+
+	conn := connect(t, s.URL("postgres"))
+	var one int
+	if err := conn.QueryRow(t.Context(), "SELECT 1").Scan(&one); err != nil || one != 1 {
+		t.Fatalf("SELECT 1 = %d, %v", one, err)
+	}
+	var fsync string
+	if err := conn.QueryRow(t.Context(), "SHOW fsync").Scan(&fsync); err != nil || fsync != "off" {
+		t.Errorf("SHOW fsync = %q, %v; want off from Config.Settings", fsync, err)
+	}
+
+	fi, err := os.Stat(filepath.Join(dataDir, passwordFileName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if perm := fi.Mode().Perm(); perm != 0o600 {
+		t.Errorf("password file mode = %v, want 0600", perm)
+	}
+
+	noPassword := strings.Replace(s.URL("postgres"), ":"+s.password+"@", "@", 1)
+	if conn, err := pgx.Connect(t.Context(), noPassword); err == nil {
+		conn.Close(t.Context())
+		t.Error("connected without a password")
+	}
+
+	if err := s.Stop(t.Context()); err != nil {
+		t.Fatalf("first Stop: %v", err)
+	}
+	if s.running() {
+		t.Error("server still running after Stop")
+	}
+	if err := s.Stop(t.Context()); err != nil {
+		t.Fatalf("second Stop: %v", err)
+	}
+}
+
+func TestRestartKeepsData(t *testing.T) {
+	t.Parallel()
+	dataDir := testDataDir(t)
+
+	s := start(t, dataDir)
+	conn := connect(t, s.URL("postgres"))
+	if _, err := conn.Exec(t.Context(), "CREATE TABLE kept (v text); INSERT INTO kept VALUES ('x')"); err != nil {
+		t.Fatal(err)
+	}
+	conn.Close(t.Context())
+	if err := s.Stop(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+
+	s = start(t, dataDir)
+	var v string
+	if err := connect(t, s.URL("postgres")).QueryRow(t.Context(), "SELECT v FROM kept").Scan(&v); err != nil || v != "x" {
+		t.Fatalf("after restart: SELECT v FROM kept = %q, %v", v, err)
+	}
+}
+
+func TestAdopt(t *testing.T) {
+	t.Parallel()
+	dataDir := testDataDir(t)
+
+	// The first server stands in for one an earlier process left running.
+	first := start(t, dataDir)
+	adopted := start(t, dataDir)
+	if adopted.proc != nil || adopted.pid != first.pid || adopted.port != first.port {
+		t.Fatalf("second Start did not adopt: pid %d port %d, want pid %d port %d", adopted.pid, adopted.port, first.pid, first.port)
+	}
+	var one int
+	if err := connect(t, adopted.URL("postgres")).QueryRow(t.Context(), "SELECT 1").Scan(&one); err != nil {
+		t.Fatal(err)
+	}
+
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	if err := adopted.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-first.exited:
+	case <-ctx.Done():
+		t.Fatal("adopted server's process did not exit")
+	}
+	if _, err := os.Stat(filepath.Join(dataDir, "postmaster.pid")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("postmaster.pid after Stop: %v", err)
+	}
+}
+
+func TestStartPortTaken(t *testing.T) {
+	t.Parallel()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	port := l.Addr().(*net.TCPAddr).Port
+
+	_, err = Start(t.Context(), Config{DataDir: testDataDir(t), Port: port})
+	if err == nil {
+		t.Fatal("Start on a taken port succeeded")
+	}
+	// The error carries the server log's tail, which names the cause.
+	if !strings.Contains(err.Error(), "Address already in use") || !strings.Contains(err.Error(), strconv.Itoa(port)) {
+		t.Errorf("error does not report the taken port from the server log: %v", err)
+	}
+	if testing.Verbose() {
+		t.Log(err)
+	}
+}
+
+func TestStartRejectsReservedSetting(t *testing.T) {
+	_, err := Start(t.Context(), Config{DataDir: testDataDir(t), Settings: map[string]string{"Port": "1"}})
+	if err == nil || !strings.Contains(err.Error(), "managed by pgserver") {
+		t.Fatalf("Start with Settings[Port] = %v, want rejection", err)
+	}
+}
