@@ -177,14 +177,22 @@ func TestStartPortTaken(t *testing.T) {
 	if !strings.Contains(err.Error(), "Address already in use") || !strings.Contains(err.Error(), strconv.Itoa(port)) {
 		t.Errorf("error does not report the taken port from the server log: %v", err)
 	}
-	if testing.Verbose() {
-		t.Log(err)
-	}
 }
 
 func TestStartRejectsReservedSetting(t *testing.T) {
 	_, err := Start(t.Context(), Config{DataDir: testDataDir(t), Settings: map[string]string{"Port": "1"}})
 	if err == nil || !strings.Contains(err.Error(), "managed by pgserver") {
 		t.Fatalf("Start with Settings[Port] = %v, want rejection", err)
+	}
+}
+
+func TestStartUntraversableParent(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("only root switches to the postgres user")
+	}
+	// t.TempDir's parent is a root-owned 0700 directory.
+	_, err := Start(t.Context(), Config{DataDir: filepath.Join(t.TempDir(), "data")})
+	if err == nil || !strings.Contains(err.Error(), "not searchable") {
+		t.Fatalf("Start under a 0700 root directory = %v, want a not-searchable error", err)
 	}
 }

@@ -102,8 +102,9 @@ type Server struct {
 
 // Start starts a PostgreSQL server on cfg.DataDir and waits until it
 // accepts connections. When a server from an earlier process is still
-// running on the data directory, Start adopts it instead. The server keeps
-// running after ctx ends; ctx bounds only the start. Call Stop to stop it.
+// running on the data directory, Start adopts it instead; it keeps the port
+// and settings it was started with. The server keeps running after ctx
+// ends; ctx bounds only the start. Call Stop to stop it.
 func Start(ctx context.Context, cfg Config) (*Server, error) {
 	if cfg.DataDir == "" {
 		return nil, errors.New("start postgres: Config.DataDir is empty")
@@ -280,8 +281,8 @@ func freePort() (int, error) {
 	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
-// URL returns a postgres URL for database on the server, with the
-// superuser's credentials.
+// URL returns a postgres URL for database on the server at 127.0.0.1, with
+// the superuser's credentials and sslmode=disable, as the server has no TLS.
 func (s *Server) URL(database string) string {
 	u := url.URL{
 		Scheme:   "postgres",
@@ -385,6 +386,17 @@ func (s *Server) wait(ctx context.Context) bool {
 func (s *Server) waitReady(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, readyTimeout)
 	defer cancel()
+	if s.exited != nil {
+		// Abort a connection attempt when the server dies: whatever else
+		// holds the port may accept and never answer.
+		go func() {
+			select {
+			case <-s.exited:
+				cancel()
+			case <-ctx.Done():
+			}
+		}()
+	}
 	tick := time.NewTicker(50 * time.Millisecond)
 	defer tick.Stop()
 	for {

@@ -1,6 +1,3 @@
-// Package dbtest gives every package's tests a real PostgreSQL: the server at
-// WAYBILL_TEST_DATABASE_URL, or a throwaway one started from the machine's
-// server binaries, with a fresh database per test so tests run in parallel.
 package dbtest
 
 import (
@@ -8,8 +5,10 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"log/slog"
 	"net/url"
 	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -18,89 +17,145 @@ import (
 	"github.com/waybill/waybill/pgserver"
 )
 
-// adminURL is the maintenance database's URL, set by Main.
+// envURL is the environment variable naming a server to use instead of a
+// throwaway one. Its database is the maintenance database that URL
+// connects to for CREATE DATABASE and DROP DATABASE.
+const envURL = "WAYBILL_TEST_DATABASE_URL"
+
+// timeout bounds each harness step, so a stuck server fails the tests
+// rather than hanging them until go test's own timeout.
+const timeout = time.Minute
+
+// adminURL is the maintenance URL Main set up, empty before Main runs.
 var adminURL string
 
-// Main runs the package's tests against PostgreSQL and exits with their
-// code: call it from TestMain. Without WAYBILL_TEST_DATABASE_URL it starts a
-// server in a temporary directory (durability off, for speed) and removes it
-// afterwards.
+// Main runs the package's tests against a PostgreSQL: the URL in
+// WAYBILL_TEST_DATABASE_URL when set, otherwise a throwaway server started
+// with pgserver in a temp dir (settings fsync=off, synchronous_commit=off,
+// full_page_writes=off, max_connections=200), stopped and removed after
+// m.Run. Call it from TestMain:
+//
+//	func TestMain(m *testing.M) { dbtest.Main(m) }
+//
+// It os.Exit's with m.Run's code.
 func Main(m *testing.M) {
 	os.Exit(run(m))
 }
 
+// run is Main without the exit, so deferred cleanup runs first.
 func run(m *testing.M) int {
-	if adminURL = os.Getenv("WAYBILL_TEST_DATABASE_URL"); adminURL != "" {
+	if u := os.Getenv(envURL); u != "" {
+		adminURL = u
 		return m.Run()
 	}
-	dir, err := os.MkdirTemp("", "waybill-pg-")
+
+	dir, err := os.MkdirTemp("", "waybill-dbtest-*")
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "dbtest:", err)
+		fmt.Fprintf(os.Stderr, "dbtest: create server dir: %v\n", err)
 		return 1
 	}
 	defer os.RemoveAll(dir)
-	// The server may run as another user (as root it must), who needs to
-	// reach the data directory below this one.
+	// As root, pgserver runs the server as the postgres user, which must
+	// be able to reach the data directory inside.
 	if err := os.Chmod(dir, 0o755); err != nil {
-		fmt.Fprintln(os.Stderr, "dbtest:", err)
+		fmt.Fprintf(os.Stderr, "dbtest: %v\n", err)
 		return 1
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
 	srv, err := pgserver.Start(ctx, pgserver.Config{
-		DataDir: dir + "/data",
+		DataDir: filepath.Join(dir, "data"),
+		// Durability buys nothing for a server deleted after the run.
 		Settings: map[string]string{
-			"fsync": "off", "synchronous_commit": "off", "full_page_writes": "off", "max_connections": "200",
+			"fsync":              "off",
+			"synchronous_commit": "off",
+			"full_page_writes":   "off",
+			"max_connections":    "200",
 		},
+		// Keep test output to what matters.
+		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
 	})
-	cancel()
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "dbtest: start PostgreSQL:", err)
+		fmt.Fprintf(os.Stderr, "dbtest: %v\n", err)
 		return 1
 	}
 	defer func() {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		ctx, cancel := context.WithTimeout(context.Background(), timeout)
 		defer cancel()
 		if err := srv.Stop(ctx); err != nil {
-			fmt.Fprintln(os.Stderr, "dbtest: stop PostgreSQL:", err)
+			fmt.Fprintf(os.Stderr, "dbtest: %v\n", err)
 		}
 	}()
+
 	adminURL = srv.URL("postgres")
 	return m.Run()
 }
 
-// AdminURL is the URL of the server's maintenance database.
-func AdminURL() string { return adminURL }
+// AdminURL returns the URL of the maintenance database: the throwaway
+// server's postgres database, or WAYBILL_TEST_DATABASE_URL. It is empty
+// when Main has not run and the variable is unset.
+func AdminURL() string {
+	if adminURL != "" {
+		return adminURL
+	}
+	return os.Getenv(envURL)
+}
 
-// URL creates a fresh, empty database for the test, dropped when it ends,
-// and returns its URL.
+// URL creates a fresh, empty database for the test, named
+// waybill_test_<random hex> so parallel tests and other test processes on
+// the same server never collide, and returns its URL. The database is
+// dropped, disconnecting any sessions left on it, when the test ends.
 func URL(t testing.TB) string {
 	t.Helper()
-	if adminURL == "" {
-		t.Fatal("dbtest: no database server: call dbtest.Main from TestMain, or set WAYBILL_TEST_DATABASE_URL")
+	admin := AdminURL()
+	if admin == "" {
+		t.Fatalf("dbtest: no test database server: call dbtest.Main from TestMain (func TestMain(m *testing.M) { dbtest.Main(m) }) or set %s", envURL)
 	}
-	suffix := make([]byte, 8)
-	_, _ = rand.Read(suffix)
-	name := "waybill_test_" + hex.EncodeToString(suffix)
-	exec(t, "CREATE DATABASE "+name)
-	t.Cleanup(func() { exec(t, "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)") })
-	u, err := url.Parse(adminURL)
-	if err != nil {
-		t.Fatalf("dbtest: parse %s: %v", adminURL, err)
+	u, err := url.Parse(admin)
+	if err != nil || (u.Scheme != "postgres" && u.Scheme != "postgresql") {
+		t.Fatalf("dbtest: maintenance database %q is not a postgres:// URL", redact(admin))
 	}
+
+	var b [8]byte
+	rand.Read(b[:])
+	name := "waybill_test_" + hex.EncodeToString(b[:])
+	// TEMPLATE template0, because template1 refuses to be copied while
+	// anyone is connected to it, which on a shared server can happen.
+	if err := adminExec(t.Context(), admin, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()+" TEMPLATE template0"); err != nil {
+		t.Fatalf("dbtest: create database %s: %v", name, err)
+	}
+	t.Cleanup(func() {
+		// Not t.Context: it is already canceled when cleanups run.
+		ctx, cancel := context.WithTimeout(context.Background(), timeout)
+		defer cancel()
+		if err := adminExec(ctx, admin, "DROP DATABASE IF EXISTS "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)"); err != nil {
+			t.Errorf("dbtest: drop database %s: %v", name, err)
+		}
+	})
+
 	u.Path = "/" + name
 	return u.String()
 }
 
-func exec(t testing.TB, sql string) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+// adminExec runs sql on its own connection to the maintenance database.
+func adminExec(ctx context.Context, admin, sql string) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	conn, err := pgx.Connect(ctx, adminURL)
+	conn, err := pgx.Connect(ctx, admin)
 	if err != nil {
-		t.Fatalf("dbtest: connect: %v", err)
+		return fmt.Errorf("connect to maintenance database: %w", err)
 	}
-	defer conn.Close(ctx)
-	if _, err := conn.Exec(ctx, sql); err != nil {
-		t.Fatalf("dbtest: %s: %v", sql, err)
+	defer conn.Close(context.Background())
+	_, err = conn.Exec(ctx, sql)
+	return err
+}
+
+// redact hides a URL's password for messages.
+func redact(s string) string {
+	u, err := url.Parse(s)
+	if err != nil {
+		return "(unparseable URL)"
 	}
+	return u.Redacted()
 }
