@@ -18,10 +18,6 @@ type Querier interface {
 	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
 }
 
-// ErrVersionConflict is returned when another writer appended to the stream
-// first: the caller read a stale version and must read again.
-var ErrVersionConflict = errors.New("journal stream version taken by another writer")
-
 // versionConstraint is the unique index on (stream, version).
 const versionConstraint = "journal_stream_version_key"
 
@@ -29,8 +25,7 @@ const versionConstraint = "journal_stream_version_key"
 // version, raised when two writers append the same version.
 func IsVersionConflict(err error) bool {
 	var pgErr *pgconn.PgError
-	return errors.Is(err, ErrVersionConflict) ||
-		errors.As(err, &pgErr) && pgErr.Code == "23505" && pgErr.ConstraintName == versionConstraint
+	return errors.As(err, &pgErr) && pgErr.Code == "23505" && pgErr.ConstraintName == versionConstraint
 }
 
 const insertSQL = `INSERT INTO journal

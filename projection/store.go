@@ -11,16 +11,12 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
 
+	"github.com/waybill/waybill/journal"
 	"github.com/waybill/waybill/lifecycle"
 )
 
 // ErrNotFound is returned for a message or delivery the tables do not hold.
 var ErrNotFound = errors.New("not found")
-
-// Querier is what the reads need of a pool, a connection or a transaction.
-type Querier interface {
-	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
-}
 
 const messageColumns = `m.id, m.version, m.source, m.from_party, m.to_party, m.content_type,
 	coalesce(m.idempotency_key, ''), m.payload_size, m.payload_sha256, m.stage, coalesce(m.refusal, ''),
@@ -30,7 +26,7 @@ const deliveryColumns = `d.id, d.message_id, d.seq, d.target, d.state, d.attempt
 	d.redeliveries, d.next_due, d.claim_token, d.lease_end, d.last_error, d.created_at, d.updated_at, d.finished_at`
 
 // Load reads a message and its deliveries; ErrNotFound when there is none.
-func Load(ctx context.Context, q Querier, id uuid.UUID) (*Message, error) {
+func Load(ctx context.Context, q journal.Querier, id uuid.UUID) (*Message, error) {
 	m, err := load(ctx, q, `SELECT `+messageColumns+`, `+deliveryColumns+`
 		FROM messages m LEFT JOIN deliveries d ON d.message_id = m.id
 		WHERE m.id = $1 ORDER BY d.seq`, id)
@@ -42,7 +38,7 @@ func Load(ctx context.Context, q Querier, id uuid.UUID) (*Message, error) {
 
 // LoadByDelivery reads the message a delivery belongs to, with all its
 // deliveries; ErrNotFound when there is no such delivery.
-func LoadByDelivery(ctx context.Context, q Querier, deliveryID uuid.UUID) (*Message, error) {
+func LoadByDelivery(ctx context.Context, q journal.Querier, deliveryID uuid.UUID) (*Message, error) {
 	m, err := load(ctx, q, `SELECT `+messageColumns+`, `+deliveryColumns+`
 		FROM deliveries w JOIN messages m ON m.id = w.message_id
 		LEFT JOIN deliveries d ON d.message_id = m.id
@@ -53,7 +49,7 @@ func LoadByDelivery(ctx context.Context, q Querier, deliveryID uuid.UUID) (*Mess
 	return m, nil
 }
 
-func load(ctx context.Context, q Querier, sql string, id uuid.UUID) (*Message, error) {
+func load(ctx context.Context, q journal.Querier, sql string, id uuid.UUID) (*Message, error) {
 	rows, err := q.Query(ctx, sql, id)
 	if err != nil {
 		return nil, err
