@@ -2,6 +2,7 @@ package commands_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"sync"
 	"testing"
@@ -94,12 +95,15 @@ func newMessage() commands.NewMessage {
 
 const admin = "operator:admin"
 
+// sinkConfig is an http target's configuration; nothing is sent in these tests.
+var sinkConfig = json.RawMessage(`{"url":"http://127.0.0.1:9/"}`)
+
 // targets creates the named targets and a route from source "erp" for any
 // parties to each.
 func (b *bundle) targets(t testing.TB, names ...string) {
 	t.Helper()
 	for _, name := range names {
-		if err := b.w.CreateTarget(b.ctx, lifecycle.Target{Name: name, Kind: "http", Enabled: true}, admin); err != nil {
+		if _, err := b.w.CreateTarget(b.ctx, lifecycle.Target{Name: name, Kind: "http", Enabled: true, Config: sinkConfig}, admin); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := b.w.CreateRoute(b.ctx, lifecycle.Route{Source: "erp", From: "*", To: "*", Target: name}, admin); err != nil {
@@ -411,7 +415,7 @@ func TestConfiguration(t *testing.T) {
 		t.Fatalf("route to unknown target: %v", err)
 	}
 	b.targets(t, "alpha")
-	if err := b.w.CreateTarget(b.ctx, lifecycle.Target{Name: "alpha", Kind: "file"}, admin); !errors.Is(err, commands.ErrExists) {
+	if _, err := b.w.CreateTarget(b.ctx, lifecycle.Target{Name: "alpha", Kind: "file", Config: json.RawMessage(`{"dir":"/tmp"}`)}, admin); !errors.Is(err, commands.ErrExists) {
 		t.Fatalf("duplicate target: %v", err)
 	}
 	if err := b.w.DeleteTarget(b.ctx, "alpha", admin); !errors.Is(err, commands.ErrTargetInUse) {

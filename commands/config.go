@@ -13,6 +13,7 @@ import (
 
 	"github.com/waybill/waybill/journal"
 	"github.com/waybill/waybill/lifecycle"
+	"github.com/waybill/waybill/targets"
 )
 
 // configState is the whole configuration at one version of its stream.
@@ -66,9 +67,13 @@ func (w *Writer) loadConfig(ctx context.Context) (*configState, error) {
 			})
 			return err
 		})
-	b.Queue(`SELECT name, kind, enabled, config FROM targets`).Query(func(rows pgx.Rows) error {
-		var t lifecycle.Target
-		_, err := pgx.ForEachRow(rows, []any{&t.Name, &t.Kind, &t.Enabled, &t.Config}, func() error {
+	b.Queue(`SELECT spec FROM targets`).Query(func(rows pgx.Rows) error {
+		var raw []byte
+		_, err := pgx.ForEachRow(rows, []any{&raw}, func() error {
+			var t lifecycle.Target
+			if err := json.Unmarshal(raw, &t); err != nil {
+				return fmt.Errorf("read target: %w", err)
+			}
 			c.targets[t.Name] = t
 			return nil
 		})
@@ -153,46 +158,50 @@ func (w *Writer) changeConfig(ctx context.Context, actor string,
 	}
 }
 
-// CreateTarget adds a target; ErrExists when the name is taken.
-func (w *Writer) CreateTarget(ctx context.Context, t lifecycle.Target, actor string) error {
-	t = withConfigObject(t)
-	if err := t.Validate(); err != nil {
-		return invalid(err)
-	}
-	err := w.changeConfig(ctx, actor, func(c *configState, now time.Time) (journal.Payload, func(*pgx.Batch), error) {
-		if _, ok := c.targets[t.Name]; ok {
-			return nil, nil, fmt.Errorf("target %s: %w", t.Name, ErrExists)
-		}
-		return &journal.TargetCreated{Target: t}, func(b *pgx.Batch) {
-			b.Queue(`INSERT INTO targets (name, kind, enabled, config, created_at, updated_at)
-				VALUES ($1, $2, $3, $4, $5, $5)`, t.Name, t.Kind, t.Enabled, []byte(t.Config), now)
-		}, nil
-	})
+// CreateTarget adds a target, with its kind's defaults filled in;
+// ErrExists when the name is taken, by a target of any kind.
+func (w *Writer) CreateTarget(ctx context.Context, t lifecycle.Target, actor string) (lifecycle.Target, error) {
+	t, err := w.changeTarget(ctx, t, actor, true)
 	if err != nil {
-		return fmt.Errorf("create target %s: %w", t.Name, err)
+		return t, fmt.Errorf("create target %s: %w", t.Name, err)
 	}
-	return nil
+	return t, nil
 }
 
 // UpdateTarget replaces a target's definition; ErrNotFound when it has none.
-func (w *Writer) UpdateTarget(ctx context.Context, t lifecycle.Target, actor string) error {
-	t = withConfigObject(t)
-	if err := t.Validate(); err != nil {
-		return invalid(err)
+func (w *Writer) UpdateTarget(ctx context.Context, t lifecycle.Target, actor string) (lifecycle.Target, error) {
+	t, err := w.changeTarget(ctx, t, actor, false)
+	if err != nil {
+		return t, fmt.Errorf("update target %s: %w", t.Name, err)
 	}
-	err := w.changeConfig(ctx, actor, func(c *configState, now time.Time) (journal.Payload, func(*pgx.Batch), error) {
-		if _, ok := c.targets[t.Name]; !ok {
+	return t, nil
+}
+
+func (w *Writer) changeTarget(ctx context.Context, t lifecycle.Target, actor string, create bool) (lifecycle.Target, error) {
+	t, err := targets.Prepare(t)
+	if err != nil {
+		return t, invalid(err)
+	}
+	spec, err := json.Marshal(t)
+	if err != nil {
+		return t, err
+	}
+	return t, w.changeConfig(ctx, actor, func(c *configState, now time.Time) (journal.Payload, func(*pgx.Batch), error) {
+		_, exists := c.targets[t.Name]
+		switch {
+		case create && exists:
+			return nil, nil, ErrExists
+		case create:
+			return &journal.TargetCreated{Target: t}, func(b *pgx.Batch) {
+				b.Queue(`INSERT INTO targets (name, spec, created_at, updated_at) VALUES ($1, $2, $3, $3)`, t.Name, spec, now)
+			}, nil
+		case !exists:
 			return nil, nil, ErrNotFound
 		}
 		return &journal.TargetUpdated{Target: t}, func(b *pgx.Batch) {
-			b.Queue(`UPDATE targets SET kind = $2, enabled = $3, config = $4, updated_at = $5 WHERE name = $1`,
-				t.Name, t.Kind, t.Enabled, []byte(t.Config), now)
+			b.Queue(`UPDATE targets SET spec = $2, updated_at = $3 WHERE name = $1`, t.Name, spec, now)
 		}, nil
 	})
-	if err != nil {
-		return fmt.Errorf("update target %s: %w", t.Name, err)
-	}
-	return nil
 }
 
 // DeleteTarget removes a target no route names; ErrTargetInUse otherwise.
@@ -215,14 +224,6 @@ func (w *Writer) DeleteTarget(ctx context.Context, name, actor string) error {
 		return fmt.Errorf("delete target %s: %w", name, err)
 	}
 	return nil
-}
-
-// withConfigObject gives a target without configuration an empty object.
-func withConfigObject(t lifecycle.Target) lifecycle.Target {
-	if len(t.Config) == 0 {
-		t.Config = json.RawMessage(`{}`)
-	}
-	return t
 }
 
 // CreateRoute adds a route, with a new id when r has none, and returns it.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"time"
 
 	"github.com/google/uuid"
 )
@@ -46,22 +47,79 @@ func (r Route) Validate() error {
 // Target is a destination deliveries are made to. Its name identifies it
 // everywhere (routes, deliveries, the wake-up subject), whatever its kind.
 type Target struct {
-	Name    string `json:"name"`
-	Kind    string `json:"kind"`
-	Enabled bool   `json:"enabled"`
+	Name string `json:"name"`
+	Kind string `json:"kind"`
+	// Enabled false makes the target claim nothing: its deliveries are
+	// woken until max_dispatches runs out and then stall.
+	Enabled bool `json:"enabled"`
 	// Config is the kind's own configuration, a JSON object.
 	Config json.RawMessage `json:"config"`
+	// MaxConcurrent bounds the attempts in flight per process. Default the
+	// kind's (5 for http, 1 for file); from 1 to 100.
+	MaxConcurrent int `json:"max_concurrent"`
+	// AttemptTimeout bounds one attempt. Default 30 s; from 1 ms to 1 h.
+	AttemptTimeout Duration `json:"attempt_timeout"`
+	// Retry decides what follows an attempt that failed for now.
+	Retry RetryPolicy `json:"retry"`
+	// Receipt, when set, makes a handed-over delivery await its receipt
+	// instead of counting as delivered.
+	Receipt *ReceiptPolicy `json:"receipt,omitempty"`
 }
 
-// Validate checks every field and returns all problems joined.
+// ReceiptPolicy is how long a target's receipt may take.
+type ReceiptPolicy struct {
+	// Timeout is the time from the hand-over to the receipt deadline, after
+	// which the delivery fails. Required; from 1 s to 720 h.
+	Timeout Duration `json:"timeout"`
+}
+
+// The defaults and bounds of a Target.
+const (
+	DefaultAttemptTimeout = 30 * time.Second
+	MaxAttemptTimeout     = time.Hour
+	MaxMaxConcurrent      = 100
+	MaxReceiptTimeout     = 720 * time.Hour
+)
+
+// WithDefaults fills the fields left at zero; kindConcurrency is the
+// default of MaxConcurrent for the target's kind.
+func (t Target) WithDefaults(kindConcurrency int) Target {
+	if len(t.Config) == 0 {
+		t.Config = json.RawMessage(`{}`)
+	}
+	if t.MaxConcurrent == 0 {
+		t.MaxConcurrent = kindConcurrency
+	}
+	if t.AttemptTimeout == 0 {
+		t.AttemptTimeout = Duration(DefaultAttemptTimeout)
+	}
+	t.Retry = t.Retry.WithDefaults()
+	return t
+}
+
+// Lease is how long a claim holds a delivery: twice the attempt timeout and
+// a minute, so a slow attempt and its recording finish inside it.
+func (t Target) Lease() time.Duration { return 2*t.AttemptTimeout.D() + time.Minute }
+
+// Validate checks every field and returns all problems joined. The kind's
+// own configuration is the kind's to check.
 func (t Target) Validate() error {
 	var errs []error
 	errs = append(errs, CheckName("name", t.Name), CheckName("kind", t.Kind))
-	if len(t.Config) > 0 {
-		var obj map[string]json.RawMessage
-		if err := json.Unmarshal(t.Config, &obj); err != nil || obj == nil {
-			errs = append(errs, &FieldError{Field: "config", Problem: "must be a JSON object"})
-		}
+	var obj map[string]json.RawMessage
+	if err := json.Unmarshal(t.Config, &obj); err != nil || obj == nil {
+		errs = append(errs, &FieldError{Field: "config", Problem: "must be a JSON object"})
+	}
+	if t.MaxConcurrent < 1 || t.MaxConcurrent > MaxMaxConcurrent {
+		errs = append(errs, &FieldError{Field: "max_concurrent",
+			Problem: fmt.Sprintf("must be from 1 to %d, got %d", MaxMaxConcurrent, t.MaxConcurrent)})
+	}
+	if t.AttemptTimeout < Duration(time.Millisecond) || t.AttemptTimeout.D() > MaxAttemptTimeout {
+		errs = append(errs, &FieldError{Field: "attempt_timeout", Problem: "must be from 1ms to 1h"})
+	}
+	errs = append(errs, t.Retry.Validate())
+	if t.Receipt != nil && (t.Receipt.Timeout < Duration(time.Second) || t.Receipt.Timeout.D() > MaxReceiptTimeout) {
+		errs = append(errs, &FieldError{Field: "receipt.timeout", Problem: "must be from 1s to 720h"})
 	}
 	return errors.Join(errs...)
 }

@@ -2,6 +2,7 @@ package projection_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -43,7 +44,8 @@ func setup(t testing.TB) *bundle {
 		t.Fatal(err)
 	}
 	for _, name := range []string{"alpha", "beta"} {
-		if err := b.w.CreateTarget(b.ctx, lifecycle.Target{Name: name, Kind: "http", Enabled: true}, "operator:admin"); err != nil {
+		if _, err := b.w.CreateTarget(b.ctx, lifecycle.Target{Name: name, Kind: "http", Enabled: true,
+			Config: json.RawMessage(`{"url":"http://127.0.0.1:9/"}`)}, "operator:admin"); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := b.w.CreateRoute(b.ctx, lifecycle.Route{Source: "erp", From: "*", To: "*", Target: name}, "operator:admin"); err != nil {

@@ -12,7 +12,7 @@ import (
 // The versions of the two parts this code reads and writes. Raise one when
 // its tables change: a database of the old version then refuses to start.
 const (
-	JournalVersion    = 1
+	JournalVersion    = 2
 	ProjectionVersion = 1
 )
 
@@ -75,11 +75,10 @@ CREATE TABLE IF NOT EXISTS payloads (
 	body       bytea NOT NULL
 );
 
+-- spec is the whole lifecycle.Target as JSON, defaults filled.
 CREATE TABLE IF NOT EXISTS targets (
 	name       text        PRIMARY KEY,
-	kind       text        NOT NULL,
-	enabled    bool        NOT NULL,
-	config     jsonb       NOT NULL,
+	spec       jsonb       NOT NULL,
 	created_at timestamptz NOT NULL,
 	updated_at timestamptz NOT NULL
 );

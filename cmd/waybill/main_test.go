@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
 	"strings"
 	"testing"
 
@@ -30,7 +31,7 @@ func TestAuditRebuildReset(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := w.CreateTarget(ctx, lifecycle.Target{Name: "alpha", Kind: "http"}, "operator:admin"); err != nil {
+	if _, err := w.CreateTarget(ctx, lifecycle.Target{Name: "alpha", Kind: "http", Config: json.RawMessage(`{"url":"http://127.0.0.1:9/"}`)}, "operator:admin"); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := w.CreateRoute(ctx, lifecycle.Route{Source: "erp", From: "*", To: "*", Target: "alpha"}, "operator:admin"); err != nil {

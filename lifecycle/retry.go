@@ -1,0 +1,153 @@
+package lifecycle
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// RetryStrategy is how the wait between attempts grows.
+type RetryStrategy string
+
+// The retry strategies. After attempt n the wait is BaseDelay (fixed),
+// n × BaseDelay (linear) or 2^(n-1) × BaseDelay (exponential), each capped
+// at MaxDelay.
+const (
+	RetryFixed       RetryStrategy = "fixed"
+	RetryLinear      RetryStrategy = "linear"
+	RetryExponential RetryStrategy = "exponential"
+)
+
+// RetryStrategies is the canonical set.
+var RetryStrategies = []RetryStrategy{RetryFixed, RetryLinear, RetryExponential}
+
+// UnmarshalText accepts only a canonical strategy.
+func (s *RetryStrategy) UnmarshalText(text []byte) error {
+	return unmarshalText("retry strategy", text, RetryStrategies, s)
+}
+
+// RetryPolicy is a target's rule for attempts that failed for now: when the
+// next one is due, and when to stop trying.
+type RetryPolicy struct {
+	// Strategy defaults to exponential.
+	Strategy RetryStrategy `json:"strategy"`
+	// BaseDelay is the first wait. Default 10 s; from 1 ms.
+	BaseDelay Duration `json:"base_delay"`
+	// MaxDelay caps every wait, a target's Retry-After included. Default
+	// 1 h; at least BaseDelay.
+	MaxDelay Duration `json:"max_delay"`
+	// Jitter spreads each wait by up to this fraction either way, so
+	// deliveries that failed together do not retry together. Default 0.2;
+	// from 0 to 1.
+	Jitter float64 `json:"jitter"`
+	// MaxAttempts ends the retries after this many attempts. Default 10;
+	// from 1 to 1000.
+	MaxAttempts int `json:"max_attempts"`
+	// MaxAge ends the retries once the delivery is this old. Default 72 h;
+	// from 1 s.
+	MaxAge Duration `json:"max_age"`
+}
+
+// The defaults and bounds of RetryPolicy.
+const (
+	DefaultRetryBaseDelay   = 10 * time.Second
+	DefaultRetryMaxDelay    = time.Hour
+	DefaultRetryJitter      = 0.2
+	DefaultRetryMaxAttempts = 10
+	DefaultRetryMaxAge      = 72 * time.Hour
+	MaxRetryAttempts        = 1000
+)
+
+// WithDefaults fills the fields left at zero. Jitter is taken as set, so an
+// explicit 0 needs the other fields given: a policy with no field set gets
+// the default jitter.
+func (p RetryPolicy) WithDefaults() RetryPolicy {
+	if p == (RetryPolicy{}) {
+		p.Jitter = DefaultRetryJitter
+	}
+	if p.Strategy == "" {
+		p.Strategy = RetryExponential
+	}
+	if p.BaseDelay == 0 {
+		p.BaseDelay = Duration(DefaultRetryBaseDelay)
+	}
+	if p.MaxDelay == 0 {
+		p.MaxDelay = Duration(max(DefaultRetryMaxDelay, p.BaseDelay.D()))
+	}
+	if p.MaxAttempts == 0 {
+		p.MaxAttempts = DefaultRetryMaxAttempts
+	}
+	if p.MaxAge == 0 {
+		p.MaxAge = Duration(DefaultRetryMaxAge)
+	}
+	return p
+}
+
+// Validate checks every field of a policy with its defaults filled and
+// returns all problems joined.
+func (p RetryPolicy) Validate() error {
+	var errs []error
+	if _, err := parse("retry strategy", string(p.Strategy), RetryStrategies); err != nil {
+		errs = append(errs, &FieldError{Field: "retry.strategy", Problem: err.Error()})
+	}
+	if p.BaseDelay < Duration(time.Millisecond) {
+		errs = append(errs, &FieldError{Field: "retry.base_delay", Problem: "must be at least 1ms"})
+	}
+	if p.MaxDelay < p.BaseDelay {
+		errs = append(errs, &FieldError{Field: "retry.max_delay", Problem: "must be at least retry.base_delay"})
+	}
+	if p.Jitter < 0 || p.Jitter > 1 {
+		errs = append(errs, &FieldError{Field: "retry.jitter", Problem: fmt.Sprintf("must be from 0 to 1, got %g", p.Jitter)})
+	}
+	if p.MaxAttempts < 1 || p.MaxAttempts > MaxRetryAttempts {
+		errs = append(errs, &FieldError{Field: "retry.max_attempts",
+			Problem: fmt.Sprintf("must be from 1 to %d, got %d", MaxRetryAttempts, p.MaxAttempts)})
+	}
+	if p.MaxAge < Duration(time.Second) {
+		errs = append(errs, &FieldError{Field: "retry.max_age", Problem: "must be at least 1s"})
+	}
+	return errors.Join(errs...)
+}
+
+// Delay is the wait after attempt n (from 1) failed, before jitter.
+func (p RetryPolicy) Delay(n int) time.Duration {
+	base, ceiling := p.BaseDelay.D(), p.MaxDelay.D()
+	n = max(n, 1)
+	switch p.Strategy {
+	case RetryFixed:
+		return min(base, ceiling)
+	case RetryLinear:
+		if int64(n) > int64(ceiling/base) {
+			return ceiling
+		}
+		return min(time.Duration(n)*base, ceiling)
+	}
+	d := base
+	for i := 1; i < n && d < ceiling; i++ {
+		d *= 2
+	}
+	return min(d, ceiling)
+}
+
+// Next decides what follows attempt n of a delivery created at created that
+// failed for now at now: the time the next attempt is due, or, when a bound
+// of the policy ends the retries, the reason it failed for good. after is a
+// time the target asked for (an HTTP Retry-After), honoured up to MaxDelay;
+// zero when none. spread is a number from -1 to 1 that scales the jitter
+// (rand.Float64()*2 - 1 in production, fixed in tests).
+func (p RetryPolicy) Next(n int, created, now, after time.Time, spread float64) (time.Time, string) {
+	if n >= p.MaxAttempts {
+		return time.Time{}, fmt.Sprintf("gave up after %d attempts (retry.max_attempts)", n)
+	}
+	wait := p.Delay(n)
+	wait += time.Duration(float64(wait) * p.Jitter * max(-1, min(1, spread)))
+	if !after.IsZero() && after.Sub(now) > wait {
+		wait = after.Sub(now)
+	}
+	wait = min(max(wait, 0), p.MaxDelay.D())
+	at := now.Add(wait)
+	if at.Sub(created) > p.MaxAge.D() {
+		return time.Time{}, fmt.Sprintf("gave up after %d attempts: the next would be past retry.max_age %s", n, p.MaxAge)
+	}
+	return at, ""
+}
