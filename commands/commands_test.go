@@ -13,6 +13,7 @@ import (
 
 	"github.com/waybill/waybill/commands"
 	"github.com/waybill/waybill/internal/dbtest"
+	"github.com/waybill/waybill/internal/testclock"
 	"github.com/waybill/waybill/journal"
 	"github.com/waybill/waybill/lifecycle"
 	"github.com/waybill/waybill/projection"
@@ -20,24 +21,6 @@ import (
 )
 
 func TestMain(m *testing.M) { dbtest.Main(m) }
-
-// clock is the injected time of a test.
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *clock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.t = c.t.Add(d)
-	c.mu.Unlock()
-}
 
 // wakeups records what a Writer notifies.
 type wakeups struct {
@@ -63,7 +46,7 @@ type bundle struct {
 	ctx   context.Context
 	db    *pgxpool.Pool
 	w     *commands.Writer
-	clock *clock
+	clock *testclock.Clock
 	wake  *wakeups
 }
 
@@ -78,7 +61,7 @@ func setup(t testing.TB) *bundle {
 	if err := schema.Ensure(ctx, db); err != nil {
 		t.Fatal(err)
 	}
-	b := &bundle{ctx: ctx, db: db, clock: &clock{t: time.Date(2026, 12, 1, 8, 0, 0, 0, time.UTC)}, wake: &wakeups{}}
+	b := &bundle{ctx: ctx, db: db, clock: testclock.New(time.Date(2026, 12, 1, 8, 0, 0, 0, time.UTC)), wake: &wakeups{}}
 	if b.w, err = newWriter(b, b.wake); err != nil {
 		t.Fatal(err)
 	}

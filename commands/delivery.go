@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 
 	"github.com/waybill/waybill/journal"
 	"github.com/waybill/waybill/lifecycle"
@@ -35,25 +36,113 @@ func (w *Writer) Claim(ctx context.Context, deliveryID uuid.UUID, lease time.Dur
 	var claim Claim
 	m, err := w.run(ctx, w.loadDelivery(ctx, deliveryID), func(m *projection.Message, now time.Time) (*change, error) {
 		c := newChange(m)
-		d := c.after.Delivery(deliveryID)
-		actor := journal.WorkerActor(d.Target)
-		if d.State == lifecycle.StateDelivering && !now.Before(d.LeaseEnd) {
-			err := c.record(journal.Event{RecordedAt: now, DeliveryID: deliveryID, Actor: actor,
-				Payload: &journal.DeliveryLeaseExpired{Token: d.ClaimToken, LeaseEnd: d.LeaseEnd}})
-			if err != nil {
-				return nil, err
-			}
-		}
-		claim = Claim{Token: uuid.New(), Attempt: d.Attempts + 1, LeaseEnd: now.Add(lease)}
-		err := c.record(journal.Event{RecordedAt: now, DeliveryID: deliveryID, Actor: actor,
-			Payload: &journal.DeliveryClaimed{Token: claim.Token, Attempt: claim.Attempt, LeaseEnd: claim.LeaseEnd}})
-		return c, refused(ErrNotClaimable, err)
+		var err error
+		claim, err = c.claim(deliveryID, lease, now)
+		return c, err
 	})
 	if err != nil {
 		return Claim{}, fmt.Errorf("claim delivery %s: %w", deliveryID, err)
 	}
 	claim.Message, claim.Delivery = m, *m.Delivery(deliveryID)
 	return claim, nil
+}
+
+// claim records the claim of one delivery on the change, the expiry of the
+// lease it had first when that has run out.
+func (c *change) claim(deliveryID uuid.UUID, lease time.Duration, now time.Time) (Claim, error) {
+	d := c.after.Delivery(deliveryID)
+	actor := journal.WorkerActor(d.Target)
+	if d.State == lifecycle.StateDelivering && !now.Before(d.LeaseEnd) {
+		err := c.record(journal.Event{RecordedAt: now, DeliveryID: deliveryID, Actor: actor,
+			Payload: &journal.DeliveryLeaseExpired{Token: d.ClaimToken, LeaseEnd: d.LeaseEnd}})
+		if err != nil {
+			return Claim{}, err
+		}
+	}
+	claim := Claim{Token: uuid.New(), Attempt: d.Attempts + 1, LeaseEnd: now.Add(lease)}
+	err := c.record(journal.Event{RecordedAt: now, DeliveryID: deliveryID, Actor: actor,
+		Payload: &journal.DeliveryClaimed{Token: claim.Token, Attempt: claim.Attempt, LeaseEnd: claim.LeaseEnd}})
+	return claim, refused(ErrNotClaimable, err)
+}
+
+// claimableSQL selects the deliveries a worker may take at $2, as the fold
+// decides it for delivery.claimed: queued and stalled ones, retrying ones
+// that are due or were woken, and delivering ones whose lease has run out.
+const claimableSQL = `(d.state IN ('queued', 'stalled')
+	OR d.state = 'retrying' AND (d.next_due <= $2 OR d.dispatch_count > 0)
+	OR d.state = 'delivering' AND d.lease_end <= $2)`
+
+// ClaimDue claims up to n deliveries of the target that a worker may take
+// now, oldest due first, in one transaction. It skips the rows other
+// workers' claims hold locked (FOR UPDATE SKIP LOCKED on the delivery and
+// its message), so several workers of one target share a backlog without
+// piling onto the same rows, and it locks the messages it claims on, so no
+// other command moves them under it.
+func (w *Writer) ClaimDue(ctx context.Context, target string, n int, lease time.Duration) ([]Claim, error) {
+	if lease <= 0 || n <= 0 {
+		return nil, invalid(&lifecycle.FieldError{Field: "lease", Problem: "lease and count must be positive"})
+	}
+	claims, err := w.claimDue(ctx, target, n, lease)
+	if err != nil {
+		return nil, fmt.Errorf("claim due deliveries of %s: %w", target, err)
+	}
+	return claims, nil
+}
+
+func (w *Writer) claimDue(ctx context.Context, target string, n int, lease time.Duration) ([]Claim, error) {
+	now := w.now()
+	tx, err := w.db.Begin(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer tx.Rollback(ctx) // a no-op after Commit
+	rows, err := tx.Query(ctx, `SELECT d.id, d.message_id FROM deliveries d JOIN messages m ON m.id = d.message_id
+		WHERE d.target = $1 AND `+claimableSQL+`
+		ORDER BY coalesce(d.next_due, d.lease_end, d.updated_at) LIMIT $3
+		FOR UPDATE OF d, m SKIP LOCKED`, target, now, n)
+	if err != nil {
+		return nil, err
+	}
+	var deliveryID, messageID uuid.UUID
+	byMessage := map[uuid.UUID]uuid.UUID{}
+	var messageIDs []uuid.UUID
+	_, err = pgx.ForEachRow(rows, []any{&deliveryID, &messageID}, func() error {
+		byMessage[messageID] = deliveryID
+		messageIDs = append(messageIDs, messageID)
+		return nil
+	})
+	if err != nil || len(messageIDs) == 0 {
+		return nil, err
+	}
+	messages, err := projection.LoadMany(ctx, tx, messageIDs)
+	if err != nil {
+		return nil, err
+	}
+	b := &pgx.Batch{}
+	claims := make([]Claim, 0, len(messages))
+	for _, m := range messages {
+		id := byMessage[m.ID]
+		c := newChange(m)
+		claim, err := c.claim(id, lease, now)
+		if err != nil {
+			// The query and the fold disagree; leave this one to a claim
+			// by its wake-up, which reports why.
+			w.log.Warn("due delivery not claimable", "delivery_id", id, "err", err)
+			continue
+		}
+		if err := w.queue(b, c); err != nil {
+			return nil, err
+		}
+		claim.Message, claim.Delivery = c.after, *c.after.Delivery(id)
+		claims = append(claims, claim)
+	}
+	if err := tx.SendBatch(ctx, b).Close(); err != nil {
+		return nil, err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return nil, err
+	}
+	return claims, nil
 }
 
 // Complete records the outcome of a claimed attempt. It is conditional on the

@@ -149,10 +149,18 @@ func (w *Writer) run(ctx context.Context, load func() (*projection.Message, erro
 	}
 }
 
-// write sends the change as one batch: the projection first (its update
-// locks the message row), then the journal, then any extra rows.
+// write sends the change as one batch.
 func (w *Writer) write(ctx context.Context, c *change) error {
 	b := &pgx.Batch{}
+	if err := w.queue(b, c); err != nil {
+		return err
+	}
+	return w.send(ctx, b)
+}
+
+// queue adds the change's statements to b: the projection first (its update
+// locks the message row), then the journal, then any extra rows.
+func (w *Writer) queue(b *pgx.Batch, c *change) error {
 	projection.Queue(b, c.before, c.after, c.touched)
 	w.cutAt("projected", b)
 	for _, e := range c.events {
@@ -164,7 +172,7 @@ func (w *Writer) write(ctx context.Context, c *change) error {
 	if c.extra != nil {
 		c.extra(b)
 	}
-	return w.send(ctx, b)
+	return nil
 }
 
 // send runs b as one implicit transaction: pgx pipelines the statements with

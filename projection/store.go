@@ -49,13 +49,38 @@ func LoadByDelivery(ctx context.Context, q journal.Querier, deliveryID uuid.UUID
 	return m, nil
 }
 
+// LoadMany reads the messages with the ids, each with all its deliveries,
+// in id order; ids with no message are left out.
+func LoadMany(ctx context.Context, q journal.Querier, ids []uuid.UUID) ([]*Message, error) {
+	ms, err := loadAll(ctx, q, `SELECT `+messageColumns+`, `+deliveryColumns+`
+		FROM messages m LEFT JOIN deliveries d ON d.message_id = m.id
+		WHERE m.id = ANY($1) ORDER BY m.id, d.seq`, ids)
+	if err != nil {
+		return nil, fmt.Errorf("load %d messages: %w", len(ids), err)
+	}
+	return ms, nil
+}
+
 func load(ctx context.Context, q journal.Querier, sql string, id uuid.UUID) (*Message, error) {
-	rows, err := q.Query(ctx, sql, id)
+	ms, err := loadAll(ctx, q, sql, id)
+	if err != nil {
+		return nil, err
+	}
+	if len(ms) == 0 {
+		return nil, ErrNotFound
+	}
+	return ms[0], nil
+}
+
+// loadAll reads rows of a message joined to its deliveries, ordered by
+// message, into one Message per message.
+func loadAll(ctx context.Context, q journal.Querier, sql string, arg any) ([]*Message, error) {
+	rows, err := q.Query(ctx, sql, arg)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	var m *Message
+	var ms []*Message
 	for rows.Next() {
 		var (
 			row Message
@@ -65,21 +90,19 @@ func load(ctx context.Context, q journal.Querier, sql string, id uuid.UUID) (*Me
 		if err := rows.Scan(dest...); err != nil {
 			return nil, err
 		}
-		if m == nil {
+		if len(ms) == 0 || ms[len(ms)-1].ID != row.ID {
 			row.normalize()
-			m = &row
+			ms = append(ms, &row)
 		}
 		if d.id.Valid {
+			m := ms[len(ms)-1]
 			m.Deliveries = append(m.Deliveries, d.delivery())
 		}
 	}
 	if err := rows.Err(); err != nil {
 		return nil, err
 	}
-	if m == nil {
-		return nil, ErrNotFound
-	}
-	return m, nil
+	return ms, nil
 }
 
 // scanDest lists the fields in messageColumns order.

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/google/uuid"
 
@@ -26,6 +27,9 @@ type Attempt struct {
 	// Redelivered is true once an operator has queued the delivery again:
 	// the target may hold the payload from an earlier attempt.
 	Redelivered bool
+	// Created is when the delivery was made; the retry policy's max_age
+	// counts from it.
+	Created     time.Time
 	Source      string
 	From        string
 	To          string

@@ -1,0 +1,40 @@
+package sweep
+
+import "github.com/prometheus/client_golang/prometheus"
+
+type metrics struct {
+	passSeconds     prometheus.Histogram
+	rows            *prometheus.CounterVec
+	deliveries      *prometheus.GaugeVec
+	due             prometheus.Gauge
+	oldestDue       prometheus.Gauge
+	journalPosition prometheus.Gauge
+}
+
+func newMetrics(reg prometheus.Registerer) *metrics {
+	m := &metrics{
+		passSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "waybill_sweep_pass_duration_seconds", Help: "Time one sweep pass took.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 4, 10),
+		}),
+		rows: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "waybill_sweep_rows_total", Help: "Deliveries a sweep step changed, by step.",
+		}, []string{"step"}),
+		deliveries: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "waybill_deliveries", Help: "Deliveries per state, at the last sweep pass.",
+		}, []string{"state"}),
+		due: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "waybill_deliveries_due", Help: "Queued or retrying deliveries whose wake-up is due, at the last sweep pass.",
+		}),
+		oldestDue: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "waybill_deliveries_oldest_due_seconds", Help: "How long the most overdue wake-up has been due, at the last sweep pass.",
+		}),
+		journalPosition: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "waybill_journal_position", Help: "The journal's last position; its rate is the append rate.",
+		}),
+	}
+	if reg != nil {
+		reg.MustRegister(m.passSeconds, m.rows, m.deliveries, m.due, m.oldestDue, m.journalPosition)
+	}
+	return m
+}

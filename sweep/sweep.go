@@ -1,0 +1,239 @@
+// Package sweep runs the recovery loop every server process has: it expires
+// the leases of attempts whose worker went away, wakes due deliveries again
+// (so a lost wake-up costs time, never a delivery) and stalls those woken
+// max_dispatches times unclaimed, fails deliveries whose receipt is
+// overdue, and measures the deliveries for the metrics. Each step is a
+// command of the core, conditional on the state it finds, so any number of
+// processes may sweep one database and each change happens once.
+package sweep
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/waybill/waybill/commands"
+	"github.com/waybill/waybill/journal"
+	"github.com/waybill/waybill/lifecycle"
+)
+
+// Config configures a Sweeper.
+type Config struct {
+	// Writer and DB are required.
+	Writer *commands.Writer
+	DB     *pgxpool.Pool
+	// Now is the clock; give it the Writer's. Nil is time.Now.
+	Now func() time.Time
+	// Interval is the time between passes. Default 5 s.
+	Interval time.Duration
+	// Batch is how many deliveries one query of a step takes. Default 500.
+	Batch int
+	// Pause is the wait between two batches of a step, so a large backlog
+	// does not hold the database for a whole pass. Default 50 ms.
+	Pause  time.Duration
+	Logger *slog.Logger
+	// Registerer takes the sweep's metrics; nil registers them nowhere.
+	Registerer prometheus.Registerer
+}
+
+// Result counts what one pass did.
+type Result struct {
+	Expired, Woken, Stalled, TimedOut int
+}
+
+// Sweeper runs passes on an interval.
+type Sweeper struct {
+	cfg     Config
+	log     *slog.Logger
+	metrics *metrics
+
+	stop     context.CancelFunc
+	done     chan struct{}
+	stopOnce sync.Once
+}
+
+// New returns a Sweeper; Start sets it going.
+func New(cfg Config) (*Sweeper, error) {
+	if cfg.Writer == nil || cfg.DB == nil {
+		return nil, errors.New("sweep: Config.Writer and Config.DB are required")
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Interval <= 0 {
+		cfg.Interval = 5 * time.Second
+	}
+	if cfg.Batch <= 0 {
+		cfg.Batch = 500
+	}
+	if cfg.Pause <= 0 {
+		cfg.Pause = 50 * time.Millisecond
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	return &Sweeper{cfg: cfg, log: cfg.Logger.With("component", "sweep"), metrics: newMetrics(cfg.Registerer), done: make(chan struct{})}, nil
+}
+
+// Start runs the first pass, then one every Interval until Stop.
+func (s *Sweeper) Start(ctx context.Context) error {
+	if _, err := s.Pass(ctx); err != nil {
+		return err
+	}
+	loopCtx, cancel := context.WithCancel(context.Background())
+	s.stop = cancel
+	go func() {
+		defer close(s.done)
+		t := time.NewTicker(s.cfg.Interval)
+		defer t.Stop()
+		for {
+			select {
+			case <-loopCtx.Done():
+				return
+			case <-t.C:
+				if _, err := s.Pass(loopCtx); err != nil && loopCtx.Err() == nil {
+					s.log.Error("sweep pass", "err", err)
+				}
+			}
+		}
+	}()
+	return nil
+}
+
+// Stop ends the loop, after the pass in progress; safe to call twice.
+func (s *Sweeper) Stop() {
+	s.stopOnce.Do(func() {
+		if s.stop == nil {
+			close(s.done)
+			return
+		}
+		s.stop()
+		<-s.done
+	})
+}
+
+// The steps' queries take the most overdue first, on the deliveries_due
+// and deliveries_lease indexes.
+const (
+	expiredSQL = `SELECT id FROM deliveries WHERE state = 'delivering' AND lease_end <= $1 ORDER BY lease_end LIMIT $2`
+	dueSQL     = `SELECT id FROM deliveries WHERE state IN ('queued', 'retrying') AND next_due <= $1 ORDER BY next_due LIMIT $2`
+	receiptSQL = `SELECT id FROM deliveries WHERE state = 'awaiting_ack' AND next_due <= $1 ORDER BY next_due LIMIT $2`
+)
+
+// Pass runs each step once over everything due, then updates the gauges.
+func (s *Sweeper) Pass(ctx context.Context) (Result, error) {
+	began := time.Now()
+	var r Result
+	err := errors.Join(
+		s.step(ctx, "expire_leases", expiredSQL, func(id uuid.UUID) (journal.Kind, error) { return s.cfg.Writer.ExpireLease(ctx, id) }, &r),
+		s.step(ctx, "wake", dueSQL, func(id uuid.UUID) (journal.Kind, error) { return s.cfg.Writer.Wake(ctx, id) }, &r),
+		s.step(ctx, "time_out_receipts", receiptSQL, func(id uuid.UUID) (journal.Kind, error) { return s.cfg.Writer.TimeoutReceipt(ctx, id) }, &r),
+	)
+	if err == nil {
+		err = s.measure(ctx)
+	}
+	s.metrics.passSeconds.Observe(time.Since(began).Seconds())
+	if err != nil {
+		return r, fmt.Errorf("sweep: %w", err)
+	}
+	if r != (Result{}) {
+		s.log.Info("sweep pass", "expired", r.Expired, "woken", r.Woken, "stalled", r.Stalled, "timed_out", r.TimedOut)
+	}
+	return r, nil
+}
+
+// step takes the due deliveries of one query batch by batch and runs the
+// command on each, until a batch comes back short.
+func (s *Sweeper) step(ctx context.Context, name, query string, run func(uuid.UUID) (journal.Kind, error), r *Result) error {
+	for {
+		rows, err := s.cfg.DB.Query(ctx, query, s.cfg.Now(), s.cfg.Batch)
+		if err != nil {
+			return fmt.Errorf("%s: %w", name, err)
+		}
+		ids, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
+		if err != nil {
+			return fmt.Errorf("%s: %w", name, err)
+		}
+		changed := 0
+		for _, id := range ids {
+			kind, err := run(id)
+			if err != nil {
+				return fmt.Errorf("%s: %w", name, err)
+			}
+			switch kind {
+			case journal.KindDeliveryLeaseExpired:
+				r.Expired++
+			case journal.KindDeliveryWoken:
+				r.Woken++
+			case journal.KindDeliveryStalled:
+				r.Stalled++
+			case journal.KindReceiptTimedOut:
+				r.TimedOut++
+			default:
+				continue
+			}
+			changed++
+		}
+		s.metrics.rows.WithLabelValues(name).Add(float64(changed))
+		// A short batch is the last; so is one in which another process
+		// did every step, or the same rows would come back at once.
+		if len(ids) < s.cfg.Batch || changed == 0 {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(s.cfg.Pause):
+		}
+	}
+}
+
+// measure sets the gauges: deliveries per state, the due ones and the age
+// of the oldest, and the journal's last position (its rate is the append
+// rate).
+func (s *Sweeper) measure(ctx context.Context) error {
+	now := s.cfg.Now()
+	counts := map[lifecycle.DeliveryState]float64{}
+	var (
+		due      int64
+		oldest   *time.Time
+		position int64
+	)
+	b := &pgx.Batch{}
+	b.Queue(`SELECT state, count(*) FROM deliveries GROUP BY state`).Query(func(rows pgx.Rows) error {
+		var (
+			state string
+			n     int64
+		)
+		_, err := pgx.ForEachRow(rows, []any{&state, &n}, func() error {
+			counts[lifecycle.DeliveryState(state)] = float64(n)
+			return nil
+		})
+		return err
+	})
+	b.Queue(`SELECT count(*), min(next_due) FROM deliveries WHERE state IN ('queued', 'retrying') AND next_due <= $1`, now).
+		QueryRow(func(row pgx.Row) error { return row.Scan(&due, &oldest) })
+	b.Queue(`SELECT coalesce(max(position), 0) FROM journal`).QueryRow(func(row pgx.Row) error { return row.Scan(&position) })
+	if err := s.cfg.DB.SendBatch(ctx, b).Close(); err != nil {
+		return fmt.Errorf("measure: %w", err)
+	}
+	for _, state := range lifecycle.DeliveryStates {
+		s.metrics.deliveries.WithLabelValues(string(state)).Set(counts[state])
+	}
+	s.metrics.due.Set(float64(due))
+	age := 0.0
+	if oldest != nil {
+		age = now.Sub(*oldest).Seconds()
+	}
+	s.metrics.oldestDue.Set(age)
+	s.metrics.journalPosition.Set(float64(position))
+	return nil
+}

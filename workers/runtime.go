@@ -1,0 +1,190 @@
+package workers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"reflect"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/nats-io/nats.go"
+
+	"github.com/waybill/waybill/commands"
+	"github.com/waybill/waybill/lifecycle"
+	"github.com/waybill/waybill/targets"
+)
+
+// RuntimeConfig configures a Runtime.
+type RuntimeConfig struct {
+	// Writer, DB and NATS are required.
+	Writer *commands.Writer
+	DB     *pgxpool.Pool
+	NATS   *nats.Conn
+	// Now is the clock the retry and receipt policies read; nil is
+	// time.Now. Give it the Writer's clock.
+	Now func() time.Time
+	// DrainGrace is each worker's; default 5 s.
+	DrainGrace time.Duration
+	// Resync is how often the targets are read again, as a backstop for a
+	// change this process was not told of. Default 30 s.
+	Resync  time.Duration
+	Logger  *slog.Logger
+	Metrics *Metrics
+}
+
+// Runtime runs one Worker for every enabled target, and follows the
+// configuration: a target added, changed, enabled or disabled gets its
+// worker started, restarted or stopped at the next Sync.
+type Runtime struct {
+	cfg RuntimeConfig
+	log *slog.Logger
+
+	mu      sync.Mutex
+	running map[string]*targetWorker
+	stopped bool
+
+	stopLoop context.CancelFunc
+	loopDone chan struct{}
+}
+
+type targetWorker struct {
+	spec   lifecycle.Target
+	worker *Worker[targets.Attempt]
+}
+
+// NewRuntime returns a Runtime; Start sets it going.
+func NewRuntime(cfg RuntimeConfig) (*Runtime, error) {
+	if cfg.Writer == nil || cfg.DB == nil || cfg.NATS == nil {
+		return nil, errors.New("workers: RuntimeConfig.Writer, DB and NATS are required")
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Resync <= 0 {
+		cfg.Resync = 30 * time.Second
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	cfg.Metrics = cfg.Metrics.orNop()
+	return &Runtime{cfg: cfg, log: cfg.Logger, running: map[string]*targetWorker{}, loopDone: make(chan struct{})}, nil
+}
+
+// Start starts the workers of the enabled targets; when it returns, each has
+// subscribed to its wake-ups. It then keeps them in step with the
+// configuration every Resync.
+func (r *Runtime) Start(ctx context.Context) error {
+	if err := r.Sync(ctx); err != nil {
+		return err
+	}
+	loopCtx, cancel := context.WithCancel(context.Background())
+	r.stopLoop = cancel
+	go func() {
+		defer close(r.loopDone)
+		t := time.NewTicker(r.cfg.Resync)
+		defer t.Stop()
+		for {
+			select {
+			case <-loopCtx.Done():
+				return
+			case <-t.C:
+				if err := r.Sync(loopCtx); err != nil && loopCtx.Err() == nil {
+					r.log.Error("sync workers with the targets", "err", err)
+				}
+			}
+		}
+	}()
+	return nil
+}
+
+// Sync reads the targets and starts, restarts or stops workers to match;
+// call it after a configuration change.
+func (r *Runtime) Sync(ctx context.Context) error {
+	all, err := r.cfg.Writer.Targets(ctx)
+	if err != nil {
+		return fmt.Errorf("sync workers: %w", err)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.stopped {
+		return nil
+	}
+	want := map[string]lifecycle.Target{}
+	for _, t := range all {
+		if t.Enabled {
+			want[t.Name] = t
+		}
+	}
+	var errs []error
+	for name, tw := range r.running {
+		if spec, ok := want[name]; !ok || !reflect.DeepEqual(spec, tw.spec) {
+			tw.worker.Stop(ctx)
+			delete(r.running, name)
+		}
+	}
+	for name, spec := range want {
+		if _, ok := r.running[name]; ok {
+			continue
+		}
+		tw, err := r.startWorker(spec)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		r.running[name] = tw
+	}
+	return errors.Join(errs...)
+}
+
+func (r *Runtime) startWorker(t lifecycle.Target) (*targetWorker, error) {
+	kind, err := targets.New(t)
+	if err != nil {
+		return nil, fmt.Errorf("target %s: %w", t.Name, err)
+	}
+	w, err := NewWorker(Config[targets.Attempt]{
+		Name:           t.Name,
+		Store:          NewDeliveryStore(r.cfg.Writer, r.cfg.DB, t),
+		Deliverer:      &policyDeliverer{target: t, kind: kind, now: r.cfg.Now},
+		NATS:           r.cfg.NATS,
+		Subject:        DeliverySubject(t.Name),
+		MaxConcurrent:  t.MaxConcurrent,
+		AttemptTimeout: t.AttemptTimeout.D(),
+		DrainGrace:     r.cfg.DrainGrace,
+		Logger:         r.log,
+		Metrics:        r.cfg.Metrics,
+	})
+	if err != nil {
+		return nil, err
+	}
+	if err := w.Start(); err != nil {
+		return nil, fmt.Errorf("target %s: %w", t.Name, err)
+	}
+	r.log.Info("worker started", "target", t.Name, "kind", t.Kind, "max_concurrent", t.MaxConcurrent)
+	return &targetWorker{spec: t, worker: w}, nil
+}
+
+// Stop stops every worker at once, each draining as Worker.Stop does, and
+// waits for them. Safe to call twice.
+func (r *Runtime) Stop(ctx context.Context) {
+	r.mu.Lock()
+	if r.stopped {
+		r.mu.Unlock()
+		return
+	}
+	r.stopped = true
+	running := r.running
+	r.running = nil
+	r.mu.Unlock()
+	if r.stopLoop != nil {
+		r.stopLoop()
+		<-r.loopDone
+	}
+	var wg sync.WaitGroup
+	for _, tw := range running {
+		wg.Go(func() { tw.worker.Stop(ctx) })
+	}
+	wg.Wait()
+}

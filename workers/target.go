@@ -1,0 +1,133 @@
+package workers
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/waybill/waybill/commands"
+	"github.com/waybill/waybill/lifecycle"
+	"github.com/waybill/waybill/projection"
+	"github.com/waybill/waybill/targets"
+)
+
+// DeliveryStore is the Store of one target's deliveries: the commands of
+// the core, with the payload read for every claim.
+type DeliveryStore struct {
+	w      *commands.Writer
+	db     *pgxpool.Pool
+	target lifecycle.Target
+}
+
+// NewDeliveryStore returns the store of the target's deliveries.
+func NewDeliveryStore(w *commands.Writer, db *pgxpool.Pool, target lifecycle.Target) *DeliveryStore {
+	return &DeliveryStore{w: w, db: db, target: target}
+}
+
+var _ Store[targets.Attempt] = (*DeliveryStore)(nil)
+
+// Claim claims the delivery for one attempt with the target's lease.
+func (s *DeliveryStore) Claim(ctx context.Context, id uuid.UUID) (Job[targets.Attempt], error) {
+	c, err := s.w.Claim(ctx, id, s.target.Lease())
+	if err != nil {
+		return Job[targets.Attempt]{}, err
+	}
+	jobs, err := s.jobs(ctx, []commands.Claim{c})
+	if err != nil {
+		return Job[targets.Attempt]{}, err
+	}
+	return jobs[0], nil
+}
+
+// ClaimDue claims up to n due deliveries of the target.
+func (s *DeliveryStore) ClaimDue(ctx context.Context, n int) ([]Job[targets.Attempt], error) {
+	claims, err := s.w.ClaimDue(ctx, s.target.Name, n, s.target.Lease())
+	if err != nil || len(claims) == 0 {
+		return nil, err
+	}
+	return s.jobs(ctx, claims)
+}
+
+// Complete records the outcome of the job's attempt.
+func (s *DeliveryStore) Complete(ctx context.Context, job Job[targets.Attempt], outcome lifecycle.Outcome) error {
+	_, err := s.w.Complete(ctx, job.ID, job.Token, outcome)
+	return err
+}
+
+// Release gives the job's claim back.
+func (s *DeliveryStore) Release(ctx context.Context, job Job[targets.Attempt], started bool, reason string) error {
+	_, err := s.w.Release(ctx, job.ID, job.Token, started, reason)
+	return err
+}
+
+// jobs makes the attempts of the claims, reading their payloads in one
+// query. A claim whose payload cannot be read stays claimed: its lease runs
+// out and the sweep turns it into a retry.
+func (s *DeliveryStore) jobs(ctx context.Context, claims []commands.Claim) ([]Job[targets.Attempt], error) {
+	ids := make([]uuid.UUID, len(claims))
+	for i, c := range claims {
+		ids[i] = c.Message.ID
+	}
+	payloads := make(map[uuid.UUID][]byte, len(claims))
+	rows, err := s.db.Query(ctx, `SELECT message_id, body FROM payloads WHERE message_id = ANY($1)`, ids)
+	if err != nil {
+		return nil, fmt.Errorf("read payloads: %w", err)
+	}
+	var (
+		id   uuid.UUID
+		body []byte
+	)
+	if _, err := pgx.ForEachRow(rows, []any{&id, &body}, func() error {
+		payloads[id] = body
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("read payloads: %w", err)
+	}
+	jobs := make([]Job[targets.Attempt], len(claims))
+	for i, c := range claims {
+		jobs[i] = Job[targets.Attempt]{ID: c.Delivery.ID, Token: c.Token, Work: attempt(c.Message, c.Delivery, payloads[c.Message.ID])}
+	}
+	return jobs, nil
+}
+
+func attempt(m *projection.Message, d projection.Delivery, payload []byte) targets.Attempt {
+	return targets.Attempt{
+		MessageID: m.ID, DeliveryID: d.ID, Seq: d.Seq, Target: d.Target, Number: d.Attempts,
+		Redelivered: d.Redeliveries > 0, Created: d.CreatedAt,
+		Source: m.Source, From: m.From, To: m.To, ContentType: m.ContentType, Payload: payload,
+	}
+}
+
+// policyDeliverer applies a target's retry and receipt policies to what its
+// kind's Deliverer reports, so every kind gets them alike.
+type policyDeliverer struct {
+	target lifecycle.Target
+	kind   targets.Deliverer
+	now    func() time.Time
+}
+
+// Deliver makes the attempt and turns its report into the outcome to record:
+// a hand-over awaits its receipt when the target wants one, and a failure
+// for now is retried by the policy or, past its bounds, fails for good.
+func (p *policyDeliverer) Deliver(ctx context.Context, a targets.Attempt) lifecycle.Outcome {
+	o := p.kind.Deliver(ctx, a)
+	now := p.now()
+	switch o.Kind {
+	case lifecycle.OutcomeDelivered:
+		if r := p.target.Receipt; r != nil {
+			return lifecycle.AwaitingAck(o.Text, now.Add(r.Timeout.D()))
+		}
+	case lifecycle.OutcomeRetry:
+		at, stop := p.target.Retry.Next(a.Number, a.Created, now, o.RetryAt, rand.Float64()*2-1)
+		if stop != "" {
+			return lifecycle.Failed(o.Text + "; " + stop)
+		}
+		return lifecycle.Retry(at, o.Text)
+	}
+	return o
+}

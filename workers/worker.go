@@ -1,0 +1,346 @@
+package workers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/nats-io/nats.go"
+
+	"github.com/waybill/waybill/commands"
+	"github.com/waybill/waybill/lifecycle"
+)
+
+// Job is one claimed piece of work: the claim's token and what to attempt.
+type Job[T any] struct {
+	ID    uuid.UUID
+	Token uuid.UUID
+	Work  T
+}
+
+// Store keeps a worker's jobs. Every method is conditional on the claim, so
+// several workers, in one process or many, may share a store.
+type Store[T any] interface {
+	// Claim takes the job a wake-up names, by compare-and-swap on its state;
+	// commands.ErrNotClaimable when it is not to be taken now.
+	Claim(ctx context.Context, id uuid.UUID) (Job[T], error)
+	// ClaimDue takes up to n jobs that are due, skipping those other
+	// workers are claiming.
+	ClaimDue(ctx context.Context, n int) ([]Job[T], error)
+	// Complete records an attempt's outcome; commands.ErrClaimLost when the
+	// claim is no longer the job's.
+	Complete(ctx context.Context, job Job[T], outcome lifecycle.Outcome) error
+	// Release gives a claim back: started says whether the attempt had
+	// begun its I/O.
+	Release(ctx context.Context, job Job[T], started bool, reason string) error
+}
+
+// Deliverer makes one attempt at a job and reports its outcome, complete
+// and valid: the worker records it as it is. ctx ends at the attempt
+// timeout or when the worker stops.
+type Deliverer[T any] interface {
+	Deliver(ctx context.Context, work T) lifecycle.Outcome
+}
+
+// Config configures a Worker.
+type Config[T any] struct {
+	// Name labels logs and metrics: the target's name.
+	Name      string
+	Store     Store[T]
+	Deliverer Deliverer[T]
+	// NATS and Subject are where wake-ups arrive; a nil NATS leaves the
+	// worker to its catch-up, which runs at start and on Poke.
+	NATS    *nats.Conn
+	Subject string
+	// MaxConcurrent bounds the attempts in flight. Default 1.
+	MaxConcurrent int
+	// AttemptTimeout bounds one attempt. Default 30 s.
+	AttemptTimeout time.Duration
+	// DrainGrace is how long Stop lets attempts in flight finish before it
+	// cancels them. Default 5 s.
+	DrainGrace time.Duration
+	Logger     *slog.Logger
+	Metrics    *Metrics
+}
+
+// flushTimeout bounds the round trip that confirms a subscription.
+const flushTimeout = 10 * time.Second
+
+// recordTimeout bounds recording an outcome or a release. Its context is
+// not the worker's, so a stop never cuts a recording short.
+const recordTimeout = 10 * time.Second
+
+// Worker claims jobs as wake-ups name them, attempts each within a slot of
+// MaxConcurrent and records the outcome.
+type Worker[T any] struct {
+	cfg     Config[T]
+	log     *slog.Logger
+	metrics *Metrics
+
+	// wake holds the ids of wake-ups not yet taken; full, a wake-up is
+	// dropped and a catch-up is asked for instead.
+	wake chan uuid.UUID
+	// poke asks the loop for a catch-up.
+	poke chan struct{}
+	// slots holds one token per attempt in flight.
+	slots chan struct{}
+
+	// soft ends claiming; hard cancels the attempts in flight.
+	soft, hard             context.Context
+	cancelSoft, cancelHard context.CancelFunc
+	sub                    *nats.Subscription
+	loopDone               chan struct{}
+	attempts               sync.WaitGroup
+	startOnce, stopOnce    sync.Once
+}
+
+// NewWorker returns a Worker; Start sets it going.
+func NewWorker[T any](cfg Config[T]) (*Worker[T], error) {
+	if cfg.Store == nil || cfg.Deliverer == nil {
+		return nil, errors.New("workers: Config.Store and Config.Deliverer are required")
+	}
+	if cfg.NATS != nil && cfg.Subject == "" {
+		return nil, errors.New("workers: Config.Subject is required with Config.NATS")
+	}
+	cfg.MaxConcurrent = max(cfg.MaxConcurrent, 1)
+	if cfg.AttemptTimeout <= 0 {
+		cfg.AttemptTimeout = lifecycle.DefaultAttemptTimeout
+	}
+	if cfg.DrainGrace <= 0 {
+		cfg.DrainGrace = 5 * time.Second
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	w := &Worker[T]{
+		cfg:      cfg,
+		log:      cfg.Logger.With("target", cfg.Name),
+		metrics:  cfg.Metrics.orNop(),
+		wake:     make(chan uuid.UUID, 2*cfg.MaxConcurrent),
+		poke:     make(chan struct{}, 1),
+		slots:    make(chan struct{}, cfg.MaxConcurrent),
+		loopDone: make(chan struct{}),
+	}
+	w.soft, w.cancelSoft = context.WithCancel(context.Background())
+	w.hard, w.cancelHard = context.WithCancel(context.Background())
+	return w, nil
+}
+
+// Start subscribes to the wake-ups, then starts the loop, whose first act is
+// a catch-up: whatever came due while nobody listened is taken at once.
+func (w *Worker[T]) Start() error {
+	err := errors.New("workers: worker started twice")
+	w.startOnce.Do(func() {
+		err = nil
+		if w.cfg.NATS != nil {
+			w.sub, err = w.cfg.NATS.Subscribe(w.cfg.Subject, w.onWakeup)
+			if err == nil {
+				// The round trip makes the server hold the subscription
+				// before Start returns, so no wake-up published after it
+				// is missed.
+				err = w.cfg.NATS.FlushTimeout(flushTimeout)
+			}
+			if err != nil {
+				err = fmt.Errorf("subscribe to %s: %w", w.cfg.Subject, err)
+				close(w.loopDone)
+				return
+			}
+		}
+		go w.loop()
+	})
+	return err
+}
+
+// onWakeup runs on the subscription's goroutine and never blocks it: a
+// burst larger than the queue collapses into one catch-up.
+func (w *Worker[T]) onWakeup(msg *nats.Msg) {
+	id, err := parseWakeup(msg.Data)
+	if err != nil {
+		w.log.Warn("malformed wake-up", "subject", msg.Subject, "err", err)
+		return
+	}
+	select {
+	case w.wake <- id:
+	default:
+		w.metrics.wakeupsDropped.WithLabelValues(w.cfg.Name).Inc()
+		w.Poke()
+	}
+}
+
+// Poke asks for a catch-up: the worker claims what is due as slots allow.
+func (w *Worker[T]) Poke() {
+	select {
+	case w.poke <- struct{}{}:
+	default:
+	}
+}
+
+func (w *Worker[T]) loop() {
+	defer close(w.loopDone)
+	w.catchUp()
+	for {
+		select {
+		case <-w.soft.Done():
+			return
+		case <-w.poke:
+			w.catchUp()
+		case id := <-w.wake:
+			if !w.acquire() {
+				return
+			}
+			w.attempts.Add(1)
+			go w.claimAndRun(id)
+		}
+	}
+}
+
+// acquire waits for a free slot; false when the worker stops first.
+func (w *Worker[T]) acquire() bool {
+	select {
+	case w.slots <- struct{}{}:
+		return true
+	case <-w.soft.Done():
+		return false
+	}
+}
+
+func (w *Worker[T]) releaseSlot() { <-w.slots }
+
+// catchUp claims due jobs batch by batch, as many as slots are free, until
+// fewer are due than were asked for.
+func (w *Worker[T]) catchUp() {
+	for {
+		if !w.acquire() {
+			return
+		}
+		n := 1
+		for n < w.cfg.MaxConcurrent {
+			select {
+			case w.slots <- struct{}{}:
+				n++
+				continue
+			default:
+			}
+			break
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), recordTimeout)
+		jobs, err := w.cfg.Store.ClaimDue(ctx, n)
+		cancel()
+		if err != nil {
+			w.log.Error("catch-up", "err", err)
+		}
+		for _, job := range jobs {
+			w.attempts.Add(1)
+			go w.run(job)
+		}
+		for range n - len(jobs) {
+			w.releaseSlot()
+		}
+		if err != nil || len(jobs) < n {
+			return
+		}
+	}
+}
+
+// claimAndRun claims the job a wake-up named and runs it; the slot is held.
+func (w *Worker[T]) claimAndRun(id uuid.UUID) {
+	if w.soft.Err() != nil {
+		w.releaseSlot()
+		w.attempts.Done()
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), recordTimeout)
+	job, err := w.cfg.Store.Claim(ctx, id)
+	cancel()
+	if err != nil {
+		if errors.Is(err, commands.ErrNotClaimable) || errors.Is(err, commands.ErrNotFound) {
+			w.metrics.claimConflicts.WithLabelValues(w.cfg.Name).Inc()
+		} else {
+			w.log.Error("claim", "delivery_id", id, "err", err)
+		}
+		w.releaseSlot()
+		w.attempts.Done()
+		return
+	}
+	w.run(job)
+}
+
+// run attempts a claimed job and records what came of it; the slot is held.
+func (w *Worker[T]) run(job Job[T]) {
+	defer w.attempts.Done()
+	defer w.releaseSlot()
+	log := w.log.With("delivery_id", job.ID)
+	if w.hard.Err() != nil {
+		w.giveBack(log, job, false, "the worker stopped before the attempt began")
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), w.cfg.AttemptTimeout)
+	stop := context.AfterFunc(w.hard, cancel)
+	began := time.Now()
+	outcome := w.cfg.Deliverer.Deliver(ctx, job.Work)
+	stop()
+	cancel()
+	w.metrics.attemptSeconds.WithLabelValues(w.cfg.Name).Observe(time.Since(began).Seconds())
+	if w.hard.Err() != nil {
+		// The stop cut the attempt short: give it back rather than count it.
+		w.giveBack(log, job, true, "the worker stopped during the attempt")
+		return
+	}
+	rctx, rcancel := context.WithTimeout(context.Background(), recordTimeout)
+	defer rcancel()
+	if err := w.cfg.Store.Complete(rctx, job, outcome); err != nil {
+		if errors.Is(err, commands.ErrClaimLost) {
+			w.log.Warn("outcome not recorded: claim lost", "delivery_id", job.ID, "outcome", outcome.Kind)
+		} else {
+			log.Error("record outcome", "outcome", outcome.Kind, "err", err)
+		}
+		return
+	}
+	w.metrics.attempts.WithLabelValues(w.cfg.Name, string(outcome.Kind)).Inc()
+}
+
+func (w *Worker[T]) giveBack(log *slog.Logger, job Job[T], started bool, reason string) {
+	ctx, cancel := context.WithTimeout(context.Background(), recordTimeout)
+	defer cancel()
+	if err := w.cfg.Store.Release(ctx, job, started, reason); err != nil {
+		// The lease bounds it: the sweep turns the claim into a retry.
+		log.Error("release", "err", err)
+		return
+	}
+	w.metrics.attempts.WithLabelValues(w.cfg.Name, "released").Inc()
+}
+
+// Stop stops claiming (unsubscribes, ends the loop and its catch-up), lets
+// the attempts in flight finish for DrainGrace or until ctx is done, then
+// cancels the rest, which are released, and waits for them. Safe to call
+// twice.
+func (w *Worker[T]) Stop(ctx context.Context) {
+	w.stopOnce.Do(func() {
+		if w.sub != nil {
+			if err := w.sub.Unsubscribe(); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
+				w.log.Warn("unsubscribe", "err", err)
+			}
+		}
+		w.cancelSoft()
+		w.startOnce.Do(func() { close(w.loopDone) })
+		<-w.loopDone
+		drained := make(chan struct{})
+		go func() {
+			w.attempts.Wait()
+			close(drained)
+		}()
+		grace := time.NewTimer(w.cfg.DrainGrace)
+		defer grace.Stop()
+		select {
+		case <-drained:
+		case <-grace.C:
+		case <-ctx.Done():
+		}
+		w.cancelHard()
+		<-drained
+	})
+}
