@@ -47,7 +47,9 @@ func (r Route) Validate() error {
 // Target is a destination deliveries are made to. Its name identifies it
 // everywhere (routes, deliveries, the wake-up subject), whatever its kind.
 type Target struct {
+	// Name identifies the target; a name as CheckName allows.
 	Name string `json:"name"`
+	// Kind is one of the kinds of the targets package, which checks Config.
 	Kind string `json:"kind"`
 	// Enabled false makes the target claim nothing: its deliveries are
 	// woken until max_dispatches runs out and then stall.
@@ -159,10 +161,14 @@ func (s Settings) Validate() error {
 
 // FieldError says which input field is wrong and what is allowed.
 type FieldError struct {
-	Field   string
+	// Field is the field's path in the input's JSON form, such as
+	// "retry.max_attempts" or "config.url".
+	Field string
+	// Problem says what is wrong and what is allowed.
 	Problem string
 }
 
+// Error is "<field>: <problem>".
 func (e *FieldError) Error() string { return e.Field + ": " + e.Problem }
 
 // namePattern keeps names safe as one token of a NATS subject and a file name.

@@ -3,6 +3,7 @@ package lifecycle
 import (
 	"errors"
 	"fmt"
+	"math"
 	"time"
 )
 
@@ -34,12 +35,13 @@ type RetryPolicy struct {
 	// BaseDelay is the first wait. Default 10 s; from 1 ms.
 	BaseDelay Duration `json:"base_delay"`
 	// MaxDelay caps every wait, a target's Retry-After included. Default
-	// 1 h; at least BaseDelay.
+	// 1 h, or BaseDelay when that is longer; at least BaseDelay.
 	MaxDelay Duration `json:"max_delay"`
 	// Jitter spreads each wait by up to this fraction either way, so
 	// deliveries that failed together do not retry together. Default 0.2;
-	// from 0 to 1.
-	Jitter float64 `json:"jitter"`
+	// from 0 to 1. A pointer, so that an explicit 0 (no jitter) differs
+	// from a field left out.
+	Jitter *float64 `json:"jitter"`
 	// MaxAttempts ends the retries after this many attempts. Default 10;
 	// from 1 to 1000.
 	MaxAttempts int `json:"max_attempts"`
@@ -58,13 +60,8 @@ const (
 	MaxRetryAttempts        = 1000
 )
 
-// WithDefaults fills the fields left at zero. Jitter is taken as set, so an
-// explicit 0 needs the other fields given: a policy with no field set gets
-// the default jitter.
+// WithDefaults fills the fields left out.
 func (p RetryPolicy) WithDefaults() RetryPolicy {
-	if p == (RetryPolicy{}) {
-		p.Jitter = DefaultRetryJitter
-	}
 	if p.Strategy == "" {
 		p.Strategy = RetryExponential
 	}
@@ -73,6 +70,9 @@ func (p RetryPolicy) WithDefaults() RetryPolicy {
 	}
 	if p.MaxDelay == 0 {
 		p.MaxDelay = Duration(max(DefaultRetryMaxDelay, p.BaseDelay.D()))
+	}
+	if p.Jitter == nil {
+		p.Jitter = new(DefaultRetryJitter)
 	}
 	if p.MaxAttempts == 0 {
 		p.MaxAttempts = DefaultRetryMaxAttempts
@@ -91,42 +91,59 @@ func (p RetryPolicy) Validate() error {
 		errs = append(errs, &FieldError{Field: "retry.strategy", Problem: err.Error()})
 	}
 	if p.BaseDelay < Duration(time.Millisecond) {
-		errs = append(errs, &FieldError{Field: "retry.base_delay", Problem: "must be at least 1ms"})
+		errs = append(errs, &FieldError{Field: "retry.base_delay", Problem: fmt.Sprintf("must be at least 1ms, got %s", p.BaseDelay)})
 	}
 	if p.MaxDelay < p.BaseDelay {
-		errs = append(errs, &FieldError{Field: "retry.max_delay", Problem: "must be at least retry.base_delay"})
+		errs = append(errs, &FieldError{Field: "retry.max_delay",
+			Problem: fmt.Sprintf("must be at least retry.base_delay (%s), got %s", p.BaseDelay, p.MaxDelay)})
 	}
-	if p.Jitter < 0 || p.Jitter > 1 {
-		errs = append(errs, &FieldError{Field: "retry.jitter", Problem: fmt.Sprintf("must be from 0 to 1, got %g", p.Jitter)})
+	switch {
+	case p.Jitter == nil:
+		errs = append(errs, &FieldError{Field: "retry.jitter", Problem: "is required"})
+	case !(*p.Jitter >= 0 && *p.Jitter <= 1): // written so that NaN fails too
+		errs = append(errs, &FieldError{Field: "retry.jitter", Problem: fmt.Sprintf("must be from 0 to 1, got %g", *p.Jitter)})
 	}
 	if p.MaxAttempts < 1 || p.MaxAttempts > MaxRetryAttempts {
 		errs = append(errs, &FieldError{Field: "retry.max_attempts",
 			Problem: fmt.Sprintf("must be from 1 to %d, got %d", MaxRetryAttempts, p.MaxAttempts)})
 	}
 	if p.MaxAge < Duration(time.Second) {
-		errs = append(errs, &FieldError{Field: "retry.max_age", Problem: "must be at least 1s"})
+		errs = append(errs, &FieldError{Field: "retry.max_age", Problem: fmt.Sprintf("must be at least 1s, got %s", p.MaxAge)})
 	}
 	return errors.Join(errs...)
 }
 
-// Delay is the wait after attempt n (from 1) failed, before jitter.
+// Delay is the wait after attempt n (from 1) failed, before jitter. It is
+// computed without overflow for any n, and is zero for a policy whose
+// delays were never set rather than a division by zero.
 func (p RetryPolicy) Delay(n int) time.Duration {
 	base, ceiling := p.BaseDelay.D(), p.MaxDelay.D()
+	if base <= 0 || ceiling <= 0 {
+		return 0
+	}
+	if base >= ceiling {
+		return ceiling
+	}
 	n = max(n, 1)
 	switch p.Strategy {
 	case RetryFixed:
-		return min(base, ceiling)
+		return base
 	case RetryLinear:
+		// n × base ≤ ceiling exactly when n ≤ ceiling / base (rounded
+		// down); comparing that way never multiplies past the ceiling.
 		if int64(n) > int64(ceiling/base) {
 			return ceiling
 		}
-		return min(time.Duration(n)*base, ceiling)
+		return time.Duration(n) * base
+	default:
+		// base << (n-1) ≤ ceiling exactly when base ≤ ceiling >> (n-1),
+		// and a shift of 63 or more leaves 0, so a huge n gives the
+		// ceiling instead of wrapping.
+		if base > ceiling>>(n-1) {
+			return ceiling
+		}
+		return base << (n - 1)
 	}
-	d := base
-	for i := 1; i < n && d < ceiling; i++ {
-		d *= 2
-	}
-	return min(d, ceiling)
 }
 
 // Next decides what follows attempt n of a delivery created at created that
@@ -137,17 +154,19 @@ func (p RetryPolicy) Delay(n int) time.Duration {
 // (rand.Float64()*2 - 1 in production, fixed in tests).
 func (p RetryPolicy) Next(n int, created, now, after time.Time, spread float64) (time.Time, string) {
 	if n >= p.MaxAttempts {
-		return time.Time{}, fmt.Sprintf("gave up after %d attempts (retry.max_attempts)", n)
+		return time.Time{}, fmt.Sprintf("gave up after attempt %d: retry.max_attempts is %d", n, p.MaxAttempts)
 	}
 	wait := p.Delay(n)
-	wait += time.Duration(float64(wait) * p.Jitter * max(-1, min(1, spread)))
-	if !after.IsZero() && after.Sub(now) > wait {
-		wait = after.Sub(now)
+	if p.Jitter != nil && !math.IsNaN(spread) {
+		wait += time.Duration(float64(wait) * *p.Jitter * max(-1, min(1, spread)))
+	}
+	if !after.IsZero() {
+		wait = max(wait, after.Sub(now))
 	}
 	wait = min(max(wait, 0), p.MaxDelay.D())
 	at := now.Add(wait)
 	if at.Sub(created) > p.MaxAge.D() {
-		return time.Time{}, fmt.Sprintf("gave up after %d attempts: the next would be past retry.max_age %s", n, p.MaxAge)
+		return time.Time{}, fmt.Sprintf("gave up after attempt %d: the next would be past retry.max_age (%s)", n, p.MaxAge)
 	}
 	return at, ""
 }

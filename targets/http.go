@@ -4,9 +4,12 @@ import (
 	"bytes"
 	"context"
 	"crypto/tls"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"maps"
+	"math"
 	"net/http"
 	"net/url"
 	"slices"
@@ -23,39 +26,89 @@ type httpConfig struct {
 	URL string `json:"url"`
 	// Method defaults to POST; POST, PUT or PATCH.
 	Method string `json:"method"`
-	// Headers are sent with every attempt.
-	Headers map[string]string `json:"headers"`
+	// Headers are sent with every attempt. A Content-Type here is used for
+	// payloads that have none.
+	Headers map[string]string `json:"headers,omitempty"`
 	// Timeout bounds the request; 0 leaves it to the attempt timeout.
-	Timeout lifecycle.Duration `json:"timeout"`
+	Timeout lifecycle.Duration `json:"timeout,omitzero"`
 	// TLSSkipVerify accepts any server certificate.
-	TLSSkipVerify bool `json:"tls_skip_verify"`
+	TLSSkipVerify bool `json:"tls_skip_verify,omitempty"`
 }
 
 var httpMethods = []string{http.MethodPost, http.MethodPut, http.MethodPatch}
 
-func (c *httpConfig) validate() error {
+// reservedHeaders are set on every attempt by Waybill or by the HTTP
+// client, so a configured value would be overwritten or dropped unseen.
+// Any name starting with Waybill- is reserved too.
+var reservedHeaders = []string{"Content-Length", "Host", "Idempotency-Key", "Transfer-Encoding"}
+
+func (c *httpConfig) check() error {
 	var errs []error
 	if u, err := url.Parse(c.URL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		errs = append(errs, &lifecycle.FieldError{Field: "config.url", Problem: "must be an absolute http:// or https:// URL"})
+		errs = append(errs, &lifecycle.FieldError{Field: "config.url", Problem: fmt.Sprintf("%q is not an absolute http:// or https:// URL", c.URL)})
 	}
 	if c.Method == "" {
 		c.Method = http.MethodPost
 	}
 	if !slices.Contains(httpMethods, c.Method) {
-		errs = append(errs, &lifecycle.FieldError{Field: "config.method", Problem: fmt.Sprintf("%q: allowed are POST, PUT, PATCH", c.Method)})
+		errs = append(errs, &lifecycle.FieldError{Field: "config.method",
+			Problem: fmt.Sprintf("%q: allowed are %s", c.Method, strings.Join(httpMethods, ", "))})
 	}
-	for name := range c.Headers {
-		if name == "" || http.CanonicalHeaderKey(name) == "" {
-			errs = append(errs, &lifecycle.FieldError{Field: "config.headers", Problem: fmt.Sprintf("%q is not a header name", name)})
-		}
-	}
+	errs = append(errs, checkHeaders(c.Headers)...)
 	if c.Timeout < 0 {
-		errs = append(errs, &lifecycle.FieldError{Field: "config.timeout", Problem: "must not be negative"})
+		errs = append(errs, &lifecycle.FieldError{Field: "config.timeout", Problem: fmt.Sprintf("must not be negative, got %s", c.Timeout)})
 	}
 	return errors.Join(errs...)
 }
 
-// httpTarget posts each attempt's payload to a URL.
+// checkHeaders refuses what net/http would refuse only when sending, which
+// would turn a mistake in the configuration into retries, and names the
+// header that is wrong.
+func checkHeaders(headers map[string]string) []error {
+	var errs []error
+	seen := map[string]string{}
+	for _, name := range slices.Sorted(maps.Keys(headers)) {
+		canonical := http.CanonicalHeaderKey(name)
+		var problem string
+		switch {
+		case !isToken(name):
+			problem = fmt.Sprintf("%q is not a header name", name)
+		case slices.Contains(reservedHeaders, canonical) || strings.HasPrefix(canonical, "Waybill-"):
+			problem = fmt.Sprintf("%s is set on every attempt and cannot be configured", canonical)
+		case seen[canonical] != "":
+			problem = fmt.Sprintf("%q and %q are the same header", seen[canonical], name)
+		case strings.ContainsFunc(headers[name], isControl):
+			problem = fmt.Sprintf("the value of %s must not contain control characters", canonical)
+		}
+		if problem != "" {
+			errs = append(errs, &lifecycle.FieldError{Field: "config.headers", Problem: problem})
+		}
+		seen[canonical] = name
+	}
+	return errs
+}
+
+// isToken reports whether s is an HTTP token (RFC 9110), as a header name
+// must be.
+func isToken(s string) bool {
+	return s != "" && !strings.ContainsFunc(s, func(r rune) bool {
+		return r <= ' ' || r >= 0x7f || strings.ContainsRune(`"(),/:;<=>?@[\]{}`, r)
+	})
+}
+
+// isControl reports a character a header value must not hold; a tab is
+// allowed.
+func isControl(r rune) bool { return (r < ' ' && r != '\t') || r == 0x7f }
+
+func checkHTTP(raw json.RawMessage) (json.RawMessage, error) {
+	var cfg httpConfig
+	if err := readConfig(raw, &cfg); err != nil {
+		return nil, err
+	}
+	return json.Marshal(cfg)
+}
+
+// httpTarget sends each attempt's payload to a URL.
 type httpTarget struct {
 	cfg    httpConfig
 	client *http.Client
@@ -63,10 +116,7 @@ type httpTarget struct {
 
 func newHTTP(t lifecycle.Target) (Deliverer, error) {
 	var cfg httpConfig
-	if err := decodeConfig(t.Config, &cfg); err != nil {
-		return nil, err
-	}
-	if err := cfg.validate(); err != nil {
+	if err := readConfig(t.Config, &cfg); err != nil {
 		return nil, err
 	}
 	transport := http.DefaultTransport.(*http.Transport).Clone()
@@ -87,9 +137,10 @@ func newHTTP(t lifecycle.Target) (Deliverer, error) {
 // bodyExcerpt is how much of a response body goes into the outcome text.
 const bodyExcerpt = 256
 
-// Deliver sends the payload once. 2xx is delivered; 408, 429, 5xx, time-outs
-// and connection errors are failures for now (429 and 503 with their
-// Retry-After); any other status fails for good.
+// Deliver sends the payload once. 2xx is delivered; 408, 429, 5xx,
+// time-outs and connection errors are failures for now, due at the
+// response's Retry-After when it has one; any other status, a redirect
+// included, fails for good.
 func (h *httpTarget) Deliver(ctx context.Context, a Attempt) lifecycle.Outcome {
 	req, err := http.NewRequestWithContext(ctx, h.cfg.Method, h.cfg.URL, bytes.NewReader(a.Payload))
 	if err != nil {
@@ -110,16 +161,14 @@ func (h *httpTarget) Deliver(ctx context.Context, a Attempt) lifecycle.Outcome {
 
 	resp, err := h.client.Do(req)
 	if err != nil {
-		return lifecycle.Outcome{Kind: lifecycle.OutcomeRetry, Text: fmt.Sprintf("%s %s: %v", h.cfg.Method, h.cfg.URL, err)}
+		// The client's error names the method and the URL, without the
+		// URL's password.
+		return lifecycle.Outcome{Kind: lifecycle.OutcomeRetry, Text: err.Error()}
 	}
 	defer resp.Body.Close()
-	excerpt, _ := io.ReadAll(io.LimitReader(resp.Body, bodyExcerpt))
+	text := responseText(resp)
 	// Drain a little more so the connection can be reused.
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
-	text := resp.Status
-	if s := strings.TrimSpace(strings.ToValidUTF8(string(excerpt), "?")); s != "" {
-		text += ": " + s
-	}
 	switch code := resp.StatusCode; {
 	case code >= 200 && code < 300:
 		return lifecycle.Delivered(text)
@@ -131,14 +180,32 @@ func (h *httpTarget) Deliver(ctx context.Context, a Attempt) lifecycle.Outcome {
 	}
 }
 
+// responseText is the status line, the redirect's location if any, and
+// the start of the body on one line, for the delivery's history.
+func responseText(resp *http.Response) string {
+	text := resp.Status
+	if location := resp.Header.Get("Location"); location != "" && resp.StatusCode >= 300 && resp.StatusCode < 400 {
+		text += " to " + location
+	}
+	excerpt, _ := io.ReadAll(io.LimitReader(resp.Body, bodyExcerpt))
+	if s := strings.Join(strings.Fields(strings.ToValidUTF8(string(excerpt), "?")), " "); s != "" {
+		text += ": " + s
+	}
+	return text
+}
+
+// maxRetryAfter is the most seconds a Retry-After can ask for without
+// overflowing a time.Duration; the retry policy caps the wait far lower.
+const maxRetryAfter = math.MaxInt64 / int64(time.Second)
+
 // retryAfter reads a Retry-After header, in seconds or as an HTTP date;
 // zero when absent or unreadable.
 func retryAfter(v string, now time.Time) time.Time {
 	if v == "" {
 		return time.Time{}
 	}
-	if secs, err := strconv.Atoi(v); err == nil && secs >= 0 {
-		return now.Add(time.Duration(secs) * time.Second)
+	if secs, err := strconv.ParseInt(v, 10, 64); err == nil && secs >= 0 {
+		return now.Add(time.Duration(min(secs, maxRetryAfter)) * time.Second)
 	}
 	if t, err := http.ParseTime(v); err == nil {
 		return t

@@ -1,11 +1,12 @@
 package targets
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
+	"reflect"
 	"slices"
 	"strings"
 	"time"
@@ -17,10 +18,15 @@ import (
 
 // Attempt is one attempt at one delivery, as a Deliverer sees it.
 type Attempt struct {
-	MessageID  uuid.UUID
+	// MessageID is the message's id; with Seq it names the delivery in
+	// what a target writes.
+	MessageID uuid.UUID
+	// DeliveryID is the delivery's id, the same for all its attempts: the
+	// idempotency key a receiver can drop repeats by.
 	DeliveryID uuid.UUID
 	// Seq numbers the delivery within its message, from 1.
-	Seq    int
+	Seq int
+	// Target is the target's name.
 	Target string
 	// Number is the attempt's number, from 1.
 	Number int
@@ -29,12 +35,16 @@ type Attempt struct {
 	Redelivered bool
 	// Created is when the delivery was made; the retry policy's max_age
 	// counts from it.
-	Created     time.Time
-	Source      string
-	From        string
-	To          string
+	Created time.Time
+	// Source, From and To are the message's source and parties.
+	Source string
+	From   string
+	To     string
+	// ContentType is the payload's media type; empty when the source gave
+	// none.
 	ContentType string
-	Payload     []byte
+	// Payload is the message body, sent as it is.
+	Payload []byte
 }
 
 // Deliverer makes one attempt. ctx ends at the attempt timeout or when the
@@ -47,28 +57,27 @@ type Deliverer interface {
 
 // Kind is one kind of target.
 type Kind struct {
+	// Name is what a target's kind field says.
 	Name string
 	// Concurrency is the default of a target's max_concurrent.
 	Concurrency int
-	// New checks the target's configuration and makes its Deliverer. Its
+	// Check reads a target's configuration, fills its defaults and checks
+	// it; it returns the configuration with the defaults written in. Its
 	// field errors name config.<field>.
+	Check func(config json.RawMessage) (json.RawMessage, error)
+	// New makes the Deliverer of a target whose configuration Check accepts.
 	New func(t lifecycle.Target) (Deliverer, error)
 }
 
 // kinds is the registry, by name.
 var kinds = map[string]Kind{
-	"http": {Name: "http", Concurrency: 5, New: newHTTP},
-	"file": {Name: "file", Concurrency: 1, New: newFile},
+	"http": {Name: "http", Concurrency: 5, Check: checkHTTP, New: newHTTP},
+	"file": {Name: "file", Concurrency: 1, Check: checkFile, New: newFile},
 }
 
 // Names returns the kinds, in name order.
 func Names() []string {
-	names := make([]string, 0, len(kinds))
-	for name := range kinds {
-		names = append(names, name)
-	}
-	slices.Sort(names)
-	return names
+	return slices.Sorted(maps.Keys(kinds))
 }
 
 // Lookup returns the kind of that name.
@@ -81,21 +90,27 @@ func Lookup(name string) (Kind, error) {
 	return k, nil
 }
 
-// Prepare fills the target's defaults and checks all of it, its kind's
-// configuration included; every problem is a *lifecycle.FieldError, joined.
+// Prepare fills the target's defaults, those of its kind's configuration
+// included, and checks all of it; every problem is a *lifecycle.FieldError,
+// joined.
 func Prepare(t lifecycle.Target) (lifecycle.Target, error) {
 	k, err := Lookup(t.Kind)
 	if err != nil {
-		return t, errors.Join(lifecycle.CheckName("name", t.Name), err)
+		// An unknown kind has no default concurrency and no configuration
+		// to check, but the fields every target has are still reported. 1
+		// stands in for the default concurrency, so that max_concurrent is
+		// reported only when it is set and wrong.
+		return t, errors.Join(err, without(t.WithDefaults(1).Validate(), "kind"))
 	}
 	t = t.WithDefaults(k.Concurrency)
-	if err := t.Validate(); err != nil {
-		return t, err
+	config, err := k.Check(t.Config)
+	if err != nil {
+		// The kind names the configuration's fields; Validate could only
+		// repeat that it is not an object.
+		return t, errors.Join(without(t.Validate(), "config"), err)
 	}
-	if _, err := k.New(t); err != nil {
-		return t, err
-	}
-	return t, nil
+	t.Config = config
+	return t, t.Validate()
 }
 
 // New makes the Deliverer of a prepared target.
@@ -107,12 +122,82 @@ func New(t lifecycle.Target) (Deliverer, error) {
 	return k.New(t)
 }
 
-// decodeConfig reads a kind's configuration into v, refusing unknown fields.
-func decodeConfig(raw json.RawMessage, v any) error {
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		return &lifecycle.FieldError{Field: "config", Problem: err.Error()}
+// without drops the field errors on any of fields from a joined error.
+func without(err error, fields ...string) error {
+	errs := []error{err}
+	if joined, ok := err.(interface{ Unwrap() []error }); ok {
+		errs = joined.Unwrap()
 	}
-	return nil
+	var kept []error
+	for _, e := range errs {
+		if fe, ok := e.(*lifecycle.FieldError); !ok || !slices.Contains(fields, fe.Field) {
+			kept = append(kept, e)
+		}
+	}
+	return errors.Join(kept...)
+}
+
+// config is a kind's configuration.
+type config interface {
+	// check fills the defaults and returns every problem joined.
+	check() error
+}
+
+// readConfig reads a kind's configuration, a JSON object, into c, fills its
+// defaults and checks it. It reads one field at a time, so that every error
+// names its field as config.<name>, and a field whose value cannot be read
+// is reported as such and not again by the check. A name c has no field
+// for is refused; names match exactly, where encoding/json would quietly
+// take "URL" for "url".
+func readConfig(raw json.RawMessage, c config) error {
+	var object map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &object); err != nil || object == nil {
+		return &lifecycle.FieldError{Field: "config", Problem: "must be a JSON object"}
+	}
+	fields := structFields(c)
+	var errs []error
+	var unread []string
+	for _, name := range slices.Sorted(maps.Keys(object)) {
+		field, ok := fields[name]
+		if !ok {
+			errs = append(errs, &lifecycle.FieldError{Field: "config." + name,
+				Problem: "is not a field of this kind: allowed are " + strings.Join(slices.Sorted(maps.Keys(fields)), ", ")})
+			continue
+		}
+		if err := json.Unmarshal(object[name], field.Addr().Interface()); err != nil {
+			errs = append(errs, &lifecycle.FieldError{Field: "config." + name, Problem: valueProblem(err, field.Type())})
+			unread = append(unread, "config."+name)
+		}
+	}
+	return errors.Join(append(errs, without(c.check(), unread...))...)
+}
+
+// structFields maps the JSON names of the fields of the struct v points to
+// onto the fields.
+func structFields(v any) map[string]reflect.Value {
+	s := reflect.ValueOf(v).Elem()
+	fields := make(map[string]reflect.Value, s.NumField())
+	for i := range s.NumField() {
+		name, _, _ := strings.Cut(s.Type().Field(i).Tag.Get("json"), ",")
+		fields[name] = s.Field(i)
+	}
+	return fields
+}
+
+// valueProblem says what a field's value should have been, in the words of
+// the configuration rather than of Go types.
+func valueProblem(err error, t reflect.Type) string {
+	var typeErr *json.UnmarshalTypeError
+	if !errors.As(err, &typeErr) {
+		return err.Error() // a type's own message, such as lifecycle.Duration's
+	}
+	switch t.Kind() {
+	case reflect.String:
+		return "must be a string"
+	case reflect.Bool:
+		return "must be true or false"
+	case reflect.Map:
+		return "must be an object of strings"
+	}
+	return "must be a " + t.String()
 }

@@ -1,0 +1,104 @@
+package lifecycle
+
+import (
+	"encoding/json"
+	"slices"
+	"testing"
+	"time"
+)
+
+func TestTargetWithDefaults(t *testing.T) {
+	got := Target{Name: "alpha", Kind: "http"}.WithDefaults(5)
+	if string(got.Config) != `{}` || got.MaxConcurrent != 5 || got.AttemptTimeout.D() != DefaultAttemptTimeout || got.Receipt != nil {
+		t.Errorf("defaults %+v", got)
+	}
+	if !samePolicy(got.Retry, RetryPolicy{}.WithDefaults()) {
+		t.Errorf("retry defaults %+v", got.Retry)
+	}
+	if err := got.Validate(); err != nil {
+		t.Errorf("defaults do not validate: %v", err)
+	}
+	set := Target{Name: "alpha", Kind: "file", Config: json.RawMessage(`{"dir":"/x"}`), MaxConcurrent: 3,
+		AttemptTimeout: Duration(time.Second)}.WithDefaults(1)
+	if string(set.Config) != `{"dir":"/x"}` || set.MaxConcurrent != 3 || set.AttemptTimeout.D() != time.Second {
+		t.Errorf("WithDefaults changed set fields: %+v", set)
+	}
+}
+
+func TestTargetValidate(t *testing.T) {
+	valid := Target{Name: "alpha", Kind: "http", Receipt: &ReceiptPolicy{Timeout: Duration(time.Hour)}}.WithDefaults(5)
+	tests := []struct {
+		name   string
+		change func(t *Target)
+		want   []string
+	}{
+		{"valid", func(*Target) {}, nil},
+		{"name", func(t *Target) { t.Name = "Alpha" }, []string{"name"}},
+		{"kind", func(t *Target) { t.Kind = "" }, []string{"kind"}},
+		{"config not an object", func(t *Target) { t.Config = json.RawMessage(`[1]`) }, []string{"config"}},
+		{"config null", func(t *Target) { t.Config = json.RawMessage(`null`) }, []string{"config"}},
+		{"config trailing data", func(t *Target) { t.Config = json.RawMessage(`{} {}`) }, []string{"config"}},
+		{"max_concurrent 0", func(t *Target) { t.MaxConcurrent = 0 }, []string{"max_concurrent"}},
+		{"max_concurrent 101", func(t *Target) { t.MaxConcurrent = 101 }, []string{"max_concurrent"}},
+		{"max_concurrent 100", func(t *Target) { t.MaxConcurrent = 100 }, nil},
+		{"attempt_timeout below 1ms", func(t *Target) { t.AttemptTimeout = Duration(time.Microsecond) }, []string{"attempt_timeout"}},
+		{"attempt_timeout above 1h", func(t *Target) { t.AttemptTimeout = Duration(time.Hour + 1) }, []string{"attempt_timeout"}},
+		{"attempt_timeout 1h", func(t *Target) { t.AttemptTimeout = Duration(time.Hour) }, nil},
+		{"retry", func(t *Target) { t.Retry.MaxAttempts = 0 }, []string{"retry.max_attempts"}},
+		{"receipt.timeout missing", func(t *Target) { t.Receipt = &ReceiptPolicy{} }, []string{"receipt.timeout"}},
+		{"receipt.timeout above 720h", func(t *Target) { t.Receipt.Timeout = Duration(721 * time.Hour) }, []string{"receipt.timeout"}},
+		{"receipt.timeout 1s", func(t *Target) { t.Receipt.Timeout = Duration(time.Second) }, nil},
+		{"no receipt", func(t *Target) { t.Receipt = nil }, nil},
+		{"several", func(t *Target) { t.Name, t.MaxConcurrent, t.Retry.Jitter = "", -1, new(3.0) },
+			[]string{"name", "max_concurrent", "retry.jitter"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			target := valid
+			r := *valid.Receipt
+			target.Receipt = &r
+			tt.change(&target)
+			if got := fields(target.Validate()); !slices.Equal(got, tt.want) {
+				t.Errorf("fields %v, want %v (%v)", got, tt.want, target.Validate())
+			}
+		})
+	}
+}
+
+func TestTargetLease(t *testing.T) {
+	for _, tt := range []struct{ timeout, want time.Duration }{
+		{30 * time.Second, 2 * time.Minute},
+		{time.Millisecond, time.Minute + 2*time.Millisecond},
+		{time.Hour, 2*time.Hour + time.Minute},
+	} {
+		if got := (Target{AttemptTimeout: Duration(tt.timeout)}).Lease(); got != tt.want {
+			t.Errorf("Lease with attempt_timeout %v = %v, want %v", tt.timeout, got, tt.want)
+		}
+	}
+}
+
+func TestTargetJSON(t *testing.T) {
+	in := `{"name":"alpha","kind":"http","enabled":true,"config":{"url":"http://127.0.0.1/"},"max_concurrent":2,` +
+		`"attempt_timeout":"1.5s","retry":{"strategy":"linear","base_delay":"200ms","max_delay":"1m","jitter":0,` +
+		`"max_attempts":4,"max_age":"2h0m0s"},"receipt":{"timeout":"30m0s"}}`
+	var target Target
+	if err := json.Unmarshal([]byte(in), &target); err != nil {
+		t.Fatal(err)
+	}
+	if target.AttemptTimeout.D() != 1500*time.Millisecond || target.Retry.BaseDelay.D() != 200*time.Millisecond ||
+		target.Retry.Jitter == nil || *target.Retry.Jitter != 0 || target.Receipt.Timeout.D() != 30*time.Minute {
+		t.Fatalf("decoded %+v", target)
+	}
+	if d := target.WithDefaults(5); *d.Retry.Jitter != 0 {
+		t.Errorf("an explicit jitter 0 became %g", *d.Retry.Jitter)
+	}
+	out, err := json.Marshal(target)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var back Target
+	if err := json.Unmarshal(out, &back); err != nil || back.AttemptTimeout != target.AttemptTimeout ||
+		!samePolicy(back.Retry, target.Retry) || *back.Receipt != *target.Receipt {
+		t.Errorf("round trip %s: %+v %v", out, back, err)
+	}
+}

@@ -1,0 +1,363 @@
+package targets
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/waybill/waybill/lifecycle"
+)
+
+// seen is what a test server received.
+type seen struct {
+	method string
+	path   string
+	header http.Header
+	body   string
+}
+
+// recorder is a test server that records every request and answers with
+// respond.
+type recorder struct {
+	*httptest.Server
+	mu       sync.Mutex
+	requests []seen
+}
+
+func newRecorder(t *testing.T, respond http.HandlerFunc) *recorder {
+	r := &recorder{}
+	r.Server = httptest.NewServer(r.handler(respond))
+	t.Cleanup(r.Close)
+	return r
+}
+
+func (r *recorder) handler(respond http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, req *http.Request) {
+		body, _ := io.ReadAll(req.Body)
+		r.mu.Lock()
+		r.requests = append(r.requests, seen{req.Method, req.URL.Path, req.Header.Clone(), string(body)})
+		r.mu.Unlock()
+		respond(w, req)
+	}
+}
+
+func (r *recorder) seen() []seen {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]seen(nil), r.requests...)
+}
+
+// status answers with code, body and the headers given as name, value pairs.
+func status(code int, body string, header ...string) http.HandlerFunc {
+	return func(w http.ResponseWriter, _ *http.Request) {
+		for i := 0; i+1 < len(header); i += 2 {
+			w.Header().Set(header[i], header[i+1])
+		}
+		w.WriteHeader(code)
+		_, _ = io.WriteString(w, body)
+	}
+}
+
+func httpConfigFor(url string, more string) string {
+	return fmt.Sprintf(`{"url":%q%s}`, url, more)
+}
+
+func TestHTTPSendsThePayloadWithItsHeaders(t *testing.T) {
+	srv := newRecorder(t, status(http.StatusAccepted, "queued as 17"))
+	d := prepare(t, "http", httpConfigFor(srv.URL+"/in", `,"headers":{"Authorization":"Bearer t0k","x-tenant":"acme"}`))
+
+	a := attempt(1, "<order id='1'/>")
+	out := d.Deliver(t.Context(), a)
+	if out.Kind != lifecycle.OutcomeDelivered || out.Text != "202 Accepted: queued as 17" {
+		t.Fatalf("outcome %+v", out)
+	}
+	got := srv.seen()
+	if len(got) != 1 {
+		t.Fatalf("%d requests", len(got))
+	}
+	r := got[0]
+	if r.method != http.MethodPost || r.path != "/in" || r.body != "<order id='1'/>" {
+		t.Errorf("request %s %s %q", r.method, r.path, r.body)
+	}
+	for name, want := range map[string]string{
+		"Content-Type":        "application/xml",
+		"Waybill-Message-Id":  a.MessageID.String(),
+		"Waybill-Delivery-Id": a.DeliveryID.String(),
+		"Waybill-Attempt":     "1",
+		"Idempotency-Key":     a.DeliveryID.String(),
+		"Authorization":       "Bearer t0k",
+		"X-Tenant":            "acme",
+	} {
+		if v := r.header.Get(name); v != want {
+			t.Errorf("%s: %q, want %q", name, v, want)
+		}
+	}
+}
+
+func TestHTTPMethodAndContentTypeFallback(t *testing.T) {
+	srv := newRecorder(t, status(http.StatusOK, ""))
+	d := prepare(t, "http", httpConfigFor(srv.URL, `,"method":"PUT","headers":{"Content-Type":"text/plain"}`))
+	a := attempt(1, "x")
+	a.ContentType = ""
+	if out := d.Deliver(t.Context(), a); out.Kind != lifecycle.OutcomeDelivered || out.Text != "200 OK" {
+		t.Fatalf("outcome %+v", out)
+	}
+	a.ContentType = "application/json"
+	d.Deliver(t.Context(), a)
+	got := srv.seen()
+	if got[0].method != http.MethodPut || got[0].header.Get("Content-Type") != "text/plain" ||
+		got[1].header.Get("Content-Type") != "application/json" {
+		t.Errorf("requests %+v", got)
+	}
+}
+
+func TestHTTPIdempotencyKeyIsStableAcrossAttempts(t *testing.T) {
+	srv := newRecorder(t, status(http.StatusServiceUnavailable, "busy"))
+	d := prepare(t, "http", httpConfigFor(srv.URL, ""))
+	for n := 1; n <= 3; n++ {
+		a := attempt(n, "same")
+		a.Redelivered = n == 3
+		d.Deliver(t.Context(), a)
+	}
+	other := attempt(1, "same")
+	other.DeliveryID = other.MessageID // any other delivery
+	d.Deliver(t.Context(), other)
+
+	got := srv.seen()
+	key := got[0].header.Get("Idempotency-Key")
+	for i, r := range got[:3] {
+		if r.header.Get("Idempotency-Key") != key || r.header.Get("Waybill-Attempt") != fmt.Sprint(i+1) {
+			t.Errorf("attempt %d: key %q, attempt %q", i+1, r.header.Get("Idempotency-Key"), r.header.Get("Waybill-Attempt"))
+		}
+	}
+	if got[3].header.Get("Idempotency-Key") == key {
+		t.Error("another delivery has the same key")
+	}
+}
+
+func TestHTTPStatusOutcomes(t *testing.T) {
+	tests := []struct {
+		code int
+		want lifecycle.OutcomeKind
+	}{
+		{200, lifecycle.OutcomeDelivered},
+		{201, lifecycle.OutcomeDelivered},
+		{204, lifecycle.OutcomeDelivered},
+		{299, lifecycle.OutcomeDelivered},
+		{408, lifecycle.OutcomeRetry},
+		{429, lifecycle.OutcomeRetry},
+		{500, lifecycle.OutcomeRetry},
+		{502, lifecycle.OutcomeRetry},
+		{503, lifecycle.OutcomeRetry},
+		{504, lifecycle.OutcomeRetry},
+		{400, lifecycle.OutcomeFailed},
+		{401, lifecycle.OutcomeFailed},
+		{403, lifecycle.OutcomeFailed},
+		{404, lifecycle.OutcomeFailed},
+		{409, lifecycle.OutcomeFailed},
+		{413, lifecycle.OutcomeFailed},
+		{422, lifecycle.OutcomeFailed},
+	}
+	for _, tt := range tests {
+		t.Run(fmt.Sprint(tt.code), func(t *testing.T) {
+			body := ""
+			if tt.code != http.StatusNoContent {
+				body = fmt.Sprintf("reason %d", tt.code)
+			}
+			srv := newRecorder(t, status(tt.code, body))
+			out := prepare(t, "http", httpConfigFor(srv.URL, "")).Deliver(t.Context(), attempt(1, "p"))
+			if out.Kind != tt.want || !out.RetryAt.IsZero() {
+				t.Fatalf("outcome %+v, want %s", out, tt.want)
+			}
+			if !strings.HasPrefix(out.Text, fmt.Sprint(tt.code)) || !strings.Contains(out.Text, body) {
+				t.Errorf("text %q has not the status and the body", out.Text)
+			}
+		})
+	}
+}
+
+func TestHTTPRedirectIsNotFollowed(t *testing.T) {
+	elsewhere := newRecorder(t, status(http.StatusOK, ""))
+	for _, code := range []int{301, 302, 303, 307, 308} {
+		srv := newRecorder(t, status(code, "moved", "Location", elsewhere.URL+"/new"))
+		out := prepare(t, "http", httpConfigFor(srv.URL, "")).Deliver(t.Context(), attempt(1, "p"))
+		if out.Kind != lifecycle.OutcomeFailed || !strings.HasPrefix(out.Text, fmt.Sprint(code)) ||
+			!strings.Contains(out.Text, elsewhere.URL+"/new") || !strings.Contains(out.Text, "moved") {
+			t.Errorf("%d: outcome %+v", code, out)
+		}
+	}
+	if n := len(elsewhere.seen()); n != 0 {
+		t.Errorf("the redirect was followed %d times", n)
+	}
+}
+
+func TestHTTPOutcomeTextHoldsTheStartOfTheBody(t *testing.T) {
+	long := strings.Repeat("0123456789", 1000)
+	srv := newRecorder(t, status(http.StatusBadRequest, "line one\n\tline two  "+long))
+	out := prepare(t, "http", httpConfigFor(srv.URL, "")).Deliver(t.Context(), attempt(1, "p"))
+	if !strings.HasPrefix(out.Text, "400 Bad Request: line one line two 0123456789") {
+		t.Errorf("text %q", out.Text)
+	}
+	if len(out.Text) > len("400 Bad Request: ")+bodyExcerpt {
+		t.Errorf("text of %d bytes", len(out.Text))
+	}
+}
+
+func TestHTTPRetryAfter(t *testing.T) {
+	date := time.Now().Add(time.Hour).UTC().Truncate(time.Second)
+	tests := []struct {
+		name   string
+		code   int
+		header string
+		want   func(before, after time.Time, got time.Time) bool
+	}{
+		{"seconds", 503, "120", func(b, a, got time.Time) bool {
+			return !got.Before(b.Add(120*time.Second)) && !got.After(a.Add(120*time.Second))
+		}},
+		{"zero seconds", 429, "0", func(b, a, got time.Time) bool { return !got.Before(b) && !got.After(a) }},
+		{"HTTP-date", 429, date.Format(http.TimeFormat), func(_, _, got time.Time) bool { return got.Equal(date) }},
+		{"unreadable", 503, "soon", func(_, _, got time.Time) bool { return got.IsZero() }},
+		{"negative", 503, "-5", func(_, _, got time.Time) bool { return got.IsZero() }},
+		{"absent", 500, "", func(_, _, got time.Time) bool { return got.IsZero() }},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			srv := newRecorder(t, status(tt.code, "", "Retry-After", tt.header))
+			d := prepare(t, "http", httpConfigFor(srv.URL, ""))
+			before := time.Now()
+			out := d.Deliver(t.Context(), attempt(1, "p"))
+			after := time.Now()
+			if out.Kind != lifecycle.OutcomeRetry || !tt.want(before, after, out.RetryAt) {
+				t.Errorf("outcome %+v", out)
+			}
+		})
+	}
+	// A failure for good has no retry time, whatever the server says.
+	srv := newRecorder(t, status(400, "", "Retry-After", "60"))
+	if out := prepare(t, "http", httpConfigFor(srv.URL, "")).Deliver(t.Context(), attempt(1, "p")); out.Kind != lifecycle.OutcomeFailed || !out.RetryAt.IsZero() {
+		t.Errorf("400 with Retry-After: %+v", out)
+	}
+}
+
+func TestRetryAfterParsing(t *testing.T) {
+	now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	tests := []struct {
+		in   string
+		want time.Time
+	}{
+		{"", time.Time{}},
+		{"0", now},
+		{"30", now.Add(30 * time.Second)},
+		{"Sun, 01 Mar 2026 13:00:00 GMT", now.Add(time.Hour)},
+		{"Sunday, 01-Mar-26 13:00:00 GMT", now.Add(time.Hour)},
+		{"Sun Mar  1 13:00:00 2026", now.Add(time.Hour)},
+		{"1.5", time.Time{}},
+		{"-1", time.Time{}},
+		{"tomorrow", time.Time{}},
+		{"9223372036854775807", now.Add(time.Duration(maxRetryAfter) * time.Second)},
+	}
+	for _, tt := range tests {
+		if got := retryAfter(tt.in, now); !got.Equal(tt.want) {
+			t.Errorf("retryAfter(%q) = %v, want %v", tt.in, got, tt.want)
+		}
+	}
+	if got := retryAfter("9223372036854775807", now); got.Before(now) {
+		t.Errorf("a huge Retry-After wrapped to %v", got)
+	}
+}
+
+// stalled is a server that answers nothing until the request is given up
+// or the test ends.
+func stalled(t *testing.T) *recorder {
+	release := make(chan struct{})
+	srv := newRecorder(t, func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-r.Context().Done():
+		case <-release:
+		}
+	})
+	t.Cleanup(func() { close(release) }) // runs before the server's Close
+	return srv
+}
+
+func TestHTTPTimeoutsAreRetries(t *testing.T) {
+	t.Run("attempt deadline", func(t *testing.T) {
+		srv := stalled(t)
+		ctx, cancel := context.WithTimeout(t.Context(), 50*time.Millisecond)
+		defer cancel()
+		out := prepare(t, "http", httpConfigFor(srv.URL, "")).Deliver(ctx, attempt(1, "p"))
+		if out.Kind != lifecycle.OutcomeRetry || !strings.Contains(out.Text, "deadline exceeded") {
+			t.Errorf("outcome %+v", out)
+		}
+	})
+	t.Run("config timeout", func(t *testing.T) {
+		srv := stalled(t)
+		out := prepare(t, "http", httpConfigFor(srv.URL, `,"timeout":"50ms"`)).Deliver(t.Context(), attempt(1, "p"))
+		if out.Kind != lifecycle.OutcomeRetry || !strings.Contains(out.Text, "Timeout") {
+			t.Errorf("outcome %+v", out)
+		}
+	})
+	t.Run("cancelled before", func(t *testing.T) {
+		srv := newRecorder(t, status(200, ""))
+		ctx, cancel := context.WithCancel(t.Context())
+		cancel()
+		out := prepare(t, "http", httpConfigFor(srv.URL, "")).Deliver(ctx, attempt(1, "p"))
+		if out.Kind != lifecycle.OutcomeRetry || !strings.Contains(out.Text, "canceled") || len(srv.seen()) != 0 {
+			t.Errorf("outcome %+v after %d requests", out, len(srv.seen()))
+		}
+	})
+}
+
+func TestHTTPConnectionErrorIsARetry(t *testing.T) {
+	srv := httptest.NewServer(http.NotFoundHandler())
+	url := strings.Replace(srv.URL, "http://", "http://user:s3cret@", 1)
+	srv.Close()
+	out := prepare(t, "http", httpConfigFor(url+"/in", "")).Deliver(t.Context(), attempt(1, "p"))
+	if out.Kind != lifecycle.OutcomeRetry || !out.RetryAt.IsZero() || !strings.Contains(out.Text, "refused") {
+		t.Errorf("outcome %+v", out)
+	}
+	if strings.Contains(out.Text, "s3cret") {
+		t.Errorf("the URL's password is in %q", out.Text)
+	}
+}
+
+func TestHTTPTLSVerification(t *testing.T) {
+	srv := &recorder{}
+	srv.Server = httptest.NewTLSServer(srv.handler(status(http.StatusOK, "")))
+	t.Cleanup(srv.Close)
+
+	out := prepare(t, "http", httpConfigFor(srv.URL, "")).Deliver(t.Context(), attempt(1, "p"))
+	if out.Kind != lifecycle.OutcomeRetry || !strings.Contains(out.Text, "certificate") {
+		t.Errorf("unverifiable certificate: %+v", out)
+	}
+	if n := len(srv.seen()); n != 0 {
+		t.Errorf("%d requests reached the server without verification", n)
+	}
+	out = prepare(t, "http", httpConfigFor(srv.URL, `,"tls_skip_verify":true`)).Deliver(t.Context(), attempt(1, "p"))
+	if out.Kind != lifecycle.OutcomeDelivered || len(srv.seen()) != 1 {
+		t.Errorf("tls_skip_verify: %+v", out)
+	}
+}
+
+func TestHTTPConcurrentAttempts(t *testing.T) {
+	srv := newRecorder(t, status(http.StatusOK, "ok"))
+	d := prepare(t, "http", httpConfigFor(srv.URL, ""))
+	var wg sync.WaitGroup
+	for n := 1; n <= 20; n++ {
+		wg.Go(func() {
+			if out := d.Deliver(t.Context(), attempt(n, "p")); out.Kind != lifecycle.OutcomeDelivered {
+				t.Errorf("attempt %d: %+v", n, out)
+			}
+		})
+	}
+	wg.Wait()
+	if n := len(srv.seen()); n != 20 {
+		t.Errorf("%d requests", n)
+	}
+}
