@@ -44,8 +44,10 @@ func (e Event) Kind() Kind { return e.Payload.Kind() }
 // Text is the event in words, for history pages.
 func (e Event) Text() string { return e.Payload.Text() }
 
-// checkEnvelope checks the columns around a payload against its kind.
-func (e Event) checkEnvelope() error {
+// CheckEnvelope checks the columns around a payload against its kind. The
+// journal runs it on every append and read; readers of raw rows, such as the
+// feed, run it too, so no event reaches a consumer unchecked.
+func (e Event) CheckEnvelope() error {
 	k := e.Kind()
 	var errs []error
 	if e.Stream == "" {

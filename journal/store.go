@@ -38,7 +38,7 @@ func Queue(b *pgx.Batch, e Event) error {
 	if e.Payload == nil {
 		return fmt.Errorf("append to %s: event has no payload", e.Stream)
 	}
-	if err := e.checkEnvelope(); err != nil {
+	if err := e.CheckEnvelope(); err != nil {
 		return fmt.Errorf("append %s to %s: %w", e.Kind(), e.Stream, err)
 	}
 	data, err := Encode(e.Payload)
@@ -100,7 +100,7 @@ func scan(ctx context.Context, q Querier, sql string, args []any, fn func(Event)
 		if e.Payload, err = Decode(Kind(kind), payload); err != nil {
 			return fmt.Errorf("position %d: %w", e.Position, err)
 		}
-		if err := e.checkEnvelope(); err != nil {
+		if err := e.CheckEnvelope(); err != nil {
 			return fmt.Errorf("position %d: %w", e.Position, err)
 		}
 		if err := fn(e); err != nil {

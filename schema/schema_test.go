@@ -71,3 +71,30 @@ func TestServerLockExcludesRebuild(t *testing.T) {
 	}
 	x.Release()
 }
+
+func TestAlertsSurviveAProjectionReset(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	db, err := pgxpool.New(ctx, dbtest.URL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if err := schema.Ensure(ctx, db); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Exec(ctx, `INSERT INTO alerts (id, code, severity, key, position, raised_at, body, webhook)
+		VALUES ('a', 'delivery_stalled', 'critical', 'delivery_stalled:alpha', 1, now(), '{}', false)`); err != nil {
+		t.Fatal(err)
+	}
+	if err := schema.ResetProjections(ctx, db); err != nil {
+		t.Fatal(err)
+	}
+	if err := schema.Ensure(ctx, db); err != nil {
+		t.Fatal(err)
+	}
+	var n int
+	if err := db.QueryRow(ctx, `SELECT count(*) FROM alerts`).Scan(&n); err != nil || n != 1 {
+		t.Fatalf("%d alerts after the reset, %v", n, err)
+	}
+}

@@ -1,0 +1,262 @@
+package alerts
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/waybill/waybill/feed"
+	"github.com/waybill/waybill/journal"
+	"github.com/waybill/waybill/projection"
+)
+
+// AlerterGroup is the alerter's consumer group in the feed.
+const AlerterGroup = "alerts"
+
+// Config configures an Alerter.
+type Config struct {
+	// DB is the database, on which schema.Ensure has run; required.
+	DB *pgxpool.Pool
+	// NATS publishes the alerts; required.
+	NATS *nats.Conn
+	// WebhookURL, when set, receives by POST every alert raised while it is
+	// set. Alerts raised without it are never posted.
+	WebhookURL string
+	// SendBackoff is the wait after a failed send; it doubles with every
+	// further failure, up to a minute. Default 1 s.
+	SendBackoff time.Duration
+	// PollInterval is the feed's; see feed.Config.
+	PollInterval time.Duration
+	// Metrics, when not nil, gets the alerter's counters and its feed lag
+	// while it runs.
+	Metrics prometheus.Registerer
+	// Now stamps the sends and measures the feed's lag; nil is time.Now.
+	Now func() time.Time
+	// Logger defaults to slog.Default().
+	Logger *slog.Logger
+}
+
+// Alerter raises alerts from the journal and sends them.
+type Alerter struct {
+	db      *pgxpool.Pool
+	nc      *nats.Conn
+	webhook string
+	http    *http.Client
+	backoff time.Duration
+	metrics prometheus.Registerer
+	now     func() time.Time
+	log     *slog.Logger
+
+	consumer *feed.Consumer
+	raised   *prometheus.CounterVec
+	failed   *prometheus.CounterVec
+	channels []*channel
+
+	mu      sync.Mutex
+	started bool
+	cancel  context.CancelFunc // set by a Start that succeeded
+	loops   sync.WaitGroup
+	stop    sync.Once
+}
+
+// New checks cfg and returns an Alerter; Start runs it.
+func New(cfg Config) (*Alerter, error) {
+	if cfg.DB == nil || cfg.NATS == nil {
+		return nil, errors.New("alerts: Config.DB and Config.NATS are required")
+	}
+	a := &Alerter{db: cfg.DB, nc: cfg.NATS, webhook: cfg.WebhookURL, http: &http.Client{Timeout: sendTimeout},
+		backoff: cfg.SendBackoff, metrics: cfg.Metrics, now: cfg.Now, log: cfg.Logger}
+	if a.backoff <= 0 {
+		a.backoff = time.Second
+	}
+	if a.now == nil {
+		a.now = time.Now
+	}
+	if a.log == nil {
+		a.log = slog.Default()
+	}
+	a.log = a.log.With("component", "alerter")
+	a.raised = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "waybill_alerts_raised_total",
+		Help: "Alerts recorded, by code. An alert derived again from a redelivered event is not counted.",
+	}, []string{"code"})
+	for _, c := range Codes {
+		a.raised.WithLabelValues(string(c))
+	}
+	a.failed = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "waybill_alert_sends_failed_total",
+		Help: "Failed sends of an alert, by channel (nats, webhook); each is retried.",
+	}, []string{"channel"})
+	a.channels = []*channel{a.natsChannel()}
+	if a.webhook != "" {
+		a.channels = append(a.channels, a.webhookChannel())
+	}
+	for _, ch := range a.channels {
+		a.failed.WithLabelValues(ch.name)
+	}
+	var err error
+	a.consumer, err = feed.NewConsumer(feed.Config{DB: a.db, Group: AlerterGroup, Handle: a.handle,
+		PollInterval: cfg.PollInterval, Metrics: cfg.Metrics, Now: a.now, Logger: cfg.Logger})
+	if err != nil {
+		return nil, fmt.Errorf("alerts: %w", err)
+	}
+	return a, nil
+}
+
+// Start registers the metrics, starts the send loops, which first send
+// whatever an earlier run left unsent, and starts reading the feed. It runs
+// until Stop is called or ctx ends. An Alerter starts once.
+func (a *Alerter) Start(ctx context.Context) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.started {
+		return errors.New("alerts: the alerter was started already")
+	}
+	a.started = true
+	if a.metrics != nil {
+		if err := a.register(); err != nil {
+			return err
+		}
+	}
+	loopCtx, cancel := context.WithCancel(ctx)
+	for _, ch := range a.channels {
+		a.loops.Add(1)
+		go func() {
+			defer a.loops.Done()
+			a.sendLoop(loopCtx, ch)
+		}()
+	}
+	if err := a.consumer.Start(ctx); err != nil {
+		cancel()
+		a.loops.Wait()
+		a.unregister()
+		return fmt.Errorf("alerts: start: %w", err)
+	}
+	a.cancel = cancel
+	a.log.Info("alerter started", "webhook", a.webhook != "")
+	return nil
+}
+
+func (a *Alerter) unregister() {
+	if a.metrics != nil {
+		a.metrics.Unregister(a.raised)
+		a.metrics.Unregister(a.failed)
+	}
+}
+
+func (a *Alerter) register() error {
+	if err := a.metrics.Register(a.raised); err != nil {
+		return fmt.Errorf("alerts: register metrics: %w", err)
+	}
+	if err := a.metrics.Register(a.failed); err != nil {
+		a.metrics.Unregister(a.raised)
+		return fmt.Errorf("alerts: register metrics: %w", err)
+	}
+	return nil
+}
+
+// Stop stops reading the feed, then the send loops, and waits for them
+// within ctx. An alert whose send was cut short stays unsent and is sent
+// at the next start. Safe to call twice, and before Start.
+func (a *Alerter) Stop(ctx context.Context) {
+	a.mu.Lock()
+	cancel := a.cancel
+	a.mu.Unlock()
+	if cancel == nil {
+		return
+	}
+	a.consumer.Stop(ctx)
+	a.stop.Do(func() {
+		cancel()
+		a.unregister()
+	})
+	done := make(chan struct{})
+	go func() {
+		a.loops.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		a.log.Warn("alert send loops still stopping", "err", ctx.Err())
+	}
+}
+
+// handle derives the alerts of one event and records the new ones.
+func (a *Alerter) handle(ctx context.Context, e journal.Event) error {
+	if e.Kind().Stream() == journal.ConfigStream {
+		return nil
+	}
+	before, after, err := a.fold(ctx, e)
+	if err != nil || after == nil {
+		return err
+	}
+	for _, al := range Derive(e, before, after) {
+		if err := a.record(ctx, al); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// fold returns the state of e's message before e and after it. An event the
+// fold refuses is logged and raises nothing (after is nil): the audit
+// reports it, and alerts must not stop behind it.
+func (a *Alerter) fold(ctx context.Context, e journal.Event) (before, after *projection.Message, err error) {
+	events, err := journal.Stream(ctx, a.db, e.Stream)
+	if err != nil {
+		return nil, nil, fmt.Errorf("alerts: fold position %d: %w", e.Position, err)
+	}
+	before = &projection.Message{}
+	for _, x := range events {
+		if x.Version >= e.Version {
+			break
+		}
+		// A refused earlier event is skipped, as the audit skips it.
+		_ = projection.Apply(before, x)
+	}
+	after = before.Clone()
+	if err := projection.Apply(after, e); err != nil {
+		a.log.Error("journal event refused by the fold; no alert derived from it", "position", e.Position, "err", err)
+		return nil, nil, nil
+	}
+	return before, after, nil
+}
+
+const insertSQL = `INSERT INTO alerts (id, code, severity, key, position, raised_at, body, webhook)
+	VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT (id) DO NOTHING`
+
+// record stores the alert unless its id is stored already, and wakes the
+// send loops for a new one.
+func (a *Alerter) record(ctx context.Context, al Alert) error {
+	body, err := json.Marshal(al)
+	if err != nil {
+		return fmt.Errorf("alerts: encode %s: %w", al.ID, err)
+	}
+	tag, err := a.db.Exec(ctx, insertSQL, al.ID, string(al.Code), string(al.Severity), al.Key, al.Position,
+		al.RaisedAt, body, a.webhook != "")
+	if err != nil {
+		return fmt.Errorf("alerts: record %s: %w", al.ID, err)
+	}
+	if tag.RowsAffected() == 0 {
+		return nil
+	}
+	a.raised.WithLabelValues(string(al.Code)).Inc()
+	a.log.Info("alert raised", "id", al.ID, "code", al.Code, "severity", al.Severity, "key", al.Key)
+	for _, ch := range a.channels {
+		select {
+		case ch.wake <- struct{}{}:
+		default:
+		}
+	}
+	return nil
+}

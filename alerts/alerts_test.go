@@ -1,0 +1,498 @@
+package alerts_test
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"sort"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/waybill/waybill/alerts"
+	"github.com/waybill/waybill/commands"
+	"github.com/waybill/waybill/internal/dbtest"
+	"github.com/waybill/waybill/journal"
+	"github.com/waybill/waybill/lifecycle"
+	"github.com/waybill/waybill/schema"
+)
+
+func TestMain(m *testing.M) { dbtest.Main(m) }
+
+// clock is the commands' injected time.
+type clock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *clock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *clock) Advance(d time.Duration) {
+	c.mu.Lock()
+	c.t = c.t.Add(d)
+	c.mu.Unlock()
+}
+
+// inbox keeps what a NATS subscription received.
+type inbox struct {
+	mu   sync.Mutex
+	msgs []*nats.Msg
+}
+
+func (in *inbox) add(m *nats.Msg) {
+	in.mu.Lock()
+	in.msgs = append(in.msgs, m)
+	in.mu.Unlock()
+}
+
+func (in *inbox) all() []*nats.Msg {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	return slices.Clone(in.msgs)
+}
+
+// webhook is an alert receiver whose answers the test decides.
+type webhook struct {
+	*httptest.Server
+	mu sync.Mutex
+	// keys holds the Idempotency-Key of every request; accepted those
+	// answered 200, with their bodies.
+	keys     []string
+	accepted map[string]alerts.Alert
+	// fail makes the next requests answer 503 while it is above 0.
+	fail int
+}
+
+func newWebhook(t *testing.T) *webhook {
+	h := &webhook{accepted: map[string]alerts.Alert{}}
+	h.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		key := r.Header.Get("Idempotency-Key")
+		h.keys = append(h.keys, key)
+		if h.fail > 0 {
+			h.fail--
+			w.WriteHeader(http.StatusServiceUnavailable)
+			return
+		}
+		var a alerts.Alert
+		if err := json.Unmarshal(body, &a); err != nil || a.ID != key {
+			t.Errorf("webhook got %q (key %q): %v", body, key, err)
+		}
+		h.accepted[key] = a
+	}))
+	t.Cleanup(h.Close)
+	return h
+}
+
+func (h *webhook) state() (keys []string, accepted int) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return slices.Clone(h.keys), len(h.accepted)
+}
+
+func (h *webhook) setFail(n int) {
+	h.mu.Lock()
+	h.fail = n
+	h.mu.Unlock()
+}
+
+type env struct {
+	ctx   context.Context
+	db    *pgxpool.Pool
+	w     *commands.Writer
+	clock *clock
+	srv   *server.Server
+	hook  *webhook
+}
+
+func setup(t *testing.T) *env {
+	t.Helper()
+	ctx := t.Context()
+	db, err := pgxpool.New(ctx, dbtest.URL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(db.Close)
+	if err := schema.Ensure(ctx, db); err != nil {
+		t.Fatal(err)
+	}
+	e := &env{ctx: ctx, db: db, clock: &clock{t: time.Date(2026, 12, 1, 8, 0, 0, 0, time.UTC)}, hook: newWebhook(t)}
+	if e.w, err = commands.New(commands.Config{DB: db, Now: e.clock.Now}); err != nil {
+		t.Fatal(err)
+	}
+	e.srv, err = server.NewServer(&server.Options{DontListen: true, NoLog: true, NoSigs: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go e.srv.Start()
+	if !e.srv.ReadyForConnections(10 * time.Second) {
+		t.Fatal("NATS server not ready")
+	}
+	t.Cleanup(e.srv.Shutdown)
+	return e
+}
+
+func (e *env) connect(t *testing.T) *nats.Conn {
+	t.Helper()
+	nc, err := nats.Connect(e.srv.ClientURL(), nats.InProcessServer(e.srv))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	return nc
+}
+
+// subscribe collects what is published on subject.
+func (e *env) subscribe(t *testing.T, subject string) *inbox {
+	t.Helper()
+	in := &inbox{}
+	nc := e.connect(t)
+	if _, err := nc.Subscribe(subject, in.add); err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	return in
+}
+
+func (e *env) alerter(t *testing.T, reg prometheus.Registerer) *alerts.Alerter {
+	t.Helper()
+	a, err := alerts.New(alerts.Config{DB: e.db, NATS: e.connect(t), WebhookURL: e.hook.URL,
+		SendBackoff: 20 * time.Millisecond, PollInterval: 10 * time.Millisecond, Metrics: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Start(e.ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.Stop(context.Background()) })
+	return a
+}
+
+const admin = "operator:admin"
+
+// route creates target alpha and a route to it for source erp.
+func (e *env) route(t *testing.T) {
+	t.Helper()
+	target := lifecycle.Target{Name: "alpha", Kind: "http", Enabled: true, Config: json.RawMessage(`{"url":"http://127.0.0.1:9/"}`)}
+	if _, err := e.w.CreateTarget(e.ctx, target, admin); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.w.CreateRoute(e.ctx, lifecycle.Route{Source: "erp", From: "*", To: "*", Target: "alpha"}, admin); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (e *env) ingest(t *testing.T, source string) commands.NewMessage {
+	t.Helper()
+	in := commands.NewMessage{Source: source, From: "acme", To: "globex", ContentType: "text/plain", Payload: []byte("hi")}
+	if _, created, err := e.w.Ingest(e.ctx, in); err != nil || !created {
+		t.Fatalf("ingest: %v %v", created, err)
+	}
+	return in
+}
+
+// notRouted ingests a message no route matches.
+func (e *env) notRouted(t *testing.T) {
+	t.Helper()
+	e.ingest(t, "crm")
+}
+
+// stall ingests a message for alpha and wakes its delivery until it stalls.
+func (e *env) stall(t *testing.T) {
+	t.Helper()
+	m, _, err := e.w.Ingest(e.ctx, commands.NewMessage{Source: "erp", From: "acme", To: "globex", Payload: []byte("hi")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := m.Deliveries[0]
+	for n := 1; ; n++ {
+		e.clock.Advance(lifecycle.DispatchBackoff(n))
+		kind, err := e.w.Wake(e.ctx, d.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if kind == journal.KindDeliveryStalled {
+			return
+		}
+		if kind != journal.KindDeliveryWoken {
+			t.Fatalf("wake %d: %q", n, kind)
+		}
+	}
+}
+
+// fail ingests a message for alpha whose only attempt fails for good.
+func (e *env) fail(t *testing.T) {
+	t.Helper()
+	m, _, err := e.w.Ingest(e.ctx, commands.NewMessage{Source: "erp", From: "acme", To: "globex", Payload: []byte("hi")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	claim, err := e.w.Claim(e.ctx, m.Deliveries[0].ID, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.w.Complete(e.ctx, m.Deliveries[0].ID, claim.Token, lifecycle.Failed("410 Gone")); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// allSent reports whether n alerts are stored and every channel took each.
+func (e *env) allSent(t *testing.T, n int) bool {
+	t.Helper()
+	var stored, unsent int
+	err := e.db.QueryRow(e.ctx, `SELECT count(*),
+		count(*) FILTER (WHERE nats_sent_at IS NULL OR (webhook AND webhook_sent_at IS NULL)) FROM alerts`).Scan(&stored, &unsent)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return stored == n && unsent == 0
+}
+
+// caughtUp reports whether the group has consumed the whole journal.
+func caughtUp(t *testing.T, reg *prometheus.Registry, group string) bool {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "waybill_feed_lag_events" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			if m.GetLabel()[0].GetValue() == group {
+				return m.GetGauge().GetValue() == 0
+			}
+		}
+	}
+	return false
+}
+
+func TestEachAlertOnceAcrossARestart(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	got := e.subscribe(t, "waybill.alerts.>")
+	reg := prometheus.NewRegistry()
+	a := e.alerter(t, reg)
+	e.route(t)
+	e.notRouted(t)
+	e.stall(t)
+	e.fail(t)
+
+	waitFor(t, "three alerts sent both ways", func() bool {
+		_, accepted := e.hook.state()
+		return len(got.all()) == 3 && accepted == 3 && e.allSent(t, 3)
+	})
+	ids := map[string]alerts.Code{}
+	for _, m := range got.all() {
+		var al alerts.Alert
+		if err := json.Unmarshal(m.Data, &al); err != nil {
+			t.Fatal(err)
+		}
+		if m.Subject != "waybill.alerts."+string(al.Code) || m.Header.Get(nats.MsgIdHdr) != al.ID {
+			t.Errorf("alert %s on %s with id %s", al.ID, m.Subject, m.Header.Get(nats.MsgIdHdr))
+		}
+		ids[al.ID] = al.Code
+	}
+	codes := slices.Sorted(func(yield func(string) bool) {
+		for _, c := range ids {
+			yield(string(c))
+		}
+	})
+	if !slices.Equal(codes, []string{"delivery_stalled", "message_failed", "message_not_routed"}) {
+		t.Fatalf("codes %v", codes)
+	}
+	keys, _ := e.hook.state()
+	sort.Strings(keys)
+	if want := slices.Sorted(func(yield func(string) bool) {
+		for id := range ids {
+			yield(id)
+		}
+	}); !slices.Equal(keys, want) {
+		t.Errorf("webhook keys %v, want %v", keys, want)
+	}
+	for _, c := range alerts.Codes {
+		if n := counter(t, reg, "waybill_alerts_raised_total", string(c)); n != 1 {
+			t.Errorf("raised %s: %v", c, n)
+		}
+	}
+
+	// A crash before any ack: the next alerter reads the whole journal again.
+	a.Stop(e.ctx)
+	if _, err := e.db.Exec(e.ctx, `UPDATE feed_offsets SET offset_acked = 0, last_processed_transaction_id = '0'
+		WHERE consumer_group = $1`, alerts.AlerterGroup); err != nil {
+		t.Fatal(err)
+	}
+	reg2 := prometheus.NewRegistry()
+	e.alerter(t, reg2)
+	waitFor(t, "the restarted alerter to catch up", func() bool { return caughtUp(t, reg2, alerts.AlerterGroup) })
+	for _, c := range alerts.Codes {
+		if n := counter(t, reg2, "waybill_alerts_raised_total", string(c)); n != 0 {
+			t.Errorf("raised %s again: %v", c, n)
+		}
+	}
+	var n int
+	if err := e.db.QueryRow(e.ctx, `SELECT count(*) FROM alerts`).Scan(&n); err != nil || n != 3 {
+		t.Errorf("%d alerts stored, %v", n, err)
+	}
+	if keys, _ := e.hook.state(); len(got.all()) != 3 || len(keys) != 3 {
+		t.Errorf("after the restart: %d on NATS, %d webhook requests", len(got.all()), len(keys))
+	}
+}
+
+func TestFailedWebhookIsRetriedUntilTaken(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	got := e.subscribe(t, "waybill.alerts.>")
+	e.hook.setFail(2)
+	reg := prometheus.NewRegistry()
+	e.alerter(t, reg)
+	e.notRouted(t)
+
+	waitFor(t, "the alert marked sent", func() bool { return e.allSent(t, 1) })
+	keys, accepted := e.hook.state()
+	if len(keys) != 3 || accepted != 1 || keys[0] != keys[1] || keys[1] != keys[2] {
+		t.Fatalf("webhook requests %v, %d accepted", keys, accepted)
+	}
+	if n := len(got.all()); n != 1 {
+		t.Errorf("%d alerts on NATS", n)
+	}
+	if n := counter(t, reg, "waybill_alert_sends_failed_total", "webhook"); n != 2 {
+		t.Errorf("webhook failures counted: %v", n)
+	}
+}
+
+func TestUnsentAlertIsSentAtTheNextStart(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	got := e.subscribe(t, "waybill.alerts.>")
+	e.hook.setFail(1 << 30)
+	a := e.alerter(t, nil)
+	e.notRouted(t)
+	waitFor(t, "the alert on NATS and refused by the webhook", func() bool {
+		keys, _ := e.hook.state()
+		return len(got.all()) == 1 && len(keys) >= 1
+	})
+	a.Stop(e.ctx)
+
+	e.hook.setFail(0)
+	e.alerter(t, nil)
+	waitFor(t, "the alert marked sent", func() bool { return e.allSent(t, 1) })
+	if _, accepted := e.hook.state(); accepted != 1 || len(got.all()) != 1 {
+		t.Errorf("%d accepted by the webhook, %d on NATS", accepted, len(got.all()))
+	}
+}
+
+func TestEventStreamPublishesEachEventOnceInOrder(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	got := e.subscribe(t, "waybill.events.>")
+	reg := prometheus.NewRegistry()
+	start := func() *alerts.EventStream {
+		s, err := alerts.NewEventStream(alerts.StreamConfig{DB: e.db, NATS: e.connect(t),
+			PollInterval: 10 * time.Millisecond, Metrics: reg})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Start(e.ctx); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Stop(context.Background()) })
+		return s
+	}
+	s := start()
+	e.route(t)
+	e.fail(t)
+	check := func() {
+		t.Helper()
+		rows, _ := e.db.Query(e.ctx, `SELECT position, kind FROM journal ORDER BY txid, position`)
+		type row struct {
+			Position int64
+			Kind     string
+		}
+		want, err := pgx.CollectRows(rows, pgx.RowToStructByPos[row])
+		if err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, "every event published", func() bool { return len(got.all()) >= len(want) && caughtUp(t, reg, alerts.StreamGroup) })
+		msgs := got.all()
+		if len(msgs) != len(want) {
+			t.Fatalf("%d events published, want %d", len(msgs), len(want))
+		}
+		for i, m := range msgs {
+			var body struct {
+				Position int64           `json:"position"`
+				Kind     journal.Kind    `json:"kind"`
+				Payload  json.RawMessage `json:"payload"`
+			}
+			if err := json.Unmarshal(m.Data, &body); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := journal.Decode(body.Kind, body.Payload); err != nil {
+				t.Errorf("payload of %d: %v", body.Position, err)
+			}
+			w := want[i]
+			if m.Subject != "waybill.events."+w.Kind || m.Header.Get(nats.MsgIdHdr) != strconv.FormatInt(w.Position, 10) ||
+				body.Position != w.Position || string(body.Kind) != w.Kind {
+				t.Errorf("message %d: %s id %s position %d, want %s at %d", i, m.Subject, m.Header.Get(nats.MsgIdHdr), body.Position, w.Kind, w.Position)
+			}
+		}
+	}
+	check()
+
+	// A new stream in the same group goes on after the last event published.
+	s.Stop(e.ctx)
+	start()
+	e.notRouted(t)
+	check()
+}
+
+// counter reads the counter name{label} of reg.
+func counter(t *testing.T, reg *prometheus.Registry, name, label string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			if m.GetLabel()[0].GetValue() == label {
+				return m.GetCounter().GetValue()
+			}
+		}
+	}
+	t.Fatalf("no %s{%s}", name, label)
+	return 0
+}

@@ -1,0 +1,106 @@
+package alerts
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/waybill/waybill/journal"
+	"github.com/waybill/waybill/lifecycle"
+	"github.com/waybill/waybill/projection"
+)
+
+// Code names a kind of alert; it is the last token of the alert's NATS
+// subject.
+type Code string
+
+// The alert codes.
+const (
+	// CodeDeliveryStalled: a delivery used up its wake-ups unclaimed.
+	CodeDeliveryStalled Code = "delivery_stalled"
+	// CodeMessageNotRouted: a message was dispatched and matched no route.
+	CodeMessageNotRouted Code = "message_not_routed"
+	// CodeMessageFailed: a message's status became error.
+	CodeMessageFailed Code = "message_failed"
+)
+
+// Codes lists every code, for metrics that show each from the start.
+var Codes = []Code{CodeDeliveryStalled, CodeMessageNotRouted, CodeMessageFailed}
+
+// Severity says how urgent an alert is.
+type Severity string
+
+// The severities in use.
+const (
+	SeverityCritical Severity = "critical"
+	SeverityError    Severity = "error"
+	SeverityWarning  Severity = "warning"
+)
+
+// Alert is one alert, as stored and as sent (JSON).
+type Alert struct {
+	// ID is stable: the same events always give the same id, so recording
+	// an alert twice is a no-op and receivers can drop repeats by it.
+	ID       string   `json:"id"`
+	Code     Code     `json:"code"`
+	Severity Severity `json:"severity"`
+	// Key groups alerts of one cause for the receiver, such as every stall
+	// at one target.
+	Key        string    `json:"key"`
+	Summary    string    `json:"summary"`
+	MessageID  uuid.UUID `json:"message_id"`
+	DeliveryID uuid.UUID `json:"delivery_id,omitzero"`
+	// Position is the journal position of the event that raised the alert.
+	Position int64 `json:"position"`
+	// RaisedAt is that event's recorded_at.
+	RaisedAt time.Time      `json:"raised_at"`
+	Details  map[string]any `json:"details"`
+}
+
+// Derive is the alert rule: the alerts event e raises, given the state of its
+// message before e and after it (projection.Apply). It reads nothing else,
+// so replaying the journal derives the same alerts with the same ids.
+//
+//   - delivery.stalled raises delivery_stalled. Its id is the delivery's,
+//     so a delivery that stalls again after a claim or a redelivery has
+//     raised it already.
+//   - message.dispatched with no delivery raises message_not_routed.
+//   - any event that turns the message's status into error raises
+//     message_failed, with an id per turn (the event's version): a failed
+//     delivery, the last busy delivery settling beside a failed one, a
+//     refusal of class internal. A refusal of class rejected gives status
+//     refused and raises nothing.
+func Derive(e journal.Event, before, after *projection.Message) []Alert {
+	var out []Alert
+	base := func(code Code, sev Severity, id, key, summary string, details map[string]any) Alert {
+		return Alert{ID: id, Code: code, Severity: sev, Key: key, Summary: summary, MessageID: after.ID,
+			Position: e.Position, RaisedAt: e.RecordedAt, Details: details}
+	}
+	switch p := e.Payload.(type) {
+	case *journal.DeliveryStalled:
+		a := base(CodeDeliveryStalled, SeverityCritical,
+			fmt.Sprintf("%s:%s", CodeDeliveryStalled, e.DeliveryID),
+			fmt.Sprintf("%s:%s", CodeDeliveryStalled, e.Target),
+			fmt.Sprintf("delivery to %s stalled: %s", e.Target, p.Reason),
+			map[string]any{"target": e.Target, "wake_ups": p.WakeUps, "from": after.From, "to": after.To})
+		a.DeliveryID = e.DeliveryID
+		out = append(out, a)
+	case *journal.MessageDispatched:
+		if len(p.Deliveries) == 0 {
+			out = append(out, base(CodeMessageNotRouted, SeverityWarning,
+				fmt.Sprintf("%s:%s", CodeMessageNotRouted, after.ID),
+				fmt.Sprintf("%s:%s", CodeMessageNotRouted, after.Source),
+				fmt.Sprintf("message from %s to %s (source %s) matched no route", after.From, after.To, after.Source),
+				map[string]any{"source": after.Source, "from": after.From, "to": after.To}))
+		}
+	}
+	if before.Status != lifecycle.StatusError && after.Status == lifecycle.StatusError {
+		out = append(out, base(CodeMessageFailed, SeverityError,
+			fmt.Sprintf("%s:%s:%d", CodeMessageFailed, after.ID, e.Version),
+			fmt.Sprintf("%s:%s", CodeMessageFailed, after.Source),
+			fmt.Sprintf("message from %s to %s (source %s) failed: %s", after.From, after.To, after.Source, after.Error),
+			map[string]any{"source": after.Source, "from": after.From, "to": after.To, "error": after.Error}))
+	}
+	return out
+}

@@ -1,0 +1,165 @@
+package alerts_test
+
+import (
+	"reflect"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/waybill/waybill/alerts"
+	"github.com/waybill/waybill/journal"
+	"github.com/waybill/waybill/lifecycle"
+	"github.com/waybill/waybill/projection"
+)
+
+// story folds a message's events one by one, as the commands record them.
+type story struct {
+	t      *testing.T
+	m      *projection.Message
+	at     time.Time
+	ids    map[string]uuid.UUID // delivery id by target
+	tokens map[string]uuid.UUID // claim token by target
+	before *projection.Message
+	last   journal.Event
+}
+
+func newStory(t *testing.T) *story {
+	s := &story{t: t, m: &projection.Message{}, at: time.Date(2026, 12, 1, 8, 0, 0, 0, time.UTC),
+		ids: map[string]uuid.UUID{}, tokens: map[string]uuid.UUID{}}
+	s.record(journal.Event{Stream: journal.MessageStream(uuid.New()), Actor: journal.SourceActor("erp"),
+		Payload: &journal.MessageAccepted{Source: "erp", From: "acme", To: "globex", ContentType: "text/plain",
+			PayloadSHA256: "2cf24dba5fb0a30e26e83b2ac5b9e29e1b161e5c1fa7425e73043362938b9824"}})
+	return s
+}
+
+func (s *story) record(e journal.Event) *story {
+	s.t.Helper()
+	s.at = s.at.Add(10 * time.Second)
+	e.RecordedAt = s.at
+	s.before = s.m.Clone()
+	var err error
+	if s.last, err = projection.Record(s.m, e); err != nil {
+		s.t.Fatalf("record %s: %v", e.Kind(), err)
+	}
+	s.last.Position = int64(s.last.Version) + 100
+	return s
+}
+
+func (s *story) dispatch(targets ...string) *story {
+	p := &journal.MessageDispatched{}
+	for i, name := range targets {
+		s.ids[name] = uuid.New()
+		p.Deliveries = append(p.Deliveries, journal.NewDelivery{ID: s.ids[name], Seq: i + 1, Target: name})
+	}
+	if len(targets) > 0 {
+		p.NextDue = s.at.Add(10 * time.Second)
+	}
+	return s.record(journal.Event{Actor: "system", Payload: p})
+}
+
+func (s *story) refuse(r lifecycle.Refusal) *story {
+	return s.record(journal.Event{Actor: "system", Payload: &journal.MessageRefused{Refusal: r, Reason: "bad input"}})
+}
+
+func (s *story) claim(target string) *story {
+	s.tokens[target] = uuid.New()
+	d := s.m.Delivery(s.ids[target])
+	return s.record(journal.Event{DeliveryID: s.ids[target], Actor: journal.WorkerActor(target),
+		Payload: &journal.DeliveryClaimed{Token: s.tokens[target], Attempt: d.Attempts + 1, LeaseEnd: s.at.Add(time.Hour)}})
+}
+
+func (s *story) attempt(target string, o lifecycle.Outcome) *story {
+	d := s.m.Delivery(s.ids[target])
+	return s.record(journal.Event{DeliveryID: s.ids[target], Actor: journal.WorkerActor(target),
+		Payload: &journal.DeliveryAttempted{Token: s.tokens[target], Attempt: d.Attempts, Outcome: o}})
+}
+
+func (s *story) stall(target string) *story {
+	d := s.m.Delivery(s.ids[target])
+	return s.record(journal.Event{DeliveryID: s.ids[target], Actor: journal.ActorSweep,
+		Payload: &journal.DeliveryStalled{WakeUps: d.DispatchCount, Reason: "not claimed"}})
+}
+
+func (s *story) refusedReceipt(target string) *story {
+	return s.record(journal.Event{DeliveryID: s.ids[target], Actor: journal.ActorSweep,
+		Payload: &journal.ReceiptRefused{Positive: true, Reason: "not awaited"}})
+}
+
+func (s *story) derive() []alerts.Alert { return alerts.Derive(s.last, s.before, s.m) }
+
+func TestDerive(t *testing.T) {
+	failed := lifecycle.Failed("410 Gone")
+	tests := []struct {
+		name  string
+		story func(*story) *story
+		want  []alerts.Code
+	}{
+		{"accepted", func(s *story) *story { return s }, nil},
+		{"dispatched", func(s *story) *story { return s.dispatch("alpha") }, nil},
+		{"dispatched to nobody", func(s *story) *story { return s.dispatch() },
+			[]alerts.Code{alerts.CodeMessageNotRouted}},
+		{"refused, rejected", func(s *story) *story { return s.refuse(lifecycle.RefusalRejected) }, nil},
+		{"refused, internal", func(s *story) *story { return s.refuse(lifecycle.RefusalInternal) },
+			[]alerts.Code{alerts.CodeMessageFailed}},
+		{"claimed", func(s *story) *story { return s.dispatch("alpha").claim("alpha") }, nil},
+		{"the only delivery fails", func(s *story) *story { return s.dispatch("alpha").claim("alpha").attempt("alpha", failed) },
+			[]alerts.Code{alerts.CodeMessageFailed}},
+		{"a delivery fails beside a queued one", func(s *story) *story {
+			return s.dispatch("alpha", "beta").claim("alpha").attempt("alpha", failed)
+		}, nil},
+		{"the other is delivered after a failure", func(s *story) *story {
+			return s.dispatch("alpha", "beta").claim("alpha").attempt("alpha", failed).
+				claim("beta").attempt("beta", lifecycle.Delivered("200"))
+		}, []alerts.Code{alerts.CodeMessageFailed}},
+		{"stalled", func(s *story) *story { return s.dispatch("alpha").stall("alpha") },
+			[]alerts.Code{alerts.CodeDeliveryStalled}},
+		{"the other stalls after a failure", func(s *story) *story {
+			return s.dispatch("alpha", "beta").claim("alpha").attempt("alpha", failed).stall("beta")
+		}, []alerts.Code{alerts.CodeDeliveryStalled, alerts.CodeMessageFailed}},
+		{"in error already", func(s *story) *story {
+			return s.dispatch("alpha").claim("alpha").attempt("alpha", failed).refusedReceipt("alpha")
+		}, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var got []alerts.Code
+			for _, a := range tt.story(newStory(t)).derive() {
+				got = append(got, a.Code)
+			}
+			if !slices.Equal(got, tt.want) {
+				t.Errorf("codes %v, want %v", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestDeriveFields(t *testing.T) {
+	s := newStory(t).dispatch("alpha").stall("alpha")
+	got := s.derive()[0]
+	d := s.ids["alpha"]
+	want := alerts.Alert{ID: "delivery_stalled:" + d.String(), Code: alerts.CodeDeliveryStalled,
+		Severity: alerts.SeverityCritical, Key: "delivery_stalled:alpha", MessageID: s.m.ID, DeliveryID: d,
+		Position: s.last.Position, RaisedAt: s.last.RecordedAt}
+	details := got.Details
+	got.Details, got.Summary = nil, ""
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("stalled:\n got %+v\nwant %+v", got, want)
+	}
+	if details["target"] != "alpha" || details["wake_ups"] != 1 || details["from"] != "acme" || details["to"] != "globex" {
+		t.Errorf("stalled details %v", details)
+	}
+
+	s = newStory(t).dispatch()
+	if a := s.derive()[0]; a.ID != "message_not_routed:"+s.m.ID.String() || a.Severity != alerts.SeverityWarning ||
+		a.Key != "message_not_routed:erp" {
+		t.Errorf("not routed: %+v", a)
+	}
+
+	s = newStory(t).refuse(lifecycle.RefusalInternal)
+	if a := s.derive()[0]; a.ID != "message_failed:"+s.m.ID.String()+":2" || a.Severity != alerts.SeverityError ||
+		a.Key != "message_failed:erp" || a.Details["error"] != "bad input" {
+		t.Errorf("failed: %+v", a)
+	}
+}

@@ -1,0 +1,196 @@
+package alerts
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/nats-io/nats.go"
+)
+
+const (
+	// sendTimeout bounds one send: a NATS flush or a webhook request.
+	sendTimeout = 10 * time.Second
+	// maxBackoff caps the wait between failed sends.
+	maxBackoff = time.Minute
+	// rescan is how often an idle send loop looks for unsent alerts anyway:
+	// those another process recorded and left, or a lost wake-up.
+	rescan = time.Minute
+	// sendBatch is how many unsent alerts one query takes.
+	sendBatch = 100
+)
+
+// sendLock is the advisory lock of a channel's send loop: one loop per
+// channel sends at a time, whatever the number of processes, so two of them
+// never send the same alert at once.
+const sendLock = 0x77617962696c6c10
+
+// errBusy says another process holds the channel's send lock.
+var errBusy = errors.New("another process is sending")
+
+// channel is one way out for alerts, with the SQL of its column.
+type channel struct {
+	name string
+	lock int64
+	// pending selects the unsent alerts in journal order; mark sets one sent.
+	pending string
+	mark    string
+	send    func(ctx context.Context, p pending) error
+	wake    chan struct{}
+}
+
+// pending is an alert a channel owes.
+type pending struct {
+	id   string
+	code Code
+	body []byte
+}
+
+func (a *Alerter) natsChannel() *channel {
+	return &channel{
+		name:    "nats",
+		lock:    sendLock,
+		pending: `SELECT id, code, body FROM alerts WHERE nats_sent_at IS NULL ORDER BY position, id LIMIT $1`,
+		mark:    `UPDATE alerts SET nats_sent_at = $2 WHERE id = $1`,
+		send: func(ctx context.Context, p pending) error {
+			return publish(ctx, a.nc, "waybill.alerts."+string(p.code), p.id, p.body)
+		},
+		wake: make(chan struct{}, 1),
+	}
+}
+
+func (a *Alerter) webhookChannel() *channel {
+	return &channel{
+		name:    "webhook",
+		lock:    sendLock + 1,
+		pending: `SELECT id, code, body FROM alerts WHERE webhook AND webhook_sent_at IS NULL ORDER BY position, id LIMIT $1`,
+		mark:    `UPDATE alerts SET webhook_sent_at = $2 WHERE id = $1`,
+		send:    a.post,
+		wake:    make(chan struct{}, 1),
+	}
+}
+
+// sendLoop sends what the channel owes at start, when an alert is recorded,
+// and every rescan; after a failure it waits its back-off, ignoring wakes,
+// since the channel is likely still down.
+func (a *Alerter) sendLoop(ctx context.Context, ch *channel) {
+	var backoff time.Duration
+	for {
+		err := a.sendPending(ctx, ch)
+		if ctx.Err() != nil {
+			return
+		}
+		wait, wake := rescan, ch.wake
+		if err != nil {
+			backoff = min(max(2*backoff, a.backoff), maxBackoff)
+			wait, wake = backoff, nil
+			if !errors.Is(err, errBusy) {
+				a.log.Warn("alert send failed; retrying", "channel", ch.name, "in", backoff, "err", err)
+			}
+		} else {
+			backoff = 0
+		}
+		timer := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			timer.Stop()
+			return
+		case <-wake:
+			timer.Stop()
+		case <-timer.C:
+		}
+	}
+}
+
+// sendPending sends the channel's unsent alerts in journal order, marking
+// each as it goes, and stops at the first failure so none overtakes another.
+// It holds the channel's lock on one connection, which the marks use too.
+func (a *Alerter) sendPending(ctx context.Context, ch *channel) error {
+	conn, err := a.db.Acquire(ctx)
+	if err != nil {
+		return fmt.Errorf("send alerts by %s: %w", ch.name, err)
+	}
+	defer conn.Release()
+	var mine bool
+	if err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock($1)`, ch.lock).Scan(&mine); err != nil {
+		return fmt.Errorf("send alerts by %s: lock: %w", ch.name, err)
+	}
+	if !mine {
+		return errBusy
+	}
+	defer func() {
+		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), sendTimeout)
+		defer cancel()
+		if _, err := conn.Exec(uctx, `SELECT pg_advisory_unlock($1)`, ch.lock); err != nil {
+			// Ending the session drops the lock.
+			_ = conn.Conn().Close(uctx)
+		}
+	}()
+	for {
+		rows, _ := conn.Query(ctx, ch.pending, sendBatch)
+		batch, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (pending, error) {
+			var p pending
+			err := r.Scan(&p.id, &p.code, &p.body)
+			return p, err
+		})
+		if err != nil {
+			return fmt.Errorf("send alerts by %s: read: %w", ch.name, err)
+		}
+		for _, p := range batch {
+			if err := ch.send(ctx, p); err != nil {
+				if ctx.Err() == nil {
+					a.failed.WithLabelValues(ch.name).Inc()
+				}
+				return fmt.Errorf("send alert %s by %s: %w", p.id, ch.name, err)
+			}
+			// A crash here sends p again at the next start, with its id.
+			if _, err := conn.Exec(ctx, ch.mark, p.id, a.now()); err != nil {
+				return fmt.Errorf("mark alert %s sent by %s: %w", p.id, ch.name, err)
+			}
+		}
+		if len(batch) < sendBatch {
+			return nil
+		}
+	}
+}
+
+// post sends an alert to the webhook: a 2xx answer takes it.
+func (a *Alerter) post(ctx context.Context, p pending) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, a.webhook, bytes.NewReader(p.body))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Idempotency-Key", p.id)
+	resp, err := a.http.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<16))
+	if resp.StatusCode/100 != 2 {
+		return fmt.Errorf("webhook answered %s", resp.Status)
+	}
+	return nil
+}
+
+// publish sends data on subject with id as Nats-Msg-Id and waits for the
+// server to have it: the flush is a round trip behind the message.
+func publish(ctx context.Context, nc *nats.Conn, subject, id string, data []byte) error {
+	msg := &nats.Msg{Subject: subject, Data: data, Header: nats.Header{}}
+	msg.Header.Set(nats.MsgIdHdr, id)
+	if err := nc.PublishMsg(msg); err != nil {
+		return fmt.Errorf("publish %s: %w", subject, err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, sendTimeout)
+	defer cancel()
+	if err := nc.FlushWithContext(ctx); err != nil {
+		return fmt.Errorf("publish %s: flush: %w", subject, err)
+	}
+	return nil
+}

@@ -1,0 +1,94 @@
+package alerts
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/waybill/waybill/feed"
+	"github.com/waybill/waybill/journal"
+	"github.com/waybill/waybill/lifecycle"
+)
+
+// StreamGroup is the event stream's consumer group in the feed.
+const StreamGroup = "events"
+
+// StreamConfig configures an EventStream.
+type StreamConfig struct {
+	// DB is the database, on which schema.Ensure has run; required.
+	DB *pgxpool.Pool
+	// NATS publishes the events; required.
+	NATS *nats.Conn
+	// PollInterval is the feed's; see feed.Config.
+	PollInterval time.Duration
+	// Metrics, when not nil, gets the stream's feed lag while it runs.
+	Metrics prometheus.Registerer
+	// Now measures the feed's lag; nil is time.Now.
+	Now func() time.Time
+	// Logger defaults to slog.Default().
+	Logger *slog.Logger
+}
+
+// EventStream publishes every journal event on NATS, for consumers outside
+// Waybill, in feed order, on waybill.events.<kind>, with the position as
+// Nats-Msg-Id. An event is published again after a crash before its ack.
+type EventStream struct {
+	nc       *nats.Conn
+	consumer *feed.Consumer
+}
+
+// NewEventStream checks cfg and returns an EventStream; Start runs it.
+func NewEventStream(cfg StreamConfig) (*EventStream, error) {
+	if cfg.DB == nil || cfg.NATS == nil {
+		return nil, errors.New("alerts: StreamConfig.DB and StreamConfig.NATS are required")
+	}
+	s := &EventStream{nc: cfg.NATS}
+	var err error
+	s.consumer, err = feed.NewConsumer(feed.Config{DB: cfg.DB, Group: StreamGroup, Handle: s.handle,
+		PollInterval: cfg.PollInterval, Metrics: cfg.Metrics, Now: cfg.Now, Logger: cfg.Logger})
+	if err != nil {
+		return nil, fmt.Errorf("alerts: event stream: %w", err)
+	}
+	return s, nil
+}
+
+// Start publishes from the group's place on until Stop or the end of ctx.
+func (s *EventStream) Start(ctx context.Context) error { return s.consumer.Start(ctx) }
+
+// Stop stops publishing and waits within ctx; safe to call twice.
+func (s *EventStream) Stop(ctx context.Context) { s.consumer.Stop(ctx) }
+
+// eventJSON is an event as the stream publishes it: the journal columns and
+// the payload as the journal stores it.
+type eventJSON struct {
+	Position   int64                   `json:"position"`
+	RecordedAt time.Time               `json:"recorded_at"`
+	Stream     string                  `json:"stream"`
+	Version    int                     `json:"version"`
+	Kind       journal.Kind            `json:"kind"`
+	Actor      string                  `json:"actor"`
+	DeliveryID uuid.UUID               `json:"delivery_id,omitzero"`
+	Target     string                  `json:"target,omitempty"`
+	OldState   lifecycle.DeliveryState `json:"old_state,omitempty"`
+	NewState   lifecycle.DeliveryState `json:"new_state,omitempty"`
+	Payload    journal.Payload         `json:"payload"`
+}
+
+func (s *EventStream) handle(ctx context.Context, e journal.Event) error {
+	data, err := json.Marshal(eventJSON{Position: e.Position, RecordedAt: e.RecordedAt, Stream: e.Stream,
+		Version: e.Version, Kind: e.Kind(), Actor: e.Actor, DeliveryID: e.DeliveryID, Target: e.Target,
+		OldState: e.OldState, NewState: e.NewState, Payload: e.Payload})
+	if err != nil {
+		return fmt.Errorf("event stream: encode position %d: %w", e.Position, err)
+	}
+	return publish(ctx, s.nc, "waybill.events."+string(e.Kind()), strconv.FormatInt(e.Position, 10), data)
+}

@@ -1,0 +1,291 @@
+package feed_test
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/waybill/waybill/feed"
+	"github.com/waybill/waybill/internal/dbtest"
+	"github.com/waybill/waybill/journal"
+	"github.com/waybill/waybill/schema"
+)
+
+func TestMain(m *testing.M) { dbtest.Main(m) }
+
+// recordedAt is the time of every event the tests append.
+var recordedAt = time.Date(2026, 12, 1, 8, 0, 0, 0, time.UTC)
+
+func newDB(t *testing.T) *pgxpool.Pool {
+	t.Helper()
+	db, err := pgxpool.New(t.Context(), dbtest.URL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(db.Close)
+	if err := schema.Ensure(t.Context(), db); err != nil {
+		t.Fatal(err)
+	}
+	return db
+}
+
+// queueAccepted queues the first event of a new message stream on b and
+// returns the stream.
+func queueAccepted(t *testing.T, b *pgx.Batch) string {
+	t.Helper()
+	stream := journal.MessageStream(uuid.New())
+	err := journal.Queue(b, journal.Event{RecordedAt: recordedAt, Stream: stream, Version: 1,
+		Actor: journal.SourceActor("erp"), Payload: &journal.MessageAccepted{Source: "erp", From: "a", To: "b",
+			ContentType: "text/plain", PayloadSHA256: "2cf24dba5fb0a30e26e83b2ac5b9e29e1b161e5c1fa7425e73043362938b9824"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return stream
+}
+
+// appendEvents commits n events, each in its own transaction, and returns
+// their streams in order.
+func appendEvents(t *testing.T, db *pgxpool.Pool, n int) []string {
+	t.Helper()
+	var streams []string
+	for range n {
+		b := &pgx.Batch{}
+		streams = append(streams, queueAccepted(t, b))
+		if err := db.SendBatch(t.Context(), b).Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return streams
+}
+
+// recorder keeps the streams of the events a handler saw, in order.
+type recorder struct {
+	mu   sync.Mutex
+	seen []string
+	// fail, when set, makes the handler fail for the events it returns true for.
+	fail func(e journal.Event) bool
+}
+
+func (r *recorder) handle(_ context.Context, e journal.Event) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.seen = append(r.seen, e.Stream)
+	if r.fail != nil && r.fail(e) {
+		return errors.New("handler refuses")
+	}
+	return nil
+}
+
+func (r *recorder) streams() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.seen)
+}
+
+func (r *recorder) setFail(f func(journal.Event) bool) {
+	r.mu.Lock()
+	r.fail = f
+	r.mu.Unlock()
+}
+
+// consumer is a started Consumer with a count of its reads.
+type consumer struct {
+	*feed.Consumer
+	polls atomic.Int64
+}
+
+func start(t *testing.T, cfg feed.Config) *consumer {
+	t.Helper()
+	if cfg.PollInterval == 0 {
+		cfg.PollInterval = 10 * time.Millisecond
+	}
+	fc, err := feed.NewConsumer(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &consumer{Consumer: fc}
+	fc.OnPoll(func() { c.polls.Add(1) })
+	if err := fc.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Stop(context.Background()) })
+	return c
+}
+
+// settle waits for two more reads: the second begins after this call, so an
+// event committed before it has been handed to the handler by its end.
+func (c *consumer) settle(t *testing.T) {
+	t.Helper()
+	n := c.polls.Load()
+	waitFor(t, "two more reads", func() bool { return c.polls.Load() >= n+2 })
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func TestLateCommitIsDeliveredOnce(t *testing.T) {
+	t.Parallel()
+	db := newDB(t)
+	ctx := t.Context()
+	r := &recorder{}
+	c := start(t, feed.Config{DB: db, Group: "late", Handle: r.handle})
+
+	// A takes the lower position and stays open; B takes the next and commits.
+	a, err := db.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Rollback(context.Background())
+	ba := &pgx.Batch{}
+	streamA := queueAccepted(t, ba)
+	if err := a.SendBatch(ctx, ba).Close(); err != nil {
+		t.Fatal(err)
+	}
+	bb := &pgx.Batch{}
+	streamB := queueAccepted(t, bb)
+	if err := db.SendBatch(ctx, bb).Close(); err != nil {
+		t.Fatal(err)
+	}
+	var posA, posB int64
+	if err := db.QueryRow(ctx, `SELECT position FROM journal WHERE stream = $1`, streamB).Scan(&posB); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.QueryRow(ctx, `SELECT position FROM journal WHERE stream = $1`, streamA).Scan(&posA); err != nil {
+		t.Fatal(err)
+	}
+	if posA >= posB {
+		t.Fatalf("positions A %d, B %d: A must hold the lower", posA, posB)
+	}
+
+	// While A is open, B is held back: handing it over now would put the
+	// group's place past A's position.
+	c.settle(t)
+	if got := r.streams(); len(got) != 0 {
+		t.Fatalf("delivered while A is open: %v", got)
+	}
+	if err := a.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "both events", func() bool { return len(r.streams()) >= 2 })
+	c.settle(t)
+	if got, want := r.streams(), []string{streamA, streamB}; !slices.Equal(got, want) {
+		t.Fatalf("delivered %v, want %v", got, want)
+	}
+}
+
+func TestRestartResumesAfterTheLastAck(t *testing.T) {
+	t.Parallel()
+	db := newDB(t)
+	first := appendEvents(t, db, 3)
+
+	// The first consumer acks two events and keeps failing on the third.
+	r1 := &recorder{fail: func(e journal.Event) bool { return e.Stream == first[2] }}
+	c1 := start(t, feed.Config{DB: db, Group: "resume", Handle: r1.handle})
+	waitFor(t, "the third event delivered again", func() bool {
+		return len(r1.streams()) >= 4
+	})
+	c1.Stop(t.Context())
+	c1.Stop(t.Context())
+	got := r1.streams()
+	if !slices.Equal(got[:2], first[:2]) {
+		t.Fatalf("first consumer saw %v", got)
+	}
+	for _, s := range got[2:] {
+		if s != first[2] {
+			t.Fatalf("first consumer went past the failing event: %v", got)
+		}
+	}
+
+	more := appendEvents(t, db, 2)
+	r2 := &recorder{}
+	c2 := start(t, feed.Config{DB: db, Group: "resume", Handle: r2.handle})
+	waitFor(t, "the rest", func() bool { return len(r2.streams()) >= 3 })
+	c2.settle(t)
+	if got, want := r2.streams(), append(first[2:], more...); !slices.Equal(got, want) {
+		t.Fatalf("restarted consumer saw %v, want %v", got, want)
+	}
+}
+
+func TestEveryGroupSeesEverything(t *testing.T) {
+	t.Parallel()
+	db := newDB(t)
+	before := appendEvents(t, db, 3)
+	r1, r2 := &recorder{}, &recorder{}
+	c1 := start(t, feed.Config{DB: db, Group: "one", Handle: r1.handle})
+	c2 := start(t, feed.Config{DB: db, Group: "two", Handle: r2.handle})
+	all := append(before, appendEvents(t, db, 3)...)
+	for _, c := range []struct {
+		c *consumer
+		r *recorder
+	}{{c1, r1}, {c2, r2}} {
+		waitFor(t, "every event", func() bool { return len(c.r.streams()) >= len(all) })
+		c.c.settle(t)
+		if got := c.r.streams(); !slices.Equal(got, all) {
+			t.Errorf("group saw %v, want %v", got, all)
+		}
+	}
+}
+
+func TestLagGauges(t *testing.T) {
+	t.Parallel()
+	db := newDB(t)
+	appendEvents(t, db, 3)
+	reg := prometheus.NewRegistry()
+	now := func() time.Time { return recordedAt.Add(90 * time.Second) }
+	r := &recorder{fail: func(journal.Event) bool { return true }}
+	c := start(t, feed.Config{DB: db, Group: "lagging", Handle: r.handle, Metrics: reg, Now: now})
+
+	waitFor(t, "a failed delivery", func() bool { return len(r.streams()) >= 1 })
+	if n, age := lag(t, reg); n != 3 || age != 90 {
+		t.Fatalf("lag %v events, %v s; want 3 and 90", n, age)
+	}
+	r.setFail(nil)
+	waitFor(t, "no lag", func() bool { n, age := lag(t, reg); return n == 0 && age == 0 })
+
+	c.Stop(t.Context())
+	if mfs, err := reg.Gather(); err != nil || len(mfs) != 0 {
+		t.Fatalf("after Stop the registry still has %v (%v)", mfs, err)
+	}
+}
+
+// lag reads the two gauges of the only group in reg.
+func lag(t *testing.T, reg *prometheus.Registry) (events, seconds float64) {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		v := mf.GetMetric()[0].GetGauge().GetValue()
+		switch mf.GetName() {
+		case "waybill_feed_lag_events":
+			events = v
+		case "waybill_feed_lag_seconds":
+			seconds = v
+		}
+	}
+	return events, seconds
+}
+
+func TestNewConsumerChecksConfig(t *testing.T) {
+	if _, err := feed.NewConsumer(feed.Config{Group: "Not a name"}); err == nil {
+		t.Fatal("NewConsumer accepted a config without DB, handler or valid group")
+	}
+}
