@@ -6,9 +6,9 @@ GO ?= go
 help: ## list the targets
 	@grep -E '^[a-z]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-8s %s\n", $$1, $$2}'
 
-run: ## build and run the service (arrives with the service issue)
-	@echo "waybill serve is not built yet: the core (journal, projector, commands, audit, rebuild) is; see README.md" >&2
-	@exit 1
+run: ## build and run the service with embedded PostgreSQL and NATS (data in ./var)
+	$(GO) build -o bin/waybill ./cmd/waybill
+	exec ./bin/waybill serve
 
 test: ## every test, with the race detector, against a real PostgreSQL
 	$(GO) test -race -count=1 -timeout 15m ./...

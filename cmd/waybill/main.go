@@ -1,6 +1,7 @@
-// Command waybill runs Waybill's operator commands against its database:
-// audit replays the journal and checks it and the projections; rebuild
-// recreates the projections from the journal; reset drops them.
+// Command waybill runs the Waybill service (serve) and its operator
+// commands against its database: audit replays the journal and checks it
+// and the projections; rebuild recreates the projections from the journal;
+// reset drops them.
 package main
 
 import (
@@ -23,6 +24,7 @@ import (
 const usage = `usage: waybill <command> [flags]
 
 commands:
+  serve    [flags]                              run the service; waybill serve --help lists the flags
   audit    [--database-url URL] [--message ID]  replay the journal and check it against the projections
   rebuild  [--database-url URL]                 recreate messages and deliveries from the journal, then audit
   reset    --projections [--database-url URL]   drop the messages and deliveries tables
@@ -33,6 +35,9 @@ Every --database-url defaults to $WAYBILL_DATABASE_URL.
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	// The first signal stops the service gently; once it is seen, the
+	// signals are the runtime's again, so a second one ends the process.
+	context.AfterFunc(ctx, stop)
 	os.Exit(run(ctx, os.Args[1:], os.Stdout, os.Stderr))
 }
 
@@ -45,6 +50,20 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	fs := flag.NewFlagSet("waybill "+args[0], flag.ContinueOnError)
 	fs.SetOutput(stderr)
+	if args[0] == "serve" {
+		cfg := serveFlags(fs)
+		if err := fs.Parse(args[1:]); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				return 0
+			}
+			return 2
+		}
+		if err := serve(ctx, cfg, stderr); err != nil {
+			fmt.Fprintf(stderr, "waybill serve: %v\n", err)
+			return 1
+		}
+		return 0
+	}
 	dbURL := fs.String("database-url", os.Getenv("WAYBILL_DATABASE_URL"), "PostgreSQL URL (env WAYBILL_DATABASE_URL)")
 	var cmd func(context.Context, *pgxpool.Pool) (int, error)
 	switch args[0] {

@@ -1,0 +1,344 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/waybill/waybill/alerts"
+	"github.com/waybill/waybill/commands"
+	"github.com/waybill/waybill/natsserver"
+	"github.com/waybill/waybill/pgserver"
+	"github.com/waybill/waybill/schema"
+	"github.com/waybill/waybill/sweep"
+	"github.com/waybill/waybill/workers"
+)
+
+// serveConfig is what `waybill serve` runs with, from its flags, each of
+// which defaults to an environment variable.
+type serveConfig struct {
+	dataDir      string
+	databaseURL  string
+	natsURL      string
+	listen       string
+	logFormat    string
+	alertWebhook string
+	drainGrace   time.Duration
+}
+
+// serveFlags declares the flags of serve on fs.
+func serveFlags(fs *flag.FlagSet) *serveConfig {
+	c := &serveConfig{}
+	fs.StringVar(&c.dataDir, "data-dir", env("WAYBILL_DATA_DIR", "./var"),
+		"directory of the embedded PostgreSQL (in <dir>/pg) and the admin token (env WAYBILL_DATA_DIR)")
+	fs.StringVar(&c.databaseURL, "database-url", env("WAYBILL_DATABASE_URL", ""),
+		"PostgreSQL URL to use instead of the embedded server (env WAYBILL_DATABASE_URL)")
+	fs.StringVar(&c.natsURL, "nats-url", env("WAYBILL_NATS_URL", ""),
+		"NATS server or cluster to use instead of the embedded one (env WAYBILL_NATS_URL)")
+	fs.StringVar(&c.listen, "listen", env("WAYBILL_LISTEN", "127.0.0.1:8080"),
+		"address of the HTTP server: metrics, health (env WAYBILL_LISTEN)")
+	fs.StringVar(&c.logFormat, "log-format", env("WAYBILL_LOG_FORMAT", "text"),
+		"log format, text or json (env WAYBILL_LOG_FORMAT)")
+	fs.StringVar(&c.alertWebhook, "alert-webhook", env("WAYBILL_ALERT_WEBHOOK", ""),
+		"URL every alert is POSTed to, besides NATS (env WAYBILL_ALERT_WEBHOOK)")
+	grace := env("WAYBILL_DRAIN_GRACE", "5s")
+	d, err := time.ParseDuration(grace)
+	if err != nil {
+		d = 5 * time.Second
+	}
+	fs.DurationVar(&c.drainGrace, "drain-grace", d,
+		"how long a stop lets attempts in flight finish before it cancels them (env WAYBILL_DRAIN_GRACE)")
+	return c
+}
+
+func env(name, def string) string {
+	if v, ok := os.LookupEnv(name); ok {
+		return v
+	}
+	return def
+}
+
+func newLogger(format string, w io.Writer) (*slog.Logger, error) {
+	switch format {
+	case "text":
+		return slog.New(slog.NewTextHandler(w, nil)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(w, nil)), nil
+	}
+	return nil, fmt.Errorf("--log-format: %q: allowed are text, json", format)
+}
+
+// serve runs the service until ctx ends, then stops it in the reverse order
+// of its start, so nothing claims while anything it needs is gone.
+func serve(ctx context.Context, cfg *serveConfig, stderr io.Writer) error {
+	log, err := newLogger(cfg.logFormat, stderr)
+	if err != nil {
+		return err
+	}
+	slog.SetDefault(log)
+	var stack stopStack
+	defer stack.run()
+
+	dbURL := cfg.databaseURL
+	if dbURL == "" {
+		if dbURL, err = startEmbeddedPostgres(ctx, cfg.dataDir, log, &stack); err != nil {
+			return err
+		}
+	}
+	db, err := openDB(ctx, dbURL)
+	if err != nil {
+		return err
+	}
+	stack.push(db.Close)
+	if err := schema.Ensure(ctx, db); err != nil {
+		return err
+	}
+	lock, err := schema.LockServer(ctx, db)
+	if err != nil {
+		return err
+	}
+	stack.push(lock.Release)
+
+	nc, err := connectNATS(cfg.natsURL, log, &stack)
+	if err != nil {
+		return err
+	}
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	metrics := workers.NewMetrics(reg)
+	w, err := commands.New(commands.Config{DB: db, Notifier: workers.NewPublisher(nc, log, metrics), Logger: log})
+	if err != nil {
+		return err
+	}
+
+	var ready atomic.Bool
+	srv, err := startHTTP(cfg.listen, db, reg, &ready, log)
+	if err != nil {
+		return err
+	}
+	stack.push(func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(sctx)
+	})
+
+	alerter, err := alerts.New(alerts.Config{DB: db, NATS: nc, WebhookURL: cfg.alertWebhook, Metrics: reg, Logger: log})
+	if err != nil {
+		return err
+	}
+	// The feed's consumers live until their Stop, which saves their
+	// positions; the signal's context must not end them first.
+	if err := alerter.Start(context.WithoutCancel(ctx)); err != nil {
+		return err
+	}
+	stack.push(func() { alerter.Stop(context.Background()) })
+	events, err := alerts.NewEventStream(alerts.StreamConfig{DB: db, NATS: nc, Metrics: reg, Logger: log})
+	if err != nil {
+		return err
+	}
+	if err := events.Start(context.WithoutCancel(ctx)); err != nil {
+		return err
+	}
+	stack.push(func() { events.Stop(context.Background()) })
+
+	rt, err := workers.NewRuntime(workers.RuntimeConfig{Writer: w, DB: db, NATS: nc, DrainGrace: cfg.drainGrace, Logger: log, Metrics: metrics})
+	if err != nil {
+		return err
+	}
+	if err := rt.Start(ctx); err != nil {
+		return err
+	}
+	// The workers stop before the sweep, and both before anything they use.
+	stack.push(func() {
+		sctx, cancel := context.WithTimeout(context.Background(), cfg.drainGrace+10*time.Second)
+		defer cancel()
+		rt.Stop(sctx)
+	})
+	// The first pass runs after the workers subscribed, so its wake-ups
+	// find them.
+	sw, err := sweep.New(sweep.Config{Writer: w, DB: db, Logger: log, Registerer: reg})
+	if err != nil {
+		return err
+	}
+	if err := sw.Start(ctx); err != nil {
+		return err
+	}
+	stack.push(sw.Stop)
+	stack.push(func() { ready.Store(false) })
+
+	ready.Store(true)
+	log.Info("waybill serving", "http", "http://"+srv.Addr, "metrics", "http://"+srv.Addr+"/metrics")
+	<-ctx.Done()
+	log.Info("stopping: no more claims; attempts in flight get the drain grace", "drain_grace", cfg.drainGrace)
+	return nil
+}
+
+// stopStack holds what serve started, to be stopped in reverse order.
+type stopStack []func()
+
+func (s *stopStack) push(f func()) { *s = append(*s, f) }
+
+func (s *stopStack) run() {
+	for i := len(*s) - 1; i >= 0; i-- {
+		(*s)[i]()
+	}
+}
+
+// startEmbeddedPostgres starts (or adopts) the PostgreSQL of the data
+// directory and returns the URL of its waybill database, created on first
+// use.
+func startEmbeddedPostgres(ctx context.Context, dataDir string, log *slog.Logger, stack *stopStack) (string, error) {
+	dir, err := filepath.Abs(dataDir)
+	if err != nil {
+		return "", err
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", fmt.Errorf("data dir: %w", err)
+	}
+	srv, err := pgserver.Start(ctx, pgserver.Config{DataDir: filepath.Join(dir, "pg"), Logger: log})
+	if errors.Is(err, pgserver.ErrNoBinaries) {
+		return "", fmt.Errorf("no database: %w; install the PostgreSQL server binaries (initdb, postgres) or pass --database-url (env WAYBILL_DATABASE_URL)", err)
+	}
+	if err != nil {
+		return "", err
+	}
+	stack.push(func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := srv.Stop(sctx); err != nil {
+			log.Error("stop embedded postgres", "err", err)
+		}
+	})
+	conn, err := pgx.Connect(ctx, srv.URL("postgres"))
+	if err != nil {
+		return "", fmt.Errorf("embedded postgres: %w", err)
+	}
+	defer conn.Close(context.Background())
+	var exists bool
+	if err := conn.QueryRow(ctx, `SELECT EXISTS (SELECT FROM pg_database WHERE datname = 'waybill')`).Scan(&exists); err != nil {
+		return "", fmt.Errorf("embedded postgres: %w", err)
+	}
+	if !exists {
+		if _, err := conn.Exec(ctx, `CREATE DATABASE waybill`); err != nil {
+			return "", fmt.Errorf("embedded postgres: create database: %w", err)
+		}
+	}
+	log.Info("embedded postgres", "data_dir", filepath.Join(dir, "pg"))
+	return srv.URL("waybill"), nil
+}
+
+// openDB opens the pool every part of the process shares. A session left
+// idle inside a transaction is ended after a minute: such a transaction
+// holds back the journal feed, which reads only below the oldest one open.
+func openDB(ctx context.Context, url string) (*pgxpool.Pool, error) {
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return nil, fmt.Errorf("database url: %w", err)
+	}
+	cfg.ConnConfig.RuntimeParams["idle_in_transaction_session_timeout"] = "60000"
+	cfg.ConnConfig.RuntimeParams["application_name"] = "waybill"
+	if cfg.MaxConns < 32 && !strings.Contains(url, "pool_max_conns") {
+		cfg.MaxConns = 32
+	}
+	db, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("open database: %w", err)
+	}
+	if err := db.Ping(ctx); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("open database: %w", err)
+	}
+	return db, nil
+}
+
+// connectNATS connects to the NATS at url, or to an embedded server when
+// url is empty.
+func connectNATS(url string, log *slog.Logger, stack *stopStack) (*nats.Conn, error) {
+	opts := []nats.Option{nats.Name("waybill"), nats.MaxReconnects(-1),
+		nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
+			subject := ""
+			if sub != nil {
+				subject = sub.Subject
+			}
+			log.Debug("nats", "subject", subject, "err", err)
+		})}
+	if url != "" {
+		nc, err := nats.Connect(url, opts...)
+		if err != nil {
+			return nil, fmt.Errorf("connect to nats %s: %w", url, err)
+		}
+		stack.push(nc.Close)
+		return nc, nil
+	}
+	ns, err := natsserver.Start(natsserver.Config{})
+	if err != nil {
+		return nil, err
+	}
+	stack.push(ns.Stop)
+	nc, err := ns.Connect(opts...)
+	if err != nil {
+		return nil, err
+	}
+	stack.push(nc.Close)
+	return nc, nil
+}
+
+// startHTTP serves the metrics and the health checks: /healthz answers
+// while the process runs, /readyz only while the database answers and the
+// workers have subscribed.
+func startHTTP(addr string, db *pgxpool.Pool, reg *prometheus.Registry, ready *atomic.Bool, log *slog.Logger) (*http.Server, error) {
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintln(w, "ok")
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+		defer cancel()
+		switch {
+		case !ready.Load():
+			http.Error(w, "starting or stopping", http.StatusServiceUnavailable)
+		case db.Ping(ctx) != nil:
+			http.Error(w, "database unreachable", http.StatusServiceUnavailable)
+		default:
+			fmt.Fprintln(w, "ready")
+		}
+	})
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("listen on %s: %w", addr, err)
+	}
+	srv := &http.Server{
+		Addr:              l.Addr().String(),
+		Handler:           mux,
+		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       30 * time.Second,
+		WriteTimeout:      30 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		MaxHeaderBytes:    64 << 10,
+	}
+	go func() {
+		if err := srv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("http server", "err", err)
+		}
+	}()
+	return srv, nil
+}

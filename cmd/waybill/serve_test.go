@@ -1,0 +1,193 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os/exec"
+	"path/filepath"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/nats-io/nats.go"
+
+	"github.com/waybill/waybill/commands"
+	"github.com/waybill/waybill/internal/dbtest"
+	"github.com/waybill/waybill/journal"
+	"github.com/waybill/waybill/lifecycle"
+	"github.com/waybill/waybill/natsserver"
+	"github.com/waybill/waybill/projection"
+	"github.com/waybill/waybill/schema"
+	"github.com/waybill/waybill/workers"
+)
+
+// buildBinary builds the waybill command once for the tests that run it.
+func buildBinary(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "waybill")
+	out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput()
+	if err != nil {
+		t.Fatalf("build waybill: %v\n%s", err, out)
+	}
+	return bin
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// TestServeStopsGently runs `waybill serve` on a test database and an
+// outside NATS server, lets it deliver, then sends SIGTERM while an attempt
+// hangs: the process stops claiming, gives the attempt its drain grace,
+// releases it as a retry due now, and exits 0. Nothing is failed.
+func TestServeStopsGently(t *testing.T) {
+	ctx := t.Context()
+	dbURL := dbtest.URL(t)
+	db, err := pgxpool.New(ctx, dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if err := schema.Ensure(ctx, db); err != nil {
+		t.Fatal(err)
+	}
+	ns, err := natsserver.Start(natsserver.Config{Listen: "127.0.0.1:0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ns.Stop()
+	nc, err := nats.Connect(ns.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	w, err := commands.New(commands.Config{DB: db, Notifier: workers.NewPublisher(nc, nil, nil)})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	hang := make(chan struct{})
+	entered := make(chan struct{}, 1)
+	sink := httptest.NewServer(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		if string(body) == "hang" {
+			entered <- struct{}{}
+			select {
+			case <-hang:
+			case <-r.Context().Done():
+			}
+		}
+	}))
+	defer sink.Close()
+	defer close(hang)
+	cfg, _ := json.Marshal(map[string]string{"url": sink.URL})
+	if _, err := w.CreateTarget(ctx, lifecycle.Target{Name: "web", Kind: "http", Enabled: true, Config: cfg}, "operator:admin"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.CreateRoute(ctx, lifecycle.Route{Source: "erp", From: "*", To: "*", Target: "web"}, "operator:admin"); err != nil {
+		t.Fatal(err)
+	}
+
+	addr := freeAddr(t)
+	cmd := exec.Command(buildBinary(t), "serve", "--database-url", dbURL, "--nats-url", ns.ClientURL(),
+		"--listen", addr, "--drain-grace", "200ms", "--log-format", "json")
+	var logs bytes.Buffer
+	cmd.Stderr = &logs
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if cmd.ProcessState == nil {
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+		}
+		if t.Failed() {
+			t.Logf("serve's log:\n%s", logs.String())
+		}
+	}()
+	waitReady(t, "http://"+addr+"/readyz")
+
+	ingest := func(payload string) *projection.Message {
+		m, _, err := w.Ingest(ctx, commands.NewMessage{Source: "erp", From: "a", To: "b", ContentType: "text/plain", Payload: []byte(payload)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	ok := ingest("fine")
+	waitStatus(t, db, ok.ID, lifecycle.StatusDelivered)
+
+	slow := ingest("hang")
+	<-entered
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("serve exited with %v, want 0", err)
+	}
+	m, err := projection.Load(ctx, db, slow.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := m.Deliveries[0]; d.State != lifecycle.StateRetrying {
+		t.Fatalf("the hanging attempt is %s after the stop, want retrying", d.State)
+	}
+	events, err := journal.Stream(ctx, db, journal.MessageStream(slow.ID))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r, ok := events[len(events)-1].Payload.(*journal.DeliveryReleased); !ok || !r.Started {
+		t.Fatalf("last event %s, want delivery.released (started)", events[len(events)-1].Kind())
+	}
+}
+
+func waitReady(t *testing.T, url string) {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		resp, err := http.Get(url)
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s not ready: %v", url, errors.Join(err, fmt.Errorf("status %v", resp)))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func waitStatus(t *testing.T, db *pgxpool.Pool, id uuid.UUID, want lifecycle.MessageStatus) {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		var status string
+		if err := db.QueryRow(context.Background(), `SELECT status FROM messages WHERE id = $1`, id).Scan(&status); err != nil {
+			t.Fatal(err)
+		}
+		if status == string(want) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("message %v is %s, want %s", id, status, want)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
