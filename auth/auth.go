@@ -1,0 +1,72 @@
+// Package auth holds the API's bearer tokens: each has a name, the subject
+// an operator's actions are journaled under, and a role that bounds what it
+// may do. Tokens are stored hashed and compared in constant time.
+package auth
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Role bounds what a token may do.
+type Role string
+
+// The roles.
+const (
+	// RoleAdmin may change routes, targets and settings, act on messages,
+	// post messages and read.
+	RoleAdmin Role = "admin"
+	// RoleIngest may only post messages.
+	RoleIngest Role = "ingest"
+	// RoleReader may only read.
+	RoleReader Role = "reader"
+)
+
+// Roles is the canonical set.
+var Roles = []Role{RoleAdmin, RoleIngest, RoleReader}
+
+// ParseRole returns s as a role, or an error listing the roles.
+func ParseRole(s string) (Role, error) {
+	for _, r := range Roles {
+		if string(r) == s {
+			return r, nil
+		}
+	}
+	return "", fmt.Errorf("%q is not a role: allowed are admin, ingest, reader", s)
+}
+
+// Permission is one kind of request.
+type Permission int
+
+// The permissions a request needs.
+const (
+	// Read: every GET of the API.
+	Read Permission = iota
+	// Ingest: posting a message.
+	Ingest
+	// Administer: configuration and operator actions on messages.
+	Administer
+)
+
+// Allows reports whether the role may do what p names.
+func (r Role) Allows(p Permission) bool {
+	switch r {
+	case RoleAdmin:
+		return true
+	case RoleIngest:
+		return p == Ingest
+	case RoleReader:
+		return p == Read
+	}
+	return false
+}
+
+// Identity is who a request acts as.
+type Identity struct {
+	// Name is the token's name: the operator's subject in the journal.
+	Name string
+	Role Role
+}
+
+// ErrUnauthorized: no token, or one that is not known.
+var ErrUnauthorized = errors.New("unauthorized")
