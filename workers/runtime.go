@@ -35,12 +35,20 @@ type RuntimeConfig struct {
 	Metrics *Metrics
 }
 
+// ConfigSubject carries the news that the configuration changed, between
+// the processes that share a database.
+const ConfigSubject = "waybill.config"
+
 // Runtime runs one Worker for every enabled target, and follows the
 // configuration: a target added, changed, enabled or disabled gets its
-// worker started, restarted or stopped at the next Sync.
+// worker started, restarted or stopped at the next Sync, which follows news
+// on ConfigSubject at once and runs every Resync in any case.
 type Runtime struct {
 	cfg RuntimeConfig
 	log *slog.Logger
+	// changed asks the loop for a Sync.
+	changed chan struct{}
+	sub     *nats.Subscription
 
 	mu      sync.Mutex
 	running map[string]*targetWorker
@@ -70,14 +78,26 @@ func NewRuntime(cfg RuntimeConfig) (*Runtime, error) {
 		cfg.Logger = slog.Default()
 	}
 	cfg.Metrics = cfg.Metrics.orNop()
-	return &Runtime{cfg: cfg, log: cfg.Logger, running: map[string]*targetWorker{}, loopDone: make(chan struct{})}, nil
+	return &Runtime{cfg: cfg, log: cfg.Logger, changed: make(chan struct{}, 1),
+		running: map[string]*targetWorker{}, loopDone: make(chan struct{})}, nil
 }
 
 // Start starts the workers of the enabled targets; when it returns, each has
 // subscribed to its wake-ups. It then keeps them in step with the
 // configuration every Resync.
 func (r *Runtime) Start(ctx context.Context) error {
+	sub, err := r.cfg.NATS.Subscribe(ConfigSubject, func(*nats.Msg) {
+		// The Writer's cached routes go at once; the workers follow in
+		// the loop, so this callback never waits on the database.
+		r.cfg.Writer.Invalidate()
+		r.resync()
+	})
+	if err != nil {
+		return fmt.Errorf("subscribe to %s: %w", ConfigSubject, err)
+	}
+	r.sub = sub
 	if err := r.Sync(ctx); err != nil {
+		_ = sub.Unsubscribe()
 		return err
 	}
 	loopCtx, cancel := context.WithCancel(context.Background())
@@ -91,13 +111,32 @@ func (r *Runtime) Start(ctx context.Context) error {
 			case <-loopCtx.Done():
 				return
 			case <-t.C:
-				if err := r.Sync(loopCtx); err != nil && loopCtx.Err() == nil {
-					r.log.Error("sync workers with the targets", "err", err)
-				}
+			case <-r.changed:
+			}
+			if err := r.Sync(loopCtx); err != nil && loopCtx.Err() == nil {
+				r.log.Error("sync workers with the targets", "err", err)
 			}
 		}
 	}()
 	return nil
+}
+
+// ConfigChanged tells every process on the NATS, this one included, that
+// a route, target or settings change has committed. A lost message costs
+// at most Resync: the configuration is read again then anyway.
+func (r *Runtime) ConfigChanged() {
+	r.cfg.Writer.Invalidate()
+	r.resync()
+	if err := r.cfg.NATS.Publish(ConfigSubject, nil); err != nil {
+		r.log.Debug("configuration change not published", "err", err)
+	}
+}
+
+func (r *Runtime) resync() {
+	select {
+	case r.changed <- struct{}{}:
+	default:
+	}
 }
 
 // Sync reads the targets and starts, restarts or stops workers to match;
@@ -178,6 +217,9 @@ func (r *Runtime) Stop(ctx context.Context) {
 	running := r.running
 	r.running = nil
 	r.mu.Unlock()
+	if r.sub != nil {
+		_ = r.sub.Unsubscribe()
+	}
 	if r.stopLoop != nil {
 		r.stopLoop()
 		<-r.loopDone

@@ -1,6 +1,7 @@
 package workers_test
 
 import (
+	"context"
 	"encoding/json"
 	"net/http"
 	"os"
@@ -370,4 +371,35 @@ func sum(t *testing.T, b *bundle, name string) float64 {
 		}
 	}
 	return total
+}
+
+// TestConfigChangeReachesOtherProcesses runs two runtimes on one database
+// and one NATS, as two processes would: a target enabled through the first
+// is worked by the second at once, not at its next resync.
+func TestConfigChangeReachesOtherProcesses(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	spec := b.httpTarget("web")
+	spec.Enabled = false
+	b.target(t, spec)
+	first := b.runtime(t, 0)
+	other := b.writer(t, workers.NewPublisher(b.nc, nil, b.metrics))
+	second, err := workers.NewRuntime(workers.RuntimeConfig{Writer: other, DB: b.db, NATS: b.nc, Now: b.clock.Now,
+		Resync: time.Hour, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := second.Start(b.ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { second.Stop(context.Background()) })
+
+	spec.Enabled = true
+	if _, err := b.w.UpdateTarget(b.ctx, spec, admin); err != nil {
+		t.Fatal(err)
+	}
+	first.ConfigChanged()
+	first.Stop(b.ctx)
+	ms := b.ingest(t, 5)
+	b.waitStatus(t, lifecycle.StatusDelivered, ms...)
 }
