@@ -50,13 +50,50 @@ func Start(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("start nats server: %w", err)
 	}
+	// The server reports a listener it could not open (a port in use, an
+	// address not on this machine) only in its log, and ReadyForConnections
+	// would wait out its whole timeout for it: catch it there instead.
+	fatal := make(chan error, 1)
+	srv.SetLogger(fatalLog(fatal), false, false)
 	go srv.Start()
-	if !srv.ReadyForConnections(startTimeout) {
-		srv.Shutdown()
-		return nil, errors.New("start nats server: not ready after 10s")
+	deadline := time.Now().Add(startTimeout)
+	for !srv.ReadyForConnections(readyPoll) {
+		select {
+		case err := <-fatal:
+			srv.Shutdown()
+			if cfg.Listen != "" {
+				return nil, fmt.Errorf("nats listen address %q: %w", cfg.Listen, err)
+			}
+			return nil, fmt.Errorf("start nats server: %w", err)
+		default:
+		}
+		if time.Now().After(deadline) {
+			srv.Shutdown()
+			return nil, errors.New("start nats server: not ready after 10s")
+		}
 	}
 	return &Server{srv: srv}, nil
 }
+
+// readyPoll is how long one readiness check waits before the log is looked at.
+const readyPoll = 50 * time.Millisecond
+
+// fatalLog is the server's logger: it drops everything but a fatal error,
+// which it hands to Start. The server's own logger would exit the process.
+type fatalLog chan<- error
+
+func (l fatalLog) Fatalf(format string, v ...any) {
+	select {
+	case l <- fmt.Errorf(format, v...):
+	default: // Start has one already.
+	}
+}
+
+func (fatalLog) Noticef(string, ...any) {}
+func (fatalLog) Warnf(string, ...any)   {}
+func (fatalLog) Errorf(string, ...any)  {}
+func (fatalLog) Debugf(string, ...any)  {}
+func (fatalLog) Tracef(string, ...any)  {}
 
 // Connect opens a client connection inside the process.
 func (s *Server) Connect(opts ...nats.Option) (*nats.Conn, error) {

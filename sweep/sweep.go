@@ -108,7 +108,10 @@ func (s *Sweeper) Start(ctx context.Context) error {
 	return nil
 }
 
-// Stop ends the loop, after the pass in progress; safe to call twice.
+// Stop ends the loop and waits for it; safe to call twice, and without
+// Start. A pass in progress is cut short rather than finished, since a
+// large backlog could hold up the process's exit: each command commits whole
+// or not at all, and the next pass, here or elsewhere, takes what is left.
 func (s *Sweeper) Stop() {
 	s.stopOnce.Do(func() {
 		if s.stop == nil {

@@ -1,0 +1,237 @@
+package commands_test
+
+import (
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/waybill/waybill/commands"
+	"github.com/waybill/waybill/journal"
+	"github.com/waybill/waybill/lifecycle"
+	"github.com/waybill/waybill/projection"
+)
+
+// claimDue claims up to n due deliveries of the target and checks that
+// each claim is the one stored.
+func (b *bundle) claimDue(t *testing.T, target string, n int, lease time.Duration) []commands.Claim {
+	t.Helper()
+	claims, err := b.w.ClaimDue(b.ctx, target, n, lease)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range claims {
+		d := c.Delivery
+		if d.Target != target || d.State != lifecycle.StateDelivering || d.ClaimToken != c.Token ||
+			d.Attempts != c.Attempt || !d.LeaseEnd.Equal(c.LeaseEnd) || d.DispatchCount != 0 || !d.NextDue.IsZero() {
+			t.Errorf("claim %+v of delivery %+v", c, d)
+		}
+		if !c.LeaseEnd.Equal(b.clock.Now().Add(lease)) {
+			t.Errorf("lease ends %s", c.LeaseEnd)
+		}
+		stored, err := projection.Load(b.ctx, b.db, d.MessageID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if v := projection.Compare(stored, c.Message); len(v) > 0 {
+			t.Errorf("stored differs from the claim's message: %v", v)
+		}
+	}
+	return claims
+}
+
+func claimed(claims []commands.Claim) []uuid.UUID {
+	ids := make([]uuid.UUID, len(claims))
+	for i, c := range claims {
+		ids[i] = c.Delivery.ID
+	}
+	return ids
+}
+
+func TestClaimDueTakesWhatAWorkerMay(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.targets(t, "alpha", "beta")
+	// One unclaimed wake-up is the most, so a second one stalls.
+	if err := b.w.SetSettings(b.ctx, lifecycle.Settings{Delivery: lifecycle.DeliverySettings{MaxDispatches: 1}}, admin); err != nil {
+		t.Fatal(err)
+	}
+	// Each message has a delivery to alpha (first) and to beta.
+	alpha := func() projection.Delivery { return b.ingest(t).Deliveries[0] }
+	claim := func(d projection.Delivery, lease time.Duration) commands.Claim {
+		t.Helper()
+		c, err := b.w.Claim(b.ctx, d.ID, lease)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	complete := func(c commands.Claim, o lifecycle.Outcome) {
+		t.Helper()
+		if _, err := b.w.Complete(b.ctx, c.Delivery.ID, c.Token, o); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// t0
+	queued, stalled, retryDue, retryWoken, retryLater, expired, leased, awaiting, delivered :=
+		alpha(), alpha(), alpha(), alpha(), alpha(), alpha(), alpha(), alpha(), alpha()
+	b.clock.Advance(10 * time.Second) // t1
+	if kind, err := b.w.Wake(b.ctx, stalled.ID); err != nil || kind != journal.KindDeliveryStalled {
+		t.Fatalf("stall: %q %v", kind, err)
+	}
+	complete(claim(retryDue, time.Minute), lifecycle.Retry(b.clock.Now().Add(5*time.Second), "503"))
+	complete(claim(retryWoken, time.Minute), lifecycle.Retry(b.clock.Now().Add(5*time.Second), "503"))
+	complete(claim(retryLater, time.Minute), lifecycle.Retry(b.clock.Now().Add(time.Hour), "503"))
+	oldClaim := claim(expired, 5*time.Second)
+	complete(claim(awaiting, time.Minute), lifecycle.AwaitingAck("sent", b.clock.Now().Add(time.Hour)))
+	complete(claim(delivered, time.Minute), lifecycle.Delivered("200"))
+	b.clock.Advance(5 * time.Second) // t2
+	// Woken at its retry time, it is due again only in 10 s, but a worker
+	// may take it at once.
+	if kind, err := b.w.Wake(b.ctx, retryWoken.ID); err != nil || kind != journal.KindDeliveryWoken {
+		t.Fatalf("wake: %q %v", kind, err)
+	}
+	claim(leased, time.Hour)
+	fresh := alpha()
+	if _, err := b.w.Claim(b.ctx, retryLater.ID, time.Minute); err == nil {
+		t.Fatal("a retrying delivery neither due nor woken was claimed")
+	}
+
+	// Oldest due first: queued and stalled since t1, retryDue and the
+	// expired lease since t2, then the two due at t2 + 10 s.
+	const lease = 2 * time.Minute
+	first := b.claimDue(t, "alpha", 4, lease)
+	if got, want := claimed(first), []uuid.UUID{queued.ID, stalled.ID, retryDue.ID, expired.ID}; !sameSet(got, want) {
+		t.Errorf("first claims %v, want %v", got, want)
+	}
+	rest := b.claimDue(t, "alpha", 100, lease)
+	if got, want := claimed(rest), []uuid.UUID{retryWoken.ID, fresh.ID}; !sameSet(got, want) {
+		t.Errorf("then %v, want %v", got, want)
+	}
+	if again := b.claimDue(t, "alpha", 100, lease); len(again) != 0 {
+		t.Errorf("claimed again: %v", claimed(again))
+	}
+
+	// The expired lease was journaled before the new claim, and the old
+	// claim is lost.
+	events, err := journal.Stream(b.ctx, b.db, journal.MessageStream(expired.MessageID))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var kinds []journal.Kind
+	for _, e := range events {
+		if e.DeliveryID == expired.ID {
+			kinds = append(kinds, e.Kind())
+		}
+	}
+	if want := []journal.Kind{journal.KindDeliveryClaimed, journal.KindDeliveryLeaseExpired, journal.KindDeliveryClaimed}; !slices.Equal(kinds, want) {
+		t.Errorf("expired lease: events %v, want %v", kinds, want)
+	}
+	if _, err := b.w.Complete(b.ctx, expired.ID, oldClaim.Token, lifecycle.Delivered("late")); err == nil {
+		t.Error("the expired claim completed")
+	}
+	for _, c := range append(first, rest...) {
+		if _, err := b.w.Complete(b.ctx, c.Delivery.ID, c.Token, lifecycle.Delivered("200")); err != nil {
+			t.Errorf("complete delivery %s: %v", c.Delivery.ID, err)
+		}
+	}
+
+	// Beta's deliveries were left alone.
+	var n int
+	if err := b.db.QueryRow(b.ctx, `SELECT count(*) FROM deliveries WHERE target = 'beta' AND state = 'queued'`).Scan(&n); err != nil || n != 10 {
+		t.Errorf("%d of beta's 10 deliveries queued, %v", n, err)
+	}
+	b.audit(t)
+}
+
+func sameSet(a, b []uuid.UUID) bool {
+	a, b = slices.Clone(a), slices.Clone(b)
+	cmp := func(x, y uuid.UUID) int { return slices.Compare(x[:], y[:]) }
+	slices.SortFunc(a, cmp)
+	slices.SortFunc(b, cmp)
+	return slices.Equal(a, b)
+}
+
+func TestClaimDueRefusesBadArguments(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	for _, c := range []struct {
+		n     int
+		lease time.Duration
+	}{{0, time.Minute}, {1, 0}, {-1, -time.Second}} {
+		if _, err := b.w.ClaimDue(b.ctx, "alpha", c.n, c.lease); err == nil {
+			t.Errorf("n %d lease %s: no error", c.n, c.lease)
+		}
+	}
+}
+
+func TestConcurrentClaimDueShareTheBacklog(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.targets(t, "alpha")
+	const total = 200
+	for range total {
+		b.ingest(t)
+	}
+
+	// Four workers of one target take small batches until they find none.
+	var (
+		mu     sync.Mutex
+		claims []commands.Claim
+		wg     sync.WaitGroup
+	)
+	start := make(chan struct{})
+	for range 4 {
+		wg.Go(func() {
+			<-start
+			for {
+				got, err := b.w.ClaimDue(b.ctx, "alpha", 7, time.Minute)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if len(got) == 0 {
+					return
+				}
+				mu.Lock()
+				claims = append(claims, got...)
+				mu.Unlock()
+			}
+		})
+	}
+	close(start)
+	wg.Wait()
+
+	ids := claimed(claims)
+	if len(ids) != total {
+		t.Errorf("%d claims of %d deliveries", len(ids), total)
+	}
+	slices.SortFunc(ids, func(x, y uuid.UUID) int { return slices.Compare(x[:], y[:]) })
+	if len(slices.Compact(ids)) != len(ids) {
+		t.Error("a delivery was claimed twice")
+	}
+	for _, c := range claims {
+		if _, err := b.w.Complete(b.ctx, c.Delivery.ID, c.Token, lifecycle.Delivered("200")); err != nil {
+			t.Errorf("complete delivery %s: %v", c.Delivery.ID, err)
+		}
+	}
+
+	rows, err := b.db.Query(b.ctx, `SELECT delivery_id, count(*) FROM journal WHERE kind = $1 GROUP BY delivery_id HAVING count(*) <> 1`,
+		journal.KindDeliveryClaimed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	twice, err := pgx.CollectRows(rows, pgx.RowToMap)
+	if err != nil || len(twice) > 0 {
+		t.Errorf("claimed other than once: %v %v", twice, err)
+	}
+	var left int
+	if err := b.db.QueryRow(b.ctx, `SELECT count(*) FROM deliveries WHERE state <> 'delivered'`).Scan(&left); err != nil || left != 0 {
+		t.Errorf("%d deliveries not delivered, %v", left, err)
+	}
+	b.audit(t)
+}
