@@ -55,9 +55,14 @@ type Sweeper struct {
 	log     *slog.Logger
 	metrics *metrics
 
-	stop     context.CancelFunc
-	done     chan struct{}
-	stopOnce sync.Once
+	// loop ends the loop; done is closed when it has ended, or at once
+	// when there is none to end.
+	loop context.Context
+	stop context.CancelFunc
+	done chan struct{}
+
+	mu               sync.Mutex
+	started, stopped bool
 }
 
 // New returns a Sweeper; Start sets it going.
@@ -80,26 +85,34 @@ func New(cfg Config) (*Sweeper, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	return &Sweeper{cfg: cfg, log: cfg.Logger.With("component", "sweep"), metrics: newMetrics(cfg.Registerer), done: make(chan struct{})}, nil
+	loop, stop := context.WithCancel(context.Background())
+	return &Sweeper{cfg: cfg, log: cfg.Logger.With("component", "sweep"), metrics: newMetrics(cfg.Registerer),
+		loop: loop, stop: stop, done: make(chan struct{})}, nil
 }
 
 // Start runs the first pass, then one every Interval until Stop.
 func (s *Sweeper) Start(ctx context.Context) error {
+	s.mu.Lock()
+	if s.started || s.stopped {
+		s.mu.Unlock()
+		return errors.New("sweep: Start after Start or Stop")
+	}
+	s.started = true
+	s.mu.Unlock()
 	if _, err := s.Pass(ctx); err != nil {
+		close(s.done)
 		return err
 	}
-	loopCtx, cancel := context.WithCancel(context.Background())
-	s.stop = cancel
 	go func() {
 		defer close(s.done)
 		t := time.NewTicker(s.cfg.Interval)
 		defer t.Stop()
 		for {
 			select {
-			case <-loopCtx.Done():
+			case <-s.loop.Done():
 				return
 			case <-t.C:
-				if _, err := s.Pass(loopCtx); err != nil && loopCtx.Err() == nil {
+				if _, err := s.Pass(s.loop); err != nil && s.loop.Err() == nil {
 					s.log.Error("sweep pass", "err", err)
 				}
 			}
@@ -108,19 +121,22 @@ func (s *Sweeper) Start(ctx context.Context) error {
 	return nil
 }
 
-// Stop ends the loop and waits for it; safe to call twice, and without
-// Start. A pass in progress is cut short rather than finished, since a
-// large backlog could hold up the process's exit: each command commits whole
-// or not at all, and the next pass, here or elsewhere, takes what is left.
+// Stop ends the loop, cancelling a pass in progress (each of its commands
+// commits whole or not at all), and waits for it; a Stop during Start's
+// first pass waits for that pass. Safe to call twice.
 func (s *Sweeper) Stop() {
-	s.stopOnce.Do(func() {
-		if s.stop == nil {
-			close(s.done)
-			return
-		}
-		s.stop()
+	s.mu.Lock()
+	started := s.started
+	if s.stopped {
+		s.mu.Unlock()
+		return
+	}
+	s.stopped = true
+	s.mu.Unlock()
+	s.stop()
+	if started {
 		<-s.done
-	})
+	}
 }
 
 // The steps' queries take the most overdue first, on the deliveries_due
