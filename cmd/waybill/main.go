@@ -1,7 +1,7 @@
 // Command waybill runs the Waybill service (serve) and its operator
 // commands against its database: audit replays the journal and checks it
 // and the projections; rebuild recreates the projections from the journal;
-// reset drops them.
+// reset drops them; token creates API tokens.
 package main
 
 import (
@@ -28,6 +28,7 @@ commands:
   audit    [--database-url URL] [--message ID]  replay the journal and check it against the projections
   rebuild  [--database-url URL]                 recreate messages and deliveries from the journal, then audit
   reset    --projections [--database-url URL]   drop the messages and deliveries tables
+  token    create --name N --role R             create an API token (admin, ingest or reader) and print it
 
 Every --database-url defaults to $WAYBILL_DATABASE_URL.
 `
@@ -108,6 +109,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintln(stdout, "projections dropped; run `waybill rebuild` to fill them from the journal")
 			return 0, nil
 		}
+	case "token":
+		return runToken(ctx, args[1:], stdout, stderr)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return 0
