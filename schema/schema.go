@@ -189,6 +189,9 @@ func Ensure(ctx context.Context, db *pgxpool.Pool) error {
 		if _, err := tx.Exec(ctx, alertsDDL); err != nil {
 			return fmt.Errorf("create alerts table: %w", err)
 		}
+		if _, err := tx.Exec(ctx, tokensDDL); err != nil {
+			return fmt.Errorf("create tokens table: %w", err)
+		}
 		if _, err := tx.Exec(ctx, projectionDDL); err != nil {
 			return fmt.Errorf("create projection tables: %w", err)
 		}

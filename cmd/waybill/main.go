@@ -1,7 +1,8 @@
 // Command waybill runs the Waybill service (serve) and its operator
 // commands against its database: audit replays the journal and checks it
 // and the projections; rebuild recreates the projections from the journal;
-// reset drops them.
+// reset drops them; token creates API tokens. messages, redeliver and
+// redispatch talk to a running server's REST API.
 package main
 
 import (
@@ -28,8 +29,16 @@ commands:
   audit    [--database-url URL] [--message ID]  replay the journal and check it against the projections
   rebuild  [--database-url URL]                 recreate messages and deliveries from the journal, then audit
   reset    --projections [--database-url URL]   drop the messages and deliveries tables
+  token    create --name N --role R             create an API token (admin, ingest or reader) and print it
 
-Every --database-url defaults to $WAYBILL_DATABASE_URL.
+commands that talk to a running server (--server URL, --token T or the data dir's admin.token):
+  messages [--status S] [--limit N]             list messages, newest first
+  messages show ID                              a message, its deliveries and its history
+  redeliver ID DELIVERY                         queue one delivery of a message again
+  redispatch ID                                 match the routes again; add deliveries for new targets
+
+Every --database-url defaults to $WAYBILL_DATABASE_URL, --server to
+$WAYBILL_SERVER (http://127.0.0.1:8080), --token to $WAYBILL_TOKEN.
 `
 
 func main() {
@@ -108,6 +117,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintln(stdout, "projections dropped; run `waybill rebuild` to fill them from the journal")
 			return 0, nil
 		}
+	case "token":
+		return runToken(ctx, args[1:], stdout, stderr)
+	case "messages", "redeliver", "redispatch":
+		return runClient(ctx, args, stdout, stderr)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return 0

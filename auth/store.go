@@ -1,0 +1,237 @@
+package auth
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/waybill/waybill/lifecycle"
+)
+
+// A token is "wb_<id>_<secret>": id is 8 random bytes and secret 32, both
+// in lower-case hex. The id is the row's key, so a token is found without
+// comparing secrets; the secret is known only to its holder, the table has
+// its SHA-256. The secret has 256 bits of entropy, so a fast hash suffices:
+// no guess or dictionary can reach it.
+const (
+	tokenPrefix = "wb_"
+	idBytes     = 8
+	secretBytes = 32
+	idLen       = 2 * idBytes
+	secretLen   = 2 * secretBytes
+	tokenLen    = len(tokenPrefix) + idLen + 1 + secretLen
+)
+
+// AdminTokenFile is the name of the file, in the server's data directory,
+// that the first start writes the admin token to.
+const AdminTokenFile = "admin.token"
+
+// AdminName is the name of the token EnsureAdminToken creates.
+const AdminName = "admin"
+
+// adminLock serialises EnsureAdminToken across processes, so servers that
+// start together on one database create one admin token between them.
+const adminLock = 0x77617962696c6c20
+
+// Store keeps the tokens in the api_tokens table, which schema.Ensure
+// creates.
+type Store struct {
+	db *pgxpool.Pool
+}
+
+// NewStore returns the store of the tokens in db.
+func NewStore(db *pgxpool.Pool) *Store {
+	return &Store{db: db}
+}
+
+// Create makes a token with the name and role and returns it. The token is
+// shown this once: only a hash of its secret is kept. A name may hold
+// several tokens, of the same role or not, so an operator can replace a
+// token without a gap. A bad name or role is a *lifecycle.FieldError
+// naming the field.
+func (s *Store) Create(ctx context.Context, name string, role Role) (string, error) {
+	if err := checkInput(name, role); err != nil {
+		return "", err
+	}
+	return create(ctx, s.db, name, role)
+}
+
+func checkInput(name string, role Role) error {
+	if err := lifecycle.CheckName("name", name); err != nil {
+		return err
+	}
+	if _, err := ParseRole(string(role)); err != nil {
+		return &lifecycle.FieldError{Field: "role", Problem: err.Error()}
+	}
+	return nil
+}
+
+// execer is what create needs of a pool or a transaction.
+type execer interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+}
+
+func create(ctx context.Context, db execer, name string, role Role) (string, error) {
+	var b [idBytes + secretBytes]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", fmt.Errorf("create token: %w", err)
+	}
+	id, secret := hex.EncodeToString(b[:idBytes]), b[idBytes:]
+	sum := sha256.Sum256(secret)
+	_, err := db.Exec(ctx, `INSERT INTO api_tokens (id, name, role, secret_sha256, created_at)
+		VALUES ($1, $2, $3, $4, $5)`, id, name, string(role), sum[:], time.Now().UTC())
+	if err != nil {
+		return "", fmt.Errorf("create token: %w", err)
+	}
+	return tokenPrefix + id + "_" + hex.EncodeToString(secret), nil
+}
+
+// Authenticate returns the identity of token. Anything but a token of the
+// store, as Create returned it, is ErrUnauthorized, whatever part of it is
+// wrong; other errors are the database's.
+func (s *Store) Authenticate(ctx context.Context, token string) (Identity, error) {
+	id, secret, ok := parse(token)
+	if !ok {
+		return Identity{}, ErrUnauthorized
+	}
+	var (
+		name, role string
+		stored     []byte
+	)
+	err := s.db.QueryRow(ctx, `SELECT name, role, secret_sha256 FROM api_tokens WHERE id = $1`, id).
+		Scan(&name, &role, &stored)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Identity{}, ErrUnauthorized
+	}
+	if err != nil {
+		return Identity{}, fmt.Errorf("authenticate: %w", err)
+	}
+	sum := sha256.Sum256(secret)
+	if subtle.ConstantTimeCompare(sum[:], stored) != 1 {
+		return Identity{}, ErrUnauthorized
+	}
+	r, err := ParseRole(role)
+	if err != nil {
+		// A role this build does not know grants nothing.
+		return Identity{}, ErrUnauthorized
+	}
+	return Identity{Name: name, Role: r}, nil
+}
+
+// parse splits a token into its id and the bytes of its secret.
+func parse(token string) (id string, secret []byte, ok bool) {
+	if len(token) != tokenLen || !strings.HasPrefix(token, tokenPrefix) {
+		return "", nil, false
+	}
+	rest := token[len(tokenPrefix):]
+	id, hexSecret := rest[:idLen], rest[idLen+1:]
+	if rest[idLen] != '_' || !isLowerHex(id) || !isLowerHex(hexSecret) {
+		return "", nil, false
+	}
+	secret, err := hex.DecodeString(hexSecret)
+	if err != nil {
+		return "", nil, false
+	}
+	return id, secret, true
+}
+
+func isLowerHex(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
+}
+
+// EnsureAdminToken makes sure an admin can reach the API: when the store
+// holds no admin token at all, it creates one named "admin" and writes it
+// to path (the server's <data dir>/admin.token), readable only by the
+// owner, and reports true. When an admin token exists it does nothing,
+// even if the file is gone: the token in it cannot be shown again, and
+// `waybill token create` makes another. Servers starting together on one
+// database create one token between them.
+func (s *Store) EnsureAdminToken(ctx context.Context, path string) (created bool, err error) {
+	err = pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, int64(adminLock)); err != nil {
+			return err
+		}
+		var exists bool
+		if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT FROM api_tokens WHERE role = $1)`, string(RoleAdmin)).Scan(&exists); err != nil {
+			return err
+		}
+		if exists {
+			return nil
+		}
+		token, err := create(ctx, tx, AdminName, RoleAdmin)
+		if err != nil {
+			return err
+		}
+		// Written before the commit: a token that could not be written
+		// is not kept, and a commit that fails leaves a file the next
+		// start overwrites.
+		if err := writeFileAtomic(path, []byte(token+"\n")); err != nil {
+			return err
+		}
+		created = true
+		return nil
+	})
+	if err != nil {
+		return false, fmt.Errorf("ensure admin token: %w", err)
+	}
+	return created, nil
+}
+
+// writeFileAtomic writes data to path with mode 0600 through a temporary
+// file in the same directory, so path holds either its old content or all
+// of data.
+func writeFileAtomic(path string, data []byte) (err error) {
+	dir := filepath.Dir(path)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".*")
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err != nil {
+			f.Close()
+			os.Remove(f.Name())
+		}
+	}()
+	// CreateTemp makes the file 0600 already; say so against a changed default.
+	if err := f.Chmod(0o600); err != nil {
+		return err
+	}
+	if _, err := f.Write(data); err != nil {
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	if err := os.Rename(f.Name(), path); err != nil {
+		return err
+	}
+	// Make the rename itself durable.
+	if d, err := os.Open(dir); err == nil {
+		_ = d.Sync()
+		d.Close()
+	}
+	return nil
+}

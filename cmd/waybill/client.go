@@ -1,0 +1,535 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"io/fs"
+	"maps"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/waybill/waybill/auth"
+)
+
+// The operator commands that talk to a running server's REST API.
+
+// client calls the API of one server with one token.
+type client struct {
+	base  *url.URL // the server, without /api/v1
+	token string
+	// tokenFrom says where the token came from, for the hint on a refusal.
+	tokenFrom string
+	http      *http.Client
+}
+
+// maxResponse bounds what the client reads of an answer.
+const maxResponse = 32 << 20
+
+// apiError is an answer outside 2xx: the API's error envelope when the
+// server sent one, otherwise the status and the start of the body.
+type apiError struct {
+	Status  int
+	Code    string
+	Message string
+	Details map[string]any
+}
+
+func (e *apiError) Error() string {
+	var b strings.Builder
+	if e.Code != "" {
+		fmt.Fprintf(&b, "%s: %s (HTTP %d)", e.Code, e.Message, e.Status)
+	} else {
+		fmt.Fprintf(&b, "HTTP %d %s", e.Status, http.StatusText(e.Status))
+		if e.Message != "" {
+			fmt.Fprintf(&b, ": %s", e.Message)
+		}
+	}
+	for _, k := range slices.Sorted(maps.Keys(e.Details)) {
+		v, ok := e.Details[k].(string)
+		if !ok {
+			j, _ := json.Marshal(e.Details[k])
+			v = string(j)
+		}
+		fmt.Fprintf(&b, "\n  %s: %s", k, v)
+	}
+	return b.String()
+}
+
+// do sends a request to path under /api/v1 and decodes a 2xx answer into
+// out. A POST carries no body but says it is JSON, as the API requires.
+func (c *client) do(ctx context.Context, method, path string, query url.Values, out any) error {
+	u := c.base.JoinPath("/api/v1", path)
+	u.RawQuery = query.Encode()
+	req, err := http.NewRequestWithContext(ctx, method, u.String(), http.NoBody)
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Authorization", "Bearer "+c.token)
+	req.Header.Set("Accept", "application/json")
+	req.Header.Set("User-Agent", "waybill-cli")
+	if method == http.MethodPost {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return fmt.Errorf("cannot reach the server at %s (is `waybill serve` running? --server, env WAYBILL_SERVER): %w", c.base, err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, maxResponse))
+	if err != nil {
+		return fmt.Errorf("%s %s: read answer: %w", method, u.Path, err)
+	}
+	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+		return decodeError(resp.StatusCode, body)
+	}
+	if err := json.Unmarshal(body, out); err != nil {
+		return fmt.Errorf("%s %s: the answer is not the API's JSON: %w", method, u.Path, err)
+	}
+	return nil
+}
+
+func decodeError(status int, body []byte) *apiError {
+	var env struct {
+		Error *struct {
+			Code    string         `json:"code"`
+			Message string         `json:"message"`
+			Details map[string]any `json:"details"`
+		} `json:"error"`
+	}
+	if json.Unmarshal(body, &env) == nil && env.Error != nil && env.Error.Code != "" {
+		return &apiError{Status: status, Code: env.Error.Code, Message: env.Error.Message, Details: env.Error.Details}
+	}
+	// Not the API's envelope: a proxy, or not a Waybill server at all.
+	text := strings.TrimSpace(string(body))
+	if len(text) > 200 {
+		text = text[:200] + "…"
+	}
+	return &apiError{Status: status, Message: oneLine(text)}
+}
+
+// The resources, as far as the commands show them.
+
+type message struct {
+	ID            string     `json:"id"`
+	Source        string     `json:"source"`
+	From          string     `json:"from"`
+	To            string     `json:"to"`
+	Stage         string     `json:"stage"`
+	Status        string     `json:"status"`
+	Error         string     `json:"error"`
+	CreatedAt     string     `json:"created_at"`
+	UpdatedAt     string     `json:"updated_at"`
+	PayloadSize   int64      `json:"payload_size"`
+	PayloadSHA256 string     `json:"payload_sha256"`
+	Deliveries    []delivery `json:"deliveries"`
+}
+
+type delivery struct {
+	ID            string  `json:"id"`
+	Target        string  `json:"target"`
+	State         string  `json:"state"`
+	Attempts      int     `json:"attempts"`
+	NextAttemptAt *string `json:"next_attempt_at"`
+	LastError     string  `json:"last_error"`
+	CreatedAt     string  `json:"created_at"`
+	UpdatedAt     string  `json:"updated_at"`
+	FinishedAt    *string `json:"finished_at"`
+}
+
+type messagePage struct {
+	Items      []message `json:"items"`
+	NextCursor *string   `json:"next_cursor"`
+}
+
+type historyEvent struct {
+	Position   int64   `json:"position"`
+	At         string  `json:"at"`
+	Kind       string  `json:"kind"`
+	Actor      string  `json:"actor"`
+	DeliveryID *string `json:"delivery_id"`
+	Target     *string `json:"target"`
+	OldState   *string `json:"old_state"`
+	NewState   *string `json:"new_state"`
+	Text       string  `json:"text"`
+}
+
+type history struct {
+	Items []historyEvent `json:"items"`
+}
+
+// clientConfig is what every client command takes.
+type clientConfig struct {
+	server  string
+	token   string
+	dataDir string
+}
+
+func clientFlags(fs *flagSet) *clientConfig {
+	c := &clientConfig{}
+	fs.StringVar(&c.server, "server", env("WAYBILL_SERVER", "http://127.0.0.1:8080"),
+		"URL of the Waybill server (env WAYBILL_SERVER)")
+	fs.StringVar(&c.token, "token", env("WAYBILL_TOKEN", ""),
+		"API token (env WAYBILL_TOKEN); without one, the admin token file of --data-dir")
+	fs.StringVar(&c.dataDir, "data-dir", env("WAYBILL_DATA_DIR", "./var"),
+		"the server's data directory, for its "+auth.AdminTokenFile+" (env WAYBILL_DATA_DIR)")
+	return c
+}
+
+// newClient checks the server URL and finds the token: the flag or the
+// variable, otherwise the admin token file the server wrote.
+func (c *clientConfig) newClient() (*client, error) {
+	u, err := url.Parse(c.server)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, fmt.Errorf("--server: %q is not an http:// or https:// URL", c.server)
+	}
+	cl := &client{base: u, token: strings.TrimSpace(c.token), tokenFrom: "--token or WAYBILL_TOKEN",
+		http: &http.Client{Timeout: 30 * time.Second}}
+	if cl.token == "" {
+		path := filepath.Join(c.dataDir, auth.AdminTokenFile)
+		b, err := os.ReadFile(path)
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil, fmt.Errorf("no token: pass --token or set WAYBILL_TOKEN (`waybill token create` makes one), or point --data-dir at the server's data directory, which holds %s (there is no %s)", auth.AdminTokenFile, path)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("read the token file: %w", err)
+		}
+		cl.token, cl.tokenFrom = strings.TrimSpace(string(b)), path
+		if cl.token == "" {
+			return nil, fmt.Errorf("the token file %s is empty", path)
+		}
+	}
+	return cl, nil
+}
+
+// runClient runs one of the commands that talk to a server: messages,
+// redeliver and redispatch.
+func runClient(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	cmd := args[0]
+	fs := newFlagSet("waybill "+cmd, stderr)
+	cfg := clientFlags(fs)
+	var status, cursor string
+	var limit int
+	switch cmd {
+	case "messages":
+		fs.usage = "waybill messages [--status S] [--limit N] [--cursor C]\n       waybill messages show ID"
+		fs.StringVar(&status, "status", "", "only messages of this status: received, in_progress, retrying, awaiting_receipt, stalled, delivered, not_routed, refused, error")
+		fs.IntVar(&limit, "limit", 0, "at most this many messages (the server's default when 0)")
+		fs.StringVar(&cursor, "cursor", "", "the page after this cursor, as a previous page named it")
+	case "redeliver":
+		fs.usage = "waybill redeliver ID DELIVERY"
+	case "redispatch":
+		fs.usage = "waybill redispatch ID"
+	}
+	pos, err := fs.parse(args[1:])
+	if errors.Is(err, errHelp) {
+		return 0
+	}
+	if err != nil {
+		return 2
+	}
+	misuse := func(format string, a ...any) int {
+		fmt.Fprintf(stderr, "waybill %s: %s\nusage: %s\n", cmd, fmt.Sprintf(format, a...), fs.usage)
+		return 2
+	}
+
+	// The arguments are checked before anything is sent.
+	var act func(context.Context, *client) error
+	switch {
+	case cmd == "messages" && len(pos) == 0:
+		if limit < 0 {
+			return misuse("--limit: must be positive")
+		}
+		act = func(ctx context.Context, c *client) error {
+			return listMessages(ctx, c, stdout, status, limit, cursor)
+		}
+	case cmd == "messages" && pos[0] == "show":
+		if len(pos) != 2 {
+			return misuse("show takes one message id")
+		}
+		if !isUUID(pos[1]) {
+			return misuse("%q is not a message id", pos[1])
+		}
+		act = func(ctx context.Context, c *client) error { return showMessage(ctx, c, stdout, pos[1]) }
+	case cmd == "redeliver" && len(pos) == 2:
+		if !isUUID(pos[0]) {
+			return misuse("%q is not a message id", pos[0])
+		}
+		if !isUUID(pos[1]) {
+			return misuse("%q is not a delivery id", pos[1])
+		}
+		act = func(ctx context.Context, c *client) error {
+			var m message
+			if err := c.do(ctx, http.MethodPost, "messages/"+pos[0]+"/deliveries/"+pos[1]+"/redeliver", nil, &m); err != nil {
+				return err
+			}
+			fmt.Fprintf(stdout, "delivery %s redelivered\n\n", pos[1])
+			printMessage(stdout, &m)
+			return nil
+		}
+	case cmd == "redispatch" && len(pos) == 1:
+		if !isUUID(pos[0]) {
+			return misuse("%q is not a message id", pos[0])
+		}
+		act = func(ctx context.Context, c *client) error {
+			var m message
+			if err := c.do(ctx, http.MethodPost, "messages/"+pos[0]+"/redispatch", nil, &m); err != nil {
+				return err
+			}
+			fmt.Fprintf(stdout, "message %s redispatched\n\n", pos[0])
+			printMessage(stdout, &m)
+			return nil
+		}
+	default:
+		return misuse("unexpected arguments %q", pos)
+	}
+	c, err := cfg.newClient()
+	if err != nil {
+		fmt.Fprintf(stderr, "waybill %s: %v\n", cmd, err)
+		return 2
+	}
+	if err := act(ctx, c); err != nil {
+		fmt.Fprintf(stderr, "waybill %s: %v\n", cmd, err)
+		var ae *apiError
+		if errors.As(err, &ae) && ae.Status == http.StatusUnauthorized {
+			fmt.Fprintf(stderr, "the server refused the token from %s\n", c.tokenFrom)
+		}
+		return 1
+	}
+	return 0
+}
+
+func listMessages(ctx context.Context, c *client, w io.Writer, status string, limit int, cursor string) error {
+	q := url.Values{}
+	var again []string
+	if status != "" {
+		q.Set("status", status)
+		again = append(again, "--status", status)
+	}
+	if limit > 0 {
+		q.Set("limit", fmt.Sprint(limit))
+		again = append(again, "--limit", fmt.Sprint(limit))
+	}
+	if cursor != "" {
+		q.Set("cursor", cursor)
+	}
+	var page messagePage
+	if err := c.do(ctx, http.MethodGet, "messages", q, &page); err != nil {
+		return err
+	}
+	if len(page.Items) == 0 {
+		fmt.Fprintln(w, "no messages")
+	} else {
+		t := newTable(w, "ID", "CREATED", "STATUS", "STAGE", "SOURCE", "FROM", "TO", "ERROR")
+		for _, m := range page.Items {
+			t.row(m.ID, timeCell(m.CreatedAt), m.Status, m.Stage, m.Source, m.From, m.To, shorten(m.Error, 60))
+		}
+		t.flush()
+	}
+	if page.NextCursor != nil && *page.NextCursor != "" {
+		fmt.Fprintf(w, "\nnext page: waybill messages %s\n", strings.Join(append(again, "--cursor", shellQuote(*page.NextCursor)), " "))
+	}
+	return nil
+}
+
+func showMessage(ctx context.Context, c *client, w io.Writer, id string) error {
+	var m message
+	if err := c.do(ctx, http.MethodGet, "messages/"+id, nil, &m); err != nil {
+		return err
+	}
+	var h history
+	if err := c.do(ctx, http.MethodGet, "messages/"+id+"/history", nil, &h); err != nil {
+		return err
+	}
+	printMessage(w, &m)
+	fmt.Fprintf(w, "\nhistory\n")
+	if len(h.Items) == 0 {
+		fmt.Fprintln(w, "  no events")
+		return nil
+	}
+	t := newTable(w, "POSITION", "AT", "KIND", "ACTOR", "TARGET", "STATE", "TEXT")
+	for _, e := range h.Items {
+		state := str(e.NewState)
+		if e.OldState != nil && *e.OldState != "" {
+			state = *e.OldState + " -> " + state
+		}
+		t.row(fmt.Sprint(e.Position), timeCell(e.At), e.Kind, e.Actor, str(e.Target), state, shorten(e.Text, 100))
+	}
+	t.flush()
+	return nil
+}
+
+// printMessage shows a message's fields, then its deliveries.
+func printMessage(w io.Writer, m *message) {
+	t := newTable(w)
+	t.row("message", m.ID)
+	t.row("status", m.Status)
+	t.row("stage", m.Stage)
+	if m.Error != "" {
+		t.row("error", oneLine(m.Error))
+	}
+	t.row("source", m.Source)
+	t.row("from", m.From)
+	t.row("to", m.To)
+	t.row("payload", fmt.Sprintf("%d bytes, sha256 %s", m.PayloadSize, m.PayloadSHA256))
+	t.row("created", timeCell(m.CreatedAt))
+	t.row("updated", timeCell(m.UpdatedAt))
+	t.flush()
+	fmt.Fprintf(w, "\ndeliveries\n")
+	if len(m.Deliveries) == 0 {
+		fmt.Fprintln(w, "  none")
+		return
+	}
+	t = newTable(w, "ID", "TARGET", "STATE", "ATTEMPTS", "NEXT ATTEMPT", "FINISHED", "LAST ERROR")
+	for _, d := range m.Deliveries {
+		t.row(d.ID, d.Target, d.State, fmt.Sprint(d.Attempts), timeCell(str(d.NextAttemptAt)),
+			timeCell(str(d.FinishedAt)), shorten(d.LastError, 80))
+	}
+	t.flush()
+}
+
+func isUUID(s string) bool {
+	// The canonical form only, as the API's paths take it.
+	if len(s) != 36 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch i {
+		case 8, 13, 18, 23:
+			if c != '-' {
+				return false
+			}
+		default:
+			if (c < '0' || c > '9') && (c < 'a' || c > 'f') && (c < 'A' || c > 'F') {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+func str(p *string) string {
+	if p == nil {
+		return ""
+	}
+	return *p
+}
+
+// timeCell shows an RFC 3339 time in UTC to the second.
+func timeCell(s string) string {
+	if s == "" {
+		return ""
+	}
+	t, err := time.Parse(time.RFC3339Nano, s)
+	if err != nil {
+		return s
+	}
+	return t.UTC().Format("2006-01-02 15:04:05Z")
+}
+
+// oneLine keeps text from breaking a table's rows and columns.
+func oneLine(s string) string {
+	return strings.Join(strings.Fields(s), " ")
+}
+
+func shorten(s string, n int) string {
+	s = oneLine(s)
+	if r := []rune(s); len(r) > n {
+		return string(r[:n-1]) + "…"
+	}
+	return s
+}
+
+// shellQuote quotes s for a shell when it holds anything but safe letters.
+func shellQuote(s string) string {
+	safe := s != ""
+	for _, r := range s {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("-_=.:/+", r)) {
+			safe = false
+			break
+		}
+	}
+	if safe {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
+
+// table writes aligned columns through a tabwriter; empty cells show as
+// "-", and no cell can hold a tab or a line break.
+type table struct {
+	tw *tabwriter.Writer
+}
+
+func newTable(w io.Writer, header ...string) *table {
+	t := &table{tw: tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)}
+	if len(header) > 0 {
+		t.row(header...)
+	}
+	return t
+}
+
+func (t *table) row(cells ...string) {
+	for i, c := range cells {
+		if c = oneLine(c); c == "" {
+			c = "-"
+		}
+		if i > 0 {
+			io.WriteString(t.tw, "\t")
+		}
+		io.WriteString(t.tw, c)
+	}
+	io.WriteString(t.tw, "\n")
+}
+
+func (t *table) flush() { t.tw.Flush() }
+
+// flagSet is a flag.FlagSet whose flags may come before, between or after
+// the positional arguments: `waybill messages show ID --server URL`.
+type flagSet struct {
+	*flag.FlagSet
+	usage string
+}
+
+var errHelp = flag.ErrHelp
+
+func newFlagSet(name string, stderr io.Writer) *flagSet {
+	fs := &flagSet{FlagSet: flag.NewFlagSet(name, flag.ContinueOnError)}
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "usage: %s\n\nflags:\n", fs.usage)
+		fs.PrintDefaults()
+	}
+	return fs
+}
+
+// parse parses the flags wherever they are and returns the other
+// arguments in order; after "--" everything is an argument.
+func (fs *flagSet) parse(args []string) ([]string, error) {
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return nil, err
+		}
+		rest := fs.Args()
+		if len(rest) == 0 {
+			return pos, nil
+		}
+		// Parse stops at "--" too, and drops it.
+		if n := len(args) - len(rest); n > 0 && args[n-1] == "--" {
+			return append(pos, rest...), nil
+		}
+		pos = append(pos, rest[0])
+		args = rest[1:]
+	}
+}

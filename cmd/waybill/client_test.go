@@ -1,0 +1,330 @@
+package main
+
+import (
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+)
+
+// The client commands against canned answers in the API's contract: these
+// tests check the requests the commands send and what they print, not the
+// server.
+
+const (
+	msgID  = "0190a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a01"
+	msgID2 = "0190a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a02"
+	dlvID  = "0190a1b2-c3d4-7e5f-8a9b-0c1d2e3f4ad1"
+	dlvID2 = "0190a1b2-c3d4-7e5f-8a9b-0c1d2e3f4ad2"
+)
+
+const messageJSON = `{"id":"` + msgID + `","source":"erp","from":"acme","to":"globex","stage":"dispatched",
+	"status":"retrying","error":"","created_at":"2025-03-04T10:11:12.345678Z","updated_at":"2025-03-04T10:12:00Z",
+	"payload_size":1234,"payload_sha256":"9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08",
+	"deliveries":[
+	 {"id":"` + dlvID + `","target":"billing","state":"retrying","attempts":3,"next_attempt_at":"2025-03-04T10:13:00+01:00",
+	  "last_error":"POST http://billing/in: 503 Service Unavailable\n\tupstream down","created_at":"2025-03-04T10:11:12Z",
+	  "updated_at":"2025-03-04T10:12:00Z","finished_at":null},
+	 {"id":"` + dlvID2 + `","target":"archive","state":"delivered","attempts":1,"next_attempt_at":null,
+	  "last_error":"","created_at":"2025-03-04T10:11:12Z","updated_at":"2025-03-04T10:11:13Z","finished_at":"2025-03-04T10:11:13Z"}]}`
+
+const historyJSON = `{"items":[
+	{"position":17,"at":"2025-03-04T10:11:12Z","kind":"message.accepted","actor":"ingest:erp-feed","delivery_id":null,"target":null,"old_state":null,"new_state":null,"text":""},
+	{"position":18,"at":"2025-03-04T10:11:12Z","kind":"message.dispatched","actor":"system","delivery_id":null,"target":null,"old_state":null,"new_state":null,"text":"2 targets"},
+	{"position":21,"at":"2025-03-04T10:11:13Z","kind":"delivery.claimed","actor":"worker","delivery_id":"` + dlvID + `","target":"billing","old_state":"queued","new_state":"delivering","text":""},
+	{"position":22,"at":"2025-03-04T10:11:14Z","kind":"delivery.attempted","actor":"worker","delivery_id":"` + dlvID + `","target":"billing","old_state":"delivering","new_state":"retrying","text":"503 Service Unavailable"}]}`
+
+// request is what the fake server saw.
+type request struct {
+	Method, Path, Query, Authorization, ContentType, Accept, Body string
+}
+
+type answer struct {
+	status int
+	body   string
+}
+
+// fakeAPI serves canned answers by "METHOD /path" and records the requests.
+type fakeAPI struct {
+	*httptest.Server
+	mu       sync.Mutex
+	requests []request
+}
+
+func newFakeAPI(t *testing.T, answers map[string]answer) *fakeAPI {
+	f := &fakeAPI{}
+	f.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		f.mu.Lock()
+		f.requests = append(f.requests, request{r.Method, r.URL.Path, r.URL.RawQuery,
+			r.Header.Get("Authorization"), r.Header.Get("Content-Type"), r.Header.Get("Accept"), string(body)})
+		f.mu.Unlock()
+		a, ok := answers[r.Method+" "+r.URL.Path]
+		if !ok {
+			a = answer{404, `{"error":{"code":"NOT_FOUND","message":"no such resource","details":{}}}`}
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(a.status)
+		io.WriteString(w, a.body)
+	}))
+	t.Cleanup(f.Close)
+	return f
+}
+
+func (f *fakeAPI) seen() []request {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]request(nil), f.requests...)
+}
+
+func checkRequests(t *testing.T, got []request, want ...request) {
+	t.Helper()
+	if len(got) != len(want) {
+		t.Fatalf("requests:\n%+v\nwant:\n%+v", got, want)
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Errorf("request %d:\n got %+v\nwant %+v", i, got[i], want[i])
+		}
+	}
+}
+
+func TestMessagesList(t *testing.T) {
+	t.Parallel()
+	api := newFakeAPI(t, map[string]answer{
+		"GET /api/v1/messages": {200, `{"items":[` + messageJSON + `,
+			{"id":"` + msgID2 + `","source":"erp","from":"acme","to":"initech","stage":"refused","status":"refused",
+			 "error":"no route matched\tand the payload was refused by a rule that is explained in a rather long text here",
+			 "created_at":"2025-03-04T10:00:00Z","updated_at":"2025-03-04T10:00:00Z","payload_size":0,"payload_sha256":"","deliveries":[]}],
+			"next_cursor":"eyJ0IjoiMjAyNSJ9 =="}`},
+	})
+	// Flags before and after the command's own.
+	code, out, errOut := waybillCLI(t, "messages", "--server", api.URL+"/", "--status", "retrying", "--limit", "2", "--token", "wb_secret")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	checkRequests(t, api.seen(), request{Method: "GET", Path: "/api/v1/messages", Query: "limit=2&status=retrying",
+		Authorization: "Bearer wb_secret", Accept: "application/json"})
+	want := `ID                                    CREATED               STATUS    STAGE       SOURCE  FROM  TO       ERROR
+0190a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a01  2025-03-04 10:11:12Z  retrying  dispatched  erp     acme  globex   -
+0190a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a02  2025-03-04 10:00:00Z  refused   refused     erp     acme  initech  no route matched and the payload was refused by a rule that…
+
+next page: waybill messages --status retrying --limit 2 --cursor 'eyJ0IjoiMjAyNSJ9 =='
+`
+	if out != want {
+		t.Errorf("output:\n%s\nwant:\n%s", out, want)
+	}
+}
+
+func TestMessagesListEmpty(t *testing.T) {
+	t.Parallel()
+	api := newFakeAPI(t, map[string]answer{"GET /api/v1/messages": {200, `{"items":[],"next_cursor":null}`}})
+	code, out, errOut := waybillCLI(t, "messages", "--server", api.URL, "--token", "t")
+	if code != 0 || out != "no messages\n" {
+		t.Fatalf("exit %d, output %q, %s", code, out, errOut)
+	}
+	checkRequests(t, api.seen(), request{Method: "GET", Path: "/api/v1/messages", Authorization: "Bearer t", Accept: "application/json"})
+}
+
+func TestMessagesShow(t *testing.T) {
+	t.Parallel()
+	api := newFakeAPI(t, map[string]answer{
+		"GET /api/v1/messages/" + msgID:              {200, messageJSON},
+		"GET /api/v1/messages/" + msgID + "/history": {200, historyJSON},
+	})
+	code, out, errOut := waybillCLI(t, "messages", "show", msgID, "--server", api.URL, "--token", "t")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	get := request{Method: "GET", Authorization: "Bearer t", Accept: "application/json"}
+	m, h := get, get
+	m.Path = "/api/v1/messages/" + msgID
+	h.Path = "/api/v1/messages/" + msgID + "/history"
+	checkRequests(t, api.seen(), m, h)
+	want := `message  0190a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a01
+status   retrying
+stage    dispatched
+source   erp
+from     acme
+to       globex
+payload  1234 bytes, sha256 9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08
+created  2025-03-04 10:11:12Z
+updated  2025-03-04 10:12:00Z
+
+deliveries
+ID                                    TARGET   STATE      ATTEMPTS  NEXT ATTEMPT          FINISHED              LAST ERROR
+0190a1b2-c3d4-7e5f-8a9b-0c1d2e3f4ad1  billing  retrying   3         2025-03-04 09:13:00Z  -                     POST http://billing/in: 503 Service Unavailable upstream down
+0190a1b2-c3d4-7e5f-8a9b-0c1d2e3f4ad2  archive  delivered  1         -                     2025-03-04 10:11:13Z  -
+
+history
+POSITION  AT                    KIND                ACTOR            TARGET   STATE                   TEXT
+17        2025-03-04 10:11:12Z  message.accepted    ingest:erp-feed  -        -                       -
+18        2025-03-04 10:11:12Z  message.dispatched  system           -        -                       2 targets
+21        2025-03-04 10:11:13Z  delivery.claimed    worker           billing  queued -> delivering    -
+22        2025-03-04 10:11:14Z  delivery.attempted  worker           billing  delivering -> retrying  503 Service Unavailable
+`
+	if out != want {
+		t.Errorf("output:\n%s\nwant:\n%s", out, want)
+	}
+}
+
+func TestRedeliverAndRedispatch(t *testing.T) {
+	t.Parallel()
+	api := newFakeAPI(t, map[string]answer{
+		"POST /api/v1/messages/" + msgID + "/deliveries/" + dlvID + "/redeliver": {200, messageJSON},
+		"POST /api/v1/messages/" + msgID + "/redispatch":                         {200, messageJSON},
+	})
+	post := request{Method: "POST", Authorization: "Bearer t", ContentType: "application/json", Accept: "application/json"}
+
+	code, out, errOut := waybillCLI(t, "redeliver", "--server", api.URL, "--token", "t", msgID, dlvID)
+	if code != 0 || !strings.HasPrefix(out, "delivery "+dlvID+" redelivered\n\nmessage  "+msgID+"\nstatus   retrying\n") ||
+		!strings.Contains(out, "\ndeliveries\n") || strings.Contains(out, "history") {
+		t.Fatalf("redeliver: exit %d\n%s%s", code, out, errOut)
+	}
+	code, out, errOut = waybillCLI(t, "redispatch", msgID, "--server", api.URL, "--token", "t")
+	if code != 0 || !strings.HasPrefix(out, "message "+msgID+" redispatched\n\nmessage  "+msgID+"\n") {
+		t.Fatalf("redispatch: exit %d\n%s%s", code, out, errOut)
+	}
+	r1, r2 := post, post
+	r1.Path = "/api/v1/messages/" + msgID + "/deliveries/" + dlvID + "/redeliver"
+	r2.Path = "/api/v1/messages/" + msgID + "/redispatch"
+	checkRequests(t, api.seen(), r1, r2)
+}
+
+func TestClientErrors(t *testing.T) {
+	t.Parallel()
+	api := newFakeAPI(t, map[string]answer{
+		"POST /api/v1/messages/" + msgID + "/redispatch": {409, `{"error":{"code":"NOT_REDISPATCHABLE",
+			"message":"the message was refused: only a dispatched message can be redispatched",
+			"details":{"stage":"refused","allowed":["dispatched"]}}}`},
+		"GET /api/v1/messages": {400, `{"error":{"code":"INVALID_STATUS","message":"\"done\" is not a status",
+			"details":{"field":"status","allowed":["received","in_progress","delivered"]}}}`},
+		"GET /api/v1/messages/" + msgID: {502, "<html>Bad Gateway</html>"},
+		"POST /api/v1/messages/" + msgID + "/deliveries/" + dlvID + "/redeliver": {401,
+			`{"error":{"code":"UNAUTHORIZED","message":"a valid bearer token is required"}}`},
+	})
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"redispatch", msgID}, `waybill redispatch: NOT_REDISPATCHABLE: the message was refused: only a dispatched message can be redispatched (HTTP 409)
+  allowed: ["dispatched"]
+  stage: refused
+`},
+		{[]string{"messages", "--status", "done"}, `waybill messages: INVALID_STATUS: "done" is not a status (HTTP 400)
+  allowed: ["received","in_progress","delivered"]
+  field: status
+`},
+		{[]string{"messages", "show", msgID}, "waybill messages: HTTP 502 Bad Gateway: <html>Bad Gateway</html>\n"},
+		{[]string{"redeliver", msgID, dlvID}, `waybill redeliver: UNAUTHORIZED: a valid bearer token is required (HTTP 401)
+the server refused the token from --token or WAYBILL_TOKEN
+`},
+	} {
+		code, out, errOut := waybillCLI(t, append(c.args, "--server", api.URL, "--token", "t")...)
+		if code != 1 || out != "" || errOut != c.want {
+			t.Errorf("%v: exit %d, stdout %q, stderr:\n%s\nwant:\n%s", c.args, code, out, errOut, c.want)
+		}
+	}
+}
+
+func TestClientMisuse(t *testing.T) {
+	t.Parallel()
+	api := newFakeAPI(t, nil)
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"messages", "show"}, "show takes one message id"},
+		{[]string{"messages", "show", "42"}, `"42" is not a message id`},
+		{[]string{"messages", "list"}, "unexpected arguments"},
+		{[]string{"messages", "--limit", "-1"}, "--limit: must be positive"},
+		{[]string{"redeliver", msgID}, "usage: waybill redeliver ID DELIVERY"},
+		{[]string{"redeliver", msgID, "x"}, `"x" is not a delivery id`},
+		{[]string{"redispatch", "../../targets"}, "is not a message id"},
+		{[]string{"redispatch", msgID, msgID2}, "unexpected arguments"},
+		{[]string{"redispatch", "--nope", msgID}, "flag provided but not defined: -nope"},
+		{[]string{"messages", "--server", "127.0.0.1:8080"}, `--server: "127.0.0.1:8080" is not an http:// or https:// URL`},
+	} {
+		args := slices.Concat(c.args, []string{"--token", "t"})
+		if !slices.Contains(args, "--server") {
+			args = append(args, "--server", api.URL)
+		}
+		code, out, errOut := waybillCLI(t, args...)
+		if code != 2 || out != "" || !strings.Contains(errOut, c.want) {
+			t.Errorf("%v: exit %d, stdout %q, stderr %q; want 2 and %q", c.args, code, out, errOut, c.want)
+		}
+	}
+	if got := api.seen(); len(got) != 0 {
+		t.Errorf("misuse sent requests: %+v", got)
+	}
+}
+
+func TestClientTokenSources(t *testing.T) {
+	// Not parallel: it sets the environment.
+	api := newFakeAPI(t, map[string]answer{"GET /api/v1/messages": {200, `{"items":[],"next_cursor":null}`}})
+	dir := t.TempDir()
+	t.Setenv("WAYBILL_TOKEN", "")
+	t.Setenv("WAYBILL_SERVER", api.URL)
+	t.Setenv("WAYBILL_DATA_DIR", filepath.Join(dir, "nothing"))
+
+	// No token anywhere.
+	if code, _, errOut := waybillCLI(t, "messages"); code != 2 || !strings.Contains(errOut, "no token: pass --token or set WAYBILL_TOKEN") {
+		t.Fatalf("without a token: exit %d: %s", code, errOut)
+	}
+	// The server's token file, with its newline.
+	if err := os.WriteFile(filepath.Join(dir, "admin.token"), []byte("wb_from_file\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if code, _, errOut := waybillCLI(t, "messages", "--data-dir", dir); code != 0 {
+		t.Fatalf("token file: exit %d: %s", code, errOut)
+	}
+	t.Setenv("WAYBILL_DATA_DIR", dir)
+	if code, _, errOut := waybillCLI(t, "messages"); code != 0 {
+		t.Fatalf("token file from WAYBILL_DATA_DIR: exit %d: %s", code, errOut)
+	}
+	// The variable wins over the file, and the flag over the variable.
+	t.Setenv("WAYBILL_TOKEN", "wb_from_env")
+	if code, _, errOut := waybillCLI(t, "messages"); code != 0 {
+		t.Fatalf("token from the environment: exit %d: %s", code, errOut)
+	}
+	if code, _, errOut := waybillCLI(t, "messages", "--token", "wb_from_flag"); code != 0 {
+		t.Fatalf("token from the flag: exit %d: %s", code, errOut)
+	}
+	var auths []string
+	for _, r := range api.seen() {
+		auths = append(auths, r.Authorization)
+	}
+	if want := []string{"Bearer wb_from_file", "Bearer wb_from_file", "Bearer wb_from_env", "Bearer wb_from_flag"}; strings.Join(auths, ",") != strings.Join(want, ",") {
+		t.Errorf("Authorization headers %q, want %q", auths, want)
+	}
+}
+
+func TestClientTokenFileRefused(t *testing.T) {
+	t.Parallel()
+	api := newFakeAPI(t, map[string]answer{"GET /api/v1/messages": {401, `{"error":{"code":"UNAUTHORIZED","message":"unknown token"}}`}})
+	dir := t.TempDir()
+	path := filepath.Join(dir, "admin.token")
+	if err := os.WriteFile(path, []byte("wb_stale\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code, _, errOut := waybillCLI(t, "messages", "--server", api.URL, "--data-dir", dir, "--token", "")
+	if code != 1 || !strings.Contains(errOut, "the server refused the token from "+path) {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+}
+
+func TestClientServerDown(t *testing.T) {
+	t.Parallel()
+	api := newFakeAPI(t, nil)
+	url := api.URL
+	api.Close()
+	code, _, errOut := waybillCLI(t, "messages", "--server", url, "--token", "t")
+	if code != 1 || !strings.Contains(errOut, "cannot reach the server at "+url) {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+}

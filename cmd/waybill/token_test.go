@@ -1,0 +1,160 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/waybill/waybill/auth"
+	"github.com/waybill/waybill/internal/dbtest"
+	"github.com/waybill/waybill/schema"
+)
+
+// waybillCLI runs the command line and returns its exit code and outputs.
+func waybillCLI(t *testing.T, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	code = run(t.Context(), args, &out, &errOut)
+	return code, out.String(), errOut.String()
+}
+
+func TestTokenCreate(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	url := dbtest.URL(t)
+
+	// On a database no server has prepared yet: the command ensures the schema.
+	code, out, errOut := waybillCLI(t, "token", "create", "--name", "ci-deploy", "--role", "ingest", "--database-url", url)
+	if code != 0 || !strings.Contains(errOut, "created a ingest token named ci-deploy") {
+		t.Fatalf("exit %d: %s%s", code, out, errOut)
+	}
+	token := strings.TrimSuffix(out, "\n")
+	if strings.ContainsAny(token, " \n") {
+		t.Fatalf("stdout %q is not just the token", out)
+	}
+	db, err := pgxpool.New(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if id, err := auth.NewStore(db).Authenticate(ctx, token); err != nil || id != (auth.Identity{Name: "ci-deploy", Role: auth.RoleIngest}) {
+		t.Fatalf("the printed token: %+v, %v", id, err)
+	}
+
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--name", "alice"}, "--name and --role are required"},
+		{[]string{"--role", "admin"}, "--name and --role are required"},
+		{[]string{"--name", "Alice", "--role", "admin"}, `--name: "Alice" is not a name`},
+		{[]string{"--name", "alice", "--role", "root"}, `--role: "root" is not a role: allowed are admin, ingest, reader`},
+		{[]string{"--name", "alice", "--role", "admin", "extra"}, `unexpected argument "extra"`},
+	} {
+		code, out, errOut := waybillCLI(t, append([]string{"token", "create", "--database-url", url}, c.args...)...)
+		if code != 2 || out != "" || !strings.Contains(errOut, c.want) {
+			t.Errorf("%v: exit %d, stdout %q, stderr %q; want 2 and %q", c.args, code, out, errOut, c.want)
+		}
+	}
+	if code, _, errOut := waybillCLI(t, "token", "revoke"); code != 2 || !strings.Contains(errOut, "usage: waybill token create") {
+		t.Errorf("token revoke: exit %d: %s", code, errOut)
+	}
+	var n int
+	if err := db.QueryRow(ctx, `SELECT count(*) FROM api_tokens`).Scan(&n); err != nil || n != 1 {
+		t.Fatalf("%d tokens (%v), want only the first", n, err)
+	}
+}
+
+func TestTokenCreateNoDataDir(t *testing.T) {
+	t.Parallel()
+	dir := filepath.Join(t.TempDir(), "typo")
+	code, _, errOut := waybillCLI(t, "token", "create", "--name", "alice", "--role", "admin", "--database-url", "", "--data-dir", dir)
+	if code != 1 || !strings.Contains(errOut, "no database in "+filepath.Join(dir, "pg")) {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("the command made %s: %v", dir, err)
+	}
+}
+
+// TestTokenCreateEmbedded creates a token in the embedded PostgreSQL of a
+// data directory: refused while a server holds the database, which keeps
+// running, and done once the server is gone.
+func TestTokenCreateEmbedded(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	// As root, the embedded server runs as the postgres user, which must
+	// reach the data directory: t.TempDir's parent is not searchable.
+	dir, err := os.MkdirTemp("", "waybill-token-test-*")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	// Errors only: the command stops the first PostgreSQL under this one.
+	quiet := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
+
+	// A server's start: the embedded database and the server lock.
+	var stack stopStack
+	defer stack.run()
+	url, err := startEmbeddedPostgres(ctx, dir, quiet, &stack)
+	if err != nil {
+		t.Fatal(err)
+	}
+	db, err := pgxpool.New(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if err := schema.Ensure(ctx, db); err != nil {
+		t.Fatal(err)
+	}
+	lock, err := schema.LockServer(ctx, db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	args := []string{"token", "create", "--name", "alice", "--role", "reader", "--database-url", "", "--data-dir", dir}
+	code, out, errOut := waybillCLI(t, args...)
+	if code != 1 || out != "" || !strings.Contains(errOut, "a Waybill server is running on the data directory "+dir) {
+		t.Fatalf("beside a server: exit %d: %s%s", code, out, errOut)
+	}
+	if err := db.Ping(ctx); err != nil {
+		t.Fatalf("the server's database after the refusal: %v", err)
+	}
+
+	// The server stops; its PostgreSQL is left running, as after a crash,
+	// and the command adopts it, then stops it.
+	lock.Release()
+	db.Close()
+	code, out, errOut = waybillCLI(t, args...)
+	if code != 0 {
+		t.Fatalf("without a server: exit %d: %s%s", code, out, errOut)
+	}
+	token := strings.TrimSpace(out)
+	if _, err := os.Stat(filepath.Join(dir, "pg", "postmaster.pid")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the command left the embedded PostgreSQL running: %v", err)
+	}
+
+	// The next start finds the token.
+	var stack2 stopStack
+	defer stack2.run()
+	if url, err = startEmbeddedPostgres(ctx, dir, quiet, &stack2); err != nil {
+		t.Fatal(err)
+	}
+	db2, err := pgxpool.New(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db2.Close()
+	if id, err := auth.NewStore(db2).Authenticate(ctx, token); err != nil || id != (auth.Identity{Name: "alice", Role: auth.RoleReader}) {
+		t.Fatalf("the token after a restart: %+v, %v", id, err)
+	}
+}
