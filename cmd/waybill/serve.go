@@ -23,6 +23,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/waybill/waybill/alerts"
+	"github.com/waybill/waybill/auth"
 	"github.com/waybill/waybill/commands"
 	"github.com/waybill/waybill/natsserver"
 	"github.com/waybill/waybill/pgserver"
@@ -115,6 +116,12 @@ func serve(ctx context.Context, cfg *serveConfig, stderr io.Writer) error {
 		return err
 	}
 	stack.push(lock.Release)
+	tokens := auth.NewStore(db)
+	tokenFile := filepath.Join(cfg.dataDir, auth.AdminTokenFile)
+	firstStart, err := tokens.EnsureAdminToken(ctx, tokenFile)
+	if err != nil {
+		return err
+	}
 
 	nc, err := connectNATS(cfg.natsURL, log, &stack)
 	if err != nil {
@@ -185,7 +192,12 @@ func serve(ctx context.Context, cfg *serveConfig, stderr io.Writer) error {
 	stack.push(func() { ready.Store(false) })
 
 	ready.Store(true)
-	log.Info("waybill serving", "http", "http://"+srv.Addr, "metrics", "http://"+srv.Addr+"/metrics")
+	log.Info("waybill serving", "api", "http://"+srv.Addr+"/api/v1", "metrics", "http://"+srv.Addr+"/metrics")
+	if firstStart {
+		abs, _ := filepath.Abs(tokenFile)
+		fmt.Fprintf(stderr, "\nWaybill is up: the API is at http://%s/api/v1\nThe admin token is in %s (readable only by its owner):\n  curl -H \"Authorization: Bearer $(cat %s)\" http://%s/api/v1/stats\n\n",
+			srv.Addr, abs, abs, srv.Addr)
+	}
 	<-ctx.Done()
 	log.Info("stopping: no more claims; attempts in flight get the drain grace", "drain_grace", cfg.drainGrace)
 	return nil
