@@ -26,9 +26,9 @@ const usage = `usage: waybill <command> [flags]
 
 commands:
   serve    [flags]                              run the service; waybill serve --help lists the flags
-  audit    [--database-url URL] [--message ID]  replay the journal and check it against the projections
-  rebuild  [--database-url URL]                 recreate messages and deliveries from the journal, then audit
-  reset    --projections [--database-url URL]   drop the messages and deliveries tables
+  audit    [--message ID]                       replay the journal and check it against the projections
+  rebuild                                       recreate messages and deliveries from the journal, then audit
+  reset    --projections                        drop the messages and deliveries tables
   token    create --name N --role R             create an API token (admin, ingest or reader) and print it
 
 commands that talk to a running server (--server URL, --token T or the data dir's admin.token):
@@ -37,7 +37,11 @@ commands that talk to a running server (--server URL, --token T or the data dir'
   redeliver ID DELIVERY                         queue one delivery of a message again
   redispatch ID                                 match the routes again; add deliveries for new targets
 
-Every --database-url defaults to $WAYBILL_DATABASE_URL, --server to
+audit, rebuild, reset and token take --database-url URL, or --data-dir DIR
+(default ./var) for the embedded PostgreSQL of a stopped server.
+
+Every --database-url defaults to $WAYBILL_DATABASE_URL, --data-dir to
+$WAYBILL_DATA_DIR, --server to
 $WAYBILL_SERVER (http://127.0.0.1:8080), --token to $WAYBILL_TOKEN.
 `
 
@@ -74,6 +78,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 0
 	}
 	dbURL := fs.String("database-url", os.Getenv("WAYBILL_DATABASE_URL"), "PostgreSQL URL (env WAYBILL_DATABASE_URL)")
+	dataDir := fs.String("data-dir", env("WAYBILL_DATA_DIR", "./var"),
+		"data directory of the embedded PostgreSQL, used when no URL is given; refused while a server runs on it (env WAYBILL_DATA_DIR)")
 	var cmd func(context.Context, *pgxpool.Pool) (int, error)
 	switch args[0] {
 	case "audit":
@@ -131,16 +137,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if err := fs.Parse(args[1:]); err != nil {
 		return 2
 	}
-	if *dbURL == "" {
-		fmt.Fprintln(stderr, "waybill: no database: pass --database-url or set WAYBILL_DATABASE_URL")
-		return 2
-	}
-	db, err := pgxpool.New(ctx, *dbURL)
+	db, done, err := openCommandDB(ctx, *dbURL, *dataDir, stderr)
 	if err != nil {
 		fmt.Fprintf(stderr, "waybill %s: %v\n", args[0], err)
 		return 1
 	}
-	defer db.Close()
+	defer done()
 	if args[0] == "audit" {
 		// The audit changes nothing, so it runs beside servers; it still
 		// needs the tables of this build.

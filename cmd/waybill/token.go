@@ -11,6 +11,8 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/waybill/waybill/auth"
 	"github.com/waybill/waybill/lifecycle"
 	"github.com/waybill/waybill/schema"
@@ -84,37 +86,53 @@ func runToken(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 // createToken opens the database at url, or the embedded one of dataDir
 // when url is empty, and creates the token there.
 func createToken(ctx context.Context, url, dataDir, name string, role auth.Role, stderr io.Writer) (string, error) {
-	var stack stopStack
-	defer stack.run()
-	if url == "" {
-		var err error
-		if url, err = startEmbeddedForCommand(ctx, dataDir, stderr, &stack); err != nil {
-			return "", err
-		}
-	}
-	db, err := openDB(ctx, url)
+	db, done, err := openCommandDB(ctx, url, dataDir, stderr)
 	if err != nil {
 		return "", err
 	}
-	defer db.Close()
-	if len(stack) > 0 {
-		// The embedded database is this command's alone while it runs: a
-		// server on it would lose its database when the command stops it.
-		lock, err := schema.LockExclusive(ctx, db)
-		if errors.Is(err, schema.ErrDatabaseInUse) {
-			// The PostgreSQL is the server's: leave it running.
-			stack = nil
-			return "", fmt.Errorf("a Waybill server is running on the data directory %s: stop it first, or pass the URL of its database with --database-url", dataDir)
-		}
-		if err != nil {
-			return "", err
-		}
-		defer lock.Release()
-	}
+	defer done()
 	if err := schema.Ensure(ctx, db); err != nil {
 		return "", err
 	}
 	return auth.NewStore(db).Create(ctx, name, role)
+}
+
+// openCommandDB opens the database of an operator command: the one at url,
+// or, when url is empty, the embedded PostgreSQL of dataDir, which it starts
+// and stops again when done is called. It refuses the embedded database
+// while a Waybill server runs on it, whose database the stop would take
+// away.
+func openCommandDB(ctx context.Context, url, dataDir string, stderr io.Writer) (db *pgxpool.Pool, done func(), err error) {
+	var stack stopStack
+	defer func() {
+		if err != nil {
+			stack.run()
+		}
+	}()
+	if url == "" {
+		if url, err = startEmbeddedForCommand(ctx, dataDir, stderr, &stack); err != nil {
+			return nil, nil, err
+		}
+	}
+	if db, err = openDB(ctx, url); err != nil {
+		return nil, nil, err
+	}
+	stack.push(db.Close)
+	if len(stack) > 1 {
+		lock, err := schema.LockExclusive(ctx, db)
+		if errors.Is(err, schema.ErrDatabaseInUse) {
+			db.Close()
+			// The PostgreSQL is the server's: leave it running.
+			stack = nil
+			return nil, nil, fmt.Errorf("a Waybill server is running on the data directory %s: stop it first, or pass the URL of its database with --database-url", dataDir)
+		}
+		if err != nil {
+			return nil, nil, err
+		}
+		// Commands that need the lock (rebuild, reset) take it themselves.
+		lock.Release()
+	}
+	return db, stack.run, nil
 }
 
 // startEmbeddedForCommand starts the embedded PostgreSQL of an existing
