@@ -30,6 +30,7 @@ commands:
   rebuild                                       recreate messages and deliveries from the journal, then audit
   reset    --projections                        drop the messages and deliveries tables
   token    create --name N --role R             create an API token (admin, ingest or reader) and print it
+  bench    [--http] [--messages N] [--rate R]   measure ingest-to-delivered throughput and latency
 
 commands that talk to a running server (--server URL, --token T or the data dir's admin.token):
   messages [--status S] [--limit N]             list messages, newest first
@@ -125,6 +126,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 	case "token":
 		return runToken(ctx, args[1:], stdout, stderr)
+	case "bench":
+		return runBench(ctx, args[1:], stdout, stderr)
 	case "messages", "redeliver", "redispatch":
 		return runClient(ctx, args, stdout, stderr)
 	case "help", "-h", "--help":
