@@ -9,8 +9,8 @@ import (
 	"github.com/waybill/waybill/lifecycle"
 )
 
-// operator is the journal's actor for the request's token.
-func operator(r *http.Request) string { return journal.OperatorActor(identity(r).Name) }
+// actor is the journal's actor for the request's token: operator:<name>.
+func actor(r *http.Request) string { return journal.OperatorActor(identity(r).Name) }
 
 func (s *Server) listRoutes(w http.ResponseWriter, r *http.Request) error {
 	routes, err := s.cfg.Writer.Routes(r.Context())
@@ -45,7 +45,7 @@ func (s *Server) createRoute(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	rt, err := s.cfg.Writer.CreateRoute(r.Context(),
-		lifecycle.Route{Source: req.Source, From: req.From, To: req.To, Target: req.Target}, operator(r))
+		lifecycle.Route{Source: req.Source, From: req.From, To: req.To, Target: req.Target}, actor(r))
 	if err != nil {
 		return err
 	}
@@ -66,7 +66,7 @@ func (s *Server) updateRoute(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	rt := lifecycle.Route{ID: id, Source: req.Source, From: req.From, To: req.To, Target: req.Target}
-	if err := s.cfg.Writer.UpdateRoute(r.Context(), rt, operator(r)); err != nil {
+	if err := s.cfg.Writer.UpdateRoute(r.Context(), rt, actor(r)); err != nil {
 		return err
 	}
 	s.configChanged()
@@ -80,7 +80,7 @@ func (s *Server) deleteRoute(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	if err := s.cfg.Writer.DeleteRoute(r.Context(), id, operator(r)); err != nil {
+	if err := s.cfg.Writer.DeleteRoute(r.Context(), id, actor(r)); err != nil {
 		return err
 	}
 	s.configChanged()
@@ -130,7 +130,7 @@ func (s *Server) createTarget(w http.ResponseWriter, r *http.Request) error {
 	if err := s.readJSON(w, r, &t, false); err != nil {
 		return err
 	}
-	t, err := s.cfg.Writer.CreateTarget(r.Context(), t, operator(r))
+	t, err := s.cfg.Writer.CreateTarget(r.Context(), t, actor(r))
 	if err != nil {
 		return err
 	}
@@ -159,7 +159,7 @@ func (s *Server) updateTarget(w http.ResponseWriter, r *http.Request) error {
 	default:
 		return fieldError("name", fmt.Sprintf("%q differs from the path's %q: a target cannot be renamed", t.Name, name))
 	}
-	t, err = s.cfg.Writer.UpdateTarget(r.Context(), t, operator(r))
+	t, err = s.cfg.Writer.UpdateTarget(r.Context(), t, actor(r))
 	if err != nil {
 		return err
 	}
@@ -174,7 +174,7 @@ func (s *Server) deleteTarget(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	if err := s.cfg.Writer.DeleteTarget(r.Context(), name, operator(r)); err != nil {
+	if err := s.cfg.Writer.DeleteTarget(r.Context(), name, actor(r)); err != nil {
 		return err
 	}
 	s.configChanged()
@@ -197,7 +197,7 @@ func (s *Server) putSettings(w http.ResponseWriter, r *http.Request) error {
 	if err := s.readJSON(w, r, &settings, false); err != nil {
 		return err
 	}
-	if err := s.cfg.Writer.SetSettings(r.Context(), settings, operator(r)); err != nil {
+	if err := s.cfg.Writer.SetSettings(r.Context(), settings, actor(r)); err != nil {
 		return err
 	}
 	s.configChanged()

@@ -337,8 +337,7 @@ func (s *Server) receipt(w http.ResponseWriter, r *http.Request) error {
 		return fieldError("outcome", fmt.Sprintf("%q: allowed are positive, negative", req.Outcome))
 	}
 	operator := identity(r).Name
-	m, err := s.cfg.Writer.Receipt(r.Context(), deliveryID, req.Outcome == ReceiptPositive, req.Text,
-		journal.OperatorActor(operator))
+	m, err := s.cfg.Writer.Receipt(r.Context(), deliveryID, req.Outcome == ReceiptPositive, req.Text, actor(r))
 	if m != nil {
 		s.log.Info("receipt", "message_id", m.ID, "delivery_id", deliveryID, "operator", operator,
 			"outcome", req.Outcome, "refused", errors.Is(err, commands.ErrReceiptRefused))

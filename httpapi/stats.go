@@ -10,21 +10,22 @@ import (
 	"github.com/waybill/waybill/lifecycle"
 )
 
-// statsSQL counts on indexes only. The message figures are ranges of
-// messages_status_created (by status, then created_at) and of
-// messages_created; the due deliveries a range of deliveries_due, as the
-// sweep reads them.
-const statsSQL = `SELECT
+// messageStatsSQL counts ranges of indexes: messages_status_created (by
+// status, then created_at) and messages_created.
+const messageStatsSQL = `SELECT
 	(SELECT count(*) FROM messages WHERE status IN ('received', 'in_progress', 'retrying', 'awaiting_receipt')),
 	(SELECT count(*) FROM messages WHERE status IN ('error', 'stalled') AND created_at >= $1),
 	(SELECT count(*) FROM messages WHERE status = 'refused' AND created_at >= $1),
-	(SELECT count(*) FROM messages WHERE created_at >= $2),
-	(SELECT count(*) FROM deliveries WHERE state IN ('queued', 'retrying') AND next_due <= $3),
-	(SELECT min(next_due) FROM deliveries WHERE state IN ('queued', 'retrying') AND next_due <= $3)`
+	(SELECT count(*) FROM messages WHERE created_at >= $2)`
 
-// deliveriesByStateSQL is the one figure that reads every delivery: a
-// GROUP BY over the deliveries_target_state index, which the sweep's gauge
-// reads too.
+// dueSQL is the range of deliveries_due the sweep's gauges read: the queued
+// and retrying deliveries whose wake-up is due.
+const dueSQL = `SELECT count(*), min(next_due) FROM deliveries
+	WHERE state IN ('queued', 'retrying') AND next_due <= $1`
+
+// deliveriesByStateSQL is the one figure that reads every delivery, as the
+// sweep's gauge does: the planner scans the table or the
+// deliveries_target_state index.
 const deliveriesByStateSQL = `SELECT state, count(*) FROM deliveries GROUP BY state`
 
 // stats answers the figures of the dashboard.
@@ -39,10 +40,10 @@ func (s *Server) stats(w http.ResponseWriter, r *http.Request) error {
 	}
 	var oldest *time.Time
 	b := &pgx.Batch{}
-	b.Queue(statsSQL, now.Add(-24*time.Hour), now.Add(-7*24*time.Hour), now).QueryRow(func(row pgx.Row) error {
-		return row.Scan(&out.InFlightMessages, &out.FailedLast24h, &out.RefusedLast24h, &out.MessagesLast7d,
-			&out.DueDeliveries, &oldest)
+	b.Queue(messageStatsSQL, now.Add(-24*time.Hour), now.Add(-7*24*time.Hour)).QueryRow(func(row pgx.Row) error {
+		return row.Scan(&out.InFlightMessages, &out.FailedLast24h, &out.RefusedLast24h, &out.MessagesLast7d)
 	})
+	b.Queue(dueSQL, now).QueryRow(func(row pgx.Row) error { return row.Scan(&out.DueDeliveries, &oldest) })
 	b.Queue(deliveriesByStateSQL).Query(func(rows pgx.Rows) error {
 		var (
 			state lifecycle.DeliveryState
