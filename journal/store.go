@@ -50,8 +50,11 @@ func Queue(b *pgx.Batch, e Event) error {
 	return nil
 }
 
-const selectSQL = `SELECT position, recorded_at, stream, version, delivery_id, coalesce(target, ''),
-	kind, actor, coalesce(old_state, ''), coalesce(new_state, ''), payload FROM journal `
+// columns are the columns an Event is read from, in scan's order.
+const columns = `position, recorded_at, stream, version, delivery_id, coalesce(target, ''),
+	kind, actor, coalesce(old_state, ''), coalesce(new_state, ''), payload`
+
+const selectSQL = `SELECT ` + columns + ` FROM journal `
 
 // Stream returns the events of one stream in order: a message's history.
 func Stream(ctx context.Context, q Querier, stream string) ([]Event, error) {
@@ -75,7 +78,9 @@ func Scan(ctx context.Context, q Querier, from int64, fn func(Event) error) erro
 	return nil
 }
 
-func scan(ctx context.Context, q Querier, sql string, args []any, fn func(Event) error) error {
+// scan reads events from rows of columns, calling fn with each in turn. A
+// query may select more columns before them; lead receives those.
+func scan(ctx context.Context, q Querier, sql string, args []any, fn func(Event) error, lead ...any) error {
 	rows, err := q.Query(ctx, sql, args...)
 	if err != nil {
 		return err
@@ -90,8 +95,9 @@ func scan(ctx context.Context, q Querier, sql string, args []any, fn func(Event)
 	)
 	for rows.Next() {
 		e = Event{}
-		if err := rows.Scan(&e.Position, &e.RecordedAt, &e.Stream, &e.Version, &deliveryID, &e.Target,
-			&kind, &e.Actor, &old, &new, &payload); err != nil {
+		dest := append(lead[:len(lead):len(lead)], &e.Position, &e.RecordedAt, &e.Stream, &e.Version, &deliveryID,
+			&e.Target, &kind, &e.Actor, &old, &new, &payload)
+		if err := rows.Scan(dest...); err != nil {
 			return err
 		}
 		e.RecordedAt = e.RecordedAt.UTC()

@@ -1,0 +1,207 @@
+package httpapi_test
+
+import (
+	"encoding/json"
+	"net/http"
+	"testing"
+
+	"github.com/google/uuid"
+
+	"github.com/waybill/waybill/httpapi"
+	"github.com/waybill/waybill/lifecycle"
+)
+
+func TestRoutes(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.admin(t, http.MethodPost, "/targets", map[string]any{"name": "billing", "kind": "http",
+		"config": map[string]string{"url": "http://127.0.0.1:9/"}}).want(t, http.StatusCreated, nil)
+	b.admin(t, http.MethodPost, "/targets", map[string]any{"name": "archive", "kind": "file",
+		"config": map[string]string{"dir": "/tmp"}}).want(t, http.StatusCreated, nil)
+	changes := b.changes.Load()
+	before := b.counts(t)
+
+	// Refused before anything: an unknown target, bad fields, an id.
+	e := b.admin(t, http.MethodPost, "/routes", httpapi.RouteRequest{Source: "erp", From: "*", To: "*", Target: "nowhere"}).
+		invalidField(t, "target")
+	if e.Details.Problem != `no target is named "nowhere"` {
+		t.Errorf("details %+v", e.Details)
+	}
+	e = b.admin(t, http.MethodPost, "/routes", httpapi.RouteRequest{Source: "Erp", From: "", To: "*", Target: "billing"}).
+		invalidField(t, "source")
+	if len(e.Details.Errors) != 2 || e.Details.Errors[1].Field != "from" {
+		t.Errorf("details %+v", e.Details)
+	}
+	b.admin(t, http.MethodPost, "/routes", map[string]string{"id": uuid.NewString(), "source": "erp", "from": "*", "to": "*", "target": "billing"}).
+		invalidField(t, "id")
+	b.send(t, adminToken, http.MethodPost, "/routes", "application/xml", []byte("<route/>")).
+		fails(t, http.StatusUnsupportedMediaType, httpapi.CodeUnsupportedMediaType)
+	b.unchanged(t, before)
+	if b.changes.Load() != changes {
+		t.Error("a refused change was reported")
+	}
+
+	var rt lifecycle.Route
+	r := b.admin(t, http.MethodPost, "/routes", httpapi.RouteRequest{Source: "erp", From: "acme", To: "*", Target: "billing"}).
+		want(t, http.StatusCreated, &rt)
+	if rt.ID == uuid.Nil || rt.Source != "erp" || rt.From != "acme" || rt.To != "*" || rt.Target != "billing" ||
+		r.header.Get("Location") != httpapi.Prefix+"/routes/"+rt.ID.String() {
+		t.Errorf("created %+v at %q", rt, r.header.Get("Location"))
+	}
+	if b.changes.Load() != changes+1 {
+		t.Errorf("%d changes reported, want 1", b.changes.Load()-changes)
+	}
+	var got lifecycle.Route
+	b.as(t, readerToken, http.MethodGet, "/routes/"+rt.ID.String(), nil).want(t, http.StatusOK, &got)
+	if got != rt {
+		t.Errorf("read %+v, want %+v", got, rt)
+	}
+
+	b.admin(t, http.MethodPut, "/routes/"+rt.ID.String(), httpapi.RouteRequest{Source: "erp", From: "*", To: "*", Target: "archive"}).
+		want(t, http.StatusOK, &got)
+	if got.ID != rt.ID || got.Target != "archive" || got.From != "*" {
+		t.Errorf("updated %+v", got)
+	}
+	b.admin(t, http.MethodPut, "/routes/"+uuid.NewString(), httpapi.RouteRequest{Source: "erp", From: "*", To: "*", Target: "archive"}).
+		fails(t, http.StatusNotFound, httpapi.CodeNotFound)
+	b.admin(t, http.MethodPut, "/routes/"+rt.ID.String(), httpapi.RouteRequest{Source: "erp", From: "*", To: "*", Target: "gone"}).
+		invalidField(t, "target")
+
+	var list httpapi.RouteList
+	b.as(t, readerToken, http.MethodGet, "/routes", nil).want(t, http.StatusOK, &list)
+	if len(list.Items) != 1 || list.Items[0] != got {
+		t.Errorf("list %+v", list)
+	}
+
+	b.admin(t, http.MethodDelete, "/routes/"+rt.ID.String(), nil).want(t, http.StatusNoContent, nil)
+	b.admin(t, http.MethodDelete, "/routes/"+rt.ID.String(), nil).fails(t, http.StatusNotFound, httpapi.CodeNotFound)
+	b.as(t, readerToken, http.MethodGet, "/routes/"+rt.ID.String(), nil).fails(t, http.StatusNotFound, httpapi.CodeNotFound)
+	b.as(t, readerToken, http.MethodGet, "/routes/x", nil).invalidField(t, "id")
+	b.as(t, readerToken, http.MethodGet, "/routes", nil).want(t, http.StatusOK, &list)
+	if list.Items == nil || len(list.Items) != 0 {
+		t.Errorf("list %+v", list)
+	}
+	if n := b.changes.Load() - changes; n != 3 {
+		t.Errorf("%d changes reported, want 3", n)
+	}
+}
+
+func TestTargets(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	before := b.counts(t)
+
+	// Values that do not read come first, every one named; then every
+	// problem of the values, at once, by field.
+	e := b.admin(t, http.MethodPost, "/targets", map[string]any{"name": "billing", "kind": "http",
+		"config":  map[string]any{"url": "http://127.0.0.1:9/"},
+		"retry":   map[string]any{"strategy": "random"},
+		"receipt": map[string]any{"timeout": 30}}).invalidField(t, "receipt.timeout")
+	if len(e.Details.Errors) != 2 || e.Details.Errors[1].Field != "retry.strategy" {
+		t.Errorf("details %+v", e.Details)
+	}
+	e = b.admin(t, http.MethodPost, "/targets", map[string]any{"name": "billing", "kind": "http",
+		"config":  map[string]any{"url": "ftp://x", "method": "GET"},
+		"retry":   map[string]any{"jitter": 1.5},
+		"receipt": map[string]any{"timeout": "1ms"}}).fails(t, http.StatusBadRequest, httpapi.CodeInvalidField)
+	fields := map[string]bool{}
+	for _, p := range e.Details.Errors {
+		fields[p.Field] = true
+	}
+	for _, f := range []string{"config.url", "config.method", "retry.jitter", "receipt.timeout"} {
+		if !fields[f] {
+			t.Errorf("%s not reported: %+v", f, e.Details.Errors)
+		}
+	}
+	b.admin(t, http.MethodPost, "/targets", map[string]any{"name": "billing", "kind": "http",
+		"config": map[string]any{"url": "http://127.0.0.1:9/"}, "retry": map[string]any{"max_attempts": 5, "backoff": "x"}}).
+		invalidField(t, "retry.backoff")
+	b.admin(t, http.MethodPost, "/targets", map[string]any{"name": "billing", "kind": "smtp"}).invalidField(t, "kind")
+	b.admin(t, http.MethodPost, "/targets", map[string]any{"name": "billing", "kind": "http",
+		"config": map[string]any{"url": "http://127.0.0.1:9/"}, "attempt_timeout": "soon"}).invalidField(t, "attempt_timeout")
+	b.unchanged(t, before)
+
+	var created lifecycle.Target
+	r := b.admin(t, http.MethodPost, "/targets", map[string]any{"name": "billing", "kind": "http",
+		"config": map[string]any{"url": "http://127.0.0.1:9/"}, "receipt": map[string]any{"timeout": "1h"}}).
+		want(t, http.StatusCreated, &created)
+	if r.header.Get("Location") != httpapi.Prefix+"/targets/billing" || created.Enabled || created.MaxConcurrent != 5 ||
+		created.AttemptTimeout.String() != "30s" || created.Retry.Strategy != lifecycle.RetryExponential ||
+		created.Receipt == nil || created.Receipt.Timeout.String() != "1h0m0s" {
+		t.Errorf("created %+v", created)
+	}
+	var cfg map[string]any
+	if err := json.Unmarshal(created.Config, &cfg); err != nil || cfg["method"] != "POST" {
+		t.Errorf("config %s: defaults not filled", created.Config)
+	}
+	b.admin(t, http.MethodPost, "/targets", map[string]any{"name": "billing", "kind": "file", "config": map[string]any{"dir": "/tmp"}}).
+		fails(t, http.StatusConflict, httpapi.CodeAlreadyExists)
+
+	var got lifecycle.Target
+	b.as(t, readerToken, http.MethodGet, "/targets/billing", nil).want(t, http.StatusOK, &got)
+	if got.Name != "billing" || got.Receipt == nil || string(got.Config) != string(created.Config) {
+		t.Errorf("read %+v", got)
+	}
+
+	// A replace without the name takes the path's; enabled flips; the
+	// receipt left out is no receipt.
+	got = lifecycle.Target{}
+	b.admin(t, http.MethodPut, "/targets/billing", map[string]any{"kind": "http", "enabled": true,
+		"config": map[string]any{"url": "http://127.0.0.1:9/"}}).want(t, http.StatusOK, &got)
+	if got.Name != "billing" || !got.Enabled || got.Receipt != nil {
+		t.Errorf("replaced %+v", got)
+	}
+	b.admin(t, http.MethodPut, "/targets/billing", map[string]any{"name": "invoices", "kind": "http",
+		"config": map[string]any{"url": "http://127.0.0.1:9/"}}).invalidField(t, "name")
+	b.admin(t, http.MethodPut, "/targets/ghost", map[string]any{"kind": "file", "config": map[string]any{"dir": "/tmp"}}).
+		fails(t, http.StatusNotFound, httpapi.CodeNotFound)
+	b.as(t, readerToken, http.MethodGet, "/targets/ghost", nil).fails(t, http.StatusNotFound, httpapi.CodeNotFound)
+	b.as(t, readerToken, http.MethodGet, "/targets/Bad%20Name", nil).invalidField(t, "name")
+
+	var list httpapi.TargetList
+	b.as(t, readerToken, http.MethodGet, "/targets", nil).want(t, http.StatusOK, &list)
+	if len(list.Items) != 1 || list.Items[0].Name != "billing" {
+		t.Errorf("list %+v", list)
+	}
+
+	// In use by a route: 409, then free.
+	var rt lifecycle.Route
+	b.admin(t, http.MethodPost, "/routes", httpapi.RouteRequest{Source: "erp", From: "*", To: "*", Target: "billing"}).
+		want(t, http.StatusCreated, &rt)
+	b.admin(t, http.MethodDelete, "/targets/billing", nil).fails(t, http.StatusConflict, httpapi.CodeTargetInUse)
+	b.admin(t, http.MethodDelete, "/routes/"+rt.ID.String(), nil).want(t, http.StatusNoContent, nil)
+	b.admin(t, http.MethodDelete, "/targets/billing", nil).want(t, http.StatusNoContent, nil)
+	b.admin(t, http.MethodDelete, "/targets/billing", nil).fails(t, http.StatusNotFound, httpapi.CodeNotFound)
+	if n := b.changes.Load(); n != 5 {
+		t.Errorf("%d changes reported, want 5", n)
+	}
+}
+
+func TestSettings(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	var s lifecycle.Settings
+	b.as(t, readerToken, http.MethodGet, "/settings", nil).want(t, http.StatusOK, &s)
+	if s != lifecycle.DefaultSettings() {
+		t.Errorf("settings %+v", s)
+	}
+	before := b.counts(t)
+	b.admin(t, http.MethodPut, "/settings", map[string]any{"delivery": map[string]any{"max_dispatches": 21}}).
+		invalidField(t, "delivery.max_dispatches")
+	b.admin(t, http.MethodPut, "/settings", map[string]any{"delivery": map[string]any{"max_dispatches": 3, "max_attempts": 1}}).
+		invalidField(t, "delivery.max_attempts")
+	b.admin(t, http.MethodPut, "/settings", map[string]any{"delivery": map[string]any{"max_dispatches": "3"}}).
+		invalidField(t, "delivery.max_dispatches")
+	b.admin(t, http.MethodPut, "/settings", map[string]any{}).invalidField(t, "delivery.max_dispatches")
+	b.unchanged(t, before)
+
+	b.admin(t, http.MethodPut, "/settings", lifecycle.Settings{Delivery: lifecycle.DeliverySettings{MaxDispatches: 20}}).
+		want(t, http.StatusOK, &s)
+	if s.Delivery.MaxDispatches != 20 {
+		t.Errorf("put answered %+v", s)
+	}
+	b.as(t, readerToken, http.MethodGet, "/settings", nil).want(t, http.StatusOK, &s)
+	if s.Delivery.MaxDispatches != 20 || b.changes.Load() != 1 {
+		t.Errorf("settings %+v after %d changes", s, b.changes.Load())
+	}
+}

@@ -1,0 +1,158 @@
+package httpapi
+
+import (
+	"bytes"
+	"encoding"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"mime"
+	"net/http"
+	"reflect"
+	"slices"
+	"strings"
+
+	"github.com/waybill/waybill/lifecycle"
+)
+
+// readJSON reads the request's body, a JSON object, into v: the media type
+// must be JSON (415), the body within the limit (413), and every field one
+// of v's, of the right type (400, naming the field). emptyOK lets a request
+// send no body, as the operator actions do.
+func (s *Server) readJSON(w http.ResponseWriter, r *http.Request, v any, emptyOK bool) error {
+	ct := r.Header.Get("Content-Type")
+	if mt, _, err := mime.ParseMediaType(ct); err != nil || mt != "application/json" {
+		return &mediaTypeError{got: ct}
+	}
+	limit := s.cfg.MaxPayload
+	if r.ContentLength > limit {
+		return &http.MaxBytesError{Limit: limit}
+	}
+	data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
+	var tooLarge *http.MaxBytesError
+	if errors.As(err, &tooLarge) {
+		return tooLarge
+	}
+	if err != nil {
+		return fieldError("body", "could not be read: "+err.Error())
+	}
+	if emptyOK && len(bytes.TrimSpace(data)) == 0 {
+		return nil
+	}
+	return decodeStrict(data, v)
+}
+
+// decodeStrict decodes the JSON object data into the struct v points to.
+// Unlike encoding/json it matches names exactly, refuses names v has no
+// field for, and reports every problem as a *lifecycle.FieldError with the
+// field's path (such as "retry.jitter"), all of them joined in ErrInvalid.
+func decodeStrict(data []byte, v any) error {
+	return invalid(decodeValue(data, reflect.ValueOf(v).Elem(), "")...)
+}
+
+var (
+	jsonUnmarshaler = reflect.TypeFor[json.Unmarshaler]()
+	textUnmarshaler = reflect.TypeFor[encoding.TextUnmarshaler]()
+)
+
+// decodeValue decodes data into v: field by field for a struct (or a
+// pointer to one), as a whole for anything else.
+func decodeValue(data []byte, v reflect.Value, path string) []error {
+	t := v.Type()
+	if t.Kind() == reflect.Pointer && isObject(t.Elem()) {
+		if string(data) == "null" {
+			v.SetZero()
+			return nil
+		}
+		if v.IsNil() {
+			v.Set(reflect.New(t.Elem()))
+		}
+		return decodeValue(data, v.Elem(), path)
+	}
+	if !isObject(t) {
+		if err := json.Unmarshal(data, v.Addr().Interface()); err != nil {
+			return []error{&lifecycle.FieldError{Field: path, Problem: valueProblem(err, t)}}
+		}
+		return nil
+	}
+	var object map[string]json.RawMessage
+	if err := json.Unmarshal(data, &object); err != nil || (object == nil && path == "") {
+		return []error{&lifecycle.FieldError{Field: orBody(path), Problem: "must be a JSON object"}}
+	}
+	fields := jsonFields(t)
+	var errs []error
+	for _, name := range slices.Sorted(maps.Keys(object)) {
+		index, ok := fields[name]
+		if !ok {
+			errs = append(errs, &lifecycle.FieldError{Field: join(path, name),
+				Problem: "is not a field here: allowed are " + strings.Join(slices.Sorted(maps.Keys(fields)), ", ")})
+			continue
+		}
+		errs = append(errs, decodeValue(object[name], v.Field(index), join(path, name))...)
+	}
+	return errs
+}
+
+// isObject reports a struct decoded field by field: one without its own
+// JSON or text decoding.
+func isObject(t reflect.Type) bool {
+	return t.Kind() == reflect.Struct && !reflect.PointerTo(t).Implements(jsonUnmarshaler) &&
+		!reflect.PointerTo(t).Implements(textUnmarshaler)
+}
+
+// jsonFields maps the JSON names of a struct's fields to their index.
+func jsonFields(t reflect.Type) map[string]int {
+	fields := map[string]int{}
+	for i := range t.NumField() {
+		f := t.Field(i)
+		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		if !f.IsExported() || name == "-" {
+			continue
+		}
+		if name == "" {
+			name = f.Name
+		}
+		fields[name] = i
+	}
+	return fields
+}
+
+// valueProblem says what a value should have been, in JSON's words.
+func valueProblem(err error, t reflect.Type) string {
+	var typeErr *json.UnmarshalTypeError
+	if !errors.As(err, &typeErr) {
+		return err.Error() // the type's own words, such as lifecycle.Duration's
+	}
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	switch {
+	case reflect.PointerTo(t).Implements(textUnmarshaler), t.Kind() == reflect.String:
+		return "must be a string"
+	case t.Kind() == reflect.Bool:
+		return "must be true or false"
+	case t.Kind() >= reflect.Int && t.Kind() <= reflect.Uint64:
+		return fmt.Sprintf("must be a whole number, not %s", typeErr.Value)
+	case t.Kind() == reflect.Float32 || t.Kind() == reflect.Float64:
+		return "must be a number"
+	case t.Kind() == reflect.Slice:
+		return "must be an array"
+	}
+	return "must be a JSON object"
+}
+
+func join(path, name string) string {
+	if path == "" {
+		return name
+	}
+	return path + "." + name
+}
+
+func orBody(path string) string {
+	if path == "" {
+		return "body"
+	}
+	return path
+}

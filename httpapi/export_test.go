@@ -1,0 +1,45 @@
+package httpapi
+
+import (
+	"net/http"
+	"reflect"
+)
+
+// RouteInfo describes one route of the table for the tests.
+type RouteInfo struct {
+	Method, Path      string
+	Request, Response reflect.Type
+	Status            int
+	Permission        string
+}
+
+// Routes returns the route table.
+func Routes() []RouteInfo {
+	var out []RouteInfo
+	for _, rt := range routes {
+		info := RouteInfo{Method: rt.method, Path: rt.path, Status: rt.status,
+			Permission: permissionName(permission(rt.method, rt.pattern()))}
+		if rt.request != nil {
+			info.Request = reflect.TypeOf(rt.request)
+		}
+		if rt.response != nil {
+			info.Response = reflect.TypeOf(rt.response)
+		}
+		out = append(out, info)
+	}
+	return out
+}
+
+// Pattern is the pattern the Server's mux serves r with; "" for none.
+func (s *Server) Pattern(r *http.Request) string {
+	_, p := s.mux.Handler(r)
+	return p
+}
+
+// DecodeStrict is decodeStrict, for the documented examples.
+func DecodeStrict(data []byte, v any) error { return decodeStrict(data, v) }
+
+// Codes are the error codes.
+var Codes = []string{CodeInvalidField, CodeInvalidStatus, CodeUnauthorized, CodeForbidden, CodeNotFound,
+	CodeMethodNotAllowed, CodeAlreadyExists, CodeTargetInUse, CodeNotRedispatchable, CodeNotRedeliverable,
+	CodeReceiptRefused, CodeConflict, CodePayloadTooLarge, CodeUnsupportedMediaType, CodeUnavailable, CodeInternal}

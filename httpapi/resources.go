@@ -1,0 +1,226 @@
+package httpapi
+
+import (
+	"encoding/json"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/waybill/waybill/journal"
+	"github.com/waybill/waybill/lifecycle"
+	"github.com/waybill/waybill/projection"
+)
+
+// IngestRequest is the body of POST /messages. Exactly one of Payload (text)
+// and PayloadBase64 (any bytes) is given.
+type IngestRequest struct {
+	Source  string  `json:"source"`
+	From    string  `json:"from"`
+	To      string  `json:"to"`
+	Payload *string `json:"payload"`
+	// PayloadBase64 is the payload in standard base64 with padding.
+	PayloadBase64 *string `json:"payload_base64"`
+	// ContentType is the payload's media type. Default "text/plain;
+	// charset=utf-8" for Payload, "application/octet-stream" for
+	// PayloadBase64.
+	ContentType string `json:"content_type"`
+	// IdempotencyKey, when given, makes a repeat from the same source return
+	// the message already held; up to 255 bytes.
+	IdempotencyKey string `json:"idempotency_key"`
+}
+
+// Message is the message resource.
+type Message struct {
+	ID     uuid.UUID               `json:"id"`
+	Source string                  `json:"source"`
+	From   string                  `json:"from"`
+	To     string                  `json:"to"`
+	Stage  lifecycle.MessageStage  `json:"stage"`
+	Status lifecycle.MessageStatus `json:"status"`
+	// Error is why the message was refused, or the last error of its first
+	// failed (else stalled) delivery; null when there is none.
+	Error         *string    `json:"error"`
+	CreatedAt     time.Time  `json:"created_at"`
+	UpdatedAt     time.Time  `json:"updated_at"`
+	PayloadSize   int64      `json:"payload_size"`
+	PayloadSHA256 string     `json:"payload_sha256"`
+	Deliveries    []Delivery `json:"deliveries"`
+}
+
+// Delivery is one delivery of a message to one target.
+type Delivery struct {
+	ID       uuid.UUID               `json:"id"`
+	Target   string                  `json:"target"`
+	State    lifecycle.DeliveryState `json:"state"`
+	Attempts int                     `json:"attempts"`
+	// NextAttemptAt is when the delivery is next woken while queued or
+	// retrying; null in any other state.
+	NextAttemptAt *time.Time `json:"next_attempt_at"`
+	LastError     *string    `json:"last_error"`
+	CreatedAt     time.Time  `json:"created_at"`
+	UpdatedAt     time.Time  `json:"updated_at"`
+	// FinishedAt is when it was delivered or failed; null before.
+	FinishedAt *time.Time `json:"finished_at"`
+}
+
+// MessageList is a page of messages, newest first. NextCursor continues
+// the list; null on its last page.
+type MessageList struct {
+	Items      []Message `json:"items"`
+	NextCursor *string   `json:"next_cursor"`
+}
+
+// HistoryEntry is one event of a message, read from the journal. The
+// delivery fields are null for an event of the message itself.
+type HistoryEntry struct {
+	Position   int64                    `json:"position"`
+	At         time.Time                `json:"at"`
+	Kind       journal.Kind             `json:"kind"`
+	Actor      string                   `json:"actor"`
+	DeliveryID *uuid.UUID               `json:"delivery_id"`
+	Target     *string                  `json:"target"`
+	OldState   *lifecycle.DeliveryState `json:"old_state"`
+	NewState   *lifecycle.DeliveryState `json:"new_state"`
+	Text       string                   `json:"text"`
+}
+
+// History is a message's events in journal order.
+type History struct {
+	Items []HistoryEntry `json:"items"`
+}
+
+// ReceiptOutcome is what a receipt says.
+type ReceiptOutcome string
+
+// The receipt outcomes.
+const (
+	ReceiptPositive ReceiptOutcome = "positive"
+	ReceiptNegative ReceiptOutcome = "negative"
+)
+
+// ReceiptRequest is the body of POST /deliveries/{id}/receipt.
+type ReceiptRequest struct {
+	Outcome ReceiptOutcome `json:"outcome"`
+	// Text is the receiver's detail, kept in the history.
+	Text string `json:"text"`
+}
+
+// ActionRequest is the body of the operator actions: none, or {}.
+type ActionRequest struct{}
+
+// RouteRequest is the body of POST /routes and PUT /routes/{id}.
+type RouteRequest struct {
+	Source string `json:"source"`
+	From   string `json:"from"`
+	To     string `json:"to"`
+	Target string `json:"target"`
+}
+
+// RouteList is every route, oldest first.
+type RouteList struct {
+	Items []lifecycle.Route `json:"items"`
+}
+
+// TargetList is every target, by name.
+type TargetList struct {
+	Items []lifecycle.Target `json:"items"`
+}
+
+// Stats are the figures of GET /stats.
+type Stats struct {
+	// InFlightMessages are received, in progress, retrying or awaiting
+	// their receipt, whenever they were created.
+	InFlightMessages int64 `json:"in_flight_messages"`
+	// FailedLast24h are the messages created in the last 24 hours that are
+	// now in error or stalled.
+	FailedLast24h int64 `json:"failed_last_24h"`
+	// RefusedLast24h are the messages created in the last 24 hours that
+	// were refused.
+	RefusedLast24h int64 `json:"refused_last_24h"`
+	// MessagesLast7d are the messages created in the last 7 days.
+	MessagesLast7d int64 `json:"messages_last_7d"`
+	// DeliveriesByState counts the deliveries in each state; every state
+	// has an entry.
+	DeliveriesByState map[lifecycle.DeliveryState]int64 `json:"deliveries_by_state"`
+	// DueDeliveries are queued or retrying deliveries whose wake-up is due.
+	DueDeliveries int64 `json:"due_deliveries"`
+	// OldestDueSeconds is how long the most overdue of them has been due;
+	// 0 when none is.
+	OldestDueSeconds float64 `json:"oldest_due_seconds"`
+}
+
+// JournalEvent is one event of the journal as GET /journal gives it.
+type JournalEvent struct {
+	Position   int64                    `json:"position"`
+	At         time.Time                `json:"at"`
+	Stream     string                   `json:"stream"`
+	Version    int                      `json:"version"`
+	Kind       journal.Kind             `json:"kind"`
+	Actor      string                   `json:"actor"`
+	DeliveryID *uuid.UUID               `json:"delivery_id"`
+	Target     *string                  `json:"target"`
+	OldState   *lifecycle.DeliveryState `json:"old_state"`
+	NewState   *lifecycle.DeliveryState `json:"new_state"`
+	Text       string                   `json:"text"`
+	// Payload is the event's payload as stored (see docs/events.md).
+	Payload json.RawMessage `json:"payload"`
+}
+
+// JournalPage is a page of the journal in commit order. NextCursor is
+// where the next read continues; it is never null, so an auditor keeps it
+// and asks again for what committed since.
+type JournalPage struct {
+	Items      []JournalEvent `json:"items"`
+	NextCursor string         `json:"next_cursor"`
+}
+
+// messageOf is the resource of a folded message.
+func messageOf(m *projection.Message) Message {
+	out := Message{ID: m.ID, Source: m.Source, From: m.From, To: m.To, Stage: m.Stage, Status: m.Status,
+		Error: optional(m.Error), CreatedAt: m.CreatedAt, UpdatedAt: m.UpdatedAt,
+		PayloadSize: m.PayloadSize, PayloadSHA256: m.PayloadSHA256, Deliveries: make([]Delivery, 0, len(m.Deliveries))}
+	for _, d := range m.Deliveries {
+		var next *time.Time
+		if d.State == lifecycle.StateQueued || d.State == lifecycle.StateRetrying {
+			next = optionalTime(d.NextDue)
+		}
+		out.Deliveries = append(out.Deliveries, Delivery{ID: d.ID, Target: d.Target, State: d.State,
+			Attempts: d.Attempts, NextAttemptAt: next, LastError: optional(d.LastError),
+			CreatedAt: d.CreatedAt, UpdatedAt: d.UpdatedAt, FinishedAt: optionalTime(d.FinishedAt)})
+	}
+	return out
+}
+
+// historyOf is the history entry of an event.
+func historyOf(e journal.Event) HistoryEntry {
+	j := journalEventOf(e, nil)
+	return HistoryEntry{Position: j.Position, At: j.At, Kind: j.Kind, Actor: j.Actor, DeliveryID: j.DeliveryID,
+		Target: j.Target, OldState: j.OldState, NewState: j.NewState, Text: j.Text}
+}
+
+// journalEventOf is the journal item of an event with its encoded payload.
+func journalEventOf(e journal.Event, payload json.RawMessage) JournalEvent {
+	j := JournalEvent{Position: e.Position, At: e.RecordedAt, Stream: e.Stream, Version: e.Version,
+		Kind: e.Kind(), Actor: e.Actor, Target: optional(e.Target), Text: e.Text(), Payload: payload}
+	if e.DeliveryID != uuid.Nil {
+		j.DeliveryID = &e.DeliveryID
+	}
+	if e.OldState != "" {
+		j.OldState, j.NewState = &e.OldState, &e.NewState
+	}
+	return j
+}
+
+func optional(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
+}
+
+func optionalTime(t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	return &t
+}

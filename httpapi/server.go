@@ -1,0 +1,238 @@
+package httpapi
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/waybill/waybill/auth"
+	"github.com/waybill/waybill/commands"
+)
+
+// Prefix is the path every route of the API is under.
+const Prefix = "/api/v1"
+
+// DefaultMaxPayload is the default bound of a request body: 10 MiB.
+const DefaultMaxPayload = 10 << 20
+
+// Authenticator finds who a bearer token belongs to. It returns an error
+// wrapping auth.ErrUnauthorized for a token it does not know; any other
+// error is its own failure.
+type Authenticator interface {
+	Authenticate(ctx context.Context, token string) (auth.Identity, error)
+}
+
+// Config configures a Server.
+type Config struct {
+	// Writer runs every command; required.
+	Writer *commands.Writer
+	// DB is what the reads query; required.
+	DB *pgxpool.Pool
+	// Auth checks the bearer tokens; required.
+	Auth Authenticator
+	// MaxPayload bounds a request body in bytes; larger ones are refused
+	// with 413. Default DefaultMaxPayload (10 MiB).
+	MaxPayload int64
+	// Registerer takes the HTTP metrics; nil registers none.
+	Registerer prometheus.Registerer
+	// Logger defaults to slog.Default().
+	Logger *slog.Logger
+	// OnConfigChange, when set, is called after a change of a route, a
+	// target or the settings has committed, so the caller can resync its
+	// workers and tell other processes. It runs before the answer is sent,
+	// on the request's goroutine: it should not block for long.
+	OnConfigChange func()
+	// Now is the clock of the statistics' windows; default time.Now. Give
+	// it the Writer's clock.
+	Now func() time.Time
+}
+
+// Server serves the API. It is an http.Handler for paths under Prefix.
+type Server struct {
+	cfg     Config
+	log     *slog.Logger
+	mux     *http.ServeMux
+	metrics *metrics
+}
+
+// New returns the Server of cfg, with its metrics registered.
+func New(cfg Config) (*Server, error) {
+	var errs []error
+	if cfg.Writer == nil {
+		errs = append(errs, errors.New("Config.Writer is required"))
+	}
+	if cfg.DB == nil {
+		errs = append(errs, errors.New("Config.DB is required"))
+	}
+	if cfg.Auth == nil {
+		errs = append(errs, errors.New("Config.Auth is required"))
+	}
+	if cfg.MaxPayload < 0 {
+		errs = append(errs, fmt.Errorf("Config.MaxPayload is %d: must not be negative", cfg.MaxPayload))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, fmt.Errorf("httpapi: %w", err)
+	}
+	if cfg.MaxPayload == 0 {
+		cfg.MaxPayload = DefaultMaxPayload
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	m, err := newMetrics(cfg.Registerer)
+	if err != nil {
+		return nil, fmt.Errorf("httpapi: %w", err)
+	}
+	s := &Server{cfg: cfg, log: cfg.Logger, mux: http.NewServeMux(), metrics: m}
+	for _, rt := range routes {
+		s.mux.Handle(rt.pattern(), s.adapt(rt.handle))
+	}
+	return s, nil
+}
+
+// ServeHTTP authenticates the request, checks the role of its token against
+// the route, serves it and measures it.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	rec := &recorder{ResponseWriter: w}
+	_, pattern := s.mux.Handler(r)
+	defer func() {
+		if v := recover(); v != nil {
+			if v == http.ErrAbortHandler {
+				panic(v)
+			}
+			s.log.Error("http handler panicked", "method", r.Method, "path", r.URL.Path, "panic", v)
+			if rec.status == 0 {
+				s.fail(rec, r, fmt.Errorf("panic: %v", v))
+			}
+		}
+		s.metrics.observe(pattern, rec.code(), time.Since(start))
+		s.log.Debug("http request", "method", r.Method, "path", r.URL.Path, "route", pattern,
+			"status", rec.code(), "duration", time.Since(start))
+	}()
+	id, err := s.authenticate(r)
+	if err != nil {
+		s.fail(rec, r, err)
+		return
+	}
+	if pattern == "" {
+		s.fail(rec, r, s.unmatched(r))
+		return
+	}
+	if need := permission(r.Method, pattern); !id.Role.Allows(need) {
+		s.fail(rec, r, &forbiddenError{role: id.Role, needs: need})
+		return
+	}
+	s.mux.ServeHTTP(rec, r.WithContext(context.WithValue(r.Context(), identityKey{}, id)))
+}
+
+// authenticate finds the identity of the request's bearer token.
+func (s *Server) authenticate(r *http.Request) (auth.Identity, error) {
+	scheme, token, _ := strings.Cut(r.Header.Get("Authorization"), " ")
+	token = strings.TrimSpace(token)
+	if !strings.EqualFold(scheme, "Bearer") || token == "" {
+		return auth.Identity{}, fmt.Errorf("%w: send Authorization: Bearer <token>", auth.ErrUnauthorized)
+	}
+	id, err := s.cfg.Auth.Authenticate(r.Context(), token)
+	if err != nil {
+		return auth.Identity{}, fmt.Errorf("authenticate: %w", err)
+	}
+	if id.Name == "" {
+		return auth.Identity{}, fmt.Errorf("%w: the token has no name", auth.ErrUnauthorized)
+	}
+	return id, nil
+}
+
+// unmatched says why no route serves r: another method would be served at
+// its path (405), or nothing is (404).
+func (s *Server) unmatched(r *http.Request) error {
+	var allow []string
+	for _, method := range []string{http.MethodGet, http.MethodPost, http.MethodPut, http.MethodDelete} {
+		probe := r.Clone(r.Context())
+		probe.Method = method
+		if _, p := s.mux.Handler(probe); p != "" {
+			allow = append(allow, method)
+		}
+	}
+	if len(allow) > 0 {
+		return &methodError{allow: allow}
+	}
+	return fmt.Errorf("%w: nothing is served at %s %s", commands.ErrNotFound, r.Method, r.URL.Path)
+}
+
+// permission is what a request on the route needs: reading for GET,
+// ingesting to post a message, administering for everything else.
+func permission(method, pattern string) auth.Permission {
+	switch {
+	case method == http.MethodGet || method == http.MethodHead:
+		return auth.Read
+	case pattern == "POST "+Prefix+"/messages":
+		return auth.Ingest
+	}
+	return auth.Administer
+}
+
+type identityKey struct{}
+
+// identity is who the request acts as; ServeHTTP put it in the context.
+func identity(r *http.Request) auth.Identity {
+	id, _ := r.Context().Value(identityKey{}).(auth.Identity)
+	return id
+}
+
+// adapt turns a handler that returns its error into an http.Handler that
+// answers the error with the envelope.
+func (s *Server) adapt(h func(*Server, http.ResponseWriter, *http.Request) error) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if err := h(s, w, r); err != nil {
+			s.fail(w, r, err)
+		}
+	})
+}
+
+// configChanged tells the caller that a configuration change committed.
+func (s *Server) configChanged() {
+	if s.cfg.OnConfigChange != nil {
+		s.cfg.OnConfigChange()
+	}
+}
+
+// recorder keeps the status a handler wrote, for the metrics and the log.
+type recorder struct {
+	http.ResponseWriter
+	status int
+}
+
+func (r *recorder) WriteHeader(code int) {
+	if r.status == 0 {
+		r.status = code
+	}
+	r.ResponseWriter.WriteHeader(code)
+}
+
+func (r *recorder) Write(b []byte) (int, error) {
+	if r.status == 0 {
+		r.status = http.StatusOK
+	}
+	return r.ResponseWriter.Write(b)
+}
+
+// Unwrap lets http.ResponseController reach the connection.
+func (r *recorder) Unwrap() http.ResponseWriter { return r.ResponseWriter }
+
+func (r *recorder) code() int {
+	if r.status == 0 {
+		return http.StatusOK
+	}
+	return r.status
+}

@@ -1,0 +1,52 @@
+package journal
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+)
+
+// Mark is an event's place in commit order: the id of the transaction that
+// wrote it, then its position. The zero Mark is before every event.
+type Mark struct {
+	TxID     uint64
+	Position int64
+}
+
+// committedSQL reads in (txid, position) order, as the feed does (see
+// feed.md): only rows of transactions below the snapshot's xmin, all of
+// which have ended, so no row can later appear before a mark already
+// returned, whatever order the transactions committed in. The row
+// comparison and the order run on the journal_txid index. The text of the
+// txid has its own name: ORDER BY would take an output column called txid
+// before the table's, and sort the text.
+const committedSQL = `SELECT txid::text AS txid_text, ` + columns + ` FROM journal
+	WHERE (txid, position) > ($1::text::xid8, $2)
+	AND txid < pg_snapshot_xmin(pg_current_snapshot())
+	ORDER BY txid, position LIMIT $3`
+
+// ReadCommitted returns up to limit events after the mark, in commit order,
+// with the mark of each. It never returns an event of a transaction that
+// could still commit, so reading on from the last mark misses nothing: an
+// event written by a transaction open now comes in a later read, after it
+// ends.
+func ReadCommitted(ctx context.Context, q Querier, after Mark, limit int) ([]Event, []Mark, error) {
+	var (
+		events []Event
+		marks  []Mark
+		txid   string
+	)
+	err := scan(ctx, q, committedSQL, []any{strconv.FormatUint(after.TxID, 10), after.Position, limit}, func(e Event) error {
+		id, err := strconv.ParseUint(txid, 10, 64)
+		if err != nil {
+			return fmt.Errorf("position %d: txid %q: %w", e.Position, txid, err)
+		}
+		events = append(events, e)
+		marks = append(marks, Mark{TxID: id, Position: e.Position})
+		return nil
+	}, &txid)
+	if err != nil {
+		return nil, nil, fmt.Errorf("read journal after %d/%d: %w", after.TxID, after.Position, err)
+	}
+	return events, marks, nil
+}
