@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -25,6 +26,7 @@ import (
 	"github.com/waybill/waybill/alerts"
 	"github.com/waybill/waybill/auth"
 	"github.com/waybill/waybill/commands"
+	"github.com/waybill/waybill/httpapi"
 	"github.com/waybill/waybill/natsserver"
 	"github.com/waybill/waybill/pgserver"
 	"github.com/waybill/waybill/schema"
@@ -42,6 +44,7 @@ type serveConfig struct {
 	logFormat    string
 	alertWebhook string
 	drainGrace   time.Duration
+	maxPayload   int64
 }
 
 // serveFlags declares the flags of serve on fs.
@@ -54,7 +57,7 @@ func serveFlags(fs *flag.FlagSet) *serveConfig {
 	fs.StringVar(&c.natsURL, "nats-url", env("WAYBILL_NATS_URL", ""),
 		"NATS server or cluster to use instead of the embedded one (env WAYBILL_NATS_URL)")
 	fs.StringVar(&c.listen, "listen", env("WAYBILL_LISTEN", "127.0.0.1:8080"),
-		"address of the HTTP server: metrics, health (env WAYBILL_LISTEN)")
+		"address of the HTTP server: the API, metrics, health (env WAYBILL_LISTEN)")
 	fs.StringVar(&c.logFormat, "log-format", env("WAYBILL_LOG_FORMAT", "text"),
 		"log format, text or json (env WAYBILL_LOG_FORMAT)")
 	fs.StringVar(&c.alertWebhook, "alert-webhook", env("WAYBILL_ALERT_WEBHOOK", ""),
@@ -66,6 +69,11 @@ func serveFlags(fs *flag.FlagSet) *serveConfig {
 	}
 	fs.DurationVar(&c.drainGrace, "drain-grace", d,
 		"how long a stop lets attempts in flight finish before it cancels them (env WAYBILL_DRAIN_GRACE)")
+	limit, err := strconv.ParseInt(env("WAYBILL_MAX_PAYLOAD", strconv.Itoa(httpapi.DefaultMaxPayload)), 10, 64)
+	if err != nil {
+		limit = httpapi.DefaultMaxPayload
+	}
+	fs.Int64Var(&c.maxPayload, "max-payload", limit, "largest request body the API takes, in bytes (env WAYBILL_MAX_PAYLOAD)")
 	return c
 }
 
@@ -136,8 +144,17 @@ func serve(ctx context.Context, cfg *serveConfig, stderr io.Writer) error {
 		return err
 	}
 
+	rt, err := workers.NewRuntime(workers.RuntimeConfig{Writer: w, DB: db, NATS: nc, DrainGrace: cfg.drainGrace, Logger: log, Metrics: metrics})
+	if err != nil {
+		return err
+	}
+	api, err := httpapi.New(httpapi.Config{Writer: w, DB: db, Auth: tokens, MaxPayload: cfg.maxPayload,
+		Registerer: reg, Logger: log, OnConfigChange: rt.ConfigChanged})
+	if err != nil {
+		return err
+	}
 	var ready atomic.Bool
-	srv, err := startHTTP(cfg.listen, db, reg, &ready, log)
+	srv, err := startHTTP(cfg.listen, api, db, reg, &ready, log)
 	if err != nil {
 		return err
 	}
@@ -166,10 +183,6 @@ func serve(ctx context.Context, cfg *serveConfig, stderr io.Writer) error {
 	}
 	stack.push(func() { events.Stop(context.Background()) })
 
-	rt, err := workers.NewRuntime(workers.RuntimeConfig{Writer: w, DB: db, NATS: nc, DrainGrace: cfg.drainGrace, Logger: log, Metrics: metrics})
-	if err != nil {
-		return err
-	}
 	if err := rt.Start(ctx); err != nil {
 		return err
 	}
@@ -313,11 +326,12 @@ func connectNATS(url string, log *slog.Logger, stack *stopStack) (*nats.Conn, er
 	return nc, nil
 }
 
-// startHTTP serves the metrics and the health checks: /healthz answers
-// while the process runs, /readyz only while the database answers and the
-// workers have subscribed.
-func startHTTP(addr string, db *pgxpool.Pool, reg *prometheus.Registry, ready *atomic.Bool, log *slog.Logger) (*http.Server, error) {
+// startHTTP serves the API, the metrics and the health checks: /healthz
+// answers while the process runs, /readyz only while the database answers
+// and the workers have subscribed.
+func startHTTP(addr string, api http.Handler, db *pgxpool.Pool, reg *prometheus.Registry, ready *atomic.Bool, log *slog.Logger) (*http.Server, error) {
 	mux := http.NewServeMux()
+	mux.Handle(httpapi.Prefix+"/", api)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprintln(w, "ok")

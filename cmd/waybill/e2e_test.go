@@ -1,0 +1,208 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// api is a client of a running server's REST API in a test.
+type api struct {
+	t     *testing.T
+	base  string
+	token string
+}
+
+// call sends a JSON request and decodes the answer into out when it is
+// not nil; it fails the test unless the status is want.
+func (a *api) call(method, path string, body any, want int, out any) {
+	a.t.Helper()
+	var r io.Reader
+	if body != nil {
+		data, err := json.Marshal(body)
+		if err != nil {
+			a.t.Fatal(err)
+		}
+		r = bytes.NewReader(data)
+	}
+	req, err := http.NewRequest(method, a.base+path, r)
+	if err != nil {
+		a.t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+a.token)
+	if method == http.MethodPost || method == http.MethodPut {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		a.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	data, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != want {
+		a.t.Fatalf("%s %s: %d %s, want %d", method, path, resp.StatusCode, data, want)
+	}
+	if out != nil {
+		if err := json.Unmarshal(data, out); err != nil {
+			a.t.Fatalf("%s %s: decode %s: %v", method, path, data, err)
+		}
+	}
+}
+
+// TestEndToEnd starts the real binary with its embedded defaults (its own
+// PostgreSQL in a data directory, NATS in the process), configures a
+// target that posts to a local sink and a route over REST, ingests
+// messages, follows them to delivered, reads their history, stops the
+// server and audits the journal with `waybill audit --data-dir`.
+func TestEndToEnd(t *testing.T) {
+	bin := buildBinary(t)
+	dir, err := os.MkdirTemp("", "waybill-e2e-*")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	// As root the embedded PostgreSQL runs as the postgres user, which
+	// must reach the data directory.
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	dataDir := filepath.Join(dir, "var")
+
+	var (
+		mu  sync.Mutex
+		got = map[string]string{}
+	)
+	sink := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		mu.Lock()
+		got[r.Header.Get("Waybill-Message-Id")] = string(body)
+		mu.Unlock()
+	}))
+	defer sink.Close()
+
+	addr := freeAddr(t)
+	var logs bytes.Buffer
+	cmd := exec.Command(bin, "serve", "--data-dir", dataDir, "--listen", addr)
+	cmd.Stdout, cmd.Stderr = &logs, &logs
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if cmd.ProcessState == nil {
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+		}
+		if t.Failed() {
+			t.Logf("serve's log:\n%s", logs.String())
+		}
+	}()
+	waitReady(t, "http://"+addr+"/readyz")
+	token, err := os.ReadFile(filepath.Join(dataDir, "admin.token"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info, err := os.Stat(filepath.Join(dataDir, "admin.token")); err != nil || info.Mode().Perm() != 0o600 {
+		t.Fatalf("admin.token: %v, %v; want mode 0600", info.Mode(), err)
+	}
+	a := &api{t: t, base: "http://" + addr + "/api/v1", token: strings.TrimSpace(string(token))}
+
+	a.call("POST", "/targets", map[string]any{"name": "sink", "kind": "http", "enabled": true,
+		"config": map[string]any{"url": sink.URL}}, http.StatusCreated, nil)
+	a.call("POST", "/routes", map[string]any{"source": "erp", "from": "*", "to": "*", "target": "sink"}, http.StatusCreated, nil)
+
+	type delivery struct {
+		ID, Target, State string
+	}
+	type message struct {
+		ID, Status string
+		Deliveries []delivery
+	}
+	var ids []string
+	for i := range 10 {
+		var m message
+		a.call("POST", "/messages", map[string]any{"source": "erp", "from": "acme", "to": "globex",
+			"payload": fmt.Sprintf("order %d", i), "content_type": "text/plain"}, http.StatusCreated, &m)
+		ids = append(ids, m.ID)
+	}
+	for _, id := range ids {
+		deadline := time.Now().Add(60 * time.Second)
+		for {
+			var m message
+			a.call("GET", "/messages/"+id, nil, http.StatusOK, &m)
+			if m.Status == "delivered" {
+				if len(m.Deliveries) != 1 || m.Deliveries[0].State != "delivered" {
+					t.Fatalf("message %s delivered with deliveries %+v", id, m.Deliveries)
+				}
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("message %s is %s, want delivered", id, m.Status)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	mu.Lock()
+	if len(got) != 10 || got[ids[3]] != "order 3" {
+		t.Errorf("the sink got %d messages, the fourth %q", len(got), got[ids[3]])
+	}
+	mu.Unlock()
+
+	var history struct {
+		Items []struct {
+			Kind string
+		}
+	}
+	a.call("GET", "/messages/"+ids[0]+"/history", nil, http.StatusOK, &history)
+	var kinds []string
+	for _, e := range history.Items {
+		kinds = append(kinds, e.Kind)
+	}
+	want := "message.accepted message.dispatched delivery.claimed delivery.attempted"
+	if strings.Join(kinds, " ") != want {
+		t.Errorf("history %v, want %s", kinds, want)
+	}
+
+	// The operator's command line, against the same server.
+	cli := func(args ...string) string {
+		t.Helper()
+		args = append(args, "--server", "http://"+addr, "--token", a.token)
+		out, err := exec.Command(bin, args...).CombinedOutput()
+		if err != nil {
+			t.Fatalf("waybill %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+		return string(out)
+	}
+	if out := cli("messages", "--status", "delivered"); strings.Count(out, "delivered") < 10 {
+		t.Errorf("waybill messages lists fewer than 10 delivered:\n%s", out)
+	}
+	if out := cli("messages", "show", ids[0]); !strings.Contains(out, "delivery.attempted") || !strings.Contains(out, "sink") {
+		t.Errorf("waybill messages show lacks the history or the target:\n%s", out)
+	}
+	var m message
+	a.call("GET", "/messages/"+ids[0], nil, http.StatusOK, &m)
+	if out := cli("redeliver", ids[0], m.Deliveries[0].ID); !strings.Contains(out, ids[0]) {
+		t.Errorf("waybill redeliver:\n%s", out)
+	}
+
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("serve exited with %v", err)
+	}
+	out, err := exec.Command(bin, "audit", "--data-dir", dataDir).CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "0 violations") {
+		t.Fatalf("audit: %v\n%s", err, out)
+	}
+}
