@@ -1,0 +1,190 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/nats-io/nats.go"
+
+	"github.com/waybill/waybill/commands"
+	"github.com/waybill/waybill/internal/dbtest"
+	"github.com/waybill/waybill/internal/testclock"
+	"github.com/waybill/waybill/journal"
+	"github.com/waybill/waybill/lifecycle"
+	"github.com/waybill/waybill/natsserver"
+	"github.com/waybill/waybill/projection"
+	"github.com/waybill/waybill/schema"
+	"github.com/waybill/waybill/sweep"
+	"github.com/waybill/waybill/workers"
+)
+
+// server is one `waybill serve` process of a test.
+type server struct {
+	cmd  *exec.Cmd
+	addr string
+	logs bytes.Buffer
+}
+
+func startServer(t *testing.T, bin string, args ...string) *server {
+	t.Helper()
+	s := &server{addr: freeAddr(t)}
+	s.cmd = exec.Command(bin, append([]string{"serve", "--listen", s.addr, "--log-format", "json"}, args...)...)
+	s.cmd.Stdout, s.cmd.Stderr = &s.logs, &s.logs
+	if err := s.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if s.cmd.ProcessState == nil {
+			_ = s.cmd.Process.Kill()
+			_ = s.cmd.Wait()
+		}
+		if t.Failed() {
+			t.Logf("log of the server on %s:\n%s", s.addr, s.logs.String())
+		}
+	})
+	waitReady(t, "http://"+s.addr+"/readyz")
+	return s
+}
+
+// TestTwoProcessesOneKilled runs two servers on one PostgreSQL and one
+// NATS. A target created through the first reaches the second at once;
+// messages ingested through the second are worked by both; the first is
+// killed with SIGKILL halfway, and once its leases have run out (the test
+// sweeps with its clock past them) the second finishes everything: each
+// message delivered, each delivery recorded delivered once, the audit clean.
+func TestTwoProcessesOneKilled(t *testing.T) {
+	ctx := t.Context()
+	bin := buildBinary(t)
+	dbURL := dbtest.URL(t)
+	db, err := pgxpool.New(ctx, dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if err := schema.Ensure(ctx, db); err != nil {
+		t.Fatal(err)
+	}
+	ns, err := natsserver.Start(natsserver.Config{Listen: "127.0.0.1:0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ns.Stop()
+
+	var (
+		mu  sync.Mutex
+		hit = map[string]int{}
+	)
+	sink := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		time.Sleep(2 * time.Millisecond)
+		mu.Lock()
+		hit[r.Header.Get("Idempotency-Key")]++
+		mu.Unlock()
+	}))
+	defer sink.Close()
+	received := func() int {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(hit)
+	}
+
+	dir := t.TempDir()
+	common := []string{"--database-url", dbURL, "--nats-url", ns.ClientURL()}
+	first := startServer(t, bin, append(common, "--data-dir", filepath.Join(dir, "first"))...)
+	second := startServer(t, bin, append(common, "--data-dir", filepath.Join(dir, "second"))...)
+	token, err := os.ReadFile(filepath.Join(dir, "first", "admin.token"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	viaFirst := &api{t: t, base: "http://" + first.addr + "/api/v1", token: strings.TrimSpace(string(token))}
+	viaSecond := &api{t: t, base: "http://" + second.addr + "/api/v1", token: viaFirst.token}
+
+	viaFirst.call("POST", "/targets", map[string]any{"name": "sink", "kind": "http", "enabled": true,
+		"max_concurrent": 4, "config": map[string]any{"url": sink.URL}}, http.StatusCreated, nil)
+	viaFirst.call("POST", "/routes", map[string]any{"source": "erp", "from": "*", "to": "*", "target": "sink"}, http.StatusCreated, nil)
+
+	const n = 300
+	var ids []string
+	for i := range n {
+		var m struct{ ID string }
+		viaSecond.call("POST", "/messages", map[string]any{"source": "erp", "from": "a", "to": "b",
+			"payload": fmt.Sprintf("m%d", i)}, http.StatusCreated, &m)
+		ids = append(ids, m.ID)
+	}
+	deadline := time.Now().Add(time.Minute)
+	for received() < n/3 {
+		if time.Now().After(deadline) {
+			t.Fatalf("only %d of %d delivered a minute on", received(), n)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if err := first.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	_ = first.cmd.Wait()
+
+	// Past the dead process's leases, as the second's sweep would be a
+	// lease later.
+	nc, err := nats.Connect(ns.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	lease := lifecycle.Target{AttemptTimeout: lifecycle.Duration(lifecycle.DefaultAttemptTimeout)}.Lease()
+	clock := testclock.New(time.Now().Add(lease + time.Second))
+	w, err := commands.New(commands.Config{DB: db, Notifier: workers.NewPublisher(nc, nil, nil), Now: clock.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sw, err := sweep.New(sweep.Config{Writer: w, DB: db, Now: clock.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sw.Pass(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	for _, id := range ids {
+		deadline := time.Now().Add(time.Minute)
+		for {
+			var m struct{ Status string }
+			viaSecond.call("GET", "/messages/"+id, nil, http.StatusOK, &m)
+			if m.Status == "delivered" {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("message %s is %s a minute after the kill", id, m.Status)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	var delivered int
+	if err := db.QueryRow(ctx, `SELECT count(*) FROM journal WHERE kind = $1 AND payload->'outcome'->>'kind' = 'delivered'`,
+		journal.KindDeliveryAttempted).Scan(&delivered); err != nil {
+		t.Fatal(err)
+	}
+	if delivered != n {
+		t.Fatalf("%d deliveries recorded delivered, want %d once each", delivered, n)
+	}
+	r, err := projection.Audit(context.Background(), db, uuid.Nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range r.Violations {
+		t.Errorf("audit: %s", v)
+	}
+}
