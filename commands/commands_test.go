@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -213,6 +215,45 @@ func TestClaimCompleteAndStaleToken(t *testing.T) {
 	}
 	if _, err := b.w.Complete(b.ctx, d.ID, claim.Token, lifecycle.Delivered("again")); !errors.Is(err, commands.ErrClaimLost) {
 		t.Errorf("second complete: %v", err)
+	}
+	b.audit(t)
+}
+
+// TestClaimsReadThePayload: Claim and ClaimDue hand back each message's
+// body with the claim.
+func TestClaimsReadThePayload(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.targets(t, "alpha")
+	var ms []*projection.Message
+	for i := range 3 {
+		in := newMessage()
+		in.Payload = fmt.Appendf(nil, "body %d", i)
+		m, _, err := b.w.Ingest(b.ctx, in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ms = append(ms, m)
+	}
+	claim, err := b.w.Claim(b.ctx, ms[0].Deliveries[0].ID, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(claim.Payload) != "body 0" {
+		t.Errorf("Claim: payload %q, want %q", claim.Payload, "body 0")
+	}
+	claims, err := b.w.ClaimDue(b.ctx, "alpha", 10, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(claims) != 2 {
+		t.Fatalf("ClaimDue: %d claims, want 2", len(claims))
+	}
+	for _, c := range claims {
+		i := slices.IndexFunc(ms, func(m *projection.Message) bool { return m.ID == c.Message.ID })
+		if want := fmt.Sprintf("body %d", i); string(c.Payload) != want {
+			t.Errorf("ClaimDue: message %d: payload %q, want %q", i, c.Payload, want)
+		}
 	}
 	b.audit(t)
 }

@@ -22,6 +22,10 @@ type Claim struct {
 	// Message is the state after the claim; Delivery is the claimed one.
 	Message  *projection.Message
 	Delivery projection.Delivery
+	// Payload is the message's body, read in the claim's own transaction
+	// so that the attempt needs no round trip of its own for it; nil when
+	// the message has no payload row.
+	Payload []byte
 }
 
 // Claim takes a delivery for one attempt, by compare-and-swap on its state
@@ -33,18 +37,42 @@ func (w *Writer) Claim(ctx context.Context, deliveryID uuid.UUID, lease time.Dur
 	if lease <= 0 {
 		return Claim{}, invalid(&lifecycle.FieldError{Field: "lease", Problem: "must be positive"})
 	}
-	var claim Claim
+	var (
+		claim    Claim
+		payloads map[uuid.UUID][]byte
+	)
 	m, err := w.run(ctx, w.loadDelivery(ctx, deliveryID), func(m *projection.Message, now time.Time) (*change, error) {
 		c := newChange(m)
 		var err error
 		claim, err = c.claim(deliveryID, lease, now)
+		c.extra = func(b *pgx.Batch) { payloads = queuePayloads(b, []uuid.UUID{m.ID}) }
 		return c, err
 	})
 	if err != nil {
 		return Claim{}, fmt.Errorf("claim delivery %s: %w", deliveryID, err)
 	}
-	claim.Message, claim.Delivery = m, *m.Delivery(deliveryID)
+	claim.Message, claim.Delivery, claim.Payload = m, *m.Delivery(deliveryID), payloads[m.ID]
 	return claim, nil
+}
+
+// queuePayloads queues, at the end of a claim's batch, the read of the
+// messages' bodies into the map it returns, which is filled when the batch
+// is closed.
+func queuePayloads(b *pgx.Batch, messageIDs []uuid.UUID) map[uuid.UUID][]byte {
+	payloads := make(map[uuid.UUID][]byte, len(messageIDs))
+	b.Queue(`SELECT message_id, body FROM payloads WHERE message_id = ANY($1)`, messageIDs).
+		Query(func(rows pgx.Rows) error {
+			var (
+				id   uuid.UUID
+				body []byte
+			)
+			_, err := pgx.ForEachRow(rows, []any{&id, &body}, func() error {
+				payloads[id] = body
+				return nil
+			})
+			return err
+		})
+	return payloads
 }
 
 // claim records the claim of one delivery on the change, the expiry of the
@@ -120,6 +148,7 @@ func (w *Writer) claimDue(ctx context.Context, target string, n int, lease time.
 	}
 	b := &pgx.Batch{}
 	claims := make([]Claim, 0, len(messages))
+	claimed := make([]uuid.UUID, 0, len(messages))
 	for _, m := range messages {
 		id := byMessage[m.ID]
 		c := newChange(m)
@@ -135,12 +164,20 @@ func (w *Writer) claimDue(ctx context.Context, target string, n int, lease time.
 		}
 		claim.Message, claim.Delivery = c.after, *c.after.Delivery(id)
 		claims = append(claims, claim)
+		claimed = append(claimed, m.ID)
 	}
+	if len(claims) == 0 {
+		return nil, nil
+	}
+	payloads := queuePayloads(b, claimed)
 	if err := tx.SendBatch(ctx, b).Close(); err != nil {
 		return nil, err
 	}
 	if err := tx.Commit(ctx); err != nil {
 		return nil, err
+	}
+	for i := range claims {
+		claims[i].Payload = payloads[claims[i].Message.ID]
 	}
 	return claims, nil
 }

@@ -50,7 +50,7 @@ func workerProcess() int {
 	if err != nil {
 		return fail(err)
 	}
-	rt, err := workers.NewRuntime(workers.RuntimeConfig{Writer: w, DB: db, NATS: nc, Logger: log})
+	rt, err := workers.NewRuntime(workers.RuntimeConfig{Writer: w, NATS: nc, Logger: log})
 	if err != nil {
 		return fail(err)
 	}

@@ -9,7 +9,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go"
 
 	"github.com/waybill/waybill/commands"
@@ -19,9 +18,8 @@ import (
 
 // RuntimeConfig configures a Runtime.
 type RuntimeConfig struct {
-	// Writer, DB and NATS are required.
+	// Writer and NATS are required.
 	Writer *commands.Writer
-	DB     *pgxpool.Pool
 	NATS   *nats.Conn
 	// Now is the clock the retry and receipt policies read; nil is
 	// time.Now. Give it the Writer's clock.
@@ -65,8 +63,8 @@ type targetWorker struct {
 
 // NewRuntime returns a Runtime; Start sets it going.
 func NewRuntime(cfg RuntimeConfig) (*Runtime, error) {
-	if cfg.Writer == nil || cfg.DB == nil || cfg.NATS == nil {
-		return nil, errors.New("workers: RuntimeConfig.Writer, DB and NATS are required")
+	if cfg.Writer == nil || cfg.NATS == nil {
+		return nil, errors.New("workers: RuntimeConfig.Writer and NATS are required")
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
@@ -185,7 +183,7 @@ func (r *Runtime) startWorker(t lifecycle.Target) (*targetWorker, error) {
 	}
 	w, err := NewWorker(Config[targets.Attempt]{
 		Name:           t.Name,
-		Store:          NewDeliveryStore(r.cfg.Writer, r.cfg.DB, t),
+		Store:          NewDeliveryStore(r.cfg.Writer, t),
 		Deliverer:      &policyDeliverer{target: t, kind: kind, now: r.cfg.Now},
 		NATS:           r.cfg.NATS,
 		Subject:        DeliverySubject(t.Name),

@@ -93,7 +93,7 @@ func (b *bundle) writer(t *testing.T, n commands.Notifier) *commands.Writer {
 // runtime starts a Runtime on the bundle, stopped when the test ends.
 func (b *bundle) runtime(t *testing.T, grace time.Duration) *workers.Runtime {
 	t.Helper()
-	rt, err := workers.NewRuntime(workers.RuntimeConfig{Writer: b.w, DB: b.db, NATS: b.nc, Now: b.clock.Now,
+	rt, err := workers.NewRuntime(workers.RuntimeConfig{Writer: b.w, NATS: b.nc, Now: b.clock.Now,
 		DrainGrace: grace, Metrics: b.metrics, Logger: quiet})
 	if err != nil {
 		t.Fatal(err)

@@ -2,13 +2,10 @@ package workers
 
 import (
 	"context"
-	"fmt"
 	"math/rand/v2"
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/waybill/waybill/commands"
 	"github.com/waybill/waybill/lifecycle"
@@ -17,16 +14,15 @@ import (
 )
 
 // DeliveryStore is the Store of one target's deliveries: the commands of
-// the core, with the payload read for every claim.
+// the core, whose claims read the payload in their own transaction.
 type DeliveryStore struct {
 	w      *commands.Writer
-	db     *pgxpool.Pool
 	target lifecycle.Target
 }
 
 // NewDeliveryStore returns the store of the target's deliveries.
-func NewDeliveryStore(w *commands.Writer, db *pgxpool.Pool, target lifecycle.Target) *DeliveryStore {
-	return &DeliveryStore{w: w, db: db, target: target}
+func NewDeliveryStore(w *commands.Writer, target lifecycle.Target) *DeliveryStore {
+	return &DeliveryStore{w: w, target: target}
 }
 
 var _ Store[targets.Attempt] = (*DeliveryStore)(nil)
@@ -37,11 +33,7 @@ func (s *DeliveryStore) Claim(ctx context.Context, id uuid.UUID) (Job[targets.At
 	if err != nil {
 		return Job[targets.Attempt]{}, err
 	}
-	jobs, err := s.jobs(ctx, []commands.Claim{c})
-	if err != nil {
-		return Job[targets.Attempt]{}, err
-	}
-	return jobs[0], nil
+	return s.jobs([]commands.Claim{c})[0], nil
 }
 
 // ClaimDue claims up to n due deliveries of the target.
@@ -50,7 +42,7 @@ func (s *DeliveryStore) ClaimDue(ctx context.Context, n int) ([]Job[targets.Atte
 	if err != nil || len(claims) == 0 {
 		return nil, err
 	}
-	return s.jobs(ctx, claims)
+	return s.jobs(claims), nil
 }
 
 // Complete records the outcome of the job's attempt.
@@ -65,34 +57,14 @@ func (s *DeliveryStore) Release(ctx context.Context, job Job[targets.Attempt], s
 	return err
 }
 
-// jobs makes the attempts of the claims, reading their payloads in one
-// query. A claim whose payload cannot be read stays claimed: its lease runs
-// out and the sweep turns it into a retry.
-func (s *DeliveryStore) jobs(ctx context.Context, claims []commands.Claim) ([]Job[targets.Attempt], error) {
-	ids := make([]uuid.UUID, len(claims))
-	for i, c := range claims {
-		ids[i] = c.Message.ID
-	}
-	payloads := make(map[uuid.UUID][]byte, len(claims))
-	rows, err := s.db.Query(ctx, `SELECT message_id, body FROM payloads WHERE message_id = ANY($1)`, ids)
-	if err != nil {
-		return nil, fmt.Errorf("read payloads: %w", err)
-	}
-	var (
-		id   uuid.UUID
-		body []byte
-	)
-	if _, err := pgx.ForEachRow(rows, []any{&id, &body}, func() error {
-		payloads[id] = body
-		return nil
-	}); err != nil {
-		return nil, fmt.Errorf("read payloads: %w", err)
-	}
+// jobs makes the attempts of the claims, each with the payload its claim
+// read.
+func (s *DeliveryStore) jobs(claims []commands.Claim) []Job[targets.Attempt] {
 	jobs := make([]Job[targets.Attempt], len(claims))
 	for i, c := range claims {
-		jobs[i] = Job[targets.Attempt]{ID: c.Delivery.ID, Token: c.Token, Work: attempt(c.Message, c.Delivery, payloads[c.Message.ID])}
+		jobs[i] = Job[targets.Attempt]{ID: c.Delivery.ID, Token: c.Token, Work: attempt(c.Message, c.Delivery, c.Payload)}
 	}
-	return jobs, nil
+	return jobs
 }
 
 func attempt(m *projection.Message, d projection.Delivery, payload []byte) targets.Attempt {

@@ -210,6 +210,15 @@ func (w *Worker[T]) acquire() bool {
 
 func (w *Worker[T]) releaseSlot() { <-w.slots }
 
+// catchUpAgain is how soon a catch-up that came back short, having claimed
+// something, is followed by another. ClaimDue passes over the jobs whose
+// rows other transactions hold at that moment (for a delivery: a command on
+// another delivery of its message holds the message row for the length of
+// its batch), and when such a job's wake-up was dropped, nothing else would
+// claim it before the sweep. The chain ends with a catch-up that claims
+// nothing.
+const catchUpAgain = 20 * time.Millisecond
+
 // catchUp claims due jobs batch by batch, as many as slots are free, until
 // fewer are due than were asked for.
 func (w *Worker[T]) catchUp() {
@@ -241,6 +250,9 @@ func (w *Worker[T]) catchUp() {
 			w.releaseSlot()
 		}
 		if err != nil || len(jobs) < n {
+			if err == nil && len(jobs) > 0 {
+				time.AfterFunc(catchUpAgain, w.Poke)
+			}
 			return
 		}
 	}

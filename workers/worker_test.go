@@ -1,0 +1,89 @@
+package workers_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/waybill/waybill/lifecycle"
+	"github.com/waybill/waybill/workers"
+)
+
+// skippingStore hands out its jobs through ClaimDue one call at a time, the
+// way ClaimDue does when it skips rows that are locked for a moment: the
+// first call comes back short though more is due.
+type skippingStore struct {
+	mu       sync.Mutex
+	batches  [][]workers.Job[string]
+	done     chan string
+	claimDue int
+}
+
+func (s *skippingStore) Claim(context.Context, uuid.UUID) (workers.Job[string], error) {
+	panic("no wake-ups in this test")
+}
+
+func (s *skippingStore) ClaimDue(_ context.Context, n int) ([]workers.Job[string], error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.claimDue++
+	if len(s.batches) == 0 {
+		return nil, nil
+	}
+	jobs := s.batches[0]
+	s.batches = s.batches[1:]
+	return jobs, nil
+}
+
+func (s *skippingStore) Complete(_ context.Context, job workers.Job[string], _ lifecycle.Outcome) error {
+	s.done <- job.Work
+	return nil
+}
+
+func (s *skippingStore) Release(context.Context, workers.Job[string], bool, string) error { return nil }
+
+type okDeliverer struct{}
+
+func (okDeliverer) Deliver(context.Context, string) lifecycle.Outcome {
+	return lifecycle.Delivered("ok")
+}
+
+// TestShortCatchUpRunsAgain: a catch-up that came back short but claimed
+// something is followed by another, which takes what the first passed over,
+// with no wake-up and no poke.
+func TestShortCatchUpRunsAgain(t *testing.T) {
+	t.Parallel()
+	store := &skippingStore{done: make(chan string, 2), batches: [][]workers.Job[string]{
+		{{ID: uuid.New(), Work: "first"}},
+		{{ID: uuid.New(), Work: "skipped"}},
+	}}
+	w, err := workers.NewWorker(workers.Config[string]{Name: "test", Store: store, Deliverer: okDeliverer{},
+		MaxConcurrent: 4, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop(context.Background())
+	for _, want := range []string{"first", "skipped"} {
+		select {
+		case got := <-store.done:
+			if got != want {
+				t.Fatalf("completed %q, want %q", got, want)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("%q not completed", want)
+		}
+	}
+	// The chain ends with a catch-up that claims nothing.
+	time.Sleep(100 * time.Millisecond)
+	store.mu.Lock()
+	defer store.mu.Unlock()
+	if store.claimDue != 3 {
+		t.Errorf("ClaimDue called %d times, want 3", store.claimDue)
+	}
+}
