@@ -384,7 +384,7 @@ func TestConfigChangeReachesOtherProcesses(t *testing.T) {
 	b.target(t, spec)
 	first := b.runtime(t, 0)
 	other := b.writer(t, workers.NewPublisher(b.nc, nil, b.metrics))
-	second, err := workers.NewRuntime(workers.RuntimeConfig{Writer: other, DB: b.db, NATS: b.nc, Now: b.clock.Now,
+	second, err := workers.NewRuntime(workers.RuntimeConfig{Writer: other, NATS: b.nc, Now: b.clock.Now,
 		Resync: time.Hour, Logger: quiet})
 	if err != nil {
 		t.Fatal(err)

@@ -144,7 +144,7 @@ func serve(ctx context.Context, cfg *serveConfig, stderr io.Writer) error {
 		return err
 	}
 
-	rt, err := workers.NewRuntime(workers.RuntimeConfig{Writer: w, DB: db, NATS: nc, DrainGrace: cfg.drainGrace, Logger: log, Metrics: metrics})
+	rt, err := workers.NewRuntime(workers.RuntimeConfig{Writer: w, NATS: nc, DrainGrace: cfg.drainGrace, Logger: log, Metrics: metrics})
 	if err != nil {
 		return err
 	}
