@@ -193,7 +193,7 @@ func (a *Alerter) Stop(ctx context.Context) {
 
 // handle derives the alerts of one event and records the new ones.
 func (a *Alerter) handle(ctx context.Context, e journal.Event) error {
-	if e.Kind().Stream() == journal.ConfigStream {
+	if !MayRaise(e) {
 		return nil
 	}
 	before, after, err := a.fold(ctx, e)

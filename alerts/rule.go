@@ -104,3 +104,24 @@ func Derive(e journal.Event, before, after *projection.Message) []Alert {
 	}
 	return out
 }
+
+// MayRaise reports whether Derive can raise an alert for e, so the alerter
+// folds the message's stream only for the events that can. A status turns
+// into error only when a delivery settles (delivered, failed or stalled:
+// the last busy one beside a failed one, or a failure) or a message is
+// refused; the other delivery events move a delivery into a state that
+// ranks above error, or change no state.
+func MayRaise(e journal.Event) bool {
+	switch e.Kind() {
+	case journal.KindMessageDispatched, journal.KindMessageRefused:
+		return true
+	}
+	if !e.Kind().Delivery() {
+		return false
+	}
+	switch e.NewState {
+	case lifecycle.StateDelivered, lifecycle.StateFailed, lifecycle.StateStalled:
+		return e.OldState != e.NewState
+	}
+	return false
+}

@@ -125,11 +125,15 @@ func TestDerive(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			var got []alerts.Code
-			for _, a := range tt.story(newStory(t)).derive() {
+			s := tt.story(newStory(t))
+			for _, a := range s.derive() {
 				got = append(got, a.Code)
 			}
 			if !slices.Equal(got, tt.want) {
 				t.Errorf("codes %v, want %v", got, tt.want)
+			}
+			if len(got) > 0 && !alerts.MayRaise(s.last) {
+				t.Errorf("MayRaise is false for %s, which raised %v", s.last.Kind(), got)
 			}
 		})
 	}

@@ -103,7 +103,7 @@ func TestServeStopsGently(t *testing.T) {
 
 	addr := freeAddr(t)
 	cmd := exec.Command(buildBinary(t), "serve", "--database-url", dbURL, "--nats-url", ns.ClientURL(),
-		"--listen", addr, "--drain-grace", "200ms", "--log-format", "json")
+		"--listen", addr, "--drain-grace", "200ms", "--log-format", "json", "--data-dir", t.TempDir())
 	var logs bytes.Buffer
 	cmd.Stderr = &logs
 	if err := cmd.Start(); err != nil {
