@@ -22,30 +22,13 @@ import (
 	"github.com/waybill/waybill/alerts"
 	"github.com/waybill/waybill/commands"
 	"github.com/waybill/waybill/internal/dbtest"
+	"github.com/waybill/waybill/internal/testclock"
 	"github.com/waybill/waybill/journal"
 	"github.com/waybill/waybill/lifecycle"
 	"github.com/waybill/waybill/schema"
 )
 
 func TestMain(m *testing.M) { dbtest.Main(m) }
-
-// clock is the commands' injected time.
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *clock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.t = c.t.Add(d)
-	c.mu.Unlock()
-}
 
 // inbox keeps what a NATS subscription received.
 type inbox struct {
@@ -116,7 +99,7 @@ type env struct {
 	ctx   context.Context
 	db    *pgxpool.Pool
 	w     *commands.Writer
-	clock *clock
+	clock *testclock.Clock
 	srv   *server.Server
 	hook  *webhook
 }
@@ -132,7 +115,7 @@ func setup(t *testing.T) *env {
 	if err := schema.Ensure(ctx, db); err != nil {
 		t.Fatal(err)
 	}
-	e := &env{ctx: ctx, db: db, clock: &clock{t: time.Date(2026, 12, 1, 8, 0, 0, 0, time.UTC)}, hook: newWebhook(t)}
+	e := &env{ctx: ctx, db: db, clock: testclock.New(time.Date(2026, 12, 1, 8, 0, 0, 0, time.UTC)), hook: newWebhook(t)}
 	if e.w, err = commands.New(commands.Config{DB: db, Now: e.clock.Now}); err != nil {
 		t.Fatal(err)
 	}

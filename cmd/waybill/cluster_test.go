@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -9,7 +8,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -32,34 +30,6 @@ import (
 	"github.com/waybill/waybill/sweep"
 	"github.com/waybill/waybill/workers"
 )
-
-// server is one `waybill serve` process of a test.
-type server struct {
-	cmd  *exec.Cmd
-	addr string
-	logs bytes.Buffer
-}
-
-func startServer(t *testing.T, bin string, args ...string) *server {
-	t.Helper()
-	s := &server{addr: freeAddr(t)}
-	s.cmd = exec.Command(bin, append([]string{"serve", "--listen", s.addr, "--log-format", "json"}, args...)...)
-	s.cmd.Stdout, s.cmd.Stderr = &s.logs, &s.logs
-	if err := s.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if s.cmd.ProcessState == nil {
-			_ = s.cmd.Process.Kill()
-			_ = s.cmd.Wait()
-		}
-		if t.Failed() {
-			t.Logf("log of the server on %s:\n%s", s.addr, s.logs.String())
-		}
-	})
-	waitReady(t, "http://"+s.addr+"/readyz")
-	return s
-}
 
 // TestTwoProcessesOneKilled runs two servers on one PostgreSQL and one
 // NATS. A target created through the first reaches the second at once;

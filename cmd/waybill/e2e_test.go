@@ -91,23 +91,8 @@ func TestEndToEnd(t *testing.T) {
 	}))
 	defer sink.Close()
 
-	addr := freeAddr(t)
-	var logs bytes.Buffer
-	cmd := exec.Command(bin, "serve", "--data-dir", dataDir, "--listen", addr)
-	cmd.Stdout, cmd.Stderr = &logs, &logs
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		if cmd.ProcessState == nil {
-			_ = cmd.Process.Kill()
-			_ = cmd.Wait()
-		}
-		if t.Failed() {
-			t.Logf("serve's log:\n%s", logs.String())
-		}
-	}()
-	waitReady(t, "http://"+addr+"/readyz")
+	srv := startServer(t, bin, "--data-dir", dataDir)
+	cmd, addr := srv.cmd, srv.addr
 	token, err := os.ReadFile(filepath.Join(dataDir, "admin.token"))
 	if err != nil {
 		t.Fatal(err)

@@ -49,6 +49,34 @@ func freeAddr(t *testing.T) string {
 	return addr
 }
 
+// server is one `waybill serve` process of a test.
+type server struct {
+	cmd  *exec.Cmd
+	addr string
+	logs bytes.Buffer
+}
+
+func startServer(t *testing.T, bin string, args ...string) *server {
+	t.Helper()
+	s := &server{addr: freeAddr(t)}
+	s.cmd = exec.Command(bin, append([]string{"serve", "--listen", s.addr, "--log-format", "json"}, args...)...)
+	s.cmd.Stdout, s.cmd.Stderr = &s.logs, &s.logs
+	if err := s.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if s.cmd.ProcessState == nil {
+			_ = s.cmd.Process.Kill()
+			_ = s.cmd.Wait()
+		}
+		if t.Failed() {
+			t.Logf("log of the server on %s:\n%s", s.addr, s.logs.String())
+		}
+	})
+	waitReady(t, "http://"+s.addr+"/readyz")
+	return s
+}
+
 // TestServeStopsGently runs `waybill serve` on a test database and an
 // outside NATS server, lets it deliver, then sends SIGTERM while an attempt
 // hangs: the process stops claiming, gives the attempt its drain grace,
@@ -101,24 +129,9 @@ func TestServeStopsGently(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	addr := freeAddr(t)
-	cmd := exec.Command(buildBinary(t), "serve", "--database-url", dbURL, "--nats-url", ns.ClientURL(),
-		"--listen", addr, "--drain-grace", "200ms", "--log-format", "json", "--data-dir", t.TempDir())
-	var logs bytes.Buffer
-	cmd.Stderr = &logs
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		if cmd.ProcessState == nil {
-			_ = cmd.Process.Kill()
-			_ = cmd.Wait()
-		}
-		if t.Failed() {
-			t.Logf("serve's log:\n%s", logs.String())
-		}
-	}()
-	waitReady(t, "http://"+addr+"/readyz")
+	srv := startServer(t, buildBinary(t), "--database-url", dbURL, "--nats-url", ns.ClientURL(),
+		"--drain-grace", "200ms", "--data-dir", t.TempDir())
+	cmd := srv.cmd
 
 	ingest := func(payload string) *projection.Message {
 		m, _, err := w.Ingest(ctx, commands.NewMessage{Source: "erp", From: "a", To: "b", ContentType: "text/plain", Payload: []byte(payload)})
