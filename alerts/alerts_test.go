@@ -25,7 +25,6 @@ import (
 	"github.com/waybill/waybill/internal/testclock"
 	"github.com/waybill/waybill/journal"
 	"github.com/waybill/waybill/lifecycle"
-	"github.com/waybill/waybill/schema"
 )
 
 func TestMain(m *testing.M) { dbtest.Main(m) }
@@ -107,14 +106,8 @@ type env struct {
 func setup(t *testing.T) *env {
 	t.Helper()
 	ctx := t.Context()
-	db, err := pgxpool.New(ctx, dbtest.URL(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(db.Close)
-	if err := schema.Ensure(ctx, db); err != nil {
-		t.Fatal(err)
-	}
+	db := dbtest.Pool(t)
+	var err error
 	e := &env{ctx: ctx, db: db, clock: testclock.New(time.Date(2026, 12, 1, 8, 0, 0, 0, time.UTC)), hook: newWebhook(t)}
 	if e.w, err = commands.New(commands.Config{DB: db, Now: e.clock.Now}); err != nil {
 		t.Fatal(err)

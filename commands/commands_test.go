@@ -19,7 +19,6 @@ import (
 	"github.com/waybill/waybill/journal"
 	"github.com/waybill/waybill/lifecycle"
 	"github.com/waybill/waybill/projection"
-	"github.com/waybill/waybill/schema"
 )
 
 func TestMain(m *testing.M) { dbtest.Main(m) }
@@ -55,14 +54,8 @@ type bundle struct {
 func setup(t testing.TB) *bundle {
 	t.Helper()
 	ctx := t.Context()
-	db, err := pgxpool.New(ctx, dbtest.URL(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(db.Close)
-	if err := schema.Ensure(ctx, db); err != nil {
-		t.Fatal(err)
-	}
+	db := dbtest.Pool(t)
+	var err error
 	b := &bundle{ctx: ctx, db: db, clock: testclock.New(time.Date(2026, 12, 1, 8, 0, 0, 0, time.UTC)), wake: &wakeups{}}
 	if b.w, err = newWriter(b, b.wake); err != nil {
 		t.Fatal(err)
@@ -109,13 +102,7 @@ func (b *bundle) ingest(t *testing.T) *projection.Message {
 // audit fails the test on any violation.
 func (b *bundle) audit(t *testing.T) {
 	t.Helper()
-	r, err := projection.Audit(b.ctx, b.db, uuid.Nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, v := range r.Violations {
-		t.Errorf("audit: %s", v)
-	}
+	dbtest.Audit(t, b.db)
 }
 
 func TestIngestDispatchesToEveryMatchedTarget(t *testing.T) {

@@ -25,7 +25,6 @@ import (
 	"github.com/waybill/waybill/internal/testclock"
 	"github.com/waybill/waybill/lifecycle"
 	"github.com/waybill/waybill/projection"
-	"github.com/waybill/waybill/schema"
 )
 
 func TestMain(m *testing.M) { dbtest.Main(m) }
@@ -83,14 +82,8 @@ func setup(t *testing.T) *bundle {
 func setupWith(t *testing.T, cfg httpapi.Config) *bundle {
 	t.Helper()
 	b := &bundle{ctx: t.Context(), clock: testclock.New(start), reg: prometheus.NewRegistry()}
+	b.db = dbtest.Pool(t)
 	var err error
-	if b.db, err = pgxpool.New(b.ctx, dbtest.URL(t)); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(b.db.Close)
-	if err := schema.Ensure(b.ctx, b.db); err != nil {
-		t.Fatal(err)
-	}
 	if b.w, err = commands.New(commands.Config{DB: b.db, Now: b.clock.Now, Logger: quiet}); err != nil {
 		t.Fatal(err)
 	}

@@ -32,14 +32,8 @@ type bundle struct {
 func setup(t testing.TB) *bundle {
 	t.Helper()
 	b := &bundle{ctx: t.Context(), now: time.Date(2026, 12, 1, 8, 0, 0, 0, time.UTC)}
+	b.db = dbtest.Pool(t)
 	var err error
-	if b.db, err = pgxpool.New(b.ctx, dbtest.URL(t)); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(b.db.Close)
-	if err := schema.Ensure(b.ctx, b.db); err != nil {
-		t.Fatal(err)
-	}
 	if b.w, err = commands.New(commands.Config{DB: b.db, Now: func() time.Time { return b.now }}); err != nil {
 		t.Fatal(err)
 	}

@@ -22,7 +22,6 @@ import (
 	"github.com/waybill/waybill/journal"
 	"github.com/waybill/waybill/lifecycle"
 	"github.com/waybill/waybill/projection"
-	"github.com/waybill/waybill/schema"
 	"github.com/waybill/waybill/sweep"
 )
 
@@ -81,14 +80,7 @@ type bundle struct {
 func setup(t *testing.T) *bundle {
 	t.Helper()
 	b := &bundle{ctx: t.Context(), clock: testclock.New(time.Date(2026, 12, 1, 8, 0, 0, 0, time.UTC))}
-	var err error
-	if b.db, err = pgxpool.New(b.ctx, dbtest.URL(t)); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(b.db.Close)
-	if err := schema.Ensure(b.ctx, b.db); err != nil {
-		t.Fatal(err)
-	}
+	b.db = dbtest.Pool(t)
 	b.w, b.wake = b.writer(t, b.db)
 	return b
 }
@@ -200,13 +192,7 @@ func (b *bundle) kinds(t *testing.T, d projection.Delivery) []journal.Kind {
 // audit fails the test on any violation.
 func (b *bundle) audit(t *testing.T) {
 	t.Helper()
-	r, err := projection.Audit(b.ctx, b.db, uuid.Nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, v := range r.Violations {
-		t.Errorf("audit: %s", v)
-	}
+	dbtest.Audit(t, b.db)
 }
 
 // overdue counts the deliveries a sweep step would still take now.

@@ -25,7 +25,6 @@ import (
 	"github.com/waybill/waybill/lifecycle"
 	"github.com/waybill/waybill/natsserver"
 	"github.com/waybill/waybill/projection"
-	"github.com/waybill/waybill/schema"
 	"github.com/waybill/waybill/sweep"
 	"github.com/waybill/waybill/workers"
 )
@@ -59,14 +58,8 @@ func setup(t *testing.T) *bundle {
 	t.Helper()
 	b := &bundle{ctx: t.Context(), clock: testclock.New(time.Date(2026, 12, 1, 8, 0, 0, 0, time.UTC)),
 		reg: prometheus.NewRegistry(), sink: newSink(t)}
+	b.db = dbtest.Pool(t)
 	var err error
-	if b.db, err = pgxpool.New(b.ctx, dbtest.URL(t)); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(b.db.Close)
-	if err := schema.Ensure(b.ctx, b.db); err != nil {
-		t.Fatal(err)
-	}
 	ns, err := natsserver.Start(natsserver.Config{})
 	if err != nil {
 		t.Fatal(err)
@@ -197,13 +190,7 @@ func (b *bundle) waitState(t *testing.T, id uuid.UUID, want lifecycle.DeliverySt
 // audit fails the test on any violation.
 func (b *bundle) audit(t *testing.T) {
 	t.Helper()
-	r, err := projection.Audit(b.ctx, b.db, uuid.Nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, v := range r.Violations {
-		t.Errorf("audit: %s", v)
-	}
+	dbtest.Audit(t, b.db)
 }
 
 // waitFor polls cond until it holds, failing the test after a deadline.

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"fmt"
 	"io"
 	"log/slog"
@@ -15,7 +14,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go"
 
@@ -25,7 +23,6 @@ import (
 	"github.com/waybill/waybill/journal"
 	"github.com/waybill/waybill/lifecycle"
 	"github.com/waybill/waybill/natsserver"
-	"github.com/waybill/waybill/projection"
 	"github.com/waybill/waybill/schema"
 	"github.com/waybill/waybill/sweep"
 	"github.com/waybill/waybill/workers"
@@ -159,11 +156,5 @@ func TestTwoProcessesOneKilled(t *testing.T) {
 	if delivered != n {
 		t.Fatalf("%d deliveries recorded delivered, want %d once each", delivered, n)
 	}
-	r, err := projection.Audit(context.Background(), db, uuid.Nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, v := range r.Violations {
-		t.Errorf("audit: %s", v)
-	}
+	dbtest.Audit(t, db)
 }

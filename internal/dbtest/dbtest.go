@@ -12,9 +12,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/waybill/waybill/pgserver"
+	"github.com/waybill/waybill/projection"
+	"github.com/waybill/waybill/schema"
 )
 
 // envURL is the environment variable naming a server to use instead of a
@@ -158,4 +162,32 @@ func redact(s string) string {
 		return "(unparseable URL)"
 	}
 	return u.Redacted()
+}
+
+// Pool returns a pool on a fresh database (see URL) on which Waybill's
+// schema is created; the pool is closed when the test ends.
+func Pool(t testing.TB) *pgxpool.Pool {
+	t.Helper()
+	db, err := pgxpool.New(t.Context(), URL(t))
+	if err != nil {
+		t.Fatalf("dbtest: %v", err)
+	}
+	t.Cleanup(db.Close)
+	if err := schema.Ensure(t.Context(), db); err != nil {
+		t.Fatalf("dbtest: %v", err)
+	}
+	return db
+}
+
+// Audit replays the whole journal of db and fails the test for every
+// violation the audit finds.
+func Audit(t testing.TB, db *pgxpool.Pool) {
+	t.Helper()
+	r, err := projection.Audit(context.Background(), db, uuid.Nil)
+	if err != nil {
+		t.Fatalf("audit: %v", err)
+	}
+	for _, v := range r.Violations {
+		t.Errorf("audit: %s", v)
+	}
 }
