@@ -146,7 +146,7 @@ func (w *Writer) changeConfig(ctx context.Context, actor string,
 			return invalid(err)
 		}
 		writes(b)
-		err = w.send(ctx, b)
+		err = w.send(ctx, w.db, b)
 		if retryable(err) && try < maxTries {
 			continue
 		}

@@ -41,7 +41,7 @@ func (w *Writer) Claim(ctx context.Context, deliveryID uuid.UUID, lease time.Dur
 		claim    Claim
 		payloads map[uuid.UUID][]byte
 	)
-	m, err := w.run(ctx, w.loadDelivery(ctx, deliveryID), func(m *projection.Message, now time.Time) (*change, error) {
+	m, err := w.run(ctx, loadDelivery(deliveryID), func(m *projection.Message, now time.Time) (*change, error) {
 		c := newChange(m)
 		var err error
 		claim, err = c.claim(deliveryID, lease, now)
@@ -220,7 +220,7 @@ func (w *Writer) Release(ctx context.Context, deliveryID, token uuid.UUID, start
 // onClaim records the payload made for the delivery, by its worker, when the
 // fold finds the claim still current.
 func (w *Writer) onClaim(ctx context.Context, deliveryID uuid.UUID, payload func(*projection.Delivery) journal.Payload) (*projection.Message, error) {
-	return w.run(ctx, w.loadDelivery(ctx, deliveryID), func(m *projection.Message, now time.Time) (*change, error) {
+	return w.run(ctx, loadDelivery(deliveryID), func(m *projection.Message, now time.Time) (*change, error) {
 		c := newChange(m)
 		d := c.after.Delivery(deliveryID)
 		err := c.record(journal.Event{RecordedAt: now, DeliveryID: deliveryID,
@@ -237,7 +237,7 @@ func (w *Writer) Receipt(ctx context.Context, deliveryID uuid.UUID, positive boo
 	if err := journal.CheckActor(actor); err != nil {
 		return nil, invalid(err)
 	}
-	m, err := w.run(ctx, w.loadDelivery(ctx, deliveryID), func(m *projection.Message, now time.Time) (*change, error) {
+	m, err := w.run(ctx, loadDelivery(deliveryID), func(m *projection.Message, now time.Time) (*change, error) {
 		c := newChange(m)
 		e := journal.Event{RecordedAt: now, DeliveryID: deliveryID, Actor: actor,
 			Payload: &journal.ReceiptReceived{Positive: positive, Detail: detail}}
@@ -267,7 +267,7 @@ func (w *Writer) Redeliver(ctx context.Context, messageID, deliveryID uuid.UUID,
 	if operator == "" {
 		return nil, invalid(&lifecycle.FieldError{Field: "operator", Problem: "is required"})
 	}
-	m, err := w.run(ctx, w.loadMessage(ctx, messageID), func(m *projection.Message, now time.Time) (*change, error) {
+	m, err := w.run(ctx, loadMessage(messageID), func(m *projection.Message, now time.Time) (*change, error) {
 		c := newChange(m)
 		d := c.after.Delivery(deliveryID)
 		if d == nil {

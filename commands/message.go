@@ -88,7 +88,7 @@ func (w *Writer) accept(ctx context.Context, in NewMessage, dispatch bool) (*pro
 		}
 	}
 	id := uuid.Must(uuid.NewV7())
-	m, err := w.run(ctx, func() (*projection.Message, error) { return nil, nil },
+	m, err := w.run(ctx, nil,
 		func(_ *projection.Message, now time.Time) (*change, error) {
 			c := newChange(nil)
 			err := c.record(journal.Event{RecordedAt: now, Stream: journal.MessageStream(id),
@@ -162,12 +162,16 @@ func (w *Writer) dispatchOn(c *change, cfg *configState, now time.Time, actor st
 	return nil
 }
 
-func (w *Writer) loadMessage(ctx context.Context, id uuid.UUID) func() (*projection.Message, error) {
-	return func() (*projection.Message, error) { return projection.Load(ctx, w.db, id) }
+// loadMessage reads a message, locking its row.
+func loadMessage(id uuid.UUID) loader {
+	return func(b *pgx.Batch) func() (*projection.Message, error) { return projection.LoadLocked(b, id) }
 }
 
-func (w *Writer) loadDelivery(ctx context.Context, id uuid.UUID) func() (*projection.Message, error) {
-	return func() (*projection.Message, error) { return projection.LoadByDelivery(ctx, w.db, id) }
+// loadDelivery reads the message of a delivery, locking the message row.
+func loadDelivery(id uuid.UUID) loader {
+	return func(b *pgx.Batch) func() (*projection.Message, error) {
+		return projection.LoadByDeliveryLocked(b, id)
+	}
 }
 
 // Dispatch routes an accepted message. A message past its intake is
@@ -177,13 +181,15 @@ func (w *Writer) Dispatch(ctx context.Context, id uuid.UUID, actor string) (*pro
 	if err := journal.CheckActor(actor); err != nil {
 		return nil, invalid(err)
 	}
-	m, err := w.run(ctx, w.loadMessage(ctx, id), func(m *projection.Message, now time.Time) (*change, error) {
+	// The configuration is read before the message row is locked, so a
+	// command never waits for a second connection while it holds one.
+	cfg, err := w.config(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("dispatch message %s: %w", id, err)
+	}
+	m, err := w.run(ctx, loadMessage(id), func(m *projection.Message, now time.Time) (*change, error) {
 		if m.Stage != lifecycle.StageAccepted {
 			return nil, nil
-		}
-		cfg, err := w.config(ctx)
-		if err != nil {
-			return nil, err
 		}
 		c := newChange(m)
 		return c, w.dispatchOn(c, cfg, now, actor, false)
@@ -202,7 +208,7 @@ func (w *Writer) Refuse(ctx context.Context, id uuid.UUID, refusal lifecycle.Ref
 	if err := errors.Join(p.Validate(), journal.CheckActor(actor)); err != nil {
 		return nil, invalid(err)
 	}
-	m, err := w.run(ctx, w.loadMessage(ctx, id), func(m *projection.Message, now time.Time) (*change, error) {
+	m, err := w.run(ctx, loadMessage(id), func(m *projection.Message, now time.Time) (*change, error) {
 		c := newChange(m)
 		return c, refused(ErrNotAccepted, c.record(journal.Event{RecordedAt: now, Actor: actor, Payload: p}))
 	})
@@ -224,7 +230,7 @@ func (w *Writer) Redispatch(ctx context.Context, id uuid.UUID, operator string) 
 	if err != nil {
 		return nil, fmt.Errorf("redispatch message %s: %w", id, err)
 	}
-	m, err := w.run(ctx, w.loadMessage(ctx, id), func(m *projection.Message, now time.Time) (*change, error) {
+	m, err := w.run(ctx, loadMessage(id), func(m *projection.Message, now time.Time) (*change, error) {
 		c := newChange(m)
 		return c, refused(ErrNotRedispatchable, w.dispatchOn(c, cfg, now, actor, true))
 	})

@@ -61,6 +61,50 @@ func LoadMany(ctx context.Context, q journal.Querier, ids []uuid.UUID) ([]*Messa
 	return ms, nil
 }
 
+// LoadLocked queues on b, a batch run inside a transaction, the lock of the
+// message row with the id (FOR UPDATE) and then the read of Load. The
+// returned function gives the message once the batch is read: ErrNotFound
+// when there is none.
+func LoadLocked(b *pgx.Batch, id uuid.UUID) func() (*Message, error) {
+	return queueLocked(b, `SELECT FROM messages m WHERE m.id = $1 FOR UPDATE OF m`,
+		`SELECT `+messageColumns+`, `+deliveryColumns+`
+		FROM messages m LEFT JOIN deliveries d ON d.message_id = m.id
+		WHERE m.id = $1 ORDER BY d.seq`, id, "message")
+}
+
+// LoadByDeliveryLocked is LoadLocked for the message a delivery belongs to,
+// read as LoadByDelivery reads it.
+func LoadByDeliveryLocked(b *pgx.Batch, deliveryID uuid.UUID) func() (*Message, error) {
+	return queueLocked(b, `SELECT FROM deliveries w JOIN messages m ON m.id = w.message_id
+		WHERE w.id = $1 FOR UPDATE OF m`,
+		`SELECT `+messageColumns+`, `+deliveryColumns+`
+		FROM deliveries w JOIN messages m ON m.id = w.message_id
+		LEFT JOIN deliveries d ON d.message_id = m.id
+		WHERE w.id = $1 ORDER BY d.seq`, deliveryID, "delivery")
+}
+
+// queueLocked queues the lock and the read as two statements. In READ
+// COMMITTED each statement takes its own snapshot, so the read, which starts
+// once the lock is held, sees all that a writer it waited for committed. A
+// read locking the row itself would not: after the wait PostgreSQL returns
+// the locked message row as the other writer left it, but joined to the
+// delivery rows of the snapshot taken before the wait.
+func queueLocked(b *pgx.Batch, lockSQL, loadSQL string, id uuid.UUID, what string) func() (*Message, error) {
+	var ms []*Message
+	b.Queue(lockSQL, id)
+	b.Queue(loadSQL, id).Query(func(rows pgx.Rows) error {
+		var err error
+		ms, err = scanAll(rows)
+		return err
+	})
+	return func() (*Message, error) {
+		if len(ms) == 0 {
+			return nil, fmt.Errorf("load %s %s: %w", what, id, ErrNotFound)
+		}
+		return ms[0], nil
+	}
+}
+
 func load(ctx context.Context, q journal.Querier, sql string, id uuid.UUID) (*Message, error) {
 	ms, err := loadAll(ctx, q, sql, id)
 	if err != nil {
@@ -79,6 +123,11 @@ func loadAll(ctx context.Context, q journal.Querier, sql string, arg any) ([]*Me
 	if err != nil {
 		return nil, err
 	}
+	return scanAll(rows)
+}
+
+// scanAll reads the rows of loadAll and closes them.
+func scanAll(rows pgx.Rows) ([]*Message, error) {
 	defer rows.Close()
 	var ms []*Message
 	for rows.Next() {

@@ -1,0 +1,240 @@
+package commands_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/waybill/waybill/commands"
+	"github.com/waybill/waybill/lifecycle"
+)
+
+// lockBundle is a Writer on a pool of its own, whose sessions are found in
+// pg_stat_activity by their application name.
+type lockBundle struct {
+	*bundle
+	app  string
+	pool *pgxpool.Pool
+	w    *commands.Writer
+	lost atomic.Int64
+}
+
+func setupLock(t *testing.T) *lockBundle {
+	t.Helper()
+	b := setup(t)
+	cfg := b.db.Config() // a copy, on the test's database
+	lb := &lockBundle{bundle: b, app: "waybill-lock-" + uuid.NewString()[:8]}
+	cfg.ConnConfig.RuntimeParams["application_name"] = lb.app
+	cfg.MaxConns = 4
+	var err error
+	if lb.pool, err = pgxpool.NewWithConfig(b.ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(lb.pool.Close)
+	if lb.w, err = commands.New(commands.Config{DB: lb.pool, Notifier: b.wake, Now: b.clock.Now}); err != nil {
+		t.Fatal(err)
+	}
+	lb.w.SetLost(func(error) { lb.lost.Add(1) })
+	return lb
+}
+
+// sessions counts the Writer's sessions by state, and those waiting on a lock.
+func (lb *lockBundle) sessions(t *testing.T) (byState map[string]int, waiting int) {
+	t.Helper()
+	rows, err := lb.db.Query(lb.ctx, `SELECT coalesce(state, ''), coalesce(wait_event_type, '') = 'Lock'
+		FROM pg_stat_activity WHERE application_name = $1`, lb.app)
+	if err != nil {
+		t.Fatal(err)
+	}
+	byState = map[string]int{}
+	var (
+		state string
+		lock  bool
+	)
+	_, err = pgx.ForEachRow(rows, []any{&state, &lock}, func() error {
+		byState[state]++
+		if lock {
+			waiting++
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return byState, waiting
+}
+
+// holdMessage locks the message row in a transaction of another session
+// until the returned function commits it, changing nothing.
+func (lb *lockBundle) holdMessage(t *testing.T, id uuid.UUID) func() {
+	t.Helper()
+	tx, err := lb.db.Begin(lb.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(lb.ctx, `SELECT FROM messages WHERE id = $1 FOR UPDATE`, id); err != nil {
+		t.Fatal(err)
+	}
+	return func() {
+		if err := tx.Commit(lb.ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// untilWaiting waits until n of the Writer's sessions wait on a lock.
+func (lb *lockBundle) untilWaiting(t *testing.T, n int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if _, waiting := lb.sessions(t); waiting == n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d sessions never waited on a lock", n)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// both runs f on the two deliveries at once, both held up behind a lock of
+// their message until both wait, and fails the test unless both succeed.
+func (lb *lockBundle) both(t *testing.T, messageID uuid.UUID, deliveries [2]uuid.UUID, f func(id uuid.UUID) error) {
+	t.Helper()
+	release := lb.holdMessage(t, messageID)
+	var (
+		wg   sync.WaitGroup
+		errs [2]error
+	)
+	for i, id := range deliveries {
+		wg.Go(func() { errs[i] = f(id) })
+	}
+	lb.untilWaiting(t, 2)
+	release()
+	wg.Wait()
+	if err := errors.Join(errs[:]...); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestRacingCommandsWait runs the claims, then the completes, of the two
+// deliveries of one message at the same time: each command waits for the
+// other's lock on the message row and reads what it committed, so both
+// succeed without losing a race.
+func TestRacingCommandsWait(t *testing.T) {
+	t.Parallel()
+	lb := setupLock(t)
+	lb.targets(t, "alpha", "beta")
+	for range 3 {
+		m := lb.ingest(t)
+		ids := [2]uuid.UUID{m.Deliveries[0].ID, m.Deliveries[1].ID}
+		var tokens sync.Map
+		lb.both(t, m.ID, ids, func(id uuid.UUID) error {
+			c, err := lb.w.Claim(lb.ctx, id, time.Minute)
+			tokens.Store(id, c.Token)
+			return err
+		})
+		lb.both(t, m.ID, ids, func(id uuid.UUID) error {
+			token, _ := tokens.Load(id)
+			_, err := lb.w.Complete(lb.ctx, id, token.(uuid.UUID), lifecycle.Delivered("200 OK"))
+			return err
+		})
+		done, err := lb.w.Claim(lb.ctx, ids[0], time.Minute)
+		if !errors.Is(err, commands.ErrNotClaimable) {
+			t.Fatalf("claim of a delivered delivery: %+v, %v", done, err)
+		}
+	}
+	if n := lb.lost.Load(); n != 0 {
+		t.Errorf("%d lost races", n)
+	}
+	if states, _ := lb.sessions(t); states["idle"] != total(states) {
+		t.Errorf("sessions %v", states)
+	}
+	lb.audit(t)
+}
+
+// TestFailedCommandsLeaveNoTransaction fails commands at each step of their
+// transaction: the pool's sessions are all idle after, none idle in a
+// transaction, and the row lock is free for the next command.
+func TestFailedCommandsLeaveNoTransaction(t *testing.T) {
+	t.Parallel()
+	lb := setupLock(t)
+	lb.targets(t, "alpha")
+	d := lb.ingest(t).Deliveries[0]
+	// idle waits for the pool to have every connection back (it closes a
+	// broken one in the background) and every session idle.
+	idle := func(step string) {
+		t.Helper()
+		deadline := time.Now().Add(5 * time.Second)
+		for {
+			acquired := lb.pool.Stat().AcquiredConns()
+			states, waiting := lb.sessions(t)
+			if acquired == 0 && states["idle"] == total(states) && waiting == 0 {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: %d connections acquired, sessions %v", step, acquired, states)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+
+	// The write batch fails.
+	lb.w.SetCut(func(at string, b *pgx.Batch) {
+		if at == "appended" {
+			b.Queue(`SELECT 1 / 0`)
+		}
+	})
+	if _, err := lb.w.Claim(lb.ctx, d.ID, time.Minute); err == nil {
+		t.Fatal("claim with a failing write succeeded")
+	}
+	lb.w.SetCut(nil)
+	idle("failed write")
+	if lb.pool.Stat().TotalConns() == 0 {
+		t.Error("the connection was closed, not rolled back")
+	}
+
+	// The command refuses after its read.
+	c, err := lb.w.Claim(lb.ctx, d.ID, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := lb.w.Claim(lb.ctx, d.ID, time.Minute); !errors.Is(err, commands.ErrNotClaimable) {
+		t.Fatalf("second claim: %v", err)
+	}
+	idle("refusal")
+
+	// The command's context ends while it waits for the lock.
+	release := lb.holdMessage(t, c.Message.ID)
+	ctx, cancel := context.WithTimeout(lb.ctx, 200*time.Millisecond)
+	defer cancel()
+	if _, err := lb.w.Complete(ctx, d.ID, c.Token, lifecycle.Delivered("200 OK")); err == nil {
+		t.Fatal("complete past its deadline succeeded")
+	}
+	release()
+	idle("deadline")
+
+	if _, err := lb.w.Complete(lb.ctx, d.ID, c.Token, lifecycle.Delivered("200 OK")); err != nil {
+		t.Fatal(err)
+	}
+	idle("complete")
+	if n := lb.lost.Load(); n != 0 {
+		t.Errorf("%d lost races", n)
+	}
+	lb.audit(t)
+}
+
+func total(states map[string]int) int {
+	n := 0
+	for _, c := range states {
+		n += c
+	}
+	return n
+}
