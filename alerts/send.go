@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go"
 )
 
@@ -142,21 +143,33 @@ func (a *Alerter) sendPending(ctx context.Context, ch *channel) error {
 			return fmt.Errorf("send alerts by %s: read: %w", ch.name, err)
 		}
 		for _, p := range batch {
-			if err := ch.send(ctx, p); err != nil {
-				if ctx.Err() == nil {
-					a.failed.WithLabelValues(ch.name).Inc()
-				}
-				return fmt.Errorf("send alert %s by %s: %w", p.id, ch.name, err)
+			if err := ctx.Err(); err != nil {
+				return err
 			}
-			// A crash here sends p again at the next start, with its id.
-			if _, err := conn.Exec(ctx, ch.mark, p.id, a.now()); err != nil {
-				return fmt.Errorf("mark alert %s sent by %s: %w", p.id, ch.name, err)
+			if err := a.sendOne(ctx, conn, ch, p); err != nil {
+				return err
 			}
 		}
 		if len(batch) < sendBatch {
 			return nil
 		}
 	}
+}
+
+// sendOne sends one alert and marks it sent. A stop lets both finish (on a
+// context of their own), so only a crash between the send and the mark
+// sends an alert again, with its id, at the next start.
+func (a *Alerter) sendOne(ctx context.Context, conn *pgxpool.Conn, ch *channel, p pending) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*sendTimeout)
+	defer cancel()
+	if err := ch.send(ctx, p); err != nil {
+		a.failed.WithLabelValues(ch.name).Inc()
+		return fmt.Errorf("send alert %s by %s: %w", p.id, ch.name, err)
+	}
+	if _, err := conn.Exec(ctx, ch.mark, p.id, a.now()); err != nil {
+		return fmt.Errorf("mark alert %s sent by %s: %w", p.id, ch.name, err)
+	}
+	return nil
 }
 
 // post sends an alert to the webhook: a 2xx answer takes it.
