@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -71,6 +72,103 @@ func Stream(ctx context.Context, q Querier, stream string) ([]Event, error) {
 func Scan(ctx context.Context, q Querier, from int64, fn func(Event) error) error {
 	if err := scan(ctx, q, selectSQL+`WHERE position >= $1 ORDER BY position`, []any{from}, fn); err != nil {
 		return fmt.Errorf("scan journal from %d: %w", from, err)
+	}
+	return nil
+}
+
+// LastPosition returns the position of the last event, 0 for an empty journal.
+func LastPosition(ctx context.Context, q Querier) (int64, error) {
+	var last int64
+	rows, err := q.Query(ctx, `SELECT coalesce(max(position), 0) FROM journal`)
+	if err == nil {
+		last, err = pgx.CollectExactlyOneRow(rows, pgx.RowTo[int64])
+	}
+	if err != nil {
+		return 0, fmt.Errorf("read the last journal position: %w", err)
+	}
+	return last, nil
+}
+
+// ScanRanges calls fn with every event at positions from through to, in
+// position order, as Scan does, but reads runs of chunk positions on all the
+// queriers at once: querier i takes runs i, i+len(qs), i+2·len(qs)..., and
+// decodes each on a goroutine of its own, a run or two ahead of fn. fn runs on
+// the caller's goroutine, one event at a time, so it folds streams in
+// version order like a single Scan. The queriers must be distinct
+// connections that share one snapshot (transactions that imported a snapshot
+// exported by one of them), or the events read are not one state of the
+// journal. It stops at the first error in position order, fn's or a read's,
+// and returns it.
+func ScanRanges(ctx context.Context, qs []Querier, from, to, chunk int64, fn func(Event) error) error {
+	if len(qs) == 0 || chunk < 1 {
+		return errors.New("scan journal: no queriers, or a chunk under 1")
+	}
+	if to < from {
+		return nil
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer cancel()
+
+	type run struct {
+		events []Event
+		err    error
+	}
+	runs := (to-from)/chunk + 1
+	n := int64(len(qs))
+	out := make([]chan run, n)
+	free := make([]chan []Event, n)
+	for i, q := range qs {
+		out[i], free[i] = make(chan run, 1), make(chan []Event, 2)
+		wg.Go(func() {
+			for k := int64(i); k < runs; k += n {
+				lo := from + k*chunk
+				hi := min(lo+chunk-1, to)
+				var r run
+				select {
+				case r.events = <-free[i]:
+				default:
+				}
+				err := scan(ctx, q, selectSQL+`WHERE position BETWEEN $1 AND $2 ORDER BY position`, []any{lo, hi},
+					func(e Event) error {
+						r.events = append(r.events, e)
+						return nil
+					})
+				if err != nil {
+					r.err = fmt.Errorf("scan journal positions %d to %d: %w", lo, hi, err)
+				}
+				select {
+				case out[i] <- r:
+				case <-ctx.Done():
+					return
+				}
+				if err != nil {
+					return
+				}
+			}
+		})
+	}
+	for k := range runs {
+		var r run
+		select {
+		case r = <-out[k%n]:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		for _, e := range r.events {
+			if err := fn(e); err != nil {
+				return err
+			}
+		}
+		if r.err != nil {
+			return r.err
+		}
+		clear(r.events)
+		select {
+		case free[k%n] <- r.events[:0]:
+		default:
+		}
 	}
 	return nil
 }

@@ -57,21 +57,61 @@ type Folded struct {
 // not uuid.Nil, through Apply. An event Apply refuses is reported and
 // skipped, so the rest of its stream is still checked.
 func FoldJournal(ctx context.Context, q journal.Querier, message uuid.UUID) (*Folded, error) {
-	f := &Folded{Messages: map[uuid.UUID]*Message{}}
-	fold := func(e journal.Event) error {
-		f.Events++
-		if e.Stream == journal.ConfigStream {
-			return nil
-		}
-		id, err := uuid.Parse(e.Stream)
+	f := newFolded()
+	if message != uuid.Nil {
+		events, err := journal.Stream(ctx, q, journal.MessageStream(message))
 		if err != nil {
-			f.Violations = append(f.Violations, Violation{Position: e.Position, Problem: fmt.Sprintf("stream %q is not a message id", e.Stream)})
-			return nil
+			return nil, err
 		}
-		m := f.Messages[id]
-		if m == nil {
-			m = &Message{}
+		for _, e := range events {
+			_ = f.fold(e)
 		}
+		return f, nil
+	}
+	return f, journal.Scan(ctx, q, 1, f.fold)
+}
+
+// reading says how Audit and Rebuild read the whole journal: on how many
+// connections at once, sharing one snapshot, and how many positions each
+// query covers. The tests read in small runs to spread streams over them.
+type reading struct {
+	connections int
+	chunk       int64
+	// snapshotTaken, when set, is called once every connection has the
+	// snapshot and before anything is read.
+	snapshotTaken func()
+}
+
+var defaultReading = reading{connections: 3, chunk: 8192}
+
+// foldSnapshot replays the whole journal as of the snapshot s, reading on all
+// its transactions at once and folding in position order.
+func foldSnapshot(ctx context.Context, s *snapshot, rd reading) (*Folded, error) {
+	qs := s.queriers()
+	last, err := journal.LastPosition(ctx, qs[0])
+	if err != nil {
+		return nil, err
+	}
+	f := newFolded()
+	return f, journal.ScanRanges(ctx, qs, 1, last, rd.chunk, f.fold)
+}
+
+func newFolded() *Folded { return &Folded{Messages: map[uuid.UUID]*Message{}} }
+
+// fold folds one event; it reports an event Apply refuses and returns nil.
+func (f *Folded) fold(e journal.Event) error {
+	f.Events++
+	if e.Stream == journal.ConfigStream {
+		return nil
+	}
+	id, err := uuid.Parse(e.Stream)
+	if err != nil {
+		f.Violations = append(f.Violations, Violation{Position: e.Position, Problem: fmt.Sprintf("stream %q is not a message id", e.Stream)})
+		return nil
+	}
+	m := f.Messages[id]
+	if m == nil {
+		m = &Message{}
 		if err := Apply(m, e); err != nil {
 			f.Violations = append(f.Violations, Violation{Position: e.Position, MessageID: id, DeliveryID: e.DeliveryID, Problem: err.Error()})
 			return nil
@@ -79,34 +119,50 @@ func FoldJournal(ctx context.Context, q journal.Querier, message uuid.UUID) (*Fo
 		f.Messages[id] = m
 		return nil
 	}
-	if message != uuid.Nil {
-		events, err := journal.Stream(ctx, q, journal.MessageStream(message))
-		if err != nil {
-			return nil, err
-		}
-		for _, e := range events {
-			_ = fold(e)
-		}
-		return f, nil
+	if err := Apply(m, e); err != nil {
+		f.Violations = append(f.Violations, Violation{Position: e.Position, MessageID: id, DeliveryID: e.DeliveryID, Problem: err.Error()})
 	}
-	return f, journal.Scan(ctx, q, 1, fold)
+	return nil
 }
 
 // Audit replays the journal (or one message's stream) and checks every
 // event against the fold and the fold's result against the stored tables.
 // It reads everything in one read-only snapshot, so commands committing
-// meanwhile do not show up as differences.
+// meanwhile do not show up as differences. The whole journal is read on
+// several connections at once, all in that snapshot.
 func Audit(ctx context.Context, db *pgxpool.Pool, message uuid.UUID) (*Report, error) {
+	return audit(ctx, db, message, defaultReading)
+}
+
+func audit(ctx context.Context, db *pgxpool.Pool, message uuid.UUID, rd reading) (*Report, error) {
 	var r *Report
-	err := pgx.BeginTxFunc(ctx, db, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly},
-		func(tx pgx.Tx) error {
-			f, err := FoldJournal(ctx, tx, message)
-			if err != nil {
+	if message != uuid.Nil {
+		err := pgx.BeginTxFunc(ctx, db, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly},
+			func(tx pgx.Tx) error {
+				f, err := FoldJournal(ctx, tx, message)
+				if err != nil {
+					return err
+				}
+				r, err = checkTables(ctx, tx, f, message)
 				return err
-			}
-			r, err = checkTables(ctx, tx, f, message)
-			return err
-		})
+			})
+		if err != nil {
+			return nil, fmt.Errorf("audit: %w", err)
+		}
+		return r, nil
+	}
+	s, err := openSnapshot(ctx, db, rd.connections)
+	if err != nil {
+		return nil, fmt.Errorf("audit: %w", err)
+	}
+	defer s.close()
+	if rd.snapshotTaken != nil {
+		rd.snapshotTaken()
+	}
+	f, err := foldSnapshot(ctx, s, rd)
+	if err == nil {
+		r, err = checkTables(ctx, s.txs[0], f, uuid.Nil)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("audit: %w", err)
 	}

@@ -18,12 +18,21 @@ import (
 // alone throughout, so it refuses while any server runs (schema.ErrDatabaseInUse).
 // An event the fold refuses is reported and left out, as the audit does.
 func Rebuild(ctx context.Context, db *pgxpool.Pool) (*Report, error) {
+	return rebuild(ctx, db, defaultReading)
+}
+
+func rebuild(ctx context.Context, db *pgxpool.Pool, rd reading) (*Report, error) {
 	lock, err := schema.LockExclusive(ctx, db)
 	if err != nil {
 		return nil, fmt.Errorf("rebuild: %w", err)
 	}
 	defer lock.Release()
-	f, err := FoldJournal(ctx, db, uuid.Nil)
+	s, err := openSnapshot(ctx, db, rd.connections)
+	if err != nil {
+		return nil, fmt.Errorf("rebuild: %w", err)
+	}
+	f, err := foldSnapshot(ctx, s, rd)
+	s.close()
 	if err != nil {
 		return nil, fmt.Errorf("rebuild: %w", err)
 	}
