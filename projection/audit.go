@@ -1,12 +1,10 @@
 package projection
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"reflect"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -143,7 +141,7 @@ func audit(ctx context.Context, db *pgxpool.Pool, message uuid.UUID, rd reading)
 				if err != nil {
 					return err
 				}
-				r, err = checkTables(ctx, tx, f, message)
+				r, err = checkTables(ctx, []journal.Querier{tx}, f, message)
 				return err
 			})
 		if err != nil {
@@ -161,136 +159,12 @@ func audit(ctx context.Context, db *pgxpool.Pool, message uuid.UUID, rd reading)
 	}
 	f, err := foldSnapshot(ctx, s, rd)
 	if err == nil {
-		r, err = checkTables(ctx, s.txs[0], f, uuid.Nil)
+		r, err = checkTables(ctx, s.queriers(), f, uuid.Nil)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("audit: %w", err)
 	}
 	return r, nil
-}
-
-// checkTables compares the stored rows (of one message, unless message is
-// uuid.Nil) with the fold f and reports with f's own violations. It reads
-// the messages, then the deliveries, and compares each row as it comes, so
-// it holds no copy of the tables.
-func checkTables(ctx context.Context, q journal.Querier, f *Folded, message uuid.UUID) (*Report, error) {
-	c := newTableCheck(f)
-	where, args := "", []any{}
-	if message != uuid.Nil {
-		where, args = " WHERE m.id = $1", []any{message}
-	}
-	var m Message
-	dest := m.scanDest()
-	err := scanRows(ctx, q, `SELECT `+messageColumns+` FROM messages m`+where, args, func(rows pgx.Rows) error {
-		m = Message{}
-		if err := rows.Scan(dest...); err != nil {
-			return err
-		}
-		m.normalize()
-		c.message(&m)
-		return nil
-	})
-	if err != nil {
-		return nil, fmt.Errorf("audit messages: %w", err)
-	}
-	where = ""
-	if message != uuid.Nil {
-		where = " WHERE d.message_id = $1"
-	}
-	var d deliveryRow
-	dest = d.scanDest()
-	err = scanRows(ctx, q, `SELECT `+deliveryColumns+` FROM deliveries d`+where, args, func(rows pgx.Rows) error {
-		if err := rows.Scan(dest...); err != nil {
-			return err
-		}
-		c.delivery(d.delivery())
-		return nil
-	})
-	if err != nil {
-		return nil, fmt.Errorf("audit deliveries: %w", err)
-	}
-	return c.report(), nil
-}
-
-// tableCheck compares stored rows with a fold, one row at a time: first
-// every message row, then every delivery row.
-type tableCheck struct {
-	f *Folded
-	// stored holds the ids of the stored messages.
-	stored map[uuid.UUID]struct{}
-	// matched holds the folded deliveries a stored row was compared with.
-	matched    map[*Delivery]struct{}
-	deliveries int
-	violations []Violation
-}
-
-func newTableCheck(f *Folded) *tableCheck {
-	return &tableCheck{f: f, stored: make(map[uuid.UUID]struct{}, len(f.Messages)),
-		matched: map[*Delivery]struct{}{}}
-}
-
-// message compares one stored message row, without its deliveries.
-func (c *tableCheck) message(got *Message) {
-	c.stored[got.ID] = struct{}{}
-	want := c.f.Messages[got.ID]
-	if want == nil {
-		c.violations = append(c.violations, Violation{MessageID: got.ID, Problem: "in the messages table but not in the journal"})
-		return
-	}
-	c.violations = append(c.violations, compareMessage(got, want)...)
-}
-
-// delivery compares one stored delivery row; every message row must have
-// been seen first.
-func (c *tableCheck) delivery(got Delivery) {
-	c.deliveries++
-	if _, ok := c.stored[got.MessageID]; !ok {
-		c.violations = append(c.violations, Violation{MessageID: got.MessageID, DeliveryID: got.ID, Problem: "stored delivery of no stored message"})
-		return
-	}
-	m := c.f.Messages[got.MessageID]
-	if m == nil {
-		// Reported as a message in the table only.
-		return
-	}
-	want := m.Delivery(got.ID)
-	if want == nil {
-		c.violations = append(c.violations, Violation{MessageID: m.ID, DeliveryID: got.ID, Problem: "in the deliveries table but not in the journal"})
-		return
-	}
-	c.matched[want] = struct{}{}
-	c.violations = append(c.violations, compareDelivery(m.ID, &got, want)...)
-}
-
-// report lists what the fold holds and the tables do not, after the rows.
-func (c *tableCheck) report() *Report {
-	for id, want := range c.f.Messages {
-		if _, ok := c.stored[id]; !ok {
-			c.violations = append(c.violations, Violation{MessageID: id, Problem: "in the journal but not in the messages table"})
-			continue
-		}
-		for i := range want.Deliveries {
-			if _, ok := c.matched[&want.Deliveries[i]]; !ok {
-				c.violations = append(c.violations, Violation{MessageID: id, DeliveryID: want.Deliveries[i].ID,
-					Problem: "in the journal but not in the deliveries table"})
-			}
-		}
-	}
-	slices.SortStableFunc(c.violations, compareViolations)
-	return &Report{Events: c.f.Events, Messages: len(c.stored), Deliveries: c.deliveries,
-		Violations: append(slices.Clip(c.f.Violations), c.violations...)}
-}
-
-// compareViolations orders the table's violations by message, delivery and
-// problem, so a report reads the same every time.
-func compareViolations(a, b Violation) int {
-	if c := bytes.Compare(a.MessageID[:], b.MessageID[:]); c != 0 {
-		return c
-	}
-	if c := bytes.Compare(a.DeliveryID[:], b.DeliveryID[:]); c != 0 {
-		return c
-	}
-	return strings.Compare(a.Problem, b.Problem)
 }
 
 func scanRows(ctx context.Context, q journal.Querier, sql string, args []any, fn func(pgx.Rows) error) error {

@@ -155,3 +155,71 @@ func TestAuditSeesOneSnapshot(t *testing.T) {
 		t.Fatalf("next audit: %d messages, %v", r.Messages, r.Violations)
 	}
 }
+
+// TestAuditSharesMeetAtTheirBounds puts messages at the ids where the
+// shares of the tables meet, for one to four connections: each is checked
+// once, by one share, whether its row is there or not.
+func TestAuditSharesMeetAtTheirBounds(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	var ids []uuid.UUID
+	for _, first := range []byte{0x00, 0x3f, 0x40, 0x54, 0x55, 0x7f, 0x80, 0xa9, 0xaa, 0xbf, 0xc0, 0xff} {
+		low, high := uuid.UUID{first}, uuid.UUID{first}
+		for i := 1; i < 16; i++ {
+			high[i] = 0xff
+		}
+		ids = append(ids, low, high)
+	}
+	for _, id := range ids {
+		if _, err := b.db.Exec(b.ctx, `INSERT INTO journal (recorded_at, stream, version, kind, actor, payload)
+			VALUES ($1, $2, 1, 'message.accepted', 'source:erp', $3)`, b.now, id.String(),
+			`{"source":"erp","from":"a","to":"b","content_type":"text/plain","payload_size":1,"payload_sha256":"`+strings.Repeat("ab", 32)+`"}`); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if r, err := projection.Rebuild(b.ctx, b.db); err != nil || len(r.Violations) > 0 || r.Messages != len(ids) {
+		t.Fatalf("rebuild: %v, %+v", err, r)
+	}
+	for conns := 1; conns <= 4; conns++ {
+		r, err := projection.AuditReading(b.ctx, b.db, conns, 5, nil)
+		if err != nil || len(r.Violations) > 0 || r.Messages != len(ids) {
+			t.Fatalf("%d connections: %v, %+v", conns, err, r)
+		}
+	}
+	// Every other row goes, and a delivery of no message appears at each
+	// bound.
+	var gone []uuid.UUID
+	for i, id := range ids {
+		if i%2 == 0 {
+			gone = append(gone, id)
+			if _, err := b.db.Exec(b.ctx, `DELETE FROM messages WHERE id = $1`, id); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if _, err := b.db.Exec(b.ctx, `INSERT INTO deliveries (id, message_id, seq, target, state, attempts, dispatch_count,
+			redeliveries, last_error, created_at, updated_at) VALUES (gen_random_uuid(), $1, 1, 'alpha', 'queued', 0, 1, 0, '', now(), now())`,
+			uuid.UUID{id[0], 0, 0, 0, 0, 0, 0x40, 0, 0x80, 0, 0, 0, 0, 0, 0, byte(i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for conns := 1; conns <= 4; conns++ {
+		r, err := projection.AuditReading(b.ctx, b.db, conns, 5, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		missing, orphans := 0, 0
+		for _, v := range r.Violations {
+			switch v.Problem {
+			case "in the journal but not in the messages table":
+				missing++
+			case "stored delivery of no stored message":
+				orphans++
+			default:
+				t.Errorf("%d connections: %s", conns, v)
+			}
+		}
+		if missing != len(gone) || orphans != len(ids) || r.Messages != len(ids)-len(gone) || r.Deliveries != len(ids) {
+			t.Fatalf("%d connections: %d missing, %d orphans, %d messages, %d deliveries", conns, missing, orphans, r.Messages, r.Deliveries)
+		}
+	}
+}
