@@ -130,7 +130,22 @@ func TestRebuildEqualsTheTablesBefore(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	b.lifecycles(t, 300, rand.New(rand.NewPCG(1, 2)))
-	if r := b.audit(t); len(r.Violations) > 0 || r.Messages != 300 {
+	// A refused message, one only accepted and one no route matched, none
+	// with an idempotency key.
+	refused, _, err := b.w.Accept(b.ctx, commands.NewMessage{Source: "erp", From: "ä ö", To: "b", Payload: []byte("r")})
+	if err == nil {
+		_, err = b.w.Refuse(b.ctx, refused.ID, lifecycle.RefusalRejected, "turned down", "operator:admin")
+	}
+	if err == nil {
+		_, _, err = b.w.Accept(b.ctx, commands.NewMessage{Source: "erp", From: "a", To: "b", Payload: []byte("a")})
+	}
+	if err == nil {
+		_, _, err = b.w.Ingest(b.ctx, commands.NewMessage{Source: "crm", From: "a", To: "b", Payload: []byte("n")})
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := b.audit(t); len(r.Violations) > 0 || r.Messages != 303 {
 		t.Fatalf("audit before: %d messages, %v", r.Messages, r.Violations)
 	}
 	before := b.snapshot(t)
