@@ -2,9 +2,12 @@ package journal
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"sync"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -179,23 +182,23 @@ func scan(ctx context.Context, q Querier, sql string, args []any, fn func(Event)
 		return err
 	}
 	defer rows.Close()
-	var (
-		e          Event
-		deliveryID pgtype.UUID
-		kind       string
-		old, new   string
-		payload    []byte
-	)
+	var r rowReader
+	raw := rawColumns(rows.FieldDescriptions())
 	for rows.Next() {
-		e = Event{}
-		if err := rows.Scan(&e.Position, &e.RecordedAt, &e.Stream, &e.Version, &deliveryID, &e.Target,
-			&kind, &e.Actor, &old, &new, &payload); err != nil {
+		var (
+			e       Event
+			kind    Kind
+			payload []byte
+		)
+		if raw {
+			e, kind, payload, err = r.decode(rows.RawValues())
+		} else {
+			e, kind, payload, err = r.scan(rows)
+		}
+		if err != nil {
 			return err
 		}
-		e.RecordedAt = e.RecordedAt.UTC()
-		e.DeliveryID = uuid.UUID(deliveryID.Bytes)
-		e.OldState, e.NewState = lifecycle.DeliveryState(old), lifecycle.DeliveryState(new)
-		if e.Payload, err = Decode(Kind(kind), payload); err != nil {
+		if e.Payload, err = Decode(kind, payload); err != nil {
 			return fmt.Errorf("position %d: %w", e.Position, err)
 		}
 		if err := e.CheckEnvelope(); err != nil {
@@ -206,6 +209,125 @@ func scan(ctx context.Context, q Querier, sql string, args []any, fn func(Event)
 		}
 	}
 	return rows.Err()
+}
+
+// The columns of selectSQL, by their type: rawColumns wants the fixed-size
+// ones in binary; text and jsonb may come either way.
+var selectColumns = []uint32{pgtype.Int8OID, pgtype.TimestamptzOID, pgtype.TextOID, pgtype.Int4OID, pgtype.UUIDOID,
+	pgtype.TextOID, pgtype.TextOID, pgtype.TextOID, pgtype.TextOID, pgtype.TextOID, pgtype.JSONBOID}
+
+// rawColumns reports whether rowReader.decode can read the rows of
+// selectSQL as they come: with the simple protocol, for one, every column
+// is text and the rows go through pgx's Scan.
+func rawColumns(fds []pgconn.FieldDescription) bool {
+	if len(fds) != len(selectColumns) {
+		return false
+	}
+	for i, fd := range fds {
+		switch oid := selectColumns[i]; {
+		case fd.DataTypeOID != oid:
+			return false
+		case oid != pgtype.TextOID && oid != pgtype.JSONBOID && fd.Format != pgtype.BinaryFormatCode:
+			return false
+		case oid == pgtype.JSONBOID:
+			if fd.Format == pgtype.BinaryFormatCode {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// rowReader reads the rows of selectSQL, sharing the strings that repeat
+// from row to row.
+type rowReader struct {
+	deliveryID pgtype.UUID
+	kind       string
+	old, new   string
+	payload    []byte
+	shared     map[string]string
+}
+
+// scan reads a row with pgx's Scan.
+func (r *rowReader) scan(rows pgx.Rows) (e Event, kind Kind, payload []byte, err error) {
+	if err := rows.Scan(&e.Position, &e.RecordedAt, &e.Stream, &e.Version, &r.deliveryID, &e.Target,
+		&r.kind, &e.Actor, &r.old, &r.new, &r.payload); err != nil {
+		return Event{}, "", nil, err
+	}
+	e.RecordedAt = e.RecordedAt.UTC()
+	e.DeliveryID = uuid.UUID(r.deliveryID.Bytes)
+	e.OldState, e.NewState = lifecycle.DeliveryState(r.old), lifecycle.DeliveryState(r.new)
+	return e, Kind(r.kind), r.payload, nil
+}
+
+// kinds and states give the names that rows repeat without allocating them.
+var (
+	kinds  = map[string]Kind{}
+	states = map[string]lifecycle.DeliveryState{"": ""}
+)
+
+func init() {
+	for k := range catalogue {
+		kinds[string(k)] = k
+	}
+	for _, s := range lifecycle.DeliveryStates {
+		states[string(s)] = s
+	}
+}
+
+// decode reads the raw values of a row, as rawColumns checked them. The
+// payload it returns is the row's: it is valid until the next row.
+func (r *rowReader) decode(v [][]byte) (e Event, kind Kind, payload []byte, err error) {
+	for i, b := range v {
+		if b == nil && i != 4 {
+			return Event{}, "", nil, fmt.Errorf("column %d is null", i+1)
+		}
+	}
+	if len(v[0]) != 8 || len(v[1]) != 8 || len(v[3]) != 4 || v[4] != nil && len(v[4]) != 16 {
+		return Event{}, "", nil, errors.New("a fixed-size column has the wrong size")
+	}
+	e.Position = int64(binary.BigEndian.Uint64(v[0]))
+	us := int64(binary.BigEndian.Uint64(v[1]))
+	if us == math.MaxInt64 || us == math.MinInt64 {
+		return Event{}, "", nil, fmt.Errorf("position %d: recorded_at is infinite", e.Position)
+	}
+	// As pgx reads a timestamptz.
+	const y2k = 946_684_800_000_000
+	e.RecordedAt = time.Unix(y2k/1_000_000+us/1_000_000, y2k%1_000_000*1000+us%1_000_000*1000).UTC()
+	e.Stream = string(v[2])
+	e.Version = int(int32(binary.BigEndian.Uint32(v[3])))
+	if v[4] != nil {
+		e.DeliveryID = uuid.UUID(v[4])
+	}
+	e.Target = r.share(v[5])
+	if kind = kinds[string(v[6])]; kind == "" {
+		kind = Kind(v[6])
+	}
+	e.Actor = r.share(v[7])
+	var ok bool
+	if e.OldState, ok = states[string(v[8])]; !ok {
+		e.OldState = lifecycle.DeliveryState(v[8])
+	}
+	if e.NewState, ok = states[string(v[9])]; !ok {
+		e.NewState = lifecycle.DeliveryState(v[9])
+	}
+	return e, kind, v[10], nil
+}
+
+// share returns b as a string, the same one for the same bytes, for the
+// first few hundred distinct values.
+func (r *rowReader) share(b []byte) string {
+	if s, ok := r.shared[string(b)]; ok {
+		return s
+	}
+	s := string(b)
+	if r.shared == nil {
+		r.shared = map[string]string{}
+	}
+	if len(r.shared) < 256 {
+		r.shared[s] = s
+	}
+	return s
 }
 
 func nullUUID(id uuid.UUID) any {

@@ -267,3 +267,70 @@ func TestDecodeFastReadsTheJournal(t *testing.T) {
 		t.Fatalf("%d payloads read: %v", n, rows.Err())
 	}
 }
+
+// TestScanReadsTheSameInEveryQueryMode reads one journal in every query
+// mode of pgx: the raw rows it decodes itself where the columns come in
+// binary, and pgx's Scan where they do not (the simple protocol, for one),
+// must give the same events.
+func TestScanReadsTheSameInEveryQueryMode(t *testing.T) {
+	t.Parallel()
+	url := dbtest.URL(t)
+	db, err := pgxpool.New(t.Context(), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(db.Close)
+	if err := schema.Ensure(t.Context(), db); err != nil {
+		t.Fatal(err)
+	}
+	at := time.Date(2026, 5, 1, 0, 0, 0, 0, time.FixedZone("", 3600))
+	var b pgx.Batch
+	for i, p := range journal.FastSamples() {
+		e := journal.Event{RecordedAt: at.Add(time.Duration(i) * 1001 * time.Microsecond), Stream: journal.MessageStream(uuid.New()),
+			Version: i + 1, Actor: []string{"system", "worker:alpha", "operator:ann"}[i%3], Payload: p}
+		if p.Kind().Delivery() {
+			e.DeliveryID, e.Target, e.OldState, e.NewState = uuid.New(), "alpha", lifecycle.StateQueued, lifecycle.StateDelivering
+		}
+		if err := journal.Queue(&b, e); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := journal.Queue(&b, journal.Event{RecordedAt: at, Stream: journal.ConfigStream, Version: 1, Actor: "operator:ann",
+		Payload: &journal.RouteDeleted{ID: uuid.New()}}); err != nil {
+		t.Fatal(err)
+	}
+	// A payload the fast decoder leaves to encoding/json.
+	if err := journal.Queue(&b, journal.Event{RecordedAt: at, Stream: journal.MessageStream(uuid.New()), Version: 1, Actor: "system",
+		Payload: &journal.MessageRefused{Refusal: lifecycle.RefusalRejected, Reason: `said "no"`}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.SendBatch(t.Context(), &b).Close(); err != nil {
+		t.Fatal(err)
+	}
+	want := scanAll(t, db)
+	if len(want) != len(journal.FastSamples())+2 {
+		t.Fatalf("%d events", len(want))
+	}
+	for _, mode := range []pgx.QueryExecMode{pgx.QueryExecModeCacheStatement, pgx.QueryExecModeCacheDescribe,
+		pgx.QueryExecModeDescribeExec, pgx.QueryExecModeExec, pgx.QueryExecModeSimpleProtocol} {
+		cfg, err := pgxpool.ParseConfig(url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg.ConnConfig.DefaultQueryExecMode = mode
+		other, err := pgxpool.NewWithConfig(t.Context(), cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := scanAll(t, other)
+		other.Close()
+		if !reflect.DeepEqual(got, want) {
+			t.Errorf("%v: %d events differ", mode, len(got))
+			for i := range min(len(got), len(want)) {
+				if !reflect.DeepEqual(got[i], want[i]) {
+					t.Errorf("%#v\nwant %#v", got[i], want[i])
+				}
+			}
+		}
+	}
+}
