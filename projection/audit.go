@@ -49,6 +49,9 @@ type Folded struct {
 	Messages   map[uuid.UUID]*Message
 	Events     int
 	Violations []Violation
+	// inOrder holds the messages of Messages in the order their streams
+	// began, which is the order a rebuild writes them in.
+	inOrder []*Message
 }
 
 // FoldJournal replays the journal, or one message's stream when message is
@@ -115,6 +118,7 @@ func (f *Folded) fold(e journal.Event) error {
 			return nil
 		}
 		f.Messages[id] = m
+		f.inOrder = append(f.inOrder, m)
 		return nil
 	}
 	if err := Apply(m, e); err != nil {

@@ -17,10 +17,10 @@ import (
 // tx created, with COPY FREEZE in PostgreSQL's binary format: the rows need
 // no visibility checks later and are encoded without pgx's per-value work.
 func copyFolded(ctx context.Context, tx pgx.Tx, f *Folded) error {
-	messages := make([]*Message, 0, len(f.Messages))
-	for _, m := range f.Messages {
-		messages = append(messages, m)
-	}
+	// In the order the streams began, as the projector inserts them: the
+	// rows lie in the table as they lie in memory, which keeps reading
+	// them back to compare with the fold cheap.
+	messages := f.inOrder
 	i := 0
 	err := copyIn(ctx, tx, "messages", messageCopyColumns, func(b *copyRow) bool {
 		if i == len(messages) {
