@@ -243,4 +243,14 @@ func TestRecreateProjectionsIsOneTransaction(t *testing.T) {
 	if err := schema.Ensure(ctx, db); err != nil {
 		t.Fatal(err)
 	}
+	// Projections of another version are replaced with this code's.
+	if _, err := db.Exec(ctx, `UPDATE schema_version SET version = 99 WHERE part = 'projections'`); err != nil {
+		t.Fatal(err)
+	}
+	if err := schema.RecreateProjections(ctx, db, func(pgx.Tx) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if err := schema.Ensure(ctx, db); err != nil {
+		t.Fatalf("Ensure after recreating projections of another version: %v", err)
+	}
 }
