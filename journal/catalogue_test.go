@@ -1,9 +1,13 @@
 package journal
 
 import (
+	"encoding/hex"
 	"errors"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/google/uuid"
 )
 
 func TestDecodeRefusesWhatIsNotInTheCatalogue(t *testing.T) {
@@ -54,5 +58,47 @@ func TestEveryKindRoundTrips(t *testing.T) {
 	}
 	if _, err := Encode(&DeliveryStalled{}); err == nil {
 		t.Error("Encode accepted an invalid payload")
+	}
+}
+
+// TestValidShortCutsAgree holds the checks that skip building errors to
+// the ones that build them: every list of up to three deliveries drawn from
+// ids, seqs and targets good and bad, with and without a next due time;
+// and SHA-256 digests of every form near the valid one.
+func TestValidShortCutsAgree(t *testing.T) {
+	ids := []uuid.UUID{uuid.Nil, uuid.MustParse("0194a2b1-0000-7000-8000-000000000001"), uuid.MustParse("0194a2b1-0000-7000-8000-000000000002")}
+	seqs := []int{-1, 0, 1, 2}
+	targets := []string{"alpha", "beta", "Bad", ""}
+	var all []NewDelivery
+	for _, id := range ids {
+		for _, seq := range seqs {
+			for _, target := range targets {
+				all = append(all, NewDelivery{ID: id, Seq: seq, Target: target})
+			}
+		}
+	}
+	var lists [][]NewDelivery
+	lists = append(lists, nil)
+	for _, a := range all {
+		lists = append(lists, []NewDelivery{a})
+		for _, b := range all {
+			lists = append(lists, []NewDelivery{a, b})
+		}
+	}
+	lists = append(lists, []NewDelivery{all[17], all[22], all[29]}, []NewDelivery{all[17], all[22], all[17]})
+	for _, list := range lists {
+		for _, due := range []time.Time{{}, time.Now()} {
+			p := NewDeliveries{Deliveries: list, NextDue: due}
+			if p.valid() != (p.problems() == nil) {
+				t.Fatalf("%+v: valid %v, problems %v", p, p.valid(), p.problems())
+			}
+		}
+	}
+	good := strings.Repeat("0123456789abcdefABCDEF", 3)[:64]
+	for _, s := range []string{good, good[:63], good + "0", "", good[:63] + "g", good[:63] + " ", " " + good[1:], good[:62] + "\xc3\xa9"} {
+		b, err := hex.DecodeString(s)
+		if isSHA256(s) != (err == nil && len(b) == 32) {
+			t.Errorf("%q: isSHA256 %v, hex %v %d", s, isSHA256(s), err, len(b))
+		}
 	}
 }

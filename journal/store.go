@@ -2,8 +2,12 @@ package journal
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
+	"sync"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -78,6 +82,103 @@ func Scan(ctx context.Context, q Querier, from int64, fn func(Event) error) erro
 	return nil
 }
 
+// LastPosition returns the position of the last event, 0 for an empty journal.
+func LastPosition(ctx context.Context, q Querier) (int64, error) {
+	var last int64
+	rows, err := q.Query(ctx, `SELECT coalesce(max(position), 0) FROM journal`)
+	if err == nil {
+		last, err = pgx.CollectExactlyOneRow(rows, pgx.RowTo[int64])
+	}
+	if err != nil {
+		return 0, fmt.Errorf("read the last journal position: %w", err)
+	}
+	return last, nil
+}
+
+// ScanRanges calls fn with every event at positions from through to, in
+// position order, as Scan does, but reads runs of chunk positions on all the
+// queriers at once: querier i takes runs i, i+len(qs), i+2·len(qs)..., and
+// decodes each on a goroutine of its own, a run or two ahead of fn. fn runs on
+// the caller's goroutine, one event at a time, so it folds streams in
+// version order like a single Scan. The queriers must be distinct
+// connections that share one snapshot (transactions that imported a snapshot
+// exported by one of them), or the events read are not one state of the
+// journal. It stops at the first error in position order, fn's or a read's,
+// and returns it.
+func ScanRanges(ctx context.Context, qs []Querier, from, to, chunk int64, fn func(Event) error) error {
+	if len(qs) == 0 || chunk < 1 {
+		return errors.New("scan journal: no queriers, or a chunk under 1")
+	}
+	if to < from {
+		return nil
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer cancel()
+
+	type run struct {
+		events []Event
+		err    error
+	}
+	runs := (to-from)/chunk + 1
+	n := int64(len(qs))
+	out := make([]chan run, n)
+	free := make([]chan []Event, n)
+	for i, q := range qs {
+		out[i], free[i] = make(chan run, 1), make(chan []Event, 2)
+		wg.Go(func() {
+			for k := int64(i); k < runs; k += n {
+				lo := from + k*chunk
+				hi := min(lo+chunk-1, to)
+				var r run
+				select {
+				case r.events = <-free[i]:
+				default:
+				}
+				err := scan(ctx, q, selectSQL+`WHERE position BETWEEN $1 AND $2 ORDER BY position`, []any{lo, hi},
+					func(e Event) error {
+						r.events = append(r.events, e)
+						return nil
+					})
+				if err != nil {
+					r.err = fmt.Errorf("scan journal positions %d to %d: %w", lo, hi, err)
+				}
+				select {
+				case out[i] <- r:
+				case <-ctx.Done():
+					return
+				}
+				if err != nil {
+					return
+				}
+			}
+		})
+	}
+	for k := range runs {
+		var r run
+		select {
+		case r = <-out[k%n]:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		for _, e := range r.events {
+			if err := fn(e); err != nil {
+				return err
+			}
+		}
+		if r.err != nil {
+			return r.err
+		}
+		clear(r.events)
+		select {
+		case free[k%n] <- r.events[:0]:
+		default:
+		}
+	}
+	return nil
+}
+
 // scan reads events from rows of columns, calling fn with each in turn. A
 // query may select more columns before them; lead receives those.
 func scan(ctx context.Context, q Querier, sql string, args []any, fn func(Event) error, lead ...any) error {
@@ -86,24 +187,23 @@ func scan(ctx context.Context, q Querier, sql string, args []any, fn func(Event)
 		return err
 	}
 	defer rows.Close()
-	var (
-		e          Event
-		deliveryID pgtype.UUID
-		kind       string
-		old, new   string
-		payload    []byte
-	)
+	var r rowReader
+	raw := len(lead) == 0 && rawColumns(rows.FieldDescriptions())
 	for rows.Next() {
-		e = Event{}
-		dest := append(lead[:len(lead):len(lead)], &e.Position, &e.RecordedAt, &e.Stream, &e.Version, &deliveryID,
-			&e.Target, &kind, &e.Actor, &old, &new, &payload)
-		if err := rows.Scan(dest...); err != nil {
+		var (
+			e       Event
+			kind    Kind
+			payload []byte
+		)
+		if raw {
+			e, kind, payload, err = r.decode(rows.RawValues())
+		} else {
+			e, kind, payload, err = r.scan(rows, lead)
+		}
+		if err != nil {
 			return err
 		}
-		e.RecordedAt = e.RecordedAt.UTC()
-		e.DeliveryID = uuid.UUID(deliveryID.Bytes)
-		e.OldState, e.NewState = lifecycle.DeliveryState(old), lifecycle.DeliveryState(new)
-		if e.Payload, err = Decode(Kind(kind), payload); err != nil {
+		if e.Payload, err = Decode(kind, payload); err != nil {
 			return fmt.Errorf("position %d: %w", e.Position, err)
 		}
 		if err := e.CheckEnvelope(); err != nil {
@@ -114,6 +214,127 @@ func scan(ctx context.Context, q Querier, sql string, args []any, fn func(Event)
 		}
 	}
 	return rows.Err()
+}
+
+// The columns of selectSQL, by their type: rawColumns wants the fixed-size
+// ones in binary; text and jsonb may come either way.
+var selectColumns = []uint32{pgtype.Int8OID, pgtype.TimestamptzOID, pgtype.TextOID, pgtype.Int4OID, pgtype.UUIDOID,
+	pgtype.TextOID, pgtype.TextOID, pgtype.TextOID, pgtype.TextOID, pgtype.TextOID, pgtype.JSONBOID}
+
+// rawColumns reports whether rowReader.decode can read the rows of
+// selectSQL as they come: with the simple protocol, for one, every column
+// is text and the rows go through pgx's Scan.
+func rawColumns(fds []pgconn.FieldDescription) bool {
+	if len(fds) != len(selectColumns) {
+		return false
+	}
+	for i, fd := range fds {
+		switch oid := selectColumns[i]; {
+		case fd.DataTypeOID != oid:
+			return false
+		case oid != pgtype.TextOID && oid != pgtype.JSONBOID && fd.Format != pgtype.BinaryFormatCode:
+			return false
+		case oid == pgtype.JSONBOID:
+			if fd.Format == pgtype.BinaryFormatCode {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// rowReader reads the rows of selectSQL, sharing the strings that repeat
+// from row to row.
+type rowReader struct {
+	deliveryID pgtype.UUID
+	kind       string
+	old, new   string
+	payload    []byte
+	shared     map[string]string
+}
+
+// scan reads a row with pgx's Scan, the columns before selectSQL's into
+// lead.
+func (r *rowReader) scan(rows pgx.Rows, lead []any) (e Event, kind Kind, payload []byte, err error) {
+	dest := append(lead[:len(lead):len(lead)], &e.Position, &e.RecordedAt, &e.Stream, &e.Version, &r.deliveryID,
+		&e.Target, &r.kind, &e.Actor, &r.old, &r.new, &r.payload)
+	if err := rows.Scan(dest...); err != nil {
+		return Event{}, "", nil, err
+	}
+	e.RecordedAt = e.RecordedAt.UTC()
+	e.DeliveryID = uuid.UUID(r.deliveryID.Bytes)
+	e.OldState, e.NewState = lifecycle.DeliveryState(r.old), lifecycle.DeliveryState(r.new)
+	return e, Kind(r.kind), r.payload, nil
+}
+
+// kinds and states give the names that rows repeat without allocating them.
+var (
+	kinds  = map[string]Kind{}
+	states = map[string]lifecycle.DeliveryState{"": ""}
+)
+
+func init() {
+	for k := range catalogue {
+		kinds[string(k)] = k
+	}
+	for _, s := range lifecycle.DeliveryStates {
+		states[string(s)] = s
+	}
+}
+
+// decode reads the raw values of a row, as rawColumns checked them. The
+// payload it returns is the row's: it is valid until the next row.
+func (r *rowReader) decode(v [][]byte) (e Event, kind Kind, payload []byte, err error) {
+	for i, b := range v {
+		if b == nil && i != 4 {
+			return Event{}, "", nil, fmt.Errorf("column %d is null", i+1)
+		}
+	}
+	if len(v[0]) != 8 || len(v[1]) != 8 || len(v[3]) != 4 || v[4] != nil && len(v[4]) != 16 {
+		return Event{}, "", nil, errors.New("a fixed-size column has the wrong size")
+	}
+	e.Position = int64(binary.BigEndian.Uint64(v[0]))
+	us := int64(binary.BigEndian.Uint64(v[1]))
+	if us == math.MaxInt64 || us == math.MinInt64 {
+		return Event{}, "", nil, fmt.Errorf("position %d: recorded_at is infinite", e.Position)
+	}
+	// As pgx reads a timestamptz.
+	const y2k = 946_684_800_000_000
+	e.RecordedAt = time.Unix(y2k/1_000_000+us/1_000_000, y2k%1_000_000*1000+us%1_000_000*1000).UTC()
+	e.Stream = string(v[2])
+	e.Version = int(int32(binary.BigEndian.Uint32(v[3])))
+	if v[4] != nil {
+		e.DeliveryID = uuid.UUID(v[4])
+	}
+	e.Target = r.share(v[5])
+	if kind = kinds[string(v[6])]; kind == "" {
+		kind = Kind(v[6])
+	}
+	e.Actor = r.share(v[7])
+	var ok bool
+	if e.OldState, ok = states[string(v[8])]; !ok {
+		e.OldState = lifecycle.DeliveryState(v[8])
+	}
+	if e.NewState, ok = states[string(v[9])]; !ok {
+		e.NewState = lifecycle.DeliveryState(v[9])
+	}
+	return e, kind, v[10], nil
+}
+
+// share returns b as a string, the same one for the same bytes, for the
+// first few hundred distinct values.
+func (r *rowReader) share(b []byte) string {
+	if s, ok := r.shared[string(b)]; ok {
+		return s
+	}
+	s := string(b)
+	if r.shared == nil {
+		r.shared = map[string]string{}
+	}
+	if len(r.shared) < 256 {
+		r.shared[s] = s
+	}
+	return s
 }
 
 func nullUUID(id uuid.UUID) any {

@@ -2,7 +2,9 @@ package lifecycle
 
 import (
 	"encoding/json"
+	"regexp"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 )
@@ -100,5 +102,34 @@ func TestTargetJSON(t *testing.T) {
 	if err := json.Unmarshal(out, &back); err != nil || back.AttemptTimeout != target.AttemptTimeout ||
 		!samePolicy(back.Retry, target.Retry) || *back.Receipt != *target.Receipt {
 		t.Errorf("round trip %s: %+v %v", out, back, err)
+	}
+}
+
+// TestIsNameIsThePattern holds isName to the pattern it replaces, over
+// every string of up to three bytes from a set that covers each class, and
+// over lengths around the bound.
+func TestIsNameIsThePattern(t *testing.T) {
+	pattern := regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,62}$`)
+	alphabet := []string{"a", "z", "0", "9", "_", "-", "A", "Z", " ", ".", "/", "\x00", "\n", "é", "\xff", "`", "{", ":", "@", "["}
+	var all []string
+	var grow func(s string, n int)
+	grow = func(s string, n int) {
+		all = append(all, s)
+		if n == 0 {
+			return
+		}
+		for _, c := range alphabet {
+			grow(s+c, n-1)
+		}
+	}
+	grow("", 3)
+	for n := 60; n <= 66; n++ {
+		all = append(all, strings.Repeat("a", n), "0"+strings.Repeat("-", n-1), "_"+strings.Repeat("a", n-1),
+			strings.Repeat("a", n-1)+"\n")
+	}
+	for _, s := range all {
+		if isName(s) != pattern.MatchString(s) {
+			t.Errorf("%q: isName %v, the pattern %v", s, isName(s), pattern.MatchString(s))
+		}
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -123,7 +124,22 @@ func TestRebuildEqualsTheTablesBefore(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	b.lifecycles(t, 300, rand.New(rand.NewPCG(1, 2)))
-	if r := b.audit(t); len(r.Violations) > 0 || r.Messages != 300 {
+	// A refused message, one only accepted and one no route matched, none
+	// with an idempotency key.
+	refused, _, err := b.w.Accept(b.ctx, commands.NewMessage{Source: "erp", From: "ä ö", To: "b", Payload: []byte("r")})
+	if err == nil {
+		_, err = b.w.Refuse(b.ctx, refused.ID, lifecycle.RefusalRejected, "turned down", "operator:admin")
+	}
+	if err == nil {
+		_, _, err = b.w.Accept(b.ctx, commands.NewMessage{Source: "erp", From: "a", To: "b", Payload: []byte("a")})
+	}
+	if err == nil {
+		_, _, err = b.w.Ingest(b.ctx, commands.NewMessage{Source: "crm", From: "a", To: "b", Payload: []byte("n")})
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := b.audit(t); len(r.Violations) > 0 || r.Messages != 303 {
 		t.Fatalf("audit before: %d messages, %v", r.Messages, r.Violations)
 	}
 	before := b.snapshot(t)
@@ -196,5 +212,65 @@ func TestAuditNamesAnIllegalEvent(t *testing.T) {
 	r := b.audit(t)
 	if len(r.Violations) != 1 || r.Violations[0].Position != position || r.Violations[0].DeliveryID != d.ID {
 		t.Fatalf("violations %v", r.Violations)
+	}
+}
+
+// TestAuditNamesMissingAndExtraRows checks each kind of row the tables and
+// the journal do not share.
+func TestAuditNamesMissingAndExtraRows(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	var ms []*projection.Message
+	for i := range 3 {
+		m, _, err := b.w.Ingest(b.ctx, commands.NewMessage{Source: "erp", From: "a", To: "b", Payload: fmt.Appendf(nil, "%d", i)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ms = append(ms, m)
+	}
+	// Message 0 loses its row; message 1 loses a delivery row and gains a
+	// delivery the journal never made; a message row with a delivery appears
+	// with no stream behind it, and a delivery row with no message row.
+	extraMessage, extraDelivery, orphan, nobody := uuid.New(), uuid.New(), uuid.New(), uuid.New()
+	_, err := b.db.Exec(b.ctx, `DELETE FROM messages WHERE id = $1`, ms[0].ID)
+	if err == nil {
+		_, err = b.db.Exec(b.ctx, `DELETE FROM deliveries WHERE id = $1`, ms[1].Deliveries[0].ID)
+	}
+	if err == nil {
+		_, err = b.db.Exec(b.ctx, `INSERT INTO deliveries (id, message_id, seq, target, state, attempts, dispatch_count,
+			redeliveries, last_error, created_at, updated_at)
+			VALUES ($1, $2, 9, 'gamma', 'queued', 0, 1, 0, '', now(), now()),
+			       (gen_random_uuid(), $4, 1, 'alpha', 'queued', 0, 1, 0, '', now(), now()),
+			       ($3, $5, 1, 'alpha', 'queued', 0, 1, 0, '', now(), now())`, extraDelivery, ms[1].ID, orphan, extraMessage, nobody)
+	}
+	if err == nil {
+		_, err = b.db.Exec(b.ctx, `INSERT INTO messages SELECT $1, version, source, from_party, to_party, content_type, NULL,
+			payload_size, payload_sha256, stage, refusal, status, error, delivery_count, attempt_count, created_at, updated_at
+			FROM messages WHERE id = $2`, extraMessage, ms[2].ID)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := b.audit(t)
+	var got []string
+	for _, v := range r.Violations {
+		got = append(got, v.String())
+	}
+	want := []string{
+		projection.Violation{MessageID: ms[0].ID, Problem: "in the journal but not in the messages table"}.String(),
+		projection.Violation{MessageID: ms[0].ID, DeliveryID: ms[0].Deliveries[0].ID, Problem: "stored delivery of no stored message"}.String(),
+		projection.Violation{MessageID: ms[0].ID, DeliveryID: ms[0].Deliveries[1].ID, Problem: "stored delivery of no stored message"}.String(),
+		projection.Violation{MessageID: ms[1].ID, DeliveryID: ms[1].Deliveries[0].ID, Problem: "in the journal but not in the deliveries table"}.String(),
+		projection.Violation{MessageID: ms[1].ID, DeliveryID: extraDelivery, Problem: "in the deliveries table but not in the journal"}.String(),
+		projection.Violation{MessageID: extraMessage, Problem: "in the messages table but not in the journal"}.String(),
+		projection.Violation{MessageID: nobody, DeliveryID: orphan, Problem: "stored delivery of no stored message"}.String(),
+	}
+	slices.Sort(got)
+	slices.Sort(want)
+	if !slices.Equal(got, want) {
+		t.Fatalf("violations:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	if r.Messages != 3 || r.Deliveries != 8 {
+		t.Fatalf("%d messages, %d deliveries checked", r.Messages, r.Deliveries)
 	}
 }

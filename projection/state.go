@@ -79,10 +79,13 @@ func (m *Message) Clone() *Message {
 
 // settle derives the fields that follow from the others.
 func (m *Message) settle() {
-	states := make([]lifecycle.DeliveryState, len(m.Deliveries))
+	// On the stack for the usual few deliveries: the fold settles after
+	// every event.
+	var few [8]lifecycle.DeliveryState
+	states := few[:0]
 	m.AttemptCount = 0
-	for i, d := range m.Deliveries {
-		states[i] = d.State
+	for _, d := range m.Deliveries {
+		states = append(states, d.State)
 		m.AttemptCount += d.Attempts
 	}
 	m.Status = lifecycle.DeriveStatus(m.Stage, m.Refusal, states)

@@ -246,14 +246,13 @@ const upsertDeliveriesSQL = `INSERT INTO deliveries (id, message_id, seq, target
 		next_due = excluded.next_due, claim_token = excluded.claim_token, lease_end = excluded.lease_end,
 		last_error = excluded.last_error, updated_at = excluded.updated_at, finished_at = excluded.finished_at`
 
-// deliveryColumnsOf holds deliveries column by column, for unnest and COPY.
+// deliveryColumnsOf holds deliveries column by column, for unnest.
 type deliveryColumnsOf struct {
 	id, messageID, claimToken           []pgtype.UUID
 	seq, attempts, dispatches, redelivs []int32
 	target, state, lastError            []string
 	nextDue, leaseEnd, finishedAt       []pgtype.Timestamptz
 	createdAt, updatedAt                []time.Time
-	row                                 int // the COPY cursor
 }
 
 func (c *deliveryColumnsOf) add(d *Delivery) {

@@ -100,12 +100,15 @@ CREATE TABLE IF NOT EXISTS settings (
 );
 `
 
-// projectionDDL has no foreign key from deliveries to messages: the
-// projector writes both in one transaction, the audit checks them, and
-// rebuild loads them with COPY, which a per-row check would slow.
-const projectionDDL = `
+// projectionTablesDDL creates the projection tables bare, without their
+// keys and indexes, which projectionIndexesDDL adds: Ensure runs both, and
+// a rebuild loads the rows in between, which is much faster than
+// maintaining every index row by row. There is no foreign key from
+// deliveries to messages: the projector writes both in one transaction and
+// the audit checks them.
+const projectionTablesDDL = `
 CREATE TABLE IF NOT EXISTS messages (
-	id              uuid        PRIMARY KEY,
+	id              uuid        NOT NULL,
 	version         int         NOT NULL,
 	source          text        NOT NULL,
 	from_party      text        NOT NULL,
@@ -121,12 +124,8 @@ CREATE TABLE IF NOT EXISTS messages (
 	delivery_count  int         NOT NULL,
 	attempt_count   int         NOT NULL,
 	created_at      timestamptz NOT NULL,
-	updated_at      timestamptz NOT NULL,
-	CONSTRAINT messages_idempotency_key UNIQUE (source, idempotency_key)
+	updated_at      timestamptz NOT NULL
 );
-CREATE INDEX IF NOT EXISTS messages_created ON messages (created_at DESC, id DESC);
-CREATE INDEX IF NOT EXISTS messages_status_created ON messages (status, created_at DESC, id DESC);
-CREATE INDEX IF NOT EXISTS messages_source_created ON messages (source, created_at DESC, id DESC);
 
 -- A command read the message at a version; finding it at another means a
 -- concurrent writer won, so the transaction fails as a serialization failure
@@ -141,7 +140,7 @@ BEGIN
 END $$;
 
 CREATE TABLE IF NOT EXISTS deliveries (
-	id             uuid        PRIMARY KEY,
+	id             uuid        NOT NULL,
 	message_id     uuid        NOT NULL,
 	seq            int         NOT NULL,
 	target         text        NOT NULL,
@@ -155,9 +154,31 @@ CREATE TABLE IF NOT EXISTS deliveries (
 	last_error     text        NOT NULL,
 	created_at     timestamptz NOT NULL,
 	updated_at     timestamptz NOT NULL,
-	finished_at    timestamptz,
-	CONSTRAINT deliveries_message_seq UNIQUE (message_id, seq)
+	finished_at    timestamptz
 );
+`
+
+// projectionIndexesDDL adds the keys and indexes of the projection tables
+// that are missing. The keys are constraints, which have no IF NOT EXISTS.
+const projectionIndexesDDL = `
+DO $$
+BEGIN
+	IF NOT EXISTS (SELECT FROM pg_constraint WHERE conrelid = 'messages'::regclass AND conname = 'messages_pkey') THEN
+		ALTER TABLE messages ADD CONSTRAINT messages_pkey PRIMARY KEY (id);
+	END IF;
+	IF NOT EXISTS (SELECT FROM pg_constraint WHERE conrelid = 'messages'::regclass AND conname = 'messages_idempotency_key') THEN
+		ALTER TABLE messages ADD CONSTRAINT messages_idempotency_key UNIQUE (source, idempotency_key);
+	END IF;
+	IF NOT EXISTS (SELECT FROM pg_constraint WHERE conrelid = 'deliveries'::regclass AND conname = 'deliveries_pkey') THEN
+		ALTER TABLE deliveries ADD CONSTRAINT deliveries_pkey PRIMARY KEY (id);
+	END IF;
+	IF NOT EXISTS (SELECT FROM pg_constraint WHERE conrelid = 'deliveries'::regclass AND conname = 'deliveries_message_seq') THEN
+		ALTER TABLE deliveries ADD CONSTRAINT deliveries_message_seq UNIQUE (message_id, seq);
+	END IF;
+END $$;
+CREATE INDEX IF NOT EXISTS messages_created ON messages (created_at DESC, id DESC);
+CREATE INDEX IF NOT EXISTS messages_status_created ON messages (status, created_at DESC, id DESC);
+CREATE INDEX IF NOT EXISTS messages_source_created ON messages (source, created_at DESC, id DESC);
 CREATE INDEX IF NOT EXISTS deliveries_due ON deliveries (state, next_due) WHERE next_due IS NOT NULL;
 CREATE INDEX IF NOT EXISTS deliveries_lease ON deliveries (lease_end) WHERE state = 'delivering';
 CREATE INDEX IF NOT EXISTS deliveries_target_state ON deliveries (target, state);
@@ -192,8 +213,11 @@ func Ensure(ctx context.Context, db *pgxpool.Pool) error {
 		if _, err := tx.Exec(ctx, tokensDDL); err != nil {
 			return fmt.Errorf("create tokens table: %w", err)
 		}
-		if _, err := tx.Exec(ctx, projectionDDL); err != nil {
+		if _, err := tx.Exec(ctx, projectionTablesDDL); err != nil {
 			return fmt.Errorf("create projection tables: %w", err)
+		}
+		if _, err := tx.Exec(ctx, projectionIndexesDDL); err != nil {
+			return fmt.Errorf("create projection indexes: %w", err)
 		}
 		return nil
 	})
@@ -213,6 +237,44 @@ func checkVersion(ctx context.Context, tx pgx.Tx, part string, code int) error {
 	}
 	if stored != code {
 		return &VersionError{Part: part, Stored: stored, Code: code}
+	}
+	return nil
+}
+
+// RecreateProjections replaces the projection tables in one transaction:
+// it drops them, creates them bare, calls load to fill them (with COPY
+// FREEZE, as the tables are new in the transaction), adds their keys and
+// indexes and records their version. Until it commits, everyone else sees
+// the old tables; if it fails, they stay. The journal must be of this
+// code's version.
+func RecreateProjections(ctx context.Context, db *pgxpool.Pool, load func(pgx.Tx) error) error {
+	err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, int64(ensureLock)); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, versionDDL); err != nil {
+			return fmt.Errorf("create schema_version: %w", err)
+		}
+		if err := checkVersion(ctx, tx, PartJournal, JournalVersion); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `DROP TABLE IF EXISTS messages, deliveries;
+			DELETE FROM schema_version WHERE part = 'projections'`); err != nil {
+			return fmt.Errorf("drop projection tables: %w", err)
+		}
+		if _, err := tx.Exec(ctx, projectionTablesDDL); err != nil {
+			return fmt.Errorf("create projection tables: %w", err)
+		}
+		if err := load(tx); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, projectionIndexesDDL); err != nil {
+			return fmt.Errorf("create projection indexes: %w", err)
+		}
+		return checkVersion(ctx, tx, PartProjections, ProjectionVersion)
+	})
+	if err != nil {
+		return fmt.Errorf("recreate projections: %w", err)
 	}
 	return nil
 }

@@ -2,8 +2,11 @@ package schema_test
 
 import (
 	"errors"
+	"slices"
+	"strings"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/waybill/waybill/internal/dbtest"
@@ -96,5 +99,158 @@ func TestAlertsSurviveAProjectionReset(t *testing.T) {
 	var n int
 	if err := db.QueryRow(ctx, `SELECT count(*) FROM alerts`).Scan(&n); err != nil || n != 1 {
 		t.Fatalf("%d alerts after the reset, %v", n, err)
+	}
+}
+
+// legacyProjectionDDL is how builds before the tables and their keys were
+// created apart made the projection tables: Ensure must find nothing to add
+// to them, and a rebuild must make the same.
+const legacyProjectionDDL = `
+CREATE TABLE messages (
+	id uuid PRIMARY KEY, version int NOT NULL, source text NOT NULL, from_party text NOT NULL,
+	to_party text NOT NULL, content_type text NOT NULL, idempotency_key text, payload_size bigint NOT NULL,
+	payload_sha256 text NOT NULL, stage text NOT NULL, refusal text, status text NOT NULL, error text NOT NULL,
+	delivery_count int NOT NULL, attempt_count int NOT NULL, created_at timestamptz NOT NULL,
+	updated_at timestamptz NOT NULL,
+	CONSTRAINT messages_idempotency_key UNIQUE (source, idempotency_key)
+);
+CREATE INDEX messages_created ON messages (created_at DESC, id DESC);
+CREATE INDEX messages_status_created ON messages (status, created_at DESC, id DESC);
+CREATE INDEX messages_source_created ON messages (source, created_at DESC, id DESC);
+CREATE TABLE deliveries (
+	id uuid PRIMARY KEY, message_id uuid NOT NULL, seq int NOT NULL, target text NOT NULL, state text NOT NULL,
+	attempts int NOT NULL, dispatch_count int NOT NULL, redeliveries int NOT NULL, next_due timestamptz,
+	claim_token uuid, lease_end timestamptz, last_error text NOT NULL, created_at timestamptz NOT NULL,
+	updated_at timestamptz NOT NULL, finished_at timestamptz,
+	CONSTRAINT deliveries_message_seq UNIQUE (message_id, seq)
+);
+CREATE INDEX deliveries_due ON deliveries (state, next_due) WHERE next_due IS NOT NULL;
+CREATE INDEX deliveries_lease ON deliveries (lease_end) WHERE state = 'delivering';
+CREATE INDEX deliveries_target_state ON deliveries (target, state);
+`
+
+// projectionSchema describes the projection tables: columns, constraints
+// and indexes.
+func projectionSchema(t *testing.T, db *pgxpool.Pool) []string {
+	t.Helper()
+	rows, err := db.Query(t.Context(), `
+		SELECT format('column %s.%s %s %s', table_name, column_name, data_type, is_nullable)
+		FROM information_schema.columns WHERE table_name IN ('messages', 'deliveries')
+		UNION ALL
+		SELECT format('constraint %s %s %s', conrelid::regclass, conname, pg_get_constraintdef(oid))
+		FROM pg_constraint WHERE conrelid IN ('messages'::regclass, 'deliveries'::regclass)
+		UNION ALL
+		SELECT 'index ' || indexdef FROM pg_indexes WHERE tablename IN ('messages', 'deliveries')
+		UNION ALL
+		SELECT format('version %s %s', part, version) FROM schema_version
+		ORDER BY 1`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// TestProjectionTablesAreTheSameEveryWay compares the projection tables
+// Ensure makes, RecreateProjections makes, and an earlier build made.
+func TestProjectionTablesAreTheSameEveryWay(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	open := func() *pgxpool.Pool {
+		db, err := pgxpool.New(ctx, dbtest.URL(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(db.Close)
+		return db
+	}
+	fresh := open()
+	if err := schema.Ensure(ctx, fresh); err != nil {
+		t.Fatal(err)
+	}
+	want := projectionSchema(t, fresh)
+	if n := len(slices.DeleteFunc(slices.Clone(want), func(s string) bool { return !strings.HasPrefix(s, "index ") })); n != 10 {
+		t.Fatalf("%d indexes:\n%s", n, strings.Join(want, "\n"))
+	}
+
+	if err := schema.RecreateProjections(ctx, fresh, func(pgx.Tx) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if got := projectionSchema(t, fresh); !slices.Equal(got, want) {
+		t.Errorf("recreated:\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+
+	legacy := open()
+	if _, err := legacy.Exec(ctx, legacyProjectionDDL); err != nil {
+		t.Fatal(err)
+	}
+	if err := schema.Ensure(ctx, legacy); err != nil {
+		t.Fatal(err)
+	}
+	if got := projectionSchema(t, legacy); !slices.Equal(got, want) {
+		t.Errorf("made by an earlier build:\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}
+
+// TestRecreateProjectionsIsOneTransaction fills the tables through
+// RecreateProjections, with COPY FREEZE, and fails one: the tables are the
+// old ones until a recreation commits.
+func TestRecreateProjectionsIsOneTransaction(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	db, err := pgxpool.New(ctx, dbtest.URL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if err := schema.Ensure(ctx, db); err != nil {
+		t.Fatal(err)
+	}
+	insert := `INSERT INTO deliveries (id, message_id, seq, target, state, attempts, dispatch_count, redeliveries,
+		last_error, created_at, updated_at) VALUES (gen_random_uuid(), gen_random_uuid(), 1, $1, 'queued', 0, 1, 0, '', now(), now())`
+	if _, err := db.Exec(ctx, insert, "old"); err != nil {
+		t.Fatal(err)
+	}
+	targets := func() string {
+		var s string
+		if err := db.QueryRow(ctx, `SELECT coalesce(string_agg(target, ','), '') FROM deliveries`).Scan(&s); err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	failed := errors.New("load failed")
+	err = schema.RecreateProjections(ctx, db, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, insert, "new"); err != nil {
+			return err
+		}
+		return failed
+	})
+	if !errors.Is(err, failed) || targets() != "old" {
+		t.Fatalf("failed recreation: %v; deliveries of %q", err, targets())
+	}
+	err = schema.RecreateProjections(ctx, db, func(tx pgx.Tx) error {
+		_, err := tx.Conn().PgConn().CopyFrom(ctx, strings.NewReader("00000000-0000-0000-0000-000000000001\t"+
+			"00000000-0000-0000-0000-000000000002\t1\tnew\tqueued\t0\t1\t0\t\\N\t\\N\t\\N\t\t2026-01-01 00:00:00+00\t2026-01-01 00:00:00+00\t\\N\n"),
+			`COPY deliveries FROM STDIN (FREEZE)`)
+		return err
+	})
+	if err != nil || targets() != "new" {
+		t.Fatalf("recreation: %v; deliveries of %q", err, targets())
+	}
+	if err := schema.Ensure(ctx, db); err != nil {
+		t.Fatal(err)
+	}
+	// Projections of another version are replaced with this code's.
+	if _, err := db.Exec(ctx, `UPDATE schema_version SET version = 99 WHERE part = 'projections'`); err != nil {
+		t.Fatal(err)
+	}
+	if err := schema.RecreateProjections(ctx, db, func(pgx.Tx) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if err := schema.Ensure(ctx, db); err != nil {
+		t.Fatalf("Ensure after recreating projections of another version: %v", err)
 	}
 }

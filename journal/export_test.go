@@ -1,0 +1,11 @@
+package journal
+
+// FastSamples are payloads of every kind with a fast decoder.
+var FastSamples = fastSamples
+
+// DecodesFast reports whether the fast decoder accepts data as a payload of
+// kind.
+func DecodesFast(kind Kind, data []byte) bool {
+	p, ok := catalogue[kind]().(fastPayload)
+	return ok && decodeFast(p, data)
+}

@@ -1,0 +1,212 @@
+package projection
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"io"
+	"math"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+)
+
+// copyFolded loads the fold into the messages and deliveries tables, which
+// tx created, with COPY FREEZE in PostgreSQL's binary format: the rows need
+// no visibility checks later and are encoded without pgx's per-value work.
+func copyFolded(ctx context.Context, tx pgx.Tx, f *Folded) error {
+	// In the order the streams began, as the projector inserts them: the
+	// rows lie in the table as they lie in memory, which keeps reading
+	// them back to compare with the fold cheap.
+	messages := f.inOrder
+	i := 0
+	err := copyIn(ctx, tx, "messages", messageCopyColumns, func(b *copyRow) bool {
+		if i == len(messages) {
+			return false
+		}
+		m := messages[i]
+		i++
+		b.begin(len(messageCopyColumns))
+		b.uuid(m.ID)
+		b.int4(m.Version)
+		b.text(m.Source)
+		b.text(m.From)
+		b.text(m.To)
+		b.text(m.ContentType)
+		b.nullText(m.IdempotencyKey)
+		b.int8(m.PayloadSize)
+		b.text(m.PayloadSHA256)
+		b.text(string(m.Stage))
+		b.nullText(string(m.Refusal))
+		b.text(string(m.Status))
+		b.text(m.Error)
+		b.int4(len(m.Deliveries))
+		b.int4(m.AttemptCount)
+		b.time(m.CreatedAt)
+		b.time(m.UpdatedAt)
+		return true
+	})
+	if err != nil {
+		return fmt.Errorf("copy messages: %w", err)
+	}
+	i, j := 0, 0
+	err = copyIn(ctx, tx, "deliveries", deliveryCopyColumns, func(b *copyRow) bool {
+		for i < len(messages) && j == len(messages[i].Deliveries) {
+			i, j = i+1, 0
+		}
+		if i == len(messages) {
+			return false
+		}
+		d := &messages[i].Deliveries[j]
+		j++
+		b.begin(len(deliveryCopyColumns))
+		b.nullUUID(d.ID)
+		b.nullUUID(d.MessageID)
+		b.int4(d.Seq)
+		b.text(d.Target)
+		b.text(string(d.State))
+		b.int4(d.Attempts)
+		b.int4(d.DispatchCount)
+		b.int4(d.Redeliveries)
+		b.nullTime(d.NextDue)
+		b.nullUUID(d.ClaimToken)
+		b.nullTime(d.LeaseEnd)
+		b.text(d.LastError)
+		b.time(d.CreatedAt)
+		b.time(d.UpdatedAt)
+		b.nullTime(d.FinishedAt)
+		return true
+	})
+	if err != nil {
+		return fmt.Errorf("copy deliveries: %w", err)
+	}
+	return nil
+}
+
+var messageCopyColumns = []string{"id", "version", "source", "from_party", "to_party", "content_type",
+	"idempotency_key", "payload_size", "payload_sha256", "stage", "refusal", "status", "error", "delivery_count",
+	"attempt_count", "created_at", "updated_at"}
+
+var deliveryCopyColumns = []string{"id", "message_id", "seq", "target", "state", "attempts", "dispatch_count",
+	"redeliveries", "next_due", "claim_token", "lease_end", "last_error", "created_at", "updated_at", "finished_at"}
+
+// copyIn runs COPY … FROM STDIN (FORMAT binary, FREEZE) into table, with
+// the rows row appends until it returns false.
+func copyIn(ctx context.Context, tx pgx.Tx, table string, columns []string, row func(*copyRow) bool) error {
+	sql := "COPY " + pgx.Identifier{table}.Sanitize() + " (" + strings.Join(columns, ", ") + ") FROM STDIN (FORMAT binary, FREEZE)"
+	r := &copyReader{row: row}
+	r.b.buf = append(r.b.buf, "PGCOPY\n\xff\r\n\x00\x00\x00\x00\x00\x00\x00\x00\x00"...)
+	if _, err := tx.Conn().PgConn().CopyFrom(ctx, r, sql); err != nil {
+		return err
+	}
+	return r.b.err
+}
+
+// copyReader is the COPY data, encoded a batch of rows at a time as the
+// connection reads it.
+type copyReader struct {
+	b    copyRow
+	off  int
+	row  func(*copyRow) bool
+	done bool
+}
+
+func (r *copyReader) Read(p []byte) (int, error) {
+	for r.off == len(r.b.buf) {
+		if r.done || r.b.err != nil {
+			return 0, io.EOF
+		}
+		r.b.buf, r.off = r.b.buf[:0], 0
+		for len(r.b.buf) < 64<<10 && r.b.err == nil {
+			if !r.row(&r.b) {
+				r.b.buf = binary.BigEndian.AppendUint16(r.b.buf, 0xffff)
+				r.done = true
+				break
+			}
+		}
+		if r.b.err != nil {
+			// Stop short: the COPY fails on the truncated data, and
+			// copyIn returns this error.
+			return 0, r.b.err
+		}
+	}
+	n := copy(p, r.b.buf[r.off:])
+	r.off += n
+	return n, nil
+}
+
+// copyRow appends the fields of rows in the binary COPY format: each row
+// its field count, each field its length (-1 for NULL) and its bytes.
+type copyRow struct {
+	buf []byte
+	err error
+}
+
+func (b *copyRow) begin(fields int) { b.buf = binary.BigEndian.AppendUint16(b.buf, uint16(fields)) }
+
+func (b *copyRow) null() { b.buf = binary.BigEndian.AppendUint32(b.buf, math.MaxUint32) }
+
+func (b *copyRow) uuid(id uuid.UUID) {
+	b.buf = binary.BigEndian.AppendUint32(b.buf, 16)
+	b.buf = append(b.buf, id[:]...)
+}
+
+// nullUUID writes the zero id as NULL.
+func (b *copyRow) nullUUID(id uuid.UUID) {
+	if id == uuid.Nil {
+		b.null()
+		return
+	}
+	b.uuid(id)
+}
+
+func (b *copyRow) int4(n int) {
+	if n < math.MinInt32 || n > math.MaxInt32 {
+		b.err = fmt.Errorf("%d is out of range for an int column", n)
+	}
+	b.buf = binary.BigEndian.AppendUint32(b.buf, 4)
+	b.buf = binary.BigEndian.AppendUint32(b.buf, uint32(int32(n)))
+}
+
+func (b *copyRow) int8(n int64) {
+	b.buf = binary.BigEndian.AppendUint32(b.buf, 8)
+	b.buf = binary.BigEndian.AppendUint64(b.buf, uint64(n))
+}
+
+func (b *copyRow) text(s string) {
+	if len(s) > math.MaxInt32 {
+		b.err = fmt.Errorf("a text of %d bytes is too long", len(s))
+	}
+	b.buf = binary.BigEndian.AppendUint32(b.buf, uint32(len(s)))
+	b.buf = append(b.buf, s...)
+}
+
+// nullText writes "" as NULL.
+func (b *copyRow) nullText(s string) {
+	if s == "" {
+		b.null()
+		return
+	}
+	b.text(s)
+}
+
+// y2k is PostgreSQL's epoch, in microseconds since Unix's.
+const y2k = 946_684_800_000_000
+
+// time writes a timestamptz: microseconds since 2000, the nanoseconds cut
+// off as pgx cuts them.
+func (b *copyRow) time(t time.Time) {
+	b.buf = binary.BigEndian.AppendUint32(b.buf, 8)
+	b.buf = binary.BigEndian.AppendUint64(b.buf, uint64(t.Unix()*1_000_000+int64(t.Nanosecond())/1000-y2k))
+}
+
+// nullTime writes the zero time as NULL.
+func (b *copyRow) nullTime(t time.Time) {
+	if t.IsZero() {
+		b.null()
+		return
+	}
+	b.time(t)
+}
