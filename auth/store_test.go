@@ -21,14 +21,7 @@ func TestMain(m *testing.M) { dbtest.Main(m) }
 
 func newStore(t *testing.T) (*auth.Store, *pgxpool.Pool) {
 	t.Helper()
-	db, err := pgxpool.New(t.Context(), dbtest.URL(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(db.Close)
-	if err := schema.Ensure(t.Context(), db); err != nil {
-		t.Fatal(err)
-	}
+	db := dbtest.Pool(t)
 	return auth.NewStore(db), db
 }
 

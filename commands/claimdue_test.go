@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/waybill/waybill/commands"
+	"github.com/waybill/waybill/internal/dbtest"
 	"github.com/waybill/waybill/journal"
 	"github.com/waybill/waybill/lifecycle"
 	"github.com/waybill/waybill/projection"
@@ -118,16 +119,7 @@ func TestClaimDueTakesWhatAWorkerMay(t *testing.T) {
 
 	// The expired lease was journaled before the new claim, and the old
 	// claim is lost.
-	events, err := journal.Stream(b.ctx, b.db, journal.MessageStream(expired.MessageID))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var kinds []journal.Kind
-	for _, e := range events {
-		if e.DeliveryID == expired.ID {
-			kinds = append(kinds, e.Kind())
-		}
-	}
+	kinds := dbtest.Kinds(t, b.db, expired)
 	if want := []journal.Kind{journal.KindDeliveryClaimed, journal.KindDeliveryLeaseExpired, journal.KindDeliveryClaimed}; !slices.Equal(kinds, want) {
 		t.Errorf("expired lease: events %v, want %v", kinds, want)
 	}

@@ -17,26 +17,12 @@ import (
 	"github.com/waybill/waybill/feed"
 	"github.com/waybill/waybill/internal/dbtest"
 	"github.com/waybill/waybill/journal"
-	"github.com/waybill/waybill/schema"
 )
 
 func TestMain(m *testing.M) { dbtest.Main(m) }
 
 // recordedAt is the time of every event the tests append.
 var recordedAt = time.Date(2026, 12, 1, 8, 0, 0, 0, time.UTC)
-
-func newDB(t *testing.T) *pgxpool.Pool {
-	t.Helper()
-	db, err := pgxpool.New(t.Context(), dbtest.URL(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(db.Close)
-	if err := schema.Ensure(t.Context(), db); err != nil {
-		t.Fatal(err)
-	}
-	return db
-}
 
 // queueAccepted queues the first event of a new message stream on b and
 // returns the stream.
@@ -142,7 +128,7 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 
 func TestLateCommitIsDeliveredOnce(t *testing.T) {
 	t.Parallel()
-	db := newDB(t)
+	db := dbtest.Pool(t)
 	ctx := t.Context()
 	r := &recorder{}
 	c := start(t, feed.Config{DB: db, Group: "late", Handle: r.handle})
@@ -192,7 +178,7 @@ func TestLateCommitIsDeliveredOnce(t *testing.T) {
 
 func TestRestartResumesAfterTheLastAck(t *testing.T) {
 	t.Parallel()
-	db := newDB(t)
+	db := dbtest.Pool(t)
 	first := appendEvents(t, db, 3)
 
 	// The first consumer acks two events and keeps failing on the third.
@@ -225,7 +211,7 @@ func TestRestartResumesAfterTheLastAck(t *testing.T) {
 
 func TestEveryGroupSeesEverything(t *testing.T) {
 	t.Parallel()
-	db := newDB(t)
+	db := dbtest.Pool(t)
 	before := appendEvents(t, db, 3)
 	r1, r2 := &recorder{}, &recorder{}
 	c1 := start(t, feed.Config{DB: db, Group: "one", Handle: r1.handle})
@@ -245,7 +231,7 @@ func TestEveryGroupSeesEverything(t *testing.T) {
 
 func TestLagGauges(t *testing.T) {
 	t.Parallel()
-	db := newDB(t)
+	db := dbtest.Pool(t)
 	appendEvents(t, db, 3)
 	reg := prometheus.NewRegistry()
 	now := func() time.Time { return recordedAt.Add(90 * time.Second) }

@@ -21,19 +21,6 @@ import (
 
 func TestMain(m *testing.M) { dbtest.Main(m) }
 
-func openDB(t *testing.T) *pgxpool.Pool {
-	t.Helper()
-	db, err := pgxpool.New(t.Context(), dbtest.URL(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(db.Close)
-	if err := schema.Ensure(t.Context(), db); err != nil {
-		t.Fatal(err)
-	}
-	return db
-}
-
 // appendEvents appends versions from through to of streams, one event of
 // each stream per version, so every stream's events are spread over the
 // journal.
@@ -118,7 +105,7 @@ func scanAll(t *testing.T, db *pgxpool.Pool) []journal.Event {
 // on one to four connections: fn must see exactly what one Scan sees.
 func TestScanRangesReadsInPositionOrder(t *testing.T) {
 	t.Parallel()
-	db := openDB(t)
+	db := dbtest.Pool(t)
 	at := time.Date(2026, 5, 1, 0, 0, 0, 0, time.UTC)
 	streams := []uuid.UUID{uuid.New(), uuid.New(), uuid.New(), uuid.New(), uuid.New()}
 	appendEvents(t, db, streams[:3], 1, 2, at)
@@ -184,7 +171,7 @@ func TestScanRangesReadsInPositionOrder(t *testing.T) {
 // too.
 func TestScanRangesStopsAtTheFirstError(t *testing.T) {
 	t.Parallel()
-	db := openDB(t)
+	db := dbtest.Pool(t)
 	at := time.Date(2026, 5, 1, 0, 0, 0, 0, time.UTC)
 	streams := []uuid.UUID{uuid.New(), uuid.New(), uuid.New()}
 	appendEvents(t, db, streams, 1, 3, at)
@@ -231,7 +218,7 @@ func TestScanRangesStopsAtTheFirstError(t *testing.T) {
 // take every one, or the audit is slow for nothing.
 func TestDecodeFastReadsTheJournal(t *testing.T) {
 	t.Parallel()
-	db := openDB(t)
+	db := dbtest.Pool(t)
 	var b pgx.Batch
 	for _, p := range journal.FastSamples() {
 		e := journal.Event{RecordedAt: time.Now(), Stream: journal.MessageStream(uuid.New()), Version: 1, Actor: "system", Payload: p}

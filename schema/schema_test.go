@@ -78,14 +78,7 @@ func TestServerLockExcludesRebuild(t *testing.T) {
 func TestAlertsSurviveAProjectionReset(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	db, err := pgxpool.New(ctx, dbtest.URL(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	if err := schema.Ensure(ctx, db); err != nil {
-		t.Fatal(err)
-	}
+	db := dbtest.Pool(t)
 	if _, err := db.Exec(ctx, `INSERT INTO alerts (id, code, severity, key, position, raised_at, body, webhook)
 		VALUES ('a', 'delivery_stalled', 'critical', 'delivery_stalled:alpha', 1, now(), '{}', false)`); err != nil {
 		t.Fatal(err)
@@ -201,14 +194,7 @@ func TestProjectionTablesAreTheSameEveryWay(t *testing.T) {
 func TestRecreateProjectionsIsOneTransaction(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	db, err := pgxpool.New(ctx, dbtest.URL(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	if err := schema.Ensure(ctx, db); err != nil {
-		t.Fatal(err)
-	}
+	db := dbtest.Pool(t)
 	insert := `INSERT INTO deliveries (id, message_id, seq, target, state, attempts, dispatch_count, redeliveries,
 		last_error, created_at, updated_at) VALUES (gen_random_uuid(), gen_random_uuid(), 1, $1, 'queued', 0, 1, 0, '', now(), now())`
 	if _, err := db.Exec(ctx, insert, "old"); err != nil {
@@ -222,7 +208,7 @@ func TestRecreateProjectionsIsOneTransaction(t *testing.T) {
 		return s
 	}
 	failed := errors.New("load failed")
-	err = schema.RecreateProjections(ctx, db, func(tx pgx.Tx) error {
+	err := schema.RecreateProjections(ctx, db, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, insert, "new"); err != nil {
 			return err
 		}

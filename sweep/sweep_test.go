@@ -173,22 +173,6 @@ func (b *bundle) delivery(t *testing.T, d projection.Delivery) projection.Delive
 	return *m.Delivery(d.ID)
 }
 
-// kinds lists the kinds of the delivery's events in order.
-func (b *bundle) kinds(t *testing.T, d projection.Delivery) []journal.Kind {
-	t.Helper()
-	events, err := journal.Stream(b.ctx, b.db, journal.MessageStream(d.MessageID))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var kinds []journal.Kind
-	for _, e := range events {
-		if e.DeliveryID == d.ID {
-			kinds = append(kinds, e.Kind())
-		}
-	}
-	return kinds
-}
-
 // audit fails the test on any violation.
 func (b *bundle) audit(t *testing.T) {
 	t.Helper()
@@ -280,7 +264,7 @@ func TestPassDoesEachStep(t *testing.T) {
 			t.Errorf("delivery %s: %s, %d wake-ups, due %s; want %s, %d, %s",
 				w.d.ID, got.State, got.DispatchCount, got.NextDue, w.state, w.count, w.due)
 		}
-		if kinds := b.kinds(t, w.d); !slices.Equal(kinds, w.kinds) {
+		if kinds := dbtest.Kinds(t, b.db, w.d); !slices.Equal(kinds, w.kinds) {
 			t.Errorf("delivery %s: events %v, want %v", w.d.ID, kinds, w.kinds)
 		}
 	}

@@ -14,7 +14,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go"
 
 	"github.com/waybill/waybill/commands"
@@ -22,8 +21,6 @@ import (
 	"github.com/waybill/waybill/internal/testclock"
 	"github.com/waybill/waybill/journal"
 	"github.com/waybill/waybill/lifecycle"
-	"github.com/waybill/waybill/natsserver"
-	"github.com/waybill/waybill/schema"
 	"github.com/waybill/waybill/sweep"
 	"github.com/waybill/waybill/workers"
 )
@@ -37,20 +34,7 @@ import (
 func TestTwoProcessesOneKilled(t *testing.T) {
 	ctx := t.Context()
 	bin := buildBinary(t)
-	dbURL := dbtest.URL(t)
-	db, err := pgxpool.New(ctx, dbURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	if err := schema.Ensure(ctx, db); err != nil {
-		t.Fatal(err)
-	}
-	ns, err := natsserver.Start(natsserver.Config{Listen: "127.0.0.1:0"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ns.Stop()
+	db, dbURL, ns := shared(t)
 
 	var (
 		mu  sync.Mutex

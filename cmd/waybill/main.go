@@ -72,6 +72,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			}
 			return 2
 		}
+		if err := applyEnv(fs); err != nil {
+			fmt.Fprintf(stderr, "waybill serve: %v\n", err)
+			return 2
+		}
 		if err := serve(ctx, cfg, stderr); err != nil {
 			fmt.Fprintf(stderr, "waybill serve: %v\n", err)
 			return 1

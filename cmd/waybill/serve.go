@@ -11,7 +11,6 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -50,31 +49,42 @@ type serveConfig struct {
 // serveFlags declares the flags of serve on fs.
 func serveFlags(fs *flag.FlagSet) *serveConfig {
 	c := &serveConfig{}
-	fs.StringVar(&c.dataDir, "data-dir", env("WAYBILL_DATA_DIR", "./var"),
+	fs.StringVar(&c.dataDir, "data-dir", "./var",
 		"directory of the embedded PostgreSQL (in <dir>/pg) and the admin token (env WAYBILL_DATA_DIR)")
-	fs.StringVar(&c.databaseURL, "database-url", env("WAYBILL_DATABASE_URL", ""),
+	fs.StringVar(&c.databaseURL, "database-url", "",
 		"PostgreSQL URL to use instead of the embedded server (env WAYBILL_DATABASE_URL)")
-	fs.StringVar(&c.natsURL, "nats-url", env("WAYBILL_NATS_URL", ""),
+	fs.StringVar(&c.natsURL, "nats-url", "",
 		"NATS server or cluster to use instead of the embedded one (env WAYBILL_NATS_URL)")
-	fs.StringVar(&c.listen, "listen", env("WAYBILL_LISTEN", "127.0.0.1:8080"),
+	fs.StringVar(&c.listen, "listen", "127.0.0.1:8080",
 		"address of the HTTP server: the API, metrics, health (env WAYBILL_LISTEN)")
-	fs.StringVar(&c.logFormat, "log-format", env("WAYBILL_LOG_FORMAT", "text"),
+	fs.StringVar(&c.logFormat, "log-format", "text",
 		"log format, text or json (env WAYBILL_LOG_FORMAT)")
-	fs.StringVar(&c.alertWebhook, "alert-webhook", env("WAYBILL_ALERT_WEBHOOK", ""),
+	fs.StringVar(&c.alertWebhook, "alert-webhook", "",
 		"URL every alert is POSTed to, besides NATS (env WAYBILL_ALERT_WEBHOOK)")
-	grace := env("WAYBILL_DRAIN_GRACE", "5s")
-	d, err := time.ParseDuration(grace)
-	if err != nil {
-		d = 5 * time.Second
-	}
-	fs.DurationVar(&c.drainGrace, "drain-grace", d,
+	fs.DurationVar(&c.drainGrace, "drain-grace", 5*time.Second,
 		"how long a stop lets attempts in flight finish before it cancels them (env WAYBILL_DRAIN_GRACE)")
-	limit, err := strconv.ParseInt(env("WAYBILL_MAX_PAYLOAD", strconv.Itoa(httpapi.DefaultMaxPayload)), 10, 64)
-	if err != nil {
-		limit = httpapi.DefaultMaxPayload
-	}
-	fs.Int64Var(&c.maxPayload, "max-payload", limit, "largest request body the API takes, in bytes (env WAYBILL_MAX_PAYLOAD)")
+	fs.Int64Var(&c.maxPayload, "max-payload", httpapi.DefaultMaxPayload,
+		"largest request body the API takes, in bytes (env WAYBILL_MAX_PAYLOAD)")
 	return c
+}
+
+// applyEnv sets every flag of fs not given on the command line from its
+// environment variable, WAYBILL_ and the flag's name in capitals with '_'
+// for '-', when that is set; a value the flag refuses is an error naming
+// the variable.
+func applyEnv(fs *flag.FlagSet) error {
+	given := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	var errs []error
+	fs.VisitAll(func(f *flag.Flag) {
+		name := "WAYBILL_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
+		if v, ok := os.LookupEnv(name); ok && !given[f.Name] {
+			if err := fs.Set(f.Name, v); err != nil {
+				errs = append(errs, fmt.Errorf("%s=%q: %w", name, v, err))
+			}
+		}
+	})
+	return errors.Join(errs...)
 }
 
 func env(name, def string) string {

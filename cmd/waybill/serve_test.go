@@ -5,12 +5,14 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -25,7 +27,6 @@ import (
 	"github.com/waybill/waybill/lifecycle"
 	"github.com/waybill/waybill/natsserver"
 	"github.com/waybill/waybill/projection"
-	"github.com/waybill/waybill/schema"
 	"github.com/waybill/waybill/workers"
 )
 
@@ -77,26 +78,26 @@ func startServer(t *testing.T, bin string, args ...string) *server {
 	return s
 }
 
+// shared gives what a test and the server processes it starts share: a
+// fresh database with the schema, its URL, and a NATS server on loopback.
+func shared(t *testing.T) (*pgxpool.Pool, string, *natsserver.Server) {
+	t.Helper()
+	db := dbtest.Pool(t)
+	ns, err := natsserver.Start(natsserver.Config{Listen: "127.0.0.1:0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(ns.Stop)
+	return db, db.Config().ConnString(), ns
+}
+
 // TestServeStopsGently runs `waybill serve` on a test database and an
 // outside NATS server, lets it deliver, then sends SIGTERM while an attempt
 // hangs: the process stops claiming, gives the attempt its drain grace,
 // releases it as a retry due now, and exits 0. Nothing is failed.
 func TestServeStopsGently(t *testing.T) {
 	ctx := t.Context()
-	dbURL := dbtest.URL(t)
-	db, err := pgxpool.New(ctx, dbURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	if err := schema.Ensure(ctx, db); err != nil {
-		t.Fatal(err)
-	}
-	ns, err := natsserver.Start(natsserver.Config{Listen: "127.0.0.1:0"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ns.Stop()
+	db, dbURL, ns := shared(t)
 	nc, err := nats.Connect(ns.ClientURL())
 	if err != nil {
 		t.Fatal(err)
@@ -200,5 +201,30 @@ func waitStatus(t *testing.T, db *pgxpool.Pool, id uuid.UUID, want lifecycle.Mes
 			t.Fatalf("message %v is %s, want %s", id, status, want)
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestServeEnvironment: a variable sets its flag when the flag is not given,
+// the flag wins over it, and a value the flag refuses stops serve before
+// anything starts, naming the variable.
+func TestServeEnvironment(t *testing.T) {
+	t.Setenv("WAYBILL_DRAIN_GRACE", "7s")
+	t.Setenv("WAYBILL_LISTEN", "127.0.0.1:1")
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	cfg := serveFlags(fs)
+	if err := fs.Parse([]string{"--listen", "127.0.0.1:2"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := applyEnv(fs); err != nil {
+		t.Fatal(err)
+	}
+	if cfg.drainGrace != 7*time.Second || cfg.listen != "127.0.0.1:2" {
+		t.Errorf("drain grace %s, listen %s; want 7s from the variable and 127.0.0.1:2 from the flag", cfg.drainGrace, cfg.listen)
+	}
+
+	t.Setenv("WAYBILL_MAX_PAYLOAD", "ten megabytes")
+	var stderr bytes.Buffer
+	if code := run(t.Context(), []string{"serve"}, io.Discard, &stderr); code != 2 || !strings.Contains(stderr.String(), "WAYBILL_MAX_PAYLOAD") {
+		t.Errorf("exit %d, %q; want 2 naming WAYBILL_MAX_PAYLOAD", code, stderr.String())
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/waybill/waybill/journal"
 	"github.com/waybill/waybill/pgserver"
 	"github.com/waybill/waybill/projection"
 	"github.com/waybill/waybill/schema"
@@ -190,4 +191,20 @@ func Audit(t testing.TB, db *pgxpool.Pool) {
 	for _, v := range r.Violations {
 		t.Errorf("audit: %s", v)
 	}
+}
+
+// Kinds lists the kinds of a delivery's events, in order.
+func Kinds(t testing.TB, db *pgxpool.Pool, d projection.Delivery) []journal.Kind {
+	t.Helper()
+	events, err := journal.Stream(context.Background(), db, journal.MessageStream(d.MessageID))
+	if err != nil {
+		t.Fatalf("read stream of message %s: %v", d.MessageID, err)
+	}
+	var kinds []journal.Kind
+	for _, e := range events {
+		if e.DeliveryID == d.ID {
+			kinds = append(kinds, e.Kind())
+		}
+	}
+	return kinds
 }
