@@ -38,41 +38,21 @@ func (w *Writer) Claim(ctx context.Context, deliveryID uuid.UUID, lease time.Dur
 		return Claim{}, invalid(&lifecycle.FieldError{Field: "lease", Problem: "must be positive"})
 	}
 	var (
-		claim    Claim
-		payloads map[uuid.UUID][]byte
+		claim Claim
+		c     *change
 	)
-	m, err := w.run(ctx, loadDelivery(deliveryID), func(m *projection.Message, now time.Time) (*change, error) {
-		c := newChange(m)
+	m, err := w.run(ctx, delivery(deliveryID), func(m *projection.Message, now time.Time) (*change, error) {
+		c = newChange(m)
+		c.readBody = true
 		var err error
 		claim, err = c.claim(deliveryID, lease, now)
-		c.extra = func(b *pgx.Batch) { payloads = queuePayloads(b, []uuid.UUID{m.ID}) }
 		return c, err
 	})
 	if err != nil {
 		return Claim{}, fmt.Errorf("claim delivery %s: %w", deliveryID, err)
 	}
-	claim.Message, claim.Delivery, claim.Payload = m, *m.Delivery(deliveryID), payloads[m.ID]
+	claim.Message, claim.Delivery, claim.Payload = m, *m.Delivery(deliveryID), c.body
 	return claim, nil
-}
-
-// queuePayloads queues, at the end of a claim's batch, the read of the
-// messages' bodies into the map it returns, which is filled when the batch
-// is closed.
-func queuePayloads(b *pgx.Batch, messageIDs []uuid.UUID) map[uuid.UUID][]byte {
-	payloads := make(map[uuid.UUID][]byte, len(messageIDs))
-	b.Queue(`SELECT message_id, body FROM payloads WHERE message_id = ANY($1)`, messageIDs).
-		Query(func(rows pgx.Rows) error {
-			var (
-				id   uuid.UUID
-				body []byte
-			)
-			_, err := pgx.ForEachRow(rows, []any{&id, &body}, func() error {
-				payloads[id] = body
-				return nil
-			})
-			return err
-		})
-	return payloads
 }
 
 // claim records the claim of one delivery on the change, the expiry of the
@@ -96,7 +76,8 @@ func (c *change) claim(deliveryID uuid.UUID, lease time.Duration, now time.Time)
 // claimableSQL selects the deliveries a worker may take at $2, as the fold
 // decides it for delivery.claimed: queued and stalled ones, retrying ones
 // that are due or were woken, and delivering ones whose lease has run out.
-const claimableSQL = `(d.state IN ('queued', 'stalled')
+// Its first line is the predicate of the index deliveries_claimable.
+const claimableSQL = `d.state IN ('queued', 'stalled', 'retrying', 'delivering') AND (d.state IN ('queued', 'stalled')
 	OR d.state = 'retrying' AND (d.next_due <= $2 OR d.dispatch_count > 0)
 	OR d.state = 'delivering' AND d.lease_end <= $2)`
 
@@ -117,37 +98,44 @@ func (w *Writer) ClaimDue(ctx context.Context, target string, n int, lease time.
 	return claims, nil
 }
 
+// claimDue runs in one transaction on a connection of its own, in three
+// round trips: BEGIN with the choice of the deliveries, which locks them and
+// their messages; the read of the messages; the writes with COMMIT.
 func (w *Writer) claimDue(ctx context.Context, target string, n int, lease time.Duration) ([]Claim, error) {
+	conn, err := w.db.Acquire(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer w.release(conn)
 	now := w.now()
-	tx, err := w.db.Begin(ctx)
-	if err != nil {
-		return nil, err
-	}
-	defer tx.Rollback(ctx) // a no-op after Commit
-	rows, err := tx.Query(ctx, `SELECT d.id, d.message_id FROM deliveries d JOIN messages m ON m.id = d.message_id
-		WHERE d.target = $1 AND `+claimableSQL+`
-		ORDER BY coalesce(d.next_due, d.lease_end, d.updated_at) LIMIT $3
-		FOR UPDATE OF d, m SKIP LOCKED`, target, now, n)
-	if err != nil {
-		return nil, err
-	}
-	var deliveryID, messageID uuid.UUID
 	byMessage := map[uuid.UUID]uuid.UUID{}
 	var messageIDs []uuid.UUID
-	_, err = pgx.ForEachRow(rows, []any{&deliveryID, &messageID}, func() error {
-		byMessage[messageID] = deliveryID
-		messageIDs = append(messageIDs, messageID)
-		return nil
+	b := &pgx.Batch{}
+	b.Queue(`BEGIN`)
+	b.Queue(`SELECT d.id, d.message_id FROM deliveries d JOIN messages m ON m.id = d.message_id
+		WHERE d.target = $1 AND `+claimableSQL+`
+		ORDER BY coalesce(d.next_due, d.lease_end, d.updated_at) LIMIT $3
+		FOR UPDATE OF d, m SKIP LOCKED`, target, now, n).Query(func(rows pgx.Rows) error {
+		var deliveryID, messageID uuid.UUID
+		_, err := pgx.ForEachRow(rows, []any{&deliveryID, &messageID}, func() error {
+			byMessage[messageID] = deliveryID
+			messageIDs = append(messageIDs, messageID)
+			return nil
+		})
+		return err
 	})
-	if err != nil || len(messageIDs) == 0 {
+	if err := conn.SendBatch(ctx, b).Close(); err != nil {
 		return nil, err
 	}
-	messages, err := projection.LoadMany(ctx, tx, messageIDs)
+	if len(messageIDs) == 0 {
+		return nil, nil // release ends the transaction
+	}
+	messages, err := projection.LoadMany(ctx, conn, messageIDs)
 	if err != nil {
 		return nil, err
 	}
-	b := &pgx.Batch{}
 	claims := make([]Claim, 0, len(messages))
+	changes := make([]*change, 0, len(messages))
 	claimed := make([]uuid.UUID, 0, len(messages))
 	for _, m := range messages {
 		id := byMessage[m.ID]
@@ -159,25 +147,25 @@ func (w *Writer) claimDue(ctx context.Context, target string, n int, lease time.
 			w.log.Warn("due delivery not claimable", "delivery_id", id, "err", err)
 			continue
 		}
-		if err := w.queue(b, c); err != nil {
-			return nil, err
-		}
 		claim.Message, claim.Delivery = c.after, *c.after.Delivery(id)
 		claims = append(claims, claim)
+		changes = append(changes, c)
 		claimed = append(claimed, m.ID)
 	}
 	if len(claims) == 0 {
 		return nil, nil
 	}
-	payloads := queuePayloads(b, claimed)
-	if err := tx.SendBatch(ctx, b).Close(); err != nil {
+	b = &pgx.Batch{}
+	if err := w.queue(b, changes...); err != nil {
 		return nil, err
 	}
-	if err := tx.Commit(ctx); err != nil {
+	bodies := queueBodies(b, claimed)
+	b.Queue(`COMMIT`)
+	if err := w.send(ctx, conn, b); err != nil {
 		return nil, err
 	}
 	for i := range claims {
-		claims[i].Payload = payloads[claims[i].Message.ID]
+		claims[i].Payload = bodies[claims[i].Message.ID]
 	}
 	return claims, nil
 }
@@ -220,7 +208,7 @@ func (w *Writer) Release(ctx context.Context, deliveryID, token uuid.UUID, start
 // onClaim records the payload made for the delivery, by its worker, when the
 // fold finds the claim still current.
 func (w *Writer) onClaim(ctx context.Context, deliveryID uuid.UUID, payload func(*projection.Delivery) journal.Payload) (*projection.Message, error) {
-	return w.run(ctx, loadDelivery(deliveryID), func(m *projection.Message, now time.Time) (*change, error) {
+	return w.run(ctx, delivery(deliveryID), func(m *projection.Message, now time.Time) (*change, error) {
 		c := newChange(m)
 		d := c.after.Delivery(deliveryID)
 		err := c.record(journal.Event{RecordedAt: now, DeliveryID: deliveryID,
@@ -237,7 +225,7 @@ func (w *Writer) Receipt(ctx context.Context, deliveryID uuid.UUID, positive boo
 	if err := journal.CheckActor(actor); err != nil {
 		return nil, invalid(err)
 	}
-	m, err := w.run(ctx, loadDelivery(deliveryID), func(m *projection.Message, now time.Time) (*change, error) {
+	m, err := w.run(ctx, delivery(deliveryID), func(m *projection.Message, now time.Time) (*change, error) {
 		c := newChange(m)
 		e := journal.Event{RecordedAt: now, DeliveryID: deliveryID, Actor: actor,
 			Payload: &journal.ReceiptReceived{Positive: positive, Detail: detail}}
@@ -267,7 +255,7 @@ func (w *Writer) Redeliver(ctx context.Context, messageID, deliveryID uuid.UUID,
 	if operator == "" {
 		return nil, invalid(&lifecycle.FieldError{Field: "operator", Problem: "is required"})
 	}
-	m, err := w.run(ctx, loadMessage(messageID), func(m *projection.Message, now time.Time) (*change, error) {
+	m, err := w.run(ctx, message(messageID), func(m *projection.Message, now time.Time) (*change, error) {
 		c := newChange(m)
 		d := c.after.Delivery(deliveryID)
 		if d == nil {

@@ -9,3 +9,13 @@ func (w *Writer) SetCut(cut func(point string, b *pgx.Batch)) { w.cut = cut }
 
 // SetLost makes the Writer report each lost race, before it reads again.
 func (w *Writer) SetLost(lost func(err error)) { w.lost = lost }
+
+// SetBatched makes the Writer report the size of each batch it writes.
+func (w *Writer) SetBatched(batched func(n int)) { w.batched = batched }
+
+// Pending returns the number of commands waiting for a batch.
+func (w *Writer) Pending() int {
+	w.batches.mu.Lock()
+	defer w.batches.mu.Unlock()
+	return len(w.batches.pending)
+}

@@ -3,6 +3,7 @@ package commands_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -114,9 +115,10 @@ func (lb *lockBundle) both(t *testing.T, messageID uuid.UUID, deliveries [2]uuid
 		errs [2]error
 	)
 	for i, id := range deliveries {
+		// One at a time, so that each leads a batch of its own.
 		wg.Go(func() { errs[i] = f(id) })
+		lb.untilWaiting(t, i+1)
 	}
-	lb.untilWaiting(t, 2)
 	release()
 	wg.Wait()
 	if err := errors.Join(errs[:]...); err != nil {
@@ -237,4 +239,82 @@ func total(states map[string]int) int {
 		n += c
 	}
 	return n
+}
+
+// TestCommandsQueuedBehindABusyDatabaseShareABatch holds both batches a
+// Writer may have open behind a lock, queues claims of 18 more deliveries
+// of 9 messages, and releases the lock: the 18 are written as one batch,
+// each claim is its own, and the journal and tables agree.
+func TestCommandsQueuedBehindABusyDatabaseShareABatch(t *testing.T) {
+	t.Parallel()
+	lb := setupLock(t)
+	lb.targets(t, "alpha", "beta")
+	var deliveries []uuid.UUID
+	held := lb.ingest(t)
+	for range 9 {
+		for _, d := range lb.ingest(t).Deliveries {
+			deliveries = append(deliveries, d.ID)
+		}
+	}
+	var (
+		mu    sync.Mutex
+		sizes []int
+	)
+	lb.w.SetBatched(func(n int) {
+		mu.Lock()
+		sizes = append(sizes, n)
+		mu.Unlock()
+	})
+	release := lb.holdMessage(t, held.ID)
+	var (
+		wg     sync.WaitGroup
+		tokens sync.Map
+		failed atomic.Int64
+	)
+	claim := func(id uuid.UUID) {
+		c, err := lb.w.Claim(lb.ctx, id, time.Minute)
+		if err != nil {
+			t.Errorf("claim %s: %v", id, err)
+			failed.Add(1)
+			return
+		}
+		if c.Delivery.ID != id || c.Attempt != 1 || string(c.Payload) != "hello" {
+			t.Errorf("claim of %s: %+v", id, c)
+		}
+		tokens.Store(id, c.Token)
+	}
+	for i, d := range held.Deliveries {
+		wg.Go(func() { claim(d.ID) })
+		lb.untilWaiting(t, i+1)
+	}
+	for _, id := range deliveries {
+		wg.Go(func() { claim(id) })
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for lb.w.Pending() != len(deliveries) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d claims pending, want %d", lb.w.Pending(), len(deliveries))
+		}
+		time.Sleep(time.Millisecond)
+	}
+	release()
+	wg.Wait()
+	if failed.Load() > 0 {
+		t.FailNow()
+	}
+	mu.Lock()
+	if !slices.Equal(sizes, []int{1, 1, 18}) {
+		t.Errorf("batch sizes %v, want [1 1 18]", sizes)
+	}
+	mu.Unlock()
+	for _, id := range deliveries {
+		token, _ := tokens.Load(id)
+		if _, err := lb.w.Complete(lb.ctx, id, token.(uuid.UUID), lifecycle.Delivered("200 OK")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := lb.lost.Load(); n != 0 {
+		t.Errorf("%d lost races", n)
+	}
+	lb.audit(t)
 }

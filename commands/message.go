@@ -88,24 +88,22 @@ func (w *Writer) accept(ctx context.Context, in NewMessage, dispatch bool) (*pro
 		}
 	}
 	id := uuid.Must(uuid.NewV7())
-	m, err := w.run(ctx, nil,
-		func(_ *projection.Message, now time.Time) (*change, error) {
-			c := newChange(nil)
-			err := c.record(journal.Event{RecordedAt: now, Stream: journal.MessageStream(id),
-				Actor: journal.SourceActor(in.Source), Payload: accepted})
-			if err != nil {
+	m, err := w.create(ctx, func(_ *projection.Message, now time.Time) (*change, error) {
+		c := newChange(nil)
+		err := c.record(journal.Event{RecordedAt: now, Stream: journal.MessageStream(id),
+			Actor: journal.SourceActor(in.Source), Payload: accepted})
+		if err != nil {
+			return nil, err
+		}
+		if dispatch {
+			if err := w.dispatchOn(c, cfg, now, journal.SourceActor(in.Source), false); err != nil {
 				return nil, err
 			}
-			if dispatch {
-				if err := w.dispatchOn(c, cfg, now, journal.SourceActor(in.Source), false); err != nil {
-					return nil, err
-				}
-			}
-			c.extra = func(b *pgx.Batch) {
-				b.Queue(`INSERT INTO payloads (message_id, body) VALUES ($1, $2)`, id, in.Payload)
-			}
-			return c, nil
-		})
+		}
+		return c, nil
+	}, func(b *pgx.Batch) {
+		b.Queue(`INSERT INTO payloads (message_id, body) VALUES ($1, $2)`, id, in.Payload)
+	})
 	if isIdempotencyConflict(err) {
 		held, err := w.heldMessage(ctx, in.Source, in.IdempotencyKey)
 		return held, false, err
@@ -162,18 +160,6 @@ func (w *Writer) dispatchOn(c *change, cfg *configState, now time.Time, actor st
 	return nil
 }
 
-// loadMessage reads a message, locking its row.
-func loadMessage(id uuid.UUID) loader {
-	return func(b *pgx.Batch) func() (*projection.Message, error) { return projection.LoadLocked(b, id) }
-}
-
-// loadDelivery reads the message of a delivery, locking the message row.
-func loadDelivery(id uuid.UUID) loader {
-	return func(b *pgx.Batch) func() (*projection.Message, error) {
-		return projection.LoadByDeliveryLocked(b, id)
-	}
-}
-
 // Dispatch routes an accepted message. A message past its intake is
 // returned as it is, with nothing changed, so a source may dispatch again
 // after a crash without knowing whether the first one committed.
@@ -187,7 +173,7 @@ func (w *Writer) Dispatch(ctx context.Context, id uuid.UUID, actor string) (*pro
 	if err != nil {
 		return nil, fmt.Errorf("dispatch message %s: %w", id, err)
 	}
-	m, err := w.run(ctx, loadMessage(id), func(m *projection.Message, now time.Time) (*change, error) {
+	m, err := w.run(ctx, message(id), func(m *projection.Message, now time.Time) (*change, error) {
 		if m.Stage != lifecycle.StageAccepted {
 			return nil, nil
 		}
@@ -208,7 +194,7 @@ func (w *Writer) Refuse(ctx context.Context, id uuid.UUID, refusal lifecycle.Ref
 	if err := errors.Join(p.Validate(), journal.CheckActor(actor)); err != nil {
 		return nil, invalid(err)
 	}
-	m, err := w.run(ctx, loadMessage(id), func(m *projection.Message, now time.Time) (*change, error) {
+	m, err := w.run(ctx, message(id), func(m *projection.Message, now time.Time) (*change, error) {
 		c := newChange(m)
 		return c, refused(ErrNotAccepted, c.record(journal.Event{RecordedAt: now, Actor: actor, Payload: p}))
 	})
@@ -230,7 +216,7 @@ func (w *Writer) Redispatch(ctx context.Context, id uuid.UUID, operator string) 
 	if err != nil {
 		return nil, fmt.Errorf("redispatch message %s: %w", id, err)
 	}
-	m, err := w.run(ctx, loadMessage(id), func(m *projection.Message, now time.Time) (*change, error) {
+	m, err := w.run(ctx, message(id), func(m *projection.Message, now time.Time) (*change, error) {
 		c := newChange(m)
 		return c, refused(ErrNotRedispatchable, w.dispatchOn(c, cfg, now, actor, true))
 	})

@@ -56,11 +56,16 @@ type Writer struct {
 	mu     sync.Mutex
 	cached *configState
 
+	// batches gathers the commands on existing messages into transactions.
+	batches batcher
+
 	// cut, set by tests, may queue statements at the named points of a
 	// command's batch (to end the session there, as a crash would).
 	cut func(point string, b *pgx.Batch)
 	// lost, set by tests, is told of each lost race before the retry.
 	lost func(err error)
+	// batched, set by tests, is told the size of each batch.
+	batched func(n int)
 }
 
 // New returns a Writer.
@@ -92,15 +97,18 @@ const maxTries = 10
 
 // change is what a command decided: the events recorded on the state, the
 // deliveries they touched, the wake-ups to publish after commit, and the
-// error to return once it is committed (a refusal that is journaled).
+// error to return once it is committed (a refusal that is journaled). A
+// claim's change also asks for the message's body, read in the same
+// transaction.
 type change struct {
-	before  int
-	after   *projection.Message
-	events  []journal.Event
-	touched []uuid.UUID
-	wakeups []Wakeup
-	extra   func(b *pgx.Batch)
-	result  error
+	before   int
+	after    *projection.Message
+	events   []journal.Event
+	touched  []uuid.UUID
+	wakeups  []Wakeup
+	result   error
+	readBody bool
+	body     []byte
 }
 
 // record folds e into the change's state and keeps it.
@@ -124,30 +132,46 @@ func newChange(m *projection.Message) *change {
 	return &change{before: m.Version, after: m.Clone()}
 }
 
-// loader queues a command's read on the batch that begins its transaction
-// and returns the function that gives the state once the batch is read.
-type loader func(b *pgx.Batch) func() (*projection.Message, error)
+// decision decides a command on the state of its message: the change to
+// write, nil to write nothing, or an error that ends the command with
+// nothing written.
+type decision func(m *projection.Message, now time.Time) (*change, error)
 
-// run executes one message command: load reads the state, decide records the
-// events on a change, and the change is written in the same transaction. A
-// lost race reads again, up to maxTries. A nil change from decide writes
-// nothing. A nil load reads nothing (a new stream): the change is written
-// on its own.
-func (w *Writer) run(ctx context.Context, load loader,
-	decide func(m *projection.Message, now time.Time) (*change, error)) (*projection.Message, error) {
+// run executes a command on an existing message, named by id or by one of
+// its deliveries: the message is read with its row locked, decide records
+// the events on a change, and the change is written in the same
+// transaction, which it shares with the commands gathered into the same
+// batch (see batcher). It returns the message as the change left it, or as
+// it was read when decide wrote nothing, and publishes the change's
+// wake-ups once it is committed.
+func (w *Writer) run(ctx context.Context, on subject, decide decision) (*projection.Message, error) {
+	o := &op{ctx: ctx, on: on, decide: decide, done: make(chan bool, 2)}
+	w.batches.do(o, w.runBatch)
+	if o.err != nil {
+		return nil, o.err
+	}
+	if o.c == nil {
+		return o.m, nil
+	}
+	w.notify(o.c.wakeups)
+	return o.c.after, o.c.result
+}
+
+// create writes the change of a command that makes a new message, as one
+// batch (an implicit transaction) with the extra statements queued by
+// extra. A lost race decides again, up to maxTries.
+func (w *Writer) create(ctx context.Context, decide decision, extra func(b *pgx.Batch)) (*projection.Message, error) {
 	for try := 1; ; try++ {
-		var (
-			m   *projection.Message
-			c   *change
-			err error
-		)
-		if load == nil {
-			if c, err = decide(nil, w.now()); err == nil && c != nil {
-				err = w.write(ctx, c)
-			}
-		} else {
-			m, c, err = w.locked(ctx, load, decide)
+		c, err := decide(nil, w.now())
+		if err != nil {
+			return nil, err
 		}
+		b := &pgx.Batch{}
+		if err := w.queue(b, c); err != nil {
+			return nil, err
+		}
+		extra(b)
+		err = w.send(ctx, w.db, b)
 		if retryable(err) && try < maxTries {
 			if w.lost != nil {
 				w.lost(err)
@@ -157,55 +181,9 @@ func (w *Writer) run(ctx context.Context, load loader,
 		if err != nil {
 			return nil, err
 		}
-		if c == nil {
-			return m, nil
-		}
 		w.notify(c.wakeups)
 		return c.after, c.result
 	}
-}
-
-// locked runs load and decide, and writes the change, in one transaction
-// on a connection of its own, in two round trips: BEGIN with the read,
-// which locks the message row, then the writes with COMMIT. A command on
-// the same message waits for the lock and reads what this one committed.
-func (w *Writer) locked(ctx context.Context, load loader,
-	decide func(m *projection.Message, now time.Time) (*change, error)) (_ *projection.Message, _ *change, err error) {
-	conn, err := w.db.Acquire(ctx)
-	if err != nil {
-		return nil, nil, err
-	}
-	defer func() { w.release(conn) }()
-	b := &pgx.Batch{}
-	b.Queue(`BEGIN`)
-	read := load(b)
-	if err := conn.SendBatch(ctx, b).Close(); err != nil {
-		return nil, nil, fmt.Errorf("read: %w", err)
-	}
-	m, err := read()
-	if err != nil {
-		return nil, nil, err
-	}
-	c, err := decide(m, w.now())
-	if err != nil {
-		return nil, nil, err
-	}
-	if c == nil {
-		// Nothing to write: end the transaction, which only read.
-		if _, err := conn.Exec(ctx, `COMMIT`); err != nil {
-			return nil, nil, fmt.Errorf("commit: %w", err)
-		}
-		return m, nil, nil
-	}
-	b = &pgx.Batch{}
-	if err := w.queue(b, c); err != nil {
-		return nil, nil, err
-	}
-	b.Queue(`COMMIT`)
-	if err := w.send(ctx, conn, b); err != nil {
-		return nil, nil, err
-	}
-	return m, c, nil
 }
 
 // rollbackTimeout bounds the rollback of a failed command, which runs even
@@ -233,29 +211,22 @@ func (w *Writer) release(conn *pgxpool.Conn) {
 	}
 }
 
-// write sends the change as one batch, an implicit transaction.
-func (w *Writer) write(ctx context.Context, c *change) error {
-	b := &pgx.Batch{}
-	if err := w.queue(b, c); err != nil {
+// queue adds the changes' statements to b, at most one change per message:
+// the projection first (its update locks the message rows), then the
+// journal.
+func (w *Writer) queue(b *pgx.Batch, changes ...*change) error {
+	writes := make([]projection.Write, len(changes))
+	var events []journal.Event
+	for i, c := range changes {
+		writes[i] = projection.Write{Before: c.before, Message: c.after, Touched: c.touched}
+		events = append(events, c.events...)
+	}
+	projection.Queue(b, writes...)
+	w.cutAt("projected", b)
+	if err := journal.Queue(b, events...); err != nil {
 		return err
 	}
-	return w.send(ctx, w.db, b)
-}
-
-// queue adds the change's statements to b: the projection first (its update
-// locks the message row), then the journal, then any extra rows.
-func (w *Writer) queue(b *pgx.Batch, c *change) error {
-	projection.Queue(b, c.before, c.after, c.touched)
-	w.cutAt("projected", b)
-	for _, e := range c.events {
-		if err := journal.Queue(b, e); err != nil {
-			return err
-		}
-	}
 	w.cutAt("appended", b)
-	if c.extra != nil {
-		c.extra(b)
-	}
 	return nil
 }
 

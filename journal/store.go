@@ -32,27 +32,66 @@ func IsVersionConflict(err error) bool {
 	return errors.As(err, &pgErr) && pgErr.Code == "23505" && pgErr.ConstraintName == versionConstraint
 }
 
+// insertSQL appends rows given column by column. The positions follow the
+// order of the arrays: the identity is drawn as the sorted rows are inserted.
 const insertSQL = `INSERT INTO journal
 	(recorded_at, stream, version, delivery_id, target, kind, actor, old_state, new_state, payload)
-	VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)`
+	SELECT recorded_at, stream, version, delivery_id, target, kind, actor, old_state, new_state, payload::jsonb
+	FROM unnest($1::timestamptz[], $2::text[], $3::int[], $4::uuid[], $5::text[], $6::text[], $7::text[],
+		$8::text[], $9::text[], $10::text[]) WITH ORDINALITY
+		AS e(recorded_at, stream, version, delivery_id, target, kind, actor, old_state, new_state, payload, n)
+	ORDER BY n`
 
-// Queue validates e and queues its insert on b, the batch of the command's
-// transaction. Nothing is queued when e is invalid.
-func Queue(b *pgx.Batch, e Event) error {
-	if e.Payload == nil {
-		return fmt.Errorf("append to %s: event has no payload", e.Stream)
+// Queue validates the events and queues their insert on b, the batch of the
+// command's transaction, as one statement that appends them in order.
+// Nothing is queued when one is invalid.
+func Queue(b *pgx.Batch, events ...Event) error {
+	if len(events) == 0 {
+		return nil
 	}
-	if err := e.CheckEnvelope(); err != nil {
-		return fmt.Errorf("append %s to %s: %w", e.Kind(), e.Stream, err)
+	var c eventColumns
+	for _, e := range events {
+		if e.Payload == nil {
+			return fmt.Errorf("append to %s: event has no payload", e.Stream)
+		}
+		if err := e.CheckEnvelope(); err != nil {
+			return fmt.Errorf("append %s to %s: %w", e.Kind(), e.Stream, err)
+		}
+		data, err := Encode(e.Payload)
+		if err != nil {
+			return fmt.Errorf("append to %s: %w", e.Stream, err)
+		}
+		c.add(e, data)
 	}
-	data, err := Encode(e.Payload)
-	if err != nil {
-		return fmt.Errorf("append to %s: %w", e.Stream, err)
-	}
-	b.Queue(insertSQL, e.RecordedAt, e.Stream, e.Version, nullUUID(e.DeliveryID), nullString(e.Target),
-		string(e.Kind()), e.Actor, nullString(string(e.OldState)), nullString(string(e.NewState)), data)
+	b.Queue(insertSQL, c.recordedAt, c.stream, c.version, c.deliveryID, c.target, c.kind, c.actor,
+		c.oldState, c.newState, c.payload)
 	return nil
 }
+
+// eventColumns holds events column by column, for unnest.
+type eventColumns struct {
+	recordedAt                   []time.Time
+	stream, kind, actor, payload []string
+	version                      []int32
+	deliveryID                   []pgtype.UUID
+	target, oldState, newState   []pgtype.Text
+}
+
+func (c *eventColumns) add(e Event, payload []byte) {
+	c.recordedAt = append(c.recordedAt, e.RecordedAt)
+	c.stream = append(c.stream, e.Stream)
+	c.version = append(c.version, int32(e.Version))
+	c.deliveryID = append(c.deliveryID, pgtype.UUID{Bytes: e.DeliveryID, Valid: e.DeliveryID != uuid.Nil})
+	c.target = append(c.target, text(e.Target))
+	c.kind = append(c.kind, string(e.Kind()))
+	c.actor = append(c.actor, e.Actor)
+	c.oldState = append(c.oldState, text(string(e.OldState)))
+	c.newState = append(c.newState, text(string(e.NewState)))
+	c.payload = append(c.payload, string(payload))
+}
+
+// text is s as a column value, NULL when empty.
+func text(s string) pgtype.Text { return pgtype.Text{String: s, Valid: s != ""} }
 
 // columns are the columns an Event is read from, in scan's order.
 const columns = `position, recorded_at, stream, version, delivery_id, coalesce(target, ''),
@@ -333,20 +372,6 @@ func (r *rowReader) share(b []byte) string {
 	}
 	if len(r.shared) < 256 {
 		r.shared[s] = s
-	}
-	return s
-}
-
-func nullUUID(id uuid.UUID) any {
-	if id == uuid.Nil {
-		return nil
-	}
-	return id
-}
-
-func nullString(s string) any {
-	if s == "" {
-		return nil
 	}
 	return s
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"time"
 
 	"github.com/google/uuid"
@@ -52,58 +51,61 @@ func LoadByDelivery(ctx context.Context, q journal.Querier, deliveryID uuid.UUID
 // LoadMany reads the messages with the ids, each with all its deliveries,
 // in id order; ids with no message are left out.
 func LoadMany(ctx context.Context, q journal.Querier, ids []uuid.UUID) ([]*Message, error) {
-	ms, err := loadAll(ctx, q, `SELECT `+messageColumns+`, `+deliveryColumns+`
-		FROM messages m LEFT JOIN deliveries d ON d.message_id = m.id
-		WHERE m.id = ANY($1) ORDER BY m.id, d.seq`, ids)
-	if err != nil {
-		return nil, fmt.Errorf("load %d messages: %w", len(ids), err)
+	rows, err := q.Query(ctx, loadManySQL, ids, []uuid.UUID{})
+	if err == nil {
+		var ms []*Message
+		if ms, err = scanAll(rows); err == nil {
+			return ms, nil
+		}
 	}
-	return ms, nil
+	return nil, fmt.Errorf("load %d messages: %w", len(ids), err)
 }
 
 // LoadLocked queues on b, a batch run inside a transaction, the lock of the
-// message row with the id (FOR UPDATE) and then the read of Load. The
-// returned function gives the message once the batch is read: ErrNotFound
-// when there is none.
-func LoadLocked(b *pgx.Batch, id uuid.UUID) func() (*Message, error) {
-	return queueLocked(b, `SELECT FROM messages m WHERE m.id = $1 FOR UPDATE OF m`,
-		`SELECT `+messageColumns+`, `+deliveryColumns+`
-		FROM messages m LEFT JOIN deliveries d ON d.message_id = m.id
-		WHERE m.id = $1 ORDER BY d.seq`, id, "message")
-}
-
-// LoadByDeliveryLocked is LoadLocked for the message a delivery belongs to,
-// read as LoadByDelivery reads it.
-func LoadByDeliveryLocked(b *pgx.Batch, deliveryID uuid.UUID) func() (*Message, error) {
-	return queueLocked(b, `SELECT FROM deliveries w JOIN messages m ON m.id = w.message_id
-		WHERE w.id = $1 FOR UPDATE OF m`,
-		`SELECT `+messageColumns+`, `+deliveryColumns+`
-		FROM deliveries w JOIN messages m ON m.id = w.message_id
-		LEFT JOIN deliveries d ON d.message_id = m.id
-		WHERE w.id = $1 ORDER BY d.seq`, deliveryID, "delivery")
-}
-
-// queueLocked queues the lock and the read as two statements. In READ
-// COMMITTED each statement takes its own snapshot, so the read, which starts
-// once the lock is held, sees all that a writer it waited for committed. A
-// read locking the row itself would not: after the wait PostgreSQL returns
-// the locked message row as the other writer left it, but joined to the
-// delivery rows of the snapshot taken before the wait.
-func queueLocked(b *pgx.Batch, lockSQL, loadSQL string, id uuid.UUID, what string) func() (*Message, error) {
+// rows of the messages named by id or by one of their deliveries' ids (FOR
+// UPDATE, in id order, so two transactions locking overlapping sets never
+// wait for each other in a cycle), and then their read as LoadMany reads
+// them. The returned function gives the messages, in id order, once the
+// batch is read; ids with no message are left out.
+//
+// The lock and the read are two statements. In READ COMMITTED each takes
+// its own snapshot, so the read, which starts once the locks are held, sees
+// all that a writer it waited for committed. A read locking the rows itself
+// would not: after the wait PostgreSQL returns the locked message row as the
+// other writer left it, but joined to the delivery rows of the snapshot
+// taken before the wait.
+func LoadLocked(b *pgx.Batch, messageIDs, deliveryIDs []uuid.UUID) func() []*Message {
 	var ms []*Message
-	b.Queue(lockSQL, id)
-	b.Queue(loadSQL, id).Query(func(rows pgx.Rows) error {
+	b.Queue(lockedIDs+`SELECT FROM ids, LATERAL (SELECT FROM messages m WHERE m.id = ids.id FOR UPDATE) l`,
+		messageIDs, deliveryIDs)
+	b.Queue(loadManySQL, messageIDs, deliveryIDs).Query(func(rows pgx.Rows) error {
 		var err error
 		ms, err = scanAll(rows)
 		return err
 	})
-	return func() (*Message, error) {
-		if len(ms) == 0 {
-			return nil, fmt.Errorf("load %s %s: %w", what, id, ErrNotFound)
-		}
-		return ms[0], nil
-	}
+	return func() []*Message { return ms }
 }
+
+// lockedIDs is the sorted ids of the messages named by id ($1) or by one of
+// their deliveries' ids ($2). Every
+// lookup is one equality on a key, in a subquery that OFFSET 0 keeps from
+// being flattened into a join, so that the plan is an index lookup per id
+// whatever the planner guesses of the arrays' and the tables' sizes; with
+// "= ANY(array)" a plan made while the tables were small scans them whole.
+const lockedIDs = `WITH ids AS MATERIALIZED (
+		SELECT id FROM (
+			SELECT id FROM unnest($1::uuid[]) AS k(id)
+			UNION
+			SELECT w.message_id FROM unnest($2::uuid[]) AS k(id),
+				LATERAL (SELECT w.message_id FROM deliveries w WHERE w.id = k.id OFFSET 0) w
+		) u ORDER BY id)
+	`
+
+// loadManySQL reads the messages of lockedIDs with their deliveries, in id
+// and then sequence order.
+const loadManySQL = lockedIDs + `SELECT r.* FROM ids, LATERAL (SELECT ` + messageColumns + `, ` + deliveryColumns + `
+		FROM messages m LEFT JOIN deliveries d ON d.message_id = m.id
+		WHERE m.id = ids.id ORDER BY d.seq OFFSET 0) r`
 
 func load(ctx context.Context, q journal.Querier, sql string, id uuid.UUID) (*Message, error) {
 	ms, err := loadAll(ctx, q, sql, id)
@@ -199,29 +201,49 @@ func timeOf(t pgtype.Timestamptz) time.Time {
 	return t.Time.UTC()
 }
 
-// Queue queues on b the writes that store m after the fold: the message row
-// (inserted when version is 0, else updated where it still has that
-// version, which locks it) and the rows of the deliveries named in touched.
-// An update that finds the row at another version fails the transaction with
-// a serialization failure, so a command that read a stale state retries.
-func Queue(b *pgx.Batch, version int, m *Message, touched []uuid.UUID) {
-	if version == 0 {
-		b.Queue(insertMessageSQL, m.ID, m.Version, m.Source, m.From, m.To, m.ContentType,
-			nullString(m.IdempotencyKey), m.PayloadSize, m.PayloadSHA256, m.Stage,
-			nullString(string(m.Refusal)), m.Status, m.Error, len(m.Deliveries), m.AttemptCount,
-			m.CreatedAt, m.UpdatedAt)
-	} else {
-		b.Queue(updateMessageSQL, m.ID, version, m.Version, m.Stage, nullString(string(m.Refusal)),
-			m.Status, m.Error, len(m.Deliveries), m.AttemptCount, m.UpdatedAt)
-	}
-	var c deliveryColumnsOf
-	for i, id := range touched {
-		if d := m.Delivery(id); d != nil && !slices.Contains(touched[:i], id) {
-			c.add(d)
+// Write is what a command's fold left of one message to store: the message
+// as it is now, the version it was read at (0 for a new message) and the
+// deliveries whose rows changed.
+type Write struct {
+	Before  int
+	Message *Message
+	Touched []uuid.UUID
+}
+
+// Queue queues on b the statements that store the writes, each message at
+// most once: a new message inserted, an existing one updated where it still
+// has the version read (which locks it), and the touched deliveries of all
+// upserted in one statement. An update that finds the row at another
+// version fails the transaction with a serialization failure, so a command
+// that read a stale state reads again.
+func Queue(b *pgx.Batch, writes ...Write) {
+	var created, changed deliveryColumnsOf
+	seen := map[uuid.UUID]bool{}
+	for _, w := range writes {
+		m := w.Message
+		d := &changed
+		if w.Before == 0 {
+			d = &created
+			b.Queue(insertMessageSQL, m.ID, m.Version, m.Source, m.From, m.To, m.ContentType,
+				nullString(m.IdempotencyKey), m.PayloadSize, m.PayloadSHA256, m.Stage,
+				nullString(string(m.Refusal)), m.Status, m.Error, len(m.Deliveries), m.AttemptCount,
+				m.CreatedAt, m.UpdatedAt)
+		} else {
+			b.Queue(updateMessageSQL, m.ID, w.Before, m.Version, m.Stage, nullString(string(m.Refusal)),
+				m.Status, m.Error, len(m.Deliveries), m.AttemptCount, m.UpdatedAt)
+		}
+		for _, id := range w.Touched {
+			if dl := m.Delivery(id); dl != nil && !seen[id] {
+				seen[id] = true
+				d.add(dl)
+			}
 		}
 	}
-	if len(c.id) > 0 {
-		b.Queue(upsertDeliveriesSQL, c.args()...)
+	if len(created.id) > 0 {
+		b.Queue(insertDeliveriesSQL, created.args()...)
+	}
+	if len(changed.id) > 0 {
+		b.Queue(insertDeliveriesSQL+upsertDeliveriesSQL, changed.args()...)
 	}
 }
 
@@ -230,17 +252,24 @@ const insertMessageSQL = `INSERT INTO messages (id, version, source, from_party,
 	attempt_count, created_at, updated_at)
 	VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17)`
 
+// updateMessageSQL updates one message: one statement per message, as an
+// UPDATE joined to an array of rows is planned anew on every call.
 const updateMessageSQL = `WITH updated AS (
 		UPDATE messages SET version = $3, stage = $4, refusal = $5, status = $6, error = $7,
 			delivery_count = $8, attempt_count = $9, updated_at = $10
 		WHERE id = $1 AND version = $2 RETURNING id)
 	SELECT projection_expect_row((SELECT count(*) FROM updated), $1::uuid, $2::int)`
 
-const upsertDeliveriesSQL = `INSERT INTO deliveries (id, message_id, seq, target, state, attempts,
+const insertDeliveriesSQL = `INSERT INTO deliveries (id, message_id, seq, target, state, attempts,
 	dispatch_count, redeliveries, next_due, claim_token, lease_end, last_error, created_at, updated_at, finished_at)
 	SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::int[], $4::text[], $5::text[], $6::int[], $7::int[],
 		$8::int[], $9::timestamptz[], $10::uuid[], $11::timestamptz[], $12::text[], $13::timestamptz[],
-		$14::timestamptz[], $15::timestamptz[])
+		$14::timestamptz[], $15::timestamptz[])`
+
+// upsertDeliveriesSQL makes insertDeliveriesSQL update the rows there
+// already. The deliveries of a new message are inserted without it: an
+// insert that checks for a conflict costs several times a plain one.
+const upsertDeliveriesSQL = `
 	ON CONFLICT (id) DO UPDATE SET state = excluded.state, attempts = excluded.attempts,
 		dispatch_count = excluded.dispatch_count, redeliveries = excluded.redeliveries,
 		next_due = excluded.next_due, claim_token = excluded.claim_token, lease_end = excluded.lease_end,

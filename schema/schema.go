@@ -182,6 +182,11 @@ CREATE INDEX IF NOT EXISTS messages_source_created ON messages (source, created_
 CREATE INDEX IF NOT EXISTS deliveries_due ON deliveries (state, next_due) WHERE next_due IS NOT NULL;
 CREATE INDEX IF NOT EXISTS deliveries_lease ON deliveries (lease_end) WHERE state = 'delivering';
 CREATE INDEX IF NOT EXISTS deliveries_target_state ON deliveries (target, state);
+-- A worker's catch-up takes its target's claimable deliveries oldest due
+-- first: this index walks them in that order and holds only the states a
+-- worker may take, so its size is the work in flight, not the history.
+CREATE INDEX IF NOT EXISTS deliveries_claimable ON deliveries (target, (coalesce(next_due, lease_end, updated_at)))
+	WHERE state IN ('queued', 'stalled', 'retrying', 'delivering');
 `
 
 // ensureLock serialises concurrent Ensure calls: CREATE … IF NOT EXISTS

@@ -1,0 +1,307 @@
+package commands
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/waybill/waybill/journal"
+	"github.com/waybill/waybill/projection"
+)
+
+// subject names the message a command acts on: by its id, or by the id of
+// one of its deliveries.
+type subject struct {
+	messageID, deliveryID uuid.UUID
+}
+
+func message(id uuid.UUID) subject  { return subject{messageID: id} }
+func delivery(id uuid.UUID) subject { return subject{deliveryID: id} }
+
+func (s subject) String() string {
+	if s.deliveryID != uuid.Nil {
+		return "delivery " + s.deliveryID.String()
+	}
+	return "message " + s.messageID.String()
+}
+
+// op is one command waiting for, or written in, a batch.
+type op struct {
+	ctx    context.Context
+	on     subject
+	decide decision
+	// done receives false once the batch has set the result below, and
+	// true when the op's goroutine is to lead; led says it has been told
+	// (or led from the start), under the batcher's lock. Two slots, as
+	// both may come before either is read.
+	done chan bool
+	led  bool
+	// Set by the batch: the message as read, the change written (nil when
+	// decide wrote nothing) or the error.
+	m   *projection.Message
+	c   *change
+	err error
+}
+
+// Batching bounds: the commands in one transaction, and the transactions
+// one Writer has open at once.
+const (
+	maxBatch   = 64
+	maxLeaders = 2
+)
+
+// batcher gathers the commands on existing messages that arrive while
+// earlier ones are being written, and writes them together as the next
+// batch: one transaction that locks and reads their messages, decides each
+// command in turn and writes all the changes with one statement per table.
+// There is no timer: a command that finds fewer than maxLeaders batches
+// being written leads one at once, so batches grow only as commands queue
+// up behind a busy database, and a quiet Writer writes each command alone.
+// A leader is a caller's own goroutine; when its command is done and others
+// wait, it hands the lead to the first of them.
+type batcher struct {
+	mu      sync.Mutex
+	pending []*op
+	leaders int
+}
+
+// do runs o in a batch, written by run, and returns once o's result is set.
+func (g *batcher) do(o *op, run func([]*op)) {
+	g.mu.Lock()
+	g.pending = append(g.pending, o)
+	lead := g.leaders < maxLeaders
+	if lead {
+		o.led = true
+		g.leaders++
+	}
+	g.mu.Unlock()
+	if !lead && !<-o.done {
+		return
+	}
+	// o's goroutine leads: it writes batches until one holds o.
+	for {
+		g.mu.Lock()
+		n := min(len(g.pending), maxBatch)
+		if n == 0 {
+			// o is in the batch of another leader, which will tell it.
+			g.leaders--
+			g.mu.Unlock()
+			<-o.done
+			return
+		}
+		batch := slices.Clone(g.pending[:n])
+		g.pending = slices.Delete(g.pending, 0, n)
+		g.mu.Unlock()
+
+		run(batch)
+		mine := false
+		for _, b := range batch {
+			if b == o {
+				mine = true
+			} else {
+				b.done <- false
+			}
+		}
+		if mine {
+			g.handOff()
+			return
+		}
+	}
+}
+
+// handOff passes a finished leader's place to the first waiting command
+// that has none, or gives it up when every waiting command has a leader.
+func (g *batcher) handOff() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for _, p := range g.pending {
+		if !p.led {
+			p.led = true
+			p.done <- true
+			return
+		}
+	}
+	g.leaders--
+}
+
+// runBatch writes the ops as one transaction, reading again after a lost
+// race. An op whose decide failed keeps its own error; when the transaction
+// fails, every other op gets its error.
+func (w *Writer) runBatch(ops []*op) {
+	if w.batched != nil {
+		w.batched(len(ops))
+	}
+	ctx, cancel := batchContext(ops)
+	defer cancel()
+	for try := 1; ; try++ {
+		err := w.writeBatch(ctx, ops)
+		if retryable(err) && try < maxTries {
+			if w.lost != nil {
+				w.lost(err)
+			}
+			continue
+		}
+		if err != nil {
+			for _, o := range ops {
+				if o.err == nil {
+					o.m, o.c, o.err = nil, nil, err
+				}
+			}
+		}
+		return
+	}
+}
+
+// batchContext is cancelled once every op's context is done: a batch ends
+// early only when no command in it is still waiting for it.
+func batchContext(ops []*op) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(context.Background())
+	var left atomic.Int64
+	left.Store(int64(len(ops)))
+	stops := make([]func() bool, len(ops))
+	for i, o := range ops {
+		stops[i] = context.AfterFunc(o.ctx, func() {
+			if left.Add(-1) == 0 {
+				cancel()
+			}
+		})
+	}
+	return ctx, func() {
+		for _, stop := range stops {
+			stop()
+		}
+		cancel()
+	}
+}
+
+// writeBatch runs the ops in one transaction on a connection of its own, in
+// two round trips: BEGIN with the read, which locks the message rows, then
+// the writes of all the changes with COMMIT. Ops on one message are decided
+// in turn, each on the state the one before left, and their changes are
+// written as one.
+func (w *Writer) writeBatch(ctx context.Context, ops []*op) error {
+	conn, err := w.db.Acquire(ctx)
+	if err != nil {
+		return err
+	}
+	defer w.release(conn)
+	messageIDs, deliveryIDs := []uuid.UUID{}, []uuid.UUID{}
+	for _, o := range ops {
+		if o.on.deliveryID != uuid.Nil {
+			deliveryIDs = append(deliveryIDs, o.on.deliveryID)
+		} else {
+			messageIDs = append(messageIDs, o.on.messageID)
+		}
+	}
+	b := &pgx.Batch{}
+	b.Queue(`BEGIN`)
+	b.Queue(`SET LOCAL plan_cache_mode = force_generic_plan`)
+	read := projection.LoadLocked(b, messageIDs, deliveryIDs)
+	if err := conn.SendBatch(ctx, b).Close(); err != nil {
+		return fmt.Errorf("read: %w", err)
+	}
+	state := map[uuid.UUID]*projection.Message{}
+	owner := map[uuid.UUID]uuid.UUID{}
+	for _, m := range read() {
+		state[m.ID] = m
+		for _, d := range m.Deliveries {
+			owner[d.ID] = m.ID
+		}
+	}
+
+	now := w.now()
+	var changes []*change
+	merged := map[uuid.UUID]*change{}
+	for _, o := range ops {
+		o.m, o.c, o.err = nil, nil, nil
+		if err := o.ctx.Err(); err != nil {
+			o.err = err
+			continue
+		}
+		id := o.on.messageID
+		if id == uuid.Nil {
+			id = owner[o.on.deliveryID]
+		}
+		m := state[id]
+		if m == nil {
+			o.err = fmt.Errorf("load %s: %w", o.on, projection.ErrNotFound)
+			continue
+		}
+		c, err := o.decide(m, now)
+		if err != nil {
+			o.err = err
+			continue
+		}
+		o.m, o.c = m, c
+		if c == nil {
+			continue
+		}
+		state[id] = c.after
+		if all := merged[id]; all != nil {
+			all.after = c.after
+			all.events = append(all.events, c.events...)
+			all.touched = append(all.touched, c.touched...)
+			all.readBody = all.readBody || c.readBody
+		} else {
+			all := &change{before: c.before, after: c.after, readBody: c.readBody,
+				events: append([]journal.Event(nil), c.events...), touched: append([]uuid.UUID(nil), c.touched...)}
+			merged[id] = all
+			changes = append(changes, all)
+		}
+	}
+	if len(changes) == 0 {
+		// Nothing to write: end the transaction, which only read.
+		if _, err := conn.Exec(ctx, `COMMIT`); err != nil {
+			return fmt.Errorf("commit: %w", err)
+		}
+		return nil
+	}
+	b = &pgx.Batch{}
+	if err := w.queue(b, changes...); err != nil {
+		return err
+	}
+	var bodies map[uuid.UUID][]byte
+	var withBody []uuid.UUID
+	for _, c := range changes {
+		if c.readBody {
+			withBody = append(withBody, c.after.ID)
+		}
+	}
+	if len(withBody) > 0 {
+		bodies = queueBodies(b, withBody)
+	}
+	b.Queue(`COMMIT`)
+	if err := w.send(ctx, conn, b); err != nil {
+		return err
+	}
+	for _, o := range ops {
+		if o.c != nil && o.c.readBody {
+			o.c.body = bodies[o.c.after.ID]
+		}
+	}
+	return nil
+}
+
+// queueBodies queues, at the end of a batch, the read of the messages'
+// bodies into the map it returns, which is filled when the batch is closed.
+func queueBodies(b *pgx.Batch, messageIDs []uuid.UUID) map[uuid.UUID][]byte {
+	bodies := make(map[uuid.UUID][]byte, len(messageIDs))
+	b.Queue(`SELECT message_id, body FROM payloads WHERE message_id = ANY($1)`, messageIDs).
+		Query(func(rows pgx.Rows) error {
+			var (
+				id   uuid.UUID
+				body []byte
+			)
+			_, err := pgx.ForEachRow(rows, []any{&id, &body}, func() error {
+				bodies[id] = body
+				return nil
+			})
+			return err
+		})
+	return bodies
+}
