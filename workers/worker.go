@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -86,6 +87,10 @@ type Worker[T any] struct {
 	wake chan uuid.UUID
 	// poke asks the loop for a catch-up.
 	poke chan struct{}
+	// dropped is set when a wake-up is dropped; empty counts the catch-ups
+	// in a row that claimed nothing (the loop's own).
+	dropped atomic.Bool
+	empty   int
 	// slots holds one token per attempt in flight.
 	slots chan struct{}
 
@@ -167,6 +172,7 @@ func (w *Worker[T]) onWakeup(msg *nats.Msg) {
 	case w.wake <- id:
 	default:
 		w.metrics.wakeupsDropped.WithLabelValues(w.cfg.Name).Inc()
+		w.dropped.Store(true)
 		w.Poke()
 	}
 }
@@ -210,14 +216,18 @@ func (w *Worker[T]) acquire() bool {
 
 func (w *Worker[T]) releaseSlot() { <-w.slots }
 
-// catchUpAgain is how soon a catch-up that came back short, having claimed
-// something, is followed by another. ClaimDue passes over the jobs whose
-// rows other transactions hold at that moment (for a delivery: a command on
-// another delivery of its message holds the message row for the length of
-// its batch), and when such a job's wake-up was dropped, nothing else would
-// claim it before the sweep. The chain ends with a catch-up that claims
-// nothing.
-const catchUpAgain = 20 * time.Millisecond
+// A catch-up that comes back short is followed by another catchUpAgain
+// later, and each that claims nothing doubles the wait, up to emptyCatchUps
+// of them in a row (about 1.3 s in all). ClaimDue passes over the jobs whose
+// rows other transactions hold at that moment (for a delivery: a batch of
+// commands on another delivery of its message holds the message row until
+// it commits), and when such a job's wake-up was dropped, nothing else would
+// claim it before the sweep. A claim, or a dropped wake-up, starts the count
+// again.
+const (
+	catchUpAgain  = 20 * time.Millisecond
+	emptyCatchUps = 6
+)
 
 // catchUp claims due jobs batch by batch, as many as slots are free, until
 // fewer are due than were asked for.
@@ -250,8 +260,14 @@ func (w *Worker[T]) catchUp() {
 			w.releaseSlot()
 		}
 		if err != nil || len(jobs) < n {
-			if err == nil && len(jobs) > 0 {
-				time.AfterFunc(catchUpAgain, w.Poke)
+			if w.dropped.Swap(false) || len(jobs) > 0 {
+				w.empty = 0
+			}
+			if err == nil && w.empty < emptyCatchUps {
+				time.AfterFunc(catchUpAgain<<w.empty, w.Poke)
+				if len(jobs) == 0 {
+					w.empty++
+				}
 			}
 			return
 		}

@@ -79,11 +79,19 @@ func TestShortCatchUpRunsAgain(t *testing.T) {
 			t.Fatalf("%q not completed", want)
 		}
 	}
-	// The chain ends with a catch-up that claims nothing.
-	time.Sleep(100 * time.Millisecond)
-	store.mu.Lock()
-	defer store.mu.Unlock()
-	if store.claimDue != 3 {
-		t.Errorf("ClaimDue called %d times, want 3", store.claimDue)
+	// The chain ends after six catch-ups in a row that claim nothing, each
+	// waiting twice as long as the one before (20 ms to 640 ms).
+	calls := func() int {
+		store.mu.Lock()
+		defer store.mu.Unlock()
+		return store.claimDue
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for calls() < 2+1+6 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	time.Sleep(1500 * time.Millisecond) // longer than the next wait would be
+	if n := calls(); n != 2+1+6 {
+		t.Errorf("ClaimDue called %d times, want 9", n)
 	}
 }
