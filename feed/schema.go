@@ -74,20 +74,16 @@ func (journalSchema) SelectQuery(p wsql.SelectQueryParams) (wsql.Query, error) {
 	if err != nil {
 		return wsql.Query{}, fmt.Errorf("feed: next offset query: %w", err)
 	}
-	// The subquery keeps the planner from an index scan filtered row by row;
-	// see DefaultPostgreSQLSchema.SelectQuery.
-	q := `SELECT * FROM (
-		WITH last_processed AS (` + next.Query + `)
-		SELECT position, txid, recorded_at, stream, version, delivery_id, coalesce(target, ''),
-			kind, actor, coalesce(old_state, ''), coalesce(new_state, ''), payload
-		FROM journal
-		WHERE (
-			(txid = (SELECT last_processed_transaction_id FROM last_processed)
-				AND position > (SELECT offset_acked FROM last_processed))
-			OR txid > (SELECT last_processed_transaction_id FROM last_processed)
-		)
+	// The row comparison is a range of the journal_txid index, which the
+	// scan walks in order from the group's place and leaves after
+	// batchSize rows, whatever the backlog.
+	q := `WITH last_processed AS (` + next.Query + `)
+	SELECT position, txid, recorded_at, stream, version, delivery_id, coalesce(target, ''),
+		kind, actor, coalesce(old_state, ''), coalesce(new_state, ''), payload
+	FROM journal
+	WHERE (txid, position) > ((SELECT last_processed_transaction_id FROM last_processed),
+			(SELECT offset_acked FROM last_processed))
 		AND txid < pg_snapshot_xmin(pg_current_snapshot())
-	) AS events
 	ORDER BY txid, position
 	LIMIT ` + strconv.Itoa(batchSize)
 	return wsql.Query{Query: q, Args: next.Args}, nil

@@ -48,7 +48,7 @@ const (
 	// benchIngesters ingest side by side, so ingest is not the bottleneck.
 	benchIngesters = 8
 	// benchConcurrency is each target's max_concurrent.
-	benchConcurrency = 20
+	benchConcurrency = 40
 	// benchDeadline bounds one pass, from the first ingest to the last
 	// delivery.
 	benchDeadline = 3 * time.Minute
@@ -62,7 +62,7 @@ const (
 var saturatedRate atomic.Uint64
 
 // BenchmarkRuntime measures the delivery runtime end to end: ingest with a
-// real clock, two http targets (max_concurrent 20) served by a loopback
+// real clock, two http targets (max_concurrent 40) served by a loopback
 // sink, the Runtime on an embedded NATS server and the sweep beside it, as
 // in a server, until every message is delivered.
 //

@@ -129,6 +129,7 @@ func NewWorker[T any](cfg Config[T]) (*Worker[T], error) {
 		poke:     make(chan struct{}, 1),
 		slots:    make(chan struct{}, cfg.MaxConcurrent),
 		loopDone: make(chan struct{}),
+		empty:    emptyCatchUps,
 	}
 	w.soft, w.cancelSoft = context.WithCancel(context.Background())
 	w.hard, w.cancelHard = context.WithCancel(context.Background())
@@ -223,7 +224,7 @@ func (w *Worker[T]) releaseSlot() { <-w.slots }
 // commands on another delivery of its message holds the message row until
 // it commits), and when such a job's wake-up was dropped, nothing else would
 // claim it before the sweep. A claim, or a dropped wake-up, starts the count
-// again.
+// again; a worker that has claimed nothing since it started makes no chain.
 const (
 	catchUpAgain  = 20 * time.Millisecond
 	emptyCatchUps = 6
