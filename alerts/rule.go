@@ -110,10 +110,13 @@ func Derive(e journal.Event, before, after *projection.Message) []Alert {
 // into error only when a delivery settles (delivered, failed or stalled:
 // the last busy one beside a failed one, or a failure) or a message is
 // refused; the other delivery events move a delivery into a state that
-// ranks above error, or change no state.
+// ranks above error, or change no state. A dispatch raises only when it
+// routes the message nowhere.
 func MayRaise(e journal.Event) bool {
-	switch e.Kind() {
-	case journal.KindMessageDispatched, journal.KindMessageRefused:
+	switch p := e.Payload.(type) {
+	case *journal.MessageDispatched:
+		return len(p.Deliveries) == 0
+	case *journal.MessageRefused:
 		return true
 	}
 	if !e.Kind().Delivery() {

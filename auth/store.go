@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -46,14 +47,33 @@ const AdminName = "admin"
 const adminLock = 0x77617962696c6c20
 
 // Store keeps the tokens in the api_tokens table, which schema.Ensure
-// creates.
+// creates. It remembers the rows it has read for CacheTTL, so a client
+// making many calls costs one lookup per CacheTTL, not one per call.
 type Store struct {
-	db *pgxpool.Pool
+	db  *pgxpool.Pool
+	now func() time.Time
+
+	mu    sync.Mutex
+	cache map[string]tokenRow
+}
+
+// CacheTTL bounds how long a token row read from the table is used without
+// reading it again: a token deleted from the table stops working within it.
+const CacheTTL = 30 * time.Second
+
+// maxCached bounds the remembered rows; when full, the cache starts over.
+const maxCached = 1024
+
+// tokenRow is a row of api_tokens as read at a time.
+type tokenRow struct {
+	name, role string
+	stored     []byte
+	read       time.Time
 }
 
 // NewStore returns the store of the tokens in db.
 func NewStore(db *pgxpool.Pool) *Store {
-	return &Store{db: db}
+	return &Store{db: db, now: time.Now, cache: map[string]tokenRow{}}
 }
 
 // Create makes a token with the name and role and returns it. The token is
@@ -106,12 +126,7 @@ func (s *Store) Authenticate(ctx context.Context, token string) (Identity, error
 	if !ok {
 		return Identity{}, ErrUnauthorized
 	}
-	var (
-		name, role string
-		stored     []byte
-	)
-	err := s.db.QueryRow(ctx, `SELECT name, role, secret_sha256 FROM api_tokens WHERE id = $1`, id).
-		Scan(&name, &role, &stored)
+	row, err := s.row(ctx, id)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Identity{}, ErrUnauthorized
 	}
@@ -119,15 +134,40 @@ func (s *Store) Authenticate(ctx context.Context, token string) (Identity, error
 		return Identity{}, fmt.Errorf("authenticate: %w", err)
 	}
 	sum := sha256.Sum256(secret)
-	if subtle.ConstantTimeCompare(sum[:], stored) != 1 {
+	if subtle.ConstantTimeCompare(sum[:], row.stored) != 1 {
 		return Identity{}, ErrUnauthorized
 	}
-	r, err := ParseRole(role)
+	r, err := ParseRole(row.role)
 	if err != nil {
 		// A role this build does not know grants nothing.
 		return Identity{}, ErrUnauthorized
 	}
-	return Identity{Name: name, Role: r}, nil
+	return Identity{Name: row.name, Role: r}, nil
+}
+
+// row returns the token row with the id, from the cache while it is fresh.
+// Only rows found are cached, so unknown ids cannot fill the cache.
+func (s *Store) row(ctx context.Context, id string) (tokenRow, error) {
+	now := s.now()
+	s.mu.Lock()
+	row, ok := s.cache[id]
+	s.mu.Unlock()
+	if ok && now.Sub(row.read) < CacheTTL {
+		return row, nil
+	}
+	row = tokenRow{read: now}
+	err := s.db.QueryRow(ctx, `SELECT name, role, secret_sha256 FROM api_tokens WHERE id = $1`, id).
+		Scan(&row.name, &row.role, &row.stored)
+	if err != nil {
+		return tokenRow{}, err
+	}
+	s.mu.Lock()
+	if len(s.cache) >= maxCached {
+		clear(s.cache)
+	}
+	s.cache[id] = row
+	s.mu.Unlock()
+	return row, nil
 }
 
 // parse splits a token into its id and the bytes of its secret.

@@ -8,11 +8,13 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/waybill/waybill/auth"
 	"github.com/waybill/waybill/internal/dbtest"
+	"github.com/waybill/waybill/internal/testclock"
 	"github.com/waybill/waybill/lifecycle"
 	"github.com/waybill/waybill/schema"
 )
@@ -305,5 +307,40 @@ func TestTokensSurviveProjectionReset(t *testing.T) {
 	}
 	if id, err := s.Authenticate(ctx, token); err != nil || id.Name != "alice" {
 		t.Fatalf("after a projection reset: %+v, %v", id, err)
+	}
+}
+
+// TestAuthenticateCachesRowsForTheirTTL deletes a token's row behind the
+// store's back: the token works until CacheTTL has passed since the row
+// was read, then stops.
+func TestAuthenticateCachesRowsForTheirTTL(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	s, db := newStore(t)
+	clock := testclock.New(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
+	s.SetClock(clock.Now)
+	token, err := s.Create(ctx, "alice", auth.RoleReader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := auth.Identity{Name: "alice", Role: auth.RoleReader}
+	if id, err := s.Authenticate(ctx, token); err != nil || id != want {
+		t.Fatalf("authenticate: %+v, %v", id, err)
+	}
+	if _, err := db.Exec(ctx, `DELETE FROM api_tokens`); err != nil {
+		t.Fatal(err)
+	}
+	clock.Advance(auth.CacheTTL - time.Second)
+	if id, err := s.Authenticate(ctx, token); err != nil || id != want {
+		t.Fatalf("authenticate within the TTL: %+v, %v", id, err)
+	}
+	// A wrong secret for a cached id is refused all the same.
+	wrong := token[:len(token)-1] + map[bool]string{true: "1", false: "0"}[token[len(token)-1] == '0']
+	if _, err := s.Authenticate(ctx, wrong); !errors.Is(err, auth.ErrUnauthorized) {
+		t.Fatalf("wrong secret: %v", err)
+	}
+	clock.Advance(time.Second)
+	if _, err := s.Authenticate(ctx, token); !errors.Is(err, auth.ErrUnauthorized) {
+		t.Fatalf("authenticate after the TTL: %v", err)
 	}
 }

@@ -15,7 +15,7 @@ import (
 )
 
 // subject names the message a command acts on: by its id, or by the id of
-// one of its deliveries.
+// one of its deliveries; the zero subject is a message the command makes.
 type subject struct {
 	messageID, deliveryID uuid.UUID
 }
@@ -52,7 +52,7 @@ type op struct {
 // one Writer has open at once.
 const (
 	maxBatch   = 64
-	maxLeaders = 2
+	maxLeaders = 3
 )
 
 // batcher gathers the commands on existing messages that arrive while
@@ -131,29 +131,49 @@ func (g *batcher) handOff() {
 
 // runBatch writes the ops as one transaction, reading again after a lost
 // race. An op whose decide failed keeps its own error; when the transaction
-// fails, every other op gets its error.
+// fails, every other op gets its error. A batch that fails on an
+// idempotency key is written again one op at a time, so that only the
+// message whose key is taken fails.
 func (w *Writer) runBatch(ops []*op) {
 	if w.batched != nil {
 		w.batched(len(ops))
 	}
 	ctx, cancel := batchContext(ops)
 	defer cancel()
-	for try := 1; ; try++ {
-		err := w.writeBatch(ctx, ops)
-		if retryable(err) && try < maxTries {
-			if w.lost != nil {
-				w.lost(err)
-			}
-			continue
-		}
-		if err != nil {
-			for _, o := range ops {
-				if o.err == nil {
-					o.m, o.c, o.err = nil, nil, err
-				}
-			}
+	err := w.retry(ctx, ops)
+	if isIdempotencyConflict(err) && len(ops) > 1 {
+		for _, o := range ops {
+			w.fail([]*op{o}, w.retry(ctx, []*op{o}))
 		}
 		return
+	}
+	w.fail(ops, err)
+}
+
+// retry writes the ops, reading and deciding again after a lost race, up to
+// maxTries.
+func (w *Writer) retry(ctx context.Context, ops []*op) error {
+	for try := 1; ; try++ {
+		err := w.writeBatch(ctx, ops)
+		if !retryable(err) || try == maxTries {
+			return err
+		}
+		if w.lost != nil {
+			w.lost(err)
+		}
+	}
+}
+
+// fail gives err, when there is one, to the ops that have no error of their
+// own.
+func (w *Writer) fail(ops []*op, err error) {
+	if err == nil {
+		return
+	}
+	for _, o := range ops {
+		if o.err == nil {
+			o.m, o.c, o.err = nil, nil, err
+		}
 	}
 }
 
@@ -179,11 +199,13 @@ func batchContext(ops []*op) (context.Context, context.CancelFunc) {
 	}
 }
 
-// writeBatch runs the ops in one transaction on a connection of its own, in
-// two round trips: BEGIN with the read, which locks the message rows, then
-// the writes of all the changes with COMMIT. Ops on one message are decided
-// in turn, each on the state the one before left, and their changes are
-// written as one.
+// writeBatch runs the ops in one transaction on a connection of its own.
+// With ops on existing messages it takes two round trips: BEGIN with the
+// read, which locks the message rows, then the writes of all the changes
+// with COMMIT. Ops on one message are decided in turn, each on the state the
+// one before left, and their changes are written as one. Ops that make new
+// messages read nothing: a batch of only those is one round trip, its
+// writes sent as an implicit transaction.
 func (w *Writer) writeBatch(ctx context.Context, ops []*op) error {
 	conn, err := w.db.Acquire(ctx)
 	if err != nil {
@@ -192,25 +214,31 @@ func (w *Writer) writeBatch(ctx context.Context, ops []*op) error {
 	defer w.release(conn)
 	messageIDs, deliveryIDs := []uuid.UUID{}, []uuid.UUID{}
 	for _, o := range ops {
-		if o.on.deliveryID != uuid.Nil {
+		switch {
+		case o.on.deliveryID != uuid.Nil:
 			deliveryIDs = append(deliveryIDs, o.on.deliveryID)
-		} else {
+		case o.on.messageID != uuid.Nil:
 			messageIDs = append(messageIDs, o.on.messageID)
 		}
 	}
-	b := &pgx.Batch{}
-	b.Queue(`BEGIN`)
-	b.Queue(`SET LOCAL plan_cache_mode = force_generic_plan`)
-	read := projection.LoadLocked(b, messageIDs, deliveryIDs)
-	if err := conn.SendBatch(ctx, b).Close(); err != nil {
-		return fmt.Errorf("read: %w", err)
-	}
+	explicit := len(messageIDs)+len(deliveryIDs) > 0
 	state := map[uuid.UUID]*projection.Message{}
 	owner := map[uuid.UUID]uuid.UUID{}
-	for _, m := range read() {
-		state[m.ID] = m
-		for _, d := range m.Deliveries {
-			owner[d.ID] = m.ID
+	if explicit {
+		b := &pgx.Batch{}
+		b.Queue(`BEGIN`)
+		// The reads are built to plan as index lookups whatever the sizes;
+		// a generic plan spares planning them on every call.
+		b.Queue(`SET LOCAL plan_cache_mode = force_generic_plan`)
+		read := projection.LoadLocked(b, messageIDs, deliveryIDs)
+		if err := conn.SendBatch(ctx, b).Close(); err != nil {
+			return fmt.Errorf("read: %w", err)
+		}
+		for _, m := range read() {
+			state[m.ID] = m
+			for _, d := range m.Deliveries {
+				owner[d.ID] = m.ID
+			}
 		}
 	}
 
@@ -223,14 +251,16 @@ func (w *Writer) writeBatch(ctx context.Context, ops []*op) error {
 			o.err = err
 			continue
 		}
-		id := o.on.messageID
-		if id == uuid.Nil {
-			id = owner[o.on.deliveryID]
-		}
-		m := state[id]
-		if m == nil {
-			o.err = fmt.Errorf("load %s: %w", o.on, projection.ErrNotFound)
-			continue
+		var m *projection.Message
+		if o.on != (subject{}) {
+			id := o.on.messageID
+			if id == uuid.Nil {
+				id = owner[o.on.deliveryID]
+			}
+			if m = state[id]; m == nil {
+				o.err = fmt.Errorf("load %s: %w", o.on, projection.ErrNotFound)
+				continue
+			}
 		}
 		c, err := o.decide(m, now)
 		if err != nil {
@@ -241,6 +271,7 @@ func (w *Writer) writeBatch(ctx context.Context, ops []*op) error {
 		if c == nil {
 			continue
 		}
+		id := c.after.ID
 		state[id] = c.after
 		if all := merged[id]; all != nil {
 			all.after = c.after
@@ -248,34 +279,38 @@ func (w *Writer) writeBatch(ctx context.Context, ops []*op) error {
 			all.touched = append(all.touched, c.touched...)
 			all.readBody = all.readBody || c.readBody
 		} else {
-			all := &change{before: c.before, after: c.after, readBody: c.readBody,
+			all := &change{before: c.before, after: c.after, readBody: c.readBody, body: c.body,
 				events: append([]journal.Event(nil), c.events...), touched: append([]uuid.UUID(nil), c.touched...)}
 			merged[id] = all
 			changes = append(changes, all)
 		}
 	}
 	if len(changes) == 0 {
-		// Nothing to write: end the transaction, which only read.
-		if _, err := conn.Exec(ctx, `COMMIT`); err != nil {
-			return fmt.Errorf("commit: %w", err)
+		if explicit {
+			// Nothing to write: end the transaction, which only read.
+			if _, err := conn.Exec(ctx, `COMMIT`); err != nil {
+				return fmt.Errorf("commit: %w", err)
+			}
 		}
 		return nil
 	}
-	b = &pgx.Batch{}
+	b := &pgx.Batch{}
 	if err := w.queue(b, changes...); err != nil {
 		return err
 	}
-	var bodies map[uuid.UUID][]byte
 	var withBody []uuid.UUID
 	for _, c := range changes {
 		if c.readBody {
 			withBody = append(withBody, c.after.ID)
 		}
 	}
+	var bodies map[uuid.UUID][]byte
 	if len(withBody) > 0 {
 		bodies = queueBodies(b, withBody)
 	}
-	b.Queue(`COMMIT`)
+	if explicit {
+		b.Queue(`COMMIT`)
+	}
 	if err := w.send(ctx, conn, b); err != nil {
 		return err
 	}

@@ -19,3 +19,6 @@ func (w *Writer) Pending() int {
 	defer w.batches.mu.Unlock()
 	return len(w.batches.pending)
 }
+
+// MaxLeaders is how many batches a Writer may have open at once.
+const MaxLeaders = maxLeaders

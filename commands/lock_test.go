@@ -73,7 +73,8 @@ func (lb *lockBundle) sessions(t *testing.T) (byState map[string]int, waiting in
 }
 
 // holdMessage locks the message row in a transaction of another session
-// until the returned function commits it, changing nothing.
+// until the returned function commits it, changing nothing; a test that
+// ends first commits it on cleanup, so nothing waits on it for ever.
 func (lb *lockBundle) holdMessage(t *testing.T, id uuid.UUID) func() {
 	t.Helper()
 	tx, err := lb.db.Begin(lb.ctx)
@@ -83,10 +84,49 @@ func (lb *lockBundle) holdMessage(t *testing.T, id uuid.UUID) func() {
 	if _, err := tx.Exec(lb.ctx, `SELECT FROM messages WHERE id = $1 FOR UPDATE`, id); err != nil {
 		t.Fatal(err)
 	}
+	var once sync.Once
+	release := func() {
+		once.Do(func() {
+			if err := tx.Commit(context.Background()); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	t.Cleanup(release)
+	return release
+}
+
+// busy makes every batch the Writer may have open wait on a lock of a new
+// message: each is a dispatch of it, which changes nothing. Commands made
+// until the returned function releases the lock queue for the next batch.
+func (lb *lockBundle) busy(t *testing.T) (release func()) {
+	t.Helper()
+	held := lb.ingest(t)
+	unlock := lb.holdMessage(t, held.ID)
+	var wg sync.WaitGroup
+	for i := range commands.MaxLeaders {
+		wg.Go(func() {
+			if _, err := lb.w.Dispatch(lb.ctx, held.ID, admin); err != nil {
+				t.Error(err)
+			}
+		})
+		lb.untilWaiting(t, i+1)
+	}
 	return func() {
-		if err := tx.Commit(lb.ctx); err != nil {
-			t.Fatal(err)
+		unlock()
+		wg.Wait()
+	}
+}
+
+// untilPending waits until n commands wait for a batch.
+func (lb *lockBundle) untilPending(t *testing.T, n int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for lb.w.Pending() != n {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d commands pending, want %d", lb.w.Pending(), n)
 		}
+		time.Sleep(time.Millisecond)
 	}
 }
 
@@ -241,21 +281,21 @@ func total(states map[string]int) int {
 	return n
 }
 
-// TestCommandsQueuedBehindABusyDatabaseShareABatch holds both batches a
-// Writer may have open behind a lock, queues claims of 18 more deliveries
-// of 9 messages, and releases the lock: the 18 are written as one batch,
-// each claim is its own, and the journal and tables agree.
+// TestCommandsQueuedBehindABusyDatabaseShareABatch holds every batch a
+// Writer may have open behind a lock, queues claims of 18 deliveries of 9
+// messages, and releases the lock: the 18 are written as one batch, each
+// claim is its own, and the journal and tables agree.
 func TestCommandsQueuedBehindABusyDatabaseShareABatch(t *testing.T) {
 	t.Parallel()
 	lb := setupLock(t)
 	lb.targets(t, "alpha", "beta")
 	var deliveries []uuid.UUID
-	held := lb.ingest(t)
 	for range 9 {
 		for _, d := range lb.ingest(t).Deliveries {
 			deliveries = append(deliveries, d.ID)
 		}
 	}
+	release := lb.busy(t)
 	var (
 		mu    sync.Mutex
 		sizes []int
@@ -265,46 +305,32 @@ func TestCommandsQueuedBehindABusyDatabaseShareABatch(t *testing.T) {
 		sizes = append(sizes, n)
 		mu.Unlock()
 	})
-	release := lb.holdMessage(t, held.ID)
 	var (
 		wg     sync.WaitGroup
 		tokens sync.Map
-		failed atomic.Int64
 	)
-	claim := func(id uuid.UUID) {
-		c, err := lb.w.Claim(lb.ctx, id, time.Minute)
-		if err != nil {
-			t.Errorf("claim %s: %v", id, err)
-			failed.Add(1)
-			return
-		}
-		if c.Delivery.ID != id || c.Attempt != 1 || string(c.Payload) != "hello" {
-			t.Errorf("claim of %s: %+v", id, c)
-		}
-		tokens.Store(id, c.Token)
-	}
-	for i, d := range held.Deliveries {
-		wg.Go(func() { claim(d.ID) })
-		lb.untilWaiting(t, i+1)
-	}
 	for _, id := range deliveries {
-		wg.Go(func() { claim(id) })
+		wg.Go(func() {
+			c, err := lb.w.Claim(lb.ctx, id, time.Minute)
+			if err != nil {
+				t.Errorf("claim %s: %v", id, err)
+				return
+			}
+			if c.Delivery.ID != id || c.Attempt != 1 || string(c.Payload) != "hello" {
+				t.Errorf("claim of %s: %+v", id, c)
+			}
+			tokens.Store(id, c.Token)
+		})
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for lb.w.Pending() != len(deliveries) {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d claims pending, want %d", lb.w.Pending(), len(deliveries))
-		}
-		time.Sleep(time.Millisecond)
-	}
+	lb.untilPending(t, len(deliveries))
 	release()
 	wg.Wait()
-	if failed.Load() > 0 {
+	if t.Failed() {
 		t.FailNow()
 	}
 	mu.Lock()
-	if !slices.Equal(sizes, []int{1, 1, 18}) {
-		t.Errorf("batch sizes %v, want [1 1 18]", sizes)
+	if !slices.Equal(sizes, []int{18}) {
+		t.Errorf("batch sizes %v, want [18]", sizes)
 	}
 	mu.Unlock()
 	for _, id := range deliveries {
@@ -315,6 +341,56 @@ func TestCommandsQueuedBehindABusyDatabaseShareABatch(t *testing.T) {
 	}
 	if n := lb.lost.Load(); n != 0 {
 		t.Errorf("%d lost races", n)
+	}
+	lb.audit(t)
+}
+
+// TestIngestsQueuedTogetherKeepTheirIdempotency queues six ingests behind
+// two busy batches, three of them with one idempotency key: the batch fails
+// on the key and is written again one ingest at a time, so one of the three
+// stores the message, the other two get it back, and the rest are stored.
+func TestIngestsQueuedTogetherKeepTheirIdempotency(t *testing.T) {
+	t.Parallel()
+	lb := setupLock(t)
+	lb.targets(t, "alpha", "beta")
+	release := lb.busy(t)
+	var wg sync.WaitGroup
+	type result struct {
+		id      uuid.UUID
+		created bool
+	}
+	results := make([]result, 6)
+	for i := range results {
+		wg.Go(func() {
+			in := newMessage()
+			if i < 3 {
+				in.IdempotencyKey = "order-42"
+			}
+			m, created, err := lb.w.Ingest(lb.ctx, in)
+			if err != nil {
+				t.Errorf("ingest %d: %v", i, err)
+				return
+			}
+			results[i] = result{m.ID, created}
+		})
+	}
+	lb.untilPending(t, len(results))
+	release()
+	wg.Wait()
+	created := 0
+	for i, r := range results {
+		if r.created {
+			created++
+		}
+		if i < 3 && r.id != results[0].id {
+			t.Errorf("ingest %d with the key got message %s, ingest 0 got %s", i, r.id, results[0].id)
+		}
+		if i >= 3 && !r.created {
+			t.Errorf("ingest %d without a key was not stored", i)
+		}
+	}
+	if created != 4 {
+		t.Errorf("%d messages stored, want 4", created)
 	}
 	lb.audit(t)
 }

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/waybill/waybill/journal"
@@ -88,8 +87,12 @@ func (w *Writer) accept(ctx context.Context, in NewMessage, dispatch bool) (*pro
 		}
 	}
 	id := uuid.Must(uuid.NewV7())
-	m, err := w.create(ctx, func(_ *projection.Message, now time.Time) (*change, error) {
+	m, err := w.run(ctx, subject{}, func(_ *projection.Message, now time.Time) (*change, error) {
 		c := newChange(nil)
+		c.body = in.Payload
+		if c.body == nil {
+			c.body = []byte{} // NULL would be no body
+		}
 		err := c.record(journal.Event{RecordedAt: now, Stream: journal.MessageStream(id),
 			Actor: journal.SourceActor(in.Source), Payload: accepted})
 		if err != nil {
@@ -101,8 +104,6 @@ func (w *Writer) accept(ctx context.Context, in NewMessage, dispatch bool) (*pro
 			}
 		}
 		return c, nil
-	}, func(b *pgx.Batch) {
-		b.Queue(`INSERT INTO payloads (message_id, body) VALUES ($1, $2)`, id, in.Payload)
 	})
 	if isIdempotencyConflict(err) {
 		held, err := w.heldMessage(ctx, in.Source, in.IdempotencyKey)

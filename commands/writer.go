@@ -98,8 +98,8 @@ const maxTries = 10
 // change is what a command decided: the events recorded on the state, the
 // deliveries they touched, the wake-ups to publish after commit, and the
 // error to return once it is committed (a refusal that is journaled). A
-// claim's change also asks for the message's body, read in the same
-// transaction.
+// claim's change asks for the message's body, read in the same transaction
+// into body; a new message's change holds the body to store.
 type change struct {
 	before   int
 	after    *projection.Message
@@ -137,8 +137,8 @@ func newChange(m *projection.Message) *change {
 // nothing written.
 type decision func(m *projection.Message, now time.Time) (*change, error)
 
-// run executes a command on an existing message, named by id or by one of
-// its deliveries: the message is read with its row locked, decide records
+// run executes a command on the message it names (a new one for the zero
+// subject): an existing message is read with its row locked, decide records
 // the events on a change, and the change is written in the same
 // transaction, which it shares with the commands gathered into the same
 // batch (see batcher). It returns the message as the change left it, or as
@@ -155,35 +155,6 @@ func (w *Writer) run(ctx context.Context, on subject, decide decision) (*project
 	}
 	w.notify(o.c.wakeups)
 	return o.c.after, o.c.result
-}
-
-// create writes the change of a command that makes a new message, as one
-// batch (an implicit transaction) with the extra statements queued by
-// extra. A lost race decides again, up to maxTries.
-func (w *Writer) create(ctx context.Context, decide decision, extra func(b *pgx.Batch)) (*projection.Message, error) {
-	for try := 1; ; try++ {
-		c, err := decide(nil, w.now())
-		if err != nil {
-			return nil, err
-		}
-		b := &pgx.Batch{}
-		if err := w.queue(b, c); err != nil {
-			return nil, err
-		}
-		extra(b)
-		err = w.send(ctx, w.db, b)
-		if retryable(err) && try < maxTries {
-			if w.lost != nil {
-				w.lost(err)
-			}
-			continue
-		}
-		if err != nil {
-			return nil, err
-		}
-		w.notify(c.wakeups)
-		return c.after, c.result
-	}
 }
 
 // rollbackTimeout bounds the rollback of a failed command, which runs even
@@ -213,7 +184,7 @@ func (w *Writer) release(conn *pgxpool.Conn) {
 
 // queue adds the changes' statements to b, at most one change per message:
 // the projection first (its update locks the message rows), then the
-// journal.
+// journal, then the bodies of new messages.
 func (w *Writer) queue(b *pgx.Batch, changes ...*change) error {
 	writes := make([]projection.Write, len(changes))
 	var events []journal.Event
@@ -227,6 +198,16 @@ func (w *Writer) queue(b *pgx.Batch, changes ...*change) error {
 		return err
 	}
 	w.cutAt("appended", b)
+	var ids []uuid.UUID
+	var bodies [][]byte
+	for _, c := range changes {
+		if c.before == 0 {
+			ids, bodies = append(ids, c.after.ID), append(bodies, c.body)
+		}
+	}
+	if len(ids) > 0 {
+		b.Queue(`INSERT INTO payloads (message_id, body) SELECT * FROM unnest($1::uuid[], $2::bytea[])`, ids, bodies)
+	}
 	return nil
 }
 

@@ -46,7 +46,7 @@ var (
 
 const (
 	// benchIngesters ingest side by side, so ingest is not the bottleneck.
-	benchIngesters = 8
+	benchIngesters = 16
 	// benchConcurrency is each target's max_concurrent.
 	benchConcurrency = 40
 	// benchDeadline bounds one pass, from the first ingest to the last
@@ -66,7 +66,7 @@ var saturatedRate atomic.Uint64
 // sink, the Runtime on an embedded NATS server and the sweep beside it, as
 // in a server, until every message is delivered.
 //
-// saturated ingests N messages (-waybill.messages, 5,000) from 8 goroutines
+// saturated ingests N messages (-waybill.messages, 5,000) from 16 goroutines
 // as fast as they go and reports messages/s and deliveries/s (N and 2N over
 // the time from the first ingest to the last delivery) and the
 // ingest-to-delivered latency. half offers half the best saturated rate of
