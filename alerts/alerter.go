@@ -57,6 +57,10 @@ type Alerter struct {
 	log     *slog.Logger
 
 	consumer *feed.Consumer
+	// states holds, by stream, the state after the last event the handler
+	// folded, so the next event of the stream folds on it without reading
+	// the stream again. Only the consumer's goroutine touches it.
+	states   map[string]*projection.Message
 	raised   *prometheus.CounterVec
 	failed   *prometheus.CounterVec
 	channels []*channel
@@ -74,7 +78,8 @@ func New(cfg Config) (*Alerter, error) {
 		return nil, errors.New("alerts: Config.DB and Config.NATS are required")
 	}
 	a := &Alerter{db: cfg.DB, nc: cfg.NATS, webhook: cfg.WebhookURL, http: &http.Client{Timeout: sendTimeout},
-		backoff: cfg.SendBackoff, metrics: cfg.Metrics, now: cfg.Now, log: cfg.Logger}
+		backoff: cfg.SendBackoff, metrics: cfg.Metrics, now: cfg.Now, log: cfg.Logger,
+		states: map[string]*projection.Message{}}
 	if a.backoff <= 0 {
 		a.backoff = time.Second
 	}
@@ -191,14 +196,23 @@ func (a *Alerter) Stop(ctx context.Context) {
 	}
 }
 
-// handle derives the alerts of one event and records the new ones.
+// maxStates bounds Alerter.states; when full, it starts over.
+const maxStates = 4096
+
+// handle derives the alerts of one event and records the new ones. It runs
+// on the feed consumer's goroutine, one event at a time in feed order, which
+// is version order within a stream.
 func (a *Alerter) handle(ctx context.Context, e journal.Event) error {
+	before, after := a.next(e)
 	if !MayRaise(e) {
 		return nil
 	}
-	before, after, err := a.fold(ctx, e)
-	if err != nil || after == nil {
-		return err
+	if after == nil {
+		var err error
+		if before, after, err = a.fold(ctx, e); err != nil || after == nil {
+			return err
+		}
+		a.remember(e.Stream, after)
 	}
 	for _, al := range Derive(e, before, after) {
 		if err := a.record(ctx, al); err != nil {
@@ -206,6 +220,37 @@ func (a *Alerter) handle(ctx context.Context, e journal.Event) error {
 		}
 	}
 	return nil
+}
+
+// next folds e on the remembered state of its stream when that is the state
+// just before e, and remembers the result. Otherwise (a stream not
+// remembered, an event seen again after a failed handle, an event the fold
+// refuses) it forgets the stream and returns nils: fold reads it instead.
+func (a *Alerter) next(e journal.Event) (before, after *projection.Message) {
+	if e.Stream == journal.ConfigStream {
+		return nil, nil
+	}
+	before = a.states[e.Stream]
+	delete(a.states, e.Stream)
+	if before == nil || before.Version != e.Version-1 {
+		if e.Version != 1 {
+			return nil, nil
+		}
+		before = &projection.Message{}
+	}
+	after = before.Clone()
+	if err := projection.Apply(after, e); err != nil {
+		return nil, nil
+	}
+	a.remember(e.Stream, after)
+	return before, after
+}
+
+func (a *Alerter) remember(stream string, m *projection.Message) {
+	if len(a.states) >= maxStates {
+		clear(a.states)
+	}
+	a.states[stream] = m
 }
 
 // fold returns the state of e's message before e and after it. An event the

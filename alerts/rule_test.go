@@ -23,6 +23,13 @@ type story struct {
 	tokens map[string]uuid.UUID // claim token by target
 	before *projection.Message
 	last   journal.Event
+	// steps holds every event with the states before and after it.
+	steps []step
+}
+
+type step struct {
+	e             journal.Event
+	before, after *projection.Message
 }
 
 func newStory(t *testing.T) *story {
@@ -44,6 +51,7 @@ func (s *story) record(e journal.Event) *story {
 		s.t.Fatalf("record %s: %v", e.Kind(), err)
 	}
 	s.last.Position = int64(s.last.Version) + 100
+	s.steps = append(s.steps, step{s.last, s.before, s.m.Clone()})
 	return s
 }
 
@@ -165,5 +173,37 @@ func TestDeriveFields(t *testing.T) {
 	if a := s.derive()[0]; a.ID != "message_failed:"+s.m.ID.String()+":2" || a.Severity != alerts.SeverityError ||
 		a.Key != "message_failed:erp" || a.Details["error"] != "bad input" {
 		t.Errorf("failed: %+v", a)
+	}
+}
+
+// TestRememberedFoldsMatchTheStream folds two interleaved stories event by
+// event on the alerter's remembered states: each event gets the states the
+// stream's own fold gives, and an event seen again, or a stream not seen
+// from its start, is left to the read of the stream.
+func TestRememberedFoldsMatchTheStream(t *testing.T) {
+	failed := lifecycle.Failed("410 Gone")
+	a := newStory(t).dispatch("alpha", "beta").claim("alpha").attempt("alpha", failed).
+		claim("beta").attempt("beta", lifecycle.Delivered("200"))
+	b := newStory(t).dispatch("alpha").stall("alpha")
+	r := alerts.Remembering()
+	check := func(st step) {
+		t.Helper()
+		before, after := r.Next(st.e)
+		if !reflect.DeepEqual(before, st.before) || !reflect.DeepEqual(after, st.after) {
+			t.Fatalf("%s v%d: before %+v after %+v, want %+v and %+v", st.e.Kind(), st.e.Version, before, after, st.before, st.after)
+		}
+	}
+	for i := range max(len(a.steps), len(b.steps)) {
+		for _, s := range []*story{a, b} {
+			if i < len(s.steps) {
+				check(s.steps[i])
+			}
+		}
+	}
+	if before, after := r.Next(a.steps[len(a.steps)-1].e); before != nil || after != nil {
+		t.Errorf("an event seen again: %+v, %+v", before, after)
+	}
+	if before, after := alerts.Remembering().Next(b.steps[1].e); before != nil || after != nil {
+		t.Errorf("a stream not seen from its start: %+v, %+v", before, after)
 	}
 }
