@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -238,5 +239,26 @@ func TestRecreateProjectionsIsOneTransaction(t *testing.T) {
 	}
 	if err := schema.Ensure(ctx, db); err != nil {
 		t.Fatalf("Ensure after recreating projections of another version: %v", err)
+	}
+}
+
+// TestAfterConnectSendsUUIDsAsTheyAre sends uuids, nil and not, alone and
+// in arrays, through a connection AfterConnect prepared: they read back the
+// same, as text too.
+func TestAfterConnectSendsUUIDsAsTheyAre(t *testing.T) {
+	t.Parallel()
+	db := dbtest.Pool(t) // prepared by schema.AfterConnect
+	id := uuid.New()
+	var (
+		back []uuid.UUID
+		text string
+	)
+	err := db.QueryRow(t.Context(), `SELECT $1::uuid[] || ARRAY[$2::uuid], $2::uuid::text`,
+		[]uuid.UUID{id, uuid.Nil}, id).Scan(&back, &text)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(back, []uuid.UUID{id, uuid.Nil, id}) || text != id.String() {
+		t.Errorf("read back %v and %q, sent %s", back, text, id)
 	}
 }

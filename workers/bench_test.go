@@ -39,16 +39,15 @@ import (
 
 // The runtime benchmark's knobs, as test flags (after -args).
 var (
-	benchMessages = flag.Int("waybill.messages", 5000, "messages per pass of BenchmarkRuntime")
-	benchRate     = flag.Float64("waybill.rate", 0, "messages/s offered by BenchmarkRuntime/half; 0 is half of what BenchmarkRuntime/saturated measured")
-	benchPool     = flag.Int("waybill.pool", 16, "the pool size (pgxpool MaxConns) of the Writer and the runtime; 0 is pgxpool's default, max(4, NumCPU)")
+	benchMessages    = flag.Int("waybill.messages", 5000, "messages per pass of BenchmarkRuntime")
+	benchRate        = flag.Float64("waybill.rate", 0, "messages/s offered by BenchmarkRuntime/half; 0 is half of what BenchmarkRuntime/saturated measured")
+	benchConcurrency = flag.Int("waybill.concurrency", 40, "each target's max_concurrent in BenchmarkRuntime")
+	benchPool        = flag.Int("waybill.pool", 16, "the pool size (pgxpool MaxConns) of the Writer and the runtime; 0 is pgxpool's default, max(4, NumCPU)")
 )
 
 const (
 	// benchIngesters ingest side by side, so ingest is not the bottleneck.
 	benchIngesters = 16
-	// benchConcurrency is each target's max_concurrent.
-	benchConcurrency = 40
 	// benchDeadline bounds one pass, from the first ingest to the last
 	// delivery.
 	benchDeadline = 3 * time.Minute
@@ -62,7 +61,7 @@ const (
 var saturatedRate atomic.Uint64
 
 // BenchmarkRuntime measures the delivery runtime end to end: ingest with a
-// real clock, two http targets (max_concurrent 40) served by a loopback
+// real clock, two http targets (max_concurrent 40, -waybill.concurrency) served by a loopback
 // sink, the Runtime on an embedded NATS server and the sweep beside it, as
 // in a server, until every message is delivered.
 //
@@ -143,6 +142,7 @@ func newBenchEnv(b *testing.B) *benchEnv {
 		cfg.MaxConns = int32(*benchPool)
 	}
 	cfg.ConnConfig.Tracer = env.trace
+	cfg.AfterConnect = schema.AfterConnect
 	env.pool = int(cfg.MaxConns)
 	if env.db, err = pgxpool.NewWithConfig(env.ctx, cfg); err != nil {
 		b.Fatal(err)
@@ -184,7 +184,7 @@ func newBenchEnv(b *testing.B) *benchEnv {
 	b.Cleanup(sink.Close)
 	cfgJSON, _ := json.Marshal(map[string]string{"url": sink.URL})
 	for _, name := range []string{"alpha", "beta"} {
-		spec := lifecycle.Target{Name: name, Kind: "http", Enabled: true, Config: cfgJSON, MaxConcurrent: benchConcurrency}
+		spec := lifecycle.Target{Name: name, Kind: "http", Enabled: true, Config: cfgJSON, MaxConcurrent: *benchConcurrency}
 		if _, err := env.w.CreateTarget(env.ctx, spec, admin); err != nil {
 			b.Fatal(err)
 		}

@@ -166,10 +166,16 @@ func redact(s string) string {
 }
 
 // Pool returns a pool on a fresh database (see URL) on which Waybill's
-// schema is created; the pool is closed when the test ends.
+// schema is created, its connections prepared as a server's are; the pool
+// is closed when the test ends.
 func Pool(t testing.TB) *pgxpool.Pool {
 	t.Helper()
-	db, err := pgxpool.New(t.Context(), URL(t))
+	cfg, err := pgxpool.ParseConfig(URL(t))
+	if err != nil {
+		t.Fatalf("dbtest: %v", err)
+	}
+	cfg.AfterConnect = schema.AfterConnect
+	db, err := pgxpool.NewWithConfig(t.Context(), cfg)
 	if err != nil {
 		t.Fatalf("dbtest: %v", err)
 	}
