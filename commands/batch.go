@@ -86,14 +86,15 @@ func (g *batcher) do(o *op, run func([]*op)) {
 	// o's goroutine leads: it writes batches until one holds o.
 	for {
 		g.mu.Lock()
-		n := min(len(g.pending), maxBatch)
-		if n == 0 {
-			// o is in the batch of another leader, which will tell it.
-			g.leaders--
+		if !slices.Contains(g.pending, o) {
+			// Another leader took o into its batch and will tell it; this
+			// goroutine's lead passes on rather than keep its caller.
+			g.handOff()
 			g.mu.Unlock()
 			<-o.done
 			return
 		}
+		n := min(len(g.pending), maxBatch)
 		batch := slices.Clone(g.pending[:n])
 		g.pending = slices.Delete(g.pending, 0, n)
 		g.mu.Unlock()
@@ -108,17 +109,18 @@ func (g *batcher) do(o *op, run func([]*op)) {
 			}
 		}
 		if mine {
+			g.mu.Lock()
 			g.handOff()
+			g.mu.Unlock()
 			return
 		}
 	}
 }
 
-// handOff passes a finished leader's place to the first waiting command
-// that has none, or gives it up when every waiting command has a leader.
+// handOff passes a leader's place to the first waiting command that has
+// none, or gives it up when every waiting command has a leader. The caller
+// holds g.mu.
 func (g *batcher) handOff() {
-	g.mu.Lock()
-	defer g.mu.Unlock()
 	for _, p := range g.pending {
 		if !p.led {
 			p.led = true
@@ -324,9 +326,12 @@ func (w *Writer) writeBatch(ctx context.Context, ops []*op) error {
 
 // queueBodies queues, at the end of a batch, the read of the messages'
 // bodies into the map it returns, which is filled when the batch is closed.
+// It looks each id up on its own, as projection.LoadLocked does, so a
+// generic plan cannot scan the table.
 func queueBodies(b *pgx.Batch, messageIDs []uuid.UUID) map[uuid.UUID][]byte {
 	bodies := make(map[uuid.UUID][]byte, len(messageIDs))
-	b.Queue(`SELECT message_id, body FROM payloads WHERE message_id = ANY($1)`, messageIDs).
+	b.Queue(`SELECT k.id, p.body FROM unnest($1::uuid[]) AS k(id),
+		LATERAL (SELECT body FROM payloads WHERE message_id = k.id OFFSET 0) p`, messageIDs).
 		Query(func(rows pgx.Rows) error {
 			var (
 				id   uuid.UUID
