@@ -9,6 +9,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/waybill/waybill/journal"
 	"github.com/waybill/waybill/projection"
@@ -55,10 +56,10 @@ const (
 	maxLeaders = 3
 )
 
-// batcher gathers the commands on existing messages that arrive while
-// earlier ones are being written, and writes them together as the next
-// batch: one transaction that locks and reads their messages, decides each
-// command in turn and writes all the changes with one statement per table.
+// batcher gathers the commands that arrive while earlier ones are being
+// written, and writes them together as the next batch: one transaction that
+// locks and reads their existing messages, decides each command in turn and
+// writes all the changes with one statement per table.
 // There is no timer: a command that finds fewer than maxLeaders batches
 // being written leads one at once, so batches grow only as commands queue
 // up behind a busy database, and a quiet Writer writes each command alone.
@@ -296,9 +297,26 @@ func (w *Writer) writeBatch(ctx context.Context, ops []*op) error {
 		}
 		return nil
 	}
+	bodies, err := w.commit(ctx, conn, changes, explicit)
+	if err != nil {
+		return err
+	}
+	for _, o := range ops {
+		if o.c != nil && o.c.readBody {
+			o.c.body = bodies[o.c.after.ID]
+		}
+	}
+	return nil
+}
+
+// commit is the write round trip of a transaction on conn: the changes, the
+// read of the bodies those that ask for one want, and COMMIT when the
+// transaction is explicit (else the batch is an implicit one). It returns
+// the bodies read, by message id.
+func (w *Writer) commit(ctx context.Context, conn *pgxpool.Conn, changes []*change, explicit bool) (map[uuid.UUID][]byte, error) {
 	b := &pgx.Batch{}
 	if err := w.queue(b, changes...); err != nil {
-		return err
+		return nil, err
 	}
 	var withBody []uuid.UUID
 	for _, c := range changes {
@@ -314,14 +332,9 @@ func (w *Writer) writeBatch(ctx context.Context, ops []*op) error {
 		b.Queue(`COMMIT`)
 	}
 	if err := w.send(ctx, conn, b); err != nil {
-		return err
+		return nil, err
 	}
-	for _, o := range ops {
-		if o.c != nil && o.c.readBody {
-			o.c.body = bodies[o.c.after.ID]
-		}
-	}
-	return nil
+	return bodies, nil
 }
 
 // queueBodies queues, at the end of a batch, the read of the messages'

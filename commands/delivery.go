@@ -136,10 +136,10 @@ func (w *Writer) claimDue(ctx context.Context, target string, n int, lease time.
 	}
 	claims := make([]Claim, 0, len(messages))
 	changes := make([]*change, 0, len(messages))
-	claimed := make([]uuid.UUID, 0, len(messages))
 	for _, m := range messages {
 		id := byMessage[m.ID]
 		c := newChange(m)
+		c.readBody = true
 		claim, err := c.claim(id, lease, now)
 		if err != nil {
 			// The query and the fold disagree; leave this one to a claim
@@ -150,18 +150,12 @@ func (w *Writer) claimDue(ctx context.Context, target string, n int, lease time.
 		claim.Message, claim.Delivery = c.after, *c.after.Delivery(id)
 		claims = append(claims, claim)
 		changes = append(changes, c)
-		claimed = append(claimed, m.ID)
 	}
 	if len(claims) == 0 {
 		return nil, nil
 	}
-	b = &pgx.Batch{}
-	if err := w.queue(b, changes...); err != nil {
-		return nil, err
-	}
-	bodies := queueBodies(b, claimed)
-	b.Queue(`COMMIT`)
-	if err := w.send(ctx, conn, b); err != nil {
+	bodies, err := w.commit(ctx, conn, changes, true)
+	if err != nil {
 		return nil, err
 	}
 	for i := range claims {

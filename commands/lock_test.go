@@ -3,6 +3,7 @@ package commands_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -121,10 +122,17 @@ func (lb *lockBundle) busy(t *testing.T) (release func()) {
 // untilPending waits until n commands wait for a batch.
 func (lb *lockBundle) untilPending(t *testing.T, n int) {
 	t.Helper()
+	until(t, fmt.Sprintf("%d commands never pending", n), func() bool { return lb.w.Pending() == n })
+}
+
+// until waits, within 10 s, until cond holds, and fails the test with what
+// when it does not.
+func until(t *testing.T, what string, cond func() bool) {
+	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
-	for lb.w.Pending() != n {
+	for !cond() {
 		if time.Now().After(deadline) {
-			t.Fatalf("%d commands pending, want %d", lb.w.Pending(), n)
+			t.Fatal(what)
 		}
 		time.Sleep(time.Millisecond)
 	}
@@ -133,16 +141,10 @@ func (lb *lockBundle) untilPending(t *testing.T, n int) {
 // untilWaiting waits until n of the Writer's sessions wait on a lock.
 func (lb *lockBundle) untilWaiting(t *testing.T, n int) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		if _, waiting := lb.sessions(t); waiting == n {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d sessions never waited on a lock", n)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	until(t, fmt.Sprintf("%d sessions never waited on a lock", n), func() bool {
+		_, waiting := lb.sessions(t)
+		return waiting == n
+	})
 }
 
 // both runs f on the two deliveries at once, both held up behind a lock of

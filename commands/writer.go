@@ -56,7 +56,7 @@ type Writer struct {
 	mu     sync.Mutex
 	cached *configState
 
-	// batches gathers the commands on existing messages into transactions.
+	// batches gathers the message commands into transactions.
 	batches batcher
 
 	// cut, set by tests, may queue statements at the named points of a

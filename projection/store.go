@@ -26,39 +26,26 @@ const deliveryColumns = `d.id, d.message_id, d.seq, d.target, d.state, d.attempt
 
 // Load reads a message and its deliveries; ErrNotFound when there is none.
 func Load(ctx context.Context, q journal.Querier, id uuid.UUID) (*Message, error) {
-	m, err := load(ctx, q, `SELECT `+messageColumns+`, `+deliveryColumns+`
+	ms, err := loadAll(ctx, q, `SELECT `+messageColumns+`, `+deliveryColumns+`
 		FROM messages m LEFT JOIN deliveries d ON d.message_id = m.id
 		WHERE m.id = $1 ORDER BY d.seq`, id)
+	if err == nil && len(ms) == 0 {
+		err = ErrNotFound
+	}
 	if err != nil {
 		return nil, fmt.Errorf("load message %s: %w", id, err)
 	}
-	return m, nil
-}
-
-// LoadByDelivery reads the message a delivery belongs to, with all its
-// deliveries; ErrNotFound when there is no such delivery.
-func LoadByDelivery(ctx context.Context, q journal.Querier, deliveryID uuid.UUID) (*Message, error) {
-	m, err := load(ctx, q, `SELECT `+messageColumns+`, `+deliveryColumns+`
-		FROM deliveries w JOIN messages m ON m.id = w.message_id
-		LEFT JOIN deliveries d ON d.message_id = m.id
-		WHERE w.id = $1 ORDER BY d.seq`, deliveryID)
-	if err != nil {
-		return nil, fmt.Errorf("load delivery %s: %w", deliveryID, err)
-	}
-	return m, nil
+	return ms[0], nil
 }
 
 // LoadMany reads the messages with the ids, each with all its deliveries,
 // in id order; ids with no message are left out.
 func LoadMany(ctx context.Context, q journal.Querier, ids []uuid.UUID) ([]*Message, error) {
-	rows, err := q.Query(ctx, loadManySQL, ids, []uuid.UUID{})
-	if err == nil {
-		var ms []*Message
-		if ms, err = scanAll(rows); err == nil {
-			return ms, nil
-		}
+	ms, err := loadAll(ctx, q, loadManySQL, ids, []uuid.UUID{})
+	if err != nil {
+		return nil, fmt.Errorf("load %d messages: %w", len(ids), err)
 	}
-	return nil, fmt.Errorf("load %d messages: %w", len(ids), err)
+	return ms, nil
 }
 
 // LoadLocked queues on b, a batch run inside a transaction, the lock of the
@@ -87,11 +74,11 @@ func LoadLocked(b *pgx.Batch, messageIDs, deliveryIDs []uuid.UUID) func() []*Mes
 }
 
 // lockedIDs is the sorted ids of the messages named by id ($1) or by one of
-// their deliveries' ids ($2). Every
-// lookup is one equality on a key, in a subquery that OFFSET 0 keeps from
-// being flattened into a join, so that the plan is an index lookup per id
-// whatever the planner guesses of the arrays' and the tables' sizes; with
-// "= ANY(array)" a plan made while the tables were small scans them whole.
+// their deliveries' ids ($2). Every lookup is one equality on a key, in a
+// subquery that OFFSET 0 keeps from being flattened into a join, so that
+// the plan is an index lookup per id whatever the planner guesses of the
+// arrays' and the tables' sizes; with "= ANY(array)" a plan made while the
+// tables were small scans them whole.
 const lockedIDs = `WITH ids AS MATERIALIZED (
 		SELECT id FROM (
 			SELECT id FROM unnest($1::uuid[]) AS k(id)
@@ -107,21 +94,10 @@ const loadManySQL = lockedIDs + `SELECT r.* FROM ids, LATERAL (SELECT ` + messag
 		FROM messages m LEFT JOIN deliveries d ON d.message_id = m.id
 		WHERE m.id = ids.id ORDER BY d.seq OFFSET 0) r`
 
-func load(ctx context.Context, q journal.Querier, sql string, id uuid.UUID) (*Message, error) {
-	ms, err := loadAll(ctx, q, sql, id)
-	if err != nil {
-		return nil, err
-	}
-	if len(ms) == 0 {
-		return nil, ErrNotFound
-	}
-	return ms[0], nil
-}
-
 // loadAll reads rows of a message joined to its deliveries, ordered by
 // message, into one Message per message.
-func loadAll(ctx context.Context, q journal.Querier, sql string, arg any) ([]*Message, error) {
-	rows, err := q.Query(ctx, sql, arg)
+func loadAll(ctx context.Context, q journal.Querier, sql string, args ...any) ([]*Message, error) {
+	rows, err := q.Query(ctx, sql, args...)
 	if err != nil {
 		return nil, err
 	}

@@ -61,9 +61,9 @@ const (
 var saturatedRate atomic.Uint64
 
 // BenchmarkRuntime measures the delivery runtime end to end: ingest with a
-// real clock, two http targets (max_concurrent 40, -waybill.concurrency) served by a loopback
-// sink, the Runtime on an embedded NATS server and the sweep beside it, as
-// in a server, until every message is delivered.
+// real clock, two http targets (max_concurrent 40, -waybill.concurrency)
+// served by a loopback sink, the Runtime on an embedded NATS server and the
+// sweep beside it, as in a server, until every message is delivered.
 //
 // saturated ingests N messages (-waybill.messages, 5,000) from 16 goroutines
 // as fast as they go and reports messages/s and deliveries/s (N and 2N over
