@@ -95,13 +95,14 @@ func (w *Writer) now() time.Time { return w.clock().UTC().Truncate(time.Microsec
 // is lost only when something writes the message without taking the lock.
 const maxTries = 10
 
-// change is what a command decided: the events recorded on the state, the
-// deliveries they touched, the wake-ups to publish after commit, and the
-// error to return once it is committed (a refusal that is journaled). A
+// change is what a command decided: the message as read (nil for a new
+// one) and as the events recorded on it left it, the deliveries they
+// touched, the wake-ups to publish after commit, and the error to return
+// once it is committed (a refusal that is journaled). A
 // claim's change asks for the message's body, read in the same transaction
 // into body; a new message's change holds the body to store.
 type change struct {
-	before   int
+	before   *projection.Message
 	after    *projection.Message
 	events   []journal.Event
 	touched  []uuid.UUID
@@ -129,7 +130,7 @@ func newChange(m *projection.Message) *change {
 	if m == nil {
 		return &change{after: &projection.Message{}}
 	}
-	return &change{before: m.Version, after: m.Clone()}
+	return &change{before: m, after: m.Clone()}
 }
 
 // decision decides a command on the state of its message: the change to
@@ -201,7 +202,7 @@ func (w *Writer) queue(b *pgx.Batch, changes ...*change) error {
 	var ids []uuid.UUID
 	var bodies [][]byte
 	for _, c := range changes {
-		if c.before == 0 {
+		if c.before == nil {
 			ids, bodies = append(ids, c.after.ID), append(bodies, c.body)
 		}
 	}

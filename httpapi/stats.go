@@ -7,7 +7,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/waybill/waybill/lifecycle"
+	"github.com/waybill/waybill/projection"
 )
 
 // messageStatsSQL counts ranges of indexes: messages_status_created (by
@@ -23,41 +23,26 @@ const messageStatsSQL = `SELECT
 const dueSQL = `SELECT count(*), min(next_due) FROM deliveries
 	WHERE state IN ('queued', 'retrying') AND next_due <= $1`
 
-// deliveriesByStateSQL is the one figure that reads every delivery, as the
-// sweep's gauge does: the planner scans the table or the
-// deliveries_target_state index.
-const deliveriesByStateSQL = `SELECT state, count(*) FROM deliveries GROUP BY state`
-
 // stats answers the figures of the dashboard.
 func (s *Server) stats(w http.ResponseWriter, r *http.Request) error {
 	if _, err := query(r); err != nil {
 		return err
 	}
 	now := s.cfg.Now().UTC()
-	out := Stats{DeliveriesByState: make(map[lifecycle.DeliveryState]int64, len(lifecycle.DeliveryStates))}
-	for _, state := range lifecycle.DeliveryStates {
-		out.DeliveriesByState[state] = 0
-	}
-	var oldest *time.Time
+	var (
+		out    Stats
+		oldest *time.Time
+	)
 	b := &pgx.Batch{}
 	b.Queue(messageStatsSQL, now.Add(-24*time.Hour), now.Add(-7*24*time.Hour)).QueryRow(func(row pgx.Row) error {
 		return row.Scan(&out.InFlightMessages, &out.FailedLast24h, &out.RefusedLast24h, &out.MessagesLast7d)
 	})
 	b.Queue(dueSQL, now).QueryRow(func(row pgx.Row) error { return row.Scan(&out.DueDeliveries, &oldest) })
-	b.Queue(deliveriesByStateSQL).Query(func(rows pgx.Rows) error {
-		var (
-			state lifecycle.DeliveryState
-			n     int64
-		)
-		_, err := pgx.ForEachRow(rows, []any{&state, &n}, func() error {
-			out.DeliveriesByState[state] = n
-			return nil
-		})
-		return err
-	})
+	byState := projection.QueueCounts(b)
 	if err := s.cfg.DB.SendBatch(r.Context(), b).Close(); err != nil {
 		return fmt.Errorf("stats: %w", err)
 	}
+	out.DeliveriesByState = byState()
 	if oldest != nil {
 		out.OldestDueSeconds = max(0, now.Sub(*oldest).Seconds())
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/waybill/waybill/journal"
+	"github.com/waybill/waybill/lifecycle"
 )
 
 // Violation is one disagreement the audit found: an event the fold refuses,
@@ -29,11 +30,15 @@ func (v Violation) String() string {
 	if v.Position > 0 {
 		s = fmt.Sprintf("position %d: ", v.Position)
 	}
-	s += "message " + v.MessageID.String()
-	if v.DeliveryID != uuid.Nil {
-		s += " delivery " + v.DeliveryID.String()
+	// A violation of the kept counts names no message.
+	if v.MessageID != uuid.Nil {
+		s += "message " + v.MessageID.String()
+		if v.DeliveryID != uuid.Nil {
+			s += " delivery " + v.DeliveryID.String()
+		}
+		s += ": "
 	}
-	return s + ": " + v.Problem
+	return s + v.Problem
 }
 
 // Report is what an audit checked and found.
@@ -98,6 +103,17 @@ func foldSnapshot(ctx context.Context, s *snapshot, rd reading) (*Folded, error)
 }
 
 func newFolded() *Folded { return &Folded{Messages: map[uuid.UUID]*Message{}} }
+
+// countStates counts the fold's deliveries by state.
+func (f *Folded) countStates() map[lifecycle.DeliveryState]int64 {
+	counts := map[lifecycle.DeliveryState]int64{}
+	for _, m := range f.inOrder {
+		for _, d := range m.Deliveries {
+			counts[d.State]++
+		}
+	}
+	return counts
+}
 
 // fold folds one event; it reports an event Apply refuses and returns nil.
 func (f *Folded) fold(e journal.Event) error {

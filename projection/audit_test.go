@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/waybill/waybill/commands"
@@ -272,5 +274,56 @@ func TestAuditNamesMissingAndExtraRows(t *testing.T) {
 	}
 	if r.Messages != 3 || r.Deliveries != 8 {
 		t.Fatalf("%d messages, %d deliveries checked", r.Messages, r.Deliveries)
+	}
+}
+
+// TestAuditNamesAWrongCountAndRebuildMendsIt checks the kept counts of
+// deliveries by state: the commands keep them equal to the rows, the audit
+// names a count that is not, and a rebuild writes them anew.
+func TestAuditNamesAWrongCountAndRebuildMendsIt(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.lifecycles(t, 40, rand.New(rand.NewPCG(5, 6)))
+	counted := func() map[lifecycle.DeliveryState]int64 {
+		t.Helper()
+		batch := &pgx.Batch{}
+		kept := projection.QueueCounts(batch)
+		want := map[lifecycle.DeliveryState]int64{}
+		for _, s := range lifecycle.DeliveryStates {
+			want[s] = 0
+		}
+		batch.Queue(`SELECT state, count(*) FROM deliveries GROUP BY state`).Query(func(rows pgx.Rows) error {
+			var (
+				state lifecycle.DeliveryState
+				n     int64
+			)
+			_, err := pgx.ForEachRow(rows, []any{&state, &n}, func() error {
+				want[state] = n
+				return nil
+			})
+			return err
+		})
+		if err := b.db.SendBatch(b.ctx, batch).Close(); err != nil {
+			t.Fatal(err)
+		}
+		if !maps.Equal(kept(), want) {
+			t.Fatalf("kept counts %v, the rows count %v", kept(), want)
+		}
+		return want
+	}
+	before := counted()
+	if _, err := b.db.Exec(b.ctx, `INSERT INTO delivery_counts VALUES (9999, 'delivered', 2)`); err != nil {
+		t.Fatal(err)
+	}
+	r := b.audit(t)
+	want := fmt.Sprintf("the count of delivered deliveries is %d, the journal makes %d", before["delivered"]+2, before["delivered"])
+	if len(r.Violations) != 1 || r.Violations[0].String() != want {
+		t.Fatalf("violations %v, want %q", r.Violations, want)
+	}
+	if r, err := projection.Rebuild(b.ctx, b.db); err != nil || len(r.Violations) > 0 {
+		t.Fatalf("rebuild: %v, %v", r, err)
+	}
+	if after := counted(); !maps.Equal(after, before) {
+		t.Fatalf("counts after rebuild %v, before %v", after, before)
 	}
 }

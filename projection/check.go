@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/waybill/waybill/journal"
+	"github.com/waybill/waybill/lifecycle"
 )
 
 // checkTables compares the stored rows (of one message, unless message is
@@ -41,7 +42,36 @@ func checkTables(ctx context.Context, qs []journal.Querier, f *Folded, message u
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
-	return report(f, checks, shares), nil
+	r := report(f, checks, shares)
+	if message == uuid.Nil {
+		counted, err := checkCounts(ctx, qs[0], f)
+		if err != nil {
+			return nil, err
+		}
+		r.Violations = append(r.Violations, counted...)
+	}
+	return r, nil
+}
+
+// checkCounts compares the kept counts of deliveries by state with the
+// fold's.
+func checkCounts(ctx context.Context, q journal.Querier, f *Folded) ([]Violation, error) {
+	rows, err := q.Query(ctx, countsSQL)
+	if err != nil {
+		return nil, fmt.Errorf("audit delivery counts: %w", err)
+	}
+	stored := map[lifecycle.DeliveryState]int64{}
+	if err := scanCounts(rows, stored); err != nil {
+		return nil, fmt.Errorf("audit delivery counts: %w", err)
+	}
+	want := f.countStates()
+	var out []Violation
+	for _, s := range lifecycle.DeliveryStates {
+		if got := stored[s]; got != want[s] {
+			out = append(out, Violation{Problem: fmt.Sprintf("the count of %s deliveries is %d, the journal makes %d", s, got, want[s])})
+		}
+	}
+	return out, nil
 }
 
 // share is the part of the tables one connection checks: the messages

@@ -13,8 +13,8 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// copyFolded loads the fold into the messages and deliveries tables, which
-// tx created, with COPY FREEZE in PostgreSQL's binary format: the rows need
+// copyFolded loads the fold into the projection tables, which tx created:
+// the messages and deliveries with COPY FREEZE in PostgreSQL's binary format: the rows need
 // no visibility checks later and are encoded without pgx's per-value work.
 func copyFolded(ctx context.Context, tx pgx.Tx, f *Folded) error {
 	// In the order the streams began, as the projector inserts them: the
@@ -81,6 +81,11 @@ func copyFolded(ctx context.Context, tx pgx.Tx, f *Folded) error {
 	})
 	if err != nil {
 		return fmt.Errorf("copy deliveries: %w", err)
+	}
+	b := &pgx.Batch{}
+	queueCounts(b, f.countStates())
+	if err := tx.SendBatch(ctx, b).Close(); err != nil {
+		return fmt.Errorf("store delivery counts: %w", err)
 	}
 	return nil
 }

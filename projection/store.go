@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/google/uuid"
@@ -178,40 +179,60 @@ func timeOf(t pgtype.Timestamptz) time.Time {
 }
 
 // Write is what a command's fold left of one message to store: the message
-// as it is now, the version it was read at (0 for a new message) and the
-// deliveries whose rows changed.
+// as it was read (nil for a new message), as it is now, and the deliveries
+// whose rows changed.
 type Write struct {
-	Before  int
+	Before  *Message
 	Message *Message
 	Touched []uuid.UUID
 }
 
 // Queue queues on b the statements that store the writes, each message at
 // most once: a new message inserted, an existing one updated where it still
-// has the version read (which locks it), and the touched deliveries of all
-// upserted in one statement. An update that finds the row at another
-// version fails the transaction with a serialization failure, so a command
-// that read a stale state reads again.
+// has the version read (which locks it), the touched deliveries of all
+// upserted in one statement, and last the changes to the counts of
+// deliveries by state. An update that finds the row at another version
+// fails the transaction with a serialization failure, so a command that
+// read a stale state reads again.
+//
+// The counts come last so that a transaction holds its shard's rows only
+// while it commits: every lock it may wait for (a message row, an
+// idempotency key) it has taken before.
 func Queue(b *pgx.Batch, writes ...Write) {
 	var created, changed deliveryColumnsOf
 	seen := map[uuid.UUID]bool{}
+	counts := map[lifecycle.DeliveryState]int64{}
 	for _, w := range writes {
 		m := w.Message
 		d := &changed
-		if w.Before == 0 {
+		if w.Before == nil {
 			d = &created
 			b.Queue(insertMessageSQL, m.ID, m.Version, m.Source, m.From, m.To, m.ContentType,
 				nullString(m.IdempotencyKey), m.PayloadSize, m.PayloadSHA256, m.Stage,
 				nullString(string(m.Refusal)), m.Status, m.Error, len(m.Deliveries), m.AttemptCount,
 				m.CreatedAt, m.UpdatedAt)
 		} else {
-			b.Queue(updateMessageSQL, m.ID, w.Before, m.Version, m.Stage, nullString(string(m.Refusal)),
+			b.Queue(updateMessageSQL, m.ID, w.Before.Version, m.Version, m.Stage, nullString(string(m.Refusal)),
 				m.Status, m.Error, len(m.Deliveries), m.AttemptCount, m.UpdatedAt)
 		}
 		for _, id := range w.Touched {
-			if dl := m.Delivery(id); dl != nil && !seen[id] {
-				seen[id] = true
-				d.add(dl)
+			dl := m.Delivery(id)
+			if dl == nil || seen[id] {
+				continue
+			}
+			seen[id] = true
+			d.add(dl)
+			var was lifecycle.DeliveryState
+			if w.Before != nil {
+				if old := w.Before.Delivery(id); old != nil {
+					was = old.State
+				}
+			}
+			if was != dl.State {
+				counts[dl.State]++
+				if was != "" {
+					counts[was]--
+				}
 			}
 		}
 	}
@@ -221,6 +242,62 @@ func Queue(b *pgx.Batch, writes ...Write) {
 	if len(changed.id) > 0 {
 		b.Queue(insertDeliveriesSQL+upsertDeliveriesSQL, changed.args()...)
 	}
+	queueCounts(b, counts)
+}
+
+// queueCounts adds the changes to the counts of deliveries by state to the
+// rows of the backend's shard, in the order of the states, so that two
+// transactions on one shard cannot wait for each other in a cycle.
+func queueCounts(b *pgx.Batch, counts map[lifecycle.DeliveryState]int64) {
+	var states []string
+	for s, n := range counts {
+		if n != 0 {
+			states = append(states, string(s))
+		}
+	}
+	if len(states) == 0 {
+		return
+	}
+	slices.Sort(states)
+	ns := make([]int64, len(states))
+	for i, s := range states {
+		ns[i] = counts[lifecycle.DeliveryState(s)]
+	}
+	b.Queue(addCountsSQL, states, ns, countShards)
+}
+
+// countShards is the number of rows each state's count is spread over.
+const countShards = 64
+
+const addCountsSQL = `INSERT INTO delivery_counts (shard, state, n)
+	SELECT pg_backend_pid() % $3, k.state, k.n FROM unnest($1::text[], $2::bigint[]) AS k(state, n)
+	ON CONFLICT (shard, state) DO UPDATE SET n = delivery_counts.n + excluded.n`
+
+// QueueCounts queues on b the read of the number of deliveries in each
+// state; the returned function gives them, every state present, once the
+// batch is read. It reads the kept counts, a few rows, not the deliveries.
+func QueueCounts(b *pgx.Batch) func() map[lifecycle.DeliveryState]int64 {
+	out := make(map[lifecycle.DeliveryState]int64, len(lifecycle.DeliveryStates))
+	for _, s := range lifecycle.DeliveryStates {
+		out[s] = 0
+	}
+	b.Queue(countsSQL).Query(func(rows pgx.Rows) error { return scanCounts(rows, out) })
+	return func() map[lifecycle.DeliveryState]int64 { return out }
+}
+
+const countsSQL = `SELECT state, sum(n)::bigint FROM delivery_counts GROUP BY state`
+
+// scanCounts reads the rows of countsSQL into counts and closes them.
+func scanCounts(rows pgx.Rows, counts map[lifecycle.DeliveryState]int64) error {
+	var (
+		state string
+		n     int64
+	)
+	_, err := pgx.ForEachRow(rows, []any{&state, &n}, func() error {
+		counts[lifecycle.DeliveryState(state)] = n
+		return nil
+	})
+	return err
 }
 
 const insertMessageSQL = `INSERT INTO messages (id, version, source, from_party, to_party, content_type,

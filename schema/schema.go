@@ -13,7 +13,7 @@ import (
 // its tables change: a database of the old version then refuses to start.
 const (
 	JournalVersion    = 2
-	ProjectionVersion = 1
+	ProjectionVersion = 2
 )
 
 // The parts, as recorded in schema_version.
@@ -156,6 +156,18 @@ CREATE TABLE IF NOT EXISTS deliveries (
 	updated_at     timestamptz NOT NULL,
 	finished_at    timestamptz
 );
+
+-- The number of deliveries in each state, kept by the projector so that no
+-- figure has to count the deliveries table. Each transaction adds its
+-- changes to the rows of one shard (its backend's), so concurrent writers
+-- rarely wait for each other on a row; a state's count is the sum over
+-- its shards.
+CREATE TABLE IF NOT EXISTS delivery_counts (
+	shard int    NOT NULL,
+	state text   NOT NULL,
+	n     bigint NOT NULL,
+	PRIMARY KEY (shard, state)
+);
 `
 
 // projectionIndexesDDL adds the keys and indexes of the projection tables
@@ -263,7 +275,7 @@ func RecreateProjections(ctx context.Context, db *pgxpool.Pool, load func(pgx.Tx
 		if err := checkVersion(ctx, tx, PartJournal, JournalVersion); err != nil {
 			return err
 		}
-		if _, err := tx.Exec(ctx, `DROP TABLE IF EXISTS messages, deliveries;
+		if _, err := tx.Exec(ctx, `DROP TABLE IF EXISTS messages, deliveries, delivery_counts;
 			DELETE FROM schema_version WHERE part = 'projections'`); err != nil {
 			return fmt.Errorf("drop projection tables: %w", err)
 		}
@@ -284,11 +296,11 @@ func RecreateProjections(ctx context.Context, db *pgxpool.Pool, load func(pgx.Tx
 	return nil
 }
 
-// ResetProjections drops the messages and deliveries tables and forgets their
+// ResetProjections drops the projection tables and forgets their
 // version; the journal, the payloads and the configuration stay. The next
 // Ensure creates them empty, for a rebuild to fill.
 func ResetProjections(ctx context.Context, db *pgxpool.Pool) error {
-	_, err := db.Exec(ctx, `DROP TABLE IF EXISTS messages, deliveries;
+	_, err := db.Exec(ctx, `DROP TABLE IF EXISTS messages, deliveries, delivery_counts;
 		`+versionDDL+`;
 		DELETE FROM schema_version WHERE part = 'projections'`)
 	if err != nil {

@@ -22,7 +22,7 @@ import (
 
 	"github.com/waybill/waybill/commands"
 	"github.com/waybill/waybill/journal"
-	"github.com/waybill/waybill/lifecycle"
+	"github.com/waybill/waybill/projection"
 )
 
 // Config configures a Sweeper.
@@ -220,32 +220,21 @@ func (s *Sweeper) step(ctx context.Context, name, query string, run func(uuid.UU
 // rate).
 func (s *Sweeper) measure(ctx context.Context) error {
 	now := s.cfg.Now()
-	counts := map[lifecycle.DeliveryState]float64{}
 	var (
 		due      int64
 		oldest   *time.Time
 		position int64
 	)
 	b := &pgx.Batch{}
-	b.Queue(`SELECT state, count(*) FROM deliveries GROUP BY state`).Query(func(rows pgx.Rows) error {
-		var (
-			state string
-			n     int64
-		)
-		_, err := pgx.ForEachRow(rows, []any{&state, &n}, func() error {
-			counts[lifecycle.DeliveryState(state)] = float64(n)
-			return nil
-		})
-		return err
-	})
+	counts := projection.QueueCounts(b)
 	b.Queue(`SELECT count(*), min(next_due) FROM deliveries WHERE state IN ('queued', 'retrying') AND next_due <= $1`, now).
 		QueryRow(func(row pgx.Row) error { return row.Scan(&due, &oldest) })
 	b.Queue(`SELECT coalesce(max(position), 0) FROM journal`).QueryRow(func(row pgx.Row) error { return row.Scan(&position) })
 	if err := s.cfg.DB.SendBatch(ctx, b).Close(); err != nil {
 		return fmt.Errorf("measure: %w", err)
 	}
-	for _, state := range lifecycle.DeliveryStates {
-		s.metrics.deliveries.WithLabelValues(string(state)).Set(counts[state])
+	for state, n := range counts() {
+		s.metrics.deliveries.WithLabelValues(string(state)).Set(float64(n))
 	}
 	s.metrics.due.Set(float64(due))
 	age := 0.0
