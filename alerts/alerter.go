@@ -202,7 +202,16 @@ const maxStates = 4096
 // handle derives the alerts of one event and records the new ones. It runs
 // on the feed consumer's goroutine, one event at a time in feed order, which
 // is version order within a stream.
-func (a *Alerter) handle(ctx context.Context, e journal.Event) error {
+func (a *Alerter) handle(ctx context.Context, events []journal.Event) error {
+	for _, e := range events {
+		if err := a.handleEvent(ctx, e); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (a *Alerter) handleEvent(ctx context.Context, e journal.Event) error {
 	before, after := a.next(e)
 	if !MayRaise(e) {
 		return nil

@@ -59,7 +59,10 @@ func (a *Alerter) natsChannel() *channel {
 		pending: `SELECT id, code, body FROM alerts WHERE nats_sent_at IS NULL ORDER BY position, id LIMIT $1`,
 		mark:    `UPDATE alerts SET nats_sent_at = $2 WHERE id = $1`,
 		send: func(ctx context.Context, p pending) error {
-			return publish(ctx, a.nc, "waybill.alerts."+string(p.code), p.id, p.body)
+			if err := publish(a.nc, "waybill.alerts."+string(p.code), p.id, p.body); err != nil {
+				return err
+			}
+			return flush(ctx, a.nc)
 		},
 		wake: make(chan struct{}, 1),
 	}
@@ -192,18 +195,24 @@ func (a *Alerter) post(ctx context.Context, p pending) error {
 	return nil
 }
 
-// publish sends data on subject with id as Nats-Msg-Id and waits for the
-// server to have it: the flush is a round trip behind the message.
-func publish(ctx context.Context, nc *nats.Conn, subject, id string, data []byte) error {
+// publish queues data for subject with id as Nats-Msg-Id; flush then
+// waits for the server to have it.
+func publish(nc *nats.Conn, subject, id string, data []byte) error {
 	msg := &nats.Msg{Subject: subject, Data: data, Header: nats.Header{}}
 	msg.Header.Set(nats.MsgIdHdr, id)
 	if err := nc.PublishMsg(msg); err != nil {
 		return fmt.Errorf("publish %s: %w", subject, err)
 	}
+	return nil
+}
+
+// flush waits for the server to have what was published: a round trip
+// behind the messages.
+func flush(ctx context.Context, nc *nats.Conn) error {
 	ctx, cancel := context.WithTimeout(ctx, sendTimeout)
 	defer cancel()
 	if err := nc.FlushWithContext(ctx); err != nil {
-		return fmt.Errorf("publish %s: flush: %w", subject, err)
+		return fmt.Errorf("nats flush: %w", err)
 	}
 	return nil
 }

@@ -83,12 +83,19 @@ type eventJSON struct {
 	Payload    journal.Payload         `json:"payload"`
 }
 
-func (s *EventStream) handle(ctx context.Context, e journal.Event) error {
-	data, err := json.Marshal(eventJSON{Position: e.Position, RecordedAt: e.RecordedAt, Stream: e.Stream,
-		Version: e.Version, Kind: e.Kind(), Actor: e.Actor, DeliveryID: e.DeliveryID, Target: e.Target,
-		OldState: e.OldState, NewState: e.NewState, Payload: e.Payload})
-	if err != nil {
-		return fmt.Errorf("event stream: encode position %d: %w", e.Position, err)
+// handle publishes a transaction's events and then waits once for the
+// server to have them all.
+func (s *EventStream) handle(ctx context.Context, events []journal.Event) error {
+	for _, e := range events {
+		data, err := json.Marshal(eventJSON{Position: e.Position, RecordedAt: e.RecordedAt, Stream: e.Stream,
+			Version: e.Version, Kind: e.Kind(), Actor: e.Actor, DeliveryID: e.DeliveryID, Target: e.Target,
+			OldState: e.OldState, NewState: e.NewState, Payload: e.Payload})
+		if err != nil {
+			return fmt.Errorf("event stream: encode position %d: %w", e.Position, err)
+		}
+		if err := publish(s.nc, "waybill.events."+string(e.Kind()), strconv.FormatInt(e.Position, 10), data); err != nil {
+			return err
+		}
 	}
-	return publish(ctx, s.nc, "waybill.events."+string(e.Kind()), strconv.FormatInt(e.Position, 10), data)
+	return flush(ctx, s.nc)
 }

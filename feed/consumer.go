@@ -5,14 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strconv"
 	"sync"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
 	wsql "github.com/ThreeDotsLabs/watermill-sql/v4/pkg/sql"
 	"github.com/ThreeDotsLabs/watermill/message"
-	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -20,11 +18,11 @@ import (
 	"github.com/waybill/waybill/lifecycle"
 )
 
-// Handler handles one event of the feed. An error leaves the event unacked:
-// it is delivered again, and the group does not move past it until the
-// handler succeeds. The same event may also come again after a crash, so a
-// handler must be idempotent.
-type Handler func(ctx context.Context, e journal.Event) error
+// Handler handles the events of one committed transaction, in feed order.
+// An error leaves them unacked: they are all delivered again, and the group
+// does not move past them until the handler succeeds. The same events may
+// also come again after a crash, so a handler must be idempotent.
+type Handler func(ctx context.Context, events []journal.Event) error
 
 // Config configures a Consumer.
 type Config struct {
@@ -33,7 +31,8 @@ type Config struct {
 	// Group names the consumer group, whose place in the journal is kept
 	// under this name; required, a name as lifecycle.CheckName accepts.
 	Group string
-	// Handle is called for each event, in feed order; required.
+	// Handle is called for each transaction's events, in feed order;
+	// required.
 	Handle Handler
 	// PollInterval is the wait after a read that found nothing, and before
 	// an event its handler failed is delivered again. Default 1 s.
@@ -145,7 +144,8 @@ func (c *Consumer) Start(ctx context.Context) error {
 	return nil
 }
 
-// run hands each message to the handler and acks or nacks it.
+// run hands the events of each message, one transaction's, to the handler
+// and acks or nacks the message.
 func (c *Consumer) run(msgs <-chan *message.Message) {
 	defer func() {
 		c.log.Info("feed consumer stopped")
@@ -154,13 +154,13 @@ func (c *Consumer) run(msgs <-chan *message.Message) {
 	for msg := range msgs {
 		// The message's context carries the subscriber's ack deadline.
 		ctx := msg.Context()
-		e, err := decode(msg)
+		events, err := decodeEvents(msg.Payload)
 		if err == nil {
-			err = c.handle(ctx, e)
+			err = c.handle(ctx, events)
 		}
 		if err != nil {
 			if ctx.Err() == nil {
-				c.log.Error("feed event not handled; it will be delivered again", "position", msg.UUID, "err", err)
+				c.log.Error("feed transaction not handled; it will be delivered again", "last_position", msg.UUID, "err", err)
 			}
 			msg.Nack()
 			continue
@@ -200,37 +200,6 @@ func (c *Consumer) Stop(ctx context.Context) {
 		c.cancel()
 		c.log.Warn("feed consumer still stopping", "err", ctx.Err())
 	}
-}
-
-// decode makes the event of a message, with the journal's own decoding and
-// envelope check.
-func decode(msg *message.Message) (journal.Event, error) {
-	md := msg.Metadata
-	position, err1 := strconv.ParseInt(msg.UUID, 10, 64)
-	recordedAt, err2 := time.Parse(time.RFC3339Nano, md.Get(metaRecordedAt))
-	version, err3 := strconv.Atoi(md.Get(metaVersion))
-	var deliveryID uuid.UUID
-	var err4 error
-	if s := md.Get(metaDeliveryID); s != "" {
-		deliveryID, err4 = uuid.Parse(s)
-	}
-	if err := errors.Join(err1, err2, err3, err4); err != nil {
-		return journal.Event{}, fmt.Errorf("read event at position %s: %w", msg.UUID, err)
-	}
-	payload, err := journal.Decode(journal.Kind(md.Get(metaKind)), msg.Payload)
-	if err != nil {
-		return journal.Event{}, fmt.Errorf("position %d: %w", position, err)
-	}
-	e := journal.Event{
-		Position: position, RecordedAt: recordedAt, Stream: md.Get(metaStream), Version: version,
-		DeliveryID: deliveryID, Target: md.Get(metaTarget), Actor: md.Get(metaActor),
-		OldState: lifecycle.DeliveryState(md.Get(metaOldState)), NewState: lifecycle.DeliveryState(md.Get(metaNewState)),
-		Payload: payload,
-	}
-	if err := e.CheckEnvelope(); err != nil {
-		return journal.Event{}, fmt.Errorf("position %d: %w", position, err)
-	}
-	return e, nil
 }
 
 // polledBackoff calls a test's hook after each read: the subscriber asks its

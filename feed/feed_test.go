@@ -61,12 +61,14 @@ type recorder struct {
 	fail func(e journal.Event) bool
 }
 
-func (r *recorder) handle(_ context.Context, e journal.Event) error {
+func (r *recorder) handle(_ context.Context, events []journal.Event) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.seen = append(r.seen, e.Stream)
-	if r.fail != nil && r.fail(e) {
-		return errors.New("handler refuses")
+	for _, e := range events {
+		r.seen = append(r.seen, e.Stream)
+		if r.fail != nil && r.fail(e) {
+			return errors.New("handler refuses")
+		}
 	}
 	return nil
 }
@@ -273,5 +275,54 @@ func lag(t *testing.T, reg *prometheus.Registry) (events, seconds float64) {
 func TestNewConsumerChecksConfig(t *testing.T) {
 	if _, err := feed.NewConsumer(feed.Config{Group: "Not a name"}); err == nil {
 		t.Fatal("NewConsumer accepted a config without DB, handler or valid group")
+	}
+}
+
+// TestATransactionComesWhole checks that a handler gets the events of one
+// transaction together, in position order, and that a failure hands all of
+// them over again.
+func TestATransactionComesWhole(t *testing.T) {
+	t.Parallel()
+	db := dbtest.Pool(t)
+	b := &pgx.Batch{}
+	together := []string{queueAccepted(t, b), queueAccepted(t, b), queueAccepted(t, b)}
+	if err := db.SendBatch(t.Context(), b).Close(); err != nil {
+		t.Fatal(err)
+	}
+	alone := appendEvents(t, db, 1)
+
+	var (
+		mu     sync.Mutex
+		calls  [][]string
+		failed bool
+	)
+	handle := func(_ context.Context, events []journal.Event) error {
+		mu.Lock()
+		defer mu.Unlock()
+		var streams []string
+		for i, e := range events {
+			if i > 0 && e.Position <= events[i-1].Position {
+				t.Errorf("positions out of order: %d after %d", e.Position, events[i-1].Position)
+			}
+			streams = append(streams, e.Stream)
+		}
+		calls = append(calls, streams)
+		if len(events) == 3 && !failed {
+			failed = true
+			return errors.New("handler refuses once")
+		}
+		return nil
+	}
+	c := start(t, feed.Config{DB: db, Group: "whole", Handle: handle})
+	waitFor(t, "both transactions", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(calls) >= 3
+	})
+	c.settle(t)
+	mu.Lock()
+	defer mu.Unlock()
+	if want := [][]string{together, together, alone}; !slices.EqualFunc(calls, want, slices.Equal) {
+		t.Fatalf("handler got %v, want %v", calls, want)
 	}
 }

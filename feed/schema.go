@@ -9,7 +9,6 @@ import (
 
 	wsql "github.com/ThreeDotsLabs/watermill-sql/v4/pkg/sql"
 	"github.com/ThreeDotsLabs/watermill/message"
-	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgtype"
 )
 
@@ -20,9 +19,9 @@ const topic = "journal"
 // offsetsTable is where the offsets adapter keeps each group's place.
 const offsetsTable = "feed_offsets"
 
-// batchSize is how many events one read takes. A group's place is saved once
-// per read, so a crash redelivers at most this many.
-const batchSize = 100
+// batchSize is how many transactions one read takes. A group's place is
+// saved once per read, so a crash redelivers at most this many.
+const batchSize = 20
 
 // initLock serialises the creation of the offsets table by consumers starting
 // at once, as DefaultPostgreSQLSchema does with its own lock.
@@ -31,19 +30,6 @@ const initLock = 0x77617962696c6c03
 // errReadOnly is the refusal of every insert: only the commands write the
 // journal, together with the projections.
 var errReadOnly = errors.New("feed: the journal is written only by the commands, never through the feed")
-
-// The metadata keys that carry the journal columns besides the payload.
-const (
-	metaRecordedAt = "recorded_at"
-	metaStream     = "stream"
-	metaVersion    = "version"
-	metaDeliveryID = "delivery_id"
-	metaTarget     = "target"
-	metaKind       = "kind"
-	metaActor      = "actor"
-	metaOldState   = "old_state"
-	metaNewState   = "new_state"
-)
 
 // journalSchema is the SchemaAdapter over the journal table. Its reads follow
 // DefaultPostgreSQLSchema with txid for transaction_id and position for
@@ -65,71 +51,81 @@ func (journalSchema) InsertQuery(wsql.InsertQueryParams) (wsql.Query, error) {
 	return wsql.Query{}, errReadOnly
 }
 
-// SelectQuery returns the next events after the group's place, in
-// (txid, position) order, from transactions below the snapshot's xmin:
-// every one of those has ended, so no event can appear behind the place
-// later. The offsets query locks the group's row for the read.
+// SelectQuery returns the events of the next transactions after the
+// group's place, one row per transaction, in (txid, position) order, from
+// transactions below the snapshot's xmin: every one of those has ended, so
+// no event can appear behind the place later. The offsets query locks the
+// group's row for the read.
+//
+// A transaction is one message of the feed, so the subscriber's work per
+// message (a goroutine hand-off, an ack) is paid once for all the events a
+// command batch wrote, not for each.
 func (journalSchema) SelectQuery(p wsql.SelectQueryParams) (wsql.Query, error) {
 	next, err := p.OffsetsAdapter.NextOffsetQuery(wsql.NextOffsetQueryParams{Topic: p.Topic, ConsumerGroup: p.ConsumerGroup})
 	if err != nil {
 		return wsql.Query{}, fmt.Errorf("feed: next offset query: %w", err)
 	}
 	// The row comparison is a range of the journal_txid index, which the
-	// scan walks in order from the group's place and leaves after
-	// batchSize rows, whatever the backlog.
+	// scan walks in order from the group's place; the grouping streams, so
+	// the scan stops after batchSize transactions, whatever the backlog.
+	// The inner ORDER BY gives each aggregate its events in position order.
 	q := `WITH last_processed AS (` + next.Query + `)
-	SELECT position, txid, recorded_at, stream, version, delivery_id, coalesce(target, ''),
-		kind, actor, coalesce(old_state, ''), coalesce(new_state, ''), payload
-	FROM journal
-	WHERE (txid, position) > ((SELECT last_processed_transaction_id FROM last_processed),
-			(SELECT offset_acked FROM last_processed))
-		AND txid < pg_snapshot_xmin(pg_current_snapshot())
-	ORDER BY txid, position
+	SELECT txid, array_agg(position), array_agg(recorded_at), array_agg(stream), array_agg(version),
+		array_agg(delivery_id), array_agg(coalesce(target, '')), array_agg(kind), array_agg(actor),
+		array_agg(coalesce(old_state, '')), array_agg(coalesce(new_state, '')), array_agg(payload)
+	FROM (
+		SELECT * FROM journal
+		WHERE (txid, position) > ((SELECT last_processed_transaction_id FROM last_processed),
+				(SELECT offset_acked FROM last_processed))
+			AND txid < pg_snapshot_xmin(pg_current_snapshot())
+		ORDER BY txid, position
+	) j
+	GROUP BY txid
+	ORDER BY txid
 	LIMIT ` + strconv.Itoa(batchSize)
 	return wsql.Query{Query: q, Args: next.Args}, nil
 }
 
-// UnmarshalMessage turns a row into a message: the payload as stored, the
-// other columns as metadata, the position as its UUID and offset. Decoding
-// and the envelope check are the consumer's (see decode).
+// UnmarshalMessage turns the row of one transaction into a message: its
+// events encoded in the payload (see appendEvent), the last position as
+// its UUID and offset, and the txid for the offsets adapter. Decoding and
+// the envelope check are the consumer's (see decode).
 func (journalSchema) UnmarshalMessage(p wsql.UnmarshalMessageParams) (wsql.Row, error) {
 	var (
-		position   int64
 		txid       wsql.XID8
-		recordedAt time.Time
-		stream     string
-		version    int
-		deliveryID pgtype.UUID
-		target     string
-		kind       string
-		actor      string
-		old, new   string
-		payload    []byte
+		positions  []int64
+		recordedAt []time.Time
+		streams    []string
+		versions   []int32
+		deliveries []pgtype.UUID
+		targets    []string
+		kinds      []string
+		actors     []string
+		olds, news []string
+		payloads   [][]byte
 	)
-	if err := p.Row.Scan(&position, &txid, &recordedAt, &stream, &version, &deliveryID, &target,
-		&kind, &actor, &old, &new, &payload); err != nil {
-		return wsql.Row{}, fmt.Errorf("feed: scan journal row: %w", err)
+	if err := p.Row.Scan(&txid, &positions, &recordedAt, &streams, &versions, &deliveries, &targets,
+		&kinds, &actors, &olds, &news, &payloads); err != nil {
+		return wsql.Row{}, fmt.Errorf("feed: scan journal rows: %w", err)
 	}
-	id := strconv.FormatInt(position, 10)
-	msg := message.NewMessage(id, payload)
-	msg.Metadata = message.Metadata{
-		metaRecordedAt: recordedAt.UTC().Format(time.RFC3339Nano),
-		metaStream:     stream,
-		metaVersion:    strconv.Itoa(version),
-		metaKind:       kind,
-		metaActor:      actor,
-		metaTarget:     target,
-		metaOldState:   old,
-		metaNewState:   new,
+	n := len(positions)
+	if n == 0 || len(recordedAt) != n || len(streams) != n || len(versions) != n || len(deliveries) != n ||
+		len(targets) != n || len(kinds) != n || len(actors) != n || len(olds) != n || len(news) != n || len(payloads) != n {
+		return wsql.Row{}, fmt.Errorf("feed: transaction %v: columns of unequal length", txid)
 	}
-	if deliveryID.Valid {
-		msg.Metadata[metaDeliveryID] = uuid.UUID(deliveryID.Bytes).String()
+	var b []byte
+	for i := range n {
+		b = appendEvent(b, encodedEvent{position: positions[i], recordedAt: recordedAt[i], stream: streams[i],
+			version: versions[i], deliveryID: deliveries[i], target: targets[i], kind: kinds[i], actor: actors[i],
+			oldState: olds[i], newState: news[i], payload: payloads[i]})
 	}
+	last := positions[n-1]
+	id := strconv.FormatInt(last, 10)
 	return wsql.Row{
-		Offset:    position,
+		Offset:    last,
 		UUID:      []byte(id),
-		Payload:   payload,
-		Msg:       msg,
+		Payload:   b,
+		Msg:       message.NewMessage(id, b),
 		ExtraData: map[string]any{"transaction_id": txid},
 	}, nil
 }

@@ -18,7 +18,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -28,6 +27,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/waybill/waybill/commands"
+	"github.com/waybill/waybill/internal/cpustat"
 	"github.com/waybill/waybill/internal/dbtest"
 	"github.com/waybill/waybill/journal"
 	"github.com/waybill/waybill/lifecycle"
@@ -492,19 +492,13 @@ func (c cpuSample) plus(o cpuSample) cpuSample {
 	return cpuSample{c.self + o.self, c.pg + o.pg, c.hostBusy + o.hostBusy, c.pgOK && o.pgOK, c.hostOK && o.hostOK}
 }
 
-// clockTicks is USER_HZ, the unit of /proc's CPU times on Linux.
-const clockTicks = 100
-
 func (env *benchEnv) sampleCPU() cpuSample {
 	var s cpuSample
-	var ru syscall.Rusage
-	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) == nil {
-		s.self = time.Duration(ru.Utime.Nano() + ru.Stime.Nano()).Seconds()
-	}
+	s.self = cpustat.Self()
 	if env.pgPID > 0 {
-		s.pg, s.pgOK = processTreeCPU(env.pgPID)
+		s.pg, s.pgOK = cpustat.ProcessTree(env.pgPID)
 	}
-	s.hostBusy, s.hostOK = hostBusyCPU()
+	s.hostBusy, s.hostOK = cpustat.HostBusy()
 	return s
 }
 
@@ -523,79 +517,10 @@ func postmasterPID(ctx context.Context, db *pgxpool.Pool) (int, error) {
 	if err != nil {
 		return 0, fmt.Errorf("postmaster.pid: %w", err)
 	}
-	if _, _, _, ok := procStat(pid); !ok {
+	if !cpustat.Exists(pid) {
 		return 0, fmt.Errorf("no process %d here", pid)
 	}
 	return pid, nil
-}
-
-// procStat reads a process's parent, its own CPU ticks and its reaped
-// children's.
-func procStat(pid int) (ppid int, own, children float64, ok bool) {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0, 0, 0, false
-	}
-	// The command name is in parentheses and may hold spaces.
-	i := bytes.LastIndexByte(data, ')')
-	if i < 0 {
-		return 0, 0, 0, false
-	}
-	f := strings.Fields(string(data[i+1:]))
-	// f[0] is field 3 (state): ppid is field 4, utime..cstime 14..17.
-	if len(f) < 15 {
-		return 0, 0, 0, false
-	}
-	ppid, _ = strconv.Atoi(f[1])
-	tick := func(k int) float64 { v, _ := strconv.ParseFloat(f[k-3], 64); return v / clockTicks }
-	return ppid, tick(14) + tick(15), tick(16) + tick(17), true
-}
-
-func processTreeCPU(root int) (float64, bool) {
-	_, own, reaped, ok := procStat(root)
-	if !ok {
-		return 0, false
-	}
-	total := own + reaped
-	entries, err := os.ReadDir("/proc")
-	if err != nil {
-		return 0, false
-	}
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil || pid == root {
-			continue
-		}
-		if ppid, own, _, ok := procStat(pid); ok && ppid == root {
-			total += own
-		}
-	}
-	return total, true
-}
-
-// hostBusyCPU is the machine's CPU time not idle, all cores.
-func hostBusyCPU() (float64, bool) {
-	data, err := os.ReadFile("/proc/stat")
-	if err != nil {
-		return 0, false
-	}
-	line, _, _ := strings.Cut(string(data), "\n")
-	f := strings.Fields(line)
-	if len(f) < 6 || f[0] != "cpu" {
-		return 0, false
-	}
-	var busy float64
-	for k, v := range f[1:] {
-		if k == 3 || k == 4 { // idle, iowait
-			continue
-		}
-		if k >= 8 { // guest time is counted in user already
-			break
-		}
-		x, _ := strconv.ParseFloat(v, 64)
-		busy += x
-	}
-	return busy / clockTicks, true
 }
 
 // logStuck logs the deliveries not delivered, by state and last error.

@@ -14,12 +14,14 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"runtime/pprof"
 	"slices"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/waybill/waybill/commands"
+	"github.com/waybill/waybill/internal/cpustat"
 	"github.com/waybill/waybill/natsserver"
 	"github.com/waybill/waybill/workers"
 )
@@ -47,6 +49,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	clients := fs.Int("clients", 8, "concurrent clients")
 	rate := fs.Float64("rate", 0, "messages/s to ingest at, in all; 0 is as fast as it goes")
 	dbURL := fs.String("database-url", env("WAYBILL_DATABASE_URL", ""), "PostgreSQL URL; its database gets the bench's data (env WAYBILL_DATABASE_URL)")
+	cpuProfile := fs.String("cpuprofile", "", "write the process's CPU profile of the measured run to this file")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
@@ -57,7 +60,8 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		fmt.Fprintln(stderr, "waybill bench: --messages and --clients must be at least 1, --rate not negative")
 		return 2
 	}
-	r, err := bench(ctx, benchConfig{http: *viaHTTP, messages: *n, clients: *clients, rate: *rate, dbURL: *dbURL}, stderr)
+	r, err := bench(ctx, benchConfig{http: *viaHTTP, messages: *n, clients: *clients, rate: *rate, dbURL: *dbURL,
+		cpuProfile: *cpuProfile}, stderr)
 	if err != nil {
 		fmt.Fprintf(stderr, "waybill bench: %v\n", err)
 		return 1
@@ -67,11 +71,12 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 }
 
 type benchConfig struct {
-	http     bool
-	messages int
-	clients  int
-	rate     float64
-	dbURL    string
+	http       bool
+	messages   int
+	clients    int
+	rate       float64
+	dbURL      string
+	cpuProfile string
 }
 
 type benchResult struct {
@@ -79,6 +84,10 @@ type benchResult struct {
 	elapsed            time.Duration
 	ingest, endToEnd   []time.Duration
 	deliveries, errors int
+	// cpuSelf and cpuHost are the CPU seconds of this process and of the
+	// whole machine (PostgreSQL included) during the run; cpuHost is 0
+	// where /proc/stat is not readable.
+	cpuSelf, cpuHost float64
 }
 
 func (r *benchResult) print(w io.Writer) {
@@ -94,6 +103,11 @@ func (r *benchResult) print(w io.Writer) {
 	fmt.Fprintf(w, "\n  all delivered in %.2fs: %.0f messages/s, %.0f deliveries/s\n", secs, float64(r.cfg.messages)/secs, float64(r.deliveries)/secs)
 	fmt.Fprintf(w, "  ingest call:               p50 %s  p99 %s\n", percentile(r.ingest, 50), percentile(r.ingest, 99))
 	fmt.Fprintf(w, "  ingest to last delivered:  p50 %s  p99 %s\n", percentile(r.endToEnd, 50), percentile(r.endToEnd, 99))
+	if r.cpuHost > 0 {
+		perMessage := 1000 / float64(r.cfg.messages)
+		fmt.Fprintf(w, "  CPU per message:           %.2f ms on the machine, %.2f ms in this process\n",
+			r.cpuHost*perMessage, r.cpuSelf*perMessage)
+	}
 	if r.errors > 0 {
 		fmt.Fprintf(w, "  %d ingest calls failed\n", r.errors)
 	}
@@ -149,13 +163,17 @@ func bench(ctx context.Context, cfg benchConfig, stderr io.Writer) (*benchResult
 			return nil, err
 		}
 	}
-	// The bench's own NATS, reachable by the server and by the bench's
-	// Writer alike.
-	ns, err := natsserver.Start(natsserver.Config{Listen: "127.0.0.1:0"})
-	if err != nil {
-		return nil, err
+	// Through REST the server runs its own NATS in process, as `waybill
+	// serve` does by default; the bench's Writer needs one it can reach too.
+	var ns *natsserver.Server
+	natsURL := ""
+	if !cfg.http {
+		if ns, err = natsserver.Start(natsserver.Config{Listen: "127.0.0.1:0"}); err != nil {
+			return nil, err
+		}
+		stack.push(ns.Stop)
+		natsURL = ns.ClientURL()
 	}
-	stack.push(ns.Stop)
 	sink := &sinkRecord{arrived: map[string][]time.Time{}, all: make(chan struct{}), want: 2 * cfg.messages}
 	sinkServer := httptest.NewServer(sink)
 	stack.push(sinkServer.Close)
@@ -164,7 +182,7 @@ func bench(ctx context.Context, cfg benchConfig, stderr io.Writer) (*benchResult
 	if err != nil {
 		return nil, err
 	}
-	sc := &serveConfig{dataDir: filepath.Join(dir, "var"), databaseURL: cfg.dbURL, natsURL: ns.ClientURL(),
+	sc := &serveConfig{dataDir: filepath.Join(dir, "var"), databaseURL: cfg.dbURL, natsURL: natsURL,
 		listen: listen, logFormat: "text", drainGrace: time.Second}
 	serveCtx, stopServe := context.WithCancel(ctx)
 	served := make(chan error, 1)
@@ -223,7 +241,19 @@ func bench(ctx context.Context, cfg benchConfig, stderr io.Writer) (*benchResult
 		next     = make(chan int)
 		wg       sync.WaitGroup
 	)
-	began := time.Now()
+	if cfg.cpuProfile != "" {
+		f, err := os.Create(cfg.cpuProfile)
+		if err != nil {
+			return nil, err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return nil, err
+		}
+		defer pprof.StopCPUProfile()
+	}
+	began, selfBefore := time.Now(), cpustat.Self()
+	hostBefore, hostOK := cpustat.HostBusy()
 	for range cfg.clients {
 		wg.Go(func() {
 			for i := range next {
@@ -267,6 +297,10 @@ func bench(ctx context.Context, cfg benchConfig, stderr io.Writer) (*benchResult
 		return nil, err
 	}
 	r.elapsed = time.Since(began)
+	r.cpuSelf = cpustat.Self() - selfBefore
+	if hostAfter, ok := cpustat.HostBusy(); ok && hostOK {
+		r.cpuHost = hostAfter - hostBefore
+	}
 	sink.mu.Lock()
 	defer sink.mu.Unlock()
 	for id, at := range accepted {
