@@ -18,7 +18,8 @@ import (
 	"github.com/waybill/waybill/lifecycle"
 )
 
-// Handler handles the events of one committed transaction, in feed order.
+// Handler handles the events of one committed transaction, in feed order;
+// a transaction of more events than a read takes comes in several calls.
 // An error leaves them unacked: they are all delivered again, and the group
 // does not move past them until the handler succeeds. The same events may
 // also come again after a crash, so a handler must be idempotent.
@@ -144,7 +145,7 @@ func (c *Consumer) Start(ctx context.Context) error {
 	return nil
 }
 
-// run hands the events of each message, one transaction's, to the handler
+// run hands the events of each message, a transaction's, to the handler
 // and acks or nacks the message.
 func (c *Consumer) run(msgs <-chan *message.Message) {
 	defer func() {

@@ -19,9 +19,9 @@ const topic = "journal"
 // offsetsTable is where the offsets adapter keeps each group's place.
 const offsetsTable = "feed_offsets"
 
-// batchSize is how many transactions one read takes. A group's place is
-// saved once per read, so a crash redelivers at most this many.
-const batchSize = 20
+// batchSize is how many events one read takes. A group's place is saved
+// once per read, so a crash redelivers at most this many.
+const batchSize = 500
 
 // initLock serialises the creation of the offsets table by consumers starting
 // at once, as DefaultPostgreSQLSchema does with its own lock.
@@ -51,24 +51,26 @@ func (journalSchema) InsertQuery(wsql.InsertQueryParams) (wsql.Query, error) {
 	return wsql.Query{}, errReadOnly
 }
 
-// SelectQuery returns the events of the next transactions after the
-// group's place, one row per transaction, in (txid, position) order, from
-// transactions below the snapshot's xmin: every one of those has ended, so
-// no event can appear behind the place later. The offsets query locks the
-// group's row for the read.
+// SelectQuery returns the next events after the group's place, in
+// (txid, position) order, from transactions below the snapshot's xmin:
+// every one of those has ended, so no event can appear behind the place
+// later. The offsets query locks the group's row for the read.
 //
-// A transaction is one message of the feed, so the subscriber's work per
-// message (a goroutine hand-off, an ack) is paid once for all the events a
-// command batch wrote, not for each.
+// The events come one row per transaction, so that the subscriber's work
+// per message (a goroutine hand-off, an ack) is paid once for all the
+// events a command batch wrote, not for each. A transaction the read's
+// limit cuts comes in two messages: its rest opens the next read.
 func (journalSchema) SelectQuery(p wsql.SelectQueryParams) (wsql.Query, error) {
 	next, err := p.OffsetsAdapter.NextOffsetQuery(wsql.NextOffsetQueryParams{Topic: p.Topic, ConsumerGroup: p.ConsumerGroup})
 	if err != nil {
 		return wsql.Query{}, fmt.Errorf("feed: next offset query: %w", err)
 	}
 	// The row comparison is a range of the journal_txid index, which the
-	// scan walks in order from the group's place; the grouping streams, so
-	// the scan stops after batchSize transactions, whatever the backlog.
-	// The inner ORDER BY gives each aggregate its events in position order.
+	// scan walks in order from the group's place and leaves after
+	// batchSize rows, whatever the backlog. The limit is on the rows, not
+	// the groups: with it on the groups the planner, which cannot tell how
+	// many rows a group holds, sorts the whole backlog. The inner ORDER BY
+	// gives each aggregate its events in position order.
 	q := `WITH last_processed AS (` + next.Query + `)
 	SELECT txid, array_agg(position), array_agg(recorded_at), array_agg(stream), array_agg(version),
 		array_agg(delivery_id), array_agg(coalesce(target, '')), array_agg(kind), array_agg(actor),
@@ -79,14 +81,14 @@ func (journalSchema) SelectQuery(p wsql.SelectQueryParams) (wsql.Query, error) {
 				(SELECT offset_acked FROM last_processed))
 			AND txid < pg_snapshot_xmin(pg_current_snapshot())
 		ORDER BY txid, position
+		LIMIT ` + strconv.Itoa(batchSize) + `
 	) j
 	GROUP BY txid
-	ORDER BY txid
-	LIMIT ` + strconv.Itoa(batchSize)
+	ORDER BY txid`
 	return wsql.Query{Query: q, Args: next.Args}, nil
 }
 
-// UnmarshalMessage turns the row of one transaction into a message: its
+// UnmarshalMessage turns the row of a transaction into a message: its
 // events encoded in the payload (see appendEvent), the last position as
 // its UUID and offset, and the txid for the offsets adapter. Decoding and
 // the envelope check are the consumer's (see decode).
