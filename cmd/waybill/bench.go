@@ -197,7 +197,7 @@ func bench(ctx context.Context, cfg benchConfig, stderr io.Writer) (*benchResult
 	}
 	for _, name := range []string{"sink-a", "sink-b"} {
 		if _, err := c.post("/targets", map[string]any{"name": name, "kind": "http", "enabled": true,
-			"max_concurrent": 40, "config": map[string]any{"url": sinkServer.URL}}); err != nil {
+			"max_concurrent": 80, "config": map[string]any{"url": sinkServer.URL}}); err != nil {
 			return nil, fmt.Errorf("create target %s: %w", name, err)
 		}
 		if _, err := c.post("/routes", map[string]any{"source": "bench", "from": "*", "to": "*", "target": name}); err != nil {
