@@ -146,13 +146,14 @@ func (p RetryPolicy) Delay(n int) time.Duration {
 	}
 }
 
-// Next decides what follows attempt n of a delivery created at created that
+// Next decides what follows attempt n of a delivery whose budget started at
+// since (when it was made, or an operator last redelivered it) and that
 // failed for now at now: the time the next attempt is due, or, when a bound
 // of the policy ends the retries, the reason it failed for good. after is a
 // time the target asked for (an HTTP Retry-After), honoured up to MaxDelay;
 // zero when none. spread is a number from -1 to 1 that scales the jitter
 // (rand.Float64()*2 - 1 in production, fixed in tests).
-func (p RetryPolicy) Next(n int, created, now, after time.Time, spread float64) (time.Time, string) {
+func (p RetryPolicy) Next(n int, since, now, after time.Time, spread float64) (time.Time, string) {
 	if n >= p.MaxAttempts {
 		return time.Time{}, fmt.Sprintf("gave up after attempt %d: retry.max_attempts is %d", n, p.MaxAttempts)
 	}
@@ -165,7 +166,7 @@ func (p RetryPolicy) Next(n int, created, now, after time.Time, spread float64) 
 	}
 	wait = min(max(wait, 0), p.MaxDelay.D())
 	at := now.Add(wait)
-	if at.Sub(created) > p.MaxAge.D() {
+	if at.Sub(since) > p.MaxAge.D() {
 		return time.Time{}, fmt.Sprintf("gave up after attempt %d: the next would be past retry.max_age (%s)", n, p.MaxAge)
 	}
 	return at, ""

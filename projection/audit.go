@@ -264,7 +264,8 @@ func sameMessage(a, b *Message) bool {
 func sameDelivery(a, b *Delivery) bool {
 	return a.ID == b.ID && a.MessageID == b.MessageID && a.Seq == b.Seq && a.Target == b.Target &&
 		a.State == b.State && a.Attempts == b.Attempts && a.DispatchCount == b.DispatchCount &&
-		a.Redeliveries == b.Redeliveries && a.NextDue.Equal(b.NextDue) && a.ClaimToken == b.ClaimToken &&
+		a.Redeliveries == b.Redeliveries && a.RedeliveredAt.Equal(b.RedeliveredAt) &&
+		a.RedeliveredAttempts == b.RedeliveredAttempts && a.NextDue.Equal(b.NextDue) && a.ClaimToken == b.ClaimToken &&
 		a.LeaseEnd.Equal(b.LeaseEnd) && a.LastError == b.LastError && a.CreatedAt.Equal(b.CreatedAt) &&
 		a.UpdatedAt.Equal(b.UpdatedAt) && a.FinishedAt.Equal(b.FinishedAt)
 }

@@ -70,6 +70,8 @@ func copyFolded(ctx context.Context, tx pgx.Tx, f *Folded) error {
 		b.int4(d.Attempts)
 		b.int4(d.DispatchCount)
 		b.int4(d.Redeliveries)
+		b.nullTime(d.RedeliveredAt)
+		b.int4(d.RedeliveredAttempts)
 		b.nullTime(d.NextDue)
 		b.nullUUID(d.ClaimToken)
 		b.nullTime(d.LeaseEnd)
@@ -95,7 +97,7 @@ var messageCopyColumns = []string{"id", "version", "source", "from_party", "to_p
 	"attempt_count", "created_at", "updated_at"}
 
 var deliveryCopyColumns = []string{"id", "message_id", "seq", "target", "state", "attempts", "dispatch_count",
-	"redeliveries", "next_due", "claim_token", "lease_end", "last_error", "created_at", "updated_at", "finished_at"}
+	"redeliveries", "redelivered_at", "redelivered_attempts", "next_due", "claim_token", "lease_end", "last_error", "created_at", "updated_at", "finished_at"}
 
 // copyIn runs COPY … FROM STDIN (FORMAT binary, FREEZE) into table, with
 // the rows row appends until it returns false.

@@ -299,6 +299,7 @@ func deliveryStep(d *Delivery, e *journal.Event) error {
 		}
 		d.State, d.DispatchCount, d.NextDue = lifecycle.StateQueued, p.DispatchCount, p.NextDue
 		d.Redeliveries++
+		d.RedeliveredAt, d.RedeliveredAttempts = at, d.Attempts
 		d.FinishedAt = time.Time{}
 	default:
 		return illegal("not a delivery event")

@@ -47,6 +47,12 @@ type Delivery struct {
 	// DispatchCount counts the wake-ups since the last claim.
 	DispatchCount int
 	Redeliveries  int
+	// RedeliveredAt is when an operator last redelivered the delivery, zero
+	// if never, and RedeliveredAttempts is Attempts then: a redelivery
+	// starts the retry policy's budget afresh, so max_attempts and max_age
+	// count from it.
+	RedeliveredAt       time.Time
+	RedeliveredAttempts int
 	// NextDue is when the sweep next acts on the delivery: the next wake-up
 	// while queued or retrying, the receipt deadline while awaiting_ack;
 	// zero otherwise. A delivering delivery's time is LeaseEnd.

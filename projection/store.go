@@ -23,7 +23,8 @@ const messageColumns = `m.id, m.version, m.source, m.from_party, m.to_party, m.c
 	m.status, m.error, m.attempt_count, m.created_at, m.updated_at`
 
 const deliveryColumns = `d.id, d.message_id, d.seq, d.target, d.state, d.attempts, d.dispatch_count,
-	d.redeliveries, d.next_due, d.claim_token, d.lease_end, d.last_error, d.created_at, d.updated_at, d.finished_at`
+	d.redeliveries, d.redelivered_at, d.redelivered_attempts, d.next_due, d.claim_token, d.lease_end,
+	d.last_error, d.created_at, d.updated_at, d.finished_at`
 
 // Load reads a message and its deliveries; ErrNotFound when there is none.
 func Load(ctx context.Context, q journal.Querier, id uuid.UUID) (*Message, error) {
@@ -147,17 +148,19 @@ func (m *Message) normalize() {
 
 // deliveryRow scans a delivery that a LEFT JOIN may leave all NULL.
 type deliveryRow struct {
-	id, messageID, claimToken               pgtype.UUID
-	seq, attempts, dispatchCount, redeliver pgtype.Int4
-	target, state, lastError                pgtype.Text
-	nextDue, leaseEnd, finishedAt           pgtype.Timestamptz
-	createdAt, updatedAt                    pgtype.Timestamptz
+	id, messageID, claimToken                    pgtype.UUID
+	seq, attempts, dispatchCount, redeliver      pgtype.Int4
+	redeliveredAttempts                          pgtype.Int4
+	target, state, lastError                     pgtype.Text
+	nextDue, leaseEnd, finishedAt, redeliveredAt pgtype.Timestamptz
+	createdAt, updatedAt                         pgtype.Timestamptz
 }
 
 // scanDest lists the fields in deliveryColumns order.
 func (r *deliveryRow) scanDest() []any {
 	return []any{&r.id, &r.messageID, &r.seq, &r.target, &r.state, &r.attempts, &r.dispatchCount,
-		&r.redeliver, &r.nextDue, &r.claimToken, &r.leaseEnd, &r.lastError, &r.createdAt, &r.updatedAt, &r.finishedAt}
+		&r.redeliver, &r.redeliveredAt, &r.redeliveredAttempts, &r.nextDue, &r.claimToken, &r.leaseEnd, &r.lastError,
+		&r.createdAt, &r.updatedAt, &r.finishedAt}
 }
 
 func (r *deliveryRow) delivery() Delivery {
@@ -165,6 +168,7 @@ func (r *deliveryRow) delivery() Delivery {
 		ID: r.id.Bytes, MessageID: r.messageID.Bytes, Seq: int(r.seq.Int32), Target: r.target.String,
 		State: lifecycle.DeliveryState(r.state.String), Attempts: int(r.attempts.Int32),
 		DispatchCount: int(r.dispatchCount.Int32), Redeliveries: int(r.redeliver.Int32),
+		RedeliveredAt: timeOf(r.redeliveredAt), RedeliveredAttempts: int(r.redeliveredAttempts.Int32),
 		NextDue: timeOf(r.nextDue), ClaimToken: r.claimToken.Bytes, LeaseEnd: timeOf(r.leaseEnd),
 		LastError: r.lastError.String, CreatedAt: timeOf(r.createdAt), UpdatedAt: timeOf(r.updatedAt),
 		FinishedAt: timeOf(r.finishedAt),
@@ -314,10 +318,11 @@ const updateMessageSQL = `WITH updated AS (
 	SELECT projection_expect_row((SELECT count(*) FROM updated), $1::uuid, $2::int)`
 
 const insertDeliveriesSQL = `INSERT INTO deliveries (id, message_id, seq, target, state, attempts,
-	dispatch_count, redeliveries, next_due, claim_token, lease_end, last_error, created_at, updated_at, finished_at)
+	dispatch_count, redeliveries, redelivered_at, redelivered_attempts, next_due, claim_token, lease_end,
+	last_error, created_at, updated_at, finished_at)
 	SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::int[], $4::text[], $5::text[], $6::int[], $7::int[],
-		$8::int[], $9::timestamptz[], $10::uuid[], $11::timestamptz[], $12::text[], $13::timestamptz[],
-		$14::timestamptz[], $15::timestamptz[])`
+		$8::int[], $9::timestamptz[], $10::int[], $11::timestamptz[], $12::uuid[], $13::timestamptz[],
+		$14::text[], $15::timestamptz[], $16::timestamptz[], $17::timestamptz[])`
 
 // upsertDeliveriesSQL makes insertDeliveriesSQL update the rows there
 // already. The deliveries of a new message are inserted without it: an
@@ -325,16 +330,18 @@ const insertDeliveriesSQL = `INSERT INTO deliveries (id, message_id, seq, target
 const upsertDeliveriesSQL = `
 	ON CONFLICT (id) DO UPDATE SET state = excluded.state, attempts = excluded.attempts,
 		dispatch_count = excluded.dispatch_count, redeliveries = excluded.redeliveries,
+		redelivered_at = excluded.redelivered_at, redelivered_attempts = excluded.redelivered_attempts,
 		next_due = excluded.next_due, claim_token = excluded.claim_token, lease_end = excluded.lease_end,
 		last_error = excluded.last_error, updated_at = excluded.updated_at, finished_at = excluded.finished_at`
 
 // deliveryColumnsOf holds deliveries column by column, for unnest.
 type deliveryColumnsOf struct {
-	id, messageID, claimToken           []pgtype.UUID
-	seq, attempts, dispatches, redelivs []int32
-	target, state, lastError            []string
-	nextDue, leaseEnd, finishedAt       []pgtype.Timestamptz
-	createdAt, updatedAt                []time.Time
+	id, messageID, claimToken                    []pgtype.UUID
+	seq, attempts, dispatches, redelivs          []int32
+	redeliveredAttempts                          []int32
+	target, state, lastError                     []string
+	nextDue, leaseEnd, finishedAt, redeliveredAt []pgtype.Timestamptz
+	createdAt, updatedAt                         []time.Time
 }
 
 func (c *deliveryColumnsOf) add(d *Delivery) {
@@ -346,6 +353,8 @@ func (c *deliveryColumnsOf) add(d *Delivery) {
 	c.attempts = append(c.attempts, int32(d.Attempts))
 	c.dispatches = append(c.dispatches, int32(d.DispatchCount))
 	c.redelivs = append(c.redelivs, int32(d.Redeliveries))
+	c.redeliveredAt = append(c.redeliveredAt, pgTime(d.RedeliveredAt))
+	c.redeliveredAttempts = append(c.redeliveredAttempts, int32(d.RedeliveredAttempts))
 	c.nextDue = append(c.nextDue, pgTime(d.NextDue))
 	c.claimToken = append(c.claimToken, pgUUID(d.ClaimToken))
 	c.leaseEnd = append(c.leaseEnd, pgTime(d.LeaseEnd))
@@ -357,7 +366,8 @@ func (c *deliveryColumnsOf) add(d *Delivery) {
 
 func (c *deliveryColumnsOf) args() []any {
 	return []any{c.id, c.messageID, c.seq, c.target, c.state, c.attempts, c.dispatches, c.redelivs,
-		c.nextDue, c.claimToken, c.leaseEnd, c.lastError, c.createdAt, c.updatedAt, c.finishedAt}
+		c.redeliveredAt, c.redeliveredAttempts, c.nextDue, c.claimToken, c.leaseEnd, c.lastError, c.createdAt, c.updatedAt,
+		c.finishedAt}
 }
 
 func pgUUID(id uuid.UUID) pgtype.UUID { return pgtype.UUID{Bytes: id, Valid: id != uuid.Nil} }

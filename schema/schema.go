@@ -140,21 +140,23 @@ BEGIN
 END $$;
 
 CREATE TABLE IF NOT EXISTS deliveries (
-	id             uuid        NOT NULL,
-	message_id     uuid        NOT NULL,
-	seq            int         NOT NULL,
-	target         text        NOT NULL,
-	state          text        NOT NULL,
-	attempts       int         NOT NULL,
-	dispatch_count int         NOT NULL,
-	redeliveries   int         NOT NULL,
-	next_due       timestamptz,
-	claim_token    uuid,
-	lease_end      timestamptz,
-	last_error     text        NOT NULL,
-	created_at     timestamptz NOT NULL,
-	updated_at     timestamptz NOT NULL,
-	finished_at    timestamptz
+	id                   uuid        NOT NULL,
+	message_id           uuid        NOT NULL,
+	seq                  int         NOT NULL,
+	target               text        NOT NULL,
+	state                text        NOT NULL,
+	attempts             int         NOT NULL,
+	dispatch_count       int         NOT NULL,
+	redeliveries         int         NOT NULL,
+	redelivered_at       timestamptz,
+	redelivered_attempts int         NOT NULL,
+	next_due             timestamptz,
+	claim_token          uuid,
+	lease_end            timestamptz,
+	last_error           text        NOT NULL,
+	created_at           timestamptz NOT NULL,
+	updated_at           timestamptz NOT NULL,
+	finished_at          timestamptz
 );
 
 -- The number of deliveries in each state, kept by the projector so that no

@@ -28,14 +28,18 @@ type Attempt struct {
 	Seq int
 	// Target is the target's name.
 	Target string
-	// Number is the attempt's number, from 1.
+	// Number is the attempt's number over the delivery's whole life, from 1.
 	Number int
+	// Round is the attempt's number since the delivery was made or an
+	// operator last redelivered it, from 1: the retry policy's max_attempts
+	// counts it.
+	Round int
 	// Redelivered is true once an operator has queued the delivery again:
 	// the target may hold the payload from an earlier attempt.
 	Redelivered bool
-	// Created is when the delivery was made; the retry policy's max_age
-	// counts from it.
-	Created time.Time
+	// Since is when the delivery was made or an operator last redelivered
+	// it: the retry policy's max_age counts from it.
+	Since time.Time
 	// Source, From and To are the message's source and parties.
 	Source string
 	From   string

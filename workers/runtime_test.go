@@ -235,8 +235,9 @@ func TestRetryPolicy(t *testing.T) {
 }
 
 // TestRetryBoundsFailForGood: a receiver that always fails for now ends
-// the delivery at max_attempts with a reason naming the bound; a 4xx ends
-// it at once.
+// the delivery at max_attempts with a reason naming the bound, and again
+// after an operator's redelivery, which starts the budget afresh; a 4xx
+// ends it at once.
 func TestRetryBoundsFailForGood(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
@@ -254,6 +255,23 @@ func TestRetryBoundsFailForGood(t *testing.T) {
 	b.waitStatus(t, lifecycle.StatusError, m)
 	if d := b.load(t, m.ID).Deliveries[0]; d.Attempts != 2 || !strings.Contains(d.LastError, "retry.max_attempts") {
 		t.Fatalf("failed after %d attempts with %q", d.Attempts, d.LastError)
+	}
+
+	// Redelivered past the delivery's max_age, it has the whole budget
+	// again: it retries after its next failure, and fails for good at the
+	// second attempt since the redelivery.
+	b.clock.Advance(100 * time.Hour)
+	if _, err := b.w.Redeliver(b.ctx, m.ID, m.Deliveries[0].ID, "operator:admin"); err != nil {
+		t.Fatal(err)
+	}
+	b.waitState(t, m.Deliveries[0].ID, lifecycle.StateRetrying)
+	b.clock.Advance(2 * time.Second)
+	if _, err := b.sweeper(t).Pass(b.ctx); err != nil {
+		t.Fatal(err)
+	}
+	b.waitStatus(t, lifecycle.StatusError, m)
+	if d := b.load(t, m.ID).Deliveries[0]; d.Attempts != 4 || !strings.Contains(d.LastError, "gave up after attempt 2: retry.max_attempts") {
+		t.Fatalf("redelivered: failed after %d attempts with %q", d.Attempts, d.LastError)
 	}
 
 	b.sink.setAnswer(func(int, http.ResponseWriter, *http.Request) int { return http.StatusUnprocessableEntity })

@@ -68,9 +68,13 @@ func (s *DeliveryStore) jobs(claims []commands.Claim) []Job[targets.Attempt] {
 }
 
 func attempt(m *projection.Message, d projection.Delivery, payload []byte) targets.Attempt {
+	since := d.CreatedAt
+	if !d.RedeliveredAt.IsZero() {
+		since = d.RedeliveredAt
+	}
 	return targets.Attempt{
 		MessageID: m.ID, DeliveryID: d.ID, Seq: d.Seq, Target: d.Target, Number: d.Attempts,
-		Redelivered: d.Redeliveries > 0, Created: d.CreatedAt,
+		Round: d.Attempts - d.RedeliveredAttempts, Redelivered: d.Redeliveries > 0, Since: since,
 		Source: m.Source, From: m.From, To: m.To, ContentType: m.ContentType, Payload: payload,
 	}
 }
@@ -95,7 +99,7 @@ func (p *policyDeliverer) Deliver(ctx context.Context, a targets.Attempt) lifecy
 			return lifecycle.AwaitingAck(o.Text, now.Add(r.Timeout.D()))
 		}
 	case lifecycle.OutcomeRetry:
-		at, stop := p.target.Retry.Next(a.Number, a.Created, now, o.RetryAt, rand.Float64()*2-1)
+		at, stop := p.target.Retry.Next(a.Round, a.Since, now, o.RetryAt, rand.Float64()*2-1)
 		if stop != "" {
 			return lifecycle.Failed(o.Text + "; " + stop)
 		}
