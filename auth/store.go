@@ -118,6 +118,93 @@ func create(ctx context.Context, db execer, name string, role Role) (string, err
 	return tokenPrefix + id + "_" + hex.EncodeToString(secret), nil
 }
 
+// Token describes a stored token: never its secret, which is not kept.
+type Token struct {
+	// ID is the token's public part, the 16 hex digits after "wb_".
+	ID        string
+	Name      string
+	Role      Role
+	CreatedAt time.Time
+}
+
+// List returns every token, oldest first.
+func (s *Store) List(ctx context.Context) ([]Token, error) {
+	rows, err := s.db.Query(ctx, `SELECT id, name, role, created_at FROM api_tokens ORDER BY created_at, id`)
+	if err != nil {
+		return nil, fmt.Errorf("list tokens: %w", err)
+	}
+	tokens, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Token, error) {
+		var t Token
+		err := row.Scan(&t.ID, &t.Name, &t.Role, &t.CreatedAt)
+		return t, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list tokens: %w", err)
+	}
+	return tokens, nil
+}
+
+// ErrNoToken is Revoke's answer for an id the store does not hold.
+var ErrNoToken = errors.New("no such token")
+
+// ErrLastAdmin is Revoke's refusal of the only admin token: without one
+// nobody could change the configuration until the next start made one.
+var ErrLastAdmin = errors.New("it is the last admin token: create another admin token first")
+
+// TokenID returns the id of s, a token's id or a whole token; anything
+// else is a *lifecycle.FieldError.
+func TokenID(s string) (string, error) {
+	if id, _, ok := parse(s); ok {
+		return id, nil
+	}
+	if len(s) != idLen || !isLowerHex(s) {
+		return "", &lifecycle.FieldError{Field: "id",
+			Problem: fmt.Sprintf("must be %d lower-case hex digits (the id `waybill token list` shows) or a whole token", idLen)}
+	}
+	return s, nil
+}
+
+// Revoke deletes the token with the id (as List gives it, or the whole
+// token) and returns what it was. Servers that have used it stop taking it
+// within CacheTTL.
+func (s *Store) Revoke(ctx context.Context, id string) (Token, error) {
+	id, err := TokenID(id)
+	if err != nil {
+		return Token{}, err
+	}
+	t := Token{ID: id}
+	err = pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
+		// The admin lock makes two revocations of the last two admin
+		// tokens take turns, so one of them is refused.
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, int64(adminLock)); err != nil {
+			return err
+		}
+		err := tx.QueryRow(ctx, `DELETE FROM api_tokens WHERE id = $1 RETURNING name, role, created_at`, id).
+			Scan(&t.Name, &t.Role, &t.CreatedAt)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return ErrNoToken
+		}
+		if err != nil || t.Role != RoleAdmin {
+			return err
+		}
+		var others bool
+		if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT FROM api_tokens WHERE role = $1)`, string(RoleAdmin)).Scan(&others); err != nil {
+			return err
+		}
+		if !others {
+			return ErrLastAdmin
+		}
+		return nil
+	})
+	if err != nil {
+		return Token{}, fmt.Errorf("revoke token %s: %w", id, err)
+	}
+	s.mu.Lock()
+	delete(s.cache, id)
+	s.mu.Unlock()
+	return t, nil
+}
+
 // Authenticate returns the identity of token. Anything but a token of the
 // store, as Create returned it, is ErrUnauthorized, whatever part of it is
 // wrong; other errors are the database's.

@@ -2,9 +2,11 @@ package auth_test
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -342,5 +344,89 @@ func TestAuthenticateCachesRowsForTheirTTL(t *testing.T) {
 	clock.Advance(time.Second)
 	if _, err := s.Authenticate(ctx, token); !errors.Is(err, auth.ErrUnauthorized) {
 		t.Fatalf("authenticate after the TTL: %v", err)
+	}
+}
+
+func TestListAndRevoke(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	s, db := newStore(t)
+	var tokens []string
+	for _, id := range []auth.Identity{{Name: "alice", Role: auth.RoleAdmin}, {Name: "erp-feed", Role: auth.RoleIngest},
+		{Name: "dashboard", Role: auth.RoleReader}} {
+		token, err := s.Create(ctx, id.Name, id.Role)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tokens = append(tokens, token)
+	}
+	listed, err := s.List(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, tk := range listed {
+		got = append(got, fmt.Sprintf("%s %s %s", tk.ID, tk.Name, tk.Role))
+	}
+	want := []string{tokens[0][3:19] + " alice admin", tokens[1][3:19] + " erp-feed ingest", tokens[2][3:19] + " dashboard reader"}
+	slices.Sort(got)
+	slices.Sort(want)
+	if !slices.Equal(got, want) {
+		t.Fatalf("listed %v, want %v", got, want)
+	}
+
+	// Another server has the ingest token's row cached: it keeps taking it
+	// for the rest of CacheTTL, the store that revoked it at once no more.
+	other := auth.NewStore(db)
+	clock := testclock.New(time.Now())
+	other.SetClock(clock.Now)
+	if _, err := other.Authenticate(ctx, tokens[1]); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Authenticate(ctx, tokens[1]); err != nil {
+		t.Fatal(err)
+	}
+	revoked, err := s.Revoke(ctx, tokens[1][3:19])
+	if err != nil || revoked.Name != "erp-feed" || revoked.Role != auth.RoleIngest {
+		t.Fatalf("revoke: %+v, %v", revoked, err)
+	}
+	if _, err := s.Authenticate(ctx, tokens[1]); !errors.Is(err, auth.ErrUnauthorized) {
+		t.Fatalf("revoked token on the revoking store: %v", err)
+	}
+	if _, err := other.Authenticate(ctx, tokens[1]); err != nil {
+		t.Fatalf("revoked token cached by another store: %v", err)
+	}
+	clock.Advance(auth.CacheTTL)
+	if _, err := other.Authenticate(ctx, tokens[1]); !errors.Is(err, auth.ErrUnauthorized) {
+		t.Fatalf("revoked token after the TTL: %v", err)
+	}
+
+	// A whole token names its row too; an unknown id and a malformed one
+	// are refused, and so is the last admin token.
+	if _, err := s.Revoke(ctx, tokens[2]); err != nil {
+		t.Fatalf("revoke by the whole token: %v", err)
+	}
+	if _, err := s.Revoke(ctx, tokens[2][3:19]); !errors.Is(err, auth.ErrNoToken) {
+		t.Fatalf("revoke twice: %v", err)
+	}
+	var fe *lifecycle.FieldError
+	if _, err := s.Revoke(ctx, "ABC"); !errors.As(err, &fe) || fe.Field != "id" {
+		t.Fatalf("malformed id: %v", err)
+	}
+	if _, err := s.Revoke(ctx, tokens[0][3:19]); !errors.Is(err, auth.ErrLastAdmin) {
+		t.Fatalf("last admin: %v", err)
+	}
+	if _, err := s.Authenticate(ctx, tokens[0]); err != nil {
+		t.Fatalf("the last admin token after a refused revoke: %v", err)
+	}
+	second, err := s.Create(ctx, "bob", auth.RoleAdmin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Revoke(ctx, tokens[0][3:19]); err != nil {
+		t.Fatalf("an admin token beside another: %v", err)
+	}
+	if listed, err := s.List(ctx); err != nil || len(listed) != 1 || listed[0].ID != second[3:19] {
+		t.Fatalf("left: %+v, %v", listed, err)
 	}
 }

@@ -27,9 +27,11 @@ const usage = `usage: waybill <command> [flags]
 commands:
   serve    [flags]                              run the service; waybill serve --help lists the flags
   audit    [--message ID]                       replay the journal and check it against the projections
-  rebuild                                       recreate messages and deliveries from the journal, then audit
-  reset    --projections                        drop the messages and deliveries tables
+  rebuild                                       recreate the projections from the journal, then audit
+  reset    --projections                        drop the projection tables
   token    create --name N --role R             create an API token (admin, ingest or reader) and print it
+  token    list                                 list the API tokens: id, name, role, created
+  token    revoke ID                            revoke an API token (not the last admin token)
   bench    [--http] [--messages N] [--rate R]   measure ingest-to-delivered throughput and latency
 
 commands that talk to a running server (--server URL, --token T or the data dir's admin.token):

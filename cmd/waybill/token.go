@@ -10,6 +10,9 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
+	"text/tabwriter"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -19,82 +22,133 @@ import (
 )
 
 const tokenUsage = `usage: waybill token create --name N --role R [--database-url URL | --data-dir DIR]
+       waybill token list [--database-url URL | --data-dir DIR]
+       waybill token revoke ID [--database-url URL | --data-dir DIR]
 
-Creates an API token in the database and prints it on standard output; it
-cannot be shown again. Roles: admin (everything), ingest (post messages),
-reader (read). With no database URL the embedded PostgreSQL of the data
-directory is used, which needs the server on it to be stopped.
+create makes an API token and prints it on standard output; it cannot be
+shown again. Roles: admin (everything), ingest (post messages), reader
+(read). list shows every token's id, name, role and creation, never a
+secret. revoke deletes the token with the id list shows (or the whole
+token); running servers refuse it within 30 s. The last admin token is not
+revoked: create another first.
+
+With no database URL the embedded PostgreSQL of the data directory is used,
+which needs the server on it to be stopped.
 `
 
-// runToken runs `waybill token create`, which writes to the database
-// directly: it needs no running server.
+// runToken runs `waybill token create|list|revoke`, which work on the
+// database directly: they need no running server.
 func runToken(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	if len(args) == 0 || args[0] != "create" {
+	sub := ""
+	if len(args) > 0 {
+		sub = args[0]
+	}
+	if sub != "create" && sub != "list" && sub != "revoke" {
 		fmt.Fprint(stderr, tokenUsage)
-		if len(args) > 0 && (args[0] == "help" || args[0] == "-h" || args[0] == "--help") {
+		if sub == "help" || sub == "-h" || sub == "--help" {
 			return 0
 		}
 		return 2
 	}
-	fs := flag.NewFlagSet("waybill token create", flag.ContinueOnError)
+	fs := flag.NewFlagSet("waybill token "+sub, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
 		fmt.Fprint(stderr, tokenUsage+"\nflags:\n")
 		fs.PrintDefaults()
 	}
-	name := fs.String("name", "", "the token's name, the subject the journal records its actions under (required)")
-	role := fs.String("role", "", "admin, ingest or reader (required)")
+	var name, role *string
+	if sub == "create" {
+		name = fs.String("name", "", "the token's name, the subject the journal records its actions under (required)")
+		role = fs.String("role", "", "admin, ingest or reader (required)")
+	}
 	dbURL := fs.String("database-url", env("WAYBILL_DATABASE_URL", ""),
 		"PostgreSQL URL of the server's database (env WAYBILL_DATABASE_URL)")
 	dataDir := fs.String("data-dir", env("WAYBILL_DATA_DIR", "./var"),
 		"data directory of the embedded PostgreSQL, used when no URL is given (env WAYBILL_DATA_DIR)")
-	if err := fs.Parse(args[1:]); err != nil {
+	rest := args[1:]
+	var id string
+	if sub == "revoke" && len(rest) > 0 && !strings.HasPrefix(rest[0], "-") {
+		id, rest = rest[0], rest[1:]
+	}
+	if err := fs.Parse(rest); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
 		}
 		return 2
 	}
 	misuse := func(msg string) int {
-		fmt.Fprintf(stderr, "waybill token create: %s\n", msg)
+		fmt.Fprintf(stderr, "waybill token %s: %s\n", sub, msg)
 		return 2
 	}
-	if fs.NArg() > 0 {
+	if sub == "revoke" && id == "" && fs.NArg() > 0 {
+		id = fs.Arg(0)
+	} else if fs.NArg() > 0 {
 		return misuse(fmt.Sprintf("unexpected argument %q", fs.Arg(0)))
 	}
-	if *name == "" || *role == "" {
-		return misuse("--name and --role are required")
-	}
-	// Checked before any database is opened, or started.
-	if err := lifecycle.CheckName("--name", *name); err != nil {
-		return misuse(err.Error())
-	}
-	r, err := auth.ParseRole(*role)
-	if err != nil {
-		return misuse("--role: " + err.Error())
+	// Input is checked before any database is opened, or started.
+	var r auth.Role
+	switch sub {
+	case "create":
+		if *name == "" || *role == "" {
+			return misuse("--name and --role are required")
+		}
+		if err := lifecycle.CheckName("--name", *name); err != nil {
+			return misuse(err.Error())
+		}
+		var err error
+		if r, err = auth.ParseRole(*role); err != nil {
+			return misuse("--role: " + err.Error())
+		}
+	case "revoke":
+		if id == "" {
+			return misuse("the id of the token to revoke is required (`waybill token list` shows them)")
+		}
+		var err error
+		if id, err = auth.TokenID(id); err != nil {
+			return misuse(err.Error())
+		}
 	}
 
-	token, err := createToken(ctx, *dbURL, *dataDir, *name, r, stderr)
+	db, done, err := openCommandDB(ctx, *dbURL, *dataDir, stderr)
+	if err == nil {
+		defer done()
+		err = schema.Ensure(ctx, db)
+	}
 	if err != nil {
-		fmt.Fprintf(stderr, "waybill token create: %v\n", err)
+		fmt.Fprintf(stderr, "waybill token %s: %v\n", sub, err)
 		return 1
 	}
-	fmt.Fprintln(stdout, token)
-	fmt.Fprintf(stderr, "created a %s token named %s; keep it: it is not stored and cannot be shown again\n", r, *name)
+	store := auth.NewStore(db)
+	switch sub {
+	case "create":
+		token, err := store.Create(ctx, *name, r)
+		if err != nil {
+			fmt.Fprintf(stderr, "waybill token create: %v\n", err)
+			return 1
+		}
+		fmt.Fprintln(stdout, token)
+		fmt.Fprintf(stderr, "created a %s token named %s; keep it: it is not stored and cannot be shown again\n", r, *name)
+	case "list":
+		tokens, err := store.List(ctx)
+		if err != nil {
+			fmt.Fprintf(stderr, "waybill token list: %v\n", err)
+			return 1
+		}
+		tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "ID\tNAME\tROLE\tCREATED")
+		for _, t := range tokens {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", t.ID, t.Name, t.Role, t.CreatedAt.UTC().Format(time.RFC3339))
+		}
+		tw.Flush()
+	case "revoke":
+		t, err := store.Revoke(ctx, id)
+		if err != nil {
+			fmt.Fprintf(stderr, "waybill token revoke: %v\n", err)
+			return 1
+		}
+		fmt.Fprintf(stderr, "revoked the %s token %s named %s; running servers refuse it within %s\n", t.Role, t.ID, t.Name, auth.CacheTTL)
+	}
 	return 0
-}
-
-// createToken opens the database at url, or the embedded one of dataDir
-// when url is empty, and creates the token there.
-func createToken(ctx context.Context, url, dataDir, name string, role auth.Role, stderr io.Writer) (string, error) {
-	db, done, err := openCommandDB(ctx, url, dataDir, stderr)
-	if err != nil {
-		return "", err
-	}
-	defer done()
-	if err := schema.Ensure(ctx, db); err != nil {
-		return "", err
-	}
-	return auth.NewStore(db).Create(ctx, name, role)
 }
 
 // openCommandDB opens the database of an operator command: the one at url,

@@ -62,12 +62,52 @@ func TestTokenCreate(t *testing.T) {
 			t.Errorf("%v: exit %d, stdout %q, stderr %q; want 2 and %q", c.args, code, out, errOut, c.want)
 		}
 	}
-	if code, _, errOut := waybillCLI(t, "token", "revoke"); code != 2 || !strings.Contains(errOut, "usage: waybill token create") {
-		t.Errorf("token revoke: exit %d: %s", code, errOut)
+	if code, _, errOut := waybillCLI(t, "token", "rotate"); code != 2 || !strings.Contains(errOut, "usage: waybill token create") {
+		t.Errorf("token rotate: exit %d: %s", code, errOut)
 	}
 	var n int
 	if err := db.QueryRow(ctx, `SELECT count(*) FROM api_tokens`).Scan(&n); err != nil || n != 1 {
 		t.Fatalf("%d tokens (%v), want only the first", n, err)
+	}
+}
+
+func TestTokenListAndRevoke(t *testing.T) {
+	t.Parallel()
+	url := dbtest.URL(t)
+	var ids []string
+	for _, c := range [][2]string{{"alice", "admin"}, {"ci-deploy", "ingest"}} {
+		code, out, errOut := waybillCLI(t, "token", "create", "--name", c[0], "--role", c[1], "--database-url", url)
+		if code != 0 {
+			t.Fatalf("create: exit %d: %s", code, errOut)
+		}
+		ids = append(ids, out[3:19])
+	}
+	code, out, errOut := waybillCLI(t, "token", "list", "--database-url", url)
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if code != 0 || len(lines) != 3 || !strings.HasPrefix(lines[0], "ID") ||
+		!strings.Contains(lines[1], ids[0]) || !strings.Contains(lines[1], "alice") || !strings.Contains(lines[1], "admin") ||
+		!strings.Contains(lines[2], ids[1]) || !strings.Contains(lines[2], "ci-deploy") || strings.Contains(out, "wb_") {
+		t.Fatalf("list: exit %d:\n%s%s", code, out, errOut)
+	}
+
+	for _, c := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{ids[1]}, 0, "revoked the ingest token " + ids[1] + " named ci-deploy"},
+		{[]string{ids[1]}, 1, "no such token"},
+		{[]string{ids[0]}, 1, "it is the last admin token"},
+		{[]string{"XYZ"}, 2, "id: must be 16 lower-case hex digits"},
+		{nil, 2, "the id of the token to revoke is required"},
+	} {
+		code, _, errOut := waybillCLI(t, append(append([]string{"token", "revoke"}, c.args...), "--database-url", url)...)
+		if code != c.code || !strings.Contains(errOut, c.want) {
+			t.Errorf("revoke %v: exit %d, %q; want %d and %q", c.args, code, errOut, c.code, c.want)
+		}
+	}
+	if _, out, _ := waybillCLI(t, "token", "list", "--database-url", url); strings.Contains(out, "ci-deploy") || !strings.Contains(out, "alice") {
+		t.Fatalf("list after revoking: %s", out)
 	}
 }
 
