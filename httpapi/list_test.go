@@ -117,11 +117,20 @@ func TestListFilters(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// Accepted first and dispatched last: its deliveries are the newest,
+	// its message the oldest, and the lists go by the message.
+	early, _, err := b.w.Accept(b.ctx, commands.NewMessage{Source: "erp", From: "acme", To: "globex", Payload: []byte("e")})
+	if err != nil {
+		t.Fatal(err)
+	}
 	for range 3 {
 		ingest("erp", "acme")
 		ingest("erp", "initech")
 		ingest("crm", "acme")
 		b.clock.Advance(time.Hour)
+	}
+	if _, err := b.w.Dispatch(b.ctx, early.ID, "operator:admin"); err != nil {
+		t.Fatal(err)
 	}
 	// One failed message.
 	failedMsg, _, err := b.w.Ingest(b.ctx, commands.NewMessage{Source: "erp", From: "initech", To: "globex", Payload: []byte("y")})
@@ -142,6 +151,9 @@ func TestListFilters(t *testing.T) {
 		{url.Values{"source": {"crm"}}, "source = 'crm'", nil},
 		{url.Values{"target": {"archive"}}, "from_party = 'acme' AND source = 'erp'", nil},
 		{url.Values{"target": {"billing"}, "status": {"in_progress"}}, "source = 'erp' AND status = 'in_progress'", nil},
+		{url.Values{"target": {"archive"}, "created_after": {start.Add(30 * time.Minute).Format(time.RFC3339)}},
+			"from_party = 'acme' AND source = 'erp' AND created_at > $1", []any{start.Add(30 * time.Minute)}},
+		{url.Values{"target": {"nowhere"}}, "false", nil},
 		{url.Values{"created_after": {start.Add(30 * time.Minute).Format(time.RFC3339)}}, "created_at > $1", []any{start.Add(30 * time.Minute)}},
 		{url.Values{"created_before": {start.Add(time.Hour).Format(time.RFC3339)}}, "created_at < $1", []any{start.Add(time.Hour)}},
 		{url.Values{"created_after": {"2026-12-01T09:00:00+01:00"}, "created_before": {"2026-12-01T10:00:00+01:00"}, "source": {"erp"}},

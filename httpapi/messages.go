@@ -92,7 +92,10 @@ const (
 
 // listMessages pages the messages newest first, by (created_at, id)
 // descending, on the messages_created index or, with a status or source,
-// on messages_status_created or messages_source_created.
+// on messages_status_created or messages_source_created. With a target it
+// walks that target's deliveries on deliveries_target_message, which holds
+// their messages' (created_at, id), so a target with few messages costs
+// no more than one with many.
 func (s *Server) listMessages(w http.ResponseWriter, r *http.Request) error {
 	q, err := query(r, "status", "source", "target", "created_after", "created_before", "limit", "cursor")
 	if err != nil {
@@ -103,6 +106,10 @@ func (s *Server) listMessages(w http.ResponseWriter, r *http.Request) error {
 		args  []any
 		errs  []error
 	)
+	from, createdAt, id := "messages m", "m.created_at", "m.id"
+	if q.Get("target") != "" {
+		from, createdAt, id = "deliveries d JOIN messages m ON m.id = d.message_id", "d.message_created_at", "d.message_id"
+	}
 	arg := func(v any) string {
 		args = append(args, v)
 		return "$" + strconv.Itoa(len(args))
@@ -120,30 +127,30 @@ func (s *Server) listMessages(w http.ResponseWriter, r *http.Request) error {
 	}
 	if v := q.Get("target"); v != "" {
 		errs = append(errs, lifecycle.CheckName("target", v))
-		where = append(where, "EXISTS (SELECT FROM deliveries d WHERE d.message_id = m.id AND d.target = "+arg(v)+")")
+		where = append(where, "d.target = "+arg(v))
 	}
 	for _, p := range []struct{ name, op string }{{"created_after", ">"}, {"created_before", "<"}} {
 		if v := q.Get(p.name); v != "" {
 			t, err := parseTime(p.name, v)
 			errs = append(errs, err)
-			where = append(where, "m.created_at "+p.op+" "+arg(t))
+			where = append(where, createdAt+" "+p.op+" "+arg(t))
 		}
 	}
 	limit, err := limitOf(q, defaultMessageLimit, maxMessageLimit)
 	errs = append(errs, err)
 	if v := q.Get("cursor"); v != "" {
-		at, id, err := decodeMessageCursor(v)
+		at, cursorID, err := decodeMessageCursor(v)
 		errs = append(errs, err)
-		where = append(where, "(m.created_at, m.id) < ("+arg(at)+", "+arg(id)+")")
+		where = append(where, "("+createdAt+", "+id+") < ("+arg(at)+", "+arg(cursorID)+")")
 	}
 	if err := invalid(errs...); err != nil {
 		return err
 	}
-	sql := "SELECT m.id FROM messages m"
+	sql := "SELECT m.id FROM " + from
 	if len(where) > 0 {
 		sql += " WHERE " + strings.Join(where, " AND ")
 	}
-	sql += " ORDER BY m.created_at DESC, m.id DESC LIMIT " + arg(limit+1)
+	sql += " ORDER BY " + createdAt + " DESC, " + id + " DESC LIMIT " + arg(limit+1)
 
 	var page []*projection.Message
 	// One snapshot for the page and its deliveries, so every item is as it

@@ -64,6 +64,7 @@ func copyFolded(ctx context.Context, tx pgx.Tx, f *Folded) error {
 		b.begin(len(deliveryCopyColumns))
 		b.nullUUID(d.ID)
 		b.nullUUID(d.MessageID)
+		b.time(d.MessageCreatedAt)
 		b.int4(d.Seq)
 		b.text(d.Target)
 		b.text(string(d.State))
@@ -96,7 +97,7 @@ var messageCopyColumns = []string{"id", "version", "source", "from_party", "to_p
 	"idempotency_key", "payload_size", "payload_sha256", "stage", "refusal", "status", "error", "delivery_count",
 	"attempt_count", "created_at", "updated_at"}
 
-var deliveryCopyColumns = []string{"id", "message_id", "seq", "target", "state", "attempts", "dispatch_count",
+var deliveryCopyColumns = []string{"id", "message_id", "message_created_at", "seq", "target", "state", "attempts", "dispatch_count",
 	"redeliveries", "redelivered_at", "redelivered_attempts", "next_due", "claim_token", "lease_end", "last_error", "created_at", "updated_at", "finished_at"}
 
 // copyIn runs COPY … FROM STDIN (FORMAT binary, FREEZE) into table, with

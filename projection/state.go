@@ -39,9 +39,12 @@ type Message struct {
 type Delivery struct {
 	ID        uuid.UUID
 	MessageID uuid.UUID
-	Seq       int
-	Target    string
-	State     lifecycle.DeliveryState
+	// MessageCreatedAt is the message's CreatedAt, kept on the row so that
+	// a target's messages are listed newest first on an index.
+	MessageCreatedAt time.Time
+	Seq              int
+	Target           string
+	State            lifecycle.DeliveryState
 	// Attempts counts the claims whose attempt started.
 	Attempts int
 	// DispatchCount counts the wake-ups since the last claim.

@@ -22,7 +22,7 @@ const messageColumns = `m.id, m.version, m.source, m.from_party, m.to_party, m.c
 	coalesce(m.idempotency_key, ''), m.payload_size, m.payload_sha256, m.stage, coalesce(m.refusal, ''),
 	m.status, m.error, m.attempt_count, m.created_at, m.updated_at`
 
-const deliveryColumns = `d.id, d.message_id, d.seq, d.target, d.state, d.attempts, d.dispatch_count,
+const deliveryColumns = `d.id, d.message_id, d.message_created_at, d.seq, d.target, d.state, d.attempts, d.dispatch_count,
 	d.redeliveries, d.redelivered_at, d.redelivered_attempts, d.next_due, d.claim_token, d.lease_end,
 	d.last_error, d.created_at, d.updated_at, d.finished_at`
 
@@ -153,19 +153,19 @@ type deliveryRow struct {
 	redeliveredAttempts                          pgtype.Int4
 	target, state, lastError                     pgtype.Text
 	nextDue, leaseEnd, finishedAt, redeliveredAt pgtype.Timestamptz
-	createdAt, updatedAt                         pgtype.Timestamptz
+	messageCreatedAt, createdAt, updatedAt       pgtype.Timestamptz
 }
 
 // scanDest lists the fields in deliveryColumns order.
 func (r *deliveryRow) scanDest() []any {
-	return []any{&r.id, &r.messageID, &r.seq, &r.target, &r.state, &r.attempts, &r.dispatchCount,
+	return []any{&r.id, &r.messageID, &r.messageCreatedAt, &r.seq, &r.target, &r.state, &r.attempts, &r.dispatchCount,
 		&r.redeliver, &r.redeliveredAt, &r.redeliveredAttempts, &r.nextDue, &r.claimToken, &r.leaseEnd, &r.lastError,
 		&r.createdAt, &r.updatedAt, &r.finishedAt}
 }
 
 func (r *deliveryRow) delivery() Delivery {
 	return Delivery{
-		ID: r.id.Bytes, MessageID: r.messageID.Bytes, Seq: int(r.seq.Int32), Target: r.target.String,
+		ID: r.id.Bytes, MessageID: r.messageID.Bytes, MessageCreatedAt: timeOf(r.messageCreatedAt), Seq: int(r.seq.Int32), Target: r.target.String,
 		State: lifecycle.DeliveryState(r.state.String), Attempts: int(r.attempts.Int32),
 		DispatchCount: int(r.dispatchCount.Int32), Redeliveries: int(r.redeliver.Int32),
 		RedeliveredAt: timeOf(r.redeliveredAt), RedeliveredAttempts: int(r.redeliveredAttempts.Int32),
@@ -317,12 +317,12 @@ const updateMessageSQL = `WITH updated AS (
 		WHERE id = $1 AND version = $2 RETURNING id)
 	SELECT projection_expect_row((SELECT count(*) FROM updated), $1::uuid, $2::int)`
 
-const insertDeliveriesSQL = `INSERT INTO deliveries (id, message_id, seq, target, state, attempts,
-	dispatch_count, redeliveries, redelivered_at, redelivered_attempts, next_due, claim_token, lease_end,
-	last_error, created_at, updated_at, finished_at)
-	SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::int[], $4::text[], $5::text[], $6::int[], $7::int[],
-		$8::int[], $9::timestamptz[], $10::int[], $11::timestamptz[], $12::uuid[], $13::timestamptz[],
-		$14::text[], $15::timestamptz[], $16::timestamptz[], $17::timestamptz[])`
+const insertDeliveriesSQL = `INSERT INTO deliveries (id, message_id, message_created_at, seq, target, state,
+	attempts, dispatch_count, redeliveries, redelivered_at, redelivered_attempts, next_due, claim_token,
+	lease_end, last_error, created_at, updated_at, finished_at)
+	SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::timestamptz[], $4::int[], $5::text[], $6::text[],
+		$7::int[], $8::int[], $9::int[], $10::timestamptz[], $11::int[], $12::timestamptz[], $13::uuid[],
+		$14::timestamptz[], $15::text[], $16::timestamptz[], $17::timestamptz[], $18::timestamptz[])`
 
 // upsertDeliveriesSQL makes insertDeliveriesSQL update the rows there
 // already. The deliveries of a new message are inserted without it: an
@@ -341,12 +341,13 @@ type deliveryColumnsOf struct {
 	redeliveredAttempts                          []int32
 	target, state, lastError                     []string
 	nextDue, leaseEnd, finishedAt, redeliveredAt []pgtype.Timestamptz
-	createdAt, updatedAt                         []time.Time
+	messageCreatedAt, createdAt, updatedAt       []time.Time
 }
 
 func (c *deliveryColumnsOf) add(d *Delivery) {
 	c.id = append(c.id, pgUUID(d.ID))
 	c.messageID = append(c.messageID, pgUUID(d.MessageID))
+	c.messageCreatedAt = append(c.messageCreatedAt, d.MessageCreatedAt)
 	c.seq = append(c.seq, int32(d.Seq))
 	c.target = append(c.target, d.Target)
 	c.state = append(c.state, string(d.State))
@@ -365,7 +366,7 @@ func (c *deliveryColumnsOf) add(d *Delivery) {
 }
 
 func (c *deliveryColumnsOf) args() []any {
-	return []any{c.id, c.messageID, c.seq, c.target, c.state, c.attempts, c.dispatches, c.redelivs,
+	return []any{c.id, c.messageID, c.messageCreatedAt, c.seq, c.target, c.state, c.attempts, c.dispatches, c.redelivs,
 		c.redeliveredAt, c.redeliveredAttempts, c.nextDue, c.claimToken, c.leaseEnd, c.lastError, c.createdAt, c.updatedAt,
 		c.finishedAt}
 }

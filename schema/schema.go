@@ -142,6 +142,7 @@ END $$;
 CREATE TABLE IF NOT EXISTS deliveries (
 	id                   uuid        NOT NULL,
 	message_id           uuid        NOT NULL,
+	message_created_at   timestamptz NOT NULL,
 	seq                  int         NOT NULL,
 	target               text        NOT NULL,
 	state                text        NOT NULL,
@@ -195,7 +196,9 @@ CREATE INDEX IF NOT EXISTS messages_status_created ON messages (status, created_
 CREATE INDEX IF NOT EXISTS messages_source_created ON messages (source, created_at DESC, id DESC);
 CREATE INDEX IF NOT EXISTS deliveries_due ON deliveries (state, next_due) WHERE next_due IS NOT NULL;
 CREATE INDEX IF NOT EXISTS deliveries_lease ON deliveries (lease_end) WHERE state = 'delivering';
-CREATE INDEX IF NOT EXISTS deliveries_target_state ON deliveries (target, state);
+-- A target's messages, newest first, for GET /messages?target=: one
+-- delivery per message and target, in the messages' list order.
+CREATE INDEX IF NOT EXISTS deliveries_target_message ON deliveries (target, message_created_at DESC, message_id DESC);
 -- A worker's catch-up takes its target's claimable deliveries oldest due
 -- first: this index walks them in that order and holds only the states a
 -- worker may take, so its size is the work in flight, not the history.

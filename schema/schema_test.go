@@ -112,7 +112,7 @@ CREATE INDEX messages_created ON messages (created_at DESC, id DESC);
 CREATE INDEX messages_status_created ON messages (status, created_at DESC, id DESC);
 CREATE INDEX messages_source_created ON messages (source, created_at DESC, id DESC);
 CREATE TABLE deliveries (
-	id uuid PRIMARY KEY, message_id uuid NOT NULL, seq int NOT NULL, target text NOT NULL, state text NOT NULL,
+	id uuid PRIMARY KEY, message_id uuid NOT NULL, message_created_at timestamptz NOT NULL, seq int NOT NULL, target text NOT NULL, state text NOT NULL,
 	attempts int NOT NULL, dispatch_count int NOT NULL, redeliveries int NOT NULL, redelivered_at timestamptz,
 	redelivered_attempts int NOT NULL, next_due timestamptz,
 	claim_token uuid, lease_end timestamptz, last_error text NOT NULL, created_at timestamptz NOT NULL,
@@ -121,7 +121,7 @@ CREATE TABLE deliveries (
 );
 CREATE INDEX deliveries_due ON deliveries (state, next_due) WHERE next_due IS NOT NULL;
 CREATE INDEX deliveries_lease ON deliveries (lease_end) WHERE state = 'delivering';
-CREATE INDEX deliveries_target_state ON deliveries (target, state);
+CREATE INDEX deliveries_target_message ON deliveries (target, message_created_at DESC, message_id DESC);
 `
 
 // projectionSchema describes the projection tables: columns, constraints
@@ -197,9 +197,9 @@ func TestRecreateProjectionsIsOneTransaction(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
 	db := dbtest.Pool(t)
-	insert := `INSERT INTO deliveries (id, message_id, seq, target, state, attempts, dispatch_count, redeliveries,
-		redelivered_attempts, last_error, created_at, updated_at)
-		VALUES (gen_random_uuid(), gen_random_uuid(), 1, $1, 'queued', 0, 1, 0, 0, '', now(), now())`
+	insert := `INSERT INTO deliveries (id, message_id, message_created_at, seq, target, state, attempts, dispatch_count,
+		redeliveries, redelivered_attempts, last_error, created_at, updated_at)
+		VALUES (gen_random_uuid(), gen_random_uuid(), now(), 1, $1, 'queued', 0, 1, 0, 0, '', now(), now())`
 	if _, err := db.Exec(ctx, insert, "old"); err != nil {
 		t.Fatal(err)
 	}
@@ -222,7 +222,7 @@ func TestRecreateProjectionsIsOneTransaction(t *testing.T) {
 	}
 	err = schema.RecreateProjections(ctx, db, func(tx pgx.Tx) error {
 		_, err := tx.Conn().PgConn().CopyFrom(ctx, strings.NewReader("00000000-0000-0000-0000-000000000001\t"+
-			"00000000-0000-0000-0000-000000000002\t1\tnew\tqueued\t0\t1\t0\t\\N\t0\t\\N\t\\N\t\\N\t\t2026-01-01 00:00:00+00\t2026-01-01 00:00:00+00\t\\N\n"),
+			"00000000-0000-0000-0000-000000000002\t2026-01-01 00:00:00+00\t1\tnew\tqueued\t0\t1\t0\t\\N\t0\t\\N\t\\N\t\\N\t\t2026-01-01 00:00:00+00\t2026-01-01 00:00:00+00\t\\N\n"),
 			`COPY deliveries FROM STDIN (FREEZE)`)
 		return err
 	})
