@@ -255,7 +255,15 @@ func (a *Alerter) next(e journal.Event) (before, after *projection.Message) {
 	return before, after
 }
 
+// remember keeps m as the state of stream, unless the message is settled:
+// its next event, if any, waits for an operator, and the map would fill
+// with finished messages until it had to start over, forgetting those in
+// flight too.
 func (a *Alerter) remember(stream string, m *projection.Message) {
+	if m.Status.Settled() {
+		delete(a.states, stream)
+		return
+	}
 	if len(a.states) >= maxStates {
 		clear(a.states)
 	}

@@ -11,3 +11,6 @@ func Remembering() *Alerter { return &Alerter{states: map[string]*projection.Mes
 
 // Next folds e on the remembered state of its stream; nils when it cannot.
 func (a *Alerter) Next(e journal.Event) (before, after *projection.Message) { return a.next(e) }
+
+// Remembers reports whether the alerter holds a state of stream.
+func (a *Alerter) Remembers(stream string) bool { return a.states[stream] != nil }
