@@ -98,9 +98,9 @@ const maxTries = 10
 // change is what a command decided: the message as read (nil for a new
 // one) and as the events recorded on it left it, the deliveries they
 // touched, the wake-ups to publish after commit, and the error to return
-// once it is committed (a refusal that is journaled). A
-// claim's change asks for the message's body, read in the same transaction
-// into body; a new message's change holds the body to store.
+// once it is committed (a refusal that is journaled). A claim's change asks
+// for the message's body, read in the same transaction into body; a new
+// message's change holds the body to store.
 type change struct {
 	before   *projection.Message
 	after    *projection.Message

@@ -91,7 +91,7 @@ func (journalSchema) SelectQuery(p wsql.SelectQueryParams) (wsql.Query, error) {
 // UnmarshalMessage turns the row of a transaction into a message: its
 // events encoded in the payload (see appendEvent), the last position as
 // its UUID and offset, and the txid for the offsets adapter. Decoding and
-// the envelope check are the consumer's (see decode).
+// the envelope check are the consumer's (see decodeEvents).
 func (journalSchema) UnmarshalMessage(p wsql.UnmarshalMessageParams) (wsql.Row, error) {
 	var (
 		txid       wsql.XID8

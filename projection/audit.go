@@ -263,11 +263,10 @@ func sameMessage(a, b *Message) bool {
 // sameDelivery is diffFields(a, b) finding nothing, without reflection.
 func sameDelivery(a, b *Delivery) bool {
 	return a.ID == b.ID && a.MessageID == b.MessageID && a.MessageCreatedAt.Equal(b.MessageCreatedAt) &&
-		a.Seq == b.Seq && a.Target == b.Target &&
-		a.State == b.State && a.Attempts == b.Attempts && a.DispatchCount == b.DispatchCount &&
-		a.Redeliveries == b.Redeliveries && a.RedeliveredAt.Equal(b.RedeliveredAt) &&
-		a.RedeliveredAttempts == b.RedeliveredAttempts && a.NextDue.Equal(b.NextDue) && a.ClaimToken == b.ClaimToken &&
-		a.LeaseEnd.Equal(b.LeaseEnd) && a.LastError == b.LastError && a.CreatedAt.Equal(b.CreatedAt) &&
+		a.Seq == b.Seq && a.Target == b.Target && a.State == b.State && a.Attempts == b.Attempts &&
+		a.DispatchCount == b.DispatchCount && a.Redeliveries == b.Redeliveries &&
+		a.RedeliveredAt.Equal(b.RedeliveredAt) && a.RedeliveredAttempts == b.RedeliveredAttempts &&
+		a.NextDue.Equal(b.NextDue) && a.ClaimToken == b.ClaimToken && a.LeaseEnd.Equal(b.LeaseEnd) && a.LastError == b.LastError && a.CreatedAt.Equal(b.CreatedAt) &&
 		a.UpdatedAt.Equal(b.UpdatedAt) && a.FinishedAt.Equal(b.FinishedAt)
 }
 

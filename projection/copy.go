@@ -14,8 +14,9 @@ import (
 )
 
 // copyFolded loads the fold into the projection tables, which tx created:
-// the messages and deliveries with COPY FREEZE in PostgreSQL's binary format: the rows need
-// no visibility checks later and are encoded without pgx's per-value work.
+// the messages and deliveries with COPY FREEZE in PostgreSQL's binary
+// format (the rows need no visibility checks later and are encoded without
+// pgx's per-value work), then the counts of deliveries by state.
 func copyFolded(ctx context.Context, tx pgx.Tx, f *Folded) error {
 	// In the order the streams began, as the projector inserts them: the
 	// rows lie in the table as they lie in memory, which keeps reading
@@ -97,8 +98,9 @@ var messageCopyColumns = []string{"id", "version", "source", "from_party", "to_p
 	"idempotency_key", "payload_size", "payload_sha256", "stage", "refusal", "status", "error", "delivery_count",
 	"attempt_count", "created_at", "updated_at"}
 
-var deliveryCopyColumns = []string{"id", "message_id", "message_created_at", "seq", "target", "state", "attempts", "dispatch_count",
-	"redeliveries", "redelivered_at", "redelivered_attempts", "next_due", "claim_token", "lease_end", "last_error", "created_at", "updated_at", "finished_at"}
+var deliveryCopyColumns = []string{"id", "message_id", "message_created_at", "seq", "target", "state", "attempts",
+	"dispatch_count", "redeliveries", "redelivered_at", "redelivered_attempts", "next_due", "claim_token",
+	"lease_end", "last_error", "created_at", "updated_at", "finished_at"}
 
 // copyIn runs COPY … FROM STDIN (FORMAT binary, FREEZE) into table, with
 // the rows row appends until it returns false.

@@ -136,8 +136,9 @@ func addDeliveries(next *Message, e *journal.Event, add []journal.NewDelivery, n
 			return illegalStage(e, next, fmt.Sprintf("target %s has a delivery already", nd.Target))
 		}
 		deliveries = append(deliveries, Delivery{
-			ID: nd.ID, MessageID: next.ID, MessageCreatedAt: next.CreatedAt, Seq: nd.Seq, Target: nd.Target, State: lifecycle.StateQueued,
-			DispatchCount: 1, NextDue: nextDue, CreatedAt: e.RecordedAt, UpdatedAt: e.RecordedAt,
+			ID: nd.ID, MessageID: next.ID, MessageCreatedAt: next.CreatedAt, Seq: nd.Seq, Target: nd.Target,
+			State: lifecycle.StateQueued, DispatchCount: 1, NextDue: nextDue, CreatedAt: e.RecordedAt,
+			UpdatedAt: e.RecordedAt,
 		})
 	}
 	next.Deliveries = deliveries

@@ -22,9 +22,9 @@ const messageColumns = `m.id, m.version, m.source, m.from_party, m.to_party, m.c
 	coalesce(m.idempotency_key, ''), m.payload_size, m.payload_sha256, m.stage, coalesce(m.refusal, ''),
 	m.status, m.error, m.attempt_count, m.created_at, m.updated_at`
 
-const deliveryColumns = `d.id, d.message_id, d.message_created_at, d.seq, d.target, d.state, d.attempts, d.dispatch_count,
-	d.redeliveries, d.redelivered_at, d.redelivered_attempts, d.next_due, d.claim_token, d.lease_end,
-	d.last_error, d.created_at, d.updated_at, d.finished_at`
+const deliveryColumns = `d.id, d.message_id, d.message_created_at, d.seq, d.target, d.state, d.attempts,
+	d.dispatch_count, d.redeliveries, d.redelivered_at, d.redelivered_attempts, d.next_due, d.claim_token,
+	d.lease_end, d.last_error, d.created_at, d.updated_at, d.finished_at`
 
 // Load reads a message and its deliveries; ErrNotFound when there is none.
 func Load(ctx context.Context, q journal.Querier, id uuid.UUID) (*Message, error) {
@@ -158,16 +158,16 @@ type deliveryRow struct {
 
 // scanDest lists the fields in deliveryColumns order.
 func (r *deliveryRow) scanDest() []any {
-	return []any{&r.id, &r.messageID, &r.messageCreatedAt, &r.seq, &r.target, &r.state, &r.attempts, &r.dispatchCount,
-		&r.redeliver, &r.redeliveredAt, &r.redeliveredAttempts, &r.nextDue, &r.claimToken, &r.leaseEnd, &r.lastError,
-		&r.createdAt, &r.updatedAt, &r.finishedAt}
+	return []any{&r.id, &r.messageID, &r.messageCreatedAt, &r.seq, &r.target, &r.state, &r.attempts,
+		&r.dispatchCount, &r.redeliver, &r.redeliveredAt, &r.redeliveredAttempts, &r.nextDue, &r.claimToken,
+		&r.leaseEnd, &r.lastError, &r.createdAt, &r.updatedAt, &r.finishedAt}
 }
 
 func (r *deliveryRow) delivery() Delivery {
 	return Delivery{
-		ID: r.id.Bytes, MessageID: r.messageID.Bytes, MessageCreatedAt: timeOf(r.messageCreatedAt), Seq: int(r.seq.Int32), Target: r.target.String,
-		State: lifecycle.DeliveryState(r.state.String), Attempts: int(r.attempts.Int32),
-		DispatchCount: int(r.dispatchCount.Int32), Redeliveries: int(r.redeliver.Int32),
+		ID: r.id.Bytes, MessageID: r.messageID.Bytes, MessageCreatedAt: timeOf(r.messageCreatedAt),
+		Seq: int(r.seq.Int32), Target: r.target.String, State: lifecycle.DeliveryState(r.state.String),
+		Attempts: int(r.attempts.Int32), DispatchCount: int(r.dispatchCount.Int32), Redeliveries: int(r.redeliver.Int32),
 		RedeliveredAt: timeOf(r.redeliveredAt), RedeliveredAttempts: int(r.redeliveredAttempts.Int32),
 		NextDue: timeOf(r.nextDue), ClaimToken: r.claimToken.Bytes, LeaseEnd: timeOf(r.leaseEnd),
 		LastError: r.lastError.String, CreatedAt: timeOf(r.createdAt), UpdatedAt: timeOf(r.updatedAt),
@@ -366,9 +366,9 @@ func (c *deliveryColumnsOf) add(d *Delivery) {
 }
 
 func (c *deliveryColumnsOf) args() []any {
-	return []any{c.id, c.messageID, c.messageCreatedAt, c.seq, c.target, c.state, c.attempts, c.dispatches, c.redelivs,
-		c.redeliveredAt, c.redeliveredAttempts, c.nextDue, c.claimToken, c.leaseEnd, c.lastError, c.createdAt, c.updatedAt,
-		c.finishedAt}
+	return []any{c.id, c.messageID, c.messageCreatedAt, c.seq, c.target, c.state, c.attempts, c.dispatches,
+		c.redelivs, c.redeliveredAt, c.redeliveredAttempts, c.nextDue, c.claimToken, c.leaseEnd, c.lastError,
+		c.createdAt, c.updatedAt, c.finishedAt}
 }
 
 func pgUUID(id uuid.UUID) pgtype.UUID { return pgtype.UUID{Bytes: id, Valid: id != uuid.Nil} }

@@ -105,14 +105,14 @@ func newLogger(format string, w io.Writer) (*slog.Logger, error) {
 	return nil, fmt.Errorf("--log-format: %q: allowed are text, json", format)
 }
 
-// serve runs the service until ctx ends, then stops it in the reverse order
-// of its start, so nothing claims while anything it needs is gone.
 // gcPercent is the collector's target when GOGC is not set. The live heap
 // is a few tens of MB and every message allocates, so collecting at 400
 // rather than Go's 100 saves about a sixth of the process's CPU for about
 // 20 MB more memory (docs/performance.md).
 const gcPercent = 400
 
+// serve runs the service until ctx ends, then stops it in the reverse order
+// of its start, so nothing claims while anything it needs is gone.
 func serve(ctx context.Context, cfg *serveConfig, stderr io.Writer) error {
 	log, err := newLogger(cfg.logFormat, stderr)
 	if err != nil {
