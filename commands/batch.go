@@ -36,6 +36,9 @@ type op struct {
 	ctx    context.Context
 	on     subject
 	decide decision
+	// key is the id of the op's message when the Writer knows it, else
+	// uuid.Nil: a new message, or a delivery it has not seen.
+	key uuid.UUID
 	// done receives false once the batch has set the result below, and
 	// true when the op's goroutine is to lead; led says it has been told
 	// (or led from the start), under the batcher's lock. Two slots, as
@@ -65,10 +68,19 @@ const (
 // up behind a busy database, and a quiet Writer writes each command alone.
 // A leader is a caller's own goroutine; when its command is done and others
 // wait, it hands the lead to the first of them.
+//
+// A batch leaves out the commands on a message that a batch being written
+// holds: they would wait for its commit on the row lock, holding up the
+// whole of their batch and every batch that waits on one of its messages
+// in turn. They go into a batch formed once the message is free.
 type batcher struct {
 	mu      sync.Mutex
 	pending []*op
 	leaders int
+	// held marks the messages of the batches being written; freed is
+	// signalled, on mu, whenever a batch ends.
+	held  map[uuid.UUID]bool
+	freed *sync.Cond
 }
 
 // do runs o in a batch, written by run, and returns once o's result is set.
@@ -87,20 +99,33 @@ func (g *batcher) do(o *op, run func([]*op)) {
 	// o's goroutine leads: it writes batches until one holds o.
 	for {
 		g.mu.Lock()
-		if !slices.Contains(g.pending, o) {
-			// Another leader took o into its batch and will tell it; this
-			// goroutine's lead passes on rather than keep its caller.
-			g.handOff()
-			g.mu.Unlock()
-			<-o.done
-			return
+		var batch []*op
+		for {
+			if !slices.Contains(g.pending, o) {
+				// Another leader took o into its batch and will tell it;
+				// this goroutine's lead passes on rather than keep its
+				// caller.
+				g.handOff()
+				g.mu.Unlock()
+				<-o.done
+				return
+			}
+			if batch = g.take(); len(batch) > 0 {
+				break
+			}
+			// Every waiting command's message is held by a batch being
+			// written, whose end signals freed.
+			g.freed.Wait()
 		}
-		n := min(len(g.pending), maxBatch)
-		batch := slices.Clone(g.pending[:n])
-		g.pending = slices.Delete(g.pending, 0, n)
 		g.mu.Unlock()
 
 		run(batch)
+		g.mu.Lock()
+		for _, b := range batch {
+			delete(g.held, b.key)
+		}
+		g.freed.Broadcast()
+		g.mu.Unlock()
 		mine := false
 		for _, b := range batch {
 			if b == o {
@@ -116,6 +141,34 @@ func (g *batcher) do(o *op, run func([]*op)) {
 			return
 		}
 	}
+}
+
+// take removes from pending, in order, up to maxBatch commands whose
+// message no batch being written holds, and marks their messages held.
+// The caller holds g.mu.
+func (g *batcher) take() []*op {
+	if g.freed == nil {
+		g.freed, g.held = sync.NewCond(&g.mu), map[uuid.UUID]bool{}
+	}
+	var batch []*op
+	taken := map[uuid.UUID]bool{}
+	left := g.pending[:0]
+	for _, p := range g.pending {
+		if len(batch) < maxBatch && (p.key == uuid.Nil || !g.held[p.key] || taken[p.key]) {
+			batch = append(batch, p)
+			taken[p.key] = true
+		} else {
+			left = append(left, p)
+		}
+	}
+	clear(g.pending[len(left):])
+	g.pending = left
+	for k := range taken {
+		if k != uuid.Nil {
+			g.held[k] = true
+		}
+	}
+	return batch
 }
 
 // handOff passes a leader's place to the first waiting command that has
@@ -237,12 +290,14 @@ func (w *Writer) writeBatch(ctx context.Context, ops []*op) error {
 		if err := conn.SendBatch(ctx, b).Close(); err != nil {
 			return fmt.Errorf("read: %w", err)
 		}
-		for _, m := range read() {
+		loaded := read()
+		for _, m := range loaded {
 			state[m.ID] = m
 			for _, d := range m.Deliveries {
 				owner[d.ID] = m.ID
 			}
 		}
+		w.learnOwners(loaded...)
 	}
 
 	now := w.now()
@@ -300,6 +355,11 @@ func (w *Writer) writeBatch(ctx context.Context, ops []*op) error {
 	bodies, err := w.commit(ctx, conn, changes, explicit)
 	if err != nil {
 		return err
+	}
+	for _, c := range changes {
+		if c.before == nil || len(c.after.Deliveries) > len(c.before.Deliveries) {
+			w.learnOwners(c.after)
+		}
 	}
 	for _, o := range ops {
 		if o.c != nil && o.c.readBody {

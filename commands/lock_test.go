@@ -18,14 +18,15 @@ import (
 	"github.com/waybill/waybill/lifecycle"
 )
 
-// lockBundle is a Writer on a pool of its own, whose sessions are found in
-// pg_stat_activity by their application name.
+// lockBundle is two Writers, as two processes would have, on a pool of
+// their own, whose sessions are found in pg_stat_activity by their
+// application name.
 type lockBundle struct {
 	*bundle
-	app  string
-	pool *pgxpool.Pool
-	w    *commands.Writer
-	lost atomic.Int64
+	app   string
+	pool  *pgxpool.Pool
+	w, w2 *commands.Writer
+	lost  atomic.Int64
 }
 
 func setupLock(t *testing.T) *lockBundle {
@@ -40,10 +41,12 @@ func setupLock(t *testing.T) *lockBundle {
 		t.Fatal(err)
 	}
 	t.Cleanup(lb.pool.Close)
-	if lb.w, err = commands.New(commands.Config{DB: lb.pool, Notifier: b.wake, Now: b.clock.Now}); err != nil {
-		t.Fatal(err)
+	for _, w := range []**commands.Writer{&lb.w, &lb.w2} {
+		if *w, err = commands.New(commands.Config{DB: lb.pool, Notifier: b.wake, Now: b.clock.Now}); err != nil {
+			t.Fatal(err)
+		}
+		(*w).SetLost(func(error) { lb.lost.Add(1) })
 	}
-	lb.w.SetLost(func(error) { lb.lost.Add(1) })
 	return lb
 }
 
@@ -97,15 +100,19 @@ func (lb *lockBundle) holdMessage(t *testing.T, id uuid.UUID) func() {
 	return release
 }
 
-// busy makes every batch the Writer may have open wait on a lock of a new
-// message: each is a dispatch of it, which changes nothing. Commands made
-// until the returned function releases the lock queue for the next batch.
+// busy makes every batch lb.w may have open wait on the lock of a new
+// message of its own: each is a dispatch of it, which changes nothing.
+// Commands made until the returned function releases the locks queue for
+// the next batch.
 func (lb *lockBundle) busy(t *testing.T) (release func()) {
 	t.Helper()
-	held := lb.ingest(t)
-	unlock := lb.holdMessage(t, held.ID)
-	var wg sync.WaitGroup
+	var (
+		unlocks []func()
+		wg      sync.WaitGroup
+	)
 	for i := range commands.MaxLeaders {
+		held := lb.ingest(t)
+		unlocks = append(unlocks, lb.holdMessage(t, held.ID))
 		wg.Go(func() {
 			if _, err := lb.w.Dispatch(lb.ctx, held.ID, admin); err != nil {
 				t.Error(err)
@@ -114,7 +121,9 @@ func (lb *lockBundle) busy(t *testing.T) (release func()) {
 		lb.untilWaiting(t, i+1)
 	}
 	return func() {
-		unlock()
+		for _, unlock := range unlocks {
+			unlock()
+		}
 		wg.Wait()
 	}
 }
@@ -147,9 +156,10 @@ func (lb *lockBundle) untilWaiting(t *testing.T, n int) {
 	})
 }
 
-// both runs f on the two deliveries at once, both held up behind a lock of
-// their message until both wait, and fails the test unless both succeed.
-func (lb *lockBundle) both(t *testing.T, messageID uuid.UUID, deliveries [2]uuid.UUID, f func(id uuid.UUID) error) {
+// both runs f on the two deliveries at once, each on a Writer of its own,
+// both held up behind a lock of their message until both wait, and fails
+// the test unless both succeed.
+func (lb *lockBundle) both(t *testing.T, messageID uuid.UUID, deliveries [2]uuid.UUID, f func(w *commands.Writer, id uuid.UUID) error) {
 	t.Helper()
 	release := lb.holdMessage(t, messageID)
 	var (
@@ -157,8 +167,8 @@ func (lb *lockBundle) both(t *testing.T, messageID uuid.UUID, deliveries [2]uuid
 		errs [2]error
 	)
 	for i, id := range deliveries {
-		// One at a time, so that each leads a batch of its own.
-		wg.Go(func() { errs[i] = f(id) })
+		w := []*commands.Writer{lb.w, lb.w2}[i]
+		wg.Go(func() { errs[i] = f(w, id) })
 		lb.untilWaiting(t, i+1)
 	}
 	release()
@@ -169,9 +179,9 @@ func (lb *lockBundle) both(t *testing.T, messageID uuid.UUID, deliveries [2]uuid
 }
 
 // TestRacingCommandsWait runs the claims, then the completes, of the two
-// deliveries of one message at the same time: each command waits for the
-// other's lock on the message row and reads what it committed, so both
-// succeed without losing a race.
+// deliveries of one message at the same time from two Writers, as two
+// processes would: each command waits for the other's lock on the message
+// row and reads what it committed, so both succeed without losing a race.
 func TestRacingCommandsWait(t *testing.T) {
 	t.Parallel()
 	lb := setupLock(t)
@@ -180,14 +190,14 @@ func TestRacingCommandsWait(t *testing.T) {
 		m := lb.ingest(t)
 		ids := [2]uuid.UUID{m.Deliveries[0].ID, m.Deliveries[1].ID}
 		var tokens sync.Map
-		lb.both(t, m.ID, ids, func(id uuid.UUID) error {
-			c, err := lb.w.Claim(lb.ctx, id, time.Minute)
+		lb.both(t, m.ID, ids, func(w *commands.Writer, id uuid.UUID) error {
+			c, err := w.Claim(lb.ctx, id, time.Minute)
 			tokens.Store(id, c.Token)
 			return err
 		})
-		lb.both(t, m.ID, ids, func(id uuid.UUID) error {
+		lb.both(t, m.ID, ids, func(w *commands.Writer, id uuid.UUID) error {
 			token, _ := tokens.Load(id)
-			_, err := lb.w.Complete(lb.ctx, id, token.(uuid.UUID), lifecycle.Delivered("200 OK"))
+			_, err := w.Complete(lb.ctx, id, token.(uuid.UUID), lifecycle.Delivered("200 OK"))
 			return err
 		})
 		done, err := lb.w.Claim(lb.ctx, ids[0], time.Minute)
@@ -269,6 +279,63 @@ func TestFailedCommandsLeaveNoTransaction(t *testing.T) {
 		t.Fatal(err)
 	}
 	idle("complete")
+	if n := lb.lost.Load(); n != 0 {
+		t.Errorf("%d lost races", n)
+	}
+	lb.audit(t)
+}
+
+// TestCommandsOnAHeldMessageWaitForTheirBatch: while a batch holds a
+// message, a command on another of its deliveries waits in the Writer, not
+// on the row lock, and goes into a batch of its own once the first ends;
+// a command on another message passes it.
+func TestCommandsOnAHeldMessageWaitForTheirBatch(t *testing.T) {
+	t.Parallel()
+	lb := setupLock(t)
+	lb.targets(t, "alpha", "beta")
+	m, other := lb.ingest(t), lb.ingest(t)
+	// The Writer learns which message the deliveries belong to as it reads.
+	for _, id := range []uuid.UUID{m.ID, other.ID} {
+		if _, err := lb.w.Dispatch(lb.ctx, id, admin); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var (
+		mu    sync.Mutex
+		sizes []int
+	)
+	lb.w.SetBatched(func(n int) {
+		mu.Lock()
+		sizes = append(sizes, n)
+		mu.Unlock()
+	})
+	release := lb.holdMessage(t, m.ID)
+	var wg sync.WaitGroup
+	claim := func(id uuid.UUID) {
+		wg.Go(func() {
+			if _, err := lb.w.Claim(lb.ctx, id, time.Minute); err != nil {
+				t.Errorf("claim %s: %v", id, err)
+			}
+		})
+	}
+	claim(m.Deliveries[0].ID)
+	lb.untilWaiting(t, 1)
+	claim(m.Deliveries[1].ID)
+	lb.untilPending(t, 1)
+	// A command on another message is written meanwhile.
+	if _, err := lb.w.Claim(lb.ctx, other.Deliveries[0].ID, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if _, waiting := lb.sessions(t); waiting != 1 || lb.w.Pending() != 1 {
+		t.Fatalf("%d sessions wait on a lock and %d commands for a batch, want 1 and 1", waiting, lb.w.Pending())
+	}
+	release()
+	wg.Wait()
+	mu.Lock()
+	if !slices.Equal(sizes, []int{1, 1, 1}) {
+		t.Errorf("batch sizes %v, want [1 1 1]", sizes)
+	}
+	mu.Unlock()
 	if n := lb.lost.Load(); n != 0 {
 		t.Errorf("%d lost races", n)
 	}

@@ -58,6 +58,11 @@ type Writer struct {
 
 	// batches gathers the message commands into transactions.
 	batches batcher
+	// owners maps the deliveries the Writer has seen to their messages,
+	// so that a command on a delivery is known to be on its message before
+	// it is read (see batcher); up to maxOwners, then it starts over.
+	ownersMu sync.Mutex
+	owners   map[uuid.UUID]uuid.UUID
 
 	// cut, set by tests, may queue statements at the named points of a
 	// command's batch (to end the session there, as a crash would).
@@ -146,7 +151,10 @@ type decision func(m *projection.Message, now time.Time) (*change, error)
 // it was read when decide wrote nothing, and publishes the change's
 // wake-ups once it is committed.
 func (w *Writer) run(ctx context.Context, on subject, decide decision) (*projection.Message, error) {
-	o := &op{ctx: ctx, on: on, decide: decide, done: make(chan bool, 2)}
+	o := &op{ctx: ctx, on: on, decide: decide, done: make(chan bool, 2), key: on.messageID}
+	if on.deliveryID != uuid.Nil {
+		o.key = w.owner(on.deliveryID)
+	}
 	w.batches.do(o, w.runBatch)
 	if o.err != nil {
 		return nil, o.err
@@ -156,6 +164,30 @@ func (w *Writer) run(ctx context.Context, on subject, decide decision) (*project
 	}
 	w.notify(o.c.wakeups)
 	return o.c.after, o.c.result
+}
+
+// maxOwners bounds Writer.owners.
+const maxOwners = 1 << 16
+
+// owner returns the message of a delivery the Writer has seen, else uuid.Nil.
+func (w *Writer) owner(deliveryID uuid.UUID) uuid.UUID {
+	w.ownersMu.Lock()
+	defer w.ownersMu.Unlock()
+	return w.owners[deliveryID]
+}
+
+// learnOwners remembers the messages of the deliveries of ms.
+func (w *Writer) learnOwners(ms ...*projection.Message) {
+	w.ownersMu.Lock()
+	defer w.ownersMu.Unlock()
+	if w.owners == nil || len(w.owners) >= maxOwners {
+		w.owners = make(map[uuid.UUID]uuid.UUID)
+	}
+	for _, m := range ms {
+		for _, d := range m.Deliveries {
+			w.owners[d.ID] = m.ID
+		}
+	}
 }
 
 // rollbackTimeout bounds the rollback of a failed command, which runs even
