@@ -16,6 +16,7 @@ import (
 	"github.com/waybill/waybill/journal"
 	"github.com/waybill/waybill/lifecycle"
 	"github.com/waybill/waybill/natsserver"
+	"github.com/waybill/waybill/projection"
 	"github.com/waybill/waybill/workers"
 )
 
@@ -247,13 +248,19 @@ func TestRetryBoundsFailForGood(t *testing.T) {
 	b.sink.setAnswer(func(n int, _ http.ResponseWriter, _ *http.Request) int { return http.StatusInternalServerError })
 	b.runtime(t, 0)
 	m := b.ingest(t, 1)[0]
-	b.waitState(t, m.Deliveries[0].ID, lifecycle.StateRetrying)
-	b.clock.Advance(2 * time.Second)
-	if _, err := b.sweeper(t).Pass(b.ctx); err != nil {
-		t.Fatal(err)
+	// retryThenFail waits for the first failure's retry, sweeps its
+	// wake-up, and returns the delivery once the second failure ends it.
+	retryThenFail := func() projection.Delivery {
+		t.Helper()
+		b.waitState(t, m.Deliveries[0].ID, lifecycle.StateRetrying)
+		b.clock.Advance(2 * time.Second)
+		if _, err := b.sweeper(t).Pass(b.ctx); err != nil {
+			t.Fatal(err)
+		}
+		b.waitStatus(t, lifecycle.StatusError, m)
+		return b.load(t, m.ID).Deliveries[0]
 	}
-	b.waitStatus(t, lifecycle.StatusError, m)
-	if d := b.load(t, m.ID).Deliveries[0]; d.Attempts != 2 || !strings.Contains(d.LastError, "retry.max_attempts") {
+	if d := retryThenFail(); d.Attempts != 2 || !strings.Contains(d.LastError, "retry.max_attempts") {
 		t.Fatalf("failed after %d attempts with %q", d.Attempts, d.LastError)
 	}
 
@@ -264,13 +271,7 @@ func TestRetryBoundsFailForGood(t *testing.T) {
 	if _, err := b.w.Redeliver(b.ctx, m.ID, m.Deliveries[0].ID, "operator:admin"); err != nil {
 		t.Fatal(err)
 	}
-	b.waitState(t, m.Deliveries[0].ID, lifecycle.StateRetrying)
-	b.clock.Advance(2 * time.Second)
-	if _, err := b.sweeper(t).Pass(b.ctx); err != nil {
-		t.Fatal(err)
-	}
-	b.waitStatus(t, lifecycle.StatusError, m)
-	if d := b.load(t, m.ID).Deliveries[0]; d.Attempts != 4 || !strings.Contains(d.LastError, "gave up after attempt 2: retry.max_attempts") {
+	if d := retryThenFail(); d.Attempts != 4 || !strings.Contains(d.LastError, "gave up after attempt 2: retry.max_attempts") {
 		t.Fatalf("redelivered: failed after %d attempts with %q", d.Attempts, d.LastError)
 	}
 
