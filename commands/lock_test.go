@@ -87,6 +87,25 @@ func (lb *lockBundle) noLostRacesAndAudit(t *testing.T) {
 	lb.audit(t)
 }
 
+// batchSizes records the size of every batch lb.w writes from now on; the
+// returned function gives them, in order.
+func (lb *lockBundle) batchSizes() func() []int {
+	var (
+		mu    sync.Mutex
+		sizes []int
+	)
+	lb.w.SetBatched(func(n int) {
+		mu.Lock()
+		sizes = append(sizes, n)
+		mu.Unlock()
+	})
+	return func() []int {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(sizes)
+	}
+}
+
 // holdMessage locks the message row in a transaction of another session
 // until the returned function commits it, changing nothing; a test that
 // ends first commits it on cleanup, so nothing waits on it for ever.
@@ -305,15 +324,7 @@ func TestCommandsOnAHeldMessageWaitForTheirBatch(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	var (
-		mu    sync.Mutex
-		sizes []int
-	)
-	lb.w.SetBatched(func(n int) {
-		mu.Lock()
-		sizes = append(sizes, n)
-		mu.Unlock()
-	})
+	sizes := lb.batchSizes()
 	release := lb.holdMessage(t, m.ID)
 	var wg sync.WaitGroup
 	claim := func(id uuid.UUID) {
@@ -336,11 +347,9 @@ func TestCommandsOnAHeldMessageWaitForTheirBatch(t *testing.T) {
 	}
 	release()
 	wg.Wait()
-	mu.Lock()
-	if !slices.Equal(sizes, []int{1, 1, 1}) {
-		t.Errorf("batch sizes %v, want [1 1 1]", sizes)
+	if got := sizes(); !slices.Equal(got, []int{1, 1, 1}) {
+		t.Errorf("batch sizes %v, want [1 1 1]", got)
 	}
-	mu.Unlock()
 	lb.noLostRacesAndAudit(t)
 }
 
@@ -367,15 +376,7 @@ func TestCommandsQueuedBehindABusyDatabaseShareABatch(t *testing.T) {
 		}
 	}
 	release := lb.busy(t)
-	var (
-		mu    sync.Mutex
-		sizes []int
-	)
-	lb.w.SetBatched(func(n int) {
-		mu.Lock()
-		sizes = append(sizes, n)
-		mu.Unlock()
-	})
+	sizes := lb.batchSizes()
 	var (
 		wg     sync.WaitGroup
 		tokens sync.Map
@@ -399,11 +400,9 @@ func TestCommandsQueuedBehindABusyDatabaseShareABatch(t *testing.T) {
 	if t.Failed() {
 		t.FailNow()
 	}
-	mu.Lock()
-	if !slices.Equal(sizes, []int{18}) {
-		t.Errorf("batch sizes %v, want [18]", sizes)
+	if got := sizes(); !slices.Equal(got, []int{18}) {
+		t.Errorf("batch sizes %v, want [18]", got)
 	}
-	mu.Unlock()
 	for _, id := range deliveries {
 		token, _ := tokens.Load(id)
 		if _, err := lb.w.Complete(lb.ctx, id, token.(uuid.UUID), lifecycle.Delivered("200 OK")); err != nil {
