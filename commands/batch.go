@@ -37,7 +37,7 @@ type op struct {
 	on     subject
 	decide decision
 	// key is the id of the op's message when the Writer knows it, else
-	// uuid.Nil: a new message, or a delivery it has not seen.
+	// uuid.Nil: a new message, or a delivery it has not written.
 	key uuid.UUID
 	// done receives false once the batch has set the result below, and
 	// true when the op's goroutine is to lead; led says it has been told
@@ -290,14 +290,12 @@ func (w *Writer) writeBatch(ctx context.Context, ops []*op) error {
 		if err := conn.SendBatch(ctx, b).Close(); err != nil {
 			return fmt.Errorf("read: %w", err)
 		}
-		loaded := read()
-		for _, m := range loaded {
+		for _, m := range read() {
 			state[m.ID] = m
 			for _, d := range m.Deliveries {
 				owner[d.ID] = m.ID
 			}
 		}
-		w.learnOwners(loaded...)
 	}
 
 	now := w.now()
@@ -356,11 +354,6 @@ func (w *Writer) writeBatch(ctx context.Context, ops []*op) error {
 	if err != nil {
 		return err
 	}
-	for _, c := range changes {
-		if c.before == nil || len(c.after.Deliveries) > len(c.before.Deliveries) {
-			w.learnOwners(c.after)
-		}
-	}
 	for _, o := range ops {
 		if o.c != nil && o.c.readBody {
 			o.c.body = bodies[o.c.after.ID]
@@ -372,7 +365,8 @@ func (w *Writer) writeBatch(ctx context.Context, ops []*op) error {
 // commit is the write round trip of a transaction on conn: the changes, the
 // read of the bodies those that ask for one want, and COMMIT when the
 // transaction is explicit (else the batch is an implicit one). It returns
-// the bodies read, by message id.
+// the bodies read, by message id, and remembers which message each
+// delivery written belongs to, for the batcher.
 func (w *Writer) commit(ctx context.Context, conn *pgxpool.Conn, changes []*change, explicit bool) (map[uuid.UUID][]byte, error) {
 	b := &pgx.Batch{}
 	if err := w.queue(b, changes...); err != nil {
@@ -394,6 +388,11 @@ func (w *Writer) commit(ctx context.Context, conn *pgxpool.Conn, changes []*chan
 	if err := w.send(ctx, conn, b); err != nil {
 		return nil, err
 	}
+	written := make([]*projection.Message, len(changes))
+	for i, c := range changes {
+		written[i] = c.after
+	}
+	w.learnOwners(written...)
 	return bodies, nil
 }
 

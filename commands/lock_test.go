@@ -16,6 +16,7 @@ import (
 
 	"github.com/waybill/waybill/commands"
 	"github.com/waybill/waybill/lifecycle"
+	"github.com/waybill/waybill/projection"
 )
 
 // lockBundle is two Writers, as two processes would have, on a pool of
@@ -317,10 +318,12 @@ func TestCommandsOnAHeldMessageWaitForTheirBatch(t *testing.T) {
 	t.Parallel()
 	lb := setupLock(t)
 	lb.targets(t, "alpha", "beta")
-	m, other := lb.ingest(t), lb.ingest(t)
-	// The Writer learns which message the deliveries belong to as it reads.
-	for _, id := range []uuid.UUID{m.ID, other.ID} {
-		if _, err := lb.w.Dispatch(lb.ctx, id, admin); err != nil {
+	// Ingested by the Writer, which so knows the messages of their
+	// deliveries.
+	var m, other *projection.Message
+	for _, p := range []**projection.Message{&m, &other} {
+		var err error
+		if *p, _, err = lb.w.Ingest(lb.ctx, newMessage()); err != nil {
 			t.Fatal(err)
 		}
 	}

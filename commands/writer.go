@@ -58,9 +58,10 @@ type Writer struct {
 
 	// batches gathers the message commands into transactions.
 	batches batcher
-	// owners maps the deliveries the Writer has seen to their messages,
-	// so that a command on a delivery is known to be on its message before
-	// it is read (see batcher); up to maxOwners, then it starts over.
+	// owners maps the deliveries the Writer has written to their
+	// messages, so that a command on a delivery is known to be on its
+	// message before it is read (see batcher); up to maxOwners, then it
+	// starts over.
 	ownersMu sync.Mutex
 	owners   map[uuid.UUID]uuid.UUID
 
@@ -169,7 +170,8 @@ func (w *Writer) run(ctx context.Context, on subject, decide decision) (*project
 // maxOwners bounds Writer.owners.
 const maxOwners = 1 << 16
 
-// owner returns the message of a delivery the Writer has seen, else uuid.Nil.
+// owner returns the message of a delivery the Writer has written, else
+// uuid.Nil.
 func (w *Writer) owner(deliveryID uuid.UUID) uuid.UUID {
 	w.ownersMu.Lock()
 	defer w.ownersMu.Unlock()
