@@ -360,7 +360,7 @@ func TestReceipts(t *testing.T) {
 	}
 
 	// A second delivery times out.
-	m, err = b.w.Redeliver(b.ctx, d.MessageID, d.ID, "admin")
+	_, err = b.w.Redeliver(b.ctx, d.MessageID, d.ID, "admin")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -147,6 +147,7 @@ func TestIngestRefusesBadInputAndWritesNothing(t *testing.T) {
 		t.Errorf("415 details %+v", e.Details)
 	}
 	post("", valid).fails(t, http.StatusUnsupportedMediaType, httpapi.CodeUnsupportedMediaType)
+	b.unchanged(t, before)
 	post("application/json; charset=utf-8", valid).want(t, http.StatusCreated, nil)
 	before = b.counts(t)
 
