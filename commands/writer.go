@@ -92,9 +92,9 @@ func New(cfg Config) (*Writer, error) {
 	return w, nil
 }
 
-// now is the clock at the precision PostgreSQL stores, so what the fold
-// computed equals what it reads back.
-func (w *Writer) now() time.Time { return w.clock().UTC().Truncate(time.Microsecond) }
+// now is the clock as the database stores it (journal.StoredTime), so a
+// decision compares the same instants the SQL predicates compare.
+func (w *Writer) now() time.Time { return journal.StoredTime(w.clock()) }
 
 // maxTries bounds the reads again after losing a race on one message. A
 // command holds the message row lock from its read to its commit, so a race

@@ -9,3 +9,6 @@ func DecodesFast(kind Kind, data []byte) bool {
 	p, ok := catalogue[kind]().(fastPayload)
 	return ok && decodeFast(p, data)
 }
+
+// NewPayload returns an empty payload of kind.
+func NewPayload(kind Kind) Payload { return catalogue[kind]() }

@@ -36,9 +36,13 @@ func Apply(m *Message, e journal.Event) error {
 
 // Record makes e the next event of m's stream: it sets the version and, for
 // a delivery event, the target and the old and new states, then folds it into
-// m like Apply. The stream is m's, or e's own for the first event. Commands build their events with it, so what they append is
-// exactly what the fold decided.
+// m like Apply. The stream is m's, or e's own for the first event. Its
+// times and strings are first put in the form the database stores
+// (journal.Normalize), so the fold decides on what will be read back.
+// Commands build their events with it, so what they append is exactly
+// what the fold decided.
 func Record(m *Message, e journal.Event) (journal.Event, error) {
+	journal.Normalize(&e)
 	if m.Version > 0 {
 		e.Stream = journal.MessageStream(m.ID)
 	}
