@@ -106,25 +106,18 @@ func Derive(e journal.Event, before, after *projection.Message) []Alert {
 }
 
 // MayRaise reports whether Derive can raise an alert for e, so the alerter
-// folds the message's stream only for the events that can. A status turns
-// into error only when a delivery settles (delivered, failed or stalled:
-// the last busy one beside a failed one, or a failure) or a message is
-// refused; the other delivery events move a delivery into a state that
-// ranks above error, or change no state. A dispatch raises only when it
-// routes the message nowhere.
+// folds the message's stream only for the events that can: a refusal, a
+// dispatch that routes the message nowhere, a stall, and a delivery event
+// that can turn the status into error by the lifecycle's ranking
+// (lifecycle.MayBecome).
 func MayRaise(e journal.Event) bool {
 	switch p := e.Payload.(type) {
 	case *journal.MessageDispatched:
 		return len(p.Deliveries) == 0
 	case *journal.MessageRefused:
 		return true
+	case *journal.DeliveryStalled:
+		return true
 	}
-	if !e.Kind().Delivery() {
-		return false
-	}
-	switch e.NewState {
-	case lifecycle.StateDelivered, lifecycle.StateFailed, lifecycle.StateStalled:
-		return e.OldState != e.NewState
-	}
-	return false
+	return e.Kind().Delivery() && lifecycle.MayBecome(e.OldState, e.NewState, lifecycle.StatusError)
 }

@@ -73,13 +73,11 @@ func (c *change) claim(deliveryID uuid.UUID, lease time.Duration, now time.Time)
 	return claim, refused(ErrNotClaimable, err)
 }
 
-// claimableSQL selects the deliveries a worker may take at $2, as the fold
-// decides it for delivery.claimed: queued and stalled ones, retrying ones
-// that are due or were woken, and delivering ones whose lease has run out.
-// Its first line is the predicate of the index deliveries_claimable.
-const claimableSQL = `d.state IN ('queued', 'stalled', 'retrying', 'delivering') AND (d.state IN ('queued', 'stalled')
-	OR d.state = 'retrying' AND (d.next_due <= $2 OR d.dispatch_count > 0)
-	OR d.state = 'delivering' AND d.lease_end <= $2)`
+// claimableSQL selects the deliveries a worker may take at $2
+// (lifecycle.CatchUpRule): queued and stalled ones, retrying ones that are
+// due or were woken, and delivering ones whose lease has run out. Its
+// states are the predicate of the index deliveries_claimable.
+var claimableSQL = lifecycle.CatchUpRule.SQL("d", "$2")
 
 // ClaimDue claims up to n deliveries of the target that a worker may take
 // now, oldest due first, in one transaction. It skips the rows other

@@ -316,7 +316,7 @@ func TestRedeliver(t *testing.T) {
 
 	// Queued: still in hand.
 	e := b.admin(t, http.MethodPost, path, nil).fails(t, http.StatusConflict, httpapi.CodeNotRedeliverable)
-	if e.Details.State != "queued" || !sameSet(e.Details.Allowed, lifecycle.Strings(lifecycle.RedeliverableStates)) {
+	if e.Details.State != "queued" || !sameSet(e.Details.Allowed, lifecycle.Strings(lifecycle.RedeliverRule.States())) {
 		t.Errorf("409 details %+v", e.Details)
 	}
 	// A delivery of another message, or none at all.

@@ -29,9 +29,6 @@ var DeliveryStates = []DeliveryState{
 	StateDelivered, StateFailed, StateStalled,
 }
 
-// RedeliverableStates are the states an operator may send a delivery again from.
-var RedeliverableStates = []DeliveryState{StateRetrying, StateFailed, StateStalled, StateDelivered}
-
 // ParseDeliveryState returns s as a state, or an error listing the states.
 func ParseDeliveryState(s string) (DeliveryState, error) {
 	return parse("delivery state", s, DeliveryStates)
@@ -46,16 +43,6 @@ func (s *DeliveryState) UnmarshalText(text []byte) error {
 // operator redelivers it.
 func (s DeliveryState) Final() bool {
 	return s == StateDelivered || s == StateFailed
-}
-
-// Redeliverable reports whether an operator may queue the delivery again.
-// Queued, delivering and awaiting_ack are refused: each is still in hand.
-func (s DeliveryState) Redeliverable() bool {
-	switch s {
-	case StateRetrying, StateFailed, StateStalled, StateDelivered:
-		return true
-	}
-	return false
 }
 
 // Label is the state as a person reads it.

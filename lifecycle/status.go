@@ -44,6 +44,24 @@ func (s MessageStatus) Settled() bool {
 	return false
 }
 
+// Faulted reports whether the message settled short of delivery for a
+// fault an operator has to look at: a failure, or a stall.
+func (s MessageStatus) Faulted() bool {
+	return s == StatusError || s == StatusStalled
+}
+
+// StatusesWhere lists the statuses for which keep reports true, in
+// canonical order: the unsettled ones are StatusesWhere(not(Settled)).
+func StatusesWhere(keep func(MessageStatus) bool) []MessageStatus {
+	var out []MessageStatus
+	for _, s := range MessageStatuses {
+		if keep(s) {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
 // Label is the status as a person reads it.
 func (s MessageStatus) Label() string {
 	switch s {
@@ -69,9 +87,50 @@ func (s MessageStatus) Label() string {
 	return string(s)
 }
 
-// DeriveStatus is the one rule for the status of a message; the first rule
-// that holds wins. Work still to do on our side (retrying, queued,
-// delivering) ranks above waiting for a receipt, and a failure above a stall.
+// statusRanks is the heart of DeriveStatus: for a dispatched message with
+// deliveries, the first row whose states any delivery is in gives the
+// status. Work still to do on our side (retrying, queued, delivering)
+// ranks above waiting for a receipt, and a failure above a stall; every
+// delivery state is in exactly one row.
+var statusRanks = []struct {
+	states []DeliveryState
+	status MessageStatus
+}{
+	{[]DeliveryState{StateRetrying}, StatusRetrying},
+	{[]DeliveryState{StateQueued, StateDelivering}, StatusInProgress},
+	{[]DeliveryState{StateAwaitingAck}, StatusAwaitingReceipt},
+	{[]DeliveryState{StateFailed}, StatusError},
+	{[]DeliveryState{StateStalled}, StatusStalled},
+	{[]DeliveryState{StateDelivered}, StatusDelivered},
+}
+
+// rank is the row of statusRanks that holds s; a state in no row ranks
+// last.
+func rank(s DeliveryState) int {
+	for i, r := range statusRanks {
+		for _, rs := range r.states {
+			if rs == s {
+				return i
+			}
+		}
+	}
+	return len(statusRanks)
+}
+
+// statusRank is the row of statusRanks that gives the status, or -1.
+func statusRank(status MessageStatus) int {
+	for i, r := range statusRanks {
+		if r.status == status {
+			return i
+		}
+	}
+	return -1
+}
+
+// DeriveStatus is the one rule for the status of a message: received while
+// accepted; refused or error (by the refusal's class) when refused; not
+// routed when dispatched to nothing; otherwise the status of the highest
+// ranked state among its deliveries (statusRanks).
 func DeriveStatus(stage MessageStage, refusal Refusal, deliveries []DeliveryState) MessageStatus {
 	switch stage {
 	case StageAccepted:
@@ -85,32 +144,24 @@ func DeriveStatus(stage MessageStage, refusal Refusal, deliveries []DeliveryStat
 	if len(deliveries) == 0 {
 		return StatusNotRouted
 	}
-	var queued, retrying, awaiting, failed, stalled bool
+	best := len(statusRanks)
 	for _, s := range deliveries {
-		switch s {
-		case StateRetrying:
-			retrying = true
-		case StateQueued, StateDelivering:
-			queued = true
-		case StateAwaitingAck:
-			awaiting = true
-		case StateFailed:
-			failed = true
-		case StateStalled:
-			stalled = true
-		}
+		best = min(best, rank(s))
 	}
-	switch {
-	case retrying:
-		return StatusRetrying
-	case queued:
-		return StatusInProgress
-	case awaiting:
-		return StatusAwaitingReceipt
-	case failed:
-		return StatusError
-	case stalled:
-		return StatusStalled
+	if best == len(statusRanks) {
+		return StatusDelivered
 	}
-	return StatusDelivered
+	return statusRanks[best].status
+}
+
+// MayBecome reports whether one delivery of a dispatched message moving
+// from old to new can turn the message's status into status when it was
+// not: new gives that status, or old outranked it and new does not. The
+// alerter folds a stream only for the events that can raise an alert.
+func MayBecome(old, new DeliveryState, status MessageStatus) bool {
+	target := statusRank(status)
+	if target < 0 || old == new {
+		return false
+	}
+	return rank(new) == target || rank(old) < target && rank(new) > target
 }

@@ -68,10 +68,9 @@ func TestVocabulary(t *testing.T) {
 		t.Error("ParseDeliveryState accepted an unknown state")
 	}
 	final := map[DeliveryState]bool{StateDelivered: true, StateFailed: true}
-	redeliverable := map[DeliveryState]bool{StateRetrying: true, StateFailed: true, StateStalled: true, StateDelivered: true}
 	for _, s := range DeliveryStates {
-		if s.Final() != final[s] || s.Redeliverable() != redeliverable[s] {
-			t.Errorf("%s: Final %v Redeliverable %v", s, s.Final(), s.Redeliverable())
+		if s.Final() != final[s] {
+			t.Errorf("%s: Final %v", s, s.Final())
 		}
 	}
 	settled := map[MessageStatus]bool{StatusDelivered: true, StatusNotRouted: true, StatusRefused: true, StatusError: true, StatusStalled: true}

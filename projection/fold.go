@@ -184,16 +184,24 @@ func deliveryStep(d *Delivery, e *journal.Event) error {
 	illegal := func(reason string, allowed ...lifecycle.DeliveryState) error {
 		return &IllegalError{Kind: e.Kind(), State: string(d.State), Allowed: lifecycle.Strings(allowed), Reason: reason}
 	}
-	in := func(states ...lifecycle.DeliveryState) bool { return slices.Contains(states, d.State) }
-	due := !d.NextDue.After(at)
+	// against checks the delivery against a rule of the lifecycle: first
+	// its state, then the rule's conditions, which are about time; early
+	// says "not yet" for a time, formatted only on a refusal.
+	against := func(r lifecycle.Rule, wrongState, early string, when time.Time) error {
+		switch {
+		case !r.Admits(d.State):
+			return illegal(wrongState, r.States()...)
+		case !r.Holds(d.Facts(), at):
+			return illegal(early + stamp(when))
+		}
+		return nil
+	}
 	switch p := e.Payload.(type) {
 	case *journal.DeliveryWoken:
-		wakeable := []lifecycle.DeliveryState{lifecycle.StateQueued, lifecycle.StateRetrying}
+		if err := against(lifecycle.WakeRule, "only an unclaimed delivery is woken", "not due until ", d.NextDue); err != nil {
+			return err
+		}
 		switch {
-		case !in(wakeable...):
-			return illegal("only an unclaimed delivery is woken", wakeable...)
-		case !due:
-			return illegal("not due until " + stamp(d.NextDue))
 		case p.DispatchCount != d.DispatchCount+1:
 			return illegal(fmt.Sprintf("wake-up %d does not follow %d", p.DispatchCount, d.DispatchCount))
 		case !p.NextDue.After(at):
@@ -201,23 +209,20 @@ func deliveryStep(d *Delivery, e *journal.Event) error {
 		}
 		d.DispatchCount, d.NextDue = p.DispatchCount, p.NextDue
 	case *journal.DeliveryStalled:
-		stallable := []lifecycle.DeliveryState{lifecycle.StateQueued, lifecycle.StateRetrying}
+		if err := against(lifecycle.WakeRule, "only an unclaimed delivery stalls", "not due until ", d.NextDue); err != nil {
+			return err
+		}
 		switch {
-		case !in(stallable...):
-			return illegal("only an unclaimed delivery stalls", stallable...)
-		case !due:
-			return illegal("not due until " + stamp(d.NextDue))
 		case p.WakeUps != d.DispatchCount:
 			return illegal(fmt.Sprintf("stalled after %d wake-ups, but it had %d", p.WakeUps, d.DispatchCount))
 		}
 		d.State, d.NextDue, d.LastError = lifecycle.StateStalled, time.Time{}, p.Reason
 	case *journal.DeliveryClaimed:
-		claimable := []lifecycle.DeliveryState{lifecycle.StateQueued, lifecycle.StateRetrying, lifecycle.StateStalled}
+		if err := against(lifecycle.ClaimRule, "only a queued, retrying or stalled delivery is claimed",
+			"retrying, not due until ", d.NextDue); err != nil {
+			return err
+		}
 		switch {
-		case !in(claimable...):
-			return illegal("only a queued, retrying or stalled delivery is claimed", claimable...)
-		case d.State == lifecycle.StateRetrying && !due && d.DispatchCount == 0:
-			return illegal("retrying, not due until " + stamp(d.NextDue))
 		case p.Attempt != d.Attempts+1:
 			return illegal(fmt.Sprintf("attempt %d does not follow %d", p.Attempt, d.Attempts))
 		case !p.LeaseEnd.After(at):
@@ -264,8 +269,9 @@ func deliveryStep(d *Delivery, e *journal.Event) error {
 			return err
 		case !p.LeaseEnd.Equal(d.LeaseEnd):
 			return illegal("the lease recorded is not the claim's")
-		case at.Before(d.LeaseEnd):
-			return illegal("the lease runs until " + stamp(d.LeaseEnd))
+		}
+		if err := against(lifecycle.LeaseExpiryRule, "the delivery is not claimed", "the lease runs until ", d.LeaseEnd); err != nil {
+			return err
 		}
 		d.State, d.ClaimToken, d.LeaseEnd, d.NextDue = lifecycle.StateRetrying, uuid.Nil, time.Time{}, at
 		d.LastError = "attempt interrupted: lease expired"
@@ -286,18 +292,16 @@ func deliveryStep(d *Delivery, e *journal.Event) error {
 		// A refused receipt is kept in the journal and changes nothing.
 		return nil
 	case *journal.ReceiptTimedOut:
-		switch {
-		case d.State != lifecycle.StateAwaitingAck:
-			return illegal("no receipt is awaited", lifecycle.StateAwaitingAck)
-		case !p.Deadline.Equal(d.NextDue):
+		if err := against(lifecycle.ReceiptTimeoutRule, "no receipt is awaited", "the receipt is not due until ", d.NextDue); err != nil {
+			return err
+		}
+		if !p.Deadline.Equal(d.NextDue) {
 			return illegal("the deadline recorded is not the delivery's")
-		case !due:
-			return illegal("the receipt is not due until " + stamp(d.NextDue))
 		}
 		d.State, d.NextDue, d.LastError, d.FinishedAt = lifecycle.StateFailed, time.Time{}, p.Reason, at
 	case *journal.DeliveryRedelivered:
-		if !d.State.Redeliverable() {
-			return illegal("only a retrying, failed, stalled or delivered delivery is redelivered", lifecycle.RedeliverableStates...)
+		if err := against(lifecycle.RedeliverRule, "only a retrying, failed, stalled or delivered delivery is redelivered", "", time.Time{}); err != nil {
+			return err
 		}
 		if !p.NextDue.After(at) {
 			return illegal("the next wake-up is not after the redelivery")

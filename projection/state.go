@@ -78,6 +78,11 @@ func (m *Message) Delivery(id uuid.UUID) *Delivery {
 	return nil
 }
 
+// Facts are the fields the lifecycle's rules read.
+func (d *Delivery) Facts() lifecycle.Facts {
+	return lifecycle.Facts{State: d.State, NextDue: d.NextDue, DispatchCount: d.DispatchCount, LeaseEnd: d.LeaseEnd}
+}
+
 // Clone returns a deep copy, so a command can fold ahead without touching
 // the state it read.
 func (m *Message) Clone() *Message {

@@ -291,6 +291,21 @@ func QueueCounts(b *pgx.Batch) func() map[lifecycle.DeliveryState]int64 {
 
 const countsSQL = `SELECT state, sum(n)::bigint FROM delivery_counts GROUP BY state`
 
+// QueueDue queues on b the count of the deliveries due for a wake-up at now
+// (lifecycle.WakeRule) and the oldest due time, a range of deliveries_due;
+// the returned function gives them once the batch is read, the time zero
+// when none is due.
+func QueueDue(b *pgx.Batch, now time.Time) func() (int64, time.Time) {
+	var (
+		n      int64
+		oldest pgtype.Timestamptz
+	)
+	b.Queue(dueSQL, now).QueryRow(func(row pgx.Row) error { return row.Scan(&n, &oldest) })
+	return func() (int64, time.Time) { return n, timeOf(oldest) }
+}
+
+var dueSQL = `SELECT count(*), min(next_due) FROM deliveries WHERE ` + lifecycle.WakeRule.SQL("", "$1")
+
 // scanCounts reads the rows of countsSQL into counts and closes them.
 func scanCounts(rows pgx.Rows, counts map[lifecycle.DeliveryState]int64) error {
 	var (

@@ -7,6 +7,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/waybill/waybill/lifecycle"
 )
 
 // The versions of the two parts this code reads and writes. Raise one when
@@ -175,7 +177,9 @@ CREATE TABLE IF NOT EXISTS delivery_counts (
 
 // projectionIndexesDDL adds the keys and indexes of the projection tables
 // that are missing. The keys are constraints, which have no IF NOT EXISTS.
-const projectionIndexesDDL = `
+// The partial indexes hold the states of the lifecycle's rules their
+// queries select by.
+var projectionIndexesDDL = `
 DO $$
 BEGIN
 	IF NOT EXISTS (SELECT FROM pg_constraint WHERE conrelid = 'messages'::regclass AND conname = 'messages_pkey') THEN
@@ -195,7 +199,7 @@ CREATE INDEX IF NOT EXISTS messages_created ON messages (created_at DESC, id DES
 CREATE INDEX IF NOT EXISTS messages_status_created ON messages (status, created_at DESC, id DESC);
 CREATE INDEX IF NOT EXISTS messages_source_created ON messages (source, created_at DESC, id DESC);
 CREATE INDEX IF NOT EXISTS deliveries_due ON deliveries (state, next_due) WHERE next_due IS NOT NULL;
-CREATE INDEX IF NOT EXISTS deliveries_lease ON deliveries (lease_end) WHERE state = 'delivering';
+CREATE INDEX IF NOT EXISTS deliveries_lease ON deliveries (lease_end) WHERE ` + lifecycle.LeaseExpiryRule.StatesSQL("") + `;
 -- A target's messages, newest first, for GET /messages?target=: one
 -- delivery per message and target, in the messages' list order.
 CREATE INDEX IF NOT EXISTS deliveries_target_message ON deliveries (target, message_created_at DESC, message_id DESC);
@@ -203,7 +207,7 @@ CREATE INDEX IF NOT EXISTS deliveries_target_message ON deliveries (target, mess
 -- first: this index walks them in that order and holds only the states a
 -- worker may take, so its size is the work in flight, not the history.
 CREATE INDEX IF NOT EXISTS deliveries_claimable ON deliveries (target, (coalesce(next_due, lease_end, updated_at)))
-	WHERE state IN ('queued', 'stalled', 'retrying', 'delivering');
+	WHERE ` + lifecycle.CatchUpRule.StatesSQL("") + `;
 `
 
 // ensureLock serialises concurrent Ensure calls: CREATE … IF NOT EXISTS

@@ -22,6 +22,7 @@ import (
 
 	"github.com/waybill/waybill/commands"
 	"github.com/waybill/waybill/journal"
+	"github.com/waybill/waybill/lifecycle"
 	"github.com/waybill/waybill/projection"
 )
 
@@ -140,11 +141,12 @@ func (s *Sweeper) Stop() {
 }
 
 // The steps' queries take the most overdue first, on the deliveries_due
-// and deliveries_lease indexes.
-const (
-	expiredSQL = `SELECT id FROM deliveries WHERE state = 'delivering' AND lease_end <= $1 ORDER BY lease_end LIMIT $2`
-	dueSQL     = `SELECT id FROM deliveries WHERE state IN ('queued', 'retrying') AND next_due <= $1 ORDER BY next_due LIMIT $2`
-	receiptSQL = `SELECT id FROM deliveries WHERE state = 'awaiting_ack' AND next_due <= $1 ORDER BY next_due LIMIT $2`
+// and deliveries_lease indexes; each selects by the lifecycle's rule for
+// its step.
+var (
+	expiredSQL = `SELECT id FROM deliveries WHERE ` + lifecycle.LeaseExpiryRule.SQL("", "$1") + ` ORDER BY lease_end LIMIT $2`
+	dueSQL     = `SELECT id FROM deliveries WHERE ` + lifecycle.WakeRule.SQL("", "$1") + ` ORDER BY next_due LIMIT $2`
+	receiptSQL = `SELECT id FROM deliveries WHERE ` + lifecycle.ReceiptTimeoutRule.SQL("", "$1") + ` ORDER BY next_due LIMIT $2`
 )
 
 // Pass runs each step once over everything due, then updates the gauges.
@@ -220,15 +222,10 @@ func (s *Sweeper) step(ctx context.Context, name, query string, run func(uuid.UU
 // rate).
 func (s *Sweeper) measure(ctx context.Context) error {
 	now := s.cfg.Now()
-	var (
-		due      int64
-		oldest   *time.Time
-		position int64
-	)
+	var position int64
 	b := &pgx.Batch{}
 	counts := projection.QueueCounts(b)
-	b.Queue(`SELECT count(*), min(next_due) FROM deliveries WHERE state IN ('queued', 'retrying') AND next_due <= $1`, now).
-		QueryRow(func(row pgx.Row) error { return row.Scan(&due, &oldest) })
+	due := projection.QueueDue(b, now)
 	b.Queue(`SELECT coalesce(max(position), 0) FROM journal`).QueryRow(func(row pgx.Row) error { return row.Scan(&position) })
 	if err := s.cfg.DB.SendBatch(ctx, b).Close(); err != nil {
 		return fmt.Errorf("measure: %w", err)
@@ -236,10 +233,11 @@ func (s *Sweeper) measure(ctx context.Context) error {
 	for state, n := range counts() {
 		s.metrics.deliveries.WithLabelValues(string(state)).Set(float64(n))
 	}
-	s.metrics.due.Set(float64(due))
+	n, oldest := due()
+	s.metrics.due.Set(float64(n))
 	age := 0.0
-	if oldest != nil {
-		age = now.Sub(*oldest).Seconds()
+	if !oldest.IsZero() {
+		age = now.Sub(oldest).Seconds()
 	}
 	s.metrics.oldestDue.Set(age)
 	s.metrics.journalPosition.Set(float64(position))

@@ -1,0 +1,216 @@
+package lifecycle
+
+import (
+	"fmt"
+	"strings"
+	"time"
+)
+
+// A Rule says in which states, and under which conditions on a delivery's
+// own fields and the time, something may happen to a delivery: a claim, a
+// wake-up, a lease expiry. The fold checks its transitions with a rule's
+// Holds, and every SQL statement that selects deliveries by the same rule
+// is built from its SQL, so the two cannot drift apart; a test evaluates
+// both, for every state and condition, and compares them with the fold.
+type Rule struct {
+	// Name says what the rule admits, for messages and tests.
+	Name  string
+	cases []ruleCase
+}
+
+// ruleCase admits a state when any of its conditions holds; with none, it
+// admits the state always.
+type ruleCase struct {
+	state DeliveryState
+	any   []Cond
+}
+
+// Cond is a condition on a delivery at a time.
+type Cond int
+
+// The conditions.
+const (
+	// Due: next_due is set and not after now.
+	Due Cond = iota + 1
+	// Woken: a wake-up has been published since the last claim
+	// (dispatch_count above zero).
+	Woken
+	// LeaseOver: lease_end is set and not after now.
+	LeaseOver
+)
+
+// Facts are the fields of a delivery that rules read.
+type Facts struct {
+	State         DeliveryState
+	NextDue       time.Time
+	DispatchCount int
+	LeaseEnd      time.Time
+}
+
+// The rules of the lifecycle.
+var (
+	// ClaimRule: a worker may claim a queued or stalled delivery at any
+	// time, and a retrying one once it is due or has been woken since its
+	// retry was set (delivery.claimed).
+	ClaimRule = Rule{Name: "claimable", cases: []ruleCase{
+		{StateQueued, nil}, {StateStalled, nil}, {StateRetrying, []Cond{Due, Woken}},
+	}}
+	// LeaseExpiryRule: a claim whose lease has run out may be taken back
+	// (delivery.lease_expired), by the sweep or by the next claim.
+	LeaseExpiryRule = Rule{Name: "lease expired", cases: []ruleCase{
+		{StateDelivering, []Cond{LeaseOver}},
+	}}
+	// CatchUpRule is what a worker's catch-up takes: what it may claim at
+	// once, and what it may claim after recording the lease's expiry.
+	CatchUpRule = ClaimRule.Or("catch-up", LeaseExpiryRule)
+	// WakeRule: an unclaimed delivery whose wake-up is due is woken again,
+	// or stalls once it has used up its wake-ups (delivery.woken,
+	// delivery.stalled).
+	WakeRule = Rule{Name: "due for a wake-up", cases: []ruleCase{
+		{StateQueued, []Cond{Due}}, {StateRetrying, []Cond{Due}},
+	}}
+	// ReceiptTimeoutRule: a delivery whose receipt deadline has passed
+	// fails (delivery.receipt_timed_out).
+	ReceiptTimeoutRule = Rule{Name: "receipt overdue", cases: []ruleCase{
+		{StateAwaitingAck, []Cond{Due}},
+	}}
+	// RedeliverRule: an operator may queue a delivery again unless it is
+	// still in hand: queued, delivering or awaiting a receipt
+	// (delivery.redelivered).
+	RedeliverRule = Rule{Name: "redeliverable", cases: []ruleCase{
+		{StateRetrying, nil}, {StateFailed, nil}, {StateStalled, nil}, {StateDelivered, nil},
+	}}
+)
+
+// Rules lists every rule, for the tests that hold the SQL and the fold to
+// them.
+var Rules = []Rule{ClaimRule, LeaseExpiryRule, CatchUpRule, WakeRule, ReceiptTimeoutRule, RedeliverRule}
+
+// Or is a rule that admits what r or o admits. They must not share a
+// state.
+func (r Rule) Or(name string, o Rule) Rule {
+	for _, c := range o.cases {
+		if r.Admits(c.state) {
+			panic(fmt.Sprintf("lifecycle: rules %s and %s share state %s", r.Name, o.Name, c.state))
+		}
+	}
+	return Rule{Name: name, cases: append(append([]ruleCase(nil), r.cases...), o.cases...)}
+}
+
+// States lists the states the rule may admit, in its order.
+func (r Rule) States() []DeliveryState {
+	out := make([]DeliveryState, len(r.cases))
+	for i, c := range r.cases {
+		out[i] = c.state
+	}
+	return out
+}
+
+// Admits reports whether the rule may admit a delivery in state s, under
+// some condition.
+func (r Rule) Admits(s DeliveryState) bool {
+	for _, c := range r.cases {
+		if c.state == s {
+			return true
+		}
+	}
+	return false
+}
+
+// Holds reports whether the rule admits the delivery at now.
+func (r Rule) Holds(f Facts, now time.Time) bool {
+	for _, c := range r.cases {
+		if c.state != f.State {
+			continue
+		}
+		if len(c.any) == 0 {
+			return true
+		}
+		for _, cond := range c.any {
+			if cond.holds(f, now) {
+				return true
+			}
+		}
+		return false
+	}
+	return false
+}
+
+func (c Cond) holds(f Facts, now time.Time) bool {
+	switch c {
+	case Due:
+		return !f.NextDue.IsZero() && !f.NextDue.After(now)
+	case Woken:
+		return f.DispatchCount > 0
+	case LeaseOver:
+		return !f.LeaseEnd.IsZero() && !f.LeaseEnd.After(now)
+	}
+	return false
+}
+
+// StatesSQL is "<alias>.state IN (…)" over the rule's states: the
+// predicate of a partial index of what the rule may admit.
+func (r Rule) StatesSQL(alias string) string {
+	return col(alias, "state") + " IN (" + quoted(r.States()) + ")"
+}
+
+// SQL is the rule as a predicate on the deliveries table seen as alias,
+// with now the placeholder (or expression) of the time: its states first,
+// so a partial index on them applies, then each state's conditions.
+func (r Rule) SQL(alias, now string) string {
+	var always []DeliveryState
+	var conditional []string
+	for _, c := range r.cases {
+		if len(c.any) == 0 {
+			always = append(always, c.state)
+			continue
+		}
+		conds := make([]string, len(c.any))
+		for i, cond := range c.any {
+			conds[i] = cond.sql(alias, now)
+		}
+		conditional = append(conditional,
+			col(alias, "state")+" = '"+string(c.state)+"' AND ("+strings.Join(conds, " OR ")+")")
+	}
+	if len(conditional) == 0 {
+		return r.StatesSQL(alias)
+	}
+	if len(always) > 0 {
+		conditional = append([]string{col(alias, "state") + " IN (" + quoted(always) + ")"}, conditional...)
+	}
+	return r.StatesSQL(alias) + " AND (" + strings.Join(conditional, " OR ") + ")"
+}
+
+func (c Cond) sql(alias, now string) string {
+	switch c {
+	case Due:
+		return col(alias, "next_due") + " <= " + now
+	case Woken:
+		return col(alias, "dispatch_count") + " > 0"
+	case LeaseOver:
+		return col(alias, "lease_end") + " <= " + now
+	}
+	panic(fmt.Sprintf("lifecycle: condition %d has no SQL", c))
+}
+
+func col(alias, name string) string {
+	if alias == "" {
+		return name
+	}
+	return alias + "." + name
+}
+
+// quoted lists values as SQL string literals. They are the package's own
+// constants, never input.
+func quoted[T ~string](values []T) string {
+	parts := make([]string, len(values))
+	for i, v := range values {
+		parts[i] = "'" + string(v) + "'"
+	}
+	return strings.Join(parts, ", ")
+}
+
+// StatusesSQL is "<column> IN (…)" over the statuses.
+func StatusesSQL(column string, statuses []MessageStatus) string {
+	return column + " IN (" + quoted(statuses) + ")"
+}

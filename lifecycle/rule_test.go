@@ -1,0 +1,118 @@
+package lifecycle
+
+import (
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestRuleHolds(t *testing.T) {
+	now := time.Date(2026, 12, 1, 8, 0, 0, 0, time.UTC)
+	past, future := now.Add(-time.Second), now.Add(time.Second)
+	tests := []struct {
+		rule Rule
+		f    Facts
+		want bool
+	}{
+		{ClaimRule, Facts{State: StateQueued, NextDue: future}, true},
+		{ClaimRule, Facts{State: StateStalled}, true},
+		{ClaimRule, Facts{State: StateRetrying, NextDue: past}, true},
+		{ClaimRule, Facts{State: StateRetrying, NextDue: now}, true},
+		{ClaimRule, Facts{State: StateRetrying, NextDue: future}, false},
+		{ClaimRule, Facts{State: StateRetrying, NextDue: future, DispatchCount: 1}, true},
+		{ClaimRule, Facts{State: StateDelivering, LeaseEnd: past}, false},
+		{ClaimRule, Facts{State: StateFailed}, false},
+		{LeaseExpiryRule, Facts{State: StateDelivering, LeaseEnd: now}, true},
+		{LeaseExpiryRule, Facts{State: StateDelivering, LeaseEnd: future}, false},
+		{LeaseExpiryRule, Facts{State: StateRetrying, LeaseEnd: past}, false},
+		{CatchUpRule, Facts{State: StateDelivering, LeaseEnd: past}, true},
+		{CatchUpRule, Facts{State: StateQueued}, true},
+		{WakeRule, Facts{State: StateQueued, NextDue: past}, true},
+		{WakeRule, Facts{State: StateQueued, NextDue: future}, false},
+		{WakeRule, Facts{State: StateQueued}, false},
+		{WakeRule, Facts{State: StateAwaitingAck, NextDue: past}, false},
+		{ReceiptTimeoutRule, Facts{State: StateAwaitingAck, NextDue: past}, true},
+		{ReceiptTimeoutRule, Facts{State: StateAwaitingAck, NextDue: future}, false},
+		{RedeliverRule, Facts{State: StateDelivered}, true},
+		{RedeliverRule, Facts{State: StateAwaitingAck}, false},
+	}
+	for _, tt := range tests {
+		if got := tt.rule.Holds(tt.f, now); got != tt.want {
+			t.Errorf("%s.Holds(%+v) = %v, want %v", tt.rule.Name, tt.f, got, tt.want)
+		}
+	}
+}
+
+func TestRuleSQL(t *testing.T) {
+	for _, tt := range []struct {
+		rule Rule
+		want string
+	}{
+		{ClaimRule, `d.state IN ('queued', 'stalled', 'retrying') AND (d.state IN ('queued', 'stalled') OR d.state = 'retrying' AND (d.next_due <= $2 OR d.dispatch_count > 0))`},
+		{LeaseExpiryRule, `d.state IN ('delivering') AND (d.state = 'delivering' AND (d.lease_end <= $2))`},
+		{RedeliverRule, `d.state IN ('retrying', 'failed', 'stalled', 'delivered')`},
+	} {
+		if got := tt.rule.SQL("d", "$2"); got != tt.want {
+			t.Errorf("%s.SQL =\n%s\nwant\n%s", tt.rule.Name, got, tt.want)
+		}
+	}
+	if got := WakeRule.SQL("", "now()"); strings.Contains(got, ".") {
+		t.Errorf("no alias: %s", got)
+	}
+}
+
+func TestOrRefusesASharedState(t *testing.T) {
+	defer func() {
+		if recover() == nil {
+			t.Error("Or of two rules sharing a state did not panic")
+		}
+	}()
+	ClaimRule.Or("both", WakeRule)
+}
+
+// TestStatusRanksCoverEveryState: every delivery state decides the status
+// in exactly one row of the ranking, so a new state cannot be forgotten.
+func TestStatusRanksCoverEveryState(t *testing.T) {
+	seen := map[DeliveryState]int{}
+	for _, r := range statusRanks {
+		for _, s := range r.states {
+			seen[s]++
+		}
+	}
+	for _, s := range DeliveryStates {
+		if seen[s] != 1 {
+			t.Errorf("state %s is in %d rows of the ranking", s, seen[s])
+		}
+	}
+}
+
+// TestMayBecomeAgreesWithDeriveStatus moves one delivery of every
+// combination of up to three others from every state to every other and
+// checks that whenever the status turns into one it was not, MayBecome
+// said it could.
+func TestMayBecomeAgreesWithDeriveStatus(t *testing.T) {
+	var others [][]DeliveryState
+	var grow func(prefix []DeliveryState, n int)
+	grow = func(prefix []DeliveryState, n int) {
+		others = append(others, slices.Clone(prefix))
+		if n == 0 {
+			return
+		}
+		for _, s := range DeliveryStates {
+			grow(append(prefix, s), n-1)
+		}
+	}
+	grow(nil, 3)
+	for _, rest := range others {
+		for _, old := range DeliveryStates {
+			for _, next := range DeliveryStates {
+				before := DeriveStatus(StageDispatched, "", append(slices.Clone(rest), old))
+				after := DeriveStatus(StageDispatched, "", append(slices.Clone(rest), next))
+				if before != after && !MayBecome(old, next, after) {
+					t.Fatalf("%v + %s -> %s turns %s into %s, but MayBecome says it cannot", rest, old, next, before, after)
+				}
+			}
+		}
+	}
+}
