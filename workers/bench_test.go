@@ -384,7 +384,7 @@ func (t *benchTotals) report(b *testing.B, rate float64) {
 	b.ReportMetric(float64(t.trace.batchesFailed)/deliveries, "rollbacks/delivery")
 	b.ReportMetric(float64(t.trace.prepares)/deliveries, "prepares/delivery")
 	b.ReportMetric(t.metrics["waybill_wakeups_dropped_total"]/deliveries, "dropped/delivery")
-	b.ReportMetric(t.metrics["waybill_claim_conflicts_total"]/deliveries, "conflicts/delivery")
+	b.ReportMetric(t.metrics["waybill_claims_total:conflict"]/deliveries, "conflicts/delivery")
 	b.ReportMetric(t.metrics["waybill_sweep_rows_total"], "swept")
 	wall := t.elapsed.Seconds()
 	b.ReportMetric(100*t.cpu.self/wall, "go-cpu-%")
@@ -419,6 +419,11 @@ func gather(b *testing.B, reg *prometheus.Registry) map[string]float64 {
 	for _, f := range families {
 		for _, m := range f.GetMetric() {
 			out[f.GetName()] += m.GetCounter().GetValue()
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "result" {
+					out[f.GetName()+":"+l.GetValue()] += m.GetCounter().GetValue()
+				}
+			}
 		}
 	}
 	return out

@@ -150,11 +150,14 @@ func (r *Runtime) Sync(ctx context.Context) error {
 		return nil
 	}
 	want := map[string]lifecycle.Target{}
-	for _, t := range all {
+	names := make([]string, len(all))
+	for i, t := range all {
+		names[i] = t.Name
 		if t.Enabled {
 			want[t.Name] = t
 		}
 	}
+	r.cfg.Metrics.Track(names)
 	var errs []error
 	for name, tw := range r.running {
 		if spec, ok := want[name]; !ok || !reflect.DeepEqual(spec, tw.spec) {

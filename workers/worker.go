@@ -253,6 +253,7 @@ func (w *Worker[T]) catchUp() {
 		if err != nil {
 			w.log.Error("catch-up", "err", err)
 		}
+		w.metrics.claims.WithLabelValues(w.cfg.Name, claimClaimed).Add(float64(len(jobs)))
 		for _, job := range jobs {
 			w.attempts.Add(1)
 			go w.run(job)
@@ -287,7 +288,7 @@ func (w *Worker[T]) claimAndRun(id uuid.UUID) {
 	cancel()
 	if err != nil {
 		if errors.Is(err, commands.ErrNotClaimable) || errors.Is(err, commands.ErrNotFound) {
-			w.metrics.claimConflicts.WithLabelValues(w.cfg.Name).Inc()
+			w.metrics.claims.WithLabelValues(w.cfg.Name, claimConflict).Inc()
 		} else {
 			w.log.Error("claim", "delivery_id", id, "err", err)
 		}
@@ -295,6 +296,7 @@ func (w *Worker[T]) claimAndRun(id uuid.UUID) {
 		w.attempts.Done()
 		return
 	}
+	w.metrics.claims.WithLabelValues(w.cfg.Name, claimClaimed).Inc()
 	w.run(job)
 }
 
