@@ -27,6 +27,7 @@ import (
 )
 
 const benchUsage = `usage: waybill bench [--http] [--messages N] [--clients C] [--rate R] [--database-url URL]
+       waybill bench --backlog N [--clients C] [--concurrency K] [--statements] [--database-url URL]
 
 Runs a whole Waybill in this process (its own embedded PostgreSQL in a
 temporary directory unless --database-url is given, and its own NATS) with
@@ -34,6 +35,14 @@ two http targets served by a local sink, ingests N messages to both from C
 clients, and measures until every message is delivered. --http ingests
 through the REST API; without it the clients call the commands directly.
 --rate bounds the ingest to R messages/s in all (0: as fast as it goes).
+
+With --backlog N it measures a drain instead: a server in a process of its
+own, one http target (max_concurrent K) disabled while N messages are
+ingested through the REST API, then enabled; it reports the drain rate, the
+CPU per delivery of the server and of PostgreSQL, claim-to-outcome times,
+the feed's lag and the server's memory. --statements loads
+pg_stat_statements into the embedded PostgreSQL and prints the costliest
+statements of the drain.
 `
 
 // runBench runs `waybill bench`.
@@ -50,15 +59,28 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	rate := fs.Float64("rate", 0, "messages/s to ingest at, in all; 0 is as fast as it goes")
 	dbURL := fs.String("database-url", env("WAYBILL_DATABASE_URL", ""), "PostgreSQL URL; its database gets the bench's data (env WAYBILL_DATABASE_URL)")
 	cpuProfile := fs.String("cpuprofile", "", "write the process's CPU profile of the measured run to this file")
+	backlogN := fs.Int("backlog", 0, "measure the drain of a backlog of this many deliveries instead")
+	concurrency := fs.Int("concurrency", 100, "with --backlog: the target's max_concurrent")
+	statements := fs.Bool("statements", false, "with --backlog: print the costliest statements of the drain (pg_stat_statements)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
 		}
 		return 2
 	}
-	if *n < 1 || *clients < 1 || *rate < 0 {
-		fmt.Fprintln(stderr, "waybill bench: --messages and --clients must be at least 1, --rate not negative")
+	if *n < 1 || *clients < 1 || *rate < 0 || *backlogN < 0 || *concurrency < 1 {
+		fmt.Fprintln(stderr, "waybill bench: --messages, --clients and --concurrency must be at least 1, --rate and --backlog not negative")
 		return 2
+	}
+	if *backlogN > 0 {
+		r, err := backlog(ctx, backlogConfig{messages: *backlogN, clients: *clients, concurrency: *concurrency,
+			dbURL: *dbURL, statements: *statements}, stderr)
+		if err != nil {
+			fmt.Fprintf(stderr, "waybill bench: %v\n", err)
+			return 1
+		}
+		r.print(stdout)
+		return 0
 	}
 	r, err := bench(ctx, benchConfig{http: *viaHTTP, messages: *n, clients: *clients, rate: *rate, dbURL: *dbURL,
 		cpuProfile: *cpuProfile}, stderr)

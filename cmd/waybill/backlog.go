@@ -1,0 +1,451 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/waybill/waybill/internal/cpustat"
+	"github.com/waybill/waybill/journal"
+	"github.com/waybill/waybill/pgserver"
+)
+
+// backlogConfig is what `waybill bench --backlog N` runs with.
+type backlogConfig struct {
+	messages    int
+	clients     int
+	concurrency int
+	dbURL       string
+	// statements loads pg_stat_statements into the embedded PostgreSQL and
+	// prints the statements that took the most time during the drain.
+	statements bool
+}
+
+// backlogResult is what a backlog run measured.
+type backlogResult struct {
+	cfg backlogConfig
+	// ingest is the time to ingest the backlog with the target disabled,
+	// drain the time from enabling it until every delivery is recorded.
+	ingest, drain time.Duration
+	// serverCPU and pgCPU are the CPU seconds of the server process and of
+	// the PostgreSQL server during the drain; pgCPU is 0 when the server
+	// is not this bench's own.
+	serverCPU, pgCPU float64
+	// claimToOutcome are, per delivery, the time from its claim to its
+	// recorded outcome.
+	claimToOutcome []time.Duration
+	// feedLag is the largest lag in seconds of the feed's groups seen
+	// during the drain; peakRSS the server's high-water mark in bytes and
+	// rssDuring its resident size at each sample.
+	feedLag   float64
+	peakRSS   int64
+	rssDuring []int64
+	// sentTwice counts deliveries the sink received more than once.
+	sentTwice  int
+	statements []statementCost
+}
+
+type statementCost struct {
+	query       string
+	calls       int64
+	totalMS     float64
+	rows        int64
+	sharedReads int64
+}
+
+func (r *backlogResult) print(w io.Writer) {
+	n := float64(r.cfg.messages)
+	fmt.Fprintf(w, "backlog of %d deliveries to one http target (max_concurrent %d), ingested through REST by %d clients with the target disabled\n",
+		r.cfg.messages, r.cfg.concurrency, r.cfg.clients)
+	fmt.Fprintf(w, "  ingest: %.2fs, %.0f messages/s\n", r.ingest.Seconds(), n/r.ingest.Seconds())
+	fmt.Fprintf(w, "  drain:  %.2fs, %.0f deliveries/s\n", r.drain.Seconds(), n/r.drain.Seconds())
+	fmt.Fprintf(w, "  CPU per delivery during the drain: server %.3f ms", 1000*r.serverCPU/n)
+	if r.pgCPU > 0 {
+		fmt.Fprintf(w, ", PostgreSQL %.3f ms", 1000*r.pgCPU/n)
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintf(w, "  claim to outcome: p50 %s  p99 %s\n", percentile(r.claimToOutcome, 50), percentile(r.claimToOutcome, 99))
+	fmt.Fprintf(w, "  feed lag during the drain: at most %.1fs\n", r.feedLag)
+	if len(r.rssDuring) > 0 {
+		fmt.Fprintf(w, "  server RSS: peak %d MB; during the drain %d to %d MB\n", r.peakRSS>>20,
+			slices.Min(r.rssDuring)>>20, slices.Max(r.rssDuring)>>20)
+	}
+	if r.sentTwice > 0 {
+		fmt.Fprintf(w, "  %d deliveries reached the sink more than once\n", r.sentTwice)
+	}
+	if len(r.statements) > 0 {
+		fmt.Fprintln(w, "  statements by total time during the drain:")
+		for _, s := range r.statements {
+			fmt.Fprintf(w, "    %9.0f ms %8d calls %9d rows %8d reads  %s\n", s.totalMS, s.calls, s.rows, s.sharedReads, s.query)
+		}
+	}
+}
+
+// countingSink answers 200 at once and counts what it receives, by
+// idempotency key.
+type countingSink struct {
+	mu    sync.Mutex
+	seen  map[string]bool
+	twice int
+	count atomic.Int64
+}
+
+func (s *countingSink) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	_, _ = io.Copy(io.Discard, r.Body)
+	key := r.Header.Get("Idempotency-Key")
+	s.mu.Lock()
+	if s.seen[key] {
+		s.twice++
+	} else {
+		s.seen[key] = true
+		s.count.Add(1)
+	}
+	s.mu.Unlock()
+}
+
+// backlog runs the drain benchmark: a server in a process of its own (so
+// its CPU and memory are its own), on the embedded PostgreSQL with fsync on
+// or on --database-url, one http target disabled while the backlog is
+// ingested, then enabled.
+func backlog(ctx context.Context, cfg backlogConfig, stderr io.Writer) (*backlogResult, error) {
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	dir, err := os.MkdirTemp("", "waybill-backlog-*")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(dir)
+	if err := os.Chmod(dir, 0o755); err != nil {
+		return nil, err
+	}
+	var stack stopStack
+	defer stack.run()
+	pgPID := 0
+	if cfg.dbURL == "" {
+		settings := map[string]string{"max_connections": "200"}
+		if cfg.statements {
+			settings["shared_preload_libraries"] = "pg_stat_statements"
+			settings["pg_stat_statements.max"] = "1000"
+		}
+		srv, err := pgserver.Start(ctx, pgserver.Config{DataDir: filepath.Join(dir, "pg"), Logger: log, Settings: settings})
+		if err != nil {
+			return nil, err
+		}
+		stack.push(func() { _ = srv.Stop(context.Background()) })
+		if err := createDatabase(ctx, srv.URL("postgres"), "waybill"); err != nil {
+			return nil, err
+		}
+		cfg.dbURL = srv.URL("waybill")
+	}
+	db, err := openDB(ctx, cfg.dbURL)
+	if err != nil {
+		return nil, err
+	}
+	stack.push(db.Close)
+	// The server's CPU is measured when it runs on this machine and its
+	// data directory is readable.
+	var pgDir string
+	if db.QueryRow(ctx, `SELECT current_setting('data_directory')`).Scan(&pgDir) == nil {
+		pgPID = readPostmasterPID(pgDir)
+	}
+
+	sink := &countingSink{seen: make(map[string]bool, cfg.messages)}
+	sinkServer := httptest.NewServer(sink)
+	stack.push(sinkServer.Close)
+
+	listen, err := freeListenAddr()
+	if err != nil {
+		return nil, err
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	dataDir := filepath.Join(dir, "var")
+	server := exec.Command(exe, "serve", "--database-url", cfg.dbURL, "--listen", listen, "--data-dir", dataDir)
+	server.Env = append(os.Environ(), "WAYBILL_LOG_FORMAT=text")
+	server.Stderr = stderr
+	if err := server.Start(); err != nil {
+		return nil, fmt.Errorf("start the server: %w", err)
+	}
+	served := make(chan error, 1)
+	go func() { served <- server.Wait() }()
+	stack.push(func() {
+		_ = server.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-served:
+		case <-time.After(30 * time.Second):
+			_ = server.Process.Kill()
+			<-served
+		}
+	})
+	c, err := newBenchClient(ctx, "http://"+listen, filepath.Join(dataDir, "admin.token"), cfg.clients, served)
+	if err != nil {
+		return nil, err
+	}
+	target := map[string]any{"name": "backlog", "kind": "http", "enabled": false,
+		"max_concurrent": cfg.concurrency, "config": map[string]any{"url": sinkServer.URL}}
+	if _, err := c.post("/targets", target); err != nil {
+		return nil, fmt.Errorf("create the target: %w", err)
+	}
+	if _, err := c.post("/routes", map[string]any{"source": "bench", "from": "*", "to": "*", "target": "backlog"}); err != nil {
+		return nil, fmt.Errorf("create the route: %w", err)
+	}
+
+	r := &backlogResult{cfg: cfg}
+	began := time.Now()
+	if err := ingestAll(c, cfg.messages, cfg.clients); err != nil {
+		return nil, err
+	}
+	r.ingest = time.Since(began)
+
+	var startPosition int64
+	if err := db.QueryRow(ctx, `SELECT coalesce(max(position), 0) FROM journal`).Scan(&startPosition); err != nil {
+		return nil, err
+	}
+	if cfg.statements {
+		if _, err := db.Exec(ctx, `CREATE EXTENSION IF NOT EXISTS pg_stat_statements; SELECT pg_stat_statements_reset()`); err != nil {
+			return nil, fmt.Errorf("pg_stat_statements: %w", err)
+		}
+	}
+	serverBefore, _ := cpustat.ProcessTree(server.Process.Pid)
+	pgBefore, pgOK := cpustat.ProcessTree(pgPID)
+	target["enabled"] = true
+	enabled := time.Now()
+	if err := c.put("/targets/backlog", target); err != nil {
+		return nil, fmt.Errorf("enable the target: %w", err)
+	}
+	tick := time.NewTicker(500 * time.Millisecond)
+	defer tick.Stop()
+	for sink.count.Load() < int64(cfg.messages) {
+		select {
+		case err := <-served:
+			return nil, fmt.Errorf("the server stopped: %v", err)
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-tick.C:
+		}
+		if rss := residentBytes(server.Process.Pid, "VmRSS"); rss > 0 {
+			r.rssDuring = append(r.rssDuring, rss)
+		}
+		if lag, err := c.feedLag(); err == nil {
+			r.feedLag = max(r.feedLag, lag)
+		}
+	}
+	if err := c.waitSettled(ctx); err != nil {
+		return nil, err
+	}
+	r.drain = time.Since(enabled)
+	serverAfter, _ := cpustat.ProcessTree(server.Process.Pid)
+	r.serverCPU = serverAfter - serverBefore
+	if pgAfter, ok := cpustat.ProcessTree(pgPID); ok && pgOK {
+		r.pgCPU = pgAfter - pgBefore
+	}
+	r.peakRSS = residentBytes(server.Process.Pid, "VmHWM")
+	sink.mu.Lock()
+	r.sentTwice = sink.twice
+	sink.mu.Unlock()
+	if r.claimToOutcome, err = claimToOutcome(ctx, db, startPosition); err != nil {
+		return nil, err
+	}
+	if cfg.statements {
+		if r.statements, err = topStatements(ctx, db); err != nil {
+			return nil, err
+		}
+	}
+	return r, nil
+}
+
+// ingestAll ingests n messages through the API from the clients.
+func ingestAll(c *benchClient, n, clients int) error {
+	next := make(chan int)
+	var (
+		wg     sync.WaitGroup
+		failed atomic.Int64
+		first  atomic.Value
+	)
+	for range clients {
+		wg.Go(func() {
+			for i := range next {
+				_, err := c.post("/messages", map[string]any{"source": "bench", "from": "a", "to": "b",
+					"content_type": "text/plain", "payload": fmt.Sprintf("message %d", i)})
+				if err != nil {
+					failed.Add(1)
+					first.CompareAndSwap(nil, err)
+				}
+			}
+		})
+	}
+	for i := range n {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+	if n := failed.Load(); n > 0 {
+		return fmt.Errorf("%d ingest calls failed, the first: %v", n, first.Load())
+	}
+	return nil
+}
+
+// claimToOutcome reads, from the journal after position from, the time
+// from each claim to the outcome of its attempt.
+func claimToOutcome(ctx context.Context, db interface {
+	Query(context.Context, string, ...any) (pgx.Rows, error)
+}, from int64) ([]time.Duration, error) {
+	rows, err := db.Query(ctx, `SELECT delivery_id::text, kind, recorded_at FROM journal
+		WHERE position > $1 AND kind IN ($2, $3) ORDER BY position`,
+		from, journal.KindDeliveryClaimed, journal.KindDeliveryAttempted)
+	if err != nil {
+		return nil, err
+	}
+	claimed := map[string]time.Time{}
+	var out []time.Duration
+	var (
+		id, kind string
+		at       time.Time
+	)
+	_, err = pgx.ForEachRow(rows, []any{&id, &kind, &at}, func() error {
+		if journal.Kind(kind) == journal.KindDeliveryClaimed {
+			claimed[id] = at
+		} else if c, ok := claimed[id]; ok {
+			out = append(out, at.Sub(c))
+			delete(claimed, id)
+		}
+		return nil
+	})
+	return out, err
+}
+
+// topStatements reads the ten statements that took the most time.
+func topStatements(ctx context.Context, db interface {
+	Query(context.Context, string, ...any) (pgx.Rows, error)
+}) ([]statementCost, error) {
+	rows, err := db.Query(ctx, `SELECT regexp_replace(query, '\s+', ' ', 'g'), calls, total_exec_time, rows, shared_blks_read
+		FROM pg_stat_statements ORDER BY total_exec_time DESC LIMIT 10`)
+	if err != nil {
+		return nil, err
+	}
+	var out []statementCost
+	var s statementCost
+	_, err = pgx.ForEachRow(rows, []any{&s.query, &s.calls, &s.totalMS, &s.rows, &s.sharedReads}, func() error {
+		if len(s.query) > 140 {
+			s.query = s.query[:140] + "…"
+		}
+		out = append(out, s)
+		return nil
+	})
+	return out, err
+}
+
+// createDatabase creates the database on the server of url unless it exists.
+func createDatabase(ctx context.Context, url, name string) error {
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.Background())
+	var exists bool
+	if err := conn.QueryRow(ctx, `SELECT EXISTS (SELECT FROM pg_database WHERE datname = $1)`, name).Scan(&exists); err != nil || exists {
+		return err
+	}
+	_, err = conn.Exec(ctx, `CREATE DATABASE `+pgx.Identifier{name}.Sanitize())
+	return err
+}
+
+// readPostmasterPID reads the first line of a data directory's
+// postmaster.pid; 0 when it cannot.
+func readPostmasterPID(dataDir string) int {
+	data, err := os.ReadFile(filepath.Join(dataDir, "postmaster.pid"))
+	if err != nil {
+		return 0
+	}
+	line, _, _ := strings.Cut(string(data), "\n")
+	pid, _ := strconv.Atoi(strings.TrimSpace(line))
+	return pid
+}
+
+// residentBytes reads a size field (VmRSS, VmHWM) of /proc/<pid>/status.
+func residentBytes(pid int, field string) int64 {
+	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if rest, ok := strings.CutPrefix(sc.Text(), field+":"); ok {
+			kb, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 10, 64)
+			return kb << 10
+		}
+	}
+	return 0
+}
+
+// put replaces the resource at path with body.
+func (c *benchClient) put(path string, body any) error {
+	data, err := json.Marshal(body)
+	if err != nil {
+		return err
+	}
+	req, err := http.NewRequestWithContext(c.ctx, http.MethodPut, c.base+"/api/v1"+path, bytes.NewReader(data))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Authorization", "Bearer "+c.token)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		answer, _ := io.ReadAll(resp.Body)
+		return fmt.Errorf("PUT %s: %s: %s", path, resp.Status, answer)
+	}
+	return nil
+}
+
+// feedLag is the largest waybill_feed_lag_seconds the server's metrics
+// show.
+func (c *benchClient) feedLag() (float64, error) {
+	req, err := http.NewRequestWithContext(c.ctx, http.MethodGet, c.base+"/metrics", nil)
+	if err != nil {
+		return 0, err
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return 0, errors.New(resp.Status)
+	}
+	lag := 0.0
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		if line := sc.Text(); strings.HasPrefix(line, "waybill_feed_lag_seconds{") {
+			if v, err := strconv.ParseFloat(line[strings.LastIndexByte(line, ' ')+1:], 64); err == nil {
+				lag = max(lag, v)
+			}
+		}
+	}
+	return lag, sc.Err()
+}
