@@ -19,6 +19,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/waybill/waybill/commands"
 	"github.com/waybill/waybill/journal"
@@ -37,6 +38,9 @@ type Config struct {
 	Interval time.Duration
 	// Batch is how many deliveries one query of a step takes. Default 500.
 	Batch int
+	// Concurrency is how many of a batch's commands run at once, so the
+	// Writer can write them together. Default 32.
+	Concurrency int
 	// Pause is the wait between two batches of a step, so a large backlog
 	// does not hold the database for a whole pass. Default 50 ms.
 	Pause  time.Duration
@@ -79,6 +83,9 @@ func New(cfg Config) (*Sweeper, error) {
 	}
 	if cfg.Batch <= 0 {
 		cfg.Batch = 500
+	}
+	if cfg.Concurrency <= 0 {
+		cfg.Concurrency = 32
 	}
 	if cfg.Pause <= 0 {
 		cfg.Pause = 50 * time.Millisecond
@@ -183,25 +190,40 @@ func (s *Sweeper) step(ctx context.Context, name, query string, run func(uuid.UU
 		if err != nil {
 			return fmt.Errorf("%s: %w", name, err)
 		}
-		changed := 0
+		// The commands run side by side so the Writer's batcher writes
+		// many in one transaction; each decides on its own delivery.
+		var (
+			mu      sync.Mutex
+			changed int
+			g       errgroup.Group
+		)
+		g.SetLimit(s.cfg.Concurrency)
 		for _, id := range ids {
-			kind, err := run(id)
-			if err != nil {
-				return fmt.Errorf("%s: %w", name, err)
-			}
-			switch kind {
-			case journal.KindDeliveryLeaseExpired:
-				r.Expired++
-			case journal.KindDeliveryWoken:
-				r.Woken++
-			case journal.KindDeliveryStalled:
-				r.Stalled++
-			case journal.KindReceiptTimedOut:
-				r.TimedOut++
-			default:
-				continue
-			}
-			changed++
+			g.Go(func() error {
+				kind, err := run(id)
+				if err != nil {
+					return fmt.Errorf("%s: %w", name, err)
+				}
+				mu.Lock()
+				defer mu.Unlock()
+				switch kind {
+				case journal.KindDeliveryLeaseExpired:
+					r.Expired++
+				case journal.KindDeliveryWoken:
+					r.Woken++
+				case journal.KindDeliveryStalled:
+					r.Stalled++
+				case journal.KindReceiptTimedOut:
+					r.TimedOut++
+				default:
+					return nil
+				}
+				changed++
+				return nil
+			})
+		}
+		if err := g.Wait(); err != nil {
+			return err
 		}
 		s.metrics.rows.WithLabelValues(name).Add(float64(changed))
 		// A short batch is the last; so is one in which another process
