@@ -3,6 +3,7 @@ package httpapi
 import (
 	"fmt"
 	"net/http"
+	"slices"
 
 	"github.com/waybill/waybill/commands"
 	"github.com/waybill/waybill/journal"
@@ -125,8 +126,12 @@ func (s *Server) getTarget(w http.ResponseWriter, r *http.Request) error {
 	return fmt.Errorf("target %s: %w", name, commands.ErrNotFound)
 }
 
+// createTarget adds a target. One that leaves enabled out is enabled, as a
+// user expects of a new endpoint: a new target that silently claims nothing
+// is a trap.
 func (s *Server) createTarget(w http.ResponseWriter, r *http.Request) error {
-	var t lifecycle.Target
+	// The body is decoded over this, so a field left out keeps its value.
+	t := lifecycle.Target{Enabled: true}
 	if err := s.readJSON(w, r, &t, false); err != nil {
 		return err
 	}
@@ -142,13 +147,23 @@ func (s *Server) createTarget(w http.ResponseWriter, r *http.Request) error {
 }
 
 // updateTarget replaces a target's definition. The name is the path's; a
-// body may repeat it but not change it.
+// body may repeat it but not change it. A body that leaves enabled out
+// keeps the target's current value, as if the client had read the target
+// and sent that back; an unknown target is left to UpdateTarget, which
+// checks the body before it answers 404.
 func (s *Server) updateTarget(w http.ResponseWriter, r *http.Request) error {
 	name, err := targetName(r)
 	if err != nil {
 		return err
 	}
+	current, err := s.cfg.Writer.Targets(r.Context())
+	if err != nil {
+		return err
+	}
 	var t lifecycle.Target
+	if i := slices.IndexFunc(current, func(c lifecycle.Target) bool { return c.Name == name }); i >= 0 {
+		t.Enabled = current[i].Enabled
+	}
 	if err := s.readJSON(w, r, &t, false); err != nil {
 		return err
 	}

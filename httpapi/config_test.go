@@ -125,7 +125,7 @@ func TestTargets(t *testing.T) {
 	r := b.admin(t, http.MethodPost, "/targets", map[string]any{"name": "billing", "kind": "http",
 		"config": map[string]any{"url": "http://127.0.0.1:9/"}, "receipt": map[string]any{"timeout": "1h"}}).
 		want(t, http.StatusCreated, &created)
-	if r.header.Get("Location") != httpapi.Prefix+"/targets/billing" || created.Enabled || created.MaxConcurrent != 5 ||
+	if r.header.Get("Location") != httpapi.Prefix+"/targets/billing" || !created.Enabled || created.MaxConcurrent != 5 ||
 		created.AttemptTimeout.String() != "30s" || created.Retry.Strategy != lifecycle.RetryExponential ||
 		created.Receipt == nil || created.Receipt.Timeout.String() != "1h0m0s" {
 		t.Errorf("created %+v", created)
@@ -146,9 +146,9 @@ func TestTargets(t *testing.T) {
 	// A replace without the name takes the path's; enabled flips; the
 	// receipt left out is no receipt.
 	got = lifecycle.Target{}
-	b.admin(t, http.MethodPut, "/targets/billing", map[string]any{"kind": "http", "enabled": true,
+	b.admin(t, http.MethodPut, "/targets/billing", map[string]any{"kind": "http", "enabled": false,
 		"config": map[string]any{"url": "http://127.0.0.1:9/"}}).want(t, http.StatusOK, &got)
-	if got.Name != "billing" || !got.Enabled || got.Receipt != nil {
+	if got.Name != "billing" || got.Enabled || got.Receipt != nil {
 		t.Errorf("replaced %+v", got)
 	}
 	b.admin(t, http.MethodPut, "/targets/billing", map[string]any{"name": "invoices", "kind": "http",
@@ -174,6 +174,55 @@ func TestTargets(t *testing.T) {
 	b.admin(t, http.MethodDelete, "/targets/billing", nil).fails(t, http.StatusNotFound, httpapi.CodeNotFound)
 	if n := b.changes.Load(); n != 5 {
 		t.Errorf("%d changes reported, want 5", n)
+	}
+}
+
+// TestTargetEnabledByDefault: a target created without "enabled" is
+// enabled, one created with false is not, and a PUT without it keeps the
+// value the target has, whichever it is.
+func TestTargetEnabledByDefault(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	spec := func(name string, enabled any) map[string]any {
+		s := map[string]any{"name": name, "kind": "file", "config": map[string]any{"dir": "/tmp"}}
+		if enabled != nil {
+			s["enabled"] = enabled
+		}
+		return s
+	}
+	// enabled sends a target and returns the answer's enabled.
+	enabled := func(method, path string, body map[string]any, status int) bool {
+		t.Helper()
+		var got lifecycle.Target
+		b.admin(t, method, path, body).want(t, status, &got)
+		return got.Enabled
+	}
+	if !enabled(http.MethodPost, "/targets", spec("out", nil), http.StatusCreated) {
+		t.Error("created without enabled: disabled")
+	}
+	if enabled(http.MethodPost, "/targets", spec("off", false), http.StatusCreated) {
+		t.Error("created with enabled false: enabled")
+	}
+	for _, c := range []struct {
+		name    string
+		enabled any
+		want    bool
+	}{
+		{"out", nil, true},    // kept
+		{"out", false, false}, // disabled
+		{"out", nil, false},   // kept
+		{"off", nil, false},   // kept
+		{"off", true, true},   // enabled
+		{"off", nil, true},    // kept
+	} {
+		if got := enabled(http.MethodPut, "/targets/"+c.name, spec(c.name, c.enabled), http.StatusOK); got != c.want {
+			t.Errorf("PUT %s with enabled %v: enabled %v, want %v", c.name, c.enabled, got, c.want)
+		}
+		var stored lifecycle.Target
+		b.as(t, readerToken, http.MethodGet, "/targets/"+c.name, nil).want(t, http.StatusOK, &stored)
+		if stored.Enabled != c.want {
+			t.Errorf("after PUT %s with enabled %v: stored enabled %v, want %v", c.name, c.enabled, stored.Enabled, c.want)
+		}
 	}
 }
 

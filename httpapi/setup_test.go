@@ -230,7 +230,7 @@ func (b *bundle) unchanged(t *testing.T, before counts) {
 // from source erp for any parties.
 func (b *bundle) target(t *testing.T, name string, more map[string]any) {
 	t.Helper()
-	spec := map[string]any{"name": name, "kind": "http", "enabled": true, "config": map[string]any{"url": "http://127.0.0.1:9/"}}
+	spec := map[string]any{"name": name, "kind": "http", "config": map[string]any{"url": "http://127.0.0.1:9/"}}
 	for k, v := range more {
 		spec[k] = v
 	}

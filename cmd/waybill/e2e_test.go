@@ -102,7 +102,7 @@ func TestEndToEnd(t *testing.T) {
 	}
 	a := &api{t: t, base: "http://" + addr + "/api/v1", token: strings.TrimSpace(string(token))}
 
-	a.call("POST", "/targets", map[string]any{"name": "sink", "kind": "http", "enabled": true,
+	a.call("POST", "/targets", map[string]any{"name": "sink", "kind": "http",
 		"config": map[string]any{"url": sink.URL}}, http.StatusCreated, nil)
 	a.call("POST", "/routes", map[string]any{"source": "erp", "from": "*", "to": "*", "target": "sink"}, http.StatusCreated, nil)
 
