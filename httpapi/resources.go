@@ -224,3 +224,11 @@ func optionalTime(t time.Time) *time.Time {
 	}
 	return &t
 }
+
+// nonNil makes an empty list [] in JSON rather than null.
+func nonNil[T any](s []T) []T {
+	if s == nil {
+		return []T{}
+	}
+	return s
+}

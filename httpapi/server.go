@@ -14,6 +14,7 @@ import (
 
 	"github.com/waybill/waybill/auth"
 	"github.com/waybill/waybill/commands"
+	"github.com/waybill/waybill/journal"
 )
 
 // Prefix is the path every route of the API is under.
@@ -189,6 +190,9 @@ func identity(r *http.Request) auth.Identity {
 	id, _ := r.Context().Value(identityKey{}).(auth.Identity)
 	return id
 }
+
+// actor is the journal's actor for the request's token: operator:<name>.
+func actor(r *http.Request) string { return journal.OperatorActor(identity(r).Name) }
 
 // adapt turns a handler that returns its error into an http.Handler that
 // answers the error with the envelope.

@@ -6,89 +6,8 @@ import (
 	"slices"
 
 	"github.com/waybill/waybill/commands"
-	"github.com/waybill/waybill/journal"
 	"github.com/waybill/waybill/lifecycle"
 )
-
-// actor is the journal's actor for the request's token: operator:<name>.
-func actor(r *http.Request) string { return journal.OperatorActor(identity(r).Name) }
-
-func (s *Server) listRoutes(w http.ResponseWriter, r *http.Request) error {
-	routes, err := s.cfg.Writer.Routes(r.Context())
-	if err != nil {
-		return err
-	}
-	writeJSON(w, http.StatusOK, RouteList{Items: nonNil(routes)})
-	return nil
-}
-
-func (s *Server) getRoute(w http.ResponseWriter, r *http.Request) error {
-	id, err := pathID(r, "id")
-	if err != nil {
-		return err
-	}
-	routes, err := s.cfg.Writer.Routes(r.Context())
-	if err != nil {
-		return err
-	}
-	for _, rt := range routes {
-		if rt.ID == id {
-			writeJSON(w, http.StatusOK, rt)
-			return nil
-		}
-	}
-	return fmt.Errorf("route %s: %w", id, commands.ErrNotFound)
-}
-
-func (s *Server) createRoute(w http.ResponseWriter, r *http.Request) error {
-	var req RouteRequest
-	if err := s.readJSON(w, r, &req, false); err != nil {
-		return err
-	}
-	rt, err := s.cfg.Writer.CreateRoute(r.Context(),
-		lifecycle.Route{Source: req.Source, From: req.From, To: req.To, Target: req.Target}, actor(r))
-	if err != nil {
-		return err
-	}
-	s.configChanged()
-	s.log.Info("route created", "route_id", rt.ID, "operator", identity(r).Name)
-	w.Header().Set("Location", Prefix+"/routes/"+rt.ID.String())
-	writeJSON(w, http.StatusCreated, rt)
-	return nil
-}
-
-func (s *Server) updateRoute(w http.ResponseWriter, r *http.Request) error {
-	id, err := pathID(r, "id")
-	if err != nil {
-		return err
-	}
-	var req RouteRequest
-	if err := s.readJSON(w, r, &req, false); err != nil {
-		return err
-	}
-	rt := lifecycle.Route{ID: id, Source: req.Source, From: req.From, To: req.To, Target: req.Target}
-	if err := s.cfg.Writer.UpdateRoute(r.Context(), rt, actor(r)); err != nil {
-		return err
-	}
-	s.configChanged()
-	s.log.Info("route updated", "route_id", id, "operator", identity(r).Name)
-	writeJSON(w, http.StatusOK, rt)
-	return nil
-}
-
-func (s *Server) deleteRoute(w http.ResponseWriter, r *http.Request) error {
-	id, err := pathID(r, "id")
-	if err != nil {
-		return err
-	}
-	if err := s.cfg.Writer.DeleteRoute(r.Context(), id, actor(r)); err != nil {
-		return err
-	}
-	s.configChanged()
-	s.log.Info("route deleted", "route_id", id, "operator", identity(r).Name)
-	w.WriteHeader(http.StatusNoContent)
-	return nil
-}
 
 func (s *Server) listTargets(w http.ResponseWriter, r *http.Request) error {
 	targets, err := s.cfg.Writer.Targets(r.Context())
@@ -196,35 +115,4 @@ func (s *Server) deleteTarget(w http.ResponseWriter, r *http.Request) error {
 	s.log.Info("target deleted", "target", name, "operator", identity(r).Name)
 	w.WriteHeader(http.StatusNoContent)
 	return nil
-}
-
-func (s *Server) getSettings(w http.ResponseWriter, r *http.Request) error {
-	settings, err := s.cfg.Writer.Settings(r.Context())
-	if err != nil {
-		return err
-	}
-	writeJSON(w, http.StatusOK, settings)
-	return nil
-}
-
-func (s *Server) putSettings(w http.ResponseWriter, r *http.Request) error {
-	var settings lifecycle.Settings
-	if err := s.readJSON(w, r, &settings, false); err != nil {
-		return err
-	}
-	if err := s.cfg.Writer.SetSettings(r.Context(), settings, actor(r)); err != nil {
-		return err
-	}
-	s.configChanged()
-	s.log.Info("settings changed", "max_dispatches", settings.Delivery.MaxDispatches, "operator", identity(r).Name)
-	writeJSON(w, http.StatusOK, settings)
-	return nil
-}
-
-// nonNil makes an empty list [] in JSON rather than null.
-func nonNil[T any](s []T) []T {
-	if s == nil {
-		return []T{}
-	}
-	return s
 }
