@@ -33,7 +33,7 @@ var routes = []route{
 	{http.MethodGet, "/messages/{id}/history", (*Server).getHistory, nil, History{}, http.StatusOK},
 	{http.MethodPost, "/messages/{id}/redispatch", (*Server).redispatch, ActionRequest{}, Message{}, http.StatusOK},
 	{http.MethodPost, "/messages/{id}/deliveries/{delivery_id}/redeliver", (*Server).redeliver, ActionRequest{}, Message{}, http.StatusOK},
-	{http.MethodPost, "/deliveries/{id}/receipt", (*Server).receipt, ReceiptRequest{}, Message{}, http.StatusOK},
+	{http.MethodPost, "/deliveries/{id}/receipt", (*Server).receipt, ReceiptRequest{}, Delivery{}, http.StatusOK},
 
 	{http.MethodGet, "/routes", (*Server).listRoutes, nil, RouteList{}, http.StatusOK},
 	{http.MethodPost, "/routes", (*Server).createRoute, RouteRequest{}, lifecycle.Route{}, http.StatusCreated},

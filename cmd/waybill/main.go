@@ -29,7 +29,7 @@ commands:
   audit    [--message ID]                       replay the journal and check it against the projections
   rebuild                                       recreate the projections from the journal, then audit
   reset    --projections                        drop the projection tables
-  token    create --name N --role R             create an API token (admin, ingest or reader) and print it
+  token    create --name N --role R             create an API token (admin, ingest, reader or receipt) and print it
   token    list                                 list the API tokens: id, name, role, created
   token    revoke ID                            revoke an API token (not the last admin token)
   bench    [--http] [--messages N] [--rate R]   measure ingest-to-delivered throughput and latency

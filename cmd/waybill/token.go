@@ -27,7 +27,8 @@ const tokenUsage = `usage: waybill token create --name N --role R [--database-ur
 
 create makes an API token and prints it on standard output; it cannot be
 shown again. Roles: admin (everything), ingest (post messages), reader
-(read). list shows every token's id, name, role and creation, never a
+(read), receipt (post receipts: for a receiver that confirms its
+deliveries). list shows every token's id, name, role and creation, never a
 secret. revoke deletes the token with the id list shows (or the whole
 token); running servers refuse it within 30 s. The last admin token is not
 revoked: create another first.
@@ -59,7 +60,7 @@ func runToken(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	var name, role *string
 	if sub == "create" {
 		name = fs.String("name", "", "the token's name, the subject the journal records its actions under (required)")
-		role = fs.String("role", "", "admin, ingest or reader (required)")
+		role = fs.String("role", "", "admin, ingest, reader or receipt (required)")
 	}
 	dbURL := fs.String("database-url", env("WAYBILL_DATABASE_URL", ""),
 		"PostgreSQL URL of the server's database (env WAYBILL_DATABASE_URL)")

@@ -46,6 +46,13 @@ func TestTokenCreate(t *testing.T) {
 	if id, err := auth.NewStore(db).Authenticate(ctx, token); err != nil || id != (auth.Identity{Name: "ci-deploy", Role: auth.RoleIngest}) {
 		t.Fatalf("the printed token: %+v, %v", id, err)
 	}
+	code, out, errOut = waybillCLI(t, "token", "create", "--name", "partner", "--role", "receipt", "--database-url", url)
+	if code != 0 {
+		t.Fatalf("--role receipt: exit %d: %s%s", code, out, errOut)
+	}
+	if id, err := auth.NewStore(db).Authenticate(ctx, strings.TrimSpace(out)); err != nil || id != (auth.Identity{Name: "partner", Role: auth.RoleReceipt}) {
+		t.Fatalf("the receipt token: %+v, %v", id, err)
+	}
 
 	for _, c := range []struct {
 		args []string
@@ -54,7 +61,7 @@ func TestTokenCreate(t *testing.T) {
 		{[]string{"--name", "alice"}, "--name and --role are required"},
 		{[]string{"--role", "admin"}, "--name and --role are required"},
 		{[]string{"--name", "Alice", "--role", "admin"}, `--name: "Alice" is not a name`},
-		{[]string{"--name", "alice", "--role", "root"}, `--role: "root" is not a role: allowed are admin, ingest, reader`},
+		{[]string{"--name", "alice", "--role", "root"}, `--role: "root" is not a role: allowed are admin, ingest, reader, receipt`},
 		{[]string{"--name", "alice", "--role", "admin", "extra"}, `unexpected argument "extra"`},
 	} {
 		code, out, errOut := waybillCLI(t, append([]string{"token", "create", "--database-url", url}, c.args...)...)
@@ -66,8 +73,8 @@ func TestTokenCreate(t *testing.T) {
 		t.Errorf("token rotate: exit %d: %s", code, errOut)
 	}
 	var n int
-	if err := db.QueryRow(ctx, `SELECT count(*) FROM api_tokens`).Scan(&n); err != nil || n != 1 {
-		t.Fatalf("%d tokens (%v), want only the first", n, err)
+	if err := db.QueryRow(ctx, `SELECT count(*) FROM api_tokens`).Scan(&n); err != nil || n != 2 {
+		t.Fatalf("%d tokens (%v), want only the first two", n, err)
 	}
 }
 
