@@ -159,9 +159,12 @@ func bench(ctx context.Context, cfg benchConfig, stderr io.Writer) (*benchResult
 	var stack stopStack
 	defer stack.run()
 	if cfg.dbURL == "" {
-		if cfg.dbURL, err = startEmbeddedPostgres(ctx, filepath.Join(dir, "var"), log, &stack); err != nil {
+		pg, url, err := startEmbeddedPostgres(ctx, filepath.Join(dir, "var"), log)
+		if err != nil {
 			return nil, err
 		}
+		stack.push(stopPostgres(pg, log))
+		cfg.dbURL = url
 	}
 	// Through REST the server runs its own NATS in process, as `waybill
 	// serve` does by default; the bench's Writer needs one it can reach too.

@@ -41,7 +41,10 @@ commands that talk to a running server (--server URL, --token T or the data dir'
   redispatch ID                                 match the routes again; add deliveries for new targets
 
 audit, rebuild, reset and token take --database-url URL, or --data-dir DIR
-(default ./var) for the embedded PostgreSQL of a stopped server.
+(default ./var) for the embedded PostgreSQL: that of the server running on
+the directory, or, with none running, started for the time of the command.
+rebuild and reset need every server stopped (Ctrl-C or SIGTERM to waybill
+serve); audit and token run beside servers.
 
 Every --database-url defaults to $WAYBILL_DATABASE_URL, --data-dir to
 $WAYBILL_DATA_DIR, --server to
@@ -86,7 +89,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	dbURL := fs.String("database-url", os.Getenv("WAYBILL_DATABASE_URL"), "PostgreSQL URL (env WAYBILL_DATABASE_URL)")
 	dataDir := fs.String("data-dir", env("WAYBILL_DATA_DIR", "./var"),
-		"data directory of the embedded PostgreSQL, used when no URL is given; refused while a server runs on it (env WAYBILL_DATA_DIR)")
+		"data directory of the embedded PostgreSQL, used when no URL is given: that of the server running on it, else started for the command (env WAYBILL_DATA_DIR)")
 	var cmd func(context.Context, *pgxpool.Pool) (int, error)
 	switch args[0] {
 	case "audit":
