@@ -26,7 +26,7 @@ import (
 	"github.com/waybill/waybill/workers"
 )
 
-const benchUsage = `usage: waybill bench [--http] [--messages N] [--clients C] [--rate R] [--database-url URL]
+const benchUsage = `usage: waybill bench [--http] [--messages N] [--clients C] [--rate R] [--database-url URL] [--cpuprofile FILE]
 
 Runs a whole Waybill in this process (its own embedded PostgreSQL in a
 temporary directory unless --database-url is given, and its own NATS) with

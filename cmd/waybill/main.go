@@ -32,10 +32,12 @@ commands:
   token    create --name N --role R             create an API token (admin, ingest, reader or receipt) and print it
   token    list                                 list the API tokens: id, name, role, created
   token    revoke ID                            revoke an API token (not the last admin token)
-  bench    [--http] [--messages N] [--rate R]   measure ingest-to-delivered throughput and latency
+  bench    [--http] [--messages N] [--clients C] [--rate R] [--cpuprofile FILE]
+                                                measure ingest-to-delivered throughput and latency
 
 commands that talk to a running server (--server URL, --token T or the data dir's admin.token):
-  messages [--status S] [--limit N]             list messages, newest first
+  messages [--status S] [--limit N] [--cursor C]
+                                                list messages, newest first, a page at a time
   messages show ID                              a message, its deliveries and its history
   redeliver ID DELIVERY                         queue one delivery of a message again
   redispatch ID                                 match the routes again; add deliveries for new targets

@@ -71,15 +71,14 @@ func serveFlags(fs *flag.FlagSet) *serveConfig {
 }
 
 // applyEnv sets every flag of fs not given on the command line from its
-// environment variable, WAYBILL_ and the flag's name in capitals with '_'
-// for '-', when that is set; a value the flag refuses is an error naming
-// the variable.
+// environment variable (envName), when that is set; a value the flag
+// refuses is an error naming the variable.
 func applyEnv(fs *flag.FlagSet) error {
 	given := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
 	var errs []error
 	fs.VisitAll(func(f *flag.Flag) {
-		name := "WAYBILL_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
+		name := envName(f.Name)
 		if v, ok := os.LookupEnv(name); ok && !given[f.Name] {
 			if err := fs.Set(f.Name, v); err != nil {
 				errs = append(errs, fmt.Errorf("%s=%q: %w", name, v, err))
@@ -87,6 +86,12 @@ func applyEnv(fs *flag.FlagSet) error {
 		}
 	})
 	return errors.Join(errs...)
+}
+
+// envName is the environment variable of a flag of serve: WAYBILL_ and the
+// flag's name in capitals with '_' for '-'.
+func envName(flagName string) string {
+	return "WAYBILL_" + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
 }
 
 func env(name, def string) string {
