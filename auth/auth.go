@@ -6,6 +6,7 @@ package auth
 import (
 	"errors"
 	"fmt"
+	"strings"
 )
 
 // Role bounds what a token may do.
@@ -20,19 +21,25 @@ const (
 	RoleIngest Role = "ingest"
 	// RoleReader may only read.
 	RoleReader Role = "reader"
+	// RoleReceipt may only post receipts, so a receiver that confirms its
+	// deliveries later holds no more than it needs: it reads nothing but
+	// the answer to its receipt, the delivery it settled.
+	RoleReceipt Role = "receipt"
 )
 
 // Roles is the canonical set.
-var Roles = []Role{RoleAdmin, RoleIngest, RoleReader}
+var Roles = []Role{RoleAdmin, RoleIngest, RoleReader, RoleReceipt}
 
 // ParseRole returns s as a role, or an error listing the roles.
 func ParseRole(s string) (Role, error) {
-	for _, r := range Roles {
+	names := make([]string, len(Roles))
+	for i, r := range Roles {
 		if string(r) == s {
 			return r, nil
 		}
+		names[i] = string(r)
 	}
-	return "", fmt.Errorf("%q is not a role: allowed are admin, ingest, reader", s)
+	return "", fmt.Errorf("%q is not a role: allowed are %s", s, strings.Join(names, ", "))
 }
 
 // Permission is one kind of request.
@@ -44,6 +51,8 @@ const (
 	Read Permission = iota
 	// Ingest: posting a message.
 	Ingest
+	// Confirm: posting a receipt for a delivery.
+	Confirm
 	// Administer: configuration and operator actions on messages.
 	Administer
 )
@@ -57,6 +66,8 @@ func (r Role) Allows(p Permission) bool {
 		return p == Ingest
 	case RoleReader:
 		return p == Read
+	case RoleReceipt:
+		return p == Confirm
 	}
 	return false
 }

@@ -8,8 +8,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"time"
@@ -18,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/waybill/waybill/internal/securefile"
 	"github.com/waybill/waybill/lifecycle"
 )
 
@@ -309,7 +308,7 @@ func (s *Store) EnsureAdminToken(ctx context.Context, path string) (created bool
 		// Written before the commit: a token that could not be written
 		// is not kept, and a commit that fails leaves a file the next
 		// start overwrites.
-		if err := writeFileAtomic(path, []byte(token+"\n")); err != nil {
+		if err := securefile.Write(path, []byte(token+"\n")); err != nil {
 			return err
 		}
 		created = true
@@ -319,46 +318,4 @@ func (s *Store) EnsureAdminToken(ctx context.Context, path string) (created bool
 		return false, fmt.Errorf("ensure admin token: %w", err)
 	}
 	return created, nil
-}
-
-// writeFileAtomic writes data to path with mode 0600 through a temporary
-// file in the same directory, so path holds either its old content or all
-// of data.
-func writeFileAtomic(path string, data []byte) (err error) {
-	dir := filepath.Dir(path)
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return err
-	}
-	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".*")
-	if err != nil {
-		return err
-	}
-	defer func() {
-		if err != nil {
-			f.Close()
-			os.Remove(f.Name())
-		}
-	}()
-	// CreateTemp makes the file 0600 already; say so against a changed default.
-	if err := f.Chmod(0o600); err != nil {
-		return err
-	}
-	if _, err := f.Write(data); err != nil {
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	if err := os.Rename(f.Name(), path); err != nil {
-		return err
-	}
-	// Make the rename itself durable.
-	if d, err := os.Open(dir); err == nil {
-		_ = d.Sync()
-		d.Close()
-	}
-	return nil
 }

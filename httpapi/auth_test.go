@@ -5,10 +5,12 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
 
 	"github.com/waybill/waybill/httpapi"
+	"github.com/waybill/waybill/lifecycle"
 )
 
 func TestEveryCallNeedsAKnownToken(t *testing.T) {
@@ -41,9 +43,17 @@ func TestEveryCallNeedsAKnownToken(t *testing.T) {
 func TestRolesBoundWhatATokenMayDo(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	b.target(t, "billing", nil)
+	b.target(t, "billing", map[string]any{"receipt": map[string]string{"timeout": "1h"}})
 	m := b.ingest(t, adminToken, httpapi.IngestRequest{})
 	d := m.Deliveries[0].ID.String()
+	// The delivery awaits its receipt, so the receipt token's call succeeds.
+	c, err := b.w.Claim(b.ctx, m.Deliveries[0].ID, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.w.Complete(b.ctx, m.Deliveries[0].ID, c.Token, lifecycle.AwaitingAck("202 Accepted", start.Add(time.Hour))); err != nil {
+		t.Fatal(err)
+	}
 	ingest := `{"source":"erp","from":"acme","to":"globex","payload":"hi"}`
 	route := `{"source":"erp","from":"*","to":"*","target":"billing"}`
 
@@ -53,9 +63,9 @@ func TestRolesBoundWhatATokenMayDo(t *testing.T) {
 		{"GET", "/routes", ""}, {"GET", "/targets", ""}, {"GET", "/targets/billing", ""}, {"GET", "/settings", ""},
 		{"GET", "/stats", ""}, {"GET", "/journal", ""}, {"GET", "/openapi.json", ""}}
 	posts := []call{{"POST", "/messages", ingest}}
+	receipts := []call{{"POST", "/deliveries/" + d + "/receipt", `{"outcome":"positive"}`}}
 	admin := []call{{"POST", "/messages/" + m.ID.String() + "/redispatch", ""},
 		{"POST", "/messages/" + m.ID.String() + "/deliveries/" + d + "/redeliver", ""},
-		{"POST", "/deliveries/" + d + "/receipt", `{"outcome":"positive"}`},
 		{"POST", "/routes", route}, {"PUT", "/targets/billing", `{"kind":"file","config":{"dir":"/tmp"}}`},
 		{"DELETE", "/targets/billing", ""}, {"PUT", "/settings", `{"delivery":{"max_dispatches":3}}`}}
 
@@ -65,8 +75,9 @@ func TestRolesBoundWhatATokenMayDo(t *testing.T) {
 		refused [][]call
 		role    string
 	}{
-		{readerToken, [][]call{reads}, [][]call{posts, admin}, "reader"},
-		{ingestToken, [][]call{posts}, [][]call{reads, admin}, "ingest"},
+		{readerToken, [][]call{reads}, [][]call{posts, receipts, admin}, "reader"},
+		{ingestToken, [][]call{posts}, [][]call{reads, receipts, admin}, "ingest"},
+		{receiptToken, [][]call{receipts}, [][]call{reads, posts, admin}, "receipt"},
 	} {
 		for _, calls := range tc.refused {
 			for _, c := range calls {
@@ -89,7 +100,7 @@ func TestRolesBoundWhatATokenMayDo(t *testing.T) {
 	}
 	// The admin may do all of it; the answers are the operations' own (a
 	// 409 for a delivery that is not redeliverable, say), never 403.
-	for _, calls := range [][]call{reads, posts, admin} {
+	for _, calls := range [][]call{reads, posts, receipts, admin} {
 		for _, c := range calls {
 			if r := b.send(t, adminToken, c.method, c.path, "application/json", []byte(c.body)); r.status == http.StatusForbidden || r.status == http.StatusUnauthorized {
 				t.Errorf("%s %s as admin: %d %s", c.method, c.path, r.status, r.body)

@@ -113,6 +113,8 @@ func permissionName(p auth.Permission) string {
 		return "read"
 	case auth.Ingest:
 		return "ingest"
+	case auth.Confirm:
+		return "confirm"
 	}
 	return "administer"
 }

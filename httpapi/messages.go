@@ -329,8 +329,10 @@ func (s *Server) redeliver(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-// receipt settles a delivery awaiting its receipt. A receipt for one in any
-// other state is journaled as refused and answered 409.
+// receipt settles a delivery awaiting its receipt and answers the delivery,
+// nothing more of its message: a receipt token reads only what it confirms.
+// A receipt for a delivery in any other state is journaled as refused and
+// answered 409.
 func (s *Server) receipt(w http.ResponseWriter, r *http.Request) error {
 	deliveryID, err := pathID(r, "id")
 	if err != nil {
@@ -352,7 +354,11 @@ func (s *Server) receipt(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, messageOf(m))
+	i := slices.IndexFunc(m.Deliveries, func(d projection.Delivery) bool { return d.ID == deliveryID })
+	if i < 0 {
+		return fmt.Errorf("receipt: delivery %s is not among its message's", deliveryID)
+	}
+	writeJSON(w, http.StatusOK, deliveryOf(m.Deliveries[i]))
 	return nil
 }
 

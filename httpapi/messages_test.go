@@ -371,12 +371,21 @@ func TestReceipt(t *testing.T) {
 		fails(t, http.StatusNotFound, httpapi.CodeNotFound)
 	b.unchanged(t, before)
 
-	var after httpapi.Message
-	b.admin(t, http.MethodPost, path, httpapi.ReceiptRequest{Outcome: httpapi.ReceiptPositive, Text: "MDN processed"}).
+	// The receiver confirms with a token of the receipt role; the answer is
+	// the delivery alone.
+	var after httpapi.Delivery
+	r := b.as(t, receiptToken, http.MethodPost, path, httpapi.ReceiptRequest{Outcome: httpapi.ReceiptPositive, Text: "MDN processed"}).
 		want(t, http.StatusOK, &after)
-	if after.Status != lifecycle.StatusDelivered || after.Deliveries[0].State != lifecycle.StateDelivered ||
-		after.Deliveries[0].FinishedAt == nil {
+	if after.ID != d.ID || after.State != lifecycle.StateDelivered || after.FinishedAt == nil {
 		t.Errorf("after the receipt %+v", after)
+	}
+	if strings.Contains(string(r.body), m.ID.String()) {
+		t.Errorf("the answer names the message: %s", r.body)
+	}
+	var settled httpapi.Message
+	b.as(t, readerToken, http.MethodGet, "/messages/"+m.ID.String(), nil).want(t, http.StatusOK, &settled)
+	if settled.Status != lifecycle.StatusDelivered {
+		t.Errorf("the message after the receipt: %+v", settled)
 	}
 
 	// A second receipt is refused, and the refusal journaled.
@@ -390,7 +399,7 @@ func TestReceipt(t *testing.T) {
 		t.Fatal(err)
 	}
 	n := len(events)
-	if events[n-2].Kind() != journal.KindReceiptReceived || events[n-2].Actor != "operator:alice" ||
+	if events[n-2].Kind() != journal.KindReceiptReceived || events[n-2].Actor != "operator:partner" ||
 		events[n-1].Kind() != journal.KindReceiptRefused || events[n-1].Actor != "operator:alice" {
 		t.Errorf("journal ends with %s by %s, %s by %s", events[n-2].Kind(), events[n-2].Actor, events[n-1].Kind(), events[n-1].Actor)
 	}

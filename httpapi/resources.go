@@ -180,15 +180,20 @@ func messageOf(m *projection.Message) Message {
 		Error: optional(m.Error), CreatedAt: m.CreatedAt, UpdatedAt: m.UpdatedAt,
 		PayloadSize: m.PayloadSize, PayloadSHA256: m.PayloadSHA256, Deliveries: make([]Delivery, 0, len(m.Deliveries))}
 	for _, d := range m.Deliveries {
-		var next *time.Time
-		if d.State == lifecycle.StateQueued || d.State == lifecycle.StateRetrying {
-			next = optionalTime(d.NextDue)
-		}
-		out.Deliveries = append(out.Deliveries, Delivery{ID: d.ID, Target: d.Target, State: d.State,
-			Attempts: d.Attempts, NextAttemptAt: next, LastError: optional(d.LastError),
-			CreatedAt: d.CreatedAt, UpdatedAt: d.UpdatedAt, FinishedAt: optionalTime(d.FinishedAt)})
+		out.Deliveries = append(out.Deliveries, deliveryOf(d))
 	}
 	return out
+}
+
+// deliveryOf is the resource of one delivery.
+func deliveryOf(d projection.Delivery) Delivery {
+	var next *time.Time
+	if d.State == lifecycle.StateQueued || d.State == lifecycle.StateRetrying {
+		next = optionalTime(d.NextDue)
+	}
+	return Delivery{ID: d.ID, Target: d.Target, State: d.State,
+		Attempts: d.Attempts, NextAttemptAt: next, LastError: optional(d.LastError),
+		CreatedAt: d.CreatedAt, UpdatedAt: d.UpdatedAt, FinishedAt: optionalTime(d.FinishedAt)}
 }
 
 // historyOf is the history entry of an event.
@@ -223,4 +228,12 @@ func optionalTime(t time.Time) *time.Time {
 		return nil
 	}
 	return &t
+}
+
+// nonNil makes an empty list [] in JSON rather than null.
+func nonNil[T any](s []T) []T {
+	if s == nil {
+		return []T{}
+	}
+	return s
 }

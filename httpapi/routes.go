@@ -1,56 +1,86 @@
 package httpapi
 
 import (
+	"fmt"
 	"net/http"
 
+	"github.com/waybill/waybill/commands"
 	"github.com/waybill/waybill/lifecycle"
 )
 
-// route is one operation of the API. The OpenAPI document describes each
-// with the same method, path, body types and success status; a test holds
-// the two together.
-type route struct {
-	method string
-	// path is below Prefix, in ServeMux's pattern syntax.
-	path   string
-	handle func(*Server, http.ResponseWriter, *http.Request) error
-	// request is the body's type (a zero value), nil when it takes none.
-	request any
-	// response is the success body's type, nil when it is not JSON.
-	response any
-	// status is the success status.
-	status int
+func (s *Server) listRoutes(w http.ResponseWriter, r *http.Request) error {
+	routes, err := s.cfg.Writer.Routes(r.Context())
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, RouteList{Items: nonNil(routes)})
+	return nil
 }
 
-func (rt route) pattern() string { return rt.method + " " + Prefix + rt.path }
+func (s *Server) getRoute(w http.ResponseWriter, r *http.Request) error {
+	id, err := pathID(r, "id")
+	if err != nil {
+		return err
+	}
+	routes, err := s.cfg.Writer.Routes(r.Context())
+	if err != nil {
+		return err
+	}
+	for _, rt := range routes {
+		if rt.ID == id {
+			writeJSON(w, http.StatusOK, rt)
+			return nil
+		}
+	}
+	return fmt.Errorf("route %s: %w", id, commands.ErrNotFound)
+}
 
-// routes is everything the API serves.
-var routes = []route{
-	{http.MethodPost, "/messages", (*Server).ingest, IngestRequest{}, Message{}, http.StatusCreated},
-	{http.MethodGet, "/messages", (*Server).listMessages, nil, MessageList{}, http.StatusOK},
-	{http.MethodGet, "/messages/{id}", (*Server).getMessage, nil, Message{}, http.StatusOK},
-	{http.MethodGet, "/messages/{id}/payload", (*Server).getPayload, nil, nil, http.StatusOK},
-	{http.MethodGet, "/messages/{id}/history", (*Server).getHistory, nil, History{}, http.StatusOK},
-	{http.MethodPost, "/messages/{id}/redispatch", (*Server).redispatch, ActionRequest{}, Message{}, http.StatusOK},
-	{http.MethodPost, "/messages/{id}/deliveries/{delivery_id}/redeliver", (*Server).redeliver, ActionRequest{}, Message{}, http.StatusOK},
-	{http.MethodPost, "/deliveries/{id}/receipt", (*Server).receipt, ReceiptRequest{}, Message{}, http.StatusOK},
+func (s *Server) createRoute(w http.ResponseWriter, r *http.Request) error {
+	var req RouteRequest
+	if err := s.readJSON(w, r, &req, false); err != nil {
+		return err
+	}
+	rt, err := s.cfg.Writer.CreateRoute(r.Context(),
+		lifecycle.Route{Source: req.Source, From: req.From, To: req.To, Target: req.Target}, actor(r))
+	if err != nil {
+		return err
+	}
+	s.configChanged()
+	s.log.Info("route created", "route_id", rt.ID, "operator", identity(r).Name)
+	w.Header().Set("Location", Prefix+"/routes/"+rt.ID.String())
+	writeJSON(w, http.StatusCreated, rt)
+	return nil
+}
 
-	{http.MethodGet, "/routes", (*Server).listRoutes, nil, RouteList{}, http.StatusOK},
-	{http.MethodPost, "/routes", (*Server).createRoute, RouteRequest{}, lifecycle.Route{}, http.StatusCreated},
-	{http.MethodGet, "/routes/{id}", (*Server).getRoute, nil, lifecycle.Route{}, http.StatusOK},
-	{http.MethodPut, "/routes/{id}", (*Server).updateRoute, RouteRequest{}, lifecycle.Route{}, http.StatusOK},
-	{http.MethodDelete, "/routes/{id}", (*Server).deleteRoute, nil, nil, http.StatusNoContent},
+func (s *Server) updateRoute(w http.ResponseWriter, r *http.Request) error {
+	id, err := pathID(r, "id")
+	if err != nil {
+		return err
+	}
+	var req RouteRequest
+	if err := s.readJSON(w, r, &req, false); err != nil {
+		return err
+	}
+	rt := lifecycle.Route{ID: id, Source: req.Source, From: req.From, To: req.To, Target: req.Target}
+	if err := s.cfg.Writer.UpdateRoute(r.Context(), rt, actor(r)); err != nil {
+		return err
+	}
+	s.configChanged()
+	s.log.Info("route updated", "route_id", id, "operator", identity(r).Name)
+	writeJSON(w, http.StatusOK, rt)
+	return nil
+}
 
-	{http.MethodGet, "/targets", (*Server).listTargets, nil, TargetList{}, http.StatusOK},
-	{http.MethodPost, "/targets", (*Server).createTarget, lifecycle.Target{}, lifecycle.Target{}, http.StatusCreated},
-	{http.MethodGet, "/targets/{name}", (*Server).getTarget, nil, lifecycle.Target{}, http.StatusOK},
-	{http.MethodPut, "/targets/{name}", (*Server).updateTarget, lifecycle.Target{}, lifecycle.Target{}, http.StatusOK},
-	{http.MethodDelete, "/targets/{name}", (*Server).deleteTarget, nil, nil, http.StatusNoContent},
-
-	{http.MethodGet, "/settings", (*Server).getSettings, nil, lifecycle.Settings{}, http.StatusOK},
-	{http.MethodPut, "/settings", (*Server).putSettings, lifecycle.Settings{}, lifecycle.Settings{}, http.StatusOK},
-
-	{http.MethodGet, "/stats", (*Server).stats, nil, Stats{}, http.StatusOK},
-	{http.MethodGet, "/journal", (*Server).journal, nil, JournalPage{}, http.StatusOK},
-	{http.MethodGet, "/openapi.json", (*Server).openAPI, nil, nil, http.StatusOK},
+func (s *Server) deleteRoute(w http.ResponseWriter, r *http.Request) error {
+	id, err := pathID(r, "id")
+	if err != nil {
+		return err
+	}
+	if err := s.cfg.Writer.DeleteRoute(r.Context(), id, actor(r)); err != nil {
+		return err
+	}
+	s.configChanged()
+	s.log.Info("route deleted", "route_id", id, "operator", identity(r).Name)
+	w.WriteHeader(http.StatusNoContent)
+	return nil
 }

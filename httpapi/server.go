@@ -14,6 +14,7 @@ import (
 
 	"github.com/waybill/waybill/auth"
 	"github.com/waybill/waybill/commands"
+	"github.com/waybill/waybill/journal"
 )
 
 // Prefix is the path every route of the API is under.
@@ -171,13 +172,16 @@ func (s *Server) unmatched(r *http.Request) error {
 }
 
 // permission is what a request on the route needs: reading for GET,
-// ingesting to post a message, administering for everything else.
+// ingesting to post a message, confirming to post a receipt, administering
+// for everything else.
 func permission(method, pattern string) auth.Permission {
 	switch {
 	case method == http.MethodGet || method == http.MethodHead:
 		return auth.Read
 	case pattern == "POST "+Prefix+"/messages":
 		return auth.Ingest
+	case pattern == "POST "+Prefix+"/deliveries/{id}/receipt":
+		return auth.Confirm
 	}
 	return auth.Administer
 }
@@ -189,6 +193,9 @@ func identity(r *http.Request) auth.Identity {
 	id, _ := r.Context().Value(identityKey{}).(auth.Identity)
 	return id
 }
+
+// actor is the journal's actor for the request's token: operator:<name>.
+func actor(r *http.Request) string { return journal.OperatorActor(identity(r).Name) }
 
 // adapt turns a handler that returns its error into an http.Handler that
 // answers the error with the envelope.

@@ -31,9 +31,10 @@ func TestMain(m *testing.M) { dbtest.Main(m) }
 
 // The tokens of the tests, one per role.
 const (
-	adminToken  = "admin-secret"
-	ingestToken = "ingest-secret"
-	readerToken = "reader-secret"
+	adminToken   = "admin-secret"
+	ingestToken  = "ingest-secret"
+	readerToken  = "reader-secret"
+	receiptToken = "receipt-secret"
 )
 
 // tokens is a tiny Authenticator over a map.
@@ -48,9 +49,10 @@ func (m tokens) Authenticate(_ context.Context, token string) (auth.Identity, er
 }
 
 var testTokens = tokens{
-	adminToken:  {Name: "alice", Role: auth.RoleAdmin},
-	ingestToken: {Name: "erp-feed", Role: auth.RoleIngest},
-	readerToken: {Name: "rita", Role: auth.RoleReader},
+	adminToken:   {Name: "alice", Role: auth.RoleAdmin},
+	ingestToken:  {Name: "erp-feed", Role: auth.RoleIngest},
+	readerToken:  {Name: "rita", Role: auth.RoleReader},
+	receiptToken: {Name: "partner", Role: auth.RoleReceipt},
 }
 
 // quiet keeps the logs to warnings and errors.
@@ -230,7 +232,7 @@ func (b *bundle) unchanged(t *testing.T, before counts) {
 // from source erp for any parties.
 func (b *bundle) target(t *testing.T, name string, more map[string]any) {
 	t.Helper()
-	spec := map[string]any{"name": name, "kind": "http", "enabled": true, "config": map[string]any{"url": "http://127.0.0.1:9/"}}
+	spec := map[string]any{"name": name, "kind": "http", "config": map[string]any{"url": "http://127.0.0.1:9/"}}
 	for k, v := range more {
 		spec[k] = v
 	}

@@ -137,6 +137,9 @@ func TestAdopt(t *testing.T) {
 	// The first server stands in for one an earlier process left running.
 	first := start(t, dataDir)
 	adopted := start(t, dataDir)
+	if first.Adopted() || !adopted.Adopted() {
+		t.Errorf("Adopted: %v for the first start, %v for the second; want false, true", first.Adopted(), adopted.Adopted())
+	}
 	if adopted.proc != nil || adopted.pid != first.pid || adopted.port != first.port {
 		t.Fatalf("second Start did not adopt: pid %d port %d, want pid %d port %d", adopted.pid, adopted.port, first.pid, first.port)
 	}

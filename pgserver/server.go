@@ -281,6 +281,12 @@ func freePort() (int, error) {
 	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
+// Adopted reports whether Start found the server already running on the
+// data directory rather than starting it. A caller that did not start a
+// server may still Stop it, but should only when the server is its own:
+// another process may be using it.
+func (s *Server) Adopted() bool { return s.proc == nil }
+
 // URL returns a postgres URL for database on the server at 127.0.0.1, with
 // the superuser's credentials and sslmode=disable, as the server has no TLS.
 func (s *Server) URL(database string) string {

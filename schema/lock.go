@@ -35,7 +35,7 @@ func LockServer(ctx context.Context, db *pgxpool.Pool) (*Lock, error) {
 // It fails with ErrDatabaseInUse while any server runs on the database.
 func LockExclusive(ctx context.Context, db *pgxpool.Pool) (*Lock, error) {
 	return lock(ctx, db, `SELECT pg_try_advisory_lock($1)`, `SELECT pg_advisory_unlock($1)`,
-		"a Waybill server is running on this database; stop every server first")
+		"a Waybill server is running on this database: stop it first (Ctrl-C where `waybill serve` runs, or send its process SIGTERM; every one, when several share the database), then run this again")
 }
 
 func lock(ctx context.Context, db *pgxpool.Pool, sql, unlock, inUse string) (*Lock, error) {

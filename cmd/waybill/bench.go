@@ -26,7 +26,7 @@ import (
 	"github.com/waybill/waybill/workers"
 )
 
-const benchUsage = `usage: waybill bench [--http] [--messages N] [--clients C] [--rate R] [--database-url URL]
+const benchUsage = `usage: waybill bench [--http] [--messages N] [--clients C] [--rate R] [--database-url URL] [--cpuprofile FILE]
        waybill bench --backlog N [--clients C] [--concurrency K] [--statements] [--database-url URL]
 
 Runs a whole Waybill in this process (its own embedded PostgreSQL in a
@@ -181,9 +181,12 @@ func bench(ctx context.Context, cfg benchConfig, stderr io.Writer) (*benchResult
 	var stack stopStack
 	defer stack.run()
 	if cfg.dbURL == "" {
-		if cfg.dbURL, err = startEmbeddedPostgres(ctx, filepath.Join(dir, "var"), log, &stack); err != nil {
+		pg, url, err := startEmbeddedPostgres(ctx, filepath.Join(dir, "var"), log)
+		if err != nil {
 			return nil, err
 		}
+		stack.push(stopPostgres(pg, log))
+		cfg.dbURL = url
 	}
 	// Through REST the server runs its own NATS in process, as `waybill
 	// serve` does by default; the bench's Writer needs one it can reach too.

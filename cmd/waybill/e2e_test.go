@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -15,6 +16,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/google/uuid"
 )
 
 // api is a client of a running server's REST API in a test.
@@ -102,7 +105,7 @@ func TestEndToEnd(t *testing.T) {
 	}
 	a := &api{t: t, base: "http://" + addr + "/api/v1", token: strings.TrimSpace(string(token))}
 
-	a.call("POST", "/targets", map[string]any{"name": "sink", "kind": "http", "enabled": true,
+	a.call("POST", "/targets", map[string]any{"name": "sink", "kind": "http",
 		"config": map[string]any{"url": sink.URL}}, http.StatusCreated, nil)
 	a.call("POST", "/routes", map[string]any{"source": "erp", "from": "*", "to": "*", "target": "sink"}, http.StatusCreated, nil)
 
@@ -189,5 +192,79 @@ func TestEndToEnd(t *testing.T) {
 	out, err := exec.Command(bin, "audit", "--data-dir", dataDir).CombinedOutput()
 	if err != nil || !strings.Contains(string(out), "0 violations") {
 		t.Fatalf("audit: %v\n%s", err, out)
+	}
+}
+
+// TestOperatorCommandsBesideServer runs the operator's commands on the data
+// directory of a running server with the embedded defaults: audit and the
+// token commands work on its database, and the server keeps it; rebuild
+// and reset refuse and say how to stop the server.
+func TestOperatorCommandsBesideServer(t *testing.T) {
+	bin := buildBinary(t)
+	dir, err := os.MkdirTemp("", "waybill-e2e-*")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	// As root the embedded PostgreSQL runs as the postgres user, which
+	// must reach the data directory.
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	dataDir := filepath.Join(dir, "var")
+	srv := startServer(t, bin, "--data-dir", dataDir)
+	urlFile := filepath.Join(dataDir, "database.url")
+	if info, err := os.Stat(urlFile); err != nil || info.Mode().Perm() != 0o600 {
+		t.Fatalf("%s: %v, %v; want mode 0600", urlFile, info, err)
+	}
+
+	waybill := func(wantCode int, args ...string) string {
+		t.Helper()
+		cmd := exec.Command(bin, append(args, "--data-dir", dataDir)...)
+		var stdout, stderr bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		err := cmd.Run()
+		if code := cmd.ProcessState.ExitCode(); code != wantCode {
+			t.Fatalf("waybill %s: exit %d (%v), want %d\n%s%s", strings.Join(args, " "), code, err, wantCode, stdout.String(), stderr.String())
+		}
+		return stdout.String() + stderr.String()
+	}
+	if out := waybill(0, "audit"); !strings.Contains(out, "0 violations") {
+		t.Errorf("audit beside the server:\n%s", out)
+	}
+	token := strings.TrimSpace(strings.SplitN(waybill(0, "token", "create", "--name", "partner", "--role", "receipt"), "\n", 2)[0])
+	if out := waybill(0, "token", "list"); !strings.Contains(out, "partner") || !strings.Contains(out, "admin") {
+		t.Errorf("token list beside the server:\n%s", out)
+	}
+	// The server knows the new token at once: its database is the one
+	// the command wrote to. The receipt role may post a receipt, so an
+	// unknown delivery is 404, not 401 or 403.
+	receiver := &api{t: t, base: "http://" + srv.addr + "/api/v1", token: token}
+	receiver.call("POST", "/deliveries/"+uuid.NewString()+"/receipt", map[string]any{"outcome": "positive"}, http.StatusNotFound, nil)
+
+	for _, args := range [][]string{{"rebuild"}, {"reset", "--projections"}} {
+		out := waybill(1, args...)
+		for _, want := range []string{"a Waybill server is running on this database", "Ctrl-C", "SIGTERM"} {
+			if !strings.Contains(out, want) {
+				t.Errorf("waybill %s beside the server says %q, lacking %q", strings.Join(args, " "), out, want)
+			}
+		}
+	}
+	// Nothing the commands did stopped the server's database.
+	waitReady(t, "http://"+srv.addr+"/readyz")
+	receiver.call("POST", "/deliveries/"+uuid.NewString()+"/receipt", map[string]any{"outcome": "positive"}, http.StatusNotFound, nil)
+
+	if err := srv.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.cmd.Wait(); err != nil {
+		t.Fatalf("serve exited with %v", err)
+	}
+	if _, err := os.Stat(urlFile); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("%s after the stop: %v, want it removed", urlFile, err)
+	}
+	// With the server stopped, rebuild runs on the embedded database.
+	if out := waybill(0, "rebuild"); !strings.Contains(out, "0 violations") {
+		t.Errorf("rebuild after the stop:\n%s", out)
 	}
 }

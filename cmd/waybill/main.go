@@ -29,19 +29,26 @@ commands:
   audit    [--message ID]                       replay the journal and check it against the projections
   rebuild                                       recreate the projections from the journal, then audit
   reset    --projections                        drop the projection tables
-  token    create --name N --role R             create an API token (admin, ingest or reader) and print it
+  token    create --name N --role R             create an API token (admin, ingest, reader or receipt) and print it
   token    list                                 list the API tokens: id, name, role, created
   token    revoke ID                            revoke an API token (not the last admin token)
-  bench    [--http] [--messages N] [--rate R]   measure ingest-to-delivered throughput and latency
+  bench    [--http] [--messages N] [--clients C] [--rate R] [--cpuprofile FILE]
+                                                measure ingest-to-delivered throughput and latency
+  bench    --backlog N [--clients C] [--concurrency K] [--statements]
+                                                measure the drain of a backlog of N deliveries
 
 commands that talk to a running server (--server URL, --token T or the data dir's admin.token):
-  messages [--status S] [--limit N]             list messages, newest first
+  messages [--status S] [--limit N] [--cursor C]
+                                                list messages, newest first, a page at a time
   messages show ID                              a message, its deliveries and its history
   redeliver ID DELIVERY                         queue one delivery of a message again
   redispatch ID                                 match the routes again; add deliveries for new targets
 
 audit, rebuild, reset and token take --database-url URL, or --data-dir DIR
-(default ./var) for the embedded PostgreSQL of a stopped server.
+(default ./var) for the embedded PostgreSQL: that of the server running on
+the directory, or, with none running, started for the time of the command.
+rebuild and reset need every server stopped (Ctrl-C or SIGTERM to waybill
+serve); audit and token run beside servers.
 
 Every --database-url defaults to $WAYBILL_DATABASE_URL, --data-dir to
 $WAYBILL_DATA_DIR, --server to
@@ -86,7 +93,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	dbURL := fs.String("database-url", os.Getenv("WAYBILL_DATABASE_URL"), "PostgreSQL URL (env WAYBILL_DATABASE_URL)")
 	dataDir := fs.String("data-dir", env("WAYBILL_DATA_DIR", "./var"),
-		"data directory of the embedded PostgreSQL, used when no URL is given; refused while a server runs on it (env WAYBILL_DATA_DIR)")
+		"data directory of the embedded PostgreSQL, used when no URL is given: that of the server running on it, else started for the command (env WAYBILL_DATA_DIR)")
 	var cmd func(context.Context, *pgxpool.Pool) (int, error)
 	switch args[0] {
 	case "audit":

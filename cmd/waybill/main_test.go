@@ -3,6 +3,10 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -66,5 +70,55 @@ func TestAuditRebuildReset(t *testing.T) {
 	}
 	if code, out := waybill("rebuild"); code != 0 || !strings.Contains(out, "1 messages") {
 		t.Fatalf("rebuild after reset: %d %s", code, out)
+	}
+}
+
+// TestServeFlagsDocumented: every flag of serve has its row in the table of
+// docs/operations.md, with its variable and its default.
+func TestServeFlagsDocumented(t *testing.T) {
+	t.Parallel()
+	doc, err := os.ReadFile("../../docs/operations.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	serveFlags(fs)
+	fs.VisitAll(func(f *flag.Flag) {
+		row := fmt.Sprintf("| `--%s` | `%s` | ", f.Name, envName(f.Name))
+		if f.DefValue != "" {
+			row += "`" + f.DefValue + "`"
+		}
+		if !strings.Contains(string(doc), row) {
+			t.Errorf("docs/operations.md has no row starting %q", row)
+		}
+	})
+}
+
+// TestHelpNamesEveryCommandAndFlag: `waybill help` names every command and
+// every flag each takes, as its own --help lists them. serve's flags are
+// in `waybill serve --help` and docs/operations.md (TestServeFlagsDocumented).
+func TestHelpNamesEveryCommandAndFlag(t *testing.T) {
+	t.Parallel()
+	_, help, _ := waybillCLI(t, "help")
+	flagLine := regexp.MustCompile(`(?m)^  -([a-z][a-z-]*)`)
+	for _, cmd := range [][]string{{"serve"}, {"audit"}, {"rebuild"}, {"reset"}, {"token", "create"}, {"token", "list"},
+		{"token", "revoke"}, {"bench"}, {"messages"}, {"messages", "show"}, {"redeliver"}, {"redispatch"}} {
+		name := strings.Join(cmd, " ")
+		if !regexp.MustCompile(`(?m)^  ` + strings.Join(cmd, ` +`) + `\b`).MatchString(help) {
+			t.Errorf("waybill help does not list %s", name)
+		}
+		if name == "serve" {
+			continue
+		}
+		_, _, own := waybillCLI(t, append(cmd, "--help")...)
+		flags := flagLine.FindAllStringSubmatch(own, -1)
+		if len(flags) == 0 {
+			t.Errorf("waybill %s --help lists no flags:\n%s", name, own)
+		}
+		for _, f := range flags {
+			if !strings.Contains(help, "--"+f[1]) {
+				t.Errorf("waybill help does not name --%s of %s", f[1], name)
+			}
+		}
 	}
 }

@@ -27,6 +27,7 @@ import (
 	"github.com/waybill/waybill/auth"
 	"github.com/waybill/waybill/commands"
 	"github.com/waybill/waybill/httpapi"
+	"github.com/waybill/waybill/internal/securefile"
 	"github.com/waybill/waybill/natsserver"
 	"github.com/waybill/waybill/pgserver"
 	"github.com/waybill/waybill/schema"
@@ -70,15 +71,14 @@ func serveFlags(fs *flag.FlagSet) *serveConfig {
 }
 
 // applyEnv sets every flag of fs not given on the command line from its
-// environment variable, WAYBILL_ and the flag's name in capitals with '_'
-// for '-', when that is set; a value the flag refuses is an error naming
-// the variable.
+// environment variable (envName), when that is set; a value the flag
+// refuses is an error naming the variable.
 func applyEnv(fs *flag.FlagSet) error {
 	given := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
 	var errs []error
 	fs.VisitAll(func(f *flag.Flag) {
-		name := "WAYBILL_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
+		name := envName(f.Name)
 		if v, ok := os.LookupEnv(name); ok && !given[f.Name] {
 			if err := fs.Set(f.Name, v); err != nil {
 				errs = append(errs, fmt.Errorf("%s=%q: %w", name, v, err))
@@ -86,6 +86,12 @@ func applyEnv(fs *flag.FlagSet) error {
 		}
 	})
 	return errors.Join(errs...)
+}
+
+// envName is the environment variable of a flag of serve: WAYBILL_ and the
+// flag's name in capitals with '_' for '-'.
+func envName(flagName string) string {
+	return "WAYBILL_" + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
 }
 
 func env(name, def string) string {
@@ -127,9 +133,12 @@ func serve(ctx context.Context, cfg *serveConfig, stderr io.Writer) error {
 
 	dbURL := cfg.databaseURL
 	if dbURL == "" {
-		if dbURL, err = startEmbeddedPostgres(ctx, cfg.dataDir, log, &stack); err != nil {
+		pg, url, err := startEmbeddedPostgres(ctx, cfg.dataDir, log)
+		if err != nil {
 			return err
 		}
+		stack.push(stopPostgres(pg, log))
+		dbURL = url
 	}
 	db, err := openDB(ctx, dbURL)
 	if err != nil {
@@ -144,6 +153,19 @@ func serve(ctx context.Context, cfg *serveConfig, stderr io.Writer) error {
 		return err
 	}
 	stack.push(lock.Release)
+	if cfg.databaseURL == "" {
+		// The operator's commands on this data directory (audit, token)
+		// find the server's database through this file.
+		urlFile := filepath.Join(cfg.dataDir, databaseURLFile)
+		if err := securefile.Write(urlFile, []byte(dbURL+"\n")); err != nil {
+			return fmt.Errorf("write the database's URL: %w", err)
+		}
+		stack.push(func() {
+			if err := os.Remove(urlFile); err != nil {
+				log.Warn("remove the database's URL file", "path", urlFile, "err", err)
+			}
+		})
+	}
 	tokens := auth.NewStore(db)
 	tokenFile := filepath.Join(cfg.dataDir, auth.AdminTokenFile)
 	firstStart, err := tokens.EnsureAdminToken(ctx, tokenFile)
@@ -247,47 +269,63 @@ func (s *stopStack) run() {
 	}
 }
 
-// startEmbeddedPostgres starts (or adopts) the PostgreSQL of the data
-// directory and returns the URL of its waybill database, created on first
-// use.
-func startEmbeddedPostgres(ctx context.Context, dataDir string, log *slog.Logger, stack *stopStack) (string, error) {
+// databaseURLFile, in the data directory, holds the URL of the embedded
+// PostgreSQL's waybill database while a server runs on it, readable only
+// by the owner: the operator's commands connect through it, and so can
+// psql.
+const databaseURLFile = "database.url"
+
+// startEmbeddedPostgres starts the PostgreSQL of the data directory, or
+// adopts the one already running on it, and returns it with the URL of its
+// waybill database, created on first use. On an error it stops a server
+// it started.
+func startEmbeddedPostgres(ctx context.Context, dataDir string, log *slog.Logger) (_ *pgserver.Server, _ string, err error) {
 	dir, err := filepath.Abs(dataDir)
 	if err != nil {
-		return "", err
+		return nil, "", err
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return "", fmt.Errorf("data dir: %w", err)
+		return nil, "", fmt.Errorf("data dir: %w", err)
 	}
 	srv, err := pgserver.Start(ctx, pgserver.Config{DataDir: filepath.Join(dir, "pg"), Logger: log})
 	if errors.Is(err, pgserver.ErrNoBinaries) {
-		return "", fmt.Errorf("no database: %w; install the PostgreSQL server binaries (initdb, postgres) or pass --database-url (env WAYBILL_DATABASE_URL)", err)
+		return nil, "", fmt.Errorf("no database: %w; install the PostgreSQL server binaries (initdb, postgres) or pass --database-url (env WAYBILL_DATABASE_URL)", err)
 	}
 	if err != nil {
-		return "", err
+		return nil, "", err
 	}
-	stack.push(func() {
-		sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		if err := srv.Stop(sctx); err != nil {
-			log.Error("stop embedded postgres", "err", err)
+	defer func() {
+		if err != nil && !srv.Adopted() {
+			stopPostgres(srv, log)()
 		}
-	})
+	}()
 	conn, err := pgx.Connect(ctx, srv.URL("postgres"))
 	if err != nil {
-		return "", fmt.Errorf("embedded postgres: %w", err)
+		return nil, "", fmt.Errorf("embedded postgres: %w", err)
 	}
 	defer conn.Close(context.Background())
 	var exists bool
 	if err := conn.QueryRow(ctx, `SELECT EXISTS (SELECT FROM pg_database WHERE datname = 'waybill')`).Scan(&exists); err != nil {
-		return "", fmt.Errorf("embedded postgres: %w", err)
+		return nil, "", fmt.Errorf("embedded postgres: %w", err)
 	}
 	if !exists {
 		if _, err := conn.Exec(ctx, `CREATE DATABASE waybill`); err != nil {
-			return "", fmt.Errorf("embedded postgres: create database: %w", err)
+			return nil, "", fmt.Errorf("embedded postgres: create database: %w", err)
 		}
 	}
 	log.Info("embedded postgres", "data_dir", filepath.Join(dir, "pg"))
-	return srv.URL("waybill"), nil
+	return srv, srv.URL("waybill"), nil
+}
+
+// stopPostgres returns a function that stops srv and logs a failure.
+func stopPostgres(srv *pgserver.Server, log *slog.Logger) func() {
+	return func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := srv.Stop(ctx); err != nil {
+			log.Error("stop embedded postgres", "err", err)
+		}
+	}
 }
 
 // openDB opens the pool every part of the process shares. A session left

@@ -14,6 +14,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/waybill/waybill/auth"
@@ -27,13 +28,15 @@ const tokenUsage = `usage: waybill token create --name N --role R [--database-ur
 
 create makes an API token and prints it on standard output; it cannot be
 shown again. Roles: admin (everything), ingest (post messages), reader
-(read). list shows every token's id, name, role and creation, never a
+(read), receipt (post receipts: for a receiver that confirms its
+deliveries). list shows every token's id, name, role and creation, never a
 secret. revoke deletes the token with the id list shows (or the whole
 token); running servers refuse it within 30 s. The last admin token is not
 revoked: create another first.
 
-With no database URL the embedded PostgreSQL of the data directory is used,
-which needs the server on it to be stopped.
+With no database URL they work on the database of the server running on
+the data directory (found through <data dir>/database.url), or, when none
+runs, start the data directory's embedded PostgreSQL for the time they run.
 `
 
 // runToken runs `waybill token create|list|revoke`, which work on the
@@ -59,12 +62,12 @@ func runToken(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	var name, role *string
 	if sub == "create" {
 		name = fs.String("name", "", "the token's name, the subject the journal records its actions under (required)")
-		role = fs.String("role", "", "admin, ingest or reader (required)")
+		role = fs.String("role", "", "admin, ingest, reader or receipt (required)")
 	}
 	dbURL := fs.String("database-url", env("WAYBILL_DATABASE_URL", ""),
 		"PostgreSQL URL of the server's database (env WAYBILL_DATABASE_URL)")
 	dataDir := fs.String("data-dir", env("WAYBILL_DATA_DIR", "./var"),
-		"data directory of the embedded PostgreSQL, used when no URL is given (env WAYBILL_DATA_DIR)")
+		"data directory of the embedded PostgreSQL, used when no URL is given: that of the server running on it, else started for the command (env WAYBILL_DATA_DIR)")
 	rest := args[1:]
 	var id string
 	if sub == "revoke" && len(rest) > 0 && !strings.HasPrefix(rest[0], "-") {
@@ -151,54 +154,71 @@ func runToken(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	return 0
 }
 
-// openCommandDB opens the database of an operator command: the one at url,
-// or, when url is empty, the embedded PostgreSQL of dataDir, which it starts
-// and stops again when done is called. It refuses the embedded database
-// while a Waybill server runs on it, whose database the stop would take
-// away.
+// openCommandDB opens the database of an operator command: the one at url;
+// without one, the database of the server running on dataDir, through the
+// URL it keeps there; without a server, the embedded PostgreSQL of dataDir,
+// started for the time the command runs. done closes the pool and stops
+// the PostgreSQL only if this call started it: a command never stops a
+// server's database, nor one it found running.
 func openCommandDB(ctx context.Context, url, dataDir string, stderr io.Writer) (db *pgxpool.Pool, done func(), err error) {
-	var stack stopStack
-	defer func() {
-		if err != nil {
-			stack.run()
-		}
-	}()
 	if url == "" {
-		if url, err = startEmbeddedForCommand(ctx, dataDir, stderr, &stack); err != nil {
+		if url, err = runningServerURL(ctx, dataDir); err != nil {
 			return nil, nil, err
 		}
 	}
+	if url != "" {
+		if db, err = openDB(ctx, url); err != nil {
+			return nil, nil, err
+		}
+		return db, db.Close, nil
+	}
+	pgDir := filepath.Join(dataDir, "pg")
+	if _, err := os.Stat(pgDir); errors.Is(err, fs.ErrNotExist) {
+		return nil, nil, fmt.Errorf("no database in %s: pass the server's --data-dir (env WAYBILL_DATA_DIR), or --database-url (env WAYBILL_DATABASE_URL); `waybill serve` creates the data directory on its first start", pgDir)
+	} else if err != nil {
+		return nil, nil, fmt.Errorf("data dir: %w", err)
+	}
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	pg, url, err := startEmbeddedPostgres(ctx, dataDir, log)
+	if err != nil {
+		return nil, nil, err
+	}
+	var stack stopStack
+	if !pg.Adopted() {
+		stack.push(stopPostgres(pg, log))
+	}
 	if db, err = openDB(ctx, url); err != nil {
+		stack.run()
 		return nil, nil, err
 	}
 	stack.push(db.Close)
-	if len(stack) > 1 {
-		lock, err := schema.LockExclusive(ctx, db)
-		if errors.Is(err, schema.ErrDatabaseInUse) {
-			db.Close()
-			// The PostgreSQL is the server's: leave it running.
-			stack = nil
-			return nil, nil, fmt.Errorf("a Waybill server is running on the data directory %s: stop it first, or pass the URL of its database with --database-url", dataDir)
-		}
-		if err != nil {
-			return nil, nil, err
-		}
-		// Commands that need the lock (rebuild, reset) take it themselves.
-		lock.Release()
-	}
 	return db, stack.run, nil
 }
 
-// startEmbeddedForCommand starts the embedded PostgreSQL of an existing
-// data directory for an operator command, quietly; a directory without one
-// is refused rather than initialised, as it is most likely a mistyped path.
-func startEmbeddedForCommand(ctx context.Context, dataDir string, stderr io.Writer, stack *stopStack) (string, error) {
-	pgDir := filepath.Join(dataDir, "pg")
-	if _, err := os.Stat(pgDir); errors.Is(err, fs.ErrNotExist) {
-		return "", fmt.Errorf("no database in %s: pass the server's --data-dir (env WAYBILL_DATA_DIR), or --database-url (env WAYBILL_DATABASE_URL); `waybill serve` creates the data directory on its first start", pgDir)
-	} else if err != nil {
-		return "", fmt.Errorf("data dir: %w", err)
+// runningServerURL returns the URL of the database of the server running
+// on dataDir, from the file the server keeps there, or "" when there is no
+// file or its database does not answer: a server that was killed leaves
+// the file behind, and its PostgreSQL goes with it.
+func runningServerURL(ctx context.Context, dataDir string) (string, error) {
+	path := filepath.Join(dataDir, databaseURLFile)
+	data, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return "", nil
 	}
-	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	return startEmbeddedPostgres(ctx, dataDir, log, stack)
+	if err != nil {
+		return "", fmt.Errorf("read the URL of the server's database: %w", err)
+	}
+	url := strings.TrimSpace(string(data))
+	cfg, err := pgx.ParseConfig(url)
+	if err != nil {
+		return "", fmt.Errorf("%s: %w", path, err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	conn, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		return "", nil
+	}
+	conn.Close(ctx)
+	return url, nil
 }

@@ -13,7 +13,7 @@ import (
 
 	"github.com/waybill/waybill/auth"
 	"github.com/waybill/waybill/internal/dbtest"
-	"github.com/waybill/waybill/schema"
+	"github.com/waybill/waybill/internal/securefile"
 )
 
 // waybillCLI runs the command line and returns its exit code and outputs.
@@ -46,6 +46,13 @@ func TestTokenCreate(t *testing.T) {
 	if id, err := auth.NewStore(db).Authenticate(ctx, token); err != nil || id != (auth.Identity{Name: "ci-deploy", Role: auth.RoleIngest}) {
 		t.Fatalf("the printed token: %+v, %v", id, err)
 	}
+	code, out, errOut = waybillCLI(t, "token", "create", "--name", "partner", "--role", "receipt", "--database-url", url)
+	if code != 0 {
+		t.Fatalf("--role receipt: exit %d: %s%s", code, out, errOut)
+	}
+	if id, err := auth.NewStore(db).Authenticate(ctx, strings.TrimSpace(out)); err != nil || id != (auth.Identity{Name: "partner", Role: auth.RoleReceipt}) {
+		t.Fatalf("the receipt token: %+v, %v", id, err)
+	}
 
 	for _, c := range []struct {
 		args []string
@@ -54,7 +61,7 @@ func TestTokenCreate(t *testing.T) {
 		{[]string{"--name", "alice"}, "--name and --role are required"},
 		{[]string{"--role", "admin"}, "--name and --role are required"},
 		{[]string{"--name", "Alice", "--role", "admin"}, `--name: "Alice" is not a name`},
-		{[]string{"--name", "alice", "--role", "root"}, `--role: "root" is not a role: allowed are admin, ingest, reader`},
+		{[]string{"--name", "alice", "--role", "root"}, `--role: "root" is not a role: allowed are admin, ingest, reader, receipt`},
 		{[]string{"--name", "alice", "--role", "admin", "extra"}, `unexpected argument "extra"`},
 	} {
 		code, out, errOut := waybillCLI(t, append([]string{"token", "create", "--database-url", url}, c.args...)...)
@@ -66,8 +73,8 @@ func TestTokenCreate(t *testing.T) {
 		t.Errorf("token rotate: exit %d: %s", code, errOut)
 	}
 	var n int
-	if err := db.QueryRow(ctx, `SELECT count(*) FROM api_tokens`).Scan(&n); err != nil || n != 1 {
-		t.Fatalf("%d tokens (%v), want only the first", n, err)
+	if err := db.QueryRow(ctx, `SELECT count(*) FROM api_tokens`).Scan(&n); err != nil || n != 2 {
+		t.Fatalf("%d tokens (%v), want only the first two", n, err)
 	}
 }
 
@@ -123,9 +130,10 @@ func TestTokenCreateNoDataDir(t *testing.T) {
 	}
 }
 
-// TestTokenCreateEmbedded creates a token in the embedded PostgreSQL of a
-// data directory: refused while a server holds the database, which keeps
-// running, and done once the server is gone.
+// TestTokenCreateEmbedded creates tokens in the embedded PostgreSQL of a
+// data directory with no server on it: one found running is used and left
+// running; without one, the command starts its own and stops it again,
+// also when a killed server left the file with its database's URL behind.
 func TestTokenCreateEmbedded(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
@@ -139,62 +147,57 @@ func TestTokenCreateEmbedded(t *testing.T) {
 	if err := os.Chmod(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	// Errors only: the command stops the first PostgreSQL under this one.
 	quiet := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
+	pidFile := filepath.Join(dir, "pg", "postmaster.pid")
+	create := func(name string) string {
+		t.Helper()
+		code, out, errOut := waybillCLI(t, "token", "create", "--name", name, "--role", "reader", "--database-url", "", "--data-dir", dir)
+		if code != 0 {
+			t.Fatalf("token create %s: exit %d: %s%s", name, code, out, errOut)
+		}
+		return strings.TrimSpace(out)
+	}
 
-	// A server's start: the embedded database and the server lock.
-	var stack stopStack
-	defer stack.run()
-	url, err := startEmbeddedPostgres(ctx, dir, quiet, &stack)
+	// A PostgreSQL this test started: the command uses it and leaves it.
+	pg, url, err := startEmbeddedPostgres(ctx, dir, quiet)
 	if err != nil {
 		t.Fatal(err)
 	}
+	alice := create("alice")
 	db, err := pgxpool.New(ctx, url)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer db.Close()
-	if err := schema.Ensure(ctx, db); err != nil {
-		t.Fatal(err)
-	}
-	lock, err := schema.LockServer(ctx, db)
-	if err != nil {
-		t.Fatal(err)
-	}
-	args := []string{"token", "create", "--name", "alice", "--role", "reader", "--database-url", "", "--data-dir", dir}
-	code, out, errOut := waybillCLI(t, args...)
-	if code != 1 || out != "" || !strings.Contains(errOut, "a Waybill server is running on the data directory "+dir) {
-		t.Fatalf("beside a server: exit %d: %s%s", code, out, errOut)
-	}
 	if err := db.Ping(ctx); err != nil {
-		t.Fatalf("the server's database after the refusal: %v", err)
+		t.Fatalf("the PostgreSQL the command found running: %v", err)
 	}
-
-	// The server stops; its PostgreSQL is left running, as after a crash,
-	// and the command adopts it, then stops it.
-	lock.Release()
 	db.Close()
-	code, out, errOut = waybillCLI(t, args...)
-	if code != 0 {
-		t.Fatalf("without a server: exit %d: %s%s", code, out, errOut)
-	}
-	token := strings.TrimSpace(out)
-	if _, err := os.Stat(filepath.Join(dir, "pg", "postmaster.pid")); !errors.Is(err, os.ErrNotExist) {
-		t.Errorf("the command left the embedded PostgreSQL running: %v", err)
-	}
 
-	// The next start finds the token.
-	var stack2 stopStack
-	defer stack2.run()
-	if url, err = startEmbeddedPostgres(ctx, dir, quiet, &stack2); err != nil {
+	// It stops, as with a killed server, whose URL file stays: the
+	// command starts its own PostgreSQL, then stops it.
+	if err := securefile.Write(filepath.Join(dir, databaseURLFile), []byte(url+"\n")); err != nil {
 		t.Fatal(err)
 	}
-	db2, err := pgxpool.New(ctx, url)
+	stopPostgres(pg, quiet)()
+	bob := create("bob")
+	if _, err := os.Stat(pidFile); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the command left the PostgreSQL it started running: %v", err)
+	}
+
+	// The next start finds both tokens.
+	pg, url, err = startEmbeddedPostgres(ctx, dir, quiet)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer db2.Close()
-	if id, err := auth.NewStore(db2).Authenticate(ctx, token); err != nil || id != (auth.Identity{Name: "alice", Role: auth.RoleReader}) {
-		t.Fatalf("the token after a restart: %+v, %v", id, err)
+	defer stopPostgres(pg, quiet)()
+	db, err = pgxpool.New(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	for name, token := range map[string]string{"alice": alice, "bob": bob} {
+		if id, err := auth.NewStore(db).Authenticate(ctx, token); err != nil || id != (auth.Identity{Name: name, Role: auth.RoleReader}) {
+			t.Errorf("%s's token after a restart: %+v, %v", name, id, err)
+		}
 	}
 }

@@ -1,0 +1,118 @@
+package httpapi
+
+import (
+	"fmt"
+	"net/http"
+	"slices"
+
+	"github.com/waybill/waybill/commands"
+	"github.com/waybill/waybill/lifecycle"
+)
+
+func (s *Server) listTargets(w http.ResponseWriter, r *http.Request) error {
+	targets, err := s.cfg.Writer.Targets(r.Context())
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, TargetList{Items: nonNil(targets)})
+	return nil
+}
+
+// targetName reads a target's name from the path.
+func targetName(r *http.Request) (string, error) {
+	name := r.PathValue("name")
+	if err := lifecycle.CheckName("name", name); err != nil {
+		return "", invalid(err)
+	}
+	return name, nil
+}
+
+func (s *Server) getTarget(w http.ResponseWriter, r *http.Request) error {
+	name, err := targetName(r)
+	if err != nil {
+		return err
+	}
+	targets, err := s.cfg.Writer.Targets(r.Context())
+	if err != nil {
+		return err
+	}
+	for _, t := range targets {
+		if t.Name == name {
+			writeJSON(w, http.StatusOK, t)
+			return nil
+		}
+	}
+	return fmt.Errorf("target %s: %w", name, commands.ErrNotFound)
+}
+
+// createTarget adds a target. One that leaves enabled out is enabled, as a
+// user expects of a new endpoint: a new target that silently claims nothing
+// is a trap.
+func (s *Server) createTarget(w http.ResponseWriter, r *http.Request) error {
+	// The body is decoded over this, so a field left out keeps its value.
+	t := lifecycle.Target{Enabled: true}
+	if err := s.readJSON(w, r, &t, false); err != nil {
+		return err
+	}
+	t, err := s.cfg.Writer.CreateTarget(r.Context(), t, actor(r))
+	if err != nil {
+		return err
+	}
+	s.configChanged()
+	s.log.Info("target created", "target", t.Name, "operator", identity(r).Name)
+	w.Header().Set("Location", Prefix+"/targets/"+t.Name)
+	writeJSON(w, http.StatusCreated, t)
+	return nil
+}
+
+// updateTarget replaces a target's definition. The name is the path's; a
+// body may repeat it but not change it. A body that leaves enabled out
+// keeps the target's current value, as if the client had read the target
+// and sent that back; an unknown target is left to UpdateTarget, which
+// checks the body before it answers 404.
+func (s *Server) updateTarget(w http.ResponseWriter, r *http.Request) error {
+	name, err := targetName(r)
+	if err != nil {
+		return err
+	}
+	current, err := s.cfg.Writer.Targets(r.Context())
+	if err != nil {
+		return err
+	}
+	var t lifecycle.Target
+	if i := slices.IndexFunc(current, func(c lifecycle.Target) bool { return c.Name == name }); i >= 0 {
+		t.Enabled = current[i].Enabled
+	}
+	if err := s.readJSON(w, r, &t, false); err != nil {
+		return err
+	}
+	switch t.Name {
+	case "":
+		t.Name = name
+	case name:
+	default:
+		return fieldError("name", fmt.Sprintf("%q differs from the path's %q: a target cannot be renamed", t.Name, name))
+	}
+	t, err = s.cfg.Writer.UpdateTarget(r.Context(), t, actor(r))
+	if err != nil {
+		return err
+	}
+	s.configChanged()
+	s.log.Info("target updated", "target", t.Name, "enabled", t.Enabled, "operator", identity(r).Name)
+	writeJSON(w, http.StatusOK, t)
+	return nil
+}
+
+func (s *Server) deleteTarget(w http.ResponseWriter, r *http.Request) error {
+	name, err := targetName(r)
+	if err != nil {
+		return err
+	}
+	if err := s.cfg.Writer.DeleteTarget(r.Context(), name, actor(r)); err != nil {
+		return err
+	}
+	s.configChanged()
+	s.log.Info("target deleted", "target", name, "operator", identity(r).Name)
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
