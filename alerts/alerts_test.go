@@ -57,6 +57,9 @@ type webhook struct {
 	accepted map[string]alerts.Alert
 	// fail makes the next requests answer 503 while it is above 0.
 	fail int
+	// taken, when set, is called with the key of each request answered
+	// 200, before the answer goes.
+	taken func(key string)
 }
 
 func newWebhook(t *testing.T) *webhook {
@@ -77,6 +80,9 @@ func newWebhook(t *testing.T) *webhook {
 			t.Errorf("webhook got %q (key %q): %v", body, key, err)
 		}
 		h.accepted[key] = a
+		if h.taken != nil {
+			h.taken(key)
+		}
 	}))
 	t.Cleanup(h.Close)
 	return h
@@ -86,6 +92,12 @@ func (h *webhook) state() (keys []string, accepted int) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return slices.Clone(h.keys), len(h.accepted)
+}
+
+func (h *webhook) setTaken(f func(key string)) {
+	h.mu.Lock()
+	h.taken = f
+	h.mu.Unlock()
 }
 
 func (h *webhook) setFail(n int) {

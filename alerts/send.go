@@ -43,6 +43,10 @@ type channel struct {
 	mark    string
 	send    func(ctx context.Context, p pending) error
 	wake    chan struct{}
+	// unmarked is the alert the loop sent and could not mark (the database
+	// went away in between): when it comes up again, unsent, it is marked
+	// without being sent again. Only the channel's loop touches it.
+	unmarked string
 }
 
 // pending is an alert a channel owes.
@@ -160,18 +164,24 @@ func (a *Alerter) sendPending(ctx context.Context, ch *channel) error {
 }
 
 // sendOne sends one alert and marks it sent. A stop lets both finish (on a
-// context of their own), so only a crash between the send and the mark
-// sends an alert again, with its id, at the next start.
+// context of their own). A mark that fails is tried again in the next
+// round, without sending the alert again; so only a crash between the send
+// and the mark, or another process taking the channel over meanwhile,
+// sends an alert again, with its id.
 func (a *Alerter) sendOne(ctx context.Context, conn *pgxpool.Conn, ch *channel, p pending) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*sendTimeout)
 	defer cancel()
-	if err := ch.send(ctx, p); err != nil {
-		a.failed.WithLabelValues(ch.name).Inc()
-		return fmt.Errorf("send alert %s by %s: %w", p.id, ch.name, err)
+	if ch.unmarked != p.id {
+		if err := ch.send(ctx, p); err != nil {
+			a.failed.WithLabelValues(ch.name).Inc()
+			return fmt.Errorf("send alert %s by %s: %w", p.id, ch.name, err)
+		}
+		ch.unmarked = p.id
 	}
 	if _, err := conn.Exec(ctx, ch.mark, p.id, a.now()); err != nil {
 		return fmt.Errorf("mark alert %s sent by %s: %w", p.id, ch.name, err)
 	}
+	ch.unmarked = ""
 	return nil
 }
 

@@ -21,8 +21,8 @@ type RuntimeConfig struct {
 	// Writer and NATS are required.
 	Writer *commands.Writer
 	NATS   *nats.Conn
-	// Now is the clock the retry and receipt policies read; nil is
-	// time.Now. Give it the Writer's clock.
+	// Now is the clock the retry and receipt policies and the leases are
+	// read by; nil is time.Now. Give it the Writer's clock.
 	Now func() time.Time
 	// DrainGrace is each worker's; default 5 s.
 	DrainGrace time.Duration
@@ -193,6 +193,7 @@ func (r *Runtime) startWorker(t lifecycle.Target) (*targetWorker, error) {
 		MaxConcurrent:  t.MaxConcurrent,
 		AttemptTimeout: t.AttemptTimeout.D(),
 		DrainGrace:     r.cfg.DrainGrace,
+		Now:            r.cfg.Now,
 		Logger:         r.log,
 		Metrics:        r.cfg.Metrics,
 	})

@@ -62,7 +62,8 @@ func (s *DeliveryStore) Release(ctx context.Context, job Job[targets.Attempt], s
 func (s *DeliveryStore) jobs(claims []commands.Claim) []Job[targets.Attempt] {
 	jobs := make([]Job[targets.Attempt], len(claims))
 	for i, c := range claims {
-		jobs[i] = Job[targets.Attempt]{ID: c.Delivery.ID, Token: c.Token, Work: attempt(c.Message, c.Delivery, c.Payload)}
+		jobs[i] = Job[targets.Attempt]{ID: c.Delivery.ID, Token: c.Token, LeaseEnd: c.LeaseEnd,
+			Work: attempt(c.Message, c.Delivery, c.Payload)}
 	}
 	return jobs
 }

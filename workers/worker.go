@@ -16,11 +16,16 @@ import (
 	"github.com/waybill/waybill/lifecycle"
 )
 
-// Job is one claimed piece of work: the claim's token and what to attempt.
+// Job is one claimed piece of work: the claim's token, when the claim
+// runs out, and what to attempt.
 type Job[T any] struct {
 	ID    uuid.UUID
 	Token uuid.UUID
-	Work  T
+	// LeaseEnd is when the claim runs out. Until then the worker tries
+	// again to record an outcome or a release that failed for a reason
+	// that can pass; with a zero LeaseEnd it tries once.
+	LeaseEnd time.Time
+	Work     T
 }
 
 // Store keeps a worker's jobs. Every method is conditional on the claim, so
@@ -33,10 +38,11 @@ type Store[T any] interface {
 	// workers are claiming.
 	ClaimDue(ctx context.Context, n int) ([]Job[T], error)
 	// Complete records an attempt's outcome; commands.ErrClaimLost when the
-	// claim is no longer the job's.
+	// claim is no longer the job's. It may be called again for the same
+	// job after an error that commands.Transient reports as passing.
 	Complete(ctx context.Context, job Job[T], outcome lifecycle.Outcome) error
 	// Release gives a claim back: started says whether the attempt had
-	// begun its I/O.
+	// begun its I/O. It may be called again as Complete may.
 	Release(ctx context.Context, job Job[T], started bool, reason string) error
 }
 
@@ -66,13 +72,19 @@ type Config[T any] struct {
 	DrainGrace time.Duration
 	Logger     *slog.Logger
 	Metrics    *Metrics
+
+	// Now is the clock a job's LeaseEnd is read by: the Store's. Default
+	// time.Now.
+	Now func() time.Time
 }
 
 // flushTimeout bounds the round trip that confirms a subscription.
 const flushTimeout = 10 * time.Second
 
-// recordTimeout bounds recording an outcome or a release. Its context is
-// not the worker's, so a stop never cuts a recording short.
+// recordTimeout bounds one try at recording an outcome or a release, and
+// how long Stop lets the recordings still failing go on after the drain
+// grace. A try's context is not the worker's, so a stop does not cut it
+// short before then.
 const recordTimeout = 10 * time.Second
 
 // Worker claims jobs as wake-ups name them, attempts each within a slot of
@@ -101,6 +113,11 @@ type Worker[T any] struct {
 	loopDone               chan struct{}
 	attempts               sync.WaitGroup
 	startOnce, stopOnce    sync.Once
+
+	// quit ends the recordings still being tried, leaving their jobs to
+	// their leases.
+	quit       context.Context
+	cancelQuit context.CancelFunc
 }
 
 // NewWorker returns a Worker; Start sets it going.
@@ -118,6 +135,9 @@ func NewWorker[T any](cfg Config[T]) (*Worker[T], error) {
 	if cfg.DrainGrace <= 0 {
 		cfg.DrainGrace = 5 * time.Second
 	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
@@ -133,6 +153,7 @@ func NewWorker[T any](cfg Config[T]) (*Worker[T], error) {
 	}
 	w.soft, w.cancelSoft = context.WithCancel(context.Background())
 	w.hard, w.cancelHard = context.WithCancel(context.Background())
+	w.quit, w.cancelQuit = context.WithCancel(context.Background())
 	return w, nil
 }
 
@@ -321,34 +342,28 @@ func (w *Worker[T]) run(job Job[T]) {
 		w.giveBack(log, job, true, "the worker stopped during the attempt")
 		return
 	}
-	rctx, rcancel := context.WithTimeout(context.Background(), recordTimeout)
-	defer rcancel()
-	if err := w.cfg.Store.Complete(rctx, job, outcome); err != nil {
-		if errors.Is(err, commands.ErrClaimLost) {
-			w.log.Warn("outcome not recorded: claim lost", "delivery_id", job.ID, "outcome", outcome.Kind)
-		} else {
-			log.Error("record outcome", "outcome", outcome.Kind, "err", err)
-		}
+	log = log.With("outcome", outcome.Kind)
+	complete := func(ctx context.Context) error { return w.cfg.Store.Complete(ctx, job, outcome) }
+	if w.record(log, job, "outcome", complete) != nil {
 		return
 	}
 	w.metrics.attempts.WithLabelValues(w.cfg.Name, string(outcome.Kind)).Inc()
 }
 
 func (w *Worker[T]) giveBack(log *slog.Logger, job Job[T], started bool, reason string) {
-	ctx, cancel := context.WithTimeout(context.Background(), recordTimeout)
-	defer cancel()
-	if err := w.cfg.Store.Release(ctx, job, started, reason); err != nil {
-		// The lease bounds it: the sweep turns the claim into a retry.
-		log.Error("release", "err", err)
+	release := func(ctx context.Context) error { return w.cfg.Store.Release(ctx, job, started, reason) }
+	if w.record(log, job, "release", release) != nil {
 		return
 	}
 	w.metrics.attempts.WithLabelValues(w.cfg.Name, "released").Inc()
 }
 
 // Stop stops claiming (unsubscribes, ends the loop and its catch-up), lets
-// the attempts in flight finish for DrainGrace or until ctx is done, then
-// cancels the rest, which are released, and waits for them. Safe to call
-// twice.
+// the attempts in flight finish, and their outcomes be recorded, for
+// DrainGrace or until ctx is done, then cancels the rest, which are
+// released. Recordings that still fail for a reason that can pass go on
+// for recordTimeout more at most, or until ctx is done; their jobs are then
+// left to their leases. Safe to call twice.
 func (w *Worker[T]) Stop(ctx context.Context) {
 	w.stopOnce.Do(func() {
 		if w.sub != nil {
@@ -372,6 +387,11 @@ func (w *Worker[T]) Stop(ctx context.Context) {
 		case <-ctx.Done():
 		}
 		w.cancelHard()
+		give := time.AfterFunc(recordTimeout, w.cancelQuit)
+		defer give.Stop()
+		stop := context.AfterFunc(ctx, w.cancelQuit)
+		defer stop()
 		<-drained
+		w.cancelQuit()
 	})
 }

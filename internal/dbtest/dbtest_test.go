@@ -78,3 +78,30 @@ func TestURLDropped(t *testing.T) {
 		t.Errorf("database %s still exists after its test ended", name)
 	}
 }
+
+func TestProxyCutAndRestore(t *testing.T) {
+	t.Parallel()
+	p := NewProxy(t, Pool(t))
+	db := p.Pool(t)
+	ping := func() error {
+		var one int
+		return db.QueryRow(t.Context(), "SELECT 1").Scan(&one)
+	}
+	if err := ping(); err != nil {
+		t.Fatalf("through the proxy: %v", err)
+	}
+	p.Cut()
+	// The pooled connection is gone, and so is any new one.
+	for range 2 {
+		if err := ping(); err == nil {
+			t.Fatal("query through a cut proxy succeeded")
+		}
+	}
+	if p.Refused() == 0 {
+		t.Error("no connection refused while cut")
+	}
+	p.Restore()
+	if err := ping(); err != nil {
+		t.Fatalf("after Restore: %v", err)
+	}
+}

@@ -1,0 +1,154 @@
+package dbtest
+
+import (
+	"io"
+	"net"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// Proxy is a TCP proxy in front of the test database server, for tests of
+// what happens while the database is away: Cut drops every connection
+// through it and refuses new ones until Restore. The server itself, which
+// the package's parallel tests share, never stops.
+type Proxy struct {
+	ln      net.Listener
+	network string // of the server: "tcp", or "unix" for a socket directory
+	target  string
+	cfg     *pgxpool.Config
+
+	mu      sync.Mutex
+	cut     bool
+	conns   map[net.Conn]struct{}
+	refused int
+	done    sync.WaitGroup
+}
+
+// NewProxy starts a proxy to the server of db on a port of 127.0.0.1 that
+// the system picks; it is closed when the test ends. Pool connects through
+// it to db's database.
+func NewProxy(t testing.TB, db *pgxpool.Pool) *Proxy {
+	t.Helper()
+	cfg := db.Config()
+	host, port := cfg.ConnConfig.Host, strconv.Itoa(int(cfg.ConnConfig.Port))
+	p := &Proxy{network: "tcp", target: net.JoinHostPort(host, port), cfg: cfg, conns: map[net.Conn]struct{}{}}
+	if strings.HasPrefix(host, "/") {
+		p.network, p.target = "unix", filepath.Join(host, ".s.PGSQL."+port)
+	}
+	var err error
+	if p.ln, err = net.Listen("tcp", "127.0.0.1:0"); err != nil {
+		t.Fatalf("dbtest: proxy: %v", err)
+	}
+	p.done.Add(1)
+	go p.accept()
+	t.Cleanup(p.close)
+	return p
+}
+
+// Pool returns a pool on the database of the proxy's db, prepared as db is,
+// whose connections all go through the proxy; it is closed when the test
+// ends.
+func (p *Proxy) Pool(t testing.TB) *pgxpool.Pool {
+	t.Helper()
+	cfg := p.cfg.Copy()
+	addr := p.ln.Addr().(*net.TCPAddr)
+	cfg.ConnConfig.Host, cfg.ConnConfig.Port = addr.IP.String(), uint16(addr.Port)
+	cfg.ConnConfig.Fallbacks = nil
+	db, err := pgxpool.NewWithConfig(t.Context(), cfg)
+	if err != nil {
+		t.Fatalf("dbtest: proxy pool: %v", err)
+	}
+	t.Cleanup(db.Close)
+	return db
+}
+
+// Cut drops every connection through the proxy and refuses new ones (they
+// are reset as soon as they are accepted) until Restore.
+func (p *Proxy) Cut() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.cut = true
+	for c := range p.conns {
+		c.Close()
+	}
+}
+
+// Restore lets connections through again.
+func (p *Proxy) Restore() {
+	p.mu.Lock()
+	p.cut = false
+	p.mu.Unlock()
+}
+
+// Refused counts the connections refused while cut: a test can wait for a
+// client to have tried again.
+func (p *Proxy) Refused() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.refused
+}
+
+func (p *Proxy) accept() {
+	defer p.done.Done()
+	for {
+		client, err := p.ln.Accept()
+		if err != nil {
+			return // closed
+		}
+		p.mu.Lock()
+		if p.cut {
+			p.refused++
+			p.mu.Unlock()
+			// A reset, not an orderly close: as near a refusal as a
+			// listening port gets.
+			_ = client.(*net.TCPConn).SetLinger(0)
+			client.Close()
+			continue
+		}
+		p.conns[client] = struct{}{}
+		p.done.Add(1)
+		p.mu.Unlock()
+		go p.serve(client)
+	}
+}
+
+// serve copies both ways between client and a new connection to the
+// server until either side ends or Cut closes the client.
+func (p *Proxy) serve(client net.Conn) {
+	defer p.done.Done()
+	defer func() {
+		p.mu.Lock()
+		delete(p.conns, client)
+		p.mu.Unlock()
+		client.Close()
+	}()
+	server, err := net.Dial(p.network, p.target)
+	if err != nil {
+		return
+	}
+	defer server.Close()
+	copied := make(chan struct{}, 2)
+	pipe := func(dst, src net.Conn) {
+		_, _ = io.Copy(dst, src)
+		copied <- struct{}{}
+	}
+	go pipe(server, client)
+	go pipe(client, server)
+	<-copied
+	// One side ended: close both, so the other copy ends too.
+	client.Close()
+	server.Close()
+	<-copied
+}
+
+// close stops the proxy and drops its connections.
+func (p *Proxy) close() {
+	_ = p.ln.Close()
+	p.Cut()
+	p.done.Wait()
+}

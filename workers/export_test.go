@@ -1,0 +1,4 @@
+package workers
+
+// RecordTimeout bounds one try at recording an outcome.
+const RecordTimeout = recordTimeout
