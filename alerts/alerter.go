@@ -17,6 +17,7 @@ import (
 	"github.com/waybill/waybill/feed"
 	"github.com/waybill/waybill/journal"
 	"github.com/waybill/waybill/projection"
+	"github.com/waybill/waybill/service"
 )
 
 // AlerterGroup is the alerter's consumer group in the feed.
@@ -39,10 +40,8 @@ type Config struct {
 	// Metrics, when not nil, gets the alerter's counters and its feed lag
 	// while it runs.
 	Metrics prometheus.Registerer
-	// Now stamps the sends and measures the feed's lag; nil is time.Now.
-	Now func() time.Time
-	// Logger defaults to slog.Default().
-	Logger *slog.Logger
+	// Base's clock stamps the sends and measures the feed's lag.
+	service.Base
 }
 
 // Alerter raises alerts from the journal and sends them.
@@ -77,19 +76,13 @@ func New(cfg Config) (*Alerter, error) {
 	if cfg.DB == nil || cfg.NATS == nil {
 		return nil, errors.New("alerts: Config.DB and Config.NATS are required")
 	}
+	base := cfg.Base.WithDefaults()
 	a := &Alerter{db: cfg.DB, nc: cfg.NATS, webhook: cfg.WebhookURL, http: &http.Client{Timeout: sendTimeout},
-		backoff: cfg.SendBackoff, metrics: cfg.Metrics, now: cfg.Now, log: cfg.Logger,
+		backoff: cfg.SendBackoff, metrics: cfg.Metrics, now: base.Now, log: base.Logger.With("component", "alerter"),
 		states: map[string]*projection.Message{}}
 	if a.backoff <= 0 {
 		a.backoff = time.Second
 	}
-	if a.now == nil {
-		a.now = time.Now
-	}
-	if a.log == nil {
-		a.log = slog.Default()
-	}
-	a.log = a.log.With("component", "alerter")
 	a.raised = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "waybill_alerts_raised_total",
 		Help: "Alerts recorded, by code. An alert derived again from a redelivered event is not counted.",
@@ -110,7 +103,7 @@ func New(cfg Config) (*Alerter, error) {
 	}
 	var err error
 	a.consumer, err = feed.NewConsumer(feed.Config{DB: a.db, Group: AlerterGroup, Handle: a.handle,
-		PollInterval: cfg.PollInterval, Metrics: cfg.Metrics, Now: a.now, Logger: cfg.Logger})
+		PollInterval: cfg.PollInterval, Metrics: cfg.Metrics, Base: base})
 	if err != nil {
 		return nil, fmt.Errorf("alerts: %w", err)
 	}
@@ -119,7 +112,7 @@ func New(cfg Config) (*Alerter, error) {
 
 // Start registers the metrics, starts the send loops, which first send
 // whatever an earlier run left unsent, and starts reading the feed. It runs
-// until Stop is called or ctx ends. An Alerter starts once.
+// until Stop is called; ctx bounds the start only. An Alerter starts once.
 func (a *Alerter) Start(ctx context.Context) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -132,7 +125,7 @@ func (a *Alerter) Start(ctx context.Context) error {
 			return err
 		}
 	}
-	loopCtx, cancel := context.WithCancel(ctx)
+	loopCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	for _, ch := range a.channels {
 		a.loops.Add(1)
 		go func() {

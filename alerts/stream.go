@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"log/slog"
 	"strconv"
 	"time"
 
@@ -17,6 +16,7 @@ import (
 	"github.com/waybill/waybill/feed"
 	"github.com/waybill/waybill/journal"
 	"github.com/waybill/waybill/lifecycle"
+	"github.com/waybill/waybill/service"
 )
 
 // StreamGroup is the event stream's consumer group in the feed.
@@ -32,10 +32,8 @@ type StreamConfig struct {
 	PollInterval time.Duration
 	// Metrics, when not nil, gets the stream's feed lag while it runs.
 	Metrics prometheus.Registerer
-	// Now measures the feed's lag; nil is time.Now.
-	Now func() time.Time
-	// Logger defaults to slog.Default().
-	Logger *slog.Logger
+	// Base's clock measures the feed's lag.
+	service.Base
 }
 
 // EventStream publishes every journal event on NATS, for consumers outside
@@ -54,14 +52,15 @@ func NewEventStream(cfg StreamConfig) (*EventStream, error) {
 	s := &EventStream{nc: cfg.NATS}
 	var err error
 	s.consumer, err = feed.NewConsumer(feed.Config{DB: cfg.DB, Group: StreamGroup, Handle: s.handle,
-		PollInterval: cfg.PollInterval, Metrics: cfg.Metrics, Now: cfg.Now, Logger: cfg.Logger})
+		PollInterval: cfg.PollInterval, Metrics: cfg.Metrics, Base: cfg.Base})
 	if err != nil {
 		return nil, fmt.Errorf("alerts: event stream: %w", err)
 	}
 	return s, nil
 }
 
-// Start publishes from the group's place on until Stop or the end of ctx.
+// Start publishes from the group's place on until Stop; ctx bounds the
+// start only.
 func (s *EventStream) Start(ctx context.Context) error { return s.consumer.Start(ctx) }
 
 // Stop stops publishing and waits within ctx; safe to call twice.

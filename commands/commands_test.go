@@ -19,6 +19,7 @@ import (
 	"github.com/waybill/waybill/journal"
 	"github.com/waybill/waybill/lifecycle"
 	"github.com/waybill/waybill/projection"
+	"github.com/waybill/waybill/service"
 )
 
 func TestMain(m *testing.M) { dbtest.Main(m) }
@@ -64,7 +65,7 @@ func setup(t testing.TB) *bundle {
 }
 
 func newWriter(b *bundle, n commands.Notifier) (*commands.Writer, error) {
-	return commands.New(commands.Config{DB: b.db, Notifier: n, Now: b.clock.Now})
+	return commands.New(commands.Config{Base: service.Base{Now: b.clock.Now}, DB: b.db, Notifier: n})
 }
 
 func newMessage() commands.NewMessage {

@@ -17,6 +17,7 @@ import (
 	"github.com/waybill/waybill/commands"
 	"github.com/waybill/waybill/lifecycle"
 	"github.com/waybill/waybill/projection"
+	"github.com/waybill/waybill/service"
 )
 
 // lockBundle is two Writers, as two processes would have, on a pool of
@@ -43,7 +44,7 @@ func setupLock(t *testing.T) *lockBundle {
 	}
 	t.Cleanup(lb.pool.Close)
 	for _, w := range []**commands.Writer{&lb.w, &lb.w2} {
-		if *w, err = commands.New(commands.Config{DB: lb.pool, Notifier: b.wake, Now: b.clock.Now}); err != nil {
+		if *w, err = commands.New(commands.Config{Base: service.Base{Now: b.clock.Now}, DB: lb.pool, Notifier: b.wake}); err != nil {
 			t.Fatal(err)
 		}
 		(*w).SetLost(func(error) { lb.lost.Add(1) })

@@ -17,6 +17,7 @@ import (
 	"github.com/waybill/waybill/commands"
 	"github.com/waybill/waybill/internal/dbtest"
 	"github.com/waybill/waybill/lifecycle"
+	"github.com/waybill/waybill/service"
 )
 
 // TestTransient: which failures can pass. Most errors are the real ones
@@ -109,7 +110,7 @@ func TestTransient(t *testing.T) {
 			return <-done
 		}, true},
 		{"the Writer's command through a lost connection", func(t *testing.T) error {
-			w, err := commands.New(commands.Config{DB: proxy.Pool(t), Now: b.clock.Now})
+			w, err := commands.New(commands.Config{Base: service.Base{Now: b.clock.Now}, DB: proxy.Pool(t)})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/waybill/waybill/journal"
 	"github.com/waybill/waybill/projection"
+	"github.com/waybill/waybill/service"
 )
 
 // Wakeup tells a target's workers that a delivery may be claimed.
@@ -31,18 +32,17 @@ type Notifier interface {
 
 // Config configures a Writer.
 type Config struct {
+	// Base gives the clock, which every decision reads once per batch, and
+	// the logger.
+	service.Base
 	// DB is the database; required.
 	DB *pgxpool.Pool
 	// Notifier receives wake-ups after commit; nil drops them, leaving
 	// every delivery to the sweep.
 	Notifier Notifier
-	// Now is the clock; nil is time.Now.
-	Now func() time.Time
 	// ConfigTTL bounds how long a configuration written by another process
 	// (or behind Waybill's back) may go unseen. Default 30 s.
 	ConfigTTL time.Duration
-	// Logger defaults to slog.Default().
-	Logger *slog.Logger
 }
 
 // Writer runs the commands.
@@ -79,15 +79,10 @@ func New(cfg Config) (*Writer, error) {
 	if cfg.DB == nil {
 		return nil, errors.New("commands: Config.DB is required")
 	}
-	w := &Writer{db: cfg.DB, notifier: cfg.Notifier, clock: cfg.Now, ttl: cfg.ConfigTTL, log: cfg.Logger}
-	if w.clock == nil {
-		w.clock = time.Now
-	}
+	base := cfg.Base.WithDefaults()
+	w := &Writer{db: cfg.DB, notifier: cfg.Notifier, clock: base.Now, ttl: cfg.ConfigTTL, log: base.Logger}
 	if w.ttl <= 0 {
 		w.ttl = 30 * time.Second
-	}
-	if w.log == nil {
-		w.log = slog.Default()
 	}
 	return w, nil
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/waybill/waybill/journal"
 	"github.com/waybill/waybill/lifecycle"
+	"github.com/waybill/waybill/service"
 )
 
 // Handler handles the events of one committed transaction, in feed order;
@@ -41,10 +42,8 @@ type Config struct {
 	// Metrics, when not nil, gets the group's lag gauges while the consumer
 	// runs.
 	Metrics prometheus.Registerer
-	// Now is the clock the lag's age is measured with; nil is time.Now.
-	Now func() time.Time
-	// Logger defaults to slog.Default().
-	Logger *slog.Logger
+	// Base's clock measures the lag's age.
+	service.Base
 }
 
 // Consumer feeds the journal's events to a handler, for one group.
@@ -82,16 +81,11 @@ func NewConsumer(cfg Config) (*Consumer, error) {
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("feed: %w", err)
 	}
+	base := cfg.Base.WithDefaults()
 	c := &Consumer{db: cfg.DB, group: cfg.Group, handle: cfg.Handle, poll: cfg.PollInterval,
-		metrics: cfg.Metrics, now: cfg.Now, log: cfg.Logger, done: make(chan struct{})}
+		metrics: cfg.Metrics, now: base.Now, log: base.Logger, done: make(chan struct{})}
 	if c.poll <= 0 {
 		c.poll = time.Second
-	}
-	if c.now == nil {
-		c.now = time.Now
-	}
-	if c.log == nil {
-		c.log = slog.Default()
 	}
 	c.log = c.log.With("group", c.group)
 	return c, nil
@@ -99,7 +93,7 @@ func NewConsumer(cfg Config) (*Consumer, error) {
 
 // Start creates the group's place at the journal's start when it has none,
 // registers the lag gauges, and feeds the events to the handler until Stop is
-// called or ctx ends. A Consumer starts once.
+// called; ctx bounds the start only. A Consumer starts once.
 func (c *Consumer) Start(ctx context.Context) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -125,7 +119,9 @@ func (c *Consumer) Start(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("feed: group %s: %w", c.group, err)
 	}
-	runCtx, cancel := context.WithCancel(ctx)
+	// The feed runs until Stop, which saves its place: a caller's context
+	// ending must not cut it off first.
+	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	msgs, err := sub.Subscribe(runCtx, topic)
 	if err != nil {
 		cancel()

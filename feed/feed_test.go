@@ -17,6 +17,7 @@ import (
 	"github.com/waybill/waybill/feed"
 	"github.com/waybill/waybill/internal/dbtest"
 	"github.com/waybill/waybill/journal"
+	"github.com/waybill/waybill/service"
 )
 
 func TestMain(m *testing.M) { dbtest.Main(m) }
@@ -238,7 +239,7 @@ func TestLagGauges(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	now := func() time.Time { return recordedAt.Add(90 * time.Second) }
 	r := &recorder{fail: func(journal.Event) bool { return true }}
-	c := start(t, feed.Config{DB: db, Group: "lagging", Handle: r.handle, Metrics: reg, Now: now})
+	c := start(t, feed.Config{Base: service.Base{Now: now}, DB: db, Group: "lagging", Handle: r.handle, Metrics: reg})
 
 	waitFor(t, "a failed delivery", func() bool { return len(r.streams()) >= 1 })
 	if n, age := lag(t, reg); n != 3 || age != 90 {

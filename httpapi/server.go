@@ -15,6 +15,7 @@ import (
 	"github.com/waybill/waybill/auth"
 	"github.com/waybill/waybill/commands"
 	"github.com/waybill/waybill/journal"
+	"github.com/waybill/waybill/service"
 )
 
 // Prefix is the path every route of the API is under.
@@ -43,16 +44,14 @@ type Config struct {
 	MaxPayload int64
 	// Registerer takes the HTTP metrics; nil registers none.
 	Registerer prometheus.Registerer
-	// Logger defaults to slog.Default().
-	Logger *slog.Logger
+	// Base's clock sets the statistics' windows: give the Server the
+	// Writer's Base.
+	service.Base
 	// OnConfigChange, when set, is called after a change of a route, a
 	// target or the settings has committed, so the caller can resync its
 	// workers and tell other processes. It runs before the answer is sent,
 	// on the request's goroutine: it should not block for long.
 	OnConfigChange func()
-	// Now is the clock of the statistics' windows; default time.Now. Give
-	// it the Writer's clock.
-	Now func() time.Time
 }
 
 // Server serves the API. It is an http.Handler for paths under Prefix.
@@ -84,12 +83,7 @@ func New(cfg Config) (*Server, error) {
 	if cfg.MaxPayload == 0 {
 		cfg.MaxPayload = DefaultMaxPayload
 	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
-	}
-	if cfg.Now == nil {
-		cfg.Now = time.Now
-	}
+	cfg.Base = cfg.Base.WithDefaults()
 	m, err := newMetrics(cfg.Registerer)
 	if err != nil {
 		return nil, fmt.Errorf("httpapi: %w", err)

@@ -25,6 +25,7 @@ import (
 	"github.com/waybill/waybill/internal/testclock"
 	"github.com/waybill/waybill/lifecycle"
 	"github.com/waybill/waybill/projection"
+	"github.com/waybill/waybill/service"
 )
 
 func TestMain(m *testing.M) { dbtest.Main(m) }
@@ -86,7 +87,7 @@ func setupWith(t *testing.T, cfg httpapi.Config) *bundle {
 	b := &bundle{ctx: t.Context(), clock: testclock.New(start), reg: prometheus.NewRegistry()}
 	b.db = dbtest.Pool(t)
 	var err error
-	if b.w, err = commands.New(commands.Config{DB: b.db, Now: b.clock.Now, Logger: quiet}); err != nil {
+	if b.w, err = commands.New(commands.Config{Base: service.Base{Now: b.clock.Now, Logger: quiet}, DB: b.db}); err != nil {
 		t.Fatal(err)
 	}
 	cfg.Writer, cfg.DB, cfg.Auth, cfg.Registerer, cfg.Logger, cfg.Now = b.w, b.db, testTokens, b.reg, quiet, b.clock.Now

@@ -25,15 +25,16 @@ import (
 	"github.com/waybill/waybill/journal"
 	"github.com/waybill/waybill/lifecycle"
 	"github.com/waybill/waybill/projection"
+	"github.com/waybill/waybill/service"
 )
 
 // Config configures a Sweeper.
 type Config struct {
+	// Base's clock decides what is due: give the Sweeper the Writer's Base.
+	service.Base
 	// Writer and DB are required.
 	Writer *commands.Writer
 	DB     *pgxpool.Pool
-	// Now is the clock; give it the Writer's. Nil is time.Now.
-	Now func() time.Time
 	// Interval is the time between passes. Default 5 s.
 	Interval time.Duration
 	// Batch is how many deliveries one query of a step takes. Default 500.
@@ -43,8 +44,7 @@ type Config struct {
 	Concurrency int
 	// Pause is the wait between two batches of a step, so a large backlog
 	// does not hold the database for a whole pass. Default 50 ms.
-	Pause  time.Duration
-	Logger *slog.Logger
+	Pause time.Duration
 	// Registerer takes the sweep's metrics; nil registers them nowhere.
 	Registerer prometheus.Registerer
 }
@@ -75,9 +75,7 @@ func New(cfg Config) (*Sweeper, error) {
 	if cfg.Writer == nil || cfg.DB == nil {
 		return nil, errors.New("sweep: Config.Writer and Config.DB are required")
 	}
-	if cfg.Now == nil {
-		cfg.Now = time.Now
-	}
+	cfg.Base = cfg.Base.WithDefaults()
 	if cfg.Interval <= 0 {
 		cfg.Interval = 5 * time.Second
 	}
@@ -89,9 +87,6 @@ func New(cfg Config) (*Sweeper, error) {
 	}
 	if cfg.Pause <= 0 {
 		cfg.Pause = 50 * time.Millisecond
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
 	}
 	loop, stop := context.WithCancel(context.Background())
 	return &Sweeper{cfg: cfg, log: cfg.Logger.With("component", "sweep"), metrics: newMetrics(cfg.Registerer),
@@ -131,8 +126,8 @@ func (s *Sweeper) Start(ctx context.Context) error {
 
 // Stop ends the loop, cancelling a pass in progress (each of its commands
 // commits whole or not at all), and waits for it; a Stop during Start's
-// first pass waits for that pass. Safe to call twice.
-func (s *Sweeper) Stop() {
+// first pass waits for that pass, within ctx. Safe to call twice.
+func (s *Sweeper) Stop(ctx context.Context) {
 	s.mu.Lock()
 	started := s.started
 	if s.stopped {
@@ -143,7 +138,10 @@ func (s *Sweeper) Stop() {
 	s.mu.Unlock()
 	s.stop()
 	if started {
-		<-s.done
+		select {
+		case <-s.done:
+		case <-ctx.Done():
+		}
 	}
 }
 

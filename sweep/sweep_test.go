@@ -22,6 +22,7 @@ import (
 	"github.com/waybill/waybill/journal"
 	"github.com/waybill/waybill/lifecycle"
 	"github.com/waybill/waybill/projection"
+	"github.com/waybill/waybill/service"
 	"github.com/waybill/waybill/sweep"
 )
 
@@ -89,7 +90,7 @@ func setup(t *testing.T) *bundle {
 func (b *bundle) writer(t *testing.T, db *pgxpool.Pool) (*commands.Writer, *recorder) {
 	t.Helper()
 	r := &recorder{db: db, seen: map[uuid.UUID][]int{}}
-	w, err := commands.New(commands.Config{DB: db, Notifier: r, Now: b.clock.Now, Logger: quiet})
+	w, err := commands.New(commands.Config{Base: service.Base{Now: b.clock.Now, Logger: quiet}, DB: db, Notifier: r})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -110,7 +111,7 @@ func (b *bundle) sweeper(t *testing.T, cfg sweep.Config) *sweep.Sweeper {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(s.Stop)
+	t.Cleanup(func() { s.Stop(context.Background()) })
 	return s
 }
 
@@ -534,7 +535,7 @@ func TestGauges(t *testing.T) {
 	// the gauges show them. A Sweeper a minute ahead of its Writer finds
 	// queued due, which the Writer does not wake yet.
 	reg = prometheus.NewRegistry()
-	ahead := b.sweeper(t, sweep.Config{Registerer: reg, Now: func() time.Time { return b.clock.Now().Add(time.Minute) }})
+	ahead := b.sweeper(t, sweep.Config{Base: service.Base{Now: func() time.Time { return b.clock.Now().Add(time.Minute) }}, Registerer: reg})
 	if r, err := ahead.Pass(b.ctx); err != nil || r != (sweep.Result{}) {
 		t.Fatalf("pass ahead: %+v %v", r, err)
 	}
@@ -552,8 +553,8 @@ func TestStartAndStop(t *testing.T) {
 	b.targets(t, "alpha")
 
 	never := b.sweeper(t, sweep.Config{})
-	never.Stop()
-	never.Stop()
+	never.Stop(b.ctx)
+	never.Stop(b.ctx)
 
 	d := b.ingest(t)
 	b.clock.Advance(10 * time.Second)
@@ -565,8 +566,8 @@ func TestStartAndStop(t *testing.T) {
 	if got := b.delivery(t, d); got.DispatchCount != 2 {
 		t.Errorf("after Start: %d wake-ups", got.DispatchCount)
 	}
-	s.Stop()
-	s.Stop()
+	s.Stop(b.ctx)
+	s.Stop(b.ctx)
 
 	// A first pass that fails is Start's error, and Stop is still safe.
 	canceled, cancel := context.WithCancel(b.ctx)
@@ -575,7 +576,7 @@ func TestStartAndStop(t *testing.T) {
 	if err := failing.Start(canceled); err == nil {
 		t.Error("Start on a canceled context succeeded")
 	}
-	failing.Stop()
-	failing.Stop()
+	failing.Stop(b.ctx)
+	failing.Stop(b.ctx)
 	b.audit(t)
 }

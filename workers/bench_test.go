@@ -33,6 +33,7 @@ import (
 	"github.com/waybill/waybill/lifecycle"
 	"github.com/waybill/waybill/natsserver"
 	"github.com/waybill/waybill/schema"
+	"github.com/waybill/waybill/service"
 	"github.com/waybill/waybill/sweep"
 	"github.com/waybill/waybill/workers"
 )
@@ -171,7 +172,7 @@ func newBenchEnv(b *testing.B) *benchEnv {
 	b.Cleanup(nc.Close)
 	metrics := workers.NewMetrics(env.reg)
 	// The real clock: no testclock here.
-	env.w, err = commands.New(commands.Config{DB: env.db, Notifier: workers.NewPublisher(nc, quiet, metrics), Logger: quiet})
+	env.w, err = commands.New(commands.Config{Base: service.Base{Logger: quiet}, DB: env.db, Notifier: workers.NewPublisher(nc, quiet, metrics)})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -193,7 +194,7 @@ func newBenchEnv(b *testing.B) *benchEnv {
 		}
 	}
 
-	rt, err := workers.NewRuntime(workers.RuntimeConfig{Writer: env.w, NATS: nc, Metrics: metrics, Logger: quiet})
+	rt, err := workers.NewRuntime(workers.RuntimeConfig{Base: service.Base{Logger: quiet}, Writer: env.w, NATS: nc, Metrics: metrics})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -204,14 +205,14 @@ func newBenchEnv(b *testing.B) *benchEnv {
 	// The sweep runs beside the runtime as in a server: it wakes a
 	// delivery whose wake-up was lost once it is due (10 s after its
 	// dispatch).
-	sw, err := sweep.New(sweep.Config{Writer: env.w, DB: env.db, Logger: quiet, Registerer: env.reg})
+	sw, err := sweep.New(sweep.Config{Base: service.Base{Logger: quiet}, Writer: env.w, DB: env.db, Registerer: env.reg})
 	if err != nil {
 		b.Fatal(err)
 	}
 	if err := sw.Start(env.ctx); err != nil {
 		b.Fatal(err)
 	}
-	b.Cleanup(sw.Stop)
+	b.Cleanup(func() { sw.Stop(context.Background()) })
 	return env
 }
 

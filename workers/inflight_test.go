@@ -10,6 +10,7 @@ import (
 	"github.com/waybill/waybill/commands"
 	"github.com/waybill/waybill/lifecycle"
 	"github.com/waybill/waybill/projection"
+	"github.com/waybill/waybill/service"
 	"github.com/waybill/waybill/workers"
 )
 
@@ -21,7 +22,7 @@ import (
 func TestAuditCleanWhileWorkIsInFlight(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	w, err := commands.New(commands.Config{DB: b.db, Notifier: workers.NewPublisher(b.nc, nil, b.metrics), Logger: quiet})
+	w, err := commands.New(commands.Config{Base: service.Base{Logger: quiet}, DB: b.db, Notifier: workers.NewPublisher(b.nc, nil, b.metrics)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -52,8 +53,8 @@ func TestAuditCleanWhileWorkIsInFlight(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	rt, err := workers.NewRuntime(workers.RuntimeConfig{Writer: w, NATS: b.nc, DrainGrace: time.Millisecond,
-		Metrics: b.metrics, Logger: quiet})
+	rt, err := workers.NewRuntime(workers.RuntimeConfig{Base: service.Base{Logger: quiet}, Writer: w, NATS: b.nc, DrainGrace: time.Millisecond,
+		Metrics: b.metrics})
 	if err != nil {
 		t.Fatal(err)
 	}

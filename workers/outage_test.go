@@ -11,6 +11,7 @@ import (
 	"github.com/waybill/waybill/internal/dbtest"
 	"github.com/waybill/waybill/journal"
 	"github.com/waybill/waybill/lifecycle"
+	"github.com/waybill/waybill/service"
 	"github.com/waybill/waybill/workers"
 )
 
@@ -30,13 +31,12 @@ func TestOutcomesOutlastADatabaseOutage(t *testing.T) {
 	// The runtime reaches the database through the proxy; the test does
 	// not.
 	proxy := dbtest.NewProxy(t, b.db)
-	w, err := commands.New(commands.Config{DB: proxy.Pool(t), Notifier: workers.NewPublisher(b.nc, nil, b.metrics),
-		Now: b.clock.Now, Logger: quiet})
+	w, err := commands.New(commands.Config{Base: service.Base{Now: b.clock.Now, Logger: quiet}, DB: proxy.Pool(t), Notifier: workers.NewPublisher(b.nc, nil, b.metrics)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	rt, err := workers.NewRuntime(workers.RuntimeConfig{Writer: w, NATS: b.nc, Now: b.clock.Now,
-		Metrics: b.metrics, Logger: quiet})
+	rt, err := workers.NewRuntime(workers.RuntimeConfig{Base: service.Base{Now: b.clock.Now, Logger: quiet}, Writer: w, NATS: b.nc,
+		Metrics: b.metrics})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/waybill/waybill/internal/testclock"
 	"github.com/waybill/waybill/journal"
 	"github.com/waybill/waybill/natsserver"
+	"github.com/waybill/waybill/service"
 	"github.com/waybill/waybill/workers"
 )
 
@@ -46,11 +47,11 @@ func workerProcess() int {
 		return fail(err)
 	}
 	defer nc.Close()
-	w, err := commands.New(commands.Config{DB: db, Notifier: workers.NewPublisher(nc, log, nil), Logger: log})
+	w, err := commands.New(commands.Config{Base: service.Base{Logger: log}, DB: db, Notifier: workers.NewPublisher(nc, log, nil)})
 	if err != nil {
 		return fail(err)
 	}
-	rt, err := workers.NewRuntime(workers.RuntimeConfig{Writer: w, NATS: nc, Logger: log})
+	rt, err := workers.NewRuntime(workers.RuntimeConfig{Base: service.Base{Logger: log}, Writer: w, NATS: nc})
 	if err != nil {
 		return fail(err)
 	}

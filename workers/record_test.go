@@ -13,6 +13,7 @@ import (
 	"github.com/waybill/waybill/commands"
 	"github.com/waybill/waybill/internal/testclock"
 	"github.com/waybill/waybill/lifecycle"
+	"github.com/waybill/waybill/service"
 	"github.com/waybill/waybill/workers"
 )
 
@@ -93,12 +94,12 @@ func (s *flakyStore) expect(t *testing.T, want string) {
 // ends.
 func startWorker(t *testing.T, store workers.Store[string], d workers.Deliverer[string], clock *testclock.Clock, grace time.Duration) *workers.Worker[string] {
 	t.Helper()
-	w, err := workers.NewWorker(workers.Config[string]{Name: "test", Store: store, Deliverer: d,
-		MaxConcurrent: 1, DrainGrace: grace, Now: clock.Now, Logger: quiet})
+	w, err := workers.NewWorker(workers.Config[string]{Base: service.Base{Now: clock.Now, Logger: quiet}, Name: "test", Store: store, Deliverer: d,
+		MaxConcurrent: 1, DrainGrace: grace})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := w.Start(); err != nil {
+	if err := w.Start(t.Context()); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { w.Stop(context.Background()) })

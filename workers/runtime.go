@@ -13,23 +13,23 @@ import (
 
 	"github.com/waybill/waybill/commands"
 	"github.com/waybill/waybill/lifecycle"
+	"github.com/waybill/waybill/service"
 	"github.com/waybill/waybill/targets"
 )
 
 // RuntimeConfig configures a Runtime.
 type RuntimeConfig struct {
+	// Base's clock is the one the retry and receipt policies and the
+	// leases are read by: give the Runtime the Writer's Base.
+	service.Base
 	// Writer and NATS are required.
 	Writer *commands.Writer
 	NATS   *nats.Conn
-	// Now is the clock the retry and receipt policies and the leases are
-	// read by; nil is time.Now. Give it the Writer's clock.
-	Now func() time.Time
 	// DrainGrace is each worker's; default 5 s.
 	DrainGrace time.Duration
 	// Resync is how often the targets are read again, as a backstop for a
 	// change this process was not told of. Default 30 s.
 	Resync  time.Duration
-	Logger  *slog.Logger
 	Metrics *Metrics
 }
 
@@ -66,14 +66,9 @@ func NewRuntime(cfg RuntimeConfig) (*Runtime, error) {
 	if cfg.Writer == nil || cfg.NATS == nil {
 		return nil, errors.New("workers: RuntimeConfig.Writer and NATS are required")
 	}
-	if cfg.Now == nil {
-		cfg.Now = time.Now
-	}
+	cfg.Base = cfg.Base.WithDefaults()
 	if cfg.Resync <= 0 {
 		cfg.Resync = 30 * time.Second
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
 	}
 	cfg.Metrics = cfg.Metrics.orNop()
 	return &Runtime{cfg: cfg, log: cfg.Logger, changed: make(chan struct{}, 1),
@@ -169,7 +164,7 @@ func (r *Runtime) Sync(ctx context.Context) error {
 		if _, ok := r.running[name]; ok {
 			continue
 		}
-		tw, err := r.startWorker(spec)
+		tw, err := r.startWorker(ctx, spec)
 		if err != nil {
 			errs = append(errs, err)
 			continue
@@ -179,7 +174,7 @@ func (r *Runtime) Sync(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-func (r *Runtime) startWorker(t lifecycle.Target) (*targetWorker, error) {
+func (r *Runtime) startWorker(ctx context.Context, t lifecycle.Target) (*targetWorker, error) {
 	kind, err := targets.New(t)
 	if err != nil {
 		return nil, fmt.Errorf("target %s: %w", t.Name, err)
@@ -193,14 +188,13 @@ func (r *Runtime) startWorker(t lifecycle.Target) (*targetWorker, error) {
 		MaxConcurrent:  t.MaxConcurrent,
 		AttemptTimeout: t.AttemptTimeout.D(),
 		DrainGrace:     r.cfg.DrainGrace,
-		Now:            r.cfg.Now,
-		Logger:         r.log,
 		Metrics:        r.cfg.Metrics,
+		Base:           r.cfg.Base,
 	})
 	if err != nil {
 		return nil, err
 	}
-	if err := w.Start(); err != nil {
+	if err := w.Start(ctx); err != nil {
 		return nil, fmt.Errorf("target %s: %w", t.Name, err)
 	}
 	r.log.Info("worker started", "target", t.Name, "kind", t.Kind, "max_concurrent", t.MaxConcurrent)

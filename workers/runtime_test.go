@@ -17,6 +17,7 @@ import (
 	"github.com/waybill/waybill/lifecycle"
 	"github.com/waybill/waybill/natsserver"
 	"github.com/waybill/waybill/projection"
+	"github.com/waybill/waybill/service"
 	"github.com/waybill/waybill/workers"
 )
 
@@ -403,8 +404,8 @@ func TestConfigChangeReachesOtherProcesses(t *testing.T) {
 	b.target(t, spec)
 	first := b.runtime(t, 0)
 	other := b.writer(t, workers.NewPublisher(b.nc, nil, b.metrics))
-	second, err := workers.NewRuntime(workers.RuntimeConfig{Writer: other, NATS: b.nc, Now: b.clock.Now,
-		Resync: time.Hour, Logger: quiet})
+	second, err := workers.NewRuntime(workers.RuntimeConfig{Base: service.Base{Now: b.clock.Now, Logger: quiet}, Writer: other, NATS: b.nc,
+		Resync: time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}

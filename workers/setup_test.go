@@ -25,6 +25,7 @@ import (
 	"github.com/waybill/waybill/lifecycle"
 	"github.com/waybill/waybill/natsserver"
 	"github.com/waybill/waybill/projection"
+	"github.com/waybill/waybill/service"
 	"github.com/waybill/waybill/sweep"
 	"github.com/waybill/waybill/workers"
 )
@@ -76,7 +77,7 @@ func setup(t *testing.T) *bundle {
 
 func (b *bundle) writer(t *testing.T, n commands.Notifier) *commands.Writer {
 	t.Helper()
-	w, err := commands.New(commands.Config{DB: b.db, Notifier: n, Now: b.clock.Now, Logger: quiet})
+	w, err := commands.New(commands.Config{Base: service.Base{Now: b.clock.Now, Logger: quiet}, DB: b.db, Notifier: n})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -86,8 +87,8 @@ func (b *bundle) writer(t *testing.T, n commands.Notifier) *commands.Writer {
 // runtime starts a Runtime on the bundle, stopped when the test ends.
 func (b *bundle) runtime(t *testing.T, grace time.Duration) *workers.Runtime {
 	t.Helper()
-	rt, err := workers.NewRuntime(workers.RuntimeConfig{Writer: b.w, NATS: b.nc, Now: b.clock.Now,
-		DrainGrace: grace, Metrics: b.metrics, Logger: quiet})
+	rt, err := workers.NewRuntime(workers.RuntimeConfig{Base: service.Base{Now: b.clock.Now, Logger: quiet}, Writer: b.w, NATS: b.nc,
+		DrainGrace: grace, Metrics: b.metrics})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -100,7 +101,7 @@ func (b *bundle) runtime(t *testing.T, grace time.Duration) *workers.Runtime {
 
 func (b *bundle) sweeper(t *testing.T) *sweep.Sweeper {
 	t.Helper()
-	s, err := sweep.New(sweep.Config{Writer: b.w, DB: b.db, Now: b.clock.Now, Logger: quiet})
+	s, err := sweep.New(sweep.Config{Base: service.Base{Now: b.clock.Now, Logger: quiet}, Writer: b.w, DB: b.db})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/waybill/waybill/commands"
 	"github.com/waybill/waybill/lifecycle"
+	"github.com/waybill/waybill/service"
 )
 
 // Job is one claimed piece of work: the claim's token, when the claim
@@ -70,12 +71,9 @@ type Config[T any] struct {
 	// DrainGrace is how long Stop lets attempts in flight finish before it
 	// cancels them. Default 5 s.
 	DrainGrace time.Duration
-	Logger     *slog.Logger
 	Metrics    *Metrics
-
-	// Now is the clock a job's LeaseEnd is read by: the Store's. Default
-	// time.Now.
-	Now func() time.Time
+	// Base's clock is the one a job's LeaseEnd is read by: the Store's.
+	service.Base
 }
 
 // flushTimeout bounds the round trip that confirms a subscription.
@@ -135,12 +133,7 @@ func NewWorker[T any](cfg Config[T]) (*Worker[T], error) {
 	if cfg.DrainGrace <= 0 {
 		cfg.DrainGrace = 5 * time.Second
 	}
-	if cfg.Now == nil {
-		cfg.Now = time.Now
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
-	}
+	cfg.Base = cfg.Base.WithDefaults()
 	w := &Worker[T]{
 		cfg:      cfg,
 		log:      cfg.Logger.With("target", cfg.Name),
@@ -159,7 +152,8 @@ func NewWorker[T any](cfg Config[T]) (*Worker[T], error) {
 
 // Start subscribes to the wake-ups, then starts the loop, whose first act is
 // a catch-up: whatever came due while nobody listened is taken at once.
-func (w *Worker[T]) Start() error {
+// The subscription is confirmed within ctx.
+func (w *Worker[T]) Start(ctx context.Context) error {
 	err := errors.New("workers: worker started twice")
 	w.startOnce.Do(func() {
 		err = nil
@@ -169,7 +163,9 @@ func (w *Worker[T]) Start() error {
 				// The round trip makes the server hold the subscription
 				// before Start returns, so no wake-up published after it
 				// is missed.
-				err = w.cfg.NATS.FlushTimeout(flushTimeout)
+				fctx, cancel := context.WithTimeout(ctx, flushTimeout)
+				err = w.cfg.NATS.FlushWithContext(fctx)
+				cancel()
 			}
 			if err != nil {
 				err = fmt.Errorf("subscribe to %s: %w", w.cfg.Subject, err)

@@ -9,6 +9,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/waybill/waybill/lifecycle"
+	"github.com/waybill/waybill/service"
 	"github.com/waybill/waybill/workers"
 )
 
@@ -60,12 +61,12 @@ func TestShortCatchUpRunsAgain(t *testing.T) {
 		{{ID: uuid.New(), Work: "first"}},
 		{{ID: uuid.New(), Work: "skipped"}},
 	}}
-	w, err := workers.NewWorker(workers.Config[string]{Name: "test", Store: store, Deliverer: okDeliverer{},
-		MaxConcurrent: 4, Logger: quiet})
+	w, err := workers.NewWorker(workers.Config[string]{Base: service.Base{Logger: quiet}, Name: "test", Store: store, Deliverer: okDeliverer{},
+		MaxConcurrent: 4})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := w.Start(); err != nil {
+	if err := w.Start(t.Context()); err != nil {
 		t.Fatal(err)
 	}
 	defer w.Stop(context.Background())

@@ -23,6 +23,7 @@ import (
 	"github.com/waybill/waybill/commands"
 	"github.com/waybill/waybill/internal/cpustat"
 	"github.com/waybill/waybill/natsserver"
+	"github.com/waybill/waybill/service"
 	"github.com/waybill/waybill/workers"
 )
 
@@ -245,7 +246,7 @@ func bench(ctx context.Context, cfg benchConfig, stderr io.Writer) (*benchResult
 			return nil, err
 		}
 		stack.push(nc.Close)
-		w, err := commands.New(commands.Config{DB: db, Notifier: workers.NewPublisher(nc, log, nil), Logger: log})
+		w, err := commands.New(commands.Config{Base: service.Base{Logger: log}, DB: db, Notifier: workers.NewPublisher(nc, log, nil)})
 		if err != nil {
 			return nil, err
 		}

@@ -21,6 +21,7 @@ import (
 	"github.com/waybill/waybill/internal/testclock"
 	"github.com/waybill/waybill/journal"
 	"github.com/waybill/waybill/lifecycle"
+	"github.com/waybill/waybill/service"
 	"github.com/waybill/waybill/sweep"
 	"github.com/waybill/waybill/workers"
 )
@@ -99,11 +100,11 @@ func TestTwoProcessesOneKilled(t *testing.T) {
 	defer nc.Close()
 	lease := lifecycle.Target{AttemptTimeout: lifecycle.Duration(lifecycle.DefaultAttemptTimeout)}.Lease()
 	clock := testclock.New(time.Now())
-	w, err := commands.New(commands.Config{DB: db, Notifier: workers.NewPublisher(nc, nil, nil), Now: clock.Now})
+	w, err := commands.New(commands.Config{Base: service.Base{Now: clock.Now}, DB: db, Notifier: workers.NewPublisher(nc, nil, nil)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	sw, err := sweep.New(sweep.Config{Writer: w, DB: db, Now: clock.Now, Logger: slog.New(slog.DiscardHandler)})
+	sw, err := sweep.New(sweep.Config{Base: service.Base{Now: clock.Now, Logger: slog.New(slog.DiscardHandler)}, Writer: w, DB: db})
 	if err != nil {
 		t.Fatal(err)
 	}

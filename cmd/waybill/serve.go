@@ -31,6 +31,7 @@ import (
 	"github.com/waybill/waybill/natsserver"
 	"github.com/waybill/waybill/pgserver"
 	"github.com/waybill/waybill/schema"
+	"github.com/waybill/waybill/service"
 	"github.com/waybill/waybill/sweep"
 	"github.com/waybill/waybill/workers"
 )
@@ -178,80 +179,69 @@ func serve(ctx context.Context, cfg *serveConfig, stderr io.Writer) error {
 		return err
 	}
 
+	// One clock and one logger for every part of the process.
+	base := service.Base{Now: time.Now, Logger: log}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	metrics := workers.NewMetrics(reg)
-	w, err := commands.New(commands.Config{DB: db, Notifier: workers.NewPublisher(nc, log, metrics), Logger: log})
+	w, err := commands.New(commands.Config{Base: base, DB: db, Notifier: workers.NewPublisher(nc, log, metrics)})
 	if err != nil {
 		return err
 	}
-
-	rt, err := workers.NewRuntime(workers.RuntimeConfig{Writer: w, NATS: nc, DrainGrace: cfg.drainGrace, Logger: log, Metrics: metrics})
+	rt, err := workers.NewRuntime(workers.RuntimeConfig{Base: base, Writer: w, NATS: nc, DrainGrace: cfg.drainGrace, Metrics: metrics})
 	if err != nil {
 		return err
 	}
-	api, err := httpapi.New(httpapi.Config{Writer: w, DB: db, Auth: tokens, MaxPayload: cfg.maxPayload,
-		Registerer: reg, Logger: log, OnConfigChange: rt.ConfigChanged})
+	api, err := httpapi.New(httpapi.Config{Base: base, Writer: w, DB: db, Auth: tokens, MaxPayload: cfg.maxPayload,
+		Registerer: reg, OnConfigChange: rt.ConfigChanged})
 	if err != nil {
 		return err
 	}
 	var ready atomic.Bool
-	srv, err := startHTTP(cfg.listen, api, db, reg, &ready, log)
+	web, err := newHTTPService(cfg.listen, api, db, reg, &ready, log)
 	if err != nil {
 		return err
 	}
-	stack.push(func() {
-		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = srv.Shutdown(sctx)
-	})
+	stack.push(func() { _ = web.l.Close() })
+	alerter, err := alerts.New(alerts.Config{Base: base, DB: db, NATS: nc, WebhookURL: cfg.alertWebhook, Metrics: reg})
+	if err != nil {
+		return err
+	}
+	events, err := alerts.NewEventStream(alerts.StreamConfig{Base: base, DB: db, NATS: nc, Metrics: reg})
+	if err != nil {
+		return err
+	}
+	sw, err := sweep.New(sweep.Config{Base: base, Writer: w, DB: db, Registerer: reg})
+	if err != nil {
+		return err
+	}
 
-	alerter, err := alerts.New(alerts.Config{DB: db, NATS: nc, WebhookURL: cfg.alertWebhook, Metrics: reg, Logger: log})
-	if err != nil {
-		return err
-	}
-	// The feed's consumers live until their Stop, which saves their
-	// positions; the signal's context must not end them first.
-	if err := alerter.Start(context.WithoutCancel(ctx)); err != nil {
-		return err
-	}
-	stack.push(func() { alerter.Stop(context.Background()) })
-	events, err := alerts.NewEventStream(alerts.StreamConfig{DB: db, NATS: nc, Metrics: reg, Logger: log})
-	if err != nil {
-		return err
-	}
-	if err := events.Start(context.WithoutCancel(ctx)); err != nil {
-		return err
-	}
-	stack.push(func() { events.Stop(context.Background()) })
-
-	if err := rt.Start(ctx); err != nil {
-		return err
-	}
-	// The workers stop before the sweep, and both before anything they use.
+	// The services start in this order and stop in the reverse: the sweep
+	// first, then the workers, each before anything they use. The sweep's
+	// first pass runs after the workers subscribed, so its wake-ups find
+	// them.
+	var services service.List
 	stack.push(func() {
-		sctx, cancel := context.WithTimeout(context.Background(), cfg.drainGrace+10*time.Second)
+		ready.Store(false)
+		sctx, cancel := context.WithTimeout(context.Background(), cfg.drainGrace+stopBudget)
 		defer cancel()
-		rt.Stop(sctx)
+		services.Stop(sctx)
 	})
-	// The first pass runs after the workers subscribed, so its wake-ups
-	// find them.
-	sw, err := sweep.New(sweep.Config{Writer: w, DB: db, Logger: log, Registerer: reg})
-	if err != nil {
-		return err
+	for _, s := range []struct {
+		name string
+		s    service.Service
+	}{{"http server", web}, {"alerter", alerter}, {"event stream", events}, {"runtime", rt}, {"sweep", sw}} {
+		if err := services.Start(ctx, s.name, s.s); err != nil {
+			return err
+		}
 	}
-	if err := sw.Start(ctx); err != nil {
-		return err
-	}
-	stack.push(sw.Stop)
-	stack.push(func() { ready.Store(false) })
 
 	ready.Store(true)
-	log.Info("waybill serving", "api", "http://"+srv.Addr+"/api/v1", "metrics", "http://"+srv.Addr+"/metrics")
+	log.Info("waybill serving", "api", "http://"+web.addr()+"/api/v1", "metrics", "http://"+web.addr()+"/metrics")
 	if firstStart {
 		abs, _ := filepath.Abs(tokenFile)
 		fmt.Fprintf(stderr, "\nWaybill is up: the API is at http://%s/api/v1\nThe admin token is in %s (readable only by its owner):\n  curl -H \"Authorization: Bearer $(cat %s)\" http://%s/api/v1/stats\n\n",
-			srv.Addr, abs, abs, srv.Addr)
+			web.addr(), abs, abs, web.addr())
 	}
 	<-ctx.Done()
 	log.Info("stopping: no more claims; attempts in flight get the drain grace", "drain_grace", cfg.drainGrace)
@@ -385,10 +375,23 @@ func connectNATS(url string, log *slog.Logger, stack *stopStack) (*nats.Conn, er
 	return nc, nil
 }
 
-// startHTTP serves the API, the metrics and the health checks: /healthz
+// stopBudget is what a stop gives the services beyond the workers' drain
+// grace: the outcomes being recorded, the feed's consumers saving their
+// places, the HTTP server's last answers.
+const stopBudget = 20 * time.Second
+
+// httpService serves the API, the metrics and the health checks: /healthz
 // answers while the process runs, /readyz only while the database answers
-// and the workers have subscribed.
-func startHTTP(addr string, api http.Handler, db *pgxpool.Pool, reg *prometheus.Registry, ready *atomic.Bool, log *slog.Logger) (*http.Server, error) {
+// and every service has started.
+type httpService struct {
+	srv *http.Server
+	l   net.Listener
+	log *slog.Logger
+}
+
+// newHTTPService listens on addr, so the address is known (and taken)
+// before the service starts.
+func newHTTPService(addr string, api http.Handler, db *pgxpool.Pool, reg *prometheus.Registry, ready *atomic.Bool, log *slog.Logger) (*httpService, error) {
 	mux := http.NewServeMux()
 	mux.Handle(httpapi.Prefix+"/", api)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
@@ -420,10 +423,27 @@ func startHTTP(addr string, api http.Handler, db *pgxpool.Pool, reg *prometheus.
 		IdleTimeout:       2 * time.Minute,
 		MaxHeaderBytes:    64 << 10,
 	}
+	return &httpService{srv: srv, l: l, log: log}, nil
+}
+
+func (h *httpService) addr() string { return h.srv.Addr }
+
+// Start serves on the listener.
+func (h *httpService) Start(context.Context) error {
 	go func() {
-		if err := srv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			log.Error("http server", "err", err)
+		if err := h.srv.Serve(h.l); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			h.log.Error("http server", "err", err)
 		}
 	}()
-	return srv, nil
+	return nil
+}
+
+// Stop lets the requests being served finish within ctx, then closes; the
+// listener is closed even when the service never started.
+func (h *httpService) Stop(ctx context.Context) {
+	if err := h.srv.Shutdown(ctx); err != nil {
+		h.log.Warn("http server stop", "err", err)
+		_ = h.srv.Close()
+	}
+	_ = h.l.Close()
 }
