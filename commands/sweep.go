@@ -57,7 +57,7 @@ func (w *Writer) sweepStep(ctx context.Context, verb string, deliveryID uuid.UUI
 		return "", fmt.Errorf("%s delivery %s: %w", verb, deliveryID, err)
 	}
 	var kind journal.Kind
-	_, err = w.run(ctx, delivery(deliveryID), func(m *projection.Message, now time.Time) (*change, error) {
+	_, err = w.run(ctx, delivery(deliveryID), func(m *projection.Message, _ *projection.LaneBook, now time.Time) (*change, error) {
 		kind = ""
 		c := newChange(m)
 		d := c.after.Delivery(deliveryID)

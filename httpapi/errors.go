@@ -29,6 +29,7 @@ const (
 	CodeTargetInUse          = "TARGET_IN_USE"
 	CodeNotRedispatchable    = "NOT_REDISPATCHABLE"
 	CodeNotRedeliverable     = "NOT_REDELIVERABLE"
+	CodeNotSkippable         = "NOT_SKIPPABLE"
 	CodeReceiptRefused       = "RECEIPT_REFUSED"
 	CodeConflict             = "CONFLICT"
 	CodePayloadTooLarge      = "PAYLOAD_TOO_LARGE"
@@ -190,6 +191,8 @@ func failureOf(err error) failure {
 			return f(http.StatusConflict, CodeNotRedispatchable, ErrorDetails{Stage: state.State, Allowed: state.Allowed})
 		case commands.ErrNotRedeliverable:
 			return f(http.StatusConflict, CodeNotRedeliverable, ErrorDetails{State: state.State, Allowed: state.Allowed})
+		case commands.ErrNotSkippable:
+			return f(http.StatusConflict, CodeNotSkippable, ErrorDetails{State: state.State, Allowed: state.Allowed})
 		case commands.ErrReceiptRefused:
 			return f(http.StatusConflict, CodeReceiptRefused, ErrorDetails{State: state.State, Allowed: state.Allowed})
 		}

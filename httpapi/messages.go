@@ -49,7 +49,7 @@ func (s *Server) ingest(w http.ResponseWriter, r *http.Request) error {
 // request at once: the payload's, and those the Writer would find.
 func newMessage(req IngestRequest) (commands.NewMessage, error) {
 	in := commands.NewMessage{Source: req.Source, From: req.From, To: req.To,
-		ContentType: req.ContentType, IdempotencyKey: req.IdempotencyKey}
+		ContentType: req.ContentType, IdempotencyKey: req.IdempotencyKey, OrderingKey: req.OrderingKey}
 	var errs []error
 	switch {
 	case req.Payload != nil && req.PayloadBase64 != nil:
@@ -75,7 +75,7 @@ func newMessage(req IngestRequest) (commands.NewMessage, error) {
 		// The Writer's check of the other fields, which it would run
 		// only once the payload is right.
 		accepted := journal.MessageAccepted{Source: in.Source, From: in.From, To: in.To, ContentType: in.ContentType,
-			PayloadSHA256: strings.Repeat("0", 64), IdempotencyKey: in.IdempotencyKey}
+			PayloadSHA256: strings.Repeat("0", 64), IdempotencyKey: in.IdempotencyKey, OrderingKey: in.OrderingKey}
 		if accepted.ContentType == "" {
 			accepted.ContentType = "application/octet-stream"
 		}
@@ -325,6 +325,31 @@ func (s *Server) redeliver(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	s.log.Info("delivery redelivered", "message_id", id, "delivery_id", deliveryID, "operator", operator)
+	writeJSON(w, http.StatusOK, messageOf(m))
+	return nil
+}
+
+// skip settles a delivery without sending it, for an operator, with the
+// reason the body may give.
+func (s *Server) skip(w http.ResponseWriter, r *http.Request) error {
+	id, err := pathID(r, "id")
+	if err != nil {
+		return err
+	}
+	deliveryID, err := pathID(r, "delivery_id")
+	if err != nil {
+		return err
+	}
+	var req SkipRequest
+	if err := s.readJSON(w, r, &req, true); err != nil {
+		return err
+	}
+	operator := identity(r).Name
+	m, err := s.cfg.Writer.Skip(r.Context(), id, deliveryID, req.Reason, operator)
+	if err != nil {
+		return err
+	}
+	s.log.Info("delivery skipped", "message_id", id, "delivery_id", deliveryID, "operator", operator)
 	writeJSON(w, http.StatusOK, messageOf(m))
 	return nil
 }

@@ -46,6 +46,17 @@ func fastSamples() []Payload {
 		&ReceiptRefused{Positive: true, Detail: "d", Reason: "not awaited"},
 		&ReceiptTimedOut{Deadline: at, Reason: "overdue"},
 		&DeliveryRedelivered{DispatchCount: 1, NextDue: at},
+		&DeliveryRedelivered{DispatchCount: 1, NextDue: at, Lane: Lane{LaneSeq: 7, Blocked: true}},
+		&MessageAccepted{Source: "erp", From: "a", To: "b", ContentType: "text/plain", PayloadSize: 1,
+			PayloadSHA256: strings.Repeat("ab", 32), OrderingKey: "patient 42"},
+		&MessageDispatched{NewDeliveries: NewDeliveries{Deliveries: []NewDelivery{
+			{ID: tok, Seq: 1, Target: "alpha", Lane: Lane{LaneSeq: 1 << 40}},
+			{ID: uuid.New(), Seq: 2, Target: "beta", Lane: Lane{LaneSeq: 3, Blocked: true, Continue: true}}}, NextDue: at}},
+		&DeliveryUnblocked{DispatchCount: 1, NextDue: at, After: tok},
+		&DeliveryUnblocked{DispatchCount: 1, NextDue: at},
+		&DeliverySkipped{},
+		&DeliverySkipped{Reason: "sent by hand"},
+		&DeliveryLaneHeld{Waiting: 3, Since: at},
 	}
 }
 
