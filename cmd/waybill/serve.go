@@ -26,6 +26,7 @@ import (
 	"github.com/waybill/waybill/alerts"
 	"github.com/waybill/waybill/auth"
 	"github.com/waybill/waybill/commands"
+	"github.com/waybill/waybill/console"
 	"github.com/waybill/waybill/httpapi"
 	"github.com/waybill/waybill/natsserver"
 	"github.com/waybill/waybill/pgserver"
@@ -173,8 +174,12 @@ func serve(ctx context.Context, cfg *serveConfig, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	ui, err := console.New(console.Config{Writer: w, DB: db, Tokens: tokens, Logger: log, OnConfigChange: rt.ConfigChanged})
+	if err != nil {
+		return err
+	}
 	var ready atomic.Bool
-	srv, err := startHTTP(cfg.listen, api, db, reg, &ready, log)
+	srv, err := startHTTP(cfg.listen, api, ui, db, reg, &ready, log)
 	if err != nil {
 		return err
 	}
@@ -225,11 +230,14 @@ func serve(ctx context.Context, cfg *serveConfig, stderr io.Writer) error {
 	stack.push(func() { ready.Store(false) })
 
 	ready.Store(true)
-	log.Info("waybill serving", "api", "http://"+srv.Addr+"/api/v1", "metrics", "http://"+srv.Addr+"/metrics")
+	log.Info("waybill serving", "api", "http://"+srv.Addr+"/api/v1", "console", "http://"+srv.Addr+console.Prefix,
+		"metrics", "http://"+srv.Addr+"/metrics")
 	if firstStart {
 		abs, _ := filepath.Abs(tokenFile)
-		fmt.Fprintf(stderr, "\nWaybill is up: the API is at http://%s/api/v1\nThe admin token is in %s (readable only by its owner):\n  curl -H \"Authorization: Bearer $(cat %s)\" http://%s/api/v1/stats\n\n",
-			srv.Addr, abs, abs, srv.Addr)
+		fmt.Fprintf(stderr, "\nWaybill is up: the API is at http://%s/api/v1, the console at http://%s/ui/\n"+
+			"The admin token is in %s (readable only by its owner); the console's sign-in takes it, and so does the API:\n"+
+			"  curl -H \"Authorization: Bearer $(cat %s)\" http://%s/api/v1/stats\n\n",
+			srv.Addr, srv.Addr, abs, abs, srv.Addr)
 	}
 	<-ctx.Done()
 	log.Info("stopping: no more claims; attempts in flight get the drain grace", "drain_grace", cfg.drainGrace)
@@ -347,12 +355,14 @@ func connectNATS(url string, log *slog.Logger, stack *stopStack) (*nats.Conn, er
 	return nc, nil
 }
 
-// startHTTP serves the API, the metrics and the health checks: /healthz
-// answers while the process runs, /readyz only while the database answers
-// and the workers have subscribed.
-func startHTTP(addr string, api http.Handler, db *pgxpool.Pool, reg *prometheus.Registry, ready *atomic.Bool, log *slog.Logger) (*http.Server, error) {
+// startHTTP serves the API, the console, the metrics and the health
+// checks: /healthz answers while the process runs, /readyz only while the
+// database answers and the workers have subscribed.
+func startHTTP(addr string, api http.Handler, ui *console.Console, db *pgxpool.Pool, reg *prometheus.Registry, ready *atomic.Bool, log *slog.Logger) (*http.Server, error) {
 	mux := http.NewServeMux()
 	mux.Handle(httpapi.Prefix+"/", api)
+	mux.Handle(console.Prefix, ui)
+	mux.Handle("GET /{$}", http.RedirectHandler(console.Prefix, http.StatusSeeOther))
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprintln(w, "ok")
@@ -382,6 +392,8 @@ func startHTTP(addr string, api http.Handler, db *pgxpool.Pool, reg *prometheus.
 		IdleTimeout:       2 * time.Minute,
 		MaxHeaderBytes:    64 << 10,
 	}
+	// A live history is a request that never ends on its own.
+	srv.RegisterOnShutdown(ui.Close)
 	go func() {
 		if err := srv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			log.Error("http server", "err", err)
