@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/http"
 	"net/url"
+	"path"
 	"strings"
 	"time"
 
@@ -90,7 +91,7 @@ func (c *Console) signout(w http.ResponseWriter, r *http.Request, s *auth.Sessio
 func localNext(next string) string {
 	u, err := url.Parse(next)
 	if err != nil || u.Scheme != "" || u.Host != "" || u.User != nil || !strings.HasPrefix(u.Path, Prefix) ||
-		strings.Contains(next, `\`) || strings.HasPrefix(next, "//") {
+		path.Clean(u.Path) != strings.TrimSuffix(u.Path, "/") || strings.Contains(next, `\`) || strings.HasPrefix(next, "//") {
 		return Prefix
 	}
 	return u.RequestURI()
