@@ -28,7 +28,7 @@ func TestRedeliverAsksThenActs(t *testing.T) {
 	action := page + "/deliveries/" + d.ID.String() + "/redeliver"
 	c.get(t, page).want(t, http.StatusOK).has(t, `href="`+action+`"`, `aria-label="Redeliver to billing"`)
 	before := b.journalLength(t)
-	c.get(t, action).want(t, http.StatusOK).has(t, "Redeliver message "+m.ID.String()+" to billing?", "Failed after 1 attempts")
+	c.get(t, action).want(t, http.StatusOK).has(t, "Redeliver message "+m.ID.String()+" to billing?", "is failed after 1 attempt.")
 	if b.journalLength(t) != before {
 		t.Fatal("asking changed the journal")
 	}

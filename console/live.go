@@ -27,11 +27,11 @@ type liveView struct {
 
 // live follows a message's history as server-sent events: every
 // LivePoll it reads the message's events after the last one sent, on the
-// journal's (stream, version) key, and sends their rows with the message's
-// summary and deliveries as they are now, which replace those on the page.
-// A message's events commit in version order, so none is missed. Each
-// event of the stream carries the last version it holds as its id, for
-// the browser to resume from.
+// journal's (stream, version) key, and sends their rows (event "history")
+// and the message's summary and deliveries as they are now (event "state"),
+// which replace those on the page. A message's events commit in version
+// order, so none is missed. The state event carries the last version sent
+// as its id, for the browser to resume from.
 func (c *Console) live(w http.ResponseWriter, r *http.Request, s *auth.Session) error {
 	id, err := pathID(r, "id")
 	if err != nil {
@@ -92,16 +92,21 @@ func (c *Console) live(w http.ResponseWriter, r *http.Request, s *auth.Session) 
 			}
 			return nil // the browser reconnects
 		}
-		var buf bytes.Buffer
-		err = c.views.pages["message"].ExecuteTemplate(&buf, "live", liveView{Events: events,
+		view := liveView{Events: events,
 			Summary:    summaryView{Message: m, Admin: admin, OOB: true},
-			Deliveries: deliveriesView{Message: m, Admin: admin, OOB: true}})
+			Deliveries: deliveriesView{Message: m, Admin: admin, OOB: true}}
+		var history, state bytes.Buffer
+		err = c.views.pages["message"].ExecuteTemplate(&history, "live-history", view)
+		if err == nil {
+			err = c.views.pages["message"].ExecuteTemplate(&state, "live-state", view)
+		}
 		if err != nil {
 			c.log.Error("console: render live history", "message_id", id, "err", err)
 			return nil
 		}
 		after = events[len(events)-1].Version
-		if _, err := fmt.Fprintf(w, "id: %d\n%s\n", after, sseData(buf.String())); err != nil {
+		if _, err := fmt.Fprintf(w, "event: history\n%s\nevent: state\nid: %d\n%s\n",
+			sseData(history.String()), after, sseData(state.String())); err != nil {
 			return nil
 		}
 		if err := rc.Flush(); err != nil {

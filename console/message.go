@@ -249,8 +249,8 @@ func (c *Console) redeliver(w http.ResponseWriter, r *http.Request, s *auth.Sess
 		v.Danger = true
 	} else {
 		v.Question = fmt.Sprintf("Redeliver message %s to %s?", id, d.Target)
-		v.Explanation = fmt.Sprintf("The delivery to %s is %s after %d attempts. Redelivering queues it again now, with a fresh retry budget.",
-			d.Target, d.State.Label(), d.Attempts)
+		v.Explanation = fmt.Sprintf("The delivery to %s is %s %s. Redelivering queues it again now, with a fresh retry budget.",
+			d.Target, strings.ToLower(d.State.Label()), attemptsText(d.Attempts))
 	}
 	return c.confirm(w, r, v.Button, v, func() (string, error) {
 		if _, err := c.cfg.Writer.Redeliver(r.Context(), id, deliveryID, s.Name); err != nil {
@@ -259,6 +259,17 @@ func (c *Console) redeliver(w http.ResponseWriter, r *http.Request, s *auth.Sess
 		c.log.Info("delivery redelivered", "message_id", id, "delivery_id", deliveryID, "operator", s.Name, "via", "console")
 		return fmt.Sprintf("The delivery to %s is queued again.", d.Target), nil
 	})
+}
+
+// attemptsText says how many attempts came before.
+func attemptsText(n int) string {
+	switch n {
+	case 0:
+		return "before any attempt"
+	case 1:
+		return "after 1 attempt"
+	}
+	return fmt.Sprintf("after %d attempts", n)
 }
 
 // pathID reads a UUID from the path; a page whose id is not one is not

@@ -242,12 +242,17 @@ func TestLiveHistoryFollowsTheJournal(t *testing.T) {
 		t.Fatalf("first event %q", ev)
 	}
 	b.settle(t, d.ID, lifecycle.Failed("400 Bad Request"))
-	ev := next(events)
-	for _, want := range []string{"id: 4\n", `data: <tr id="event-3">`, `<tr id="event-4">`, "delivery.attempted",
-		`data: <tbody id="deliveries" hx-swap-oob="true">`, `data: <tr id="delivery-` + d.ID.String() + `">`,
-		`<span class="badge tone-bad">Failed</span>`, `data: <div id="summary" hx-swap-oob="true">`, "Redeliver to billing"} {
-		if !strings.Contains(ev, want) {
-			t.Errorf("the event lacks %q:\n%s", want, ev)
+	history, state := next(events), next(events)
+	for _, want := range []string{"event: history\n", `data: <tr id="event-3">`, `<tr id="event-4">`, "delivery.attempted"} {
+		if !strings.Contains(history, want) {
+			t.Errorf("the history event lacks %q:\n%s", want, history)
+		}
+	}
+	for _, want := range []string{"event: state\nid: 4\n", `data: <div id="deliveries" class="scroll" hx-swap-oob="true">`,
+		`data: <tr id="delivery-` + d.ID.String() + `">`, `<span class="badge tone-bad">Failed</span>`,
+		`data: <div id="summary" hx-swap-oob="true">`, "Redeliver to billing"} {
+		if !strings.Contains(state, want) {
+			t.Errorf("the state event lacks %q:\n%s", want, state)
 		}
 	}
 
@@ -257,8 +262,11 @@ func TestLiveHistoryFollowsTheJournal(t *testing.T) {
 	}
 	_, again := open("0", "4")
 	next(again) // retry
-	if ev := next(again); !strings.Contains(ev, "id: 5\n") || strings.Contains(ev, `id="event-4"`) || !strings.Contains(ev, `id="event-5"`) {
+	if ev := next(again); strings.Contains(ev, `id="event-4"`) || !strings.Contains(ev, `id="event-5"`) {
 		t.Errorf("resumed after 4:\n%s", ev)
+	}
+	if ev := next(again); !strings.Contains(ev, "id: 5\n") {
+		t.Errorf("resumed after 4, the state:\n%s", ev)
 	}
 
 	// A stream ends with the console.
