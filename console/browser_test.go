@@ -328,6 +328,7 @@ func TestInTheBrowser(t *testing.T) {
 
 	t.Run("filtered list", func(t *testing.T) {
 		br.open(t, "/ui/messages")
+		br.shot(t, "messages")
 		br.do(t, chromedp.SetValue(chromedp.CSS("#f-status"), "error"), chromedp.SendKeys(chromedp.CSS("#f-source"), "erp"))
 		br.load(t, chromedp.Click(chromedp.CSS("form.filters button[type=submit]")))
 		if got := eval[string](t, br, `location.search`); !strings.Contains(got, "status=error") || !strings.Contains(got, "source=erp") {
@@ -336,7 +337,7 @@ func TestInTheBrowser(t *testing.T) {
 		if n := eval[int](t, br, `document.querySelectorAll("#messages tbody tr").length`); n != sc.errors {
 			t.Errorf("%d messages in error listed, want %d", n, sc.errors)
 		}
-		br.shot(t, "messages")
+		br.shot(t, "messages-filtered")
 	})
 
 	t.Run("message page", func(t *testing.T) {

@@ -138,3 +138,14 @@ func TestPreviewOf(t *testing.T) {
 		}
 	}
 }
+
+func TestNewRefusesABadConfig(t *testing.T) {
+	t.Parallel()
+	_, err := New(Config{SessionTTL: time.Second, LivePoll: time.Hour})
+	for _, want := range []string{"Config.Writer is required", "Config.DB is required", "Config.Tokens is required",
+		"Config.SessionTTL is 1s", "Config.LivePoll is 1h0m0s"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("New's error %v lacks %q", err, want)
+		}
+	}
+}
