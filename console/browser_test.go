@@ -306,6 +306,20 @@ func TestInTheBrowser(t *testing.T) {
 			}
 		}
 		br.shot(t, "dashboard")
+		// The first key press reaches the link past the bar.
+		br.do(t, chromedp.KeyEvent(kb.Tab))
+		if got := eval[string](t, br, `document.activeElement.textContent`); got != "Skip to content" {
+			t.Errorf("the first Tab reaches %q", got)
+		}
+		// A refresh of the figures keeps the focus where it was.
+		br.do(t, chromedp.Focus(chromedp.CSS(".card:nth-child(4) a")))
+		ctx, cancel := context.WithTimeout(br.ctx, 30*time.Second)
+		defer cancel()
+		focused, err := chromedp.Run(ctx, chromedp.Evaluate[string](`htmx.ajax("GET", "/ui/",
+			{target: "#figures", select: "#figures", swap: "outerHTML"}).then(() => document.activeElement.textContent)`, chromedp.EvalAwaitPromise))
+		if err != nil || focused != "Every message of the last 7 days" {
+			t.Errorf("after a refresh the focus is on %q (%v)", focused, err)
+		}
 		br.do(t, chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
 			_, err := chromedp.Call(ctx, emulation.SetEmulatedMedia, emulation.SetEmulatedMediaParams{
 				Features: []*emulation.MediaFeature{{Name: "prefers-color-scheme", Value: "dark"}}})
@@ -319,11 +333,6 @@ func TestInTheBrowser(t *testing.T) {
 			_, err := chromedp.Call(ctx, emulation.SetEmulatedMedia, emulation.SetEmulatedMediaParams{})
 			return err
 		}))
-		// The first key press reaches the link past the bar.
-		br.do(t, chromedp.KeyEvent(kb.Tab))
-		if got := eval[string](t, br, `document.activeElement.textContent`); got != "Skip to content" {
-			t.Errorf("the first Tab reaches %q", got)
-		}
 	})
 
 	t.Run("filtered list", func(t *testing.T) {
