@@ -147,6 +147,19 @@ func fieldError(field, problem string) error {
 	return invalid(&lifecycle.FieldError{Field: field, Problem: problem})
 }
 
+// Refusal is how the API answers err: the status and the envelope's body.
+// The console shows a refused action with the same words.
+func Refusal(err error) (status int, body ErrorBody) {
+	f := failureOf(err)
+	return f.status, f.body
+}
+
+// Forbidden is the refusal of a request that needs what role does not
+// allow: 403 FORBIDDEN, with the role and the permission named.
+func Forbidden(role auth.Role, needs auth.Permission) error {
+	return &forbiddenError{role: role, needs: needs}
+}
+
 // failure is how an error is answered.
 type failure struct {
 	status int

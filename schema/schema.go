@@ -272,6 +272,9 @@ func Ensure(ctx context.Context, db *pgxpool.Pool) error {
 		if _, err := tx.Exec(ctx, tokensDDL); err != nil {
 			return fmt.Errorf("create tokens table: %w", err)
 		}
+		if _, err := tx.Exec(ctx, sessionsDDL); err != nil {
+			return fmt.Errorf("create console sessions table: %w", err)
+		}
 		if _, err := tx.Exec(ctx, projectionTablesDDL); err != nil {
 			return fmt.Errorf("create projection tables: %w", err)
 		}
