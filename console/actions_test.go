@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/waybill/waybill/commands"
+	"github.com/waybill/waybill/auth"
 	"github.com/waybill/waybill/httpapi"
 	"github.com/waybill/waybill/lifecycle"
 	"github.com/waybill/waybill/projection"
@@ -120,7 +121,7 @@ func TestReaderSeesNoActionAndIsRefusedOne(t *testing.T) {
 	// The server refuses the actions anyway, with the API's reason, and
 	// changes nothing.
 	before := b.journalLength(t)
-	_, body := httpapi.Refusal(httpapi.Forbidden("reader", 2))
+	_, body := httpapi.Refusal(httpapi.Forbidden(auth.RoleReader, auth.Administer))
 	for _, action := range actions {
 		if action != "/ui/routes" && action != "/ui/settings" {
 			c.get(t, action).want(t, http.StatusForbidden).has(t, "a token of role reader may not administer")
