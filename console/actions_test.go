@@ -9,8 +9,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/waybill/waybill/commands"
 	"github.com/waybill/waybill/auth"
+	"github.com/waybill/waybill/commands"
 	"github.com/waybill/waybill/httpapi"
 	"github.com/waybill/waybill/lifecycle"
 	"github.com/waybill/waybill/projection"

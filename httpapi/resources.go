@@ -42,11 +42,11 @@ type Message struct {
 	Status lifecycle.MessageStatus `json:"status"`
 	// Error is why the message was refused, or the last error of its first
 	// failed (else stalled) delivery; null when there is none.
-	Error         *string    `json:"error"`
-	CreatedAt     time.Time  `json:"created_at"`
-	UpdatedAt     time.Time  `json:"updated_at"`
-	PayloadSize   int64      `json:"payload_size"`
-	PayloadSHA256 string     `json:"payload_sha256"`
+	Error         *string   `json:"error"`
+	CreatedAt     time.Time `json:"created_at"`
+	UpdatedAt     time.Time `json:"updated_at"`
+	PayloadSize   int64     `json:"payload_size"`
+	PayloadSHA256 string    `json:"payload_sha256"`
 	// OrderingKey is the message's ordering key; null when it has none.
 	OrderingKey *string    `json:"ordering_key"`
 	Deliveries  []Delivery `json:"deliveries"`

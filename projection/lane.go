@@ -80,7 +80,7 @@ type LaneBook struct {
 	policy func(target string) lifecycle.Ordering
 	// delivery is a delivery as the fold has it now, nil when unknown.
 	delivery func(message, delivery uuid.UUID) *Delivery
-	lanes map[LaneID]*laneState
+	lanes    map[LaneID]*laneState
 	// whole says every waiting delivery of every lane is known, as in a
 	// fold of the whole journal; a command knows only what it read.
 	whole   bool

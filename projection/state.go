@@ -21,11 +21,11 @@ type Message struct {
 	IdempotencyKey string
 	// OrderingKey puts the message's deliveries to fifo targets in lanes.
 	OrderingKey   string
-	PayloadSize    int64
-	PayloadSHA256  string
-	Stage          lifecycle.MessageStage
-	Refusal        lifecycle.Refusal
-	Status         lifecycle.MessageStatus
+	PayloadSize   int64
+	PayloadSHA256 string
+	Stage         lifecycle.MessageStage
+	Refusal       lifecycle.Refusal
+	Status        lifecycle.MessageStatus
 	// Error is the refusal's reason, or the last error of the first failed
 	// delivery, else of the first stalled one.
 	Error string
@@ -53,7 +53,7 @@ type Delivery struct {
 	LaneKey      string
 	LaneSeq      int64
 	LaneContinue bool
-	State   lifecycle.DeliveryState
+	State        lifecycle.DeliveryState
 	// Attempts counts the claims whose attempt started.
 	Attempts int
 	// DispatchCount counts the wake-ups since the last claim.
