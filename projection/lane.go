@@ -135,6 +135,15 @@ func (b *LaneBook) Place(target, key string) (journal.Lane, error) {
 	return journal.Lane{LaneSeq: l.LastSeq + 1, Blocked: !l.empty(), Continue: policy.OnFailure == lifecycle.OnFailureContinue}, nil
 }
 
+// Lane returns a lane's state.
+func (b *LaneBook) Lane(id LaneID) (Lane, error) {
+	l, err := b.lane(id)
+	if err != nil {
+		return Lane{}, err
+	}
+	return l.Lane, nil
+}
+
 // Head reports whether the delivery holds its lane: it is the lane's head
 // and has not settled for it.
 func (b *LaneBook) Head(id LaneID, delivery uuid.UUID) (bool, error) {
