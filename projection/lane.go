@@ -311,7 +311,7 @@ func (b *LaneBook) Apply(e journal.Event, m *Message) error {
 		}
 		return nil
 	}
-	if e.OldState == lifecycle.StateBlocked {
+	if e.OldState == lifecycle.StateBlocked && e.NewState != lifecycle.StateBlocked {
 		// A delivery skipped while it waited leaves the lane.
 		return b.leave(id, l, d.ID)
 	}
