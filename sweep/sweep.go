@@ -161,7 +161,7 @@ var (
 	releaseSQL = `SELECT d.id FROM lanes l, LATERAL (SELECT id FROM deliveries d
 			WHERE d.target = l.target AND d.lane_key = l.ordering_key AND ` + lifecycle.UnblockRule.StatesSQL("d") + `
 			ORDER BY d.lane_seq LIMIT $2) d
-		WHERE l.waiting > 0 AND NOT (l.target = ANY($1)) LIMIT $2`
+		WHERE l.waiting > 0 AND NOT (l.target = ANY(coalesce($1::text[], '{}'))) LIMIT $2`
 	// heldSQL finds the heads of the lanes of the targets $1, each with its
 	// head_alert_after $2, that have kept deliveries waiting that long at
 	// $3, and were not reported yet.
