@@ -102,3 +102,18 @@ func TestSkipAndLanes(t *testing.T) {
 	b.unchanged(t, before)
 	dbtest.Audit(t, b.db)
 }
+
+func TestListByOrderingKey(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.target(t, "hl7", nil)
+	a := b.ingest(t, ingestToken, httpapi.IngestRequest{OrderingKey: "p-1"})
+	b.ingest(t, ingestToken, httpapi.IngestRequest{OrderingKey: "p-2"})
+	b.ingest(t, ingestToken, httpapi.IngestRequest{})
+	var page httpapi.MessageList
+	b.admin(t, http.MethodGet, "/messages?ordering_key=p-1", nil).want(t, http.StatusOK, &page)
+	if len(page.Items) != 1 || page.Items[0].ID != a.ID {
+		t.Errorf("by ordering key: %+v", page.Items)
+	}
+	b.admin(t, http.MethodGet, "/messages?ordering_key="+strings.Repeat("k", 201), nil).invalidField(t, "ordering_key")
+}

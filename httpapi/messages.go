@@ -91,7 +91,7 @@ const (
 
 // listMessages pages the messages newest first (projection.ListMessages).
 func (s *Server) listMessages(w http.ResponseWriter, r *http.Request) error {
-	q, err := query(r, "status", "source", "target", "created_after", "created_before", "limit", "cursor")
+	q, err := query(r, "status", "source", "target", "ordering_key", "created_after", "created_before", "limit", "cursor")
 	if err != nil {
 		return err
 	}
@@ -109,6 +109,9 @@ func (s *Server) listMessages(w http.ResponseWriter, r *http.Request) error {
 	}
 	if f.Target = q.Get("target"); f.Target != "" {
 		errs = append(errs, lifecycle.CheckName("target", f.Target))
+	}
+	if f.OrderingKey = q.Get("ordering_key"); f.OrderingKey != "" {
+		errs = append(errs, lifecycle.CheckOrderingKey("ordering_key", f.OrderingKey))
 	}
 	for _, p := range []struct {
 		name string

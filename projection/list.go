@@ -23,6 +23,8 @@ type MessageFilter struct {
 	Source string
 	// Target keeps the messages with a delivery to it.
 	Target string
+	// OrderingKey keeps the messages with that ordering key.
+	OrderingKey string
 	// CreatedAfter and CreatedBefore bound created_at, both exclusive.
 	CreatedAfter, CreatedBefore time.Time
 	// Limit is the page's size; at least 1.
@@ -73,7 +75,8 @@ type TxBeginner interface {
 // (created_at, id) descending, each with all its deliveries, and the
 // cursor of the next page (nil on the last). It walks the messages_created
 // index or, with a status or source, messages_status_created or
-// messages_source_created. With a target it walks that target's deliveries
+// messages_source_created, or with an ordering key
+// messages_ordering_key_created. With a target it walks that target's deliveries
 // on deliveries_target_message, which holds their messages' (created_at,
 // id), so a target with few messages costs no more than one with many.
 func ListMessages(ctx context.Context, db TxBeginner, f MessageFilter) ([]*Message, *Cursor, error) {
@@ -95,6 +98,9 @@ func ListMessages(ctx context.Context, db TxBeginner, f MessageFilter) ([]*Messa
 	}
 	if f.Source != "" {
 		where = append(where, "m.source = "+arg(f.Source))
+	}
+	if f.OrderingKey != "" {
+		where = append(where, "m.ordering_key = "+arg(f.OrderingKey))
 	}
 	if !f.CreatedAfter.IsZero() {
 		where = append(where, createdAt+" > "+arg(f.CreatedAfter))
