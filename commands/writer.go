@@ -148,9 +148,14 @@ type decision func(m *projection.Message, lanes *projection.LaneBook, now time.T
 // it was read when decide wrote nothing, and publishes the change's
 // wake-ups once it is committed.
 func (w *Writer) run(ctx context.Context, on subject, decide decision) (*projection.Message, error) {
-	o := &op{ctx: ctx, on: on, decide: decide, done: make(chan bool, 2), key: on.messageID}
-	if on.deliveryID != uuid.Nil {
-		o.key = w.owner(on.deliveryID)
+	return w.runOp(&op{ctx: ctx, on: on, decide: decide})
+}
+
+// runOp runs o as run does.
+func (w *Writer) runOp(o *op) (*projection.Message, error) {
+	o.done, o.key = make(chan bool, 2), o.on.messageID
+	if o.on.deliveryID != uuid.Nil {
+		o.key = w.owner(o.on.deliveryID)
 	}
 	w.batches.do(o, w.runBatch)
 	if o.err != nil {

@@ -48,7 +48,7 @@ func TestRedeliverAsksThenActs(t *testing.T) {
 	// Queued, it is refused with the API's reason, and nothing changes.
 	before = b.journalLength(t)
 	a := c.post(t, action, nil).want(t, http.StatusConflict)
-	_, err = b.w.Redeliver(b.ctx, m.ID, d.ID, "alice")
+	_, err = b.w.Redeliver(b.ctx, m.ID, d.ID, commands.Action{Operator: "alice"})
 	var state *commands.StateError
 	if !errors.As(err, &state) {
 		t.Fatalf("the Writer's answer %v", err)

@@ -204,7 +204,7 @@ func (c *Console) redispatch(w http.ResponseWriter, r *http.Request, s *auth.Ses
 		Back:   "/ui/messages/" + id.String(),
 	}
 	return c.confirm(w, r, "Redispatch", v, func() (string, error) {
-		after, err := c.cfg.Writer.Redispatch(r.Context(), id, s.Name)
+		after, err := c.cfg.Writer.Redispatch(r.Context(), id, commands.Action{Operator: s.Name})
 		if err != nil {
 			return "", err
 		}
@@ -253,7 +253,7 @@ func (c *Console) redeliver(w http.ResponseWriter, r *http.Request, s *auth.Sess
 			d.Target, strings.ToLower(d.State.Label()), attemptsText(d.Attempts))
 	}
 	return c.confirm(w, r, v.Button, v, func() (string, error) {
-		if _, err := c.cfg.Writer.Redeliver(r.Context(), id, deliveryID, s.Name); err != nil {
+		if _, err := c.cfg.Writer.Redeliver(r.Context(), id, deliveryID, commands.Action{Operator: s.Name}); err != nil {
 			return "", err
 		}
 		c.log.Info("delivery redelivered", "message_id", id, "delivery_id", deliveryID, "operator", s.Name, "via", "console")

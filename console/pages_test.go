@@ -257,7 +257,7 @@ func TestLiveHistoryFollowsTheJournal(t *testing.T) {
 	}
 
 	// A browser that reconnects resumes after the last event it has.
-	if _, err := b.w.Redeliver(b.ctx, m.ID, d.ID, "alice"); err != nil {
+	if _, err := b.w.Redeliver(b.ctx, m.ID, d.ID, commands.Action{Operator: "alice"}); err != nil {
 		t.Fatal(err)
 	}
 	_, again := open("0", "4")

@@ -47,8 +47,8 @@ func (s *Server) ingest(w http.ResponseWriter, r *http.Request) error {
 // newMessage is the message a request hands in, or every problem of the
 // request at once: the payload's, and those the Writer would find.
 func newMessage(req IngestRequest) (commands.NewMessage, error) {
-	in := commands.NewMessage{Source: req.Source, From: req.From, To: req.To,
-		ContentType: req.ContentType, IdempotencyKey: req.IdempotencyKey, OrderingKey: req.OrderingKey}
+	in := commands.NewMessage{Source: req.Source, From: req.From, To: req.To, ContentType: req.ContentType,
+		IdempotencyKey: req.IdempotencyKey, OrderingKey: req.OrderingKey, DuplicateKey: req.DuplicateKey}
 	var errs []error
 	switch {
 	case req.Payload != nil && req.PayloadBase64 != nil:
@@ -74,7 +74,8 @@ func newMessage(req IngestRequest) (commands.NewMessage, error) {
 		// The Writer's check of the other fields, which it would run
 		// only once the payload is right.
 		accepted := journal.MessageAccepted{Source: in.Source, From: in.From, To: in.To, ContentType: in.ContentType,
-			PayloadSHA256: strings.Repeat("0", 64), IdempotencyKey: in.IdempotencyKey, OrderingKey: in.OrderingKey}
+			PayloadSHA256: strings.Repeat("0", 64), IdempotencyKey: in.IdempotencyKey, OrderingKey: in.OrderingKey,
+			DuplicateKey: in.DuplicateKey}
 		if accepted.ContentType == "" {
 			accepted.ContentType = "application/octet-stream"
 		}
@@ -91,7 +92,8 @@ const (
 
 // listMessages pages the messages newest first (projection.ListMessages).
 func (s *Server) listMessages(w http.ResponseWriter, r *http.Request) error {
-	q, err := query(r, "status", "source", "target", "ordering_key", "created_after", "created_before", "limit", "cursor")
+	q, err := query(r, "status", "source", "target", "ordering_key", "possible_duplicate", "created_after", "created_before",
+		"limit", "cursor")
 	if err != nil {
 		return err
 	}
@@ -112,6 +114,11 @@ func (s *Server) listMessages(w http.ResponseWriter, r *http.Request) error {
 	}
 	if f.OrderingKey = q.Get("ordering_key"); f.OrderingKey != "" {
 		errs = append(errs, lifecycle.CheckOrderingKey("ordering_key", f.OrderingKey))
+	}
+	if v := q.Get("possible_duplicate"); v != "" {
+		if f.PossibleDuplicate, err = strconv.ParseBool(v); err != nil || !f.PossibleDuplicate {
+			errs = append(errs, &lifecycle.FieldError{Field: "possible_duplicate", Problem: fmt.Sprintf("%q: allowed is true", v)})
+		}
 	}
 	for _, p := range []struct {
 		name string
@@ -158,6 +165,7 @@ func (s *Server) getMessage(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	w.Header().Set("ETag", etag(m.Version))
 	writeJSON(w, http.StatusOK, messageOf(m))
 	return nil
 }
@@ -203,73 +211,6 @@ func (s *Server) getHistory(w http.ResponseWriter, r *http.Request) error {
 		out.Items[i] = historyOf(e)
 	}
 	writeJSON(w, http.StatusOK, out)
-	return nil
-}
-
-// redispatch matches the current routes again for a dispatched message.
-func (s *Server) redispatch(w http.ResponseWriter, r *http.Request) error {
-	id, err := pathID(r, "id")
-	if err != nil {
-		return err
-	}
-	if err := s.readJSON(w, r, &ActionRequest{}, true); err != nil {
-		return err
-	}
-	operator := identity(r).Name
-	m, err := s.cfg.Writer.Redispatch(r.Context(), id, operator)
-	if err != nil {
-		return err
-	}
-	s.log.Info("message redispatched", "message_id", id, "operator", operator, "deliveries", len(m.Deliveries))
-	writeJSON(w, http.StatusOK, messageOf(m))
-	return nil
-}
-
-// redeliver queues one delivery of the message again.
-func (s *Server) redeliver(w http.ResponseWriter, r *http.Request) error {
-	id, err := pathID(r, "id")
-	if err != nil {
-		return err
-	}
-	deliveryID, err := pathID(r, "delivery_id")
-	if err != nil {
-		return err
-	}
-	if err := s.readJSON(w, r, &ActionRequest{}, true); err != nil {
-		return err
-	}
-	operator := identity(r).Name
-	m, err := s.cfg.Writer.Redeliver(r.Context(), id, deliveryID, operator)
-	if err != nil {
-		return err
-	}
-	s.log.Info("delivery redelivered", "message_id", id, "delivery_id", deliveryID, "operator", operator)
-	writeJSON(w, http.StatusOK, messageOf(m))
-	return nil
-}
-
-// skip settles a delivery without sending it, for an operator, with the
-// reason the body may give.
-func (s *Server) skip(w http.ResponseWriter, r *http.Request) error {
-	id, err := pathID(r, "id")
-	if err != nil {
-		return err
-	}
-	deliveryID, err := pathID(r, "delivery_id")
-	if err != nil {
-		return err
-	}
-	var req SkipRequest
-	if err := s.readJSON(w, r, &req, true); err != nil {
-		return err
-	}
-	operator := identity(r).Name
-	m, err := s.cfg.Writer.Skip(r.Context(), id, deliveryID, req.Reason, operator)
-	if err != nil {
-		return err
-	}
-	s.log.Info("delivery skipped", "message_id", id, "delivery_id", deliveryID, "operator", operator)
-	writeJSON(w, http.StatusOK, messageOf(m))
 	return nil
 }
 

@@ -57,6 +57,14 @@ func fastSamples() []Payload {
 		&DeliverySkipped{},
 		&DeliverySkipped{Reason: "sent by hand"},
 		&DeliveryLaneHeld{Waiting: 3, Since: at},
+		&MessageAccepted{Source: "erp", From: "a", To: "b", ContentType: "text/plain", PayloadSize: 1,
+			PayloadSHA256: strings.Repeat("ab", 32), DuplicateKey: "MSH-10 42", PossibleDuplicateOf: tok},
+		&MessageRedispatched{NewDeliveries: nds, Operation: tok},
+		&MessageResent{Generation: 2, Superseded: []uuid.UUID{tok, uuid.New()}, NewDeliveries: nds, Reason: "fixed", Operation: tok},
+		&MessageResent{Generation: 3, Replay: true, NewDeliveries: NewDeliveries{Deliveries: []NewDelivery{}}},
+		&MessageResent{Generation: 3, Superseded: []uuid.UUID{}, NewDeliveries: nds},
+		&DeliveryRedelivered{DispatchCount: 1, NextDue: at, Operation: tok},
+		&DeliverySkipped{Reason: "r", Operation: tok},
 	}
 }
 

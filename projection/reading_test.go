@@ -139,7 +139,7 @@ func TestAuditSeesOneSnapshot(t *testing.T) {
 		if _, _, err := b.w.Ingest(b.ctx, commands.NewMessage{Source: "erp", From: "a", To: "b", Payload: []byte("w")}); err != nil {
 			t.Error(err)
 		}
-		if _, err := b.w.Redeliver(b.ctx, ms[0].ID, ms[0].Deliveries[0].ID, "admin"); err != nil {
+		if _, err := b.w.Redeliver(b.ctx, ms[0].ID, ms[0].Deliveries[0].ID, commands.Action{Operator: "admin"}); err != nil {
 			t.Error(err)
 		}
 	})
