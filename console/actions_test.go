@@ -8,6 +8,7 @@ import (
 	"net/url"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/waybill/waybill/auth"
 	"github.com/waybill/waybill/commands"
@@ -67,6 +68,72 @@ func TestRedeliverAsksThenActs(t *testing.T) {
 	c.post(t, action, nil).redirects(t, page)
 }
 
+func TestSkipAsksThenActsAndTheLaneMoves(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.fifo(t, "orders")
+	var ms []*projection.Message
+	for _, payload := range []string{"first", "second", "third"} {
+		ms = append(ms, b.ingestKeyed(t, "shop", "order 4711", payload))
+	}
+	head, next, last := ms[0], ms[1], ms[2]
+	c := b.signedIn(t, b.admin)
+	page := "/ui/messages/" + head.ID.String()
+	action := page + "/deliveries/" + head.Deliveries[0].ID.String() + "/skip"
+	c.get(t, page).want(t, http.StatusOK).has(t, `href="`+action+`"`, `aria-label="Skip the delivery to orders"`)
+
+	// One that waits is taken out of its lane; the confirmation says so.
+	waiting := "/ui/messages/" + last.ID.String() + "/deliveries/" + last.Deliveries[0].ID.String() + "/skip"
+	c.get(t, "/ui/messages/"+last.ID.String()).has(t, `href="`+waiting+`"`)
+	c.get(t, waiting).want(t, http.StatusOK).has(t, "It waits at place 3 of the lane of ordering key &#34;order 4711&#34;")
+
+	before := b.journalLength(t)
+	c.get(t, action).want(t, http.StatusOK).has(t,
+		"Skip the delivery of message "+head.ID.String()+" to orders?",
+		"The delivery to orders is queued before any attempt.",
+		"It holds the lane of ordering key &#34;order 4711&#34;: skipping it lets the next delivery of the lane go at once.",
+		`name="reason" value=""`, `class="danger" autofocus>Skip</button>`)
+	if b.journalLength(t) != before {
+		t.Fatal("asking changed the journal")
+	}
+	c.post(t, action, url.Values{"reason": {" cancelled at the till "}}).redirects(t, page)
+	c.get(t, page).want(t, http.StatusOK).has(t, "The delivery to orders is skipped.", "delivery.skipped",
+		"skipped by an operator: cancelled at the till", "operator:alice", `<span class="badge tone-neutral">Skipped</span>`)
+
+	// The lane moved: the next is queued and holds it.
+	got, err := projection.Load(b.ctx, b.db, next.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Deliveries[0].State != lifecycle.StateQueued {
+		t.Errorf("the next of the lane is %s after the skip", got.Deliveries[0].State)
+	}
+
+	// Skipped, it is refused with the API's reason, the reason kept in its
+	// field, and nothing changes.
+	before = b.journalLength(t)
+	a := c.post(t, action, url.Values{"reason": {"again"}}).want(t, http.StatusConflict)
+	_, err = b.w.Skip(b.ctx, head.ID, head.Deliveries[0].ID, "", "alice")
+	if !errors.Is(err, commands.ErrNotSkippable) {
+		t.Fatalf("the Writer's answer %v", err)
+	}
+	_, body := httpapi.Refusal(err)
+	a.has(t, html.EscapeString(body.Message), `role="alert"`, `name="reason" value="again"`)
+	if b.journalLength(t) != before {
+		t.Error("a refused skip changed the journal")
+	}
+	// A skipped delivery may be sent again, and may not be skipped.
+	c.get(t, page).has(t, `aria-label="Send again to orders"`).lacks(t, `href="`+action+`"`)
+
+	// One awaiting its receipt has been handed over; the confirmation
+	// says so.
+	b.target(t, "billing")
+	m := b.ingest(t, "hello")
+	b.settle(t, m.Deliveries[0].ID, lifecycle.AwaitingAck("sent", b.clock.Now().Add(time.Hour)))
+	c.get(t, "/ui/messages/"+m.ID.String()+"/deliveries/"+m.Deliveries[0].ID.String()+"/skip").want(t, http.StatusOK).
+		has(t, "billing has the message and its receipt is awaited.").lacks(t, "lane")
+}
+
 func TestRedispatchAddsWhatTheRoutesNowMatch(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
@@ -98,6 +165,7 @@ func TestReaderSeesNoActionAndIsRefusedOne(t *testing.T) {
 	actions := []string{
 		msg + "/redispatch",
 		msg + "/deliveries/" + d.ID.String() + "/redeliver",
+		msg + "/deliveries/" + d.ID.String() + "/skip",
 		"/ui/targets/billing/edit",
 		"/ui/targets/billing/disable",
 		"/ui/targets/billing/enable",
@@ -115,7 +183,7 @@ func TestReaderSeesNoActionAndIsRefusedOne(t *testing.T) {
 				a.lacks(t, `href="`+action+`"`)
 			}
 		}
-		a.lacks(t, "Redeliver", "Redispatch", ">Edit<", ">Disable<", ">Delete<", "Add the route", `name="delivery.max_dispatches"`)
+		a.lacks(t, "Redeliver", "Redispatch", ">Skip<", ">Edit<", ">Disable<", ">Delete<", "Add the route", `name="delivery.max_dispatches"`)
 	}
 
 	// The server refuses the actions anyway, with the API's reason, and
@@ -127,7 +195,7 @@ func TestReaderSeesNoActionAndIsRefusedOne(t *testing.T) {
 			c.get(t, action).want(t, http.StatusForbidden).has(t, "a token of role reader may not administer")
 		}
 		c.post(t, action, url.Values{"source": {"erp"}, "from": {"*"}, "to": {"*"}, "target": {"billing"},
-			"delivery.max_dispatches": {"3"}}).want(t, http.StatusForbidden).has(t, body.Message)
+			"delivery.max_dispatches": {"3"}, "reason": {"no"}}).want(t, http.StatusForbidden).has(t, body.Message)
 	}
 	if b.journalLength(t) != before {
 		t.Error("a reader's action changed the journal")
@@ -176,6 +244,8 @@ func TestUnknownIDsAreNotFound(t *testing.T) {
 		"/ui/messages/01a23b49-48df-7e79-b764-a846b1a5c90f/payload",
 		"/ui/messages/01a23b49-48df-7e79-b764-a846b1a5c90f/live",
 		"/ui/messages/" + m.ID.String() + "/deliveries/01a23b49-48df-7e79-b764-a846b1a5c90f/redeliver",
+		"/ui/messages/" + m.ID.String() + "/deliveries/01a23b49-48df-7e79-b764-a846b1a5c90f/skip",
+		"/ui/messages/01a23b49-48df-7e79-b764-a846b1a5c90f/deliveries/" + m.Deliveries[0].ID.String() + "/skip",
 		"/ui/messages/01a23b49-48df-7e79-b764-a846b1a5c90f/redispatch",
 		"/ui/targets/nope",
 		"/ui/targets/Not_A_Name/edit",

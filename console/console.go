@@ -164,6 +164,8 @@ var routeTable = []route{
 	{"POST /ui/messages/{id}/redispatch", administering, (*Console).redispatch},
 	{"GET /ui/messages/{id}/deliveries/{delivery_id}/redeliver", administering, (*Console).redeliver},
 	{"POST /ui/messages/{id}/deliveries/{delivery_id}/redeliver", administering, (*Console).redeliver},
+	{"GET /ui/messages/{id}/deliveries/{delivery_id}/skip", administering, (*Console).skip},
+	{"POST /ui/messages/{id}/deliveries/{delivery_id}/skip", administering, (*Console).skip},
 
 	{"GET /ui/targets", reading, (*Console).targets},
 	{"GET /ui/targets/{name}", reading, (*Console).target},
