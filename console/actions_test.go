@@ -108,6 +108,7 @@ func TestSkipAsksThenActsAndTheLaneMoves(t *testing.T) {
 	if got.Deliveries[0].State != lifecycle.StateQueued {
 		t.Errorf("the next of the lane is %s after the skip", got.Deliveries[0].State)
 	}
+	c.get(t, "/ui/targets/orders/lanes").want(t, http.StatusOK).has(t, `href="/ui/messages/`+next.ID.String()+`"`)
 
 	// Skipped, it is refused with the API's reason, the reason kept in its
 	// field, and nothing changes.
@@ -175,7 +176,8 @@ func TestReaderSeesNoActionAndIsRefusedOne(t *testing.T) {
 	}
 
 	c := b.signedIn(t, b.reader)
-	for _, p := range []string{"/ui/", "/ui/messages", msg, "/ui/targets", "/ui/targets/billing", "/ui/routes", "/ui/settings"} {
+	for _, p := range []string{"/ui/", "/ui/messages", msg, "/ui/targets", "/ui/targets/billing", "/ui/targets/billing/lanes",
+		"/ui/routes", "/ui/settings"} {
 		a := c.get(t, p).want(t, http.StatusOK)
 		for _, action := range actions {
 			a.lacks(t, `action="`+action+`"`)
@@ -249,6 +251,7 @@ func TestUnknownIDsAreNotFound(t *testing.T) {
 		"/ui/messages/01a23b49-48df-7e79-b764-a846b1a5c90f/redispatch",
 		"/ui/targets/nope",
 		"/ui/targets/Not_A_Name/edit",
+		"/ui/targets/nope/lanes",
 		"/ui/routes/01a23b49-48df-7e79-b764-a846b1a5c90f/delete",
 		"/ui/nothing/here",
 	} {
@@ -291,13 +294,45 @@ func TestTargetEditEnableAndDisable(t *testing.T) {
 		t.Error("a saved edit did not announce the change")
 	}
 
-	c.get(t, "/ui/targets/billing/disable").want(t, http.StatusOK).has(t, "Disable target billing?", "stall")
-	c.post(t, "/ui/targets/billing/disable", nil).redirects(t, "/ui/targets/billing")
+	// The ordering, named as the API names it, each problem under its
+	// field in the API's words.
+	c.get(t, "/ui/targets/billing/edit").has(t, `<option value="none" selected>`, `<option value="block" selected>`,
+		`name="ordering.head_alert_after" value=""`)
+	form.Set("ordering.mode", "sideways")
+	form.Set("ordering.on_failure", "later")
+	form.Set("ordering.head_alert_after", "10ms")
+	a := c.post(t, "/ui/targets/billing/edit", form).want(t, http.StatusBadRequest)
+	_, body := httpapi.Refusal(fmt.Errorf("%w: %w", commands.ErrInvalid,
+		lifecycle.Ordering{Mode: "sideways", OnFailure: "later", HeadAlertAfter: lifecycle.Duration(10 * time.Millisecond)}.Validate()))
+	if len(body.Details.Errors) != 3 {
+		t.Fatalf("the API's problems %+v", body.Details)
+	}
+	for _, p := range body.Details.Errors {
+		a.has(t, `id="`+p.Field+`-hint"><strong>`+html.EscapeString(p.Problem)+`</strong>`)
+	}
+	a.has(t, `<select id="ordering.mode" name="ordering.mode" aria-describedby="ordering.mode-hint" aria-invalid="true">`)
+	form.Set("ordering.mode", "fifo")
+	form.Set("ordering.on_failure", "continue")
+	form.Set("ordering.head_alert_after", "5m")
+	c.post(t, "/ui/targets/billing/edit", form).redirects(t, "/ui/targets/billing")
+	c.get(t, "/ui/targets/billing").has(t, "<code>fifo</code>", "<code>continue</code>", "waiting for 5m0s",
+		`href="/ui/targets/billing/lanes"`)
+	c.get(t, "/ui/targets/billing/edit").has(t, `<option value="fifo" selected>`, `<option value="continue" selected>`,
+		`name="ordering.head_alert_after" value="5m0s"`)
 	ts, err := b.w.Targets(b.ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ts[0].Enabled || ts[0].MaxConcurrent != 7 {
+	if o := ts[0].Ordering; o.Mode != lifecycle.OrderingFIFO || o.OnFailure != lifecycle.OnFailureContinue || o.HeadAlertAfter.D() != 5*time.Minute {
+		t.Errorf("ordering after the edit %+v", o)
+	}
+
+	c.get(t, "/ui/targets/billing/disable").want(t, http.StatusOK).has(t, "Disable target billing?", "stall")
+	c.post(t, "/ui/targets/billing/disable", nil).redirects(t, "/ui/targets/billing")
+	if ts, err = b.w.Targets(b.ctx); err != nil {
+		t.Fatal(err)
+	}
+	if ts[0].Enabled || ts[0].MaxConcurrent != 7 || !ts[0].Ordering.FIFO() {
 		t.Errorf("after the disable %+v", ts[0])
 	}
 	c.get(t, "/ui/targets").has(t, "Target billing is disabled.", `href="/ui/targets/billing/enable"`, "Disabled")

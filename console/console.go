@@ -169,6 +169,7 @@ var routeTable = []route{
 
 	{"GET /ui/targets", reading, (*Console).targets},
 	{"GET /ui/targets/{name}", reading, (*Console).target},
+	{"GET /ui/targets/{name}/lanes", reading, (*Console).lanes},
 	{"GET /ui/targets/{name}/edit", administering, (*Console).editTarget},
 	{"POST /ui/targets/{name}/edit", administering, (*Console).editTarget},
 	{"GET /ui/targets/{name}/enable", administering, (*Console).enableTarget},

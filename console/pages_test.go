@@ -17,18 +17,21 @@ import (
 
 	"github.com/waybill/waybill/commands"
 	"github.com/waybill/waybill/lifecycle"
+	"github.com/waybill/waybill/projection"
 )
 
 func TestDashboardShowsTheFigures(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	b.target(t, "billing")
+	b.fifo(t, "orders")
 	m := b.ingest(t, "one")
 	b.settle(t, m.Deliveries[0].ID, lifecycle.Failed("400 Bad Request"))
 	b.ingest(t, "two")
 	b.clock.Advance(time.Minute)
 	c := b.signedIn(t, b.reader)
 	c.get(t, "/ui/").want(t, http.StatusOK).has(t,
+		`<td>none</td>`, `<a id="figure-lanes-orders" href="/ui/targets/orders/lanes" aria-label="fifo: the lanes of orders">fifo</a>`,
 		`<dt>In flight</dt>`, `<span class="figure">1</span>`,
 		`<dt>Failed or stalled in 24 h</dt>`,
 		`href="/ui/messages?created_after=2026-11-30T08%3A01%3A00&amp;status=error"`,
@@ -337,4 +340,79 @@ func TestMessageShowsItsLane(t *testing.T) {
 	b.target(t, "billing")
 	plain := b.ingest(t, "no key")
 	c.get(t, "/ui/messages/"+plain.ID.String()).want(t, http.StatusOK).lacks(t, "Ordering key", "Place in lane")
+}
+
+// TestLanesOfAFIFOTarget: the target's lanes are listed as the API lists
+// them, by ordering key, in pages, all or the blocked only, each with its
+// head and the deliveries waiting.
+func TestLanesOfAFIFOTarget(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.fifo(t, "orders")
+	b.target(t, "billing")
+	var keys []string
+	heads := map[string]*projection.Message{}
+	for i := range 60 {
+		key := fmt.Sprintf("order-%02d", i)
+		keys = append(keys, key)
+		heads[key] = b.ingestKeyed(t, "shop", key, "first")
+	}
+	b.clock.Advance(time.Minute)
+	b.ingestKeyed(t, "shop", "order-07", "second")
+	b.ingestKeyed(t, "shop", "order-07", "third")
+	head := heads["order-07"]
+	b.settle(t, head.Deliveries[0].ID, lifecycle.Failed("400 Bad Request"))
+	c := b.signedIn(t, b.reader)
+
+	// The target shows its ordering and leads to its lanes.
+	c.get(t, "/ui/targets/orders").want(t, http.StatusOK).has(t, "<code>fifo</code>", "<code>block</code>",
+		`href="/ui/targets/orders/lanes"`)
+	c.get(t, "/ui/targets/billing").want(t, http.StatusOK).has(t, "<code>none</code>").lacks(t, `href="/ui/targets/billing/lanes"`)
+
+	// Every page in turn gives every lane, by key.
+	keyLink := regexp.MustCompile(`href="/ui/messages\?ordering_key=([^"]+)"`)
+	next := regexp.MustCompile(`href="(/ui/targets/orders/lanes\?[^"]*)" rel="next"`)
+	var got []string
+	path := "/ui/targets/orders/lanes"
+	for pages := 0; path != ""; pages++ {
+		if pages > 3 {
+			t.Fatal("the pages never end")
+		}
+		a := c.get(t, path).want(t, http.StatusOK)
+		for _, m := range keyLink.FindAllStringSubmatch(a.body, -1) {
+			key, err := url.QueryUnescape(m[1])
+			if err != nil {
+				t.Fatal(err)
+			}
+			got = append(got, key)
+		}
+		if pages == 1 {
+			a.has(t, `href="/ui/targets/orders/lanes">First page</a>`)
+		}
+		path = ""
+		if m := next.FindStringSubmatch(a.body); m != nil {
+			path = strings.ReplaceAll(m[1], "&amp;", "&")
+		}
+	}
+	if !slices.Equal(got, keys) {
+		t.Fatalf("the pages list the lanes %v", got)
+	}
+
+	// The blocked only: the lane of the failed head, which links to its
+	// message, and the two waiting behind it.
+	a := c.get(t, "/ui/targets/orders/lanes?blocked=true").want(t, http.StatusOK).
+		has(t, `name="blocked" value="true" checked`, `href="/ui/messages/`+head.ID.String()+`"`,
+			`<span class="badge tone-bad">Failed</span>`, `<td class="num" data-label="Waiting">2</td>`,
+			`<td class="nowrap" data-label="Waiting since">2026-12-01 08:01:00</td>`)
+	if n := len(keyLink.FindAllString(a.body, -1)); n != 1 {
+		t.Errorf("%d lanes blocked, want 1", n)
+	}
+
+	// Wrong parameters are refused in the API's words.
+	c.get(t, "/ui/targets/orders/lanes?blocked=maybe").want(t, http.StatusBadRequest).
+		has(t, `<code>blocked</code>: &#34;maybe&#34;: allowed are true, false`).lacks(t, `<table id="lanes"`)
+	c.get(t, "/ui/targets/orders/lanes?cursor=!").want(t, http.StatusBadRequest).has(t, "<code>cursor</code>")
+
+	// A target that keeps no order says so, and has no lanes.
+	c.get(t, "/ui/targets/billing/lanes").want(t, http.StatusOK).has(t, "keeps no order now", "No lane holds work.")
 }
