@@ -334,9 +334,11 @@ func (w *Writer) writeBatch(ctx context.Context, ops []*op) error {
 			all.events = append(all.events, c.events...)
 			all.touched = append(all.touched, c.touched...)
 			all.readBody = all.readBody || c.readBody
+			all.extra = append(all.extra, c.extra...)
 		} else {
 			all := &change{before: c.before, after: c.after, readBody: c.readBody, body: c.body,
-				events: append([]journal.Event(nil), c.events...), touched: append([]uuid.UUID(nil), c.touched...)}
+				events: append([]journal.Event(nil), c.events...), touched: append([]uuid.UUID(nil), c.touched...),
+				extra: append([]statement(nil), c.extra...)}
 			merged[id] = all
 			changes = append(changes, all)
 		}

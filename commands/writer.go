@@ -111,7 +111,19 @@ type change struct {
 	result   error
 	readBody bool
 	body     []byte
+	// extra are statements of the command's own, written in its
+	// transaction after everything else.
+	extra []statement
 }
+
+// statement is one SQL statement and its arguments.
+type statement struct {
+	sql  string
+	args []any
+}
+
+// also adds a statement of the command's own to the change.
+func (c *change) also(sql string, args ...any) { c.extra = append(c.extra, statement{sql, args}) }
 
 // record folds e into the change's state and keeps it.
 func (c *change) record(e journal.Event) error {
@@ -237,6 +249,11 @@ func (w *Writer) queue(b *pgx.Batch, changes ...*change) error {
 	}
 	if len(ids) > 0 {
 		b.Queue(`INSERT INTO payloads (message_id, body) SELECT * FROM unnest($1::uuid[], $2::bytea[])`, ids, bodies)
+	}
+	for _, c := range changes {
+		for _, st := range c.extra {
+			b.Queue(st.sql, st.args...)
+		}
 	}
 	return nil
 }

@@ -309,7 +309,11 @@ func subjects(r *http.Request) []any {
 		attrs = append(attrs, "delivery_id", id)
 	}
 	if name := r.PathValue("name"); name != "" {
-		attrs = append(attrs, "target", name)
+		key := "target"
+		if strings.HasPrefix(r.Pattern, r.Method+" "+Prefix+"/sources/") {
+			key = "source"
+		}
+		attrs = append(attrs, key, name)
 	}
 	return attrs
 }

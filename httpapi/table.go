@@ -47,6 +47,12 @@ var routes = []route{
 	{http.MethodPut, "/targets/{name}", (*Server).updateTarget, lifecycle.Target{}, lifecycle.Target{}, http.StatusOK},
 	{http.MethodDelete, "/targets/{name}", (*Server).deleteTarget, nil, nil, http.StatusNoContent},
 
+	{http.MethodGet, "/sources", (*Server).listSources, nil, SourceList{}, http.StatusOK},
+	{http.MethodPost, "/sources", (*Server).createSource, SourceRequest{}, Source{}, http.StatusCreated},
+	{http.MethodGet, "/sources/{name}", (*Server).getSource, nil, Source{}, http.StatusOK},
+	{http.MethodPut, "/sources/{name}", (*Server).updateSource, SourceRequest{}, Source{}, http.StatusOK},
+	{http.MethodDelete, "/sources/{name}", (*Server).deleteSource, nil, nil, http.StatusNoContent},
+
 	{http.MethodGet, "/settings", (*Server).getSettings, nil, lifecycle.Settings{}, http.StatusOK},
 	{http.MethodPut, "/settings", (*Server).putSettings, lifecycle.Settings{}, lifecycle.Settings{}, http.StatusOK},
 

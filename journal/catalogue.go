@@ -34,13 +34,17 @@ const (
 	KindReceiptTimedOut      Kind = "delivery.receipt_timed_out"
 	KindDeliveryRedelivered  Kind = "delivery.redelivered"
 
-	KindRouteCreated    Kind = "route.created"
-	KindRouteUpdated    Kind = "route.updated"
-	KindRouteDeleted    Kind = "route.deleted"
-	KindTargetCreated   Kind = "target.created"
-	KindTargetUpdated   Kind = "target.updated"
-	KindTargetDeleted   Kind = "target.deleted"
-	KindSettingsChanged Kind = "settings.changed"
+	KindRouteCreated     Kind = "route.created"
+	KindRouteUpdated     Kind = "route.updated"
+	KindRouteDeleted     Kind = "route.deleted"
+	KindTargetCreated    Kind = "target.created"
+	KindTargetUpdated    Kind = "target.updated"
+	KindTargetDeleted    Kind = "target.deleted"
+	KindSettingsChanged  Kind = "settings.changed"
+	KindSourceCreated    Kind = "source.created"
+	KindSourceUpdated    Kind = "source.updated"
+	KindSourceDeleted    Kind = "source.deleted"
+	KindSourceHolePassed Kind = "source.hole_passed"
 )
 
 // catalogue maps each kind to a constructor of its payload.
@@ -66,6 +70,10 @@ var catalogue = map[Kind]func() Payload{
 	KindTargetUpdated:        func() Payload { return new(TargetUpdated) },
 	KindTargetDeleted:        func() Payload { return new(TargetDeleted) },
 	KindSettingsChanged:      func() Payload { return new(SettingsChanged) },
+	KindSourceCreated:        func() Payload { return new(SourceCreated) },
+	KindSourceUpdated:        func() Payload { return new(SourceUpdated) },
+	KindSourceDeleted:        func() Payload { return new(SourceDeleted) },
+	KindSourceHolePassed:     func() Payload { return new(SourceHolePassed) },
 }
 
 // Kinds returns every kind of the catalogue.

@@ -57,6 +57,8 @@ type Folded struct {
 	// inOrder holds the messages of Messages in the order their streams
 	// began, which is the order a rebuild writes them in.
 	inOrder []*Message
+	// inboxes holds what the journal tells of each inbox_table source.
+	inboxes map[string]*inboxLedger
 }
 
 // FoldJournal replays the journal, or one message's stream when message is
@@ -102,7 +104,9 @@ func foldSnapshot(ctx context.Context, s *snapshot, rd reading) (*Folded, error)
 	return f, journal.ScanRanges(ctx, qs, 1, last, rd.chunk, f.fold)
 }
 
-func newFolded() *Folded { return &Folded{Messages: map[uuid.UUID]*Message{}} }
+func newFolded() *Folded {
+	return &Folded{Messages: map[uuid.UUID]*Message{}, inboxes: map[string]*inboxLedger{}}
+}
 
 // countStates counts the fold's deliveries by state.
 func (f *Folded) countStates() map[lifecycle.DeliveryState]int64 {
@@ -119,6 +123,7 @@ func (f *Folded) countStates() map[lifecycle.DeliveryState]int64 {
 func (f *Folded) fold(e journal.Event) error {
 	f.Events++
 	if e.Stream == journal.ConfigStream {
+		f.foldSource(e)
 		return nil
 	}
 	id, err := uuid.Parse(e.Stream)
@@ -135,6 +140,7 @@ func (f *Folded) fold(e journal.Event) error {
 		}
 		f.Messages[id] = m
 		f.inOrder = append(f.inOrder, m)
+		f.foldRow(m)
 		return nil
 	}
 	if err := Apply(m, e); err != nil {

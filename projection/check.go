@@ -49,6 +49,11 @@ func checkTables(ctx context.Context, qs []journal.Querier, f *Folded, message u
 			return nil, err
 		}
 		r.Violations = append(r.Violations, counted...)
+		inboxes, err := checkSources(ctx, qs[0], f)
+		if err != nil {
+			return nil, err
+		}
+		r.Violations = append(r.Violations, inboxes...)
 	}
 	return r, nil
 }

@@ -14,7 +14,7 @@ import (
 // The versions of the two parts this code reads and writes. Raise one when
 // its tables change: a database of the old version then refuses to start.
 const (
-	JournalVersion    = 2
+	JournalVersion    = 3
 	ProjectionVersion = 2
 )
 
@@ -238,6 +238,9 @@ func Ensure(ctx context.Context, db *pgxpool.Pool) error {
 		}
 		if _, err := tx.Exec(ctx, tokensDDL); err != nil {
 			return fmt.Errorf("create tokens table: %w", err)
+		}
+		if _, err := tx.Exec(ctx, sourcesDDL); err != nil {
+			return fmt.Errorf("create sources tables: %w", err)
 		}
 		if _, err := tx.Exec(ctx, projectionTablesDDL); err != nil {
 			return fmt.Errorf("create projection tables: %w", err)

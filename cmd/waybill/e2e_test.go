@@ -146,6 +146,29 @@ func TestEndToEnd(t *testing.T) {
 	}
 	mu.Unlock()
 
+	// A file dropped in a directory source is delivered too.
+	spool := filepath.Join(dir, "spool")
+	a.call("POST", "/sources", map[string]any{"name": "drop", "kind": "directory", "config": map[string]any{
+		"dir": spool, "from": "acme", "to": "globex", "interval": "20ms", "settle": "20ms"}}, http.StatusCreated, nil)
+	a.call("POST", "/routes", map[string]any{"source": "drop", "from": "*", "to": "*", "target": "sink"}, http.StatusCreated, nil)
+	if err := os.MkdirAll(spool, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(spool, "order.txt"), []byte("from a file"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		mu.Lock()
+		n := len(got)
+		mu.Unlock()
+		if n == 11 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the dropped file was not delivered")
+		}
+	}
+
 	var history struct {
 		Items []struct {
 			Kind string
