@@ -231,7 +231,7 @@ func (w *Writer) queue(b *pgx.Batch, changes ...*change) error {
 	writes := make([]projection.Write, len(changes))
 	var events []journal.Event
 	for i, c := range changes {
-		writes[i] = projection.Write{Before: c.before, Message: c.after, Touched: c.touched}
+		writes[i] = projection.Write{Before: c.before, Message: c.after, Touched: c.touched, Events: c.events}
 		events = append(events, c.events...)
 	}
 	projection.Queue(b, writes...)

@@ -30,6 +30,7 @@ const (
 	CodeNotRedispatchable    = "NOT_REDISPATCHABLE"
 	CodeNotRedeliverable     = "NOT_REDELIVERABLE"
 	CodeReceiptRefused       = "RECEIPT_REFUSED"
+	CodeCorrelationConsumed  = "CORRELATION_CONSUMED"
 	CodeConflict             = "CONFLICT"
 	CodePayloadTooLarge      = "PAYLOAD_TOO_LARGE"
 	CodeUnsupportedMediaType = "UNSUPPORTED_MEDIA_TYPE"
@@ -194,6 +195,8 @@ func failureOf(err error) failure {
 			return f(http.StatusConflict, CodeReceiptRefused, ErrorDetails{State: state.State, Allowed: state.Allowed})
 		}
 		return f(http.StatusConflict, CodeConflict, ErrorDetails{State: state.State, Allowed: state.Allowed})
+	case errors.Is(err, commands.ErrCorrelationConsumed):
+		return f(http.StatusConflict, CodeCorrelationConsumed, ErrorDetails{})
 	case errors.Is(err, commands.ErrExists):
 		return f(http.StatusConflict, CodeAlreadyExists, ErrorDetails{})
 	case errors.Is(err, commands.ErrTargetInUse):

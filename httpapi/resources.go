@@ -105,6 +105,25 @@ type ReceiptRequest struct {
 	Text string `json:"text"`
 }
 
+// ExternalReceiptRequest is the body of POST /receipts: a receipt that
+// names its delivery by the receiver's own id for the message.
+type ExternalReceiptRequest struct {
+	// Target is the target whose receiver sends the receipt; an id is
+	// unique per target.
+	Target     string `json:"target"`
+	ExternalID string `json:"external_id"`
+	// Final false is an intermediate receipt, which settles nothing.
+	// Default true.
+	Final *bool `json:"final"`
+	// Outcome is required of a final receipt.
+	Outcome ReceiptOutcome `json:"outcome"`
+	// Status and Code are the receiver's own, kept as they are.
+	Status string `json:"status"`
+	Code   string `json:"code"`
+	// Text is the receiver's detail, kept in the history.
+	Text string `json:"text"`
+}
+
 // ActionRequest is the body of the operator actions: none, or {}.
 type ActionRequest struct{}
 

@@ -34,6 +34,7 @@ var routes = []route{
 	{http.MethodPost, "/messages/{id}/redispatch", (*Server).redispatch, ActionRequest{}, Message{}, http.StatusOK},
 	{http.MethodPost, "/messages/{id}/deliveries/{delivery_id}/redeliver", (*Server).redeliver, ActionRequest{}, Message{}, http.StatusOK},
 	{http.MethodPost, "/deliveries/{id}/receipt", (*Server).receipt, ReceiptRequest{}, Delivery{}, http.StatusOK},
+	{http.MethodPost, "/receipts", (*Server).externalReceipt, ExternalReceiptRequest{}, Delivery{}, http.StatusOK},
 
 	{http.MethodGet, "/routes", (*Server).listRoutes, nil, RouteList{}, http.StatusOK},
 	{http.MethodPost, "/routes", (*Server).createRoute, RouteRequest{}, lifecycle.Route{}, http.StatusCreated},

@@ -33,6 +33,7 @@ const (
 	KindReceiptRefused       Kind = "delivery.receipt_refused"
 	KindReceiptTimedOut      Kind = "delivery.receipt_timed_out"
 	KindDeliveryRedelivered  Kind = "delivery.redelivered"
+	KindReceiptIntermediate  Kind = "delivery.receipt_intermediate"
 
 	KindRouteCreated     Kind = "route.created"
 	KindRouteUpdated     Kind = "route.updated"
@@ -63,6 +64,7 @@ var catalogue = map[Kind]func() Payload{
 	KindReceiptRefused:       func() Payload { return new(ReceiptRefused) },
 	KindReceiptTimedOut:      func() Payload { return new(ReceiptTimedOut) },
 	KindDeliveryRedelivered:  func() Payload { return new(DeliveryRedelivered) },
+	KindReceiptIntermediate:  func() Payload { return new(ReceiptIntermediate) },
 	KindRouteCreated:         func() Payload { return new(RouteCreated) },
 	KindRouteUpdated:         func() Payload { return new(RouteUpdated) },
 	KindRouteDeleted:         func() Payload { return new(RouteDeleted) },
@@ -374,6 +376,9 @@ func (p *DeliveryAttempted) Text() string {
 	case lifecycle.OutcomeAwaitingAck:
 		s += " until " + stamp(o.Deadline)
 	}
+	if o.ExternalID != "" {
+		s += ", the receiver's id " + o.ExternalID
+	}
 	if o.Text != "" {
 		s += ": " + o.Text
 	}
@@ -430,31 +435,87 @@ func (p *DeliveryStalled) Validate() error {
 	return errors.Join(positive("wake_ups", p.WakeUps), required("reason", p.Reason != ""))
 }
 
-// ReceiptReceived: the receipt an awaiting delivery owed arrived.
+// Receipt is what a receiver's receipt says beyond positive or negative:
+// its detail and, for a receipt that named the delivery by the receiver's
+// own id (POST /receipts), that id and the receiver's exact status and
+// code.
+type Receipt struct {
+	Detail     string `json:"detail,omitempty"`
+	ExternalID string `json:"external_id,omitempty"`
+	Status     string `json:"status,omitempty"`
+	Code       string `json:"code,omitempty"`
+}
+
+// text is the receipt's particulars in words, after what.
+func (r Receipt) text(what string) string {
+	var parts []string
+	if r.ExternalID != "" {
+		parts = append(parts, "id "+r.ExternalID)
+	}
+	if r.Status != "" {
+		parts = append(parts, "status "+r.Status)
+	}
+	if r.Code != "" {
+		parts = append(parts, "code "+r.Code)
+	}
+	if len(parts) > 0 {
+		what += " (" + strings.Join(parts, ", ") + ")"
+	}
+	return withDetail(what, r.Detail)
+}
+
+func (r Receipt) validate() error {
+	var errs []error
+	for _, f := range []struct{ name, v string }{{"external_id", r.ExternalID}, {"status", r.Status}, {"code", r.Code}} {
+		if f.v != "" {
+			errs = append(errs, lifecycle.CheckExternalID(f.name, f.v))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// ReceiptReceived: the receipt an awaiting delivery owed arrived. A receipt
+// by the receiver's id consumed that id's correlation.
 type ReceiptReceived struct {
-	Positive bool   `json:"positive"`
-	Detail   string `json:"detail,omitempty"`
+	Positive bool `json:"positive"`
+	Receipt
 }
 
 func (*ReceiptReceived) Kind() Kind { return KindReceiptReceived }
 func (p *ReceiptReceived) Text() string {
-	return withDetail(receiptWord(p.Positive)+" receipt", p.Detail)
+	return p.Receipt.text(receiptWord(p.Positive) + " receipt")
 }
-func (p *ReceiptReceived) Validate() error { return nil }
+func (p *ReceiptReceived) Validate() error { return p.Receipt.validate() }
 
 // ReceiptRefused: a receipt arrived for a delivery that was not awaiting one.
-// It changes nothing but is kept, so the history shows it.
+// It changes nothing but is kept, so the history shows it; a final receipt
+// by the receiver's id consumed that id's correlation all the same.
 type ReceiptRefused struct {
-	Positive bool   `json:"positive"`
-	Detail   string `json:"detail,omitempty"`
-	Reason   string `json:"reason"`
+	Positive bool `json:"positive"`
+	Receipt
+	Reason string `json:"reason"`
 }
 
 func (*ReceiptRefused) Kind() Kind { return KindReceiptRefused }
 func (p *ReceiptRefused) Text() string {
-	return withDetail(receiptWord(p.Positive)+" receipt refused: "+p.Reason, p.Detail)
+	return p.Receipt.text(receiptWord(p.Positive) + " receipt refused: " + p.Reason)
 }
-func (p *ReceiptRefused) Validate() error { return required("reason", p.Reason != "") }
+func (p *ReceiptRefused) Validate() error {
+	return errors.Join(required("reason", p.Reason != ""), p.Receipt.validate())
+}
+
+// ReceiptIntermediate: a receiver's receipt by its own id that is not
+// final ("accepted", "en route"). It settles nothing and consumes no
+// correlation; the history shows it.
+type ReceiptIntermediate struct {
+	Receipt
+}
+
+func (*ReceiptIntermediate) Kind() Kind     { return KindReceiptIntermediate }
+func (p *ReceiptIntermediate) Text() string { return p.Receipt.text("intermediate receipt") }
+func (p *ReceiptIntermediate) Validate() error {
+	return errors.Join(required("external_id", p.ExternalID != ""), p.Receipt.validate())
+}
 
 // ReceiptTimedOut: the receipt deadline passed; the delivery failed.
 type ReceiptTimedOut struct {

@@ -394,7 +394,7 @@ func (p *DeliveryAttempted) decodeFast(d *fastDecoder) {
 func decodeOutcome(d *fastDecoder, p *lifecycle.Outcome) {
 	o := d.begin()
 	for {
-		switch d.field(&o, "kind", "text", "retry_at", "deadline") {
+		switch d.field(&o, "kind", "text", "retry_at", "deadline", "external_id") {
 		case 0:
 			d.unmarshalText(&p.Kind)
 		case 1:
@@ -403,6 +403,8 @@ func decodeOutcome(d *fastDecoder, p *lifecycle.Outcome) {
 			d.time(&p.RetryAt)
 		case 3:
 			d.time(&p.Deadline)
+		case 4:
+			d.string(&p.ExternalID)
 		default:
 			return
 		}
@@ -456,11 +458,17 @@ func (p *DeliveryStalled) decodeFast(d *fastDecoder) {
 func (p *ReceiptReceived) decodeFast(d *fastDecoder) {
 	o := d.begin()
 	for {
-		switch d.field(&o, "positive", "detail") {
+		switch d.field(&o, "positive", "detail", "external_id", "status", "code") {
 		case 0:
 			d.bool(&p.Positive)
 		case 1:
 			d.string(&p.Detail)
+		case 2:
+			d.string(&p.ExternalID)
+		case 3:
+			d.string(&p.Status)
+		case 4:
+			d.string(&p.Code)
 		default:
 			return
 		}
@@ -470,13 +478,37 @@ func (p *ReceiptReceived) decodeFast(d *fastDecoder) {
 func (p *ReceiptRefused) decodeFast(d *fastDecoder) {
 	o := d.begin()
 	for {
-		switch d.field(&o, "positive", "detail", "reason") {
+		switch d.field(&o, "positive", "detail", "reason", "external_id", "status", "code") {
 		case 0:
 			d.bool(&p.Positive)
 		case 1:
 			d.string(&p.Detail)
 		case 2:
 			d.string(&p.Reason)
+		case 3:
+			d.string(&p.ExternalID)
+		case 4:
+			d.string(&p.Status)
+		case 5:
+			d.string(&p.Code)
+		default:
+			return
+		}
+	}
+}
+
+func (p *ReceiptIntermediate) decodeFast(d *fastDecoder) {
+	o := d.begin()
+	for {
+		switch d.field(&o, "detail", "external_id", "status", "code") {
+		case 0:
+			d.string(&p.Detail)
+		case 1:
+			d.string(&p.ExternalID)
+		case 2:
+			d.string(&p.Status)
+		case 3:
+			d.string(&p.Code)
 		default:
 			return
 		}

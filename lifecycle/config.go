@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -67,12 +68,72 @@ type Target struct {
 	Receipt *ReceiptPolicy `json:"receipt,omitempty"`
 }
 
-// ReceiptPolicy is how long a target's receipt may take.
+// ReceiptPolicy is how long a target's receipt may take, and how the
+// receipt names its delivery.
 type ReceiptPolicy struct {
 	// Timeout is the time from the hand-over to the receipt deadline, after
 	// which the delivery fails. Required; from 1 s to 720 h.
 	Timeout Duration `json:"timeout"`
+	// Correlate, when set, takes the receiver's own id for the message
+	// from its answer, so that its receipts may name the delivery by that
+	// id (POST /receipts) rather than by Waybill's.
+	Correlate *Correlation `json:"correlate,omitempty"`
 }
+
+// Correlation says where in a receiver's answer its id for the message
+// is: exactly one of a header and a JSON pointer into the body.
+type Correlation struct {
+	// Header is the name of a response header, such as X-Message-Id.
+	Header string `json:"header,omitempty"`
+	// JSON is a JSON pointer (RFC 6901), such as /id, into the body of a
+	// 2xx answer; the value must be a string or a number.
+	JSON string `json:"json,omitempty"`
+}
+
+// Validate checks that exactly one place is given and that it is well
+// formed.
+func (c Correlation) Validate() error {
+	switch {
+	case (c.Header == "") == (c.JSON == ""):
+		return &FieldError{Field: "receipt.correlate", Problem: `give exactly one of header (a response header) and json (a JSON pointer such as "/id")`}
+	case c.Header != "" && !isToken(c.Header):
+		return &FieldError{Field: "receipt.correlate.header", Problem: fmt.Sprintf("%q is not a header name", c.Header)}
+	case c.JSON != "" && (c.JSON[0] != '/' || !validPointer(c.JSON)):
+		return &FieldError{Field: "receipt.correlate.json",
+			Problem: fmt.Sprintf(`%q is not a JSON pointer: write it as "/id" or "/message/0/id" (~0 for ~, ~1 for /)`, c.JSON)}
+	}
+	return nil
+}
+
+// isToken reports an HTTP token (RFC 9110), as a header name must be.
+func isToken(s string) bool {
+	if s == "" {
+		return false
+	}
+	for _, r := range s {
+		if r <= ' ' || r >= 0x7f || strings.ContainsRune(`"(),/:;<=>?@[\]{}`, r) {
+			return false
+		}
+	}
+	return true
+}
+
+// validPointer reports whether every ~ of a JSON pointer escapes ~ or /.
+func validPointer(p string) bool {
+	for i := 0; i < len(p); i++ {
+		if p[i] == '~' && (i+1 == len(p) || p[i+1] != '0' && p[i+1] != '1') {
+			return false
+		}
+	}
+	return true
+}
+
+// MaxExternalIDLength bounds a receiver's id for a message.
+const MaxExternalIDLength = 255
+
+// CheckExternalID validates a receiver's id for a message: 1 to 255 bytes
+// of text without control characters.
+func CheckExternalID(field, id string) error { return CheckParty(field, id) }
 
 // The defaults and bounds of a Target.
 const (
@@ -121,6 +182,9 @@ func (t Target) Validate() error {
 	errs = append(errs, t.Retry.Validate())
 	if t.Receipt != nil && (t.Receipt.Timeout < Duration(time.Second) || t.Receipt.Timeout.D() > MaxReceiptTimeout) {
 		errs = append(errs, &FieldError{Field: "receipt.timeout", Problem: "must be from 1s to 720h"})
+	}
+	if t.Receipt != nil && t.Receipt.Correlate != nil {
+		errs = append(errs, t.Receipt.Correlate.Validate())
 	}
 	return errors.Join(errs...)
 }

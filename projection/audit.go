@@ -59,6 +59,9 @@ type Folded struct {
 	inOrder []*Message
 	// inboxes holds what the journal tells of each inbox_table source.
 	inboxes map[string]*inboxLedger
+	// Correlations are the receivers' ids for messages, as the journal
+	// makes them.
+	Correlations map[CorrelationKey]Correlation
 }
 
 // FoldJournal replays the journal, or one message's stream when message is
@@ -105,7 +108,8 @@ func foldSnapshot(ctx context.Context, s *snapshot, rd reading) (*Folded, error)
 }
 
 func newFolded() *Folded {
-	return &Folded{Messages: map[uuid.UUID]*Message{}, inboxes: map[string]*inboxLedger{}}
+	return &Folded{Messages: map[uuid.UUID]*Message{}, inboxes: map[string]*inboxLedger{},
+		Correlations: map[CorrelationKey]Correlation{}}
 }
 
 // countStates counts the fold's deliveries by state.
@@ -145,6 +149,10 @@ func (f *Folded) fold(e journal.Event) error {
 	}
 	if err := Apply(m, e); err != nil {
 		f.Violations = append(f.Violations, Violation{Position: e.Position, MessageID: id, DeliveryID: e.DeliveryID, Problem: err.Error()})
+		return nil
+	}
+	if problem := correlate(f.Correlations, e, id); problem != "" {
+		f.Violations = append(f.Violations, Violation{Position: e.Position, MessageID: id, DeliveryID: e.DeliveryID, Problem: problem})
 	}
 	return nil
 }

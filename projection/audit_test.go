@@ -61,6 +61,12 @@ func (b *bundle) lifecycles(t *testing.T, n int, rng *rand.Rand) {
 		func() lifecycle.Outcome { return lifecycle.Retry(b.now.Add(time.Minute), "503") },
 		func() lifecycle.Outcome { return lifecycle.Failed("400") },
 		func() lifecycle.Outcome { return lifecycle.AwaitingAck("sent", b.now.Add(time.Hour)) },
+		func() lifecycle.Outcome {
+			// Ids the receivers reuse: a correlation moves to the newest.
+			o := lifecycle.AwaitingAck("sent", b.now.Add(time.Hour))
+			o.ExternalID = fmt.Sprintf("ext-%d", rng.IntN(8))
+			return o
+		},
 	}
 	for i := range n {
 		m, _, err := b.w.Ingest(b.ctx, commands.NewMessage{Source: "erp", From: "acme", To: "globex",
@@ -81,6 +87,15 @@ func (b *bundle) lifecycles(t *testing.T, n int, rng *rand.Rand) {
 					t.Fatal(err)
 				}
 				if _, err := b.w.Complete(b.ctx, d.ID, c.Token, outcomes[rng.IntN(len(outcomes))]()); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if rng.IntN(3) == 0 {
+				_, _, err := b.w.ReceiptByExternalID(b.ctx, commands.ExternalReceipt{Target: d.Target,
+					ExternalID: fmt.Sprintf("ext-%d", rng.IntN(8)), Final: rng.IntN(3) > 0, Positive: rng.IntN(2) == 0,
+					Status: "DELIVRD", Code: "000"}, "operator:gateway")
+				if err != nil && !errors.Is(err, commands.ErrNotFound) && !errors.Is(err, commands.ErrCorrelationConsumed) &&
+					!errors.Is(err, commands.ErrReceiptRefused) {
 					t.Fatal(err)
 				}
 			}
@@ -107,7 +122,8 @@ func (b *bundle) audit(t *testing.T) *projection.Report {
 func (b *bundle) snapshot(t *testing.T) []string {
 	t.Helper()
 	rows, err := b.db.Query(b.ctx, `SELECT r::text FROM (SELECT * FROM messages ORDER BY id) r
-		UNION ALL SELECT r::text FROM (SELECT * FROM deliveries ORDER BY id) r`)
+		UNION ALL SELECT r::text FROM (SELECT * FROM deliveries ORDER BY id) r
+		UNION ALL SELECT r::text FROM (SELECT * FROM correlations ORDER BY target, external_id) r`)
 	if err != nil {
 		t.Fatal(err)
 	}

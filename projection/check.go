@@ -53,7 +53,11 @@ func checkTables(ctx context.Context, qs []journal.Querier, f *Folded, message u
 		if err != nil {
 			return nil, err
 		}
-		r.Violations = append(r.Violations, inboxes...)
+		correlations, err := checkCorrelations(ctx, qs[0], f)
+		if err != nil {
+			return nil, err
+		}
+		r.Violations = append(append(r.Violations, inboxes...), correlations...)
 	}
 	return r, nil
 }

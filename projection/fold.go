@@ -3,6 +3,7 @@ package projection
 import (
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -283,13 +284,17 @@ func deliveryStep(d *Delivery, e *journal.Event) error {
 		if p.Positive {
 			d.State = lifecycle.StateDelivered
 		} else {
-			d.State, d.LastError = lifecycle.StateFailed, withDetail("negative receipt", p.Detail)
+			d.State, d.LastError = lifecycle.StateFailed, negativeReceipt(p.Receipt)
 		}
 	case *journal.ReceiptRefused:
 		if d.State == lifecycle.StateAwaitingAck {
 			return illegal("a receipt is awaited: it settles the delivery")
 		}
 		// A refused receipt is kept in the journal and changes nothing.
+		return nil
+	case *journal.ReceiptIntermediate:
+		// An intermediate receipt is kept in the journal and changes
+		// nothing, whatever the state.
 		return nil
 	case *journal.ReceiptTimedOut:
 		if err := against(lifecycle.ReceiptTimeoutRule, "no receipt is awaited", "the receipt is not due until ", d.NextDue); err != nil {
@@ -325,6 +330,23 @@ func checkClaim(d *Delivery, token uuid.UUID, illegal func(string, ...lifecycle.
 		return illegal("the claim token is not the current claim's")
 	}
 	return nil
+}
+
+// negativeReceipt is the last error of a delivery a negative receipt
+// failed: the receiver's status and code when it gave them, and its detail.
+func negativeReceipt(r journal.Receipt) string {
+	s := "negative receipt"
+	var parts []string
+	if r.Status != "" {
+		parts = append(parts, "status "+r.Status)
+	}
+	if r.Code != "" {
+		parts = append(parts, "code "+r.Code)
+	}
+	if len(parts) > 0 {
+		s += ": " + strings.Join(parts, ", ")
+	}
+	return withDetail(s, r.Detail)
 }
 
 func withDetail(s, detail string) string {

@@ -189,13 +189,17 @@ type Write struct {
 	Before  *Message
 	Message *Message
 	Touched []uuid.UUID
+	// Events are the events that made Message of Before; the
+	// correlations follow from them.
+	Events []journal.Event
 }
 
 // Queue queues on b the statements that store the writes, each message at
 // most once: a new message inserted, an existing one updated where it still
 // has the version read (which locks it), the touched deliveries of all
 // upserted in one statement, and last the changes to the counts of
-// deliveries by state. An update that finds the row at another version
+// deliveries by state; the correlations the events change go before the
+// counts. An update that finds the row at another version
 // fails the transaction with a serialization failure, so a command that
 // read a stale state reads again.
 //
@@ -246,6 +250,7 @@ func Queue(b *pgx.Batch, writes ...Write) {
 	if len(changed.id) > 0 {
 		b.Queue(insertDeliveriesSQL+upsertDeliveriesSQL, changed.args()...)
 	}
+	queueCorrelations(b, writes)
 	queueCounts(b, counts)
 }
 

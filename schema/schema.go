@@ -15,7 +15,7 @@ import (
 // its tables change: a database of the old version then refuses to start.
 const (
 	JournalVersion    = 3
-	ProjectionVersion = 2
+	ProjectionVersion = 3
 )
 
 // The parts, as recorded in schema_version.
@@ -173,6 +173,17 @@ CREATE TABLE IF NOT EXISTS delivery_counts (
 	n     bigint NOT NULL,
 	PRIMARY KEY (shard, state)
 );
+
+-- A receiver's own id for a message names one delivery per target: the
+-- newest hand-over that took it. consumed is set by the first final
+-- receipt by the id, so a second one is refused.
+CREATE TABLE IF NOT EXISTS correlations (
+	target      text    NOT NULL,
+	external_id text    NOT NULL,
+	delivery_id uuid    NOT NULL,
+	message_id  uuid    NOT NULL,
+	consumed    boolean NOT NULL
+);
 `
 
 // projectionIndexesDDL adds the keys and indexes of the projection tables
@@ -193,6 +204,9 @@ BEGIN
 	END IF;
 	IF NOT EXISTS (SELECT FROM pg_constraint WHERE conrelid = 'deliveries'::regclass AND conname = 'deliveries_message_seq') THEN
 		ALTER TABLE deliveries ADD CONSTRAINT deliveries_message_seq UNIQUE (message_id, seq);
+	END IF;
+	IF NOT EXISTS (SELECT FROM pg_constraint WHERE conrelid = 'correlations'::regclass AND conname = 'correlations_pkey') THEN
+		ALTER TABLE correlations ADD CONSTRAINT correlations_pkey PRIMARY KEY (target, external_id);
 	END IF;
 END $$;
 CREATE INDEX IF NOT EXISTS messages_created ON messages (created_at DESC, id DESC);
@@ -287,7 +301,7 @@ func RecreateProjections(ctx context.Context, db *pgxpool.Pool, load func(pgx.Tx
 		if err := checkVersion(ctx, tx, PartJournal, JournalVersion); err != nil {
 			return err
 		}
-		if _, err := tx.Exec(ctx, `DROP TABLE IF EXISTS messages, deliveries, delivery_counts;
+		if _, err := tx.Exec(ctx, `DROP TABLE IF EXISTS messages, deliveries, delivery_counts, correlations;
 			DELETE FROM schema_version WHERE part = 'projections'`); err != nil {
 			return fmt.Errorf("drop projection tables: %w", err)
 		}
@@ -312,7 +326,7 @@ func RecreateProjections(ctx context.Context, db *pgxpool.Pool, load func(pgx.Tx
 // version; the journal, the payloads and the configuration stay. The next
 // Ensure creates them empty, for a rebuild to fill.
 func ResetProjections(ctx context.Context, db *pgxpool.Pool) error {
-	_, err := db.Exec(ctx, `DROP TABLE IF EXISTS messages, deliveries, delivery_counts;
+	_, err := db.Exec(ctx, `DROP TABLE IF EXISTS messages, deliveries, delivery_counts, correlations;
 		`+versionDDL+`;
 		DELETE FROM schema_version WHERE part = 'projections'`)
 	if err != nil {

@@ -114,7 +114,12 @@ func Prepare(t lifecycle.Target) (lifecycle.Target, error) {
 		return t, errors.Join(without(t.Validate(), "config"), err)
 	}
 	t.Config = config
-	return t, t.Validate()
+	err = t.Validate()
+	if t.Receipt != nil && t.Receipt.Correlate != nil && t.Kind != "http" {
+		err = errors.Join(err, &lifecycle.FieldError{Field: "receipt.correlate",
+			Problem: "only an http target takes the receiver's id for the message from its answer"})
+	}
+	return t, err
 }
 
 // New makes the Deliverer of a prepared target.

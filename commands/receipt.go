@@ -1,0 +1,138 @@
+package commands
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/waybill/waybill/journal"
+	"github.com/waybill/waybill/lifecycle"
+	"github.com/waybill/waybill/projection"
+)
+
+// ErrCorrelationConsumed: a final receipt by the receiver's id came
+// already; this one changed nothing.
+var ErrCorrelationConsumed = errors.New("correlation consumed")
+
+// ExternalReceipt is a receipt that names its delivery by the receiver's
+// own id for the message, which the delivery's hand-over took from the
+// receiver's answer (a target's receipt.correlate).
+type ExternalReceipt struct {
+	Target     string
+	ExternalID string
+	// Final false is an intermediate receipt ("accepted", "en route"): it
+	// is journaled and settles nothing.
+	Final bool
+	// Positive is a final receipt's outcome: delivered, or failed.
+	Positive bool
+	// Status and Code are the receiver's own, kept as they are; Text is
+	// its detail.
+	Status, Code, Text string
+}
+
+// Validate checks every field and returns all problems joined.
+func (r ExternalReceipt) Validate() error {
+	errs := []error{lifecycle.CheckName("target", r.Target), lifecycle.CheckExternalID("external_id", r.ExternalID)}
+	for _, f := range []struct{ name, v string }{{"status", r.Status}, {"code", r.Code}} {
+		if f.v != "" {
+			errs = append(errs, lifecycle.CheckExternalID(f.name, f.v))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// errCorrelationMoved: the id's correlation moved to another delivery
+// between its read and its lock; the receipt is decided again.
+var errCorrelationMoved = errors.New("correlation moved")
+
+// ReceiptByExternalID applies a receipt that names its delivery by the
+// receiver's id: an unknown id is ErrNotFound and a consumed one
+// ErrCorrelationConsumed, both changing nothing. An intermediate receipt
+// is journaled (delivery.receipt_intermediate) and settles nothing. A
+// final one settles the delivery when it awaits its receipt, as Receipt
+// does, or is journaled as refused (ErrReceiptRefused) when it does not;
+// either way it consumes the correlation in the same transaction, whose
+// row it locks, so of two final receipts at once one settles and the other
+// finds the id consumed. It returns the message and the delivery's id.
+func (w *Writer) ReceiptByExternalID(ctx context.Context, r ExternalReceipt, actor string) (*projection.Message, uuid.UUID, error) {
+	if err := errors.Join(r.Validate(), journal.CheckActor(actor)); err != nil {
+		return nil, uuid.Nil, invalid(err)
+	}
+	for try := 1; ; try++ {
+		m, id, err := w.receiptByExternalID(ctx, r, actor)
+		if (errors.Is(err, errCorrelationMoved) || retryable(err)) && try < maxTries {
+			continue
+		}
+		if err != nil && !errors.Is(err, ErrReceiptRefused) {
+			return nil, uuid.Nil, fmt.Errorf("receipt by id %q of %s: %w", r.ExternalID, r.Target, err)
+		}
+		return m, id, err
+	}
+}
+
+// receiptByExternalID runs in one transaction on a connection of its own:
+// the correlation is read, then the message's row and the correlation's
+// are locked, in that order, as every writer locks them; the decision is
+// made on what the locked read found.
+func (w *Writer) receiptByExternalID(ctx context.Context, r ExternalReceipt, actor string) (*projection.Message, uuid.UUID, error) {
+	key := projection.CorrelationKey{Target: r.Target, ExternalID: r.ExternalID}
+	seen, err := projection.LoadCorrelation(ctx, w.db, key, false)
+	if err != nil {
+		return nil, uuid.Nil, err
+	}
+	if seen.Consumed {
+		return nil, uuid.Nil, ErrCorrelationConsumed
+	}
+	conn, err := w.db.Acquire(ctx)
+	if err != nil {
+		return nil, uuid.Nil, err
+	}
+	defer w.release(conn)
+	b := &pgx.Batch{}
+	b.Queue(`BEGIN`)
+	read := projection.LoadLocked(b, []uuid.UUID{seen.MessageID}, nil)
+	if err := conn.SendBatch(ctx, b).Close(); err != nil {
+		return nil, uuid.Nil, err
+	}
+	now, err := projection.LoadCorrelation(ctx, conn, key, true)
+	if err != nil {
+		return nil, uuid.Nil, err
+	}
+	switch {
+	case now.DeliveryID != seen.DeliveryID:
+		return nil, uuid.Nil, errCorrelationMoved
+	case now.Consumed:
+		return nil, uuid.Nil, ErrCorrelationConsumed
+	case len(read()) == 0:
+		return nil, uuid.Nil, fmt.Errorf("load message %s: %w", now.MessageID, ErrNotFound)
+	}
+	c := newChange(read()[0])
+	receipt := journal.Receipt{Detail: r.Text, ExternalID: r.ExternalID, Status: r.Status, Code: r.Code}
+	e := journal.Event{RecordedAt: w.now(), DeliveryID: now.DeliveryID, Actor: actor}
+	if !r.Final {
+		e.Payload = &journal.ReceiptIntermediate{Receipt: receipt}
+		if err := c.record(e); err != nil {
+			return nil, uuid.Nil, err
+		}
+	} else {
+		e.Payload = &journal.ReceiptReceived{Positive: r.Positive, Receipt: receipt}
+		err := c.record(e)
+		var ill *projection.IllegalError
+		if errors.As(err, &ill) {
+			e.Payload = &journal.ReceiptRefused{Positive: r.Positive, Receipt: receipt, Reason: ill.Reason}
+			if err = c.record(e); err == nil {
+				c.result = &StateError{Err: ErrReceiptRefused, State: ill.State, Allowed: ill.Allowed, Reason: ill.Reason}
+			}
+		}
+		if err != nil {
+			return nil, uuid.Nil, err
+		}
+	}
+	if _, err := w.commit(ctx, conn, []*change{c}, true); err != nil {
+		return nil, uuid.Nil, err
+	}
+	return c.after, now.DeliveryID, c.result
+}
