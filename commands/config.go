@@ -95,7 +95,13 @@ func (w *Writer) loadConfig(ctx context.Context) (*configState, error) {
 	})
 	b.Queue(`SELECT value FROM settings`).Query(func(rows pgx.Rows) error {
 		var raw []byte
-		_, err := pgx.ForEachRow(rows, []any{&raw}, func() error { return json.Unmarshal(raw, &c.settings) })
+		_, err := pgx.ForEachRow(rows, []any{&raw}, func() error {
+			if err := json.Unmarshal(raw, &c.settings); err != nil {
+				return err
+			}
+			c.settings = c.settings.WithDefaults()
+			return nil
+		})
 		return err
 	})
 	if err := w.db.SendBatch(ctx, b).Close(); err != nil {
@@ -308,6 +314,7 @@ func (w *Writer) DeleteRoute(ctx context.Context, id uuid.UUID, actor string) er
 
 // SetSettings replaces the settings.
 func (w *Writer) SetSettings(ctx context.Context, s lifecycle.Settings, actor string) error {
+	s = s.WithDefaults()
 	if err := s.Validate(); err != nil {
 		return invalid(err)
 	}

@@ -27,6 +27,9 @@ type NewMessage struct {
 	// IdempotencyKey, when set, makes a repeat of the same key from the same
 	// source return the message already held instead of storing another.
 	IdempotencyKey string
+	// CallbackURL, when set, is called with the message's outcome each
+	// time it settles: an absolute http or https URL.
+	CallbackURL string
 	// Row, when set, is the inbox row the message was read from: the
 	// transaction that stores the message records that the row's processed
 	// marker is owed.
@@ -102,7 +105,7 @@ func (w *Writer) acceptance(in NewMessage, cfg *configState) (decision, error) {
 	accepted := &journal.MessageAccepted{
 		Source: in.Source, From: in.From, To: in.To, ContentType: in.ContentType,
 		PayloadSize: int64(len(in.Payload)), PayloadSHA256: hex.EncodeToString(sum[:]),
-		IdempotencyKey: in.IdempotencyKey,
+		IdempotencyKey: in.IdempotencyKey, CallbackURL: in.CallbackURL,
 	}
 	if err := accepted.Validate(); err != nil {
 		return nil, invalid(err)

@@ -49,7 +49,7 @@ func (s *Server) ingest(w http.ResponseWriter, r *http.Request) error {
 // request at once: the payload's, and those the Writer would find.
 func newMessage(req IngestRequest) (commands.NewMessage, error) {
 	in := commands.NewMessage{Source: req.Source, From: req.From, To: req.To,
-		ContentType: req.ContentType, IdempotencyKey: req.IdempotencyKey}
+		ContentType: req.ContentType, IdempotencyKey: req.IdempotencyKey, CallbackURL: req.CallbackURL}
 	var errs []error
 	switch {
 	case req.Payload != nil && req.PayloadBase64 != nil:
@@ -75,7 +75,7 @@ func newMessage(req IngestRequest) (commands.NewMessage, error) {
 		// The Writer's check of the other fields, which it would run
 		// only once the payload is right.
 		accepted := journal.MessageAccepted{Source: in.Source, From: in.From, To: in.To, ContentType: in.ContentType,
-			PayloadSHA256: strings.Repeat("0", 64), IdempotencyKey: in.IdempotencyKey}
+			PayloadSHA256: strings.Repeat("0", 64), IdempotencyKey: in.IdempotencyKey, CallbackURL: in.CallbackURL}
 		if accepted.ContentType == "" {
 			accepted.ContentType = "application/octet-stream"
 		}

@@ -27,6 +27,9 @@ type IngestRequest struct {
 	// IdempotencyKey, when given, makes a repeat from the same source return
 	// the message already held; up to 255 bytes.
 	IdempotencyKey string `json:"idempotency_key"`
+	// CallbackURL, when given, is POSTed the message's outcome each time
+	// it settles: an absolute http or https URL.
+	CallbackURL string `json:"callback_url"`
 }
 
 // Message is the message resource.
@@ -45,6 +48,26 @@ type Message struct {
 	PayloadSize   int64      `json:"payload_size"`
 	PayloadSHA256 string     `json:"payload_sha256"`
 	Deliveries    []Delivery `json:"deliveries"`
+	// Callback is the message's outcome callback; null when it has no
+	// callback URL.
+	Callback *MessageCallback `json:"callback"`
+}
+
+// MessageCallback is a message's outcome callback: the call of its URL for
+// its latest settlement.
+type MessageCallback struct {
+	URL string `json:"url"`
+	// Seq counts the settlements called back for; 0 before the first.
+	Seq int `json:"seq"`
+	// State is the call's: queued, delivering, retrying, delivered or
+	// failed; null before the first settlement.
+	State    *lifecycle.DeliveryState `json:"state"`
+	Attempts int                      `json:"attempts"`
+	// NextAttemptAt is when the next call is due while queued or
+	// retrying; null otherwise.
+	NextAttemptAt *time.Time `json:"next_attempt_at"`
+	LastError     *string    `json:"last_error"`
+	FinishedAt    *time.Time `json:"finished_at"`
 }
 
 // Delivery is one delivery of a message to one target.
@@ -200,6 +223,17 @@ func messageOf(m *projection.Message) Message {
 		PayloadSize: m.PayloadSize, PayloadSHA256: m.PayloadSHA256, Deliveries: make([]Delivery, 0, len(m.Deliveries))}
 	for _, d := range m.Deliveries {
 		out.Deliveries = append(out.Deliveries, deliveryOf(d))
+	}
+	if cb := m.Callback; cb != nil {
+		out.Callback = &MessageCallback{URL: cb.URL, Seq: cb.Seq, Attempts: cb.Attempts, LastError: optional(cb.LastError),
+			FinishedAt: optionalTime(cb.FinishedAt)}
+		if cb.State != "" {
+			state := cb.State
+			out.Callback.State = &state
+		}
+		if cb.State == lifecycle.StateQueued || cb.State == lifecycle.StateRetrying {
+			out.Callback.NextAttemptAt = optionalTime(cb.NextDue)
+		}
 	}
 	return out
 }

@@ -23,6 +23,11 @@ const (
 	KindMessageRefused      Kind = "message.refused"
 	KindMessageRedispatched Kind = "message.redispatched"
 
+	KindCallbackClaimed      Kind = "message.callback_claimed"
+	KindCallbackAttempted    Kind = "message.callback_attempted"
+	KindCallbackReleased     Kind = "message.callback_released"
+	KindCallbackLeaseExpired Kind = "message.callback_lease_expired"
+
 	KindDeliveryWoken        Kind = "delivery.woken"
 	KindDeliveryClaimed      Kind = "delivery.claimed"
 	KindDeliveryAttempted    Kind = "delivery.attempted"
@@ -65,6 +70,10 @@ var catalogue = map[Kind]func() Payload{
 	KindReceiptTimedOut:      func() Payload { return new(ReceiptTimedOut) },
 	KindDeliveryRedelivered:  func() Payload { return new(DeliveryRedelivered) },
 	KindReceiptIntermediate:  func() Payload { return new(ReceiptIntermediate) },
+	KindCallbackClaimed:      func() Payload { return new(CallbackClaimed) },
+	KindCallbackAttempted:    func() Payload { return new(CallbackAttempted) },
+	KindCallbackReleased:     func() Payload { return new(CallbackReleased) },
+	KindCallbackLeaseExpired: func() Payload { return new(CallbackLeaseExpired) },
 	KindRouteCreated:         func() Payload { return new(RouteCreated) },
 	KindRouteUpdated:         func() Payload { return new(RouteUpdated) },
 	KindRouteDeleted:         func() Payload { return new(RouteDeleted) },
@@ -180,6 +189,9 @@ type MessageAccepted struct {
 	PayloadSize    int64  `json:"payload_size"`
 	PayloadSHA256  string `json:"payload_sha256"`
 	IdempotencyKey string `json:"idempotency_key,omitempty"`
+	// CallbackURL, when set, is called with the message's outcome each
+	// time it settles.
+	CallbackURL string `json:"callback_url,omitempty"`
 }
 
 func (*MessageAccepted) Kind() Kind { return KindMessageAccepted }
@@ -198,7 +210,8 @@ func (p *MessageAccepted) Validate() error {
 		key = field("idempotency_key", fmt.Sprintf("must be at most %d bytes", lifecycle.MaxPartyLength))
 	}
 	return errors.Join(lifecycle.CheckName("source", p.Source), lifecycle.CheckParty("from", p.From),
-		lifecycle.CheckParty("to", p.To), lifecycle.CheckParty("content_type", p.ContentType), size, sha, key)
+		lifecycle.CheckParty("to", p.To), lifecycle.CheckParty("content_type", p.ContentType), size, sha, key,
+		checkCallbackURL(p.CallbackURL))
 }
 
 // isSHA256 reports whether s is 64 hexadecimal digits of either case, as
@@ -602,7 +615,8 @@ type SettingsChanged struct {
 
 func (*SettingsChanged) Kind() Kind { return KindSettingsChanged }
 func (p *SettingsChanged) Text() string {
-	return fmt.Sprintf("settings changed: max_dispatches %d", p.Settings.Delivery.MaxDispatches)
+	return fmt.Sprintf("settings changed: max_dispatches %d, callback_max_attempts %d",
+		p.Settings.Delivery.MaxDispatches, p.Settings.WithDefaults().CallbackMaxAttempts)
 }
 func (p *SettingsChanged) Validate() error { return p.Settings.Validate() }
 

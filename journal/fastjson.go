@@ -248,7 +248,7 @@ func (d *fastDecoder) bool(p *bool) {
 func (p *MessageAccepted) decodeFast(d *fastDecoder) {
 	o := d.begin()
 	for {
-		switch d.field(&o, "source", "from", "to", "content_type", "payload_size", "payload_sha256", "idempotency_key") {
+		switch d.field(&o, "source", "from", "to", "content_type", "payload_size", "payload_sha256", "idempotency_key", "callback_url") {
 		case 0:
 			d.string(&p.Source)
 		case 1:
@@ -265,6 +265,8 @@ func (p *MessageAccepted) decodeFast(d *fastDecoder) {
 			d.string(&p.PayloadSHA256)
 		case 6:
 			d.string(&p.IdempotencyKey)
+		case 7:
+			d.string(&p.CallbackURL)
 		default:
 			return
 		}
@@ -537,6 +539,76 @@ func (p *DeliveryRedelivered) decodeFast(d *fastDecoder) {
 			d.int(&p.DispatchCount)
 		case 1:
 			d.time(&p.NextDue)
+		default:
+			return
+		}
+	}
+}
+
+func (p *CallbackClaimed) decodeFast(d *fastDecoder) {
+	o := d.begin()
+	for {
+		switch d.field(&o, "seq", "token", "attempt", "lease_end") {
+		case 0:
+			d.int(&p.Seq)
+		case 1:
+			d.uuid(&p.Token)
+		case 2:
+			d.int(&p.Attempt)
+		case 3:
+			d.time(&p.LeaseEnd)
+		default:
+			return
+		}
+	}
+}
+
+func (p *CallbackAttempted) decodeFast(d *fastDecoder) {
+	o := d.begin()
+	for {
+		switch d.field(&o, "seq", "token", "attempt", "outcome") {
+		case 0:
+			d.int(&p.Seq)
+		case 1:
+			d.uuid(&p.Token)
+		case 2:
+			d.int(&p.Attempt)
+		case 3:
+			decodeOutcome(d, &p.Outcome)
+		default:
+			return
+		}
+	}
+}
+
+func (p *CallbackReleased) decodeFast(d *fastDecoder) {
+	o := d.begin()
+	for {
+		switch d.field(&o, "seq", "token", "started", "reason") {
+		case 0:
+			d.int(&p.Seq)
+		case 1:
+			d.uuid(&p.Token)
+		case 2:
+			d.bool(&p.Started)
+		case 3:
+			d.string(&p.Reason)
+		default:
+			return
+		}
+	}
+}
+
+func (p *CallbackLeaseExpired) decodeFast(d *fastDecoder) {
+	o := d.begin()
+	for {
+		switch d.field(&o, "seq", "token", "lease_end") {
+		case 0:
+			d.int(&p.Seq)
+		case 1:
+			d.uuid(&p.Token)
+		case 2:
+			d.time(&p.LeaseEnd)
 		default:
 			return
 		}

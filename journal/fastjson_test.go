@@ -52,6 +52,14 @@ func fastSamples() []Payload {
 		&ReceiptIntermediate{Receipt: Receipt{Detail: "on its way", ExternalID: "SM-1", Status: "ENROUTE", Code: "0"}},
 		&ReceiptTimedOut{Deadline: at, Reason: "overdue"},
 		&DeliveryRedelivered{DispatchCount: 1, NextDue: at},
+		&MessageAccepted{Source: "erp", From: "a", To: "b", ContentType: "text/plain", PayloadSHA256: strings.Repeat("ab", 32),
+			CallbackURL: "https://erp.example/outcome?id=1"},
+		&CallbackClaimed{Seq: 1, Token: tok, Attempt: 1, LeaseEnd: at},
+		&CallbackAttempted{Seq: 2, Token: tok, Attempt: 3, Outcome: lifecycle.Delivered("204 No Content")},
+		&CallbackAttempted{Seq: 2, Token: tok, Attempt: 3, Outcome: lifecycle.Retry(zoned, "503")},
+		&CallbackReleased{Seq: 1, Token: tok, Started: true, Reason: "stopping"},
+		&CallbackReleased{Seq: 1, Token: tok, Reason: "stopping"},
+		&CallbackLeaseExpired{Seq: 4, Token: tok, LeaseEnd: at},
 	}
 }
 

@@ -192,6 +192,10 @@ func (t Target) Validate() error {
 // Settings are the system-wide knobs, changed through commands and journaled.
 type Settings struct {
 	Delivery DeliverySettings `json:"delivery"`
+	// CallbackMaxAttempts bounds the calls of one outcome callback; the
+	// last that fails for now fails it for good. Default 10, from 1 to
+	// 100; 0 stands for the default (settings saved before it existed).
+	CallbackMaxAttempts int `json:"callback_max_attempts"`
 }
 
 // DeliverySettings bound the dispatch of deliveries.
@@ -208,18 +212,37 @@ const (
 	MaxMaxDispatches     = 20
 )
 
+// The bounds of Settings.CallbackMaxAttempts.
+const (
+	DefaultCallbackMaxAttempts = 10
+	MaxCallbackMaxAttempts     = 100
+)
+
 // DefaultSettings are the settings of a database nobody configured.
 func DefaultSettings() Settings {
-	return Settings{Delivery: DeliverySettings{MaxDispatches: DefaultMaxDispatches}}
+	return Settings{Delivery: DeliverySettings{MaxDispatches: DefaultMaxDispatches}, CallbackMaxAttempts: DefaultCallbackMaxAttempts}
+}
+
+// WithDefaults fills the fields that have a default and are left at zero.
+func (s Settings) WithDefaults() Settings {
+	if s.CallbackMaxAttempts == 0 {
+		s.CallbackMaxAttempts = DefaultCallbackMaxAttempts
+	}
+	return s
 }
 
 // Validate checks every field and returns all problems joined.
 func (s Settings) Validate() error {
+	var errs []error
 	if n := s.Delivery.MaxDispatches; n < MinMaxDispatches || n > MaxMaxDispatches {
-		return &FieldError{Field: "delivery.max_dispatches",
-			Problem: fmt.Sprintf("must be from %d to %d, got %d", MinMaxDispatches, MaxMaxDispatches, n)}
+		errs = append(errs, &FieldError{Field: "delivery.max_dispatches",
+			Problem: fmt.Sprintf("must be from %d to %d, got %d", MinMaxDispatches, MaxMaxDispatches, n)})
 	}
-	return nil
+	if n := s.CallbackMaxAttempts; n != 0 && (n < 1 || n > MaxCallbackMaxAttempts) {
+		errs = append(errs, &FieldError{Field: "callback_max_attempts",
+			Problem: fmt.Sprintf("must be from 1 to %d, got %d", MaxCallbackMaxAttempts, n)})
+	}
+	return errors.Join(errs...)
 }
 
 // FieldError says which input field is wrong and what is allowed.

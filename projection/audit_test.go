@@ -69,8 +69,12 @@ func (b *bundle) lifecycles(t *testing.T, n int, rng *rand.Rand) {
 		},
 	}
 	for i := range n {
-		m, _, err := b.w.Ingest(b.ctx, commands.NewMessage{Source: "erp", From: "acme", To: "globex",
-			Payload: fmt.Appendf(nil, "message %d", i), IdempotencyKey: fmt.Sprint(i)})
+		in := commands.NewMessage{Source: "erp", From: "acme", To: "globex",
+			Payload: fmt.Appendf(nil, "message %d", i), IdempotencyKey: fmt.Sprint(i)}
+		if i%2 == 0 {
+			in.CallbackURL = "http://127.0.0.1:9/outcome"
+		}
+		m, _, err := b.w.Ingest(b.ctx, in)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -106,6 +110,21 @@ func (b *bundle) lifecycles(t *testing.T, n int, rng *rand.Rand) {
 				}
 			}
 		}
+		// The callbacks due, called with outcomes of every kind; some
+		// calls never end, and their leases run out.
+		claims, err := b.w.ClaimDueCallbacks(b.ctx, 3, time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range claims {
+			o := outcomes[rng.IntN(3)]()
+			if rng.IntN(4) == 0 {
+				continue
+			}
+			if _, err := b.w.CompleteCallback(b.ctx, c.Callback.MessageID, c.Token, o); err != nil {
+				t.Fatal(err)
+			}
+		}
 	}
 }
 
@@ -123,7 +142,8 @@ func (b *bundle) snapshot(t *testing.T) []string {
 	t.Helper()
 	rows, err := b.db.Query(b.ctx, `SELECT r::text FROM (SELECT * FROM messages ORDER BY id) r
 		UNION ALL SELECT r::text FROM (SELECT * FROM deliveries ORDER BY id) r
-		UNION ALL SELECT r::text FROM (SELECT * FROM correlations ORDER BY target, external_id) r`)
+		UNION ALL SELECT r::text FROM (SELECT * FROM correlations ORDER BY target, external_id) r
+		UNION ALL SELECT r::text FROM (SELECT * FROM callbacks ORDER BY message_id) r`)
 	if err != nil {
 		t.Fatal(err)
 	}

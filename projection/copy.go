@@ -16,7 +16,7 @@ import (
 )
 
 // copyFolded loads the fold into the projection tables, which tx created:
-// the messages, deliveries and correlations with COPY FREEZE in PostgreSQL's binary
+// the messages, deliveries, correlations and callbacks with COPY FREEZE in PostgreSQL's binary
 // format (the rows need no visibility checks later and are encoded without
 // pgx's per-value work), then the counts of deliveries by state.
 func copyFolded(ctx context.Context, tx pgx.Tx, f *Folded) error {
@@ -106,6 +106,9 @@ func copyFolded(ctx context.Context, tx pgx.Tx, f *Folded) error {
 	})
 	if err != nil {
 		return fmt.Errorf("copy correlations: %w", err)
+	}
+	if err := copyCallbacks(ctx, tx, f); err != nil {
+		return fmt.Errorf("copy callbacks: %w", err)
 	}
 	b := &pgx.Batch{}
 	queueCounts(b, f.countStates())
@@ -201,6 +204,12 @@ func (b *copyRow) int4(n int) {
 	}
 	b.buf = binary.BigEndian.AppendUint32(b.buf, 4)
 	b.buf = binary.BigEndian.AppendUint32(b.buf, uint32(int32(n)))
+}
+
+// jsonb writes a jsonb value: its format version, 1, and the text.
+func (b *copyRow) jsonb(data []byte) {
+	b.buf = binary.BigEndian.AppendUint32(b.buf, uint32(len(data)+1))
+	b.buf = append(append(b.buf, 1), data...)
 }
 
 func (b *copyRow) bool(v bool) {

@@ -72,6 +72,7 @@ func apply(m *Message, e *journal.Event, stamp bool) error {
 	}
 	next.Version, next.UpdatedAt = e.Version, e.RecordedAt
 	next.settle()
+	next.armCallback(m.Status, e.RecordedAt)
 	*m = next
 	return nil
 }
@@ -93,6 +94,9 @@ func messageStep(next *Message, e *journal.Event) error {
 			IdempotencyKey: p.IdempotencyKey, PayloadSize: p.PayloadSize, PayloadSHA256: p.PayloadSHA256,
 			Stage: lifecycle.StageAccepted, CreatedAt: at,
 		}
+		if p.CallbackURL != "" {
+			next.Callback = &Callback{MessageID: id, URL: p.CallbackURL, UpdatedAt: at}
+		}
 	case *journal.MessageDispatched:
 		if next.Stage != lifecycle.StageAccepted {
 			return illegalStage(e, next, "only an accepted message is dispatched", lifecycle.StageAccepted)
@@ -113,6 +117,8 @@ func messageStep(next *Message, e *journal.Event) error {
 			return illegalStage(e, next, "only an accepted message is refused", lifecycle.StageAccepted)
 		}
 		next.Stage, next.Refusal, next.Error = lifecycle.StageRefused, p.Refusal, p.Reason
+	case *journal.CallbackClaimed, *journal.CallbackAttempted, *journal.CallbackReleased, *journal.CallbackLeaseExpired:
+		return callbackStep(next, e)
 	default:
 		return &IllegalError{Kind: e.Kind(), State: string(next.Stage), Reason: "not a message event"}
 	}
@@ -174,8 +180,10 @@ func applyDelivery(m *Message, e *journal.Event, stamp bool) error {
 			Reason: fmt.Sprintf("recorded to %s, but the fold makes %s", e.NewState, next.State)}
 	}
 	*cur = next
+	was := m.Status
 	m.Version, m.UpdatedAt = e.Version, e.RecordedAt
 	m.settle()
+	m.armCallback(was, e.RecordedAt)
 	return nil
 }
 

@@ -34,6 +34,9 @@ func Load(ctx context.Context, q journal.Querier, id uuid.UUID) (*Message, error
 	if err == nil && len(ms) == 0 {
 		err = ErrNotFound
 	}
+	if err == nil {
+		err = loadCallbacks(ctx, q, ms)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("load message %s: %w", id, err)
 	}
@@ -44,6 +47,9 @@ func Load(ctx context.Context, q journal.Querier, id uuid.UUID) (*Message, error
 // in id order; ids with no message are left out.
 func LoadMany(ctx context.Context, q journal.Querier, ids []uuid.UUID) ([]*Message, error) {
 	ms, err := loadAll(ctx, q, loadManySQL, ids, []uuid.UUID{})
+	if err == nil {
+		err = loadCallbacks(ctx, q, ms)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("load %d messages: %w", len(ids), err)
 	}
@@ -54,7 +60,7 @@ func LoadMany(ctx context.Context, q journal.Querier, ids []uuid.UUID) ([]*Messa
 // rows of the messages named by id or by one of their deliveries' ids (FOR
 // UPDATE, in id order, so two transactions locking overlapping sets never
 // wait for each other in a cycle), and then their read as LoadMany reads
-// them. The returned function gives the messages, in id order, once the
+// them, callbacks included. The returned function gives the messages, in id order, once the
 // batch is read; ids with no message are left out.
 //
 // The lock and the read are two statements. In READ COMMITTED each takes
@@ -72,6 +78,7 @@ func LoadLocked(b *pgx.Batch, messageIDs, deliveryIDs []uuid.UUID) func() []*Mes
 		ms, err = scanAll(rows)
 		return err
 	})
+	b.Queue(loadCallbacksSQL, messageIDs, deliveryIDs).Query(func(rows pgx.Rows) error { return attachCallbacks(rows, ms) })
 	return func() []*Message { return ms }
 }
 
@@ -250,6 +257,7 @@ func Queue(b *pgx.Batch, writes ...Write) {
 	if len(changed.id) > 0 {
 		b.Queue(insertDeliveriesSQL+upsertDeliveriesSQL, changed.args()...)
 	}
+	queueCallbacks(b, writes)
 	queueCorrelations(b, writes)
 	queueCounts(b, counts)
 }

@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -93,6 +94,14 @@ func TestEndToEnd(t *testing.T) {
 		mu.Unlock()
 	}))
 	defer sink.Close()
+	var outcomes atomic.Int32
+	callbacks := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var body struct{ Status string }
+		if json.NewDecoder(r.Body).Decode(&body) == nil && body.Status == "delivered" {
+			outcomes.Add(1)
+		}
+	}))
+	defer callbacks.Close()
 
 	srv := startServer(t, bin, "--data-dir", dataDir)
 	cmd, addr := srv.cmd, srv.addr
@@ -120,7 +129,7 @@ func TestEndToEnd(t *testing.T) {
 	for i := range 10 {
 		var m message
 		a.call("POST", "/messages", map[string]any{"source": "erp", "from": "acme", "to": "globex",
-			"payload": fmt.Sprintf("order %d", i), "content_type": "text/plain"}, http.StatusCreated, &m)
+			"payload": fmt.Sprintf("order %d", i), "content_type": "text/plain", "callback_url": callbacks.URL}, http.StatusCreated, &m)
 		ids = append(ids, m.ID)
 	}
 	for _, id := range ids {
@@ -145,6 +154,12 @@ func TestEndToEnd(t *testing.T) {
 		t.Errorf("the sink got %d messages, the fourth %q", len(got), got[ids[3]])
 	}
 	mu.Unlock()
+
+	for deadline := time.Now().Add(60 * time.Second); outcomes.Load() < 10; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d outcome callbacks, want 10", outcomes.Load())
+		}
+	}
 
 	// A file dropped in a directory source is delivered too.
 	spool := filepath.Join(dir, "spool")
@@ -179,7 +194,7 @@ func TestEndToEnd(t *testing.T) {
 	for _, e := range history.Items {
 		kinds = append(kinds, e.Kind)
 	}
-	want := "message.accepted message.dispatched delivery.claimed delivery.attempted"
+	want := "message.accepted message.dispatched delivery.claimed delivery.attempted message.callback_claimed message.callback_attempted"
 	if strings.Join(kinds, " ") != want {
 		t.Errorf("history %v, want %s", kinds, want)
 	}

@@ -216,6 +216,10 @@ func serve(ctx context.Context, cfg *serveConfig, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	callbacks, err := workers.NewCallbacks(workers.CallbackConfig{Base: base, Writer: w, DrainGrace: cfg.drainGrace, Registerer: reg})
+	if err != nil {
+		return err
+	}
 	sources, err := intake.New(intake.Config{Base: base, Writer: w, DB: db, NATS: nc, Metrics: intake.NewMetrics(reg),
 		MaxPayload: cfg.maxPayload})
 	if err != nil {
@@ -237,7 +241,7 @@ func serve(ctx context.Context, cfg *serveConfig, stderr io.Writer) error {
 	for _, s := range []struct {
 		name string
 		s    service.Service
-	}{{"http server", web}, {"alerter", alerter}, {"event stream", events}, {"runtime", rt}, {"sweep", sw}, {"sources", sources}} {
+	}{{"http server", web}, {"alerter", alerter}, {"event stream", events}, {"runtime", rt}, {"callbacks", callbacks}, {"sweep", sw}, {"sources", sources}} {
 		if err := services.Start(ctx, s.name, s.s); err != nil {
 			return err
 		}
