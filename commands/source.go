@@ -67,9 +67,6 @@ func (w *Writer) changeSource(ctx context.Context, s lifecycle.Source, actor str
 		case create:
 			return &journal.SourceCreated{Source: s}, func(b *pgx.Batch) {
 				b.Queue(`INSERT INTO sources (name, spec, created_at, updated_at) VALUES ($1, $2, $3, $3)`, s.Name, spec, now)
-				// A state left by a source of this name deleted while a
-				// process still polled it starts over too.
-				b.Queue(`DELETE FROM source_state WHERE name = $1`, s.Name)
 				b.Queue(`INSERT INTO source_state (name) VALUES ($1)`, s.Name)
 			}, nil
 		case !exists:

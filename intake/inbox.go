@@ -289,9 +289,34 @@ func (p *inbox) take(ctx context.Context, rows []row, rep *report) (int, error) 
 		}
 		ins = append(ins, in)
 	}
-	for i, res := range p.w.IngestMany(ctx, ins) {
+	// Rows read again (after a restart, or beyond a gap) are stored
+	// already: they are passed over at the cost of one read, not of a
+	// transaction each that fails on its key.
+	keys := make([]string, len(ins))
+	for i, in := range ins {
+		keys[i] = in.IdempotencyKey
+	}
+	held, err := p.db.Query(ctx, `SELECT idempotency_key FROM messages WHERE source = $1 AND idempotency_key = ANY($2)`, p.name, keys)
+	if err != nil {
+		return 0, fmt.Errorf("read rows stored: %w", err)
+	}
+	stored := map[string]bool{}
+	var key string
+	if _, err := pgx.ForEachRow(held, []any{&key}, func() error { stored[key] = true; return nil }); err != nil {
+		return 0, fmt.Errorf("read rows stored: %w", err)
+	}
+	var (
+		fresh []commands.NewMessage
+		index []int
+	)
+	for i, in := range ins {
+		if !stored[in.IdempotencyKey] {
+			fresh, index = append(fresh, in), append(index, i)
+		}
+	}
+	for k, res := range p.w.IngestMany(ctx, fresh) {
 		if res.Err != nil {
-			return i, fmt.Errorf("row %d not stored: %w", rows[i].id, res.Err)
+			return index[k], fmt.Errorf("row %d not stored: %w", rows[index[k]].id, res.Err)
 		}
 		if res.Created {
 			rep.taken++

@@ -322,10 +322,10 @@ func (run *runner) run(ctx context.Context) {
 
 // leaseSQL takes the lease when nobody holds it, it ran out, or this
 // process holds it already (which renews it); it returns the watermark,
-// and no row when another process holds the lease.
-const leaseSQL = `INSERT INTO source_state (name, holder, lease_end) VALUES ($1, $2, $3)
-	ON CONFLICT (name) DO UPDATE SET holder = excluded.holder, lease_end = excluded.lease_end
-	WHERE source_state.holder IS NULL OR source_state.holder = excluded.holder OR source_state.lease_end <= $4
+// and no row when another process holds the lease, or the source is gone
+// (its row is made with the source and deleted with it).
+const leaseSQL = `UPDATE source_state SET holder = $2, lease_end = $3
+	WHERE name = $1 AND (holder IS NULL OR holder = $2 OR lease_end <= $4)
 	RETURNING watermark`
 
 // renew takes or renews the lease and reports whether this process holds

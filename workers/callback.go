@@ -297,9 +297,6 @@ func (c *Callbacks) readSettings(ctx context.Context) error {
 	return nil
 }
 
-// Poke asks the worker to look for due callbacks now.
-func (c *Callbacks) Poke() { c.worker.Poke() }
-
 // Stop stops looking, lets the calls in flight finish as Worker.Stop
 // does, and waits within ctx. Safe to call twice, and without Start.
 func (c *Callbacks) Stop(ctx context.Context) {
