@@ -31,7 +31,7 @@ func (w *Writer) ClaimCallback(ctx context.Context, messageID uuid.UUID, lease t
 		return CallbackClaim{}, invalid(&lifecycle.FieldError{Field: "lease", Problem: "must be positive"})
 	}
 	var claim CallbackClaim
-	_, err := w.run(ctx, message(messageID), func(m *projection.Message, now time.Time) (*change, error) {
+	_, err := w.run(ctx, message(messageID), func(m *projection.Message, _ *projection.LaneBook, now time.Time) (*change, error) {
 		c := newChange(m)
 		var err error
 		claim, err = c.claimCallback(lease, now)
@@ -132,7 +132,12 @@ func (w *Writer) claimDueCallbacks(ctx context.Context, n int, lease time.Durati
 	if len(changes) == 0 {
 		return nil, nil
 	}
-	if _, err := w.commit(ctx, conn, changes, true); err != nil {
+	var events []journal.Event
+	for _, c := range changes {
+		events = append(events, c.events...)
+	}
+	// A callback moves no lane: its events change no delivery.
+	if _, err := w.commit(ctx, conn, changes, events, nil, true); err != nil {
 		return nil, err
 	}
 	return claims, nil
@@ -172,7 +177,7 @@ func (w *Writer) ReleaseCallback(ctx context.Context, messageID, token uuid.UUID
 // onCallback records the payload made for the message's callback when the
 // fold finds the claim still current.
 func (w *Writer) onCallback(ctx context.Context, messageID uuid.UUID, payload func(*projection.Callback) journal.Payload) (*projection.Message, error) {
-	return w.run(ctx, message(messageID), func(m *projection.Message, now time.Time) (*change, error) {
+	return w.run(ctx, message(messageID), func(m *projection.Message, _ *projection.LaneBook, now time.Time) (*change, error) {
 		if m.Callback == nil || m.Callback.State == "" {
 			return nil, &StateError{Err: ErrClaimLost, Reason: "the message has no callback to make"}
 		}

@@ -391,7 +391,7 @@ func TestOperatorActions(t *testing.T) {
 	d := m.Deliveries[0]
 	_, err := b.w.Redeliver(b.ctx, m.ID, d.ID, "admin")
 	var se *commands.StateError
-	if !errors.Is(err, commands.ErrNotRedeliverable) || !errors.As(err, &se) || se.State != "queued" || len(se.Allowed) != 4 {
+	if !errors.Is(err, commands.ErrNotRedeliverable) || !errors.As(err, &se) || se.State != "queued" || len(se.Allowed) != 5 {
 		t.Fatalf("redeliver queued: %v", err)
 	}
 	if _, err := b.w.Redeliver(b.ctx, m.ID, uuid.New(), "admin"); !errors.Is(err, commands.ErrNotFound) {

@@ -41,7 +41,7 @@ func (w *Writer) Claim(ctx context.Context, deliveryID uuid.UUID, lease time.Dur
 		claim Claim
 		c     *change
 	)
-	m, err := w.run(ctx, delivery(deliveryID), func(m *projection.Message, now time.Time) (*change, error) {
+	m, err := w.run(ctx, delivery(deliveryID), func(m *projection.Message, _ *projection.LaneBook, now time.Time) (*change, error) {
 		c = newChange(m)
 		c.readBody = true
 		var err error
@@ -152,7 +152,12 @@ func (w *Writer) claimDue(ctx context.Context, target string, n int, lease time.
 	if len(claims) == 0 {
 		return nil, nil
 	}
-	bodies, err := w.commit(ctx, conn, changes, true)
+	var events []journal.Event
+	for _, c := range changes {
+		events = append(events, c.events...)
+	}
+	// A claim moves no lane: only a lane's head is ever claimable.
+	bodies, err := w.commit(ctx, conn, changes, events, nil, true)
 	if err != nil {
 		return nil, err
 	}
@@ -200,7 +205,7 @@ func (w *Writer) Release(ctx context.Context, deliveryID, token uuid.UUID, start
 // onClaim records the payload made for the delivery, by its worker, when the
 // fold finds the claim still current.
 func (w *Writer) onClaim(ctx context.Context, deliveryID uuid.UUID, payload func(*projection.Delivery) journal.Payload) (*projection.Message, error) {
-	return w.run(ctx, delivery(deliveryID), func(m *projection.Message, now time.Time) (*change, error) {
+	return w.run(ctx, delivery(deliveryID), func(m *projection.Message, _ *projection.LaneBook, now time.Time) (*change, error) {
 		c := newChange(m)
 		d := c.after.Delivery(deliveryID)
 		err := c.record(journal.Event{RecordedAt: now, DeliveryID: deliveryID,
@@ -217,7 +222,7 @@ func (w *Writer) Receipt(ctx context.Context, deliveryID uuid.UUID, positive boo
 	if err := journal.CheckActor(actor); err != nil {
 		return nil, invalid(err)
 	}
-	m, err := w.run(ctx, delivery(deliveryID), func(m *projection.Message, now time.Time) (*change, error) {
+	m, err := w.run(ctx, delivery(deliveryID), func(m *projection.Message, _ *projection.LaneBook, now time.Time) (*change, error) {
 		c := newChange(m)
 		e := journal.Event{RecordedAt: now, DeliveryID: deliveryID, Actor: actor,
 			Payload: &journal.ReceiptReceived{Positive: positive, Receipt: journal.Receipt{Detail: detail}}}
@@ -240,26 +245,67 @@ func (w *Writer) Receipt(ctx context.Context, deliveryID uuid.UUID, positive boo
 }
 
 // Redeliver queues one delivery of the message again, with a fresh count of
-// wake-ups, for an operator: from retrying, failed, stalled or delivered (to
-// send it again). Any other state is ErrNotRedeliverable; a delivery of
-// another message is ErrNotFound.
+// wake-ups, for an operator: from retrying, failed, stalled, delivered or
+// skipped (to send it again). Any other state is ErrNotRedeliverable; a
+// delivery of another message is ErrNotFound. A delivery that holds its
+// lane (a failed or stalled head) is retried in place, before the ones
+// waiting behind it; one that had settled for its lane joins the back of
+// it, blocked when the lane is held.
 func (w *Writer) Redeliver(ctx context.Context, messageID, deliveryID uuid.UUID, operator string) (*projection.Message, error) {
 	if operator == "" {
 		return nil, invalid(&lifecycle.FieldError{Field: "operator", Problem: "is required"})
 	}
-	m, err := w.run(ctx, message(messageID), func(m *projection.Message, now time.Time) (*change, error) {
-		c := newChange(m)
-		d := c.after.Delivery(deliveryID)
-		if d == nil {
+	m, err := w.run(ctx, delivery(deliveryID), func(m *projection.Message, lanes *projection.LaneBook, now time.Time) (*change, error) {
+		if m.ID != messageID {
 			return nil, ErrNotFound
 		}
-		err := c.record(journal.Event{RecordedAt: now, DeliveryID: deliveryID, Actor: journal.OperatorActor(operator),
-			Payload: &journal.DeliveryRedelivered{DispatchCount: 1, NextDue: now.Add(lifecycle.DispatchBackoff(1))}})
-		c.wakeups = []Wakeup{{DeliveryID: deliveryID, Target: d.Target}}
+		c := newChange(m)
+		d := c.after.Delivery(deliveryID)
+		p := &journal.DeliveryRedelivered{DispatchCount: 1, NextDue: now.Add(lifecycle.DispatchBackoff(1))}
+		if d.LaneSeq > 0 && lifecycle.RedeliverRule.Admits(d.State) {
+			head, err := lanes.Head(projection.LaneID{Target: d.Target, Key: d.LaneKey}, d.ID)
+			if err != nil {
+				return nil, err
+			}
+			if !head {
+				if p.Lane, err = lanes.Place(d.Target, d.LaneKey); err != nil {
+					return nil, err
+				}
+			}
+		}
+		err := c.record(journal.Event{RecordedAt: now, DeliveryID: deliveryID, Actor: journal.OperatorActor(operator), Payload: p})
+		if !p.Blocked {
+			c.wakeups = []Wakeup{{DeliveryID: deliveryID, Target: d.Target}}
+		}
 		return c, refused(ErrNotRedeliverable, err)
 	})
 	if err != nil {
 		return nil, fmt.Errorf("redeliver delivery %s of message %s: %w", deliveryID, messageID, err)
+	}
+	return m, nil
+}
+
+// Skip settles one delivery of the message without sending it, for an
+// operator, with an optional reason: from queued, blocked, retrying,
+// stalled, failed or awaiting_ack. Any other state is ErrNotSkippable; a
+// delivery of another message is ErrNotFound. Skipping the head of a lane
+// lets the next delivery of the lane go; skipping one that waits takes it
+// out of the lane.
+func (w *Writer) Skip(ctx context.Context, messageID, deliveryID uuid.UUID, reason, operator string) (*projection.Message, error) {
+	if operator == "" {
+		return nil, invalid(&lifecycle.FieldError{Field: "operator", Problem: "is required"})
+	}
+	m, err := w.run(ctx, delivery(deliveryID), func(m *projection.Message, _ *projection.LaneBook, now time.Time) (*change, error) {
+		if m.ID != messageID {
+			return nil, ErrNotFound
+		}
+		c := newChange(m)
+		err := c.record(journal.Event{RecordedAt: now, DeliveryID: deliveryID, Actor: journal.OperatorActor(operator),
+			Payload: &journal.DeliverySkipped{Reason: reason}})
+		return c, refused(ErrNotSkippable, err)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("skip delivery %s of message %s: %w", deliveryID, messageID, err)
 	}
 	return m, nil
 }

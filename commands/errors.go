@@ -36,6 +36,9 @@ var (
 	ErrNotRedispatchable = errors.New("message not redispatchable")
 	// ErrNotRedeliverable: the delivery is not in a redeliverable state.
 	ErrNotRedeliverable = errors.New("delivery not redeliverable")
+	// ErrNotSkippable: the delivery is being attempted, or is delivered or
+	// skipped already.
+	ErrNotSkippable = errors.New("delivery not skippable")
 )
 
 // StateError is a command refused for the state of its message or delivery.

@@ -27,6 +27,10 @@ type NewMessage struct {
 	// IdempotencyKey, when set, makes a repeat of the same key from the same
 	// source return the message already held instead of storing another.
 	IdempotencyKey string
+	// OrderingKey, when set, puts the message's deliveries to fifo targets
+	// in the lanes of that key: each is attempted after the deliveries
+	// dispatched to its lane before it have settled.
+	OrderingKey string
 	// CallbackURL, when set, is called with the message's outcome each
 	// time it settles: an absolute http or https URL.
 	CallbackURL string
@@ -105,13 +109,13 @@ func (w *Writer) acceptance(in NewMessage, cfg *configState) (decision, error) {
 	accepted := &journal.MessageAccepted{
 		Source: in.Source, From: in.From, To: in.To, ContentType: in.ContentType,
 		PayloadSize: int64(len(in.Payload)), PayloadSHA256: hex.EncodeToString(sum[:]),
-		IdempotencyKey: in.IdempotencyKey, CallbackURL: in.CallbackURL,
+		IdempotencyKey: in.IdempotencyKey, OrderingKey: in.OrderingKey, CallbackURL: in.CallbackURL,
 	}
 	if err := accepted.Validate(); err != nil {
 		return nil, invalid(err)
 	}
 	id := uuid.Must(uuid.NewV7())
-	return func(_ *projection.Message, now time.Time) (*change, error) {
+	return func(_ *projection.Message, lanes *projection.LaneBook, now time.Time) (*change, error) {
 		c := newChange(nil)
 		c.body = in.Payload
 		if c.body == nil {
@@ -127,7 +131,7 @@ func (w *Writer) acceptance(in NewMessage, cfg *configState) (decision, error) {
 				row.Source, row.ID, id, now)
 		}
 		if cfg != nil {
-			if err := w.dispatchOn(c, cfg, now, journal.SourceActor(in.Source), false); err != nil {
+			if err := w.dispatchOn(c, cfg, lanes, now, journal.SourceActor(in.Source), false); err != nil {
 				return nil, err
 			}
 		}
@@ -224,8 +228,9 @@ func (w *Writer) heldMessage(ctx context.Context, source, key string) (*projecti
 }
 
 // dispatchOn matches the routes for c's message and records the deliveries
-// of the targets that have none yet: a dispatch, or a redispatch.
-func (w *Writer) dispatchOn(c *change, cfg *configState, now time.Time, actor string, redispatch bool) error {
+// of the targets that have none yet, each in its lane when the target
+// keeps order and the message has a key: a dispatch, or a redispatch.
+func (w *Writer) dispatchOn(c *change, cfg *configState, lanes *projection.LaneBook, now time.Time, actor string, redispatch bool) error {
 	m := c.after
 	var add []journal.NewDelivery
 	for _, target := range MatchRoutes(cfg.routes, m.Source, m.From, m.To) {
@@ -235,7 +240,12 @@ func (w *Writer) dispatchOn(c *change, cfg *configState, now time.Time, actor st
 		if slices.ContainsFunc(m.Deliveries, func(d projection.Delivery) bool { return d.Target == target }) {
 			continue
 		}
-		add = append(add, journal.NewDelivery{ID: uuid.Must(uuid.NewV7()), Seq: len(m.Deliveries) + len(add) + 1, Target: target})
+		place, err := lanes.Place(target, m.OrderingKey)
+		if err != nil {
+			return err
+		}
+		add = append(add, journal.NewDelivery{ID: uuid.Must(uuid.NewV7()), Seq: len(m.Deliveries) + len(add) + 1, Target: target,
+			Lane: place})
 	}
 	nd := journal.NewDeliveries{Deliveries: add}
 	if len(add) > 0 {
@@ -250,7 +260,9 @@ func (w *Writer) dispatchOn(c *change, cfg *configState, now time.Time, actor st
 	}
 	for _, d := range add {
 		c.touched = append(c.touched, d.ID)
-		c.wakeups = append(c.wakeups, Wakeup{DeliveryID: d.ID, Target: d.Target})
+		if !d.Blocked {
+			c.wakeups = append(c.wakeups, Wakeup{DeliveryID: d.ID, Target: d.Target})
+		}
 	}
 	return nil
 }
@@ -268,12 +280,12 @@ func (w *Writer) Dispatch(ctx context.Context, id uuid.UUID, actor string) (*pro
 	if err != nil {
 		return nil, fmt.Errorf("dispatch message %s: %w", id, err)
 	}
-	m, err := w.run(ctx, message(id), func(m *projection.Message, now time.Time) (*change, error) {
+	m, err := w.run(ctx, message(id), func(m *projection.Message, lanes *projection.LaneBook, now time.Time) (*change, error) {
 		if m.Stage != lifecycle.StageAccepted {
 			return nil, nil
 		}
 		c := newChange(m)
-		return c, w.dispatchOn(c, cfg, now, actor, false)
+		return c, w.dispatchOn(c, cfg, lanes, now, actor, false)
 	})
 	if err != nil {
 		return nil, fmt.Errorf("dispatch message %s: %w", id, err)
@@ -289,7 +301,7 @@ func (w *Writer) Refuse(ctx context.Context, id uuid.UUID, refusal lifecycle.Ref
 	if err := errors.Join(p.Validate(), journal.CheckActor(actor)); err != nil {
 		return nil, invalid(err)
 	}
-	m, err := w.run(ctx, message(id), func(m *projection.Message, now time.Time) (*change, error) {
+	m, err := w.run(ctx, message(id), func(m *projection.Message, _ *projection.LaneBook, now time.Time) (*change, error) {
 		c := newChange(m)
 		return c, refused(ErrNotAccepted, c.record(journal.Event{RecordedAt: now, Actor: actor, Payload: p}))
 	})
@@ -311,9 +323,9 @@ func (w *Writer) Redispatch(ctx context.Context, id uuid.UUID, operator string) 
 	if err != nil {
 		return nil, fmt.Errorf("redispatch message %s: %w", id, err)
 	}
-	m, err := w.run(ctx, message(id), func(m *projection.Message, now time.Time) (*change, error) {
+	m, err := w.run(ctx, message(id), func(m *projection.Message, lanes *projection.LaneBook, now time.Time) (*change, error) {
 		c := newChange(m)
-		return c, refused(ErrNotRedispatchable, w.dispatchOn(c, cfg, now, actor, true))
+		return c, refused(ErrNotRedispatchable, w.dispatchOn(c, cfg, lanes, now, actor, true))
 	})
 	if err != nil {
 		return nil, fmt.Errorf("redispatch message %s: %w", id, err)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -63,7 +64,7 @@ func (w *Writer) ReceiptByExternalID(ctx context.Context, r ExternalReceipt, act
 	}
 	for try := 1; ; try++ {
 		m, id, err := w.receiptByExternalID(ctx, r, actor)
-		if (errors.Is(err, errCorrelationMoved) || retryable(err)) && try < maxTries {
+		if errors.Is(err, errCorrelationMoved) && try < maxTries {
 			continue
 		}
 		if err != nil && !errors.Is(err, ErrReceiptRefused) {
@@ -73,66 +74,55 @@ func (w *Writer) ReceiptByExternalID(ctx context.Context, r ExternalReceipt, act
 	}
 }
 
-// receiptByExternalID runs in one transaction on a connection of its own:
-// the correlation is read, then the message's row and the correlation's
-// are locked, in that order, as every writer locks them; the decision is
-// made on what the locked read found.
+// receiptByExternalID reads the id's correlation, then runs the receipt on
+// its delivery as a command whose batch locks the message's row and then
+// the correlation's, in that order, as every writer locks them, and
+// decides on what it read under the locks: a correlation that moved to
+// another delivery meanwhile is read again, one consumed meanwhile is
+// ErrCorrelationConsumed.
 func (w *Writer) receiptByExternalID(ctx context.Context, r ExternalReceipt, actor string) (*projection.Message, uuid.UUID, error) {
 	key := projection.CorrelationKey{Target: r.Target, ExternalID: r.ExternalID}
-	seen, err := projection.LoadCorrelation(ctx, w.db, key, false)
+	seen, err := projection.LoadCorrelation(ctx, w.db, key)
 	if err != nil {
 		return nil, uuid.Nil, err
 	}
 	if seen.Consumed {
 		return nil, uuid.Nil, ErrCorrelationConsumed
 	}
-	conn, err := w.db.Acquire(ctx)
-	if err != nil {
-		return nil, uuid.Nil, err
+	var locked projection.Correlation
+	read := func(b *pgx.Batch) {
+		locked = projection.Correlation{}
+		projection.QueueCorrelation(b, key, &locked)
 	}
-	defer w.release(conn)
-	b := &pgx.Batch{}
-	b.Queue(`BEGIN`)
-	read := projection.LoadLocked(b, []uuid.UUID{seen.MessageID}, nil)
-	if err := conn.SendBatch(ctx, b).Close(); err != nil {
-		return nil, uuid.Nil, err
-	}
-	now, err := projection.LoadCorrelation(ctx, conn, key, true)
-	if err != nil {
-		return nil, uuid.Nil, err
-	}
-	switch {
-	case now.DeliveryID != seen.DeliveryID:
-		return nil, uuid.Nil, errCorrelationMoved
-	case now.Consumed:
-		return nil, uuid.Nil, ErrCorrelationConsumed
-	case len(read()) == 0:
-		return nil, uuid.Nil, fmt.Errorf("load message %s: %w", now.MessageID, ErrNotFound)
-	}
-	c := newChange(read()[0])
-	receipt := journal.Receipt{Detail: r.Text, ExternalID: r.ExternalID, Status: r.Status, Code: r.Code}
-	e := journal.Event{RecordedAt: w.now(), DeliveryID: now.DeliveryID, Actor: actor}
-	if !r.Final {
-		e.Payload = &journal.ReceiptIntermediate{Receipt: receipt}
-		if err := c.record(e); err != nil {
-			return nil, uuid.Nil, err
+	m, err := w.runReading(ctx, delivery(seen.DeliveryID), read, func(m *projection.Message, _ *projection.LaneBook, now time.Time) (*change, error) {
+		switch {
+		case locked.DeliveryID != seen.DeliveryID:
+			return nil, errCorrelationMoved
+		case locked.Consumed:
+			return nil, ErrCorrelationConsumed
 		}
-	} else {
+		c := newChange(m)
+		receipt := journal.Receipt{Detail: r.Text, ExternalID: r.ExternalID, Status: r.Status, Code: r.Code}
+		e := journal.Event{RecordedAt: now, DeliveryID: seen.DeliveryID, Actor: actor}
+		if !r.Final {
+			e.Payload = &journal.ReceiptIntermediate{Receipt: receipt}
+			return c, c.record(e)
+		}
 		e.Payload = &journal.ReceiptReceived{Positive: r.Positive, Receipt: receipt}
 		err := c.record(e)
 		var ill *projection.IllegalError
-		if errors.As(err, &ill) {
-			e.Payload = &journal.ReceiptRefused{Positive: r.Positive, Receipt: receipt, Reason: ill.Reason}
-			if err = c.record(e); err == nil {
-				c.result = &StateError{Err: ErrReceiptRefused, State: ill.State, Allowed: ill.Allowed, Reason: ill.Reason}
-			}
+		if !errors.As(err, &ill) {
+			return c, err
 		}
-		if err != nil {
-			return nil, uuid.Nil, err
+		e.Payload = &journal.ReceiptRefused{Positive: r.Positive, Receipt: receipt, Reason: ill.Reason}
+		if err := c.record(e); err != nil {
+			return nil, err
 		}
-	}
-	if _, err := w.commit(ctx, conn, []*change{c}, true); err != nil {
+		c.result = &StateError{Err: ErrReceiptRefused, State: ill.State, Allowed: ill.Allowed, Reason: ill.Reason}
+		return c, nil
+	})
+	if err != nil && !errors.Is(err, ErrReceiptRefused) {
 		return nil, uuid.Nil, err
 	}
-	return c.after, now.DeliveryID, c.result
+	return m, seen.DeliveryID, err
 }

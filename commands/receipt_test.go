@@ -180,3 +180,49 @@ func TestConcurrentFinalReceiptsSettleOnce(t *testing.T) {
 	}
 	dbtest.Audit(t, b.db)
 }
+
+// TestReceiptByExternalIDLetsTheLaneGo: the final receipt by id that
+// settles the head of a fifo lane lets the next delivery of the lane go,
+// in the same transaction, as a receipt by delivery does.
+func TestReceiptByExternalIDLetsTheLaneGo(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	if _, err := b.w.CreateTarget(b.ctx, lifecycle.Target{Name: "sms", Kind: "http", Enabled: true, Config: sinkConfig,
+		Ordering: lifecycle.Ordering{Mode: lifecycle.OrderingFIFO}}, admin); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.w.CreateRoute(b.ctx, lifecycle.Route{Source: "erp", From: "*", To: "*", Target: "sms"}, admin); err != nil {
+		t.Fatal(err)
+	}
+	in := newMessage()
+	in.OrderingKey = "patient-7"
+	first, _, err := b.w.Ingest(b.ctx, in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	second, _, err := b.w.Ingest(b.ctx, in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := second.Deliveries[0].State; s != lifecycle.StateBlocked {
+		t.Fatalf("the second of the lane is %s", s)
+	}
+	d := first.Deliveries[0]
+	c, err := b.w.Claim(b.ctx, d.ID, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := lifecycle.AwaitingAck("202 Accepted", b.clock.Now().Add(time.Hour))
+	o.ExternalID = "SM-7"
+	if _, err := b.w.Complete(b.ctx, d.ID, c.Token, o); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := b.receiptBy("sms", "SM-7", true, true); err != nil {
+		t.Fatal(err)
+	}
+	got, err := projection.Load(b.ctx, b.db, second.ID)
+	if err != nil || got.Deliveries[0].State != lifecycle.StateQueued {
+		t.Fatalf("the second after the receipt: %v", err)
+	}
+	dbtest.Audit(t, b.db)
+}

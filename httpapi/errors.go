@@ -29,6 +29,7 @@ const (
 	CodeTargetInUse          = "TARGET_IN_USE"
 	CodeNotRedispatchable    = "NOT_REDISPATCHABLE"
 	CodeNotRedeliverable     = "NOT_REDELIVERABLE"
+	CodeNotSkippable         = "NOT_SKIPPABLE"
 	CodeReceiptRefused       = "RECEIPT_REFUSED"
 	CodeCorrelationConsumed  = "CORRELATION_CONSUMED"
 	CodeConflict             = "CONFLICT"
@@ -147,6 +148,19 @@ func fieldError(field, problem string) error {
 	return invalid(&lifecycle.FieldError{Field: field, Problem: problem})
 }
 
+// Refusal is how the API answers err: the status and the envelope's body.
+// The console shows a refused action with the same words.
+func Refusal(err error) (status int, body ErrorBody) {
+	f := failureOf(err)
+	return f.status, f.body
+}
+
+// Forbidden is the refusal of a request that needs what role does not
+// allow: 403 FORBIDDEN, with the role and the permission named.
+func Forbidden(role auth.Role, needs auth.Permission) error {
+	return &forbiddenError{role: role, needs: needs}
+}
+
 // failure is how an error is answered.
 type failure struct {
 	status int
@@ -191,6 +205,8 @@ func failureOf(err error) failure {
 			return f(http.StatusConflict, CodeNotRedispatchable, ErrorDetails{Stage: state.State, Allowed: state.Allowed})
 		case commands.ErrNotRedeliverable:
 			return f(http.StatusConflict, CodeNotRedeliverable, ErrorDetails{State: state.State, Allowed: state.Allowed})
+		case commands.ErrNotSkippable:
+			return f(http.StatusConflict, CodeNotSkippable, ErrorDetails{State: state.State, Allowed: state.Allowed})
 		case commands.ErrReceiptRefused:
 			return f(http.StatusConflict, CodeReceiptRefused, ErrorDetails{State: state.State, Allowed: state.Allowed})
 		}

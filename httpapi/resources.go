@@ -27,6 +27,9 @@ type IngestRequest struct {
 	// IdempotencyKey, when given, makes a repeat from the same source return
 	// the message already held; up to 255 bytes.
 	IdempotencyKey string `json:"idempotency_key"`
+	// OrderingKey, when given, puts the message's deliveries to fifo targets
+	// in the lanes of that key; 1 to 200 bytes.
+	OrderingKey string `json:"ordering_key"`
 	// CallbackURL, when given, is POSTed the message's outcome each time
 	// it settles: an absolute http or https URL.
 	CallbackURL string `json:"callback_url"`
@@ -42,12 +45,14 @@ type Message struct {
 	Status lifecycle.MessageStatus `json:"status"`
 	// Error is why the message was refused, or the last error of its first
 	// failed (else stalled) delivery; null when there is none.
-	Error         *string    `json:"error"`
-	CreatedAt     time.Time  `json:"created_at"`
-	UpdatedAt     time.Time  `json:"updated_at"`
-	PayloadSize   int64      `json:"payload_size"`
-	PayloadSHA256 string     `json:"payload_sha256"`
-	Deliveries    []Delivery `json:"deliveries"`
+	Error         *string   `json:"error"`
+	CreatedAt     time.Time `json:"created_at"`
+	UpdatedAt     time.Time `json:"updated_at"`
+	PayloadSize   int64     `json:"payload_size"`
+	PayloadSHA256 string    `json:"payload_sha256"`
+	// OrderingKey is the message's ordering key; null when it has none.
+	OrderingKey *string    `json:"ordering_key"`
+	Deliveries  []Delivery `json:"deliveries"`
 	// Callback is the message's outcome callback; null when it has no
 	// callback URL.
 	Callback *MessageCallback `json:"callback"`
@@ -82,8 +87,45 @@ type Delivery struct {
 	LastError     *string    `json:"last_error"`
 	CreatedAt     time.Time  `json:"created_at"`
 	UpdatedAt     time.Time  `json:"updated_at"`
-	// FinishedAt is when it was delivered or failed; null before.
+	// FinishedAt is when it was delivered, failed or skipped; null before.
 	FinishedAt *time.Time `json:"finished_at"`
+	// LaneSeq is the delivery's place in the lane of its target and its
+	// message's ordering key; null when it is in no lane.
+	LaneSeq *int64 `json:"lane_seq"`
+}
+
+// SkipRequest is the body of POST /messages/{id}/deliveries/{delivery_id}/skip:
+// none, {}, or a reason.
+type SkipRequest struct {
+	// Reason is kept in the journal with the operator.
+	Reason string `json:"reason"`
+}
+
+// LaneHead is the delivery that holds a lane.
+type LaneHead struct {
+	MessageID  uuid.UUID               `json:"message_id"`
+	DeliveryID uuid.UUID               `json:"delivery_id"`
+	State      lifecycle.DeliveryState `json:"state"`
+	// Since is when it became the lane's head.
+	Since time.Time `json:"since"`
+}
+
+// Lane is one lane of a fifo target: its ordering key, the delivery at its
+// head, and the deliveries waiting behind it.
+type Lane struct {
+	OrderingKey string    `json:"ordering_key"`
+	Head        *LaneHead `json:"head"`
+	Waiting     int64     `json:"waiting"`
+	// WaitingSince is when the first of them began to wait behind this
+	// head; null when none waits.
+	WaitingSince *time.Time `json:"waiting_since"`
+}
+
+// LaneList is a page of a target's lanes, by ordering key. NextCursor
+// continues the list; null on its last page.
+type LaneList struct {
+	Items      []Lane  `json:"items"`
+	NextCursor *string `json:"next_cursor"`
 }
 
 // MessageList is a page of messages, newest first. NextCursor continues
@@ -220,7 +262,8 @@ type JournalPage struct {
 func messageOf(m *projection.Message) Message {
 	out := Message{ID: m.ID, Source: m.Source, From: m.From, To: m.To, Stage: m.Stage, Status: m.Status,
 		Error: optional(m.Error), CreatedAt: m.CreatedAt, UpdatedAt: m.UpdatedAt,
-		PayloadSize: m.PayloadSize, PayloadSHA256: m.PayloadSHA256, Deliveries: make([]Delivery, 0, len(m.Deliveries))}
+		PayloadSize: m.PayloadSize, PayloadSHA256: m.PayloadSHA256, OrderingKey: optional(m.OrderingKey),
+		Deliveries: make([]Delivery, 0, len(m.Deliveries))}
 	for _, d := range m.Deliveries {
 		out.Deliveries = append(out.Deliveries, deliveryOf(d))
 	}
@@ -244,9 +287,13 @@ func deliveryOf(d projection.Delivery) Delivery {
 	if d.State == lifecycle.StateQueued || d.State == lifecycle.StateRetrying {
 		next = optionalTime(d.NextDue)
 	}
-	return Delivery{ID: d.ID, Target: d.Target, State: d.State,
+	out := Delivery{ID: d.ID, Target: d.Target, State: d.State,
 		Attempts: d.Attempts, NextAttemptAt: next, LastError: optional(d.LastError),
 		CreatedAt: d.CreatedAt, UpdatedAt: d.UpdatedAt, FinishedAt: optionalTime(d.FinishedAt)}
+	if d.LaneSeq > 0 {
+		out.LaneSeq = &d.LaneSeq
+	}
+	return out
 }
 
 // historyOf is the history entry of an event.

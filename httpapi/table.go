@@ -33,6 +33,7 @@ var routes = []route{
 	{http.MethodGet, "/messages/{id}/history", (*Server).getHistory, nil, History{}, http.StatusOK},
 	{http.MethodPost, "/messages/{id}/redispatch", (*Server).redispatch, ActionRequest{}, Message{}, http.StatusOK},
 	{http.MethodPost, "/messages/{id}/deliveries/{delivery_id}/redeliver", (*Server).redeliver, ActionRequest{}, Message{}, http.StatusOK},
+	{http.MethodPost, "/messages/{id}/deliveries/{delivery_id}/skip", (*Server).skip, SkipRequest{}, Message{}, http.StatusOK},
 	{http.MethodPost, "/deliveries/{id}/receipt", (*Server).receipt, ReceiptRequest{}, Delivery{}, http.StatusOK},
 	{http.MethodPost, "/receipts", (*Server).externalReceipt, ExternalReceiptRequest{}, Delivery{}, http.StatusOK},
 
@@ -47,6 +48,7 @@ var routes = []route{
 	{http.MethodGet, "/targets/{name}", (*Server).getTarget, nil, lifecycle.Target{}, http.StatusOK},
 	{http.MethodPut, "/targets/{name}", (*Server).updateTarget, lifecycle.Target{}, lifecycle.Target{}, http.StatusOK},
 	{http.MethodDelete, "/targets/{name}", (*Server).deleteTarget, nil, nil, http.StatusNoContent},
+	{http.MethodGet, "/targets/{name}/lanes", (*Server).listLanes, nil, LaneList{}, http.StatusOK},
 
 	{http.MethodGet, "/sources", (*Server).listSources, nil, SourceList{}, http.StatusOK},
 	{http.MethodPost, "/sources", (*Server).createSource, SourceRequest{}, Source{}, http.StatusCreated},

@@ -150,8 +150,12 @@ func (p *inbox) connect(ctx context.Context) error {
 	if types[p.cfg.PayloadColumn][0] != "bytea" {
 		payload += "::text"
 	}
+	ordering := "NULL::text"
+	if p.cfg.OrderingKeyColumn != "" {
+		ordering = ident(p.cfg.OrderingKeyColumn) + "::text"
+	}
 	columns := id + "::bigint, " + payload + ", " + ident(p.cfg.PayloadColumn) + " IS NULL, " +
-		ident(p.cfg.FromColumn) + "::text, " + ident(p.cfg.ToColumn) + "::text"
+		ident(p.cfg.FromColumn) + "::text, " + ident(p.cfg.ToColumn) + "::text, " + ordering
 	p.sql = &inboxSQL{
 		read: "SELECT " + columns + " FROM " + t + " WHERE " + id + " > $1 ORDER BY " + id + " LIMIT $2",
 		late: "SELECT " + columns + " FROM " + t + " JOIN unnest($1::bigint[], $2::bigint[]) AS waybill_gap(lo, hi) ON " +
@@ -169,6 +173,7 @@ type row struct {
 	payload  []byte
 	null     bool
 	from, to pgtype.Text
+	ordering pgtype.Text
 }
 
 func (p *inbox) read(ctx context.Context, sql string, args ...any) ([]row, error) {
@@ -178,7 +183,7 @@ func (p *inbox) read(ctx context.Context, sql string, args ...any) ([]row, error
 	}
 	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (row, error) {
 		var x row
-		return x, r.Scan(&x.id, &x.payload, &x.null, &x.from, &x.to)
+		return x, r.Scan(&x.id, &x.payload, &x.null, &x.from, &x.to, &x.ordering)
 	})
 	if err != nil {
 		return nil, fmt.Errorf("read inbox: %w", err)
@@ -325,8 +330,10 @@ func (p *inbox) take(ctx context.Context, rows []row, rep *report) (int, error) 
 	return len(ins), stop
 }
 
-// message is the message of a row. A row that cannot be one (a party
-// missing or not a party, no payload, a payload too large) is an error
+// message is the message of a row, with the ordering key of its
+// ordering_key_column (none when NULL or empty). A row that cannot be one
+// (a party missing or not a party, no payload, a payload too large, an
+// ordering key too long) is an error
 // that stops the source at it until the row is fixed: it is never passed.
 func (p *inbox) message(r row) (commands.NewMessage, error) {
 	var problems []string
@@ -346,11 +353,15 @@ func (p *inbox) message(r row) (commands.NewMessage, error) {
 			problems = append(problems, err.Error())
 		}
 	}
+	if err := lifecycle.CheckOrderingKey(p.cfg.OrderingKeyColumn, r.ordering.String); err != nil {
+		problems = append(problems, err.Error())
+	}
 	if len(problems) > 0 {
 		return commands.NewMessage{}, fmt.Errorf("row %d cannot be taken: %s", r.id, strings.Join(problems, "; "))
 	}
 	return commands.NewMessage{Source: p.name, From: r.from.String, To: r.to.String, ContentType: p.cfg.ContentType,
-		Payload: r.payload, IdempotencyKey: RowKey(r.id), Row: &commands.InboxRow{Source: p.name, ID: r.id}}, nil
+		Payload: r.payload, IdempotencyKey: RowKey(r.id), OrderingKey: r.ordering.String,
+		Row: &commands.InboxRow{Source: p.name, ID: r.id}}, nil
 }
 
 // RowKey is the idempotency key of an inbox row's message.

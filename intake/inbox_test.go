@@ -22,6 +22,7 @@ const inboxDDL = `CREATE TABLE inbox (
 	sender    text,
 	receiver  text,
 	body      text,
+	lane      text,
 	processed timestamptz
 )`
 
@@ -404,5 +405,28 @@ func TestGaps(t *testing.T) {
 	g.take(8)
 	if g.watermark(10) != 10 {
 		t.Fatalf("%v", g)
+	}
+}
+
+// TestInboxOrderingKeys: the ordering_key_column gives each message its
+// ordering key; NULL gives none.
+func TestInboxOrderingKeys(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	url, up := inboxDB(t)
+	if _, err := up.Exec(f.ctx, `INSERT INTO inbox (sender, receiver, body, lane) VALUES
+		('a', 'b', '1', 'patient-7'), ('a', 'b', '2', NULL), ('a', 'b', '3', 'patient-7')`); err != nil {
+		t.Fatal(err)
+	}
+	p := f.inboxSource(t, "ciims", url, map[string]any{"ordering_key_column": "lane"})
+	if rep := f.poll(t, p); rep.taken != 3 {
+		t.Fatalf("%+v", rep)
+	}
+	var keys []string
+	for _, m := range f.messages(t, "ciims") {
+		keys = append(keys, m.OrderingKey)
+	}
+	if strings.Join(keys, ",") != "patient-7,,patient-7" {
+		t.Errorf("ordering keys %q", keys)
 	}
 }

@@ -38,6 +38,9 @@ const (
 	KindReceiptRefused       Kind = "delivery.receipt_refused"
 	KindReceiptTimedOut      Kind = "delivery.receipt_timed_out"
 	KindDeliveryRedelivered  Kind = "delivery.redelivered"
+	KindDeliveryUnblocked    Kind = "delivery.unblocked"
+	KindDeliverySkipped      Kind = "delivery.skipped"
+	KindDeliveryLaneHeld     Kind = "delivery.lane_held"
 	KindReceiptIntermediate  Kind = "delivery.receipt_intermediate"
 
 	KindRouteCreated     Kind = "route.created"
@@ -69,6 +72,9 @@ var catalogue = map[Kind]func() Payload{
 	KindReceiptRefused:       func() Payload { return new(ReceiptRefused) },
 	KindReceiptTimedOut:      func() Payload { return new(ReceiptTimedOut) },
 	KindDeliveryRedelivered:  func() Payload { return new(DeliveryRedelivered) },
+	KindDeliveryUnblocked:    func() Payload { return new(DeliveryUnblocked) },
+	KindDeliverySkipped:      func() Payload { return new(DeliverySkipped) },
+	KindDeliveryLaneHeld:     func() Payload { return new(DeliveryLaneHeld) },
 	KindReceiptIntermediate:  func() Payload { return new(ReceiptIntermediate) },
 	KindCallbackClaimed:      func() Payload { return new(CallbackClaimed) },
 	KindCallbackAttempted:    func() Payload { return new(CallbackAttempted) },
@@ -189,6 +195,9 @@ type MessageAccepted struct {
 	PayloadSize    int64  `json:"payload_size"`
 	PayloadSHA256  string `json:"payload_sha256"`
 	IdempotencyKey string `json:"idempotency_key,omitempty"`
+	// OrderingKey, when set, puts the message's deliveries to fifo targets
+	// in the lane of that key at each.
+	OrderingKey string `json:"ordering_key,omitempty"`
 	// CallbackURL, when set, is called with the message's outcome each
 	// time it settles.
 	CallbackURL string `json:"callback_url,omitempty"`
@@ -211,6 +220,7 @@ func (p *MessageAccepted) Validate() error {
 	}
 	return errors.Join(lifecycle.CheckName("source", p.Source), lifecycle.CheckParty("from", p.From),
 		lifecycle.CheckParty("to", p.To), lifecycle.CheckParty("content_type", p.ContentType), size, sha, key,
+		lifecycle.CheckOrderingKey("ordering_key", p.OrderingKey),
 		checkCallbackURL(p.CallbackURL))
 }
 
@@ -228,12 +238,39 @@ func isSHA256(s string) bool {
 	return true
 }
 
-// NewDelivery is a delivery a dispatch creates, queued.
+// NewDelivery is a delivery a dispatch creates: queued, or blocked behind
+// the unsettled head of its lane.
 type NewDelivery struct {
 	ID uuid.UUID `json:"id"`
 	// Seq numbers the message's deliveries from 1, in creation order.
 	Seq    int    `json:"seq"`
 	Target string `json:"target"`
+	// Lane places the delivery in the lane of its target and its message's
+	// ordering key; none when the target keeps no order or the message has
+	// no key.
+	Lane
+}
+
+// Lane is a delivery's place in its lane: LaneSeq orders the lane's
+// deliveries (from 1; 0 is no lane), Blocked says the delivery waits
+// behind the lane's head, and Continue that its target's on_failure was
+// continue when it was placed, so its failure lets the next one go.
+type Lane struct {
+	LaneSeq  int64 `json:"lane_seq,omitempty"`
+	Blocked  bool  `json:"blocked,omitempty"`
+	Continue bool  `json:"continue,omitempty"`
+}
+
+func (l Lane) validate(prefix string) error {
+	switch {
+	case l.LaneSeq < 0:
+		return field(prefix+"lane_seq", "must not be negative")
+	case l.Blocked && l.LaneSeq == 0:
+		return field(prefix+"blocked", "needs a lane_seq: only a delivery in a lane is blocked")
+	case l.Continue && l.LaneSeq == 0:
+		return field(prefix+"continue", "needs a lane_seq: only a delivery in a lane has a lane's policy")
+	}
+	return nil
 }
 
 // NewDeliveries is the part dispatch and redispatch share.
@@ -265,6 +302,7 @@ func (p NewDeliveries) problems() error {
 		if targets[d.Target] {
 			errs = append(errs, field(name+".target", "must be unique in the message"))
 		}
+		errs = append(errs, d.Lane.validate(name+"."))
 		seqs[d.Seq], targets[d.Target] = true, true
 	}
 	if len(p.Deliveries) > 0 {
@@ -277,7 +315,7 @@ func (p NewDeliveries) problems() error {
 // would give: the journal's decoding asks it of every dispatch.
 func (p NewDeliveries) valid() bool {
 	for i, d := range p.Deliveries {
-		if d.ID == uuid.Nil || d.Seq < 1 || lifecycle.CheckName("", d.Target) != nil {
+		if d.ID == uuid.Nil || d.Seq < 1 || lifecycle.CheckName("", d.Target) != nil || d.Lane.validate("") != nil {
 			return false
 		}
 		for _, e := range p.Deliveries[:i] {
@@ -542,16 +580,81 @@ func (p *ReceiptTimedOut) Validate() error {
 	return errors.Join(required("deadline", !p.Deadline.IsZero()), required("reason", p.Reason != ""))
 }
 
-// DeliveryRedelivered: an operator queued the delivery again.
+// DeliveryRedelivered: an operator queued the delivery again. A delivery
+// that had settled for its lane joins the back of the lane: Lane is its new
+// place there (blocked when the lane has a head); a lane's head keeps its
+// place and Lane is empty.
 type DeliveryRedelivered struct {
 	DispatchCount int       `json:"dispatch_count"`
 	NextDue       time.Time `json:"next_due"`
+	Lane
 }
 
-func (*DeliveryRedelivered) Kind() Kind     { return KindDeliveryRedelivered }
-func (p *DeliveryRedelivered) Text() string { return "queued again by an operator" }
+func (*DeliveryRedelivered) Kind() Kind { return KindDeliveryRedelivered }
+func (p *DeliveryRedelivered) Text() string {
+	switch {
+	case p.Blocked:
+		return "queued again by an operator, at the back of its lane"
+	case p.LaneSeq > 0:
+		return "queued again by an operator, at the head of its lane"
+	}
+	return "queued again by an operator"
+}
 func (p *DeliveryRedelivered) Validate() error {
+	return errors.Join(positive("dispatch_count", p.DispatchCount), required("next_due", !p.NextDue.IsZero()),
+		p.Lane.validate(""))
+}
+
+// DeliveryUnblocked: the delivery ahead of a blocked delivery in its lane
+// settled for the lane (or its target stopped keeping order), so it is
+// queued and woken.
+type DeliveryUnblocked struct {
+	DispatchCount int       `json:"dispatch_count"`
+	NextDue       time.Time `json:"next_due"`
+	// After is the delivery whose settling let this one go; none when the
+	// target stopped keeping order.
+	After uuid.UUID `json:"after,omitzero"`
+}
+
+func (*DeliveryUnblocked) Kind() Kind { return KindDeliveryUnblocked }
+func (p *DeliveryUnblocked) Text() string {
+	if p.After == uuid.Nil {
+		return "unblocked: its target keeps no order any more"
+	}
+	return "unblocked: the delivery ahead of it in its lane settled (" + p.After.String() + ")"
+}
+func (p *DeliveryUnblocked) Validate() error {
 	return errors.Join(positive("dispatch_count", p.DispatchCount), required("next_due", !p.NextDue.IsZero()))
+}
+
+// DeliverySkipped: an operator settled the delivery without sending it.
+type DeliverySkipped struct {
+	Reason string `json:"reason,omitempty"`
+}
+
+func (*DeliverySkipped) Kind() Kind        { return KindDeliverySkipped }
+func (p *DeliverySkipped) Text() string    { return withDetail("skipped by an operator", p.Reason) }
+func (p *DeliverySkipped) Validate() error { return nil }
+
+// DeliveryLaneHeld: the head of a lane had kept deliveries waiting behind
+// it for longer than its target's head_alert_after. It changes nothing; it
+// is recorded once per head and raises the alert lane_blocked.
+type DeliveryLaneHeld struct {
+	Waiting int64 `json:"waiting"`
+	// Since is when the first of them began to wait behind this head.
+	Since time.Time `json:"since"`
+}
+
+func (*DeliveryLaneHeld) Kind() Kind { return KindDeliveryLaneHeld }
+func (p *DeliveryLaneHeld) Text() string {
+	return fmt.Sprintf("holding its lane: %d waiting since %s", p.Waiting, stamp(p.Since))
+}
+func (p *DeliveryLaneHeld) Validate() error {
+	var n error
+	if p.Waiting < 1 {
+		n = field("waiting", fmt.Sprintf("must be 1 or more, got %d", p.Waiting))
+	}
+	return errors.Join(n, required("since", !p.Since.IsZero()))
 }
 
 // RouteCreated: a route was added.

@@ -216,6 +216,12 @@ func (d *fastDecoder) int(p *int) {
 	}
 }
 
+func (d *fastDecoder) int64p(p *int64) {
+	if n := d.int64(); !d.failed {
+		*p = n
+	}
+}
+
 // null reads a null if one is next.
 func (d *fastDecoder) null() bool {
 	if d.next() != 'n' || len(d.data)-d.i < 4 || string(d.data[d.i:d.i+4]) != "null" {
@@ -248,7 +254,8 @@ func (d *fastDecoder) bool(p *bool) {
 func (p *MessageAccepted) decodeFast(d *fastDecoder) {
 	o := d.begin()
 	for {
-		switch d.field(&o, "source", "from", "to", "content_type", "payload_size", "payload_sha256", "idempotency_key", "callback_url") {
+		switch d.field(&o, "source", "from", "to", "content_type", "payload_size", "payload_sha256", "idempotency_key",
+			"ordering_key", "callback_url") {
 		case 0:
 			d.string(&p.Source)
 		case 1:
@@ -266,6 +273,8 @@ func (p *MessageAccepted) decodeFast(d *fastDecoder) {
 		case 6:
 			d.string(&p.IdempotencyKey)
 		case 7:
+			d.string(&p.OrderingKey)
+		case 8:
 			d.string(&p.CallbackURL)
 		default:
 			return
@@ -317,13 +326,19 @@ func (p *NewDeliveries) decodeFast(d *fastDecoder) {
 func (p *NewDelivery) decodeFast(d *fastDecoder) {
 	o := d.begin()
 	for {
-		switch d.field(&o, "id", "seq", "target") {
+		switch d.field(&o, "id", "seq", "target", "lane_seq", "blocked", "continue") {
 		case 0:
 			d.uuid(&p.ID)
 		case 1:
 			d.int(&p.Seq)
 		case 2:
 			d.string(&p.Target)
+		case 3:
+			d.int64p(&p.LaneSeq)
+		case 4:
+			d.bool(&p.Blocked)
+		case 5:
+			d.bool(&p.Continue)
 		default:
 			return
 		}
@@ -534,11 +549,59 @@ func (p *ReceiptTimedOut) decodeFast(d *fastDecoder) {
 func (p *DeliveryRedelivered) decodeFast(d *fastDecoder) {
 	o := d.begin()
 	for {
-		switch d.field(&o, "dispatch_count", "next_due") {
+		switch d.field(&o, "dispatch_count", "next_due", "lane_seq", "blocked", "continue") {
 		case 0:
 			d.int(&p.DispatchCount)
 		case 1:
 			d.time(&p.NextDue)
+		case 2:
+			d.int64p(&p.LaneSeq)
+		case 3:
+			d.bool(&p.Blocked)
+		case 4:
+			d.bool(&p.Continue)
+		default:
+			return
+		}
+	}
+}
+
+func (p *DeliveryUnblocked) decodeFast(d *fastDecoder) {
+	o := d.begin()
+	for {
+		switch d.field(&o, "dispatch_count", "next_due", "after") {
+		case 0:
+			d.int(&p.DispatchCount)
+		case 1:
+			d.time(&p.NextDue)
+		case 2:
+			d.uuid(&p.After)
+		default:
+			return
+		}
+	}
+}
+
+func (p *DeliverySkipped) decodeFast(d *fastDecoder) {
+	o := d.begin()
+	for {
+		switch d.field(&o, "reason") {
+		case 0:
+			d.string(&p.Reason)
+		default:
+			return
+		}
+	}
+}
+
+func (p *DeliveryLaneHeld) decodeFast(d *fastDecoder) {
+	o := d.begin()
+	for {
+		switch d.field(&o, "waiting", "since") {
+		case 0:
+			d.int64p(&p.Waiting)
+		case 1:
+			d.time(&p.Since)
 		default:
 			return
 		}

@@ -66,6 +66,9 @@ type Target struct {
 	// Receipt, when set, makes a handed-over delivery await its receipt
 	// instead of counting as delivered.
 	Receipt *ReceiptPolicy `json:"receipt,omitempty"`
+	// Ordering keeps the order of the deliveries of one ordering key.
+	// Default mode none.
+	Ordering Ordering `json:"ordering,omitzero"`
 }
 
 // ReceiptPolicy is how long a target's receipt may take, and how the
@@ -156,6 +159,7 @@ func (t Target) WithDefaults(kindConcurrency int) Target {
 		t.AttemptTimeout = Duration(DefaultAttemptTimeout)
 	}
 	t.Retry = t.Retry.WithDefaults()
+	t.Ordering = t.Ordering.WithDefaults()
 	return t
 }
 
@@ -179,7 +183,7 @@ func (t Target) Validate() error {
 	if t.AttemptTimeout < Duration(time.Millisecond) || t.AttemptTimeout.D() > MaxAttemptTimeout {
 		errs = append(errs, &FieldError{Field: "attempt_timeout", Problem: "must be from 1ms to 1h"})
 	}
-	errs = append(errs, t.Retry.Validate())
+	errs = append(errs, t.Retry.Validate(), t.Ordering.Validate())
 	if t.Receipt != nil && (t.Receipt.Timeout < Duration(time.Second) || t.Receipt.Timeout.D() > MaxReceiptTimeout) {
 		errs = append(errs, &FieldError{Field: "receipt.timeout", Problem: "must be from 1s to 720h"})
 	}

@@ -75,11 +75,23 @@ var (
 		{StateAwaitingAck, []Cond{Due}},
 	}}
 	// RedeliverRule: an operator may queue a delivery again unless it is
-	// still in hand: queued, delivering or awaiting a receipt
-	// (delivery.redelivered).
+	// still in hand (queued, blocked, delivering or awaiting a receipt);
+	// a delivered or skipped one is sent again (delivery.redelivered).
 	RedeliverRule = Rule{Name: "redeliverable", cases: []ruleCase{
-		{StateRetrying, nil}, {StateFailed, nil}, {StateStalled, nil}, {StateDelivered, nil},
+		{StateRetrying, nil}, {StateFailed, nil}, {StateStalled, nil}, {StateDelivered, nil}, {StateSkipped, nil},
 	}}
+	// SkipRule: an operator may settle a delivery without sending it
+	// unless it is being attempted or already delivered or skipped
+	// (delivery.skipped).
+	SkipRule = Rule{Name: "skippable", cases: []ruleCase{
+		{StateQueued, nil}, {StateBlocked, nil}, {StateRetrying, nil}, {StateStalled, nil},
+		{StateFailed, nil}, {StateAwaitingAck, nil},
+	}}
+	// UnblockRule: a blocked delivery moves to queued once the delivery
+	// ahead of it in its lane has settled for the lane, or its target no
+	// longer keeps order (delivery.unblocked); the lane's condition is
+	// checked where lanes are known, in the command and the audit.
+	UnblockRule = Rule{Name: "blocked", cases: []ruleCase{{StateBlocked, nil}}}
 )
 
 // The rules of a message's outcome callback, a job in the delivery states:
@@ -100,7 +112,7 @@ var (
 
 // Rules lists every rule, for the tests that hold the SQL and the fold to
 // them.
-var Rules = []Rule{ClaimRule, LeaseExpiryRule, CatchUpRule, WakeRule, ReceiptTimeoutRule, RedeliverRule,
+var Rules = []Rule{ClaimRule, LeaseExpiryRule, CatchUpRule, WakeRule, ReceiptTimeoutRule, RedeliverRule, SkipRule, UnblockRule,
 	CallbackClaimRule, CallbackCatchUpRule}
 
 // Or is a rule that admits what r or o admits. They must not share a

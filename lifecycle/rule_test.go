@@ -51,7 +51,7 @@ func TestRuleSQL(t *testing.T) {
 	}{
 		{ClaimRule, `d.state IN ('queued', 'stalled', 'retrying') AND (d.state IN ('queued', 'stalled') OR d.state = 'retrying' AND (d.next_due <= $2 OR d.dispatch_count > 0))`},
 		{LeaseExpiryRule, `d.state IN ('delivering') AND (d.state = 'delivering' AND (d.lease_end <= $2))`},
-		{RedeliverRule, `d.state IN ('retrying', 'failed', 'stalled', 'delivered')`},
+		{RedeliverRule, `d.state IN ('retrying', 'failed', 'stalled', 'delivered', 'skipped')`},
 	} {
 		if got := tt.rule.SQL("d", "$2"); got != tt.want {
 			t.Errorf("%s.SQL =\n%s\nwant\n%s", tt.rule.Name, got, tt.want)
@@ -112,6 +112,17 @@ func TestMayBecomeAgreesWithDeriveStatus(t *testing.T) {
 				if before != after && !MayBecome(old, next, after) {
 					t.Fatalf("%v + %s -> %s turns %s into %s, but MayBecome says it cannot", rest, old, next, before, after)
 				}
+			}
+		}
+	}
+}
+
+func TestLaneSettled(t *testing.T) {
+	for _, s := range DeliveryStates {
+		for _, f := range OnFailures {
+			want := s == StateDelivered || s == StateSkipped || s == StateFailed && f == OnFailureContinue
+			if got := LaneSettled(s, f); got != want {
+				t.Errorf("LaneSettled(%s, %s) = %v, want %v", s, f, got, want)
 			}
 		}
 	}

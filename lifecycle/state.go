@@ -21,12 +21,17 @@ const (
 	// StateStalled: woken the maximum number of times and never claimed;
 	// nothing was tried. The target's next start claims it again.
 	StateStalled DeliveryState = "stalled"
+	// StateBlocked: waiting behind an unsettled earlier delivery of its
+	// lane (a fifo target's deliveries of one ordering key).
+	StateBlocked DeliveryState = "blocked"
+	// StateSkipped: settled by an operator without being sent.
+	StateSkipped DeliveryState = "skipped"
 )
 
 // DeliveryStates is the canonical set, in lifecycle order.
 var DeliveryStates = []DeliveryState{
-	StateQueued, StateDelivering, StateRetrying, StateAwaitingAck,
-	StateDelivered, StateFailed, StateStalled,
+	StateQueued, StateBlocked, StateDelivering, StateRetrying, StateAwaitingAck,
+	StateDelivered, StateFailed, StateStalled, StateSkipped,
 }
 
 // ParseDeliveryState returns s as a state, or an error listing the states.
@@ -42,7 +47,7 @@ func (s *DeliveryState) UnmarshalText(text []byte) error {
 // Final reports whether nothing more happens to the delivery unless an
 // operator redelivers it.
 func (s DeliveryState) Final() bool {
-	return s == StateDelivered || s == StateFailed
+	return s == StateDelivered || s == StateFailed || s == StateSkipped
 }
 
 // Label is the state as a person reads it.
@@ -62,6 +67,10 @@ func (s DeliveryState) Label() string {
 		return "Failed"
 	case StateStalled:
 		return "Stalled"
+	case StateBlocked:
+		return "Blocked"
+	case StateSkipped:
+		return "Skipped"
 	}
 	return string(s)
 }

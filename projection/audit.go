@@ -49,7 +49,8 @@ type Report struct {
 	Violations []Violation
 }
 
-// Folded is the state of every message stream the journal holds.
+// Folded is the state of every message stream the journal holds, and of
+// every lane when the whole journal was folded.
 type Folded struct {
 	Messages   map[uuid.UUID]*Message
 	Events     int
@@ -57,10 +58,14 @@ type Folded struct {
 	// inOrder holds the messages of Messages in the order their streams
 	// began, which is the order a rebuild writes them in.
 	inOrder []*Message
-	// inboxes holds what the journal tells of each inbox_table source.
-	inboxes map[string]*inboxLedger
-	// Correlations are the receivers' ids for messages, as the journal
-	// makes them.
+	// lanes follows every lane, with the ordering of each target as the
+	// configuration events left it (ordering); nil for one stream.
+	lanes    *LaneBook
+	ordering map[string]lifecycle.Ordering
+	// inboxes holds what the journal tells of each inbox_table source,
+	// and Correlations the receivers' ids for messages as the journal
+	// makes them; nil for one stream.
+	inboxes      map[string]*inboxLedger
 	Correlations map[CorrelationKey]Correlation
 }
 
@@ -68,8 +73,8 @@ type Folded struct {
 // not uuid.Nil, through Apply. An event Apply refuses is reported and
 // skipped, so the rest of its stream is still checked.
 func FoldJournal(ctx context.Context, q journal.Querier, message uuid.UUID) (*Folded, error) {
-	f := newFolded()
 	if message != uuid.Nil {
+		f := &Folded{Messages: map[uuid.UUID]*Message{}}
 		events, err := journal.Stream(ctx, q, journal.MessageStream(message))
 		if err != nil {
 			return nil, err
@@ -79,7 +84,12 @@ func FoldJournal(ctx context.Context, q journal.Querier, message uuid.UUID) (*Fo
 		}
 		return f, nil
 	}
-	return f, journal.Scan(ctx, q, 1, f.fold)
+	f := newFolded()
+	if err := journal.Scan(ctx, q, 1, f.fold); err != nil {
+		return nil, err
+	}
+	f.finish()
+	return f, nil
 }
 
 // reading says how Audit and Rebuild read the whole journal: on how many
@@ -104,12 +114,46 @@ func foldSnapshot(ctx context.Context, s *snapshot, rd reading) (*Folded, error)
 		return nil, err
 	}
 	f := newFolded()
-	return f, journal.ScanRanges(ctx, qs, 1, last, rd.chunk, f.fold)
+	if err := journal.ScanRanges(ctx, qs, 1, last, rd.chunk, f.fold); err != nil {
+		return nil, err
+	}
+	f.finish()
+	return f, nil
 }
 
+// newFolded returns the fold of a whole journal, lanes included.
 func newFolded() *Folded {
-	return &Folded{Messages: map[uuid.UUID]*Message{}, inboxes: map[string]*inboxLedger{},
-		Correlations: map[CorrelationKey]Correlation{}}
+	f := &Folded{Messages: map[uuid.UUID]*Message{}, ordering: map[string]lifecycle.Ordering{},
+		inboxes: map[string]*inboxLedger{}, Correlations: map[CorrelationKey]Correlation{}}
+	f.lanes = NewLaneBook(func(target string) lifecycle.Ordering { return f.ordering[target] },
+		func(message, delivery uuid.UUID) *Delivery {
+			if m := f.Messages[message]; m != nil {
+				return m.Delivery(delivery)
+			}
+			return nil
+		}, true)
+	return f
+}
+
+// finish reports, at the end of the journal, the lanes whose head settled
+// without passing the lane on.
+func (f *Folded) finish() {
+	for _, l := range f.lanes.Stuck() {
+		f.Violations = append(f.Violations, Violation{MessageID: l.HeadMessage, DeliveryID: l.Head,
+			Problem: fmt.Sprintf("%s: the head settled for the lane, but the %d waiting behind it were not let go", l.LaneID, l.Waiting)})
+	}
+}
+
+// configure follows a target's ordering through the configuration events.
+func (f *Folded) configure(e journal.Event) {
+	switch p := e.Payload.(type) {
+	case *journal.TargetCreated:
+		f.ordering[p.Target.Name] = p.Target.Ordering.WithDefaults()
+	case *journal.TargetUpdated:
+		f.ordering[p.Target.Name] = p.Target.Ordering.WithDefaults()
+	case *journal.TargetDeleted:
+		delete(f.ordering, p.Name)
+	}
 }
 
 // countStates counts the fold's deliveries by state.
@@ -127,7 +171,10 @@ func (f *Folded) countStates() map[lifecycle.DeliveryState]int64 {
 func (f *Folded) fold(e journal.Event) error {
 	f.Events++
 	if e.Stream == journal.ConfigStream {
-		f.foldSource(e)
+		if f.lanes != nil {
+			f.configure(e)
+			f.foldSource(e)
+		}
 		return nil
 	}
 	id, err := uuid.Parse(e.Stream)
@@ -151,8 +198,13 @@ func (f *Folded) fold(e journal.Event) error {
 		f.Violations = append(f.Violations, Violation{Position: e.Position, MessageID: id, DeliveryID: e.DeliveryID, Problem: err.Error()})
 		return nil
 	}
-	if problem := correlate(f.Correlations, e, id); problem != "" {
-		f.Violations = append(f.Violations, Violation{Position: e.Position, MessageID: id, DeliveryID: e.DeliveryID, Problem: problem})
+	if f.lanes != nil {
+		if err := f.lanes.Apply(e, m); err != nil {
+			f.Violations = append(f.Violations, Violation{Position: e.Position, MessageID: id, DeliveryID: e.DeliveryID, Problem: err.Error()})
+		}
+		if problem := correlate(f.Correlations, e, id); problem != "" {
+			f.Violations = append(f.Violations, Violation{Position: e.Position, MessageID: id, DeliveryID: e.DeliveryID, Problem: problem})
+		}
 	}
 	return nil
 }
@@ -270,6 +322,7 @@ func compareDelivery(message uuid.UUID, stored, folded *Delivery) []Violation {
 func sameMessage(a, b *Message) bool {
 	return a.ID == b.ID && a.Version == b.Version && a.Source == b.Source && a.From == b.From &&
 		a.To == b.To && a.ContentType == b.ContentType && a.IdempotencyKey == b.IdempotencyKey &&
+		a.OrderingKey == b.OrderingKey &&
 		a.PayloadSize == b.PayloadSize && a.PayloadSHA256 == b.PayloadSHA256 && a.Stage == b.Stage &&
 		a.Refusal == b.Refusal && a.Status == b.Status && a.Error == b.Error &&
 		a.AttemptCount == b.AttemptCount && a.CreatedAt.Equal(b.CreatedAt) && a.UpdatedAt.Equal(b.UpdatedAt)
@@ -278,7 +331,9 @@ func sameMessage(a, b *Message) bool {
 // sameDelivery is diffFields(a, b) finding nothing, without reflection.
 func sameDelivery(a, b *Delivery) bool {
 	return a.ID == b.ID && a.MessageID == b.MessageID && a.MessageCreatedAt.Equal(b.MessageCreatedAt) &&
-		a.Seq == b.Seq && a.Target == b.Target && a.State == b.State && a.Attempts == b.Attempts &&
+		a.Seq == b.Seq && a.Target == b.Target && a.LaneKey == b.LaneKey && a.LaneSeq == b.LaneSeq &&
+		a.LaneContinue == b.LaneContinue &&
+		a.State == b.State && a.Attempts == b.Attempts &&
 		a.DispatchCount == b.DispatchCount && a.Redeliveries == b.Redeliveries &&
 		a.RedeliveredAt.Equal(b.RedeliveredAt) && a.RedeliveredAttempts == b.RedeliveredAttempts &&
 		a.NextDue.Equal(b.NextDue) && a.ClaimToken == b.ClaimToken && a.LeaseEnd.Equal(b.LeaseEnd) && a.LastError == b.LastError && a.CreatedAt.Equal(b.CreatedAt) &&

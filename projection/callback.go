@@ -162,7 +162,7 @@ const callbackColumns = `c.message_id, c.url, c.seq, coalesce(c.status, ''), c.s
 	coalesce(c.state, ''), c.attempts, c.next_due, c.claim_token, c.lease_end, c.last_error, c.updated_at, c.finished_at`
 
 // loadCallbacksSQL reads the callbacks of the messages of lockedIDs.
-const loadCallbacksSQL = lockedIDs + `SELECT r.* FROM ids, LATERAL (SELECT ` + callbackColumns + `
+var loadCallbacksSQL = lockedIDs + `SELECT r.* FROM ids, LATERAL (SELECT ` + callbackColumns + `
 		FROM callbacks c WHERE c.message_id = ids.id OFFSET 0) r`
 
 // callbackRow scans a callbacks row.

@@ -49,6 +49,10 @@ func checkTables(ctx context.Context, qs []journal.Querier, f *Folded, message u
 			return nil, err
 		}
 		r.Violations = append(r.Violations, counted...)
+		laned, err := checkLanes(ctx, qs[0], f)
+		if err != nil {
+			return nil, err
+		}
 		inboxes, err := checkSources(ctx, qs[0], f)
 		if err != nil {
 			return nil, err
@@ -57,7 +61,7 @@ func checkTables(ctx context.Context, qs []journal.Querier, f *Folded, message u
 		if err != nil {
 			return nil, err
 		}
-		r.Violations = append(append(r.Violations, inboxes...), correlations...)
+		r.Violations = append(append(append(r.Violations, laned...), inboxes...), correlations...)
 	}
 	return r, nil
 }

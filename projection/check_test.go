@@ -20,6 +20,8 @@ func change(t *testing.T, name string, v reflect.Value) {
 		v.SetInt(v.Int() + 1)
 	case v.Type() == reflect.TypeFor[uuid.UUID]():
 		v.Set(reflect.ValueOf(uuid.New()))
+	case v.Kind() == reflect.Bool:
+		v.SetBool(!v.Bool())
 	default:
 		t.Fatalf("field %s: the test cannot change a %s", name, v.Type())
 	}

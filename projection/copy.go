@@ -39,6 +39,7 @@ func copyFolded(ctx context.Context, tx pgx.Tx, f *Folded) error {
 		b.text(m.To)
 		b.text(m.ContentType)
 		b.nullText(m.IdempotencyKey)
+		b.nullText(m.OrderingKey)
 		b.int8(m.PayloadSize)
 		b.text(m.PayloadSHA256)
 		b.text(string(m.Stage))
@@ -70,6 +71,9 @@ func copyFolded(ctx context.Context, tx pgx.Tx, f *Folded) error {
 		b.time(d.MessageCreatedAt)
 		b.int4(d.Seq)
 		b.text(d.Target)
+		b.nullText(d.LaneKey)
+		b.int8(d.LaneSeq)
+		b.bool(d.LaneContinue)
 		b.text(string(d.State))
 		b.int4(d.Attempts)
 		b.int4(d.DispatchCount)
@@ -115,14 +119,14 @@ func copyFolded(ctx context.Context, tx pgx.Tx, f *Folded) error {
 	if err := tx.SendBatch(ctx, b).Close(); err != nil {
 		return fmt.Errorf("store delivery counts: %w", err)
 	}
-	return nil
+	return copyLanes(ctx, tx, f.lanes.All())
 }
 
 var messageCopyColumns = []string{"id", "version", "source", "from_party", "to_party", "content_type",
-	"idempotency_key", "payload_size", "payload_sha256", "stage", "refusal", "status", "error", "delivery_count",
+	"idempotency_key", "ordering_key", "payload_size", "payload_sha256", "stage", "refusal", "status", "error", "delivery_count",
 	"attempt_count", "created_at", "updated_at"}
 
-var deliveryCopyColumns = []string{"id", "message_id", "message_created_at", "seq", "target", "state", "attempts",
+var deliveryCopyColumns = []string{"id", "message_id", "message_created_at", "seq", "target", "lane_key", "lane_seq", "lane_continue", "state", "attempts",
 	"dispatch_count", "redeliveries", "redelivered_at", "redelivered_attempts", "next_due", "claim_token",
 	"lease_end", "last_error", "created_at", "updated_at", "finished_at"}
 
@@ -212,6 +216,11 @@ func (b *copyRow) jsonb(data []byte) {
 	b.buf = append(append(b.buf, 1), data...)
 }
 
+func (b *copyRow) int8(n int64) {
+	b.buf = binary.BigEndian.AppendUint32(b.buf, 8)
+	b.buf = binary.BigEndian.AppendUint64(b.buf, uint64(n))
+}
+
 func (b *copyRow) bool(v bool) {
 	b.buf = binary.BigEndian.AppendUint32(b.buf, 1)
 	if v {
@@ -219,11 +228,6 @@ func (b *copyRow) bool(v bool) {
 	} else {
 		b.buf = append(b.buf, 0)
 	}
-}
-
-func (b *copyRow) int8(n int64) {
-	b.buf = binary.BigEndian.AppendUint32(b.buf, 8)
-	b.buf = binary.BigEndian.AppendUint64(b.buf, uint64(n))
 }
 
 func (b *copyRow) text(s string) {

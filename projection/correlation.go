@@ -117,14 +117,10 @@ const upsertCorrelationsSQL = `INSERT INTO correlations (target, external_id, de
 		message_id = excluded.message_id, consumed = excluded.consumed`
 
 // LoadCorrelation reads the correlation of a receiver's id;
-// ErrNotFound when there is none. With lock it locks the row until the
-// transaction q is in ends.
-func LoadCorrelation(ctx context.Context, q journal.Querier, key CorrelationKey, lock bool) (Correlation, error) {
-	sql := `SELECT delivery_id, message_id, consumed FROM correlations WHERE target = $1 AND external_id = $2`
-	if lock {
-		sql += ` FOR UPDATE`
-	}
-	rows, err := q.Query(ctx, sql, key.Target, key.ExternalID)
+// ErrNotFound when there is none.
+func LoadCorrelation(ctx context.Context, q journal.Querier, key CorrelationKey) (Correlation, error) {
+	rows, err := q.Query(ctx, `SELECT delivery_id, message_id, consumed FROM correlations WHERE target = $1 AND external_id = $2`,
+		key.Target, key.ExternalID)
 	if err != nil {
 		return Correlation{}, fmt.Errorf("load correlation: %w", err)
 	}
@@ -139,6 +135,17 @@ func LoadCorrelation(ctx context.Context, q journal.Querier, key CorrelationKey,
 		return c, fmt.Errorf("load correlation: %w", err)
 	}
 	return c, nil
+}
+
+// QueueCorrelation queues on b the read of a receiver's id's correlation,
+// locking its row until the transaction ends, into c; c is left as it was
+// when there is none.
+func QueueCorrelation(b *pgx.Batch, key CorrelationKey, c *Correlation) {
+	b.Queue(`SELECT delivery_id, message_id, consumed FROM correlations WHERE target = $1 AND external_id = $2 FOR UPDATE`,
+		key.Target, key.ExternalID).Query(func(rows pgx.Rows) error {
+		_, err := pgx.ForEachRow(rows, []any{&c.DeliveryID, &c.MessageID, &c.Consumed}, func() error { return nil })
+		return err
+	})
 }
 
 // checkCorrelations compares the correlations table with the fold's.

@@ -31,7 +31,7 @@ func TestAuditHoldsCorrelationsToTheJournal(t *testing.T) {
 	if _, err := b.w.Complete(b.ctx, d.ID, c.Token, handed); err != nil {
 		t.Fatal(err)
 	}
-	got, err := projection.LoadCorrelation(b.ctx, b.db, projection.CorrelationKey{Target: d.Target, ExternalID: "SM-1"}, false)
+	got, err := projection.LoadCorrelation(b.ctx, b.db, projection.CorrelationKey{Target: d.Target, ExternalID: "SM-1"})
 	if err != nil || got != (projection.Correlation{DeliveryID: d.ID, MessageID: m.ID}) {
 		t.Fatalf("correlation %+v %v", got, err)
 	}

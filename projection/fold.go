@@ -91,7 +91,7 @@ func messageStep(next *Message, e *journal.Event) error {
 		}
 		*next = Message{
 			ID: id, Source: p.Source, From: p.From, To: p.To, ContentType: p.ContentType,
-			IdempotencyKey: p.IdempotencyKey, PayloadSize: p.PayloadSize, PayloadSHA256: p.PayloadSHA256,
+			IdempotencyKey: p.IdempotencyKey, OrderingKey: p.OrderingKey, PayloadSize: p.PayloadSize, PayloadSHA256: p.PayloadSHA256,
 			Stage: lifecycle.StageAccepted, CreatedAt: at,
 		}
 		if p.CallbackURL != "" {
@@ -145,12 +145,16 @@ func addDeliveries(next *Message, e *journal.Event, add []journal.NewDelivery, n
 			return illegalStage(e, next, fmt.Sprintf("delivery %s exists already", nd.ID))
 		case slices.ContainsFunc(next.Deliveries, func(d Delivery) bool { return d.Target == nd.Target }):
 			return illegalStage(e, next, fmt.Sprintf("target %s has a delivery already", nd.Target))
+		case nd.LaneSeq > 0 && next.OrderingKey == "":
+			return illegalStage(e, next, fmt.Sprintf("delivery %s is placed in a lane, but the message has no ordering key", nd.ID))
 		}
-		deliveries = append(deliveries, Delivery{
+		d := Delivery{
 			ID: nd.ID, MessageID: next.ID, MessageCreatedAt: next.CreatedAt, Seq: nd.Seq, Target: nd.Target,
 			State: lifecycle.StateQueued, DispatchCount: 1, NextDue: nextDue, CreatedAt: e.RecordedAt,
 			UpdatedAt: e.RecordedAt,
-		})
+		}
+		d.enterLane(nd.Lane, next.OrderingKey)
+		deliveries = append(deliveries, d)
 	}
 	next.Deliveries = deliveries
 	return nil
@@ -319,15 +323,53 @@ func deliveryStep(d *Delivery, e *journal.Event) error {
 		if !p.NextDue.After(at) {
 			return illegal("the next wake-up is not after the redelivery")
 		}
+		if p.LaneSeq > 0 && d.LaneSeq == 0 {
+			return illegal("a delivery in no lane cannot join one")
+		}
 		d.State, d.DispatchCount, d.NextDue = lifecycle.StateQueued, p.DispatchCount, p.NextDue
+		if p.LaneSeq > 0 {
+			d.enterLane(p.Lane, d.LaneKey)
+		}
 		d.Redeliveries++
 		d.RedeliveredAt, d.RedeliveredAttempts = at, d.Attempts
 		d.FinishedAt = time.Time{}
+	case *journal.DeliveryUnblocked:
+		if err := against(lifecycle.UnblockRule, "only a blocked delivery is unblocked", "", time.Time{}); err != nil {
+			return err
+		}
+		if !p.NextDue.After(at) {
+			return illegal("the next wake-up is not after the unblocking")
+		}
+		d.State, d.DispatchCount, d.NextDue = lifecycle.StateQueued, p.DispatchCount, p.NextDue
+	case *journal.DeliverySkipped:
+		if err := against(lifecycle.SkipRule, "a delivery being attempted, delivered or skipped is not skipped", "", time.Time{}); err != nil {
+			return err
+		}
+		d.State, d.NextDue, d.DispatchCount, d.FinishedAt = lifecycle.StateSkipped, time.Time{}, 0, at
+	case *journal.DeliveryLaneHeld:
+		if d.LaneSeq == 0 {
+			return illegal("the delivery is in no lane")
+		}
+		// Recorded for the alert; it changes nothing.
+		return nil
 	default:
 		return illegal("not a delivery event")
 	}
 	d.UpdatedAt = at
 	return nil
+}
+
+// enterLane places d in the lane of its target and key at l: blocked behind
+// the lane's head, or queued as before.
+func (d *Delivery) enterLane(l journal.Lane, key string) {
+	if l.LaneSeq == 0 {
+		return
+	}
+	d.LaneKey, d.LaneSeq, d.LaneContinue = key, l.LaneSeq, l.Continue
+	if l.Blocked {
+		// A blocked delivery is not woken: its unblocking queues it.
+		d.State, d.DispatchCount, d.NextDue = lifecycle.StateBlocked, 0, time.Time{}
+	}
 }
 
 func checkClaim(d *Delivery, token uuid.UUID, illegal func(string, ...lifecycle.DeliveryState) error) error {

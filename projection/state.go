@@ -19,11 +19,13 @@ type Message struct {
 	To             string
 	ContentType    string
 	IdempotencyKey string
-	PayloadSize    int64
-	PayloadSHA256  string
-	Stage          lifecycle.MessageStage
-	Refusal        lifecycle.Refusal
-	Status         lifecycle.MessageStatus
+	// OrderingKey puts the message's deliveries to fifo targets in lanes.
+	OrderingKey   string
+	PayloadSize   int64
+	PayloadSHA256 string
+	Stage         lifecycle.MessageStage
+	Refusal       lifecycle.Refusal
+	Status        lifecycle.MessageStatus
 	// Error is the refusal's reason, or the last error of the first failed
 	// delivery, else of the first stalled one.
 	Error string
@@ -47,7 +49,14 @@ type Delivery struct {
 	MessageCreatedAt time.Time
 	Seq              int
 	Target           string
-	State            lifecycle.DeliveryState
+	// LaneKey and LaneSeq place the delivery in the lane of its target and
+	// LaneKey, its message's ordering key, at LaneSeq; a delivery in no
+	// lane has "" and 0. LaneContinue says its failure lets the next of
+	// the lane go (on_failure continue when it was placed).
+	LaneKey      string
+	LaneSeq      int64
+	LaneContinue bool
+	State        lifecycle.DeliveryState
 	// Attempts counts the claims whose attempt started.
 	Attempts int
 	// DispatchCount counts the wake-ups since the last claim.

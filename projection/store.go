@@ -19,10 +19,11 @@ import (
 var ErrNotFound = errors.New("not found")
 
 const messageColumns = `m.id, m.version, m.source, m.from_party, m.to_party, m.content_type,
-	coalesce(m.idempotency_key, ''), m.payload_size, m.payload_sha256, m.stage, coalesce(m.refusal, ''),
+	coalesce(m.idempotency_key, ''), coalesce(m.ordering_key, ''), m.payload_size, m.payload_sha256, m.stage, coalesce(m.refusal, ''),
 	m.status, m.error, m.attempt_count, m.created_at, m.updated_at`
 
-const deliveryColumns = `d.id, d.message_id, d.message_created_at, d.seq, d.target, d.state, d.attempts,
+const deliveryColumns = `d.id, d.message_id, d.message_created_at, d.seq, d.target, d.lane_key, d.lane_seq,
+	d.lane_continue, d.state, d.attempts,
 	d.dispatch_count, d.redeliveries, d.redelivered_at, d.redelivered_attempts, d.next_due, d.claim_token,
 	d.lease_end, d.last_error, d.created_at, d.updated_at, d.finished_at`
 
@@ -83,23 +84,31 @@ func LoadLocked(b *pgx.Batch, messageIDs, deliveryIDs []uuid.UUID) func() []*Mes
 }
 
 // lockedIDs is the sorted ids of the messages named by id ($1) or by one of
-// their deliveries' ids ($2). Every lookup is one equality on a key, in a
-// subquery that OFFSET 0 keeps from being flattened into a join, so that
-// the plan is an index lookup per id whatever the planner guesses of the
-// arrays' and the tables' sizes; with "= ANY(array)" a plan made while the
-// tables were small scans them whole.
-const lockedIDs = `WITH ids AS MATERIALIZED (
+// their deliveries' ids ($2), and of the messages of the deliveries first
+// waiting in the lanes of those deliveries: a command that settles a lane's
+// head lets the next one go in the same transaction, so it must hold that
+// message too, locked in the same order as the rest. Every lookup is one
+// equality on a key, in a subquery that OFFSET 0 keeps from being
+// flattened into a join, so that the plan is an index lookup per id
+// whatever the planner guesses of the arrays' and the tables' sizes; with
+// "= ANY(array)" a plan made while the tables were small scans them whole.
+var lockedIDs = `WITH ids AS MATERIALIZED (
 		SELECT id FROM (
 			SELECT id FROM unnest($1::uuid[]) AS k(id)
 			UNION
 			SELECT w.message_id FROM unnest($2::uuid[]) AS k(id),
 				LATERAL (SELECT w.message_id FROM deliveries w WHERE w.id = k.id OFFSET 0) w
+			UNION
+			SELECT n.message_id FROM unnest($2::uuid[]) AS k(id),
+				LATERAL (SELECT w.target, w.lane_key FROM deliveries w WHERE w.id = k.id AND w.lane_key IS NOT NULL OFFSET 0) w,
+				LATERAL (SELECT n.message_id FROM deliveries n WHERE n.target = w.target AND n.lane_key = w.lane_key
+					AND ` + laneWaitingSQL + ` ORDER BY n.lane_seq LIMIT 1) n
 		) u ORDER BY id)
 	`
 
 // loadManySQL reads the messages of lockedIDs with their deliveries, in id
 // and then sequence order.
-const loadManySQL = lockedIDs + `SELECT r.* FROM ids, LATERAL (SELECT ` + messageColumns + `, ` + deliveryColumns + `
+var loadManySQL = lockedIDs + `SELECT r.* FROM ids, LATERAL (SELECT ` + messageColumns + `, ` + deliveryColumns + `
 		FROM messages m LEFT JOIN deliveries d ON d.message_id = m.id
 		WHERE m.id = ids.id ORDER BY d.seq OFFSET 0) r`
 
@@ -143,7 +152,7 @@ func scanAll(rows pgx.Rows) ([]*Message, error) {
 
 // scanDest lists the fields in messageColumns order.
 func (m *Message) scanDest() []any {
-	return []any{&m.ID, &m.Version, &m.Source, &m.From, &m.To, &m.ContentType, &m.IdempotencyKey,
+	return []any{&m.ID, &m.Version, &m.Source, &m.From, &m.To, &m.ContentType, &m.IdempotencyKey, &m.OrderingKey,
 		&m.PayloadSize, &m.PayloadSHA256, &m.Stage, &m.Refusal, &m.Status, &m.Error, &m.AttemptCount,
 		&m.CreatedAt, &m.UpdatedAt}
 }
@@ -158,14 +167,16 @@ type deliveryRow struct {
 	id, messageID, claimToken                    pgtype.UUID
 	seq, attempts, dispatchCount, redeliver      pgtype.Int4
 	redeliveredAttempts                          pgtype.Int4
-	target, state, lastError                     pgtype.Text
+	target, state, lastError, laneKey            pgtype.Text
+	laneSeq                                      pgtype.Int8
+	laneContinue                                 pgtype.Bool
 	nextDue, leaseEnd, finishedAt, redeliveredAt pgtype.Timestamptz
 	messageCreatedAt, createdAt, updatedAt       pgtype.Timestamptz
 }
 
 // scanDest lists the fields in deliveryColumns order.
 func (r *deliveryRow) scanDest() []any {
-	return []any{&r.id, &r.messageID, &r.messageCreatedAt, &r.seq, &r.target, &r.state, &r.attempts,
+	return []any{&r.id, &r.messageID, &r.messageCreatedAt, &r.seq, &r.target, &r.laneKey, &r.laneSeq, &r.laneContinue, &r.state, &r.attempts,
 		&r.dispatchCount, &r.redeliver, &r.redeliveredAt, &r.redeliveredAttempts, &r.nextDue, &r.claimToken,
 		&r.leaseEnd, &r.lastError, &r.createdAt, &r.updatedAt, &r.finishedAt}
 }
@@ -173,8 +184,10 @@ func (r *deliveryRow) scanDest() []any {
 func (r *deliveryRow) delivery() Delivery {
 	return Delivery{
 		ID: r.id.Bytes, MessageID: r.messageID.Bytes, MessageCreatedAt: timeOf(r.messageCreatedAt),
-		Seq: int(r.seq.Int32), Target: r.target.String, State: lifecycle.DeliveryState(r.state.String),
-		Attempts: int(r.attempts.Int32), DispatchCount: int(r.dispatchCount.Int32), Redeliveries: int(r.redeliver.Int32),
+		Seq: int(r.seq.Int32), Target: r.target.String, LaneKey: r.laneKey.String, LaneSeq: r.laneSeq.Int64,
+		LaneContinue: r.laneContinue.Bool,
+		State:        lifecycle.DeliveryState(r.state.String),
+		Attempts:     int(r.attempts.Int32), DispatchCount: int(r.dispatchCount.Int32), Redeliveries: int(r.redeliver.Int32),
 		RedeliveredAt: timeOf(r.redeliveredAt), RedeliveredAttempts: int(r.redeliveredAttempts.Int32),
 		NextDue: timeOf(r.nextDue), ClaimToken: r.claimToken.Bytes, LeaseEnd: timeOf(r.leaseEnd),
 		LastError: r.lastError.String, CreatedAt: timeOf(r.createdAt), UpdatedAt: timeOf(r.updatedAt),
@@ -204,16 +217,17 @@ type Write struct {
 // Queue queues on b the statements that store the writes, each message at
 // most once: a new message inserted, an existing one updated where it still
 // has the version read (which locks it), the touched deliveries of all
-// upserted in one statement, and last the changes to the counts of
-// deliveries by state; the correlations the events change go before the
-// counts. An update that finds the row at another version
+// upserted in one statement, the callbacks and correlations the writes
+// changed, the lanes they moved (upserted, or deleted once empty), and
+// last the changes to the counts of deliveries by state. An update that
+// finds the row at another version
 // fails the transaction with a serialization failure, so a command that
 // read a stale state reads again.
 //
 // The counts come last so that a transaction holds its shard's rows only
 // while it commits: every lock it may wait for (a message row, an
 // idempotency key) it has taken before.
-func Queue(b *pgx.Batch, writes ...Write) {
+func Queue(b *pgx.Batch, lanes []Lane, writes ...Write) {
 	var created, changed deliveryColumnsOf
 	seen := map[uuid.UUID]bool{}
 	counts := map[lifecycle.DeliveryState]int64{}
@@ -223,7 +237,7 @@ func Queue(b *pgx.Batch, writes ...Write) {
 		if w.Before == nil {
 			d = &created
 			b.Queue(insertMessageSQL, m.ID, m.Version, m.Source, m.From, m.To, m.ContentType,
-				nullString(m.IdempotencyKey), m.PayloadSize, m.PayloadSHA256, m.Stage,
+				nullString(m.IdempotencyKey), nullString(m.OrderingKey), m.PayloadSize, m.PayloadSHA256, m.Stage,
 				nullString(string(m.Refusal)), m.Status, m.Error, len(m.Deliveries), m.AttemptCount,
 				m.CreatedAt, m.UpdatedAt)
 		} else {
@@ -259,6 +273,7 @@ func Queue(b *pgx.Batch, writes ...Write) {
 	}
 	queueCallbacks(b, writes)
 	queueCorrelations(b, writes)
+	queueLanes(b, lanes)
 	queueCounts(b, counts)
 }
 
@@ -333,9 +348,9 @@ func scanCounts(rows pgx.Rows, counts map[lifecycle.DeliveryState]int64) error {
 }
 
 const insertMessageSQL = `INSERT INTO messages (id, version, source, from_party, to_party, content_type,
-	idempotency_key, payload_size, payload_sha256, stage, refusal, status, error, delivery_count,
+	idempotency_key, ordering_key, payload_size, payload_sha256, stage, refusal, status, error, delivery_count,
 	attempt_count, created_at, updated_at)
-	VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17)`
+	VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18)`
 
 // updateMessageSQL updates one message: one statement per message, as an
 // UPDATE joined to an array of rows is planned anew on every call.
@@ -345,18 +360,21 @@ const updateMessageSQL = `WITH updated AS (
 		WHERE id = $1 AND version = $2 RETURNING id)
 	SELECT projection_expect_row((SELECT count(*) FROM updated), $1::uuid, $2::int)`
 
-const insertDeliveriesSQL = `INSERT INTO deliveries (id, message_id, message_created_at, seq, target, state,
-	attempts, dispatch_count, redeliveries, redelivered_at, redelivered_attempts, next_due, claim_token,
-	lease_end, last_error, created_at, updated_at, finished_at)
+const insertDeliveriesSQL = `INSERT INTO deliveries (id, message_id, message_created_at, seq, target, lane_key,
+	lane_seq, lane_continue, state, attempts, dispatch_count, redeliveries, redelivered_at, redelivered_attempts,
+	next_due, claim_token, lease_end, last_error, created_at, updated_at, finished_at)
 	SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::timestamptz[], $4::int[], $5::text[], $6::text[],
-		$7::int[], $8::int[], $9::int[], $10::timestamptz[], $11::int[], $12::timestamptz[], $13::uuid[],
-		$14::timestamptz[], $15::text[], $16::timestamptz[], $17::timestamptz[], $18::timestamptz[])`
+		$7::bigint[], $8::bool[], $9::text[], $10::int[], $11::int[], $12::int[], $13::timestamptz[], $14::int[],
+		$15::timestamptz[], $16::uuid[], $17::timestamptz[], $18::text[], $19::timestamptz[], $20::timestamptz[],
+		$21::timestamptz[])`
 
 // upsertDeliveriesSQL makes insertDeliveriesSQL update the rows there
 // already. The deliveries of a new message are inserted without it: an
 // insert that checks for a conflict costs several times a plain one.
 const upsertDeliveriesSQL = `
-	ON CONFLICT (id) DO UPDATE SET state = excluded.state, attempts = excluded.attempts,
+	ON CONFLICT (id) DO UPDATE SET lane_key = excluded.lane_key, lane_seq = excluded.lane_seq,
+		lane_continue = excluded.lane_continue,
+		state = excluded.state, attempts = excluded.attempts,
 		dispatch_count = excluded.dispatch_count, redeliveries = excluded.redeliveries,
 		redelivered_at = excluded.redelivered_at, redelivered_attempts = excluded.redelivered_attempts,
 		next_due = excluded.next_due, claim_token = excluded.claim_token, lease_end = excluded.lease_end,
@@ -368,6 +386,9 @@ type deliveryColumnsOf struct {
 	seq, attempts, dispatches, redelivs          []int32
 	redeliveredAttempts                          []int32
 	target, state, lastError                     []string
+	laneKey                                      []pgtype.Text
+	laneSeq                                      []int64
+	laneContinue                                 []bool
 	nextDue, leaseEnd, finishedAt, redeliveredAt []pgtype.Timestamptz
 	messageCreatedAt, createdAt, updatedAt       []time.Time
 }
@@ -378,6 +399,9 @@ func (c *deliveryColumnsOf) add(d *Delivery) {
 	c.messageCreatedAt = append(c.messageCreatedAt, d.MessageCreatedAt)
 	c.seq = append(c.seq, int32(d.Seq))
 	c.target = append(c.target, d.Target)
+	c.laneKey = append(c.laneKey, pgtype.Text{String: d.LaneKey, Valid: d.LaneKey != ""})
+	c.laneSeq = append(c.laneSeq, d.LaneSeq)
+	c.laneContinue = append(c.laneContinue, d.LaneContinue)
 	c.state = append(c.state, string(d.State))
 	c.attempts = append(c.attempts, int32(d.Attempts))
 	c.dispatches = append(c.dispatches, int32(d.DispatchCount))
@@ -394,7 +418,7 @@ func (c *deliveryColumnsOf) add(d *Delivery) {
 }
 
 func (c *deliveryColumnsOf) args() []any {
-	return []any{c.id, c.messageID, c.messageCreatedAt, c.seq, c.target, c.state, c.attempts, c.dispatches,
+	return []any{c.id, c.messageID, c.messageCreatedAt, c.seq, c.target, c.laneKey, c.laneSeq, c.laneContinue, c.state, c.attempts, c.dispatches,
 		c.redelivs, c.redeliveredAt, c.redeliveredAttempts, c.nextDue, c.claimToken, c.leaseEnd, c.lastError,
 		c.createdAt, c.updatedAt, c.finishedAt}
 }

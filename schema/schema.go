@@ -15,7 +15,7 @@ import (
 // its tables change: a database of the old version then refuses to start.
 const (
 	JournalVersion    = 3
-	ProjectionVersion = 3
+	ProjectionVersion = 4
 )
 
 // The parts, as recorded in schema_version.
@@ -117,6 +117,7 @@ CREATE TABLE IF NOT EXISTS messages (
 	to_party        text        NOT NULL,
 	content_type    text        NOT NULL,
 	idempotency_key text,
+	ordering_key    text,
 	payload_size    bigint      NOT NULL,
 	payload_sha256  text        NOT NULL,
 	stage           text        NOT NULL,
@@ -147,6 +148,9 @@ CREATE TABLE IF NOT EXISTS deliveries (
 	message_created_at   timestamptz NOT NULL,
 	seq                  int         NOT NULL,
 	target               text        NOT NULL,
+	lane_key             text,
+	lane_seq             bigint      NOT NULL DEFAULT 0,
+	lane_continue        bool        NOT NULL DEFAULT false,
 	state                text        NOT NULL,
 	attempts             int         NOT NULL,
 	dispatch_count       int         NOT NULL,
@@ -167,6 +171,23 @@ CREATE TABLE IF NOT EXISTS deliveries (
 -- changes to the rows of one shard (its backend's), so concurrent writers
 -- rarely wait for each other on a row; a state's count is the sum over
 -- its shards.
+-- The lanes of fifo targets that hold work: the delivery at the head (the
+-- one a worker may take) and how many wait behind it, blocked. A lane with
+-- no head and nothing waiting has no row. Kept by the projector from the
+-- journal, like messages and deliveries.
+CREATE TABLE IF NOT EXISTS lanes (
+	target           text        NOT NULL,
+	ordering_key     text        NOT NULL,
+	last_seq         bigint      NOT NULL,
+	head_delivery_id uuid,
+	head_message_id  uuid,
+	head_since       timestamptz,
+	head_settled     bool        NOT NULL,
+	waiting          bigint      NOT NULL,
+	waiting_since    timestamptz,
+	held             bool        NOT NULL
+);
+
 CREATE TABLE IF NOT EXISTS delivery_counts (
 	shard int    NOT NULL,
 	state text   NOT NULL,
@@ -226,6 +247,9 @@ BEGIN
 	IF NOT EXISTS (SELECT FROM pg_constraint WHERE conrelid = 'deliveries'::regclass AND conname = 'deliveries_message_seq') THEN
 		ALTER TABLE deliveries ADD CONSTRAINT deliveries_message_seq UNIQUE (message_id, seq);
 	END IF;
+	IF NOT EXISTS (SELECT FROM pg_constraint WHERE conrelid = 'lanes'::regclass AND conname = 'lanes_pkey') THEN
+		ALTER TABLE lanes ADD CONSTRAINT lanes_pkey PRIMARY KEY (target, ordering_key);
+	END IF;
 	IF NOT EXISTS (SELECT FROM pg_constraint WHERE conrelid = 'callbacks'::regclass AND conname = 'callbacks_pkey') THEN
 		ALTER TABLE callbacks ADD CONSTRAINT callbacks_pkey PRIMARY KEY (message_id);
 	END IF;
@@ -236,6 +260,15 @@ END $$;
 CREATE INDEX IF NOT EXISTS messages_created ON messages (created_at DESC, id DESC);
 CREATE INDEX IF NOT EXISTS messages_status_created ON messages (status, created_at DESC, id DESC);
 CREATE INDEX IF NOT EXISTS messages_source_created ON messages (source, created_at DESC, id DESC);
+CREATE INDEX IF NOT EXISTS messages_ordering_key_created ON messages (ordering_key, created_at DESC, id DESC)
+	WHERE ordering_key IS NOT NULL;
+-- A lane's blocked deliveries in their order: the next one to unblock is the
+-- first. It holds only blocked deliveries, so a long wait costs other lanes
+-- nothing.
+CREATE INDEX IF NOT EXISTS deliveries_lane ON deliveries (target, lane_key, lane_seq)
+	WHERE ` + lifecycle.UnblockRule.StatesSQL("") + `;
+-- The lanes with deliveries waiting, for the lanes list and the sweep.
+CREATE INDEX IF NOT EXISTS lanes_waiting ON lanes (target, ordering_key) WHERE waiting > 0;
 CREATE INDEX IF NOT EXISTS deliveries_due ON deliveries (state, next_due) WHERE next_due IS NOT NULL;
 CREATE INDEX IF NOT EXISTS deliveries_lease ON deliveries (lease_end) WHERE ` + lifecycle.LeaseExpiryRule.StatesSQL("") + `;
 -- A target's messages, newest first, for GET /messages?target=: one
@@ -280,6 +313,9 @@ func Ensure(ctx context.Context, db *pgxpool.Pool) error {
 		}
 		if _, err := tx.Exec(ctx, tokensDDL); err != nil {
 			return fmt.Errorf("create tokens table: %w", err)
+		}
+		if _, err := tx.Exec(ctx, sessionsDDL); err != nil {
+			return fmt.Errorf("create console sessions table: %w", err)
 		}
 		if _, err := tx.Exec(ctx, sourcesDDL); err != nil {
 			return fmt.Errorf("create sources tables: %w", err)
@@ -329,7 +365,7 @@ func RecreateProjections(ctx context.Context, db *pgxpool.Pool, load func(pgx.Tx
 		if err := checkVersion(ctx, tx, PartJournal, JournalVersion); err != nil {
 			return err
 		}
-		if _, err := tx.Exec(ctx, `DROP TABLE IF EXISTS messages, deliveries, delivery_counts, callbacks, correlations;
+		if _, err := tx.Exec(ctx, `DROP TABLE IF EXISTS messages, deliveries, delivery_counts, lanes, callbacks, correlations;
 			DELETE FROM schema_version WHERE part = 'projections'`); err != nil {
 			return fmt.Errorf("drop projection tables: %w", err)
 		}
@@ -354,7 +390,7 @@ func RecreateProjections(ctx context.Context, db *pgxpool.Pool, load func(pgx.Tx
 // version; the journal, the payloads and the configuration stay. The next
 // Ensure creates them empty, for a rebuild to fill.
 func ResetProjections(ctx context.Context, db *pgxpool.Pool) error {
-	_, err := db.Exec(ctx, `DROP TABLE IF EXISTS messages, deliveries, delivery_counts, callbacks, correlations;
+	_, err := db.Exec(ctx, `DROP TABLE IF EXISTS messages, deliveries, delivery_counts, lanes, callbacks, correlations;
 		`+versionDDL+`;
 		DELETE FROM schema_version WHERE part = 'projections'`)
 	if err != nil {

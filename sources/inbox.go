@@ -33,8 +33,9 @@ type InboxConfig struct {
 	// FromColumn and ToColumn hold the message's parties. Required.
 	FromColumn string `json:"from_column"`
 	ToColumn   string `json:"to_column"`
-	// OrderingKeyColumn names the column of the ordering key; optional.
-	// It is checked to exist and is not used yet.
+	// OrderingKeyColumn, when set, is the column of each message's
+	// ordering key (as its text): its deliveries to fifo targets keep the
+	// order of their key's lane. NULL or empty is no key.
 	OrderingKeyColumn string `json:"ordering_key_column,omitempty"`
 	// ProcessedColumn is the column Waybill marks a row it took in, where
 	// it is empty. Required.

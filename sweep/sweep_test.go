@@ -514,6 +514,8 @@ func TestGauges(t *testing.T) {
 		"waybill_deliveries{state=delivered}":    2,
 		"waybill_deliveries{state=failed}":       1,
 		"waybill_deliveries{state=stalled}":      1,
+		"waybill_deliveries{state=blocked}":      0,
+		"waybill_deliveries{state=skipped}":      0,
 		"waybill_deliveries_due":                 0,
 		"waybill_deliveries_oldest_due_seconds":  0,
 		"waybill_journal_position":               position,

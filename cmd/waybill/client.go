@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -19,6 +20,8 @@ import (
 	"time"
 
 	"github.com/waybill/waybill/auth"
+
+	"github.com/waybill/waybill/lifecycle"
 )
 
 // The operator commands that talk to a running server's REST API.
@@ -67,10 +70,18 @@ func (e *apiError) Error() string {
 
 // do sends a request to path under /api/v1 and decodes a 2xx answer into
 // out. A POST carries no body but says it is JSON, as the API requires.
-func (c *client) do(ctx context.Context, method, path string, query url.Values, out any) error {
+func (c *client) do(ctx context.Context, method, path string, query url.Values, body, out any) error {
 	u := c.base.JoinPath("/api/v1", path)
 	u.RawQuery = query.Encode()
-	req, err := http.NewRequestWithContext(ctx, method, u.String(), http.NoBody)
+	var reqBody io.Reader = http.NoBody
+	if body != nil {
+		data, err := json.Marshal(body)
+		if err != nil {
+			return err
+		}
+		reqBody = bytes.NewReader(data)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, u.String(), reqBody)
 	if err != nil {
 		return err
 	}
@@ -85,14 +96,14 @@ func (c *client) do(ctx context.Context, method, path string, query url.Values, 
 		return fmt.Errorf("cannot reach the server at %s (is `waybill serve` running? --server, env WAYBILL_SERVER): %w", c.base, err)
 	}
 	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, maxResponse))
+	answer, err := io.ReadAll(io.LimitReader(resp.Body, maxResponse))
 	if err != nil {
 		return fmt.Errorf("%s %s: read answer: %w", method, u.Path, err)
 	}
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		return decodeError(resp.StatusCode, body)
+		return decodeError(resp.StatusCode, answer)
 	}
-	if err := json.Unmarshal(body, out); err != nil {
+	if err := json.Unmarshal(answer, out); err != nil {
 		return fmt.Errorf("%s %s: the answer is not the API's JSON: %w", method, u.Path, err)
 	}
 	return nil
@@ -131,6 +142,7 @@ type message struct {
 	UpdatedAt     string     `json:"updated_at"`
 	PayloadSize   int64      `json:"payload_size"`
 	PayloadSHA256 string     `json:"payload_sha256"`
+	OrderingKey   *string    `json:"ordering_key"`
 	Deliveries    []delivery `json:"deliveries"`
 }
 
@@ -144,6 +156,22 @@ type delivery struct {
 	CreatedAt     string  `json:"created_at"`
 	UpdatedAt     string  `json:"updated_at"`
 	FinishedAt    *string `json:"finished_at"`
+	LaneSeq       *int64  `json:"lane_seq"`
+}
+
+type lanePage struct {
+	Items []struct {
+		OrderingKey string `json:"ordering_key"`
+		Head        *struct {
+			MessageID  string `json:"message_id"`
+			DeliveryID string `json:"delivery_id"`
+			State      string `json:"state"`
+			Since      string `json:"since"`
+		} `json:"head"`
+		Waiting      int64   `json:"waiting"`
+		WaitingSince *string `json:"waiting_since"`
+	} `json:"items"`
+	NextCursor *string `json:"next_cursor"`
 }
 
 type messagePage struct {
@@ -217,16 +245,25 @@ func runClient(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	cmd := args[0]
 	fs := newFlagSet("waybill "+cmd, stderr)
 	cfg := clientFlags(fs)
-	var status, cursor string
+	var status, cursor, reason string
 	var limit int
+	var blocked bool
 	switch cmd {
 	case "messages":
 		fs.usage = "waybill messages [--status S] [--limit N] [--cursor C]\n       waybill messages show ID"
-		fs.StringVar(&status, "status", "", "only messages of this status: received, in_progress, retrying, awaiting_receipt, stalled, delivered, not_routed, refused, error")
+		fs.StringVar(&status, "status", "", "only messages of this status: "+strings.Join(lifecycle.Strings(lifecycle.MessageStatuses), ", "))
 		fs.IntVar(&limit, "limit", 0, "at most this many messages (the server's default when 0)")
 		fs.StringVar(&cursor, "cursor", "", "the page after this cursor, as a previous page named it")
 	case "redeliver":
 		fs.usage = "waybill redeliver ID DELIVERY"
+	case "skip":
+		fs.usage = "waybill skip ID DELIVERY [--reason R]"
+		fs.StringVar(&reason, "reason", "", "why the delivery is skipped, kept in the journal")
+	case "lanes":
+		fs.usage = "waybill lanes TARGET [--blocked] [--limit N] [--cursor C]"
+		fs.BoolVar(&blocked, "blocked", false, "only lanes with deliveries waiting")
+		fs.IntVar(&limit, "limit", 0, "at most this many lanes (the server's default when 0)")
+		fs.StringVar(&cursor, "cursor", "", "the page after this cursor, as a previous page named it")
 	case "redispatch":
 		fs.usage = "waybill redispatch ID"
 	}
@@ -269,12 +306,36 @@ func runClient(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		}
 		act = func(ctx context.Context, c *client) error {
 			var m message
-			if err := c.do(ctx, http.MethodPost, "messages/"+pos[0]+"/deliveries/"+pos[1]+"/redeliver", nil, &m); err != nil {
+			if err := c.do(ctx, http.MethodPost, "messages/"+pos[0]+"/deliveries/"+pos[1]+"/redeliver", nil, nil, &m); err != nil {
 				return err
 			}
 			fmt.Fprintf(stdout, "delivery %s redelivered\n\n", pos[1])
 			printMessage(stdout, &m)
 			return nil
+		}
+	case cmd == "skip" && len(pos) == 2:
+		if !isUUID(pos[0]) {
+			return misuse("%q is not a message id", pos[0])
+		}
+		if !isUUID(pos[1]) {
+			return misuse("%q is not a delivery id", pos[1])
+		}
+		act = func(ctx context.Context, c *client) error {
+			var m message
+			if err := c.do(ctx, http.MethodPost, "messages/"+pos[0]+"/deliveries/"+pos[1]+"/skip", nil,
+				map[string]string{"reason": reason}, &m); err != nil {
+				return err
+			}
+			fmt.Fprintf(stdout, "delivery %s skipped\n\n", pos[1])
+			printMessage(stdout, &m)
+			return nil
+		}
+	case cmd == "lanes" && len(pos) == 1:
+		if limit < 0 {
+			return misuse("--limit: must be positive")
+		}
+		act = func(ctx context.Context, c *client) error {
+			return listLanes(ctx, c, stdout, pos[0], blocked, limit, cursor)
 		}
 	case cmd == "redispatch" && len(pos) == 1:
 		if !isUUID(pos[0]) {
@@ -282,7 +343,7 @@ func runClient(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		}
 		act = func(ctx context.Context, c *client) error {
 			var m message
-			if err := c.do(ctx, http.MethodPost, "messages/"+pos[0]+"/redispatch", nil, &m); err != nil {
+			if err := c.do(ctx, http.MethodPost, "messages/"+pos[0]+"/redispatch", nil, nil, &m); err != nil {
 				return err
 			}
 			fmt.Fprintf(stdout, "message %s redispatched\n\n", pos[0])
@@ -323,7 +384,7 @@ func listMessages(ctx context.Context, c *client, w io.Writer, status string, li
 		q.Set("cursor", cursor)
 	}
 	var page messagePage
-	if err := c.do(ctx, http.MethodGet, "messages", q, &page); err != nil {
+	if err := c.do(ctx, http.MethodGet, "messages", q, nil, &page); err != nil {
 		return err
 	}
 	if len(page.Items) == 0 {
@@ -343,11 +404,11 @@ func listMessages(ctx context.Context, c *client, w io.Writer, status string, li
 
 func showMessage(ctx context.Context, c *client, w io.Writer, id string) error {
 	var m message
-	if err := c.do(ctx, http.MethodGet, "messages/"+id, nil, &m); err != nil {
+	if err := c.do(ctx, http.MethodGet, "messages/"+id, nil, nil, &m); err != nil {
 		return err
 	}
 	var h history
-	if err := c.do(ctx, http.MethodGet, "messages/"+id+"/history", nil, &h); err != nil {
+	if err := c.do(ctx, http.MethodGet, "messages/"+id+"/history", nil, nil, &h); err != nil {
 		return err
 	}
 	printMessage(w, &m)
@@ -369,6 +430,44 @@ func showMessage(ctx context.Context, c *client, w io.Writer, id string) error {
 }
 
 // printMessage shows a message's fields, then its deliveries.
+// listLanes prints a page of a target's lanes.
+func listLanes(ctx context.Context, c *client, w io.Writer, target string, blocked bool, limit int, cursor string) error {
+	q := url.Values{}
+	again := []string{"waybill", "lanes", target}
+	if blocked {
+		q.Set("blocked", "true")
+		again = append(again, "--blocked")
+	}
+	if limit > 0 {
+		q.Set("limit", fmt.Sprint(limit))
+		again = append(again, "--limit", fmt.Sprint(limit))
+	}
+	if cursor != "" {
+		q.Set("cursor", cursor)
+	}
+	var page lanePage
+	if err := c.do(ctx, http.MethodGet, "targets/"+url.PathEscape(target)+"/lanes", q, nil, &page); err != nil {
+		return err
+	}
+	if len(page.Items) == 0 {
+		fmt.Fprintln(w, "no lanes")
+		return nil
+	}
+	t := newTable(w, "ORDERING KEY", "HEAD MESSAGE", "HEAD DELIVERY", "STATE", "HEAD SINCE", "WAITING", "WAITING SINCE")
+	for _, l := range page.Items {
+		msg, dl, state, since := "-", "-", "-", ""
+		if h := l.Head; h != nil {
+			msg, dl, state, since = h.MessageID, h.DeliveryID, h.State, h.Since
+		}
+		t.row(l.OrderingKey, msg, dl, state, timeCell(since), fmt.Sprint(l.Waiting), timeCell(str(l.WaitingSince)))
+	}
+	t.flush()
+	if page.NextCursor != nil {
+		fmt.Fprintf(w, "\nmore: %s --cursor %s\n", strings.Join(again, " "), *page.NextCursor)
+	}
+	return nil
+}
+
 func printMessage(w io.Writer, m *message) {
 	t := newTable(w)
 	t.row("message", m.ID)
@@ -381,6 +480,9 @@ func printMessage(w io.Writer, m *message) {
 	t.row("from", m.From)
 	t.row("to", m.To)
 	t.row("payload", fmt.Sprintf("%d bytes, sha256 %s", m.PayloadSize, m.PayloadSHA256))
+	if m.OrderingKey != nil {
+		t.row("ordering key", *m.OrderingKey)
+	}
 	t.row("created", timeCell(m.CreatedAt))
 	t.row("updated", timeCell(m.UpdatedAt))
 	t.flush()
@@ -389,10 +491,14 @@ func printMessage(w io.Writer, m *message) {
 		fmt.Fprintln(w, "  none")
 		return
 	}
-	t = newTable(w, "ID", "TARGET", "STATE", "ATTEMPTS", "NEXT ATTEMPT", "FINISHED", "LAST ERROR")
+	t = newTable(w, "ID", "TARGET", "STATE", "ATTEMPTS", "NEXT ATTEMPT", "FINISHED", "LANE", "LAST ERROR")
 	for _, d := range m.Deliveries {
+		lane := "-"
+		if d.LaneSeq != nil {
+			lane = fmt.Sprint(*d.LaneSeq)
+		}
 		t.row(d.ID, d.Target, d.State, fmt.Sprint(d.Attempts), timeCell(str(d.NextAttemptAt)),
-			timeCell(str(d.FinishedAt)), shorten(d.LastError, 80))
+			timeCell(str(d.FinishedAt)), lane, shorten(d.LastError, 80))
 	}
 	t.flush()
 }

@@ -157,9 +157,9 @@ created  2025-03-04 10:11:12Z
 updated  2025-03-04 10:12:00Z
 
 deliveries
-ID                                    TARGET   STATE      ATTEMPTS  NEXT ATTEMPT          FINISHED              LAST ERROR
-0190a1b2-c3d4-7e5f-8a9b-0c1d2e3f4ad1  billing  retrying   3         2025-03-04 09:13:00Z  -                     POST http://billing/in: 503 Service Unavailable upstream down
-0190a1b2-c3d4-7e5f-8a9b-0c1d2e3f4ad2  archive  delivered  1         -                     2025-03-04 10:11:13Z  -
+ID                                    TARGET   STATE      ATTEMPTS  NEXT ATTEMPT          FINISHED              LANE  LAST ERROR
+0190a1b2-c3d4-7e5f-8a9b-0c1d2e3f4ad1  billing  retrying   3         2025-03-04 09:13:00Z  -                     -     POST http://billing/in: 503 Service Unavailable upstream down
+0190a1b2-c3d4-7e5f-8a9b-0c1d2e3f4ad2  archive  delivered  1         -                     2025-03-04 10:11:13Z  -     -
 
 history
 POSITION  AT                    KIND                ACTOR            TARGET   STATE                   TEXT
@@ -194,6 +194,36 @@ func TestRedeliverAndRedispatch(t *testing.T) {
 	r1.Path = "/api/v1/messages/" + msgID + "/deliveries/" + dlvID + "/redeliver"
 	r2.Path = "/api/v1/messages/" + msgID + "/redispatch"
 	checkRequests(t, api.seen(), r1, r2)
+}
+
+func TestSkipAndLanes(t *testing.T) {
+	t.Parallel()
+	api := newFakeAPI(t, map[string]answer{
+		"POST /api/v1/messages/" + msgID + "/deliveries/" + dlvID + "/skip": {200, messageJSON},
+		"GET /api/v1/targets/billing/lanes": {200, `{"items":[{"ordering_key":"patient-42","head":{"message_id":"` + msgID +
+			`","delivery_id":"` + dlvID + `","state":"failed","since":"2025-03-04T10:11:12Z"},"waiting":3,` +
+			`"waiting_since":"2025-03-04T10:11:13Z"},{"ordering_key":"patient-7","head":null,"waiting":0,"waiting_since":null}],` +
+			`"next_cursor":"cGF0aWVudC03"}`},
+	})
+	code, out, errOut := waybillCLI(t, "skip", "--server", api.URL, "--token", "t", "--reason", "sent by hand", msgID, dlvID)
+	if code != 0 || !strings.HasPrefix(out, "delivery "+dlvID+" skipped\n\nmessage  "+msgID+"\n") {
+		t.Fatalf("skip: exit %d\n%s%s", code, out, errOut)
+	}
+	code, out, errOut = waybillCLI(t, "lanes", "billing", "--blocked", "--server", api.URL, "--token", "t")
+	want := `ORDERING KEY  HEAD MESSAGE                          HEAD DELIVERY                         STATE   HEAD SINCE            WAITING  WAITING SINCE
+patient-42    ` + msgID + `  ` + dlvID + `  failed  2025-03-04 10:11:12Z  3        2025-03-04 10:11:13Z
+patient-7     -                                     -                                     -       -                     0        -
+
+more: waybill lanes billing --blocked --cursor cGF0aWVudC03
+`
+	if code != 0 || out != want {
+		t.Fatalf("lanes: exit %d\n%s\nwant\n%s%s", code, out, want, errOut)
+	}
+	skip := request{Method: "POST", Authorization: "Bearer t", ContentType: "application/json", Accept: "application/json",
+		Path: "/api/v1/messages/" + msgID + "/deliveries/" + dlvID + "/skip", Body: `{"reason":"sent by hand"}`}
+	lanes := request{Method: "GET", Authorization: "Bearer t", Accept: "application/json",
+		Path: "/api/v1/targets/billing/lanes", Query: "blocked=true"}
+	checkRequests(t, api.seen(), skip, lanes)
 }
 
 func TestClientErrors(t *testing.T) {

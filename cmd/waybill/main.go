@@ -42,6 +42,9 @@ commands that talk to a running server (--server URL, --token T or the data dir'
                                                 list messages, newest first, a page at a time
   messages show ID                              a message, its deliveries and its history
   redeliver ID DELIVERY                         queue one delivery of a message again
+  skip     ID DELIVERY [--reason R]             settle one delivery of a message without sending it
+  lanes    TARGET [--blocked] [--limit N] [--cursor C]
+                                                list a fifo target's lanes: head and deliveries waiting
   redispatch ID                                 match the routes again; add deliveries for new targets
 
 audit, rebuild, reset and token take --database-url URL, or --data-dir DIR
@@ -141,7 +144,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return runToken(ctx, args[1:], stdout, stderr)
 	case "bench":
 		return runBench(ctx, args[1:], stdout, stderr)
-	case "messages", "redeliver", "redispatch":
+	case "messages", "redeliver", "redispatch", "skip", "lanes":
 		return runClient(ctx, args, stdout, stderr)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)

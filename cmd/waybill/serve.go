@@ -26,6 +26,7 @@ import (
 	"github.com/waybill/waybill/alerts"
 	"github.com/waybill/waybill/auth"
 	"github.com/waybill/waybill/commands"
+	"github.com/waybill/waybill/console"
 	"github.com/waybill/waybill/httpapi"
 	"github.com/waybill/waybill/intake"
 	"github.com/waybill/waybill/internal/securefile"
@@ -198,8 +199,12 @@ func serve(ctx context.Context, cfg *serveConfig, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	ui, err := console.New(console.Config{Base: base, Writer: w, DB: db, Tokens: tokens, OnConfigChange: rt.ConfigChanged})
+	if err != nil {
+		return err
+	}
 	var ready atomic.Bool
-	web, err := newHTTPService(cfg.listen, api, db, reg, &ready, log)
+	web, err := newHTTPService(cfg.listen, api, ui, db, reg, &ready, log)
 	if err != nil {
 		return err
 	}
@@ -248,11 +253,14 @@ func serve(ctx context.Context, cfg *serveConfig, stderr io.Writer) error {
 	}
 
 	ready.Store(true)
-	log.Info("waybill serving", "api", "http://"+web.addr()+"/api/v1", "metrics", "http://"+web.addr()+"/metrics")
+	log.Info("waybill serving", "api", "http://"+web.addr()+"/api/v1", "console", "http://"+web.addr()+console.Prefix,
+		"metrics", "http://"+web.addr()+"/metrics")
 	if firstStart {
 		abs, _ := filepath.Abs(tokenFile)
-		fmt.Fprintf(stderr, "\nWaybill is up: the API is at http://%s/api/v1\nThe admin token is in %s (readable only by its owner):\n  curl -H \"Authorization: Bearer $(cat %s)\" http://%s/api/v1/stats\n\n",
-			web.addr(), abs, abs, web.addr())
+		fmt.Fprintf(stderr, "\nWaybill is up: the API is at http://%s/api/v1, the console at http://%s/ui/\n"+
+			"The admin token is in %s (readable only by its owner); the console's sign-in takes it, and so does the API:\n"+
+			"  curl -H \"Authorization: Bearer $(cat %s)\" http://%s/api/v1/stats\n\n",
+			web.addr(), web.addr(), abs, abs, web.addr())
 	}
 	<-ctx.Done()
 	log.Info("stopping: no more claims; attempts in flight get the drain grace", "drain_grace", cfg.drainGrace)
@@ -391,9 +399,9 @@ func connectNATS(url string, log *slog.Logger, stack *stopStack) (*nats.Conn, er
 // places, the HTTP server's last answers.
 const stopBudget = 20 * time.Second
 
-// httpService serves the API, the metrics and the health checks: /healthz
-// answers while the process runs, /readyz only while the database answers
-// and every service has started.
+// httpService serves the API, the console, the metrics and the health
+// checks: /healthz answers while the process runs, /readyz only while the
+// database answers and every service has started.
 type httpService struct {
 	srv *http.Server
 	l   net.Listener
@@ -402,9 +410,11 @@ type httpService struct {
 
 // newHTTPService listens on addr, so the address is known (and taken)
 // before the service starts.
-func newHTTPService(addr string, api http.Handler, db *pgxpool.Pool, reg *prometheus.Registry, ready *atomic.Bool, log *slog.Logger) (*httpService, error) {
+func newHTTPService(addr string, api http.Handler, ui *console.Console, db *pgxpool.Pool, reg *prometheus.Registry, ready *atomic.Bool, log *slog.Logger) (*httpService, error) {
 	mux := http.NewServeMux()
 	mux.Handle(httpapi.Prefix+"/", api)
+	mux.Handle(console.Prefix, ui)
+	mux.Handle("GET /{$}", http.RedirectHandler(console.Prefix, http.StatusSeeOther))
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprintln(w, "ok")
@@ -434,6 +444,8 @@ func newHTTPService(addr string, api http.Handler, db *pgxpool.Pool, reg *promet
 		IdleTimeout:       2 * time.Minute,
 		MaxHeaderBytes:    64 << 10,
 	}
+	// A live history is a request that never ends on its own.
+	srv.RegisterOnShutdown(ui.Close)
 	return &httpService{srv: srv, l: l, log: log}, nil
 }
 

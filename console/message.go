@@ -1,0 +1,293 @@
+package console
+
+import (
+	"bytes"
+	"fmt"
+	"mime"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/google/uuid"
+
+	"github.com/waybill/waybill/auth"
+	"github.com/waybill/waybill/commands"
+	"github.com/waybill/waybill/journal"
+	"github.com/waybill/waybill/lifecycle"
+	"github.com/waybill/waybill/projection"
+)
+
+// previewLimit bounds the part of a payload the message page shows.
+const previewLimit = 64 << 10
+
+// messageView is the message page.
+type messageView struct {
+	Summary    summaryView
+	Deliveries deliveriesView
+	Events     []journal.Event
+	Preview    preview
+	// Version is the last version of the history shown: the live history
+	// continues after it.
+	Version int
+}
+
+// summaryView is the message's facts and actions, which the live history
+// replaces as they change.
+type summaryView struct {
+	Message *projection.Message
+	Admin   bool
+	// OOB marks the copy the live history sends, which replaces the one
+	// on the page (hx-swap-oob).
+	OOB bool
+}
+
+// deliveriesView is the rows of the deliveries table, which the live
+// history replaces as they change.
+type deliveriesView struct {
+	Message *projection.Message
+	Admin   bool
+	OOB     bool
+}
+
+// preview is what the page shows of the payload: text, escaped, or only
+// the facts of bytes that are not text.
+type preview struct {
+	Text   string
+	IsText bool
+	// Shown is how many bytes Text holds, less than the size when the
+	// payload is longer than the preview.
+	Shown int64
+}
+
+// message shows a message: its facts, payload, deliveries and history.
+func (c *Console) message(w http.ResponseWriter, r *http.Request, s *auth.Session) error {
+	id, err := pathID(r, "id")
+	if err != nil {
+		return err
+	}
+	m, err := projection.Load(r.Context(), c.cfg.DB, id)
+	if err != nil {
+		return err
+	}
+	events, err := journal.Stream(r.Context(), c.cfg.DB, journal.MessageStream(id))
+	if err != nil {
+		return err
+	}
+	payload, err := projection.LoadPayload(r.Context(), c.cfg.DB, id, previewLimit)
+	if err != nil {
+		return err
+	}
+	admin := s.Role.Allows(auth.Administer)
+	v := messageView{Summary: summaryView{Message: m, Admin: admin}, Deliveries: deliveriesView{Message: m, Admin: admin},
+		Events: events, Preview: previewOf(payload)}
+	if len(events) > 0 {
+		v.Version = events[len(events)-1].Version
+	}
+	c.render(w, r, http.StatusOK, "message", page{Title: "Message " + id.String(), Nav: "messages", View: v})
+	return nil
+}
+
+// previewOf shows a payload as text when it is UTF-8 without control
+// characters other than white space, whatever its content type says.
+func previewOf(p projection.Payload) preview {
+	body := p.Body
+	if int64(len(body)) < p.Size {
+		// The preview may have cut the last character in two.
+		for i := 0; i < utf8.UTFMax-1 && len(body) > 0; i++ {
+			if r, n := utf8.DecodeLastRune(body); r != utf8.RuneError || n != 1 {
+				break
+			}
+			body = body[:len(body)-1]
+		}
+	}
+	if !utf8.Valid(body) || bytes.ContainsFunc(body, func(r rune) bool {
+		return r < 0x20 && r != '\t' && r != '\n' && r != '\r' && r != '\f' || r == 0x7f
+	}) {
+		return preview{}
+	}
+	return preview{Text: string(body), IsText: true, Shown: int64(len(body))}
+}
+
+// payload answers the message's bytes as a download, with the API's
+// headers: a browser never runs them as a page of the console.
+func (c *Console) payload(w http.ResponseWriter, r *http.Request, _ *auth.Session) error {
+	id, err := pathID(r, "id")
+	if err != nil {
+		return err
+	}
+	p, err := projection.LoadPayload(r.Context(), c.cfg.DB, id, 0)
+	if err != nil {
+		return err
+	}
+	name := id.String()
+	if exts, _ := mime.ExtensionsByType(p.ContentType); len(exts) > 0 {
+		name += exts[0]
+	} else {
+		name += ".bin"
+	}
+	h := w.Header()
+	h.Set("Content-Type", p.ContentType)
+	h.Set("Content-Length", strconv.Itoa(len(p.Body)))
+	h.Set("Content-Disposition", mime.FormatMediaType("attachment", map[string]string{"filename": name}))
+	h.Set("Content-Security-Policy", "default-src 'none'; sandbox")
+	h.Set("Cache-Control", "no-store")
+	w.WriteHeader(http.StatusOK)
+	w.Write(p.Body)
+	return nil
+}
+
+// confirmView asks before an action: what it does, to what. Its form
+// posts to the page's own path, which does it.
+type confirmView struct {
+	Question    string
+	Explanation string
+	Button      string
+	// Danger marks an action that is hard to take back.
+	Danger bool
+	Action string
+	// Back is where Cancel leads.
+	Back    string
+	Problem *errorView
+}
+
+// confirm answers an action's page: on GET it asks; on POST it runs act
+// and leads back with its notice, or asks again with the API's reason
+// when the action was refused.
+func (c *Console) confirm(w http.ResponseWriter, r *http.Request, title string, v confirmView, act func() (string, error)) error {
+	v.Action = r.URL.Path
+	status := http.StatusOK
+	if r.Method == http.MethodPost {
+		notice, err := act()
+		if err == nil {
+			c.done(w, r, v.Back, notice)
+			return nil
+		}
+		p := problemOf(err)
+		if p.Status >= http.StatusInternalServerError {
+			return err
+		}
+		v.Problem, status = &p, p.Status
+	}
+	c.render(w, r, status, "confirm", page{Title: title, Nav: navOf(v.Back), View: v})
+	return nil
+}
+
+// navOf is the bar's item of a page of the console.
+func navOf(path string) string {
+	for _, nav := range []string{"messages", "targets", "routes", "settings"} {
+		if strings.HasPrefix(path, Prefix+nav) {
+			return nav
+		}
+	}
+	return "dashboard"
+}
+
+// redispatch asks, then matches the current routes again for a message
+// (POST /messages/{id}/redispatch).
+func (c *Console) redispatch(w http.ResponseWriter, r *http.Request, s *auth.Session) error {
+	id, err := pathID(r, "id")
+	if err != nil {
+		return err
+	}
+	m, err := projection.Load(r.Context(), c.cfg.DB, id)
+	if err != nil {
+		return err
+	}
+	v := confirmView{
+		Question: "Redispatch message " + id.String() + "?",
+		Explanation: fmt.Sprintf("The message from %s (%s → %s) is matched against the current routes again, and "+
+			"every matched target that has no delivery of it gets one. Its %d deliveries stay as they are.",
+			m.Source, m.From, m.To, len(m.Deliveries)),
+		Button: "Redispatch",
+		Back:   "/ui/messages/" + id.String(),
+	}
+	return c.confirm(w, r, "Redispatch", v, func() (string, error) {
+		after, err := c.cfg.Writer.Redispatch(r.Context(), id, s.Name)
+		if err != nil {
+			return "", err
+		}
+		added := len(after.Deliveries) - len(m.Deliveries)
+		c.log.Info("message redispatched", "message_id", id, "operator", s.Name, "deliveries", len(after.Deliveries), "via", "console")
+		switch added {
+		case 0:
+			return "Redispatched: every matched target had a delivery already.", nil
+		case 1:
+			return "Redispatched: 1 new delivery.", nil
+		}
+		return fmt.Sprintf("Redispatched: %d new deliveries.", added), nil
+	})
+}
+
+// redeliver asks, then queues one delivery of a message again (POST
+// /messages/{id}/deliveries/{delivery_id}/redeliver): "Send again" for a
+// delivered one.
+func (c *Console) redeliver(w http.ResponseWriter, r *http.Request, s *auth.Session) error {
+	id, err := pathID(r, "id")
+	if err != nil {
+		return err
+	}
+	deliveryID, err := pathID(r, "delivery_id")
+	if err != nil {
+		return err
+	}
+	m, err := projection.Load(r.Context(), c.cfg.DB, id)
+	if err != nil {
+		return err
+	}
+	d := m.Delivery(deliveryID)
+	if d == nil {
+		return fmt.Errorf("delivery %s of message %s: %w", deliveryID, id, commands.ErrNotFound)
+	}
+	v := confirmView{Button: "Redeliver", Back: "/ui/messages/" + id.String()}
+	if d.State == lifecycle.StateDelivered {
+		v.Button = "Send again"
+		v.Question = fmt.Sprintf("Send message %s again to %s?", id, d.Target)
+		v.Explanation = fmt.Sprintf("It was delivered to %s at %s UTC. Sending it again queues a new attempt: %s receives the payload a second time.",
+			d.Target, d.FinishedAt.Format(timeLayout), d.Target)
+		v.Danger = true
+	} else {
+		v.Question = fmt.Sprintf("Redeliver message %s to %s?", id, d.Target)
+		v.Explanation = fmt.Sprintf("The delivery to %s is %s %s. Redelivering queues it again now, with a fresh retry budget.",
+			d.Target, strings.ToLower(d.State.Label()), attemptsText(d.Attempts))
+	}
+	return c.confirm(w, r, v.Button, v, func() (string, error) {
+		if _, err := c.cfg.Writer.Redeliver(r.Context(), id, deliveryID, s.Name); err != nil {
+			return "", err
+		}
+		c.log.Info("delivery redelivered", "message_id", id, "delivery_id", deliveryID, "operator", s.Name, "via", "console")
+		return fmt.Sprintf("The delivery to %s is queued again.", d.Target), nil
+	})
+}
+
+// attemptsText says how many attempts came before.
+func attemptsText(n int) string {
+	switch n {
+	case 0:
+		return "before any attempt"
+	case 1:
+		return "after 1 attempt"
+	}
+	return fmt.Sprintf("after %d attempts", n)
+}
+
+// pathID reads a UUID from the path; a page whose id is not one is not
+// found, as one whose id names nothing.
+func pathID(r *http.Request, name string) (uuid.UUID, error) {
+	v := r.PathValue(name)
+	id, err := uuid.Parse(v)
+	if err != nil || len(v) != 36 {
+		return uuid.Nil, fmt.Errorf("%s %q: %w", name, v, commands.ErrNotFound)
+	}
+	return id, nil
+}
+
+// nextAttempt is when a delivery is next woken while it is queued or
+// retrying, zero in any other state: the API's next_attempt_at.
+func nextAttempt(d projection.Delivery) time.Time {
+	if d.State == lifecycle.StateQueued || d.State == lifecycle.StateRetrying {
+		return d.NextDue
+	}
+	return time.Time{}
+}
