@@ -46,6 +46,10 @@ type op struct {
 	// key is the id of the op's message when the Writer knows it, else
 	// uuid.Nil: a new message, or a delivery it has not written.
 	key uuid.UUID
+	// dup, for an ingest with a duplicate key, is the latest earlier
+	// message of its source with the key, which the batch finds before it
+	// decides.
+	dup *dupLookup
 	// done receives false once the batch has set the result below, and
 	// true when the op's goroutine is to lead; led says it has been told
 	// (or led from the start), under the batcher's lock. Two slots, as
@@ -292,8 +296,10 @@ func (w *Writer) writeBatch(ctx context.Context, ops []*op) error {
 			messageIDs = append(messageIDs, o.on.messageID)
 		}
 	}
-	explicit := len(messageIDs)+len(deliveryIDs) > 0
+	dups := dupKeys(ops)
+	explicit := len(messageIDs)+len(deliveryIDs)+len(dups) > 0
 	read := map[uuid.UUID]*projection.Message{}
+	var latest map[dupKey]uuid.UUID
 	if explicit {
 		b := &pgx.Batch{}
 		b.Queue(`BEGIN`)
@@ -306,12 +312,14 @@ func (w *Writer) writeBatch(ctx context.Context, ops []*op) error {
 				o.read(b)
 			}
 		}
+		found := queueDuplicates(b, dups)
 		if err := conn.SendBatch(ctx, b).Close(); err != nil {
 			return fmt.Errorf("read: %w", err)
 		}
 		for _, m := range loaded() {
 			read[m.ID] = m
 		}
+		latest = found()
 	}
 
 	now := w.now()
@@ -320,7 +328,7 @@ func (w *Writer) writeBatch(ctx context.Context, ops []*op) error {
 		d     *decided
 	)
 	for {
-		d = w.decide(ops, read, lanes, cfg, now)
+		d = w.decide(ops, read, lanes, latest, cfg, now)
 		if len(d.lanesNeeded) == 0 {
 			break
 		}
@@ -376,7 +384,8 @@ type decided struct {
 // decide decides every op, in order, on the messages and lanes as read,
 // each on the state the ops before it left, and keeps the lanes in step.
 func (w *Writer) decide(ops []*op, read map[uuid.UUID]*projection.Message, lanes []projection.LaneRead,
-	cfg *configState, now time.Time) *decided {
+	latest map[dupKey]uuid.UUID, cfg *configState, now time.Time) *decided {
+	latest = maps.Clone(latest)
 	d := &decided{}
 	state := make(map[uuid.UUID]*projection.Message, len(read))
 	maps.Copy(state, read)
@@ -424,6 +433,9 @@ func (w *Writer) decide(ops []*op, read map[uuid.UUID]*projection.Message, lanes
 				continue
 			}
 		}
+		if o.dup != nil {
+			o.dup.latest = latest[o.dup.dupKey]
+		}
 		c, err := o.decide(m, book, now)
 		var unknown *projection.LaneUnknownError
 		if errors.As(err, &unknown) {
@@ -448,6 +460,9 @@ func (w *Writer) decide(ops []*op, read map[uuid.UUID]*projection.Message, lanes
 			// writer moved a lane meanwhile. Read again.
 			d.err = err
 			return d
+		}
+		if o.dup != nil {
+			latest[o.dup.dupKey] = c.after.ID
 		}
 		keep(c)
 		for _, f := range follow {

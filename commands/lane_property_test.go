@@ -143,13 +143,13 @@ func TestLaneProperty(t *testing.T) {
 			},
 			"skip": func() {
 				if d, ok := pick(); ok {
-					_, err := writer().Skip(b.ctx, d.MessageID, d.ID, "by hand", "admin")
+					_, err := writer().Skip(b.ctx, d.MessageID, d.ID, commands.Action{Operator: "admin", Reason: "by hand"})
 					expected(err, commands.ErrNotSkippable)
 				}
 			},
 			"redeliver": func() {
 				if d, ok := pick(); ok {
-					_, err := writer().Redeliver(b.ctx, d.MessageID, d.ID, "admin")
+					_, err := writer().Redeliver(b.ctx, d.MessageID, d.ID, commands.Action{Operator: "admin"})
 					expected(err, commands.ErrNotRedeliverable)
 				}
 			},

@@ -99,24 +99,24 @@ func TestLaneAttemptsOneAtATimeInOrder(t *testing.T) {
 	}
 	b.wantStates(t, map[uuid.UUID]lifecycle.DeliveryState{a2.ID: lifecycle.StateFailed, a3.ID: bl}, a2, a3)
 	// Redelivering the failed head retries it in place.
-	if _, err := b.w.Redeliver(b.ctx, a2.ID, a2.Deliveries[0].ID, "admin"); err != nil {
+	if _, err := b.w.Redeliver(b.ctx, a2.ID, a2.Deliveries[0].ID, commands.Action{Operator: "admin"}); err != nil {
 		t.Fatal(err)
 	}
 	b.wantStates(t, map[uuid.UUID]lifecycle.DeliveryState{a2.ID: q, a3.ID: bl}, a2, a3)
 	// Skipping the head lets the next go.
-	if _, err := b.w.Skip(b.ctx, a2.ID, a2.Deliveries[0].ID, "sent by hand", "admin"); err != nil {
+	if _, err := b.w.Skip(b.ctx, a2.ID, a2.Deliveries[0].ID, commands.Action{Operator: "admin", Reason: "sent by hand"}); err != nil {
 		t.Fatal(err)
 	}
 	b.wantStates(t, map[uuid.UUID]lifecycle.DeliveryState{a2.ID: lifecycle.StateSkipped, a3.ID: q}, a2, a3)
 	// A delivered one sent again joins the back of its lane, behind a3.
-	m, err := b.w.Redeliver(b.ctx, a1.ID, a1.Deliveries[0].ID, "admin")
+	m, err := b.w.Redeliver(b.ctx, a1.ID, a1.Deliveries[0].ID, commands.Action{Operator: "admin"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if d := m.Deliveries[0]; d.State != bl || d.LaneSeq != 4 {
 		t.Errorf("sent again: %s at %d, want blocked at 4", d.State, d.LaneSeq)
 	}
-	if _, err := b.w.Skip(b.ctx, a3.ID, a3.Deliveries[0].ID, "", "admin"); err != nil {
+	if _, err := b.w.Skip(b.ctx, a3.ID, a3.Deliveries[0].ID, commands.Action{Operator: "admin", Reason: ""}); err != nil {
 		t.Fatal(err)
 	}
 	b.wantStates(t, map[uuid.UUID]lifecycle.DeliveryState{a1.ID: q, a3.ID: lifecycle.StateSkipped}, a1, a3)
@@ -127,7 +127,7 @@ func TestLaneAttemptsOneAtATimeInOrder(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := b.w.Skip(b.ctx, a1.ID, a1.Deliveries[0].ID, "", "admin"); !errors.Is(err, commands.ErrNotSkippable) {
+	if _, err := b.w.Skip(b.ctx, a1.ID, a1.Deliveries[0].ID, commands.Action{Operator: "admin", Reason: ""}); !errors.Is(err, commands.ErrNotSkippable) {
 		t.Errorf("skip while delivering: %v", err)
 	}
 	b.audit(t)
@@ -148,7 +148,7 @@ func TestLaneOnFailureContinue(t *testing.T) {
 	}
 	b.wantStates(t, map[uuid.UUID]lifecycle.DeliveryState{m1.ID: lifecycle.StateFailed, m2.ID: lifecycle.StateQueued}, m1, m2)
 	// The failed one sent again joins the back, behind m2.
-	m, err := b.w.Redeliver(b.ctx, m1.ID, m1.Deliveries[0].ID, "admin")
+	m, err := b.w.Redeliver(b.ctx, m1.ID, m1.Deliveries[0].ID, commands.Action{Operator: "admin"})
 	if err != nil {
 		t.Fatal(err)
 	}

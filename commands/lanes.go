@@ -96,7 +96,7 @@ func compareStrings(a, b string) int {
 // so a claim or a retry of a head needs no lane read.
 func movesLane(e journal.Event) bool {
 	switch e.Payload.(type) {
-	case *journal.MessageDispatched, *journal.MessageRedispatched, *journal.DeliveryRedelivered,
+	case *journal.MessageDispatched, *journal.MessageRedispatched, *journal.MessageResent, *journal.DeliveryRedelivered,
 		*journal.DeliveryUnblocked, *journal.DeliverySkipped, *journal.DeliveryLaneHeld:
 		return true
 	}

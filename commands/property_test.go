@@ -103,13 +103,13 @@ func TestLifecycleProperty(t *testing.T) {
 			},
 			"redeliver": func(rt *rapid.T) {
 				if m, id, ok := pickDelivery(); ok {
-					_, err := b.w.Redeliver(b.ctx, m, id, "admin")
+					_, err := b.w.Redeliver(b.ctx, m, id, commands.Action{Operator: "admin"})
 					expected(err, commands.ErrNotRedeliverable)
 				}
 			},
 			"redispatch": func(rt *rapid.T) {
 				if m, _, _ := pickDelivery(); m != uuid.Nil {
-					_, err := b.w.Redispatch(b.ctx, m, "admin")
+					_, err := b.w.Redispatch(b.ctx, m, commands.Action{Operator: "admin"})
 					expected(err, commands.ErrNotRedispatchable)
 				}
 			},

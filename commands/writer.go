@@ -160,7 +160,7 @@ type decision func(m *projection.Message, lanes *projection.LaneBook, now time.T
 // it was read when decide wrote nothing, and publishes the change's
 // wake-ups once it is committed.
 func (w *Writer) run(ctx context.Context, on subject, decide decision) (*projection.Message, error) {
-	return w.runReading(ctx, on, nil, decide)
+	return w.runOp(&op{ctx: ctx, on: on, decide: decide})
 }
 
 // runReading is run for a command that reads more than its message: read
@@ -168,9 +168,14 @@ func (w *Writer) run(ctx context.Context, on subject, decide decision) (*project
 // and read (so what it reads is locked in that order), and decide sees
 // what they read. An existing message only.
 func (w *Writer) runReading(ctx context.Context, on subject, read func(*pgx.Batch), decide decision) (*projection.Message, error) {
-	o := &op{ctx: ctx, on: on, read: read, decide: decide, done: make(chan bool, 2), key: on.messageID}
-	if on.deliveryID != uuid.Nil {
-		o.key = w.owner(on.deliveryID)
+	return w.runOp(&op{ctx: ctx, on: on, read: read, decide: decide})
+}
+
+// runOp runs o as run does.
+func (w *Writer) runOp(o *op) (*projection.Message, error) {
+	o.done, o.key = make(chan bool, 2), o.on.messageID
+	if o.on.deliveryID != uuid.Nil {
+		o.key = w.owner(o.on.deliveryID)
 	}
 	w.batches.do(o, w.runBatch)
 	if o.err != nil {

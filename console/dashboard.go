@@ -44,7 +44,7 @@ func (c *Console) dashboard(w http.ResponseWriter, r *http.Request, _ *auth.Sess
 		Refused: listURL(url.Values{"status": {string(lifecycle.StatusRefused)}, "created_after": {formTime(now.Add(-24 * time.Hour))}}),
 		Week:    listURL(url.Values{"created_after": {formTime(now.Add(-7 * 24 * time.Hour))}}),
 	}
-	for _, s := range lifecycle.DeliveryStates {
+	for _, s := range lifecycle.CountedStates {
 		v.States = append(v.States, stateCount{State: s, N: stats.DeliveriesByState[s]})
 	}
 	c.render(w, r, http.StatusOK, "dashboard", page{Title: "Dashboard", Nav: "dashboard", View: v})

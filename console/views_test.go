@@ -25,7 +25,7 @@ func TestEveryStatusAndStateHasATone(t *testing.T) {
 	wantState := map[lifecycle.DeliveryState]string{
 		lifecycle.StateQueued: "info", lifecycle.StateDelivering: "info", lifecycle.StateRetrying: "warn",
 		lifecycle.StateAwaitingAck: "info", lifecycle.StateDelivered: "ok", lifecycle.StateFailed: "bad",
-		lifecycle.StateStalled: "warn", lifecycle.StateBlocked: "warn", lifecycle.StateSkipped: "neutral",
+		lifecycle.StateStalled: "warn", lifecycle.StateBlocked: "warn", lifecycle.StateSkipped: "neutral", lifecycle.StateSuperseded: "neutral",
 	}
 	for _, s := range lifecycle.DeliveryStates {
 		if got := stateTone(s); got != wantState[s] {

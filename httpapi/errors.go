@@ -30,6 +30,8 @@ const (
 	CodeNotRedispatchable    = "NOT_REDISPATCHABLE"
 	CodeNotRedeliverable     = "NOT_REDELIVERABLE"
 	CodeNotSkippable         = "NOT_SKIPPABLE"
+	CodeNotResendable        = "NOT_RESENDABLE"
+	CodePreconditionFailed   = "PRECONDITION_FAILED"
 	CodeReceiptRefused       = "RECEIPT_REFUSED"
 	CodeCorrelationConsumed  = "CORRELATION_CONSUMED"
 	CodeConflict             = "CONFLICT"
@@ -72,6 +74,10 @@ type ErrorDetails struct {
 	Allowed []string `json:"allowed,omitempty"`
 	// Limit is the body limit in bytes (PAYLOAD_TOO_LARGE).
 	Limit int64 `json:"limit,omitempty"`
+	// Reason says why a message cannot be sent again (NOT_RESENDABLE).
+	Reason string `json:"reason,omitempty"`
+	// Version is the message's current version (PRECONDITION_FAILED).
+	Version int `json:"version,omitempty"`
 	// Role is the token's role and Needs the permission the route needs
 	// (FORBIDDEN).
 	Role  string `json:"role,omitempty"`
@@ -176,6 +182,7 @@ func failureOf(err error) failure {
 		method   *methodError
 		status   *statusError
 		state    *commands.StateError
+		stale    *commands.StaleError
 	)
 	f := func(code int, c string, details ErrorDetails) failure {
 		return failure{status: code, body: ErrorBody{Code: c, Message: err.Error(), Details: details}}
@@ -199,6 +206,8 @@ func failureOf(err error) failure {
 		return invalidFields(err)
 	case errors.Is(err, commands.ErrNotFound):
 		return f(http.StatusNotFound, CodeNotFound, ErrorDetails{})
+	case errors.As(err, &stale):
+		return f(http.StatusPreconditionFailed, CodePreconditionFailed, ErrorDetails{Version: stale.Current})
 	case errors.As(err, &state):
 		switch state.Err {
 		case commands.ErrNotRedispatchable:
@@ -207,6 +216,9 @@ func failureOf(err error) failure {
 			return f(http.StatusConflict, CodeNotRedeliverable, ErrorDetails{State: state.State, Allowed: state.Allowed})
 		case commands.ErrNotSkippable:
 			return f(http.StatusConflict, CodeNotSkippable, ErrorDetails{State: state.State, Allowed: state.Allowed})
+		case commands.ErrNotResendable:
+			return f(http.StatusConflict, CodeNotResendable, ErrorDetails{State: state.State, Allowed: state.Allowed,
+				Reason: state.Reason})
 		case commands.ErrReceiptRefused:
 			return f(http.StatusConflict, CodeReceiptRefused, ErrorDetails{State: state.State, Allowed: state.Allowed})
 		}

@@ -41,5 +41,5 @@ func DecodeStrict(data []byte, v any) error { return decodeStrict(data, v) }
 
 // Codes are the error codes.
 var Codes = []string{CodeCorrelationConsumed, CodeInvalidField, CodeInvalidStatus, CodeUnauthorized, CodeForbidden, CodeNotFound,
-	CodeMethodNotAllowed, CodeAlreadyExists, CodeTargetInUse, CodeNotRedispatchable, CodeNotRedeliverable, CodeNotSkippable,
+	CodeMethodNotAllowed, CodeAlreadyExists, CodeTargetInUse, CodeNotRedispatchable, CodeNotRedeliverable, CodeNotSkippable, CodeNotResendable, CodePreconditionFailed,
 	CodeReceiptRefused, CodeConflict, CodePayloadTooLarge, CodeUnsupportedMediaType, CodeUnavailable, CodeInternal}

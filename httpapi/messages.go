@@ -47,8 +47,8 @@ func (s *Server) ingest(w http.ResponseWriter, r *http.Request) error {
 // newMessage is the message a request hands in, or every problem of the
 // request at once: the payload's, and those the Writer would find.
 func newMessage(req IngestRequest) (commands.NewMessage, error) {
-	in := commands.NewMessage{Source: req.Source, From: req.From, To: req.To,
-		ContentType: req.ContentType, IdempotencyKey: req.IdempotencyKey, OrderingKey: req.OrderingKey,
+	in := commands.NewMessage{Source: req.Source, From: req.From, To: req.To, ContentType: req.ContentType,
+		IdempotencyKey: req.IdempotencyKey, OrderingKey: req.OrderingKey, DuplicateKey: req.DuplicateKey,
 		CallbackURL: req.CallbackURL}
 	var errs []error
 	switch {
@@ -76,7 +76,7 @@ func newMessage(req IngestRequest) (commands.NewMessage, error) {
 		// only once the payload is right.
 		accepted := journal.MessageAccepted{Source: in.Source, From: in.From, To: in.To, ContentType: in.ContentType,
 			PayloadSHA256: strings.Repeat("0", 64), IdempotencyKey: in.IdempotencyKey, OrderingKey: in.OrderingKey,
-			CallbackURL: in.CallbackURL}
+			DuplicateKey: in.DuplicateKey, CallbackURL: in.CallbackURL}
 		if accepted.ContentType == "" {
 			accepted.ContentType = "application/octet-stream"
 		}
@@ -93,7 +93,8 @@ const (
 
 // listMessages pages the messages newest first (projection.ListMessages).
 func (s *Server) listMessages(w http.ResponseWriter, r *http.Request) error {
-	q, err := query(r, "status", "source", "target", "ordering_key", "created_after", "created_before", "limit", "cursor")
+	q, err := query(r, "status", "source", "target", "ordering_key", "possible_duplicate", "created_after", "created_before",
+		"limit", "cursor")
 	if err != nil {
 		return err
 	}
@@ -114,6 +115,11 @@ func (s *Server) listMessages(w http.ResponseWriter, r *http.Request) error {
 	}
 	if f.OrderingKey = q.Get("ordering_key"); f.OrderingKey != "" {
 		errs = append(errs, lifecycle.CheckOrderingKey("ordering_key", f.OrderingKey))
+	}
+	if v := q.Get("possible_duplicate"); v != "" {
+		if f.PossibleDuplicate, err = strconv.ParseBool(v); err != nil || !f.PossibleDuplicate {
+			errs = append(errs, &lifecycle.FieldError{Field: "possible_duplicate", Problem: fmt.Sprintf("%q: allowed is true", v)})
+		}
 	}
 	for _, p := range []struct {
 		name string
@@ -160,6 +166,7 @@ func (s *Server) getMessage(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	w.Header().Set("ETag", etag(m.Version))
 	writeJSON(w, http.StatusOK, messageOf(m))
 	return nil
 }
@@ -205,73 +212,6 @@ func (s *Server) getHistory(w http.ResponseWriter, r *http.Request) error {
 		out.Items[i] = historyOf(e)
 	}
 	writeJSON(w, http.StatusOK, out)
-	return nil
-}
-
-// redispatch matches the current routes again for a dispatched message.
-func (s *Server) redispatch(w http.ResponseWriter, r *http.Request) error {
-	id, err := pathID(r, "id")
-	if err != nil {
-		return err
-	}
-	if err := s.readJSON(w, r, &ActionRequest{}, true); err != nil {
-		return err
-	}
-	operator := identity(r).Name
-	m, err := s.cfg.Writer.Redispatch(r.Context(), id, operator)
-	if err != nil {
-		return err
-	}
-	s.log.Info("message redispatched", "message_id", id, "operator", operator, "deliveries", len(m.Deliveries))
-	writeJSON(w, http.StatusOK, messageOf(m))
-	return nil
-}
-
-// redeliver queues one delivery of the message again.
-func (s *Server) redeliver(w http.ResponseWriter, r *http.Request) error {
-	id, err := pathID(r, "id")
-	if err != nil {
-		return err
-	}
-	deliveryID, err := pathID(r, "delivery_id")
-	if err != nil {
-		return err
-	}
-	if err := s.readJSON(w, r, &ActionRequest{}, true); err != nil {
-		return err
-	}
-	operator := identity(r).Name
-	m, err := s.cfg.Writer.Redeliver(r.Context(), id, deliveryID, operator)
-	if err != nil {
-		return err
-	}
-	s.log.Info("delivery redelivered", "message_id", id, "delivery_id", deliveryID, "operator", operator)
-	writeJSON(w, http.StatusOK, messageOf(m))
-	return nil
-}
-
-// skip settles a delivery without sending it, for an operator, with the
-// reason the body may give.
-func (s *Server) skip(w http.ResponseWriter, r *http.Request) error {
-	id, err := pathID(r, "id")
-	if err != nil {
-		return err
-	}
-	deliveryID, err := pathID(r, "delivery_id")
-	if err != nil {
-		return err
-	}
-	var req SkipRequest
-	if err := s.readJSON(w, r, &req, true); err != nil {
-		return err
-	}
-	operator := identity(r).Name
-	m, err := s.cfg.Writer.Skip(r.Context(), id, deliveryID, req.Reason, operator)
-	if err != nil {
-		return err
-	}
-	s.log.Info("delivery skipped", "message_id", id, "delivery_id", deliveryID, "operator", operator)
-	writeJSON(w, http.StatusOK, messageOf(m))
 	return nil
 }
 

@@ -30,6 +30,11 @@ type IngestRequest struct {
 	// OrderingKey, when given, puts the message's deliveries to fifo targets
 	// in the lanes of that key; 1 to 200 bytes.
 	OrderingKey string `json:"ordering_key"`
+	// DuplicateKey, when given, is the sender's identity of the message (a
+	// control id, up to 255 bytes): an earlier message of the source with
+	// the same key makes this one a possible duplicate of it. It is stored
+	// and delivered all the same.
+	DuplicateKey string `json:"duplicate_key"`
 	// CallbackURL, when given, is POSTed the message's outcome each time
 	// it settles: an absolute http or https URL.
 	CallbackURL string `json:"callback_url"`
@@ -37,12 +42,18 @@ type IngestRequest struct {
 
 // Message is the message resource.
 type Message struct {
-	ID     uuid.UUID               `json:"id"`
-	Source string                  `json:"source"`
-	From   string                  `json:"from"`
-	To     string                  `json:"to"`
-	Stage  lifecycle.MessageStage  `json:"stage"`
-	Status lifecycle.MessageStatus `json:"status"`
+	ID uuid.UUID `json:"id"`
+	// Version is the message's stream's version, its ETag: an action sent
+	// with If-Match applies only while the message is at it.
+	Version int                     `json:"version"`
+	Source  string                  `json:"source"`
+	From    string                  `json:"from"`
+	To      string                  `json:"to"`
+	Stage   lifecycle.MessageStage  `json:"stage"`
+	Status  lifecycle.MessageStatus `json:"status"`
+	// Generation counts the message's sends, from 1; the status reads the
+	// current generation's deliveries.
+	Generation int `json:"generation"`
 	// Error is why the message was refused, or the last error of its first
 	// failed (else stalled) delivery; null when there is none.
 	Error         *string   `json:"error"`
@@ -51,8 +62,15 @@ type Message struct {
 	PayloadSize   int64     `json:"payload_size"`
 	PayloadSHA256 string    `json:"payload_sha256"`
 	// OrderingKey is the message's ordering key; null when it has none.
-	OrderingKey *string    `json:"ordering_key"`
-	Deliveries  []Delivery `json:"deliveries"`
+	OrderingKey *string `json:"ordering_key"`
+	// DuplicateKey is the sender's identity of the message; null when none
+	// was given. PossibleDuplicateOf is the latest earlier message of its
+	// source with the same key, null when there is none.
+	DuplicateKey        *string    `json:"duplicate_key"`
+	PossibleDuplicateOf *uuid.UUID `json:"possible_duplicate_of"`
+	// Deliveries are every generation's, newest generation first, each in
+	// the order it was made.
+	Deliveries []Delivery `json:"deliveries"`
 	// Callback is the message's outcome callback; null when it has no
 	// callback URL.
 	Callback *MessageCallback `json:"callback"`
@@ -77,10 +95,12 @@ type MessageCallback struct {
 
 // Delivery is one delivery of a message to one target.
 type Delivery struct {
-	ID       uuid.UUID               `json:"id"`
-	Target   string                  `json:"target"`
-	State    lifecycle.DeliveryState `json:"state"`
-	Attempts int                     `json:"attempts"`
+	ID uuid.UUID `json:"id"`
+	// Generation is the message's generation the delivery belongs to.
+	Generation int                     `json:"generation"`
+	Target     string                  `json:"target"`
+	State      lifecycle.DeliveryState `json:"state"`
+	Attempts   int                     `json:"attempts"`
 	// NextAttemptAt is when the delivery is next woken while queued or
 	// retrying; null in any other state.
 	NextAttemptAt *time.Time `json:"next_attempt_at"`
@@ -92,6 +112,21 @@ type Delivery struct {
 	// LaneSeq is the delivery's place in the lane of its target and its
 	// message's ordering key; null when it is in no lane.
 	LaneSeq *int64 `json:"lane_seq"`
+}
+
+// ResendRequest is the body of POST /messages/{id}/resend: none, {}, the
+// targets to send to, a reason.
+type ResendRequest struct {
+	// Targets, when given, are those of the current generation to send to;
+	// all of them when left out.
+	Targets []string `json:"targets"`
+	Reason  string   `json:"reason"`
+}
+
+// ReplayRequest is the body of POST /messages/{id}/replay: none, {}, or a
+// reason.
+type ReplayRequest struct {
+	Reason string `json:"reason"`
 }
 
 // SkipRequest is the body of POST /messages/{id}/deliveries/{delivery_id}/skip:
@@ -260,12 +295,19 @@ type JournalPage struct {
 
 // messageOf is the resource of a folded message.
 func messageOf(m *projection.Message) Message {
-	out := Message{ID: m.ID, Source: m.Source, From: m.From, To: m.To, Stage: m.Stage, Status: m.Status,
-		Error: optional(m.Error), CreatedAt: m.CreatedAt, UpdatedAt: m.UpdatedAt,
+	out := Message{ID: m.ID, Version: m.Version, Source: m.Source, From: m.From, To: m.To, Stage: m.Stage, Status: m.Status,
+		Generation: m.Generation, Error: optional(m.Error), CreatedAt: m.CreatedAt, UpdatedAt: m.UpdatedAt,
 		PayloadSize: m.PayloadSize, PayloadSHA256: m.PayloadSHA256, OrderingKey: optional(m.OrderingKey),
-		Deliveries: make([]Delivery, 0, len(m.Deliveries))}
-	for _, d := range m.Deliveries {
-		out.Deliveries = append(out.Deliveries, deliveryOf(d))
+		DuplicateKey: optional(m.DuplicateKey), Deliveries: make([]Delivery, 0, len(m.Deliveries))}
+	if m.PossibleDuplicateOf != uuid.Nil {
+		out.PossibleDuplicateOf = &m.PossibleDuplicateOf
+	}
+	for g := m.Generation; g >= 1; g-- {
+		for _, d := range m.Deliveries {
+			if d.Generation == g {
+				out.Deliveries = append(out.Deliveries, deliveryOf(d))
+			}
+		}
 	}
 	if cb := m.Callback; cb != nil {
 		out.Callback = &MessageCallback{URL: cb.URL, Seq: cb.Seq, Attempts: cb.Attempts, LastError: optional(cb.LastError),
@@ -287,7 +329,7 @@ func deliveryOf(d projection.Delivery) Delivery {
 	if d.State == lifecycle.StateQueued || d.State == lifecycle.StateRetrying {
 		next = optionalTime(d.NextDue)
 	}
-	out := Delivery{ID: d.ID, Target: d.Target, State: d.State,
+	out := Delivery{ID: d.ID, Generation: d.Generation, Target: d.Target, State: d.State,
 		Attempts: d.Attempts, NextAttemptAt: next, LastError: optional(d.LastError),
 		CreatedAt: d.CreatedAt, UpdatedAt: d.UpdatedAt, FinishedAt: optionalTime(d.FinishedAt)}
 	if d.LaneSeq > 0 {

@@ -22,6 +22,7 @@ const (
 	KindMessageDispatched   Kind = "message.dispatched"
 	KindMessageRefused      Kind = "message.refused"
 	KindMessageRedispatched Kind = "message.redispatched"
+	KindMessageResent       Kind = "message.resent"
 
 	KindCallbackClaimed      Kind = "message.callback_claimed"
 	KindCallbackAttempted    Kind = "message.callback_attempted"
@@ -62,6 +63,7 @@ var catalogue = map[Kind]func() Payload{
 	KindMessageDispatched:    func() Payload { return new(MessageDispatched) },
 	KindMessageRefused:       func() Payload { return new(MessageRefused) },
 	KindMessageRedispatched:  func() Payload { return new(MessageRedispatched) },
+	KindMessageResent:        func() Payload { return new(MessageResent) },
 	KindDeliveryWoken:        func() Payload { return new(DeliveryWoken) },
 	KindDeliveryClaimed:      func() Payload { return new(DeliveryClaimed) },
 	KindDeliveryAttempted:    func() Payload { return new(DeliveryAttempted) },
@@ -198,6 +200,11 @@ type MessageAccepted struct {
 	// OrderingKey, when set, puts the message's deliveries to fifo targets
 	// in the lane of that key at each.
 	OrderingKey string `json:"ordering_key,omitempty"`
+	// DuplicateKey is the sender's own identity of the message (a control
+	// id); PossibleDuplicateOf, the latest earlier message of the source
+	// with the same key, when there is one.
+	DuplicateKey        string    `json:"duplicate_key,omitempty"`
+	PossibleDuplicateOf uuid.UUID `json:"possible_duplicate_of,omitzero"`
 	// CallbackURL, when set, is called with the message's outcome each
 	// time it settles.
 	CallbackURL string `json:"callback_url,omitempty"`
@@ -218,10 +225,16 @@ func (p *MessageAccepted) Validate() error {
 	if len(p.IdempotencyKey) > lifecycle.MaxPartyLength {
 		key = field("idempotency_key", fmt.Sprintf("must be at most %d bytes", lifecycle.MaxPartyLength))
 	}
+	var dup error
+	switch {
+	case len(p.DuplicateKey) > lifecycle.MaxPartyLength:
+		dup = field("duplicate_key", fmt.Sprintf("must be at most %d bytes", lifecycle.MaxPartyLength))
+	case p.PossibleDuplicateOf != uuid.Nil && p.DuplicateKey == "":
+		dup = field("possible_duplicate_of", "needs a duplicate_key")
+	}
 	return errors.Join(lifecycle.CheckName("source", p.Source), lifecycle.CheckParty("from", p.From),
 		lifecycle.CheckParty("to", p.To), lifecycle.CheckParty("content_type", p.ContentType), size, sha, key,
-		lifecycle.CheckOrderingKey("ordering_key", p.OrderingKey),
-		checkCallbackURL(p.CallbackURL))
+		lifecycle.CheckOrderingKey("ordering_key", p.OrderingKey), dup, checkCallbackURL(p.CallbackURL))
 }
 
 // isSHA256 reports whether s is 64 hexadecimal digits of either case, as
@@ -350,7 +363,11 @@ func (p *MessageDispatched) Text() string {
 
 // MessageRedispatched: an operator matched the current routes again and a
 // delivery was added for each matched target that had none.
-type MessageRedispatched struct{ NewDeliveries }
+type MessageRedispatched struct {
+	NewDeliveries
+	// Operation is the bulk operation that did it, if one did.
+	Operation uuid.UUID `json:"operation,omitzero"`
+}
 
 func (*MessageRedispatched) Kind() Kind        { return KindMessageRedispatched }
 func (p *MessageRedispatched) Validate() error { return p.validate() }
@@ -359,6 +376,51 @@ func (p *MessageRedispatched) Text() string {
 		return "redispatched: every matched target already had a delivery"
 	}
 	return "redispatched: added " + p.targets()
+}
+
+// MessageResent: an operator sent a dispatched message again, as a new
+// generation: deliveries to the targets of the current one (a resend), or
+// to those the routes match now (a replay). The deliveries of the current
+// generation that failed or stalled are superseded.
+type MessageResent struct {
+	// Generation is the new generation, the current one plus one.
+	Generation int  `json:"generation"`
+	Replay     bool `json:"replay,omitempty"`
+	// Superseded lists the current generation's deliveries that failed or
+	// stalled.
+	Superseded []uuid.UUID `json:"superseded"`
+	NewDeliveries
+	Reason string `json:"reason,omitempty"`
+	// Operation is the bulk operation that did it, if one did.
+	Operation uuid.UUID `json:"operation,omitzero"`
+}
+
+func (*MessageResent) Kind() Kind { return KindMessageResent }
+func (p *MessageResent) Validate() error {
+	var errs []error
+	if p.Generation < 2 {
+		errs = append(errs, field("generation", fmt.Sprintf("must be 2 or more, got %d", p.Generation)))
+	}
+	for i, id := range p.Superseded {
+		errs = append(errs, required(fmt.Sprintf("superseded[%d]", i), id != uuid.Nil))
+	}
+	return errors.Join(append(errs, p.validate())...)
+}
+func (p *MessageResent) Text() string {
+	verb := "resent"
+	if p.Replay {
+		verb = "replayed"
+	}
+	s := fmt.Sprintf("%s as generation %d", verb, p.Generation)
+	if len(p.Deliveries) == 0 {
+		s += ": no route matched"
+	} else {
+		s += " to " + p.targets()
+	}
+	if n := len(p.Superseded); n > 0 {
+		s += fmt.Sprintf("; %d superseded", n)
+	}
+	return withDetail(s, p.Reason)
 }
 
 // MessageRefused: an accepted message was settled without deliveries.
@@ -588,6 +650,8 @@ type DeliveryRedelivered struct {
 	DispatchCount int       `json:"dispatch_count"`
 	NextDue       time.Time `json:"next_due"`
 	Lane
+	// Operation is the bulk operation that did it, if one did.
+	Operation uuid.UUID `json:"operation,omitzero"`
 }
 
 func (*DeliveryRedelivered) Kind() Kind { return KindDeliveryRedelivered }
@@ -630,6 +694,8 @@ func (p *DeliveryUnblocked) Validate() error {
 // DeliverySkipped: an operator settled the delivery without sending it.
 type DeliverySkipped struct {
 	Reason string `json:"reason,omitempty"`
+	// Operation is the bulk operation that did it, if one did.
+	Operation uuid.UUID `json:"operation,omitzero"`
 }
 
 func (*DeliverySkipped) Kind() Kind        { return KindDeliverySkipped }

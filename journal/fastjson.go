@@ -255,7 +255,7 @@ func (p *MessageAccepted) decodeFast(d *fastDecoder) {
 	o := d.begin()
 	for {
 		switch d.field(&o, "source", "from", "to", "content_type", "payload_size", "payload_sha256", "idempotency_key",
-			"ordering_key", "callback_url") {
+			"ordering_key", "duplicate_key", "possible_duplicate_of", "callback_url") {
 		case 0:
 			d.string(&p.Source)
 		case 1:
@@ -275,6 +275,10 @@ func (p *MessageAccepted) decodeFast(d *fastDecoder) {
 		case 7:
 			d.string(&p.OrderingKey)
 		case 8:
+			d.string(&p.DuplicateKey)
+		case 9:
+			d.uuid(&p.PossibleDuplicateOf)
+		case 10:
 			d.string(&p.CallbackURL)
 		default:
 			return
@@ -287,40 +291,75 @@ func (p *NewDeliveries) decodeFast(d *fastDecoder) {
 	for {
 		switch d.field(&o, "deliveries", "next_due") {
 		case 0:
-			// A dispatch that matched nothing has null deliveries.
-			if d.null() {
-				p.Deliveries = nil
-				continue
-			}
-			if d.next() != '[' {
-				d.fail()
-				return
-			}
-			d.i++
-			// encoding/json makes an empty array an empty slice, not nil.
-			p.Deliveries = []NewDelivery{}
-			for i := 0; !d.failed; i++ {
-				if d.next() == ']' {
-					d.i++
-					break
-				}
-				if i > 0 {
-					if d.next() != ',' {
-						d.fail()
-						return
-					}
-					d.i++
-				}
-				var nd NewDelivery
-				nd.decodeFast(d)
-				p.Deliveries = append(p.Deliveries, nd)
-			}
+			p.decodeDeliveries(d)
 		case 1:
 			d.time(&p.NextDue)
 		default:
 			return
 		}
 	}
+}
+
+// decodeDeliveries reads the list of new deliveries: null (a dispatch that
+// matched nothing) or an array.
+func (p *NewDeliveries) decodeDeliveries(d *fastDecoder) {
+	if d.null() {
+		p.Deliveries = nil
+		return
+	}
+	if d.next() != '[' {
+		d.fail()
+		return
+	}
+	d.i++
+	// encoding/json makes an empty array an empty slice, not nil.
+	p.Deliveries = []NewDelivery{}
+	for i := 0; !d.failed; i++ {
+		if d.next() == ']' {
+			d.i++
+			return
+		}
+		if i > 0 {
+			if d.next() != ',' {
+				d.fail()
+				return
+			}
+			d.i++
+		}
+		var nd NewDelivery
+		nd.decodeFast(d)
+		p.Deliveries = append(p.Deliveries, nd)
+	}
+}
+
+// uuids reads an array of ids; null is nil, as encoding/json reads it.
+func (d *fastDecoder) uuids() []uuid.UUID {
+	if d.null() {
+		return nil
+	}
+	if d.next() != '[' {
+		d.fail()
+		return nil
+	}
+	d.i++
+	out := []uuid.UUID{}
+	for i := 0; !d.failed; i++ {
+		if d.next() == ']' {
+			d.i++
+			return out
+		}
+		if i > 0 {
+			if d.next() != ',' {
+				d.fail()
+				return nil
+			}
+			d.i++
+		}
+		var id uuid.UUID
+		d.uuid(&id)
+		out = append(out, id)
+	}
+	return nil
 }
 
 func (p *NewDelivery) decodeFast(d *fastDecoder) {
@@ -345,8 +384,47 @@ func (p *NewDelivery) decodeFast(d *fastDecoder) {
 	}
 }
 
-func (p *MessageDispatched) decodeFast(d *fastDecoder)   { p.NewDeliveries.decodeFast(d) }
-func (p *MessageRedispatched) decodeFast(d *fastDecoder) { p.NewDeliveries.decodeFast(d) }
+func (p *MessageDispatched) decodeFast(d *fastDecoder) { p.NewDeliveries.decodeFast(d) }
+
+func (p *MessageRedispatched) decodeFast(d *fastDecoder) {
+	o := d.begin()
+	for {
+		switch d.field(&o, "deliveries", "next_due", "operation") {
+		case 0:
+			p.decodeDeliveries(d)
+		case 1:
+			d.time(&p.NextDue)
+		case 2:
+			d.uuid(&p.Operation)
+		default:
+			return
+		}
+	}
+}
+
+func (p *MessageResent) decodeFast(d *fastDecoder) {
+	o := d.begin()
+	for {
+		switch d.field(&o, "generation", "replay", "superseded", "deliveries", "next_due", "reason", "operation") {
+		case 0:
+			d.int(&p.Generation)
+		case 1:
+			d.bool(&p.Replay)
+		case 2:
+			p.Superseded = d.uuids()
+		case 3:
+			p.decodeDeliveries(d)
+		case 4:
+			d.time(&p.NextDue)
+		case 5:
+			d.string(&p.Reason)
+		case 6:
+			d.uuid(&p.Operation)
+		default:
+			return
+		}
+	}
+}
 
 func (p *MessageRefused) decodeFast(d *fastDecoder) {
 	o := d.begin()
@@ -549,7 +627,7 @@ func (p *ReceiptTimedOut) decodeFast(d *fastDecoder) {
 func (p *DeliveryRedelivered) decodeFast(d *fastDecoder) {
 	o := d.begin()
 	for {
-		switch d.field(&o, "dispatch_count", "next_due", "lane_seq", "blocked", "continue") {
+		switch d.field(&o, "dispatch_count", "next_due", "lane_seq", "blocked", "continue", "operation") {
 		case 0:
 			d.int(&p.DispatchCount)
 		case 1:
@@ -560,6 +638,8 @@ func (p *DeliveryRedelivered) decodeFast(d *fastDecoder) {
 			d.bool(&p.Blocked)
 		case 4:
 			d.bool(&p.Continue)
+		case 5:
+			d.uuid(&p.Operation)
 		default:
 			return
 		}
@@ -585,9 +665,11 @@ func (p *DeliveryUnblocked) decodeFast(d *fastDecoder) {
 func (p *DeliverySkipped) decodeFast(d *fastDecoder) {
 	o := d.begin()
 	for {
-		switch d.field(&o, "reason") {
+		switch d.field(&o, "reason", "operation") {
 		case 0:
 			d.string(&p.Reason)
+		case 1:
+			d.uuid(&p.Operation)
 		default:
 			return
 		}

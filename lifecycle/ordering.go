@@ -90,11 +90,12 @@ func (o Ordering) Validate() error {
 }
 
 // LaneSettled reports whether a lane's head in state s lets the next
-// delivery of its lane go: once delivered or skipped, and once failed when
-// the lane's policy is continue. Every other state holds the lane.
+// delivery of its lane go: once delivered, skipped or superseded, and once
+// failed when the lane's policy is continue. Every other state holds the
+// lane.
 func LaneSettled(s DeliveryState, onFailure OnFailure) bool {
 	switch s {
-	case StateDelivered, StateSkipped:
+	case StateDelivered, StateSkipped, StateSuperseded:
 		return true
 	case StateFailed:
 		return onFailure == OnFailureContinue

@@ -87,6 +87,16 @@ var (
 		{StateQueued, nil}, {StateBlocked, nil}, {StateRetrying, nil}, {StateStalled, nil},
 		{StateFailed, nil}, {StateAwaitingAck, nil},
 	}}
+	// InHandRule: a delivery still being worked on, or waiting to be: a
+	// message is sent again only when none of its current generation is.
+	InHandRule = Rule{Name: "in hand", cases: []ruleCase{
+		{StateQueued, nil}, {StateBlocked, nil}, {StateDelivering, nil}, {StateRetrying, nil}, {StateAwaitingAck, nil},
+	}}
+	// SupersedeRule: what a resend or a replay supersedes of the current
+	// generation: the deliveries that failed or stalled.
+	SupersedeRule = Rule{Name: "superseded by a new generation", cases: []ruleCase{
+		{StateFailed, nil}, {StateStalled, nil},
+	}}
 	// UnblockRule: a blocked delivery moves to queued once the delivery
 	// ahead of it in its lane has settled for the lane, or its target no
 	// longer keeps order (delivery.unblocked); the lane's condition is
@@ -112,8 +122,8 @@ var (
 
 // Rules lists every rule, for the tests that hold the SQL and the fold to
 // them.
-var Rules = []Rule{ClaimRule, LeaseExpiryRule, CatchUpRule, WakeRule, ReceiptTimeoutRule, RedeliverRule, SkipRule, UnblockRule,
-	CallbackClaimRule, CallbackCatchUpRule}
+var Rules = []Rule{ClaimRule, LeaseExpiryRule, CatchUpRule, WakeRule, ReceiptTimeoutRule, RedeliverRule, SkipRule,
+	UnblockRule, InHandRule, SupersedeRule, CallbackClaimRule, CallbackCatchUpRule}
 
 // Or is a rule that admits what r or o admits. They must not share a
 // state.

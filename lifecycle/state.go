@@ -1,5 +1,7 @@
 package lifecycle
 
+import "slices"
+
 // DeliveryState is where one delivery of a message to one target is.
 type DeliveryState string
 
@@ -26,13 +28,22 @@ const (
 	StateBlocked DeliveryState = "blocked"
 	// StateSkipped: settled by an operator without being sent.
 	StateSkipped DeliveryState = "skipped"
+	// StateSuperseded: a delivery of an earlier generation that had failed
+	// or stalled when its message was sent again; final, and counted
+	// nowhere, as only the current generation counts.
+	StateSuperseded DeliveryState = "superseded"
 )
 
 // DeliveryStates is the canonical set, in lifecycle order.
 var DeliveryStates = []DeliveryState{
 	StateQueued, StateBlocked, StateDelivering, StateRetrying, StateAwaitingAck,
-	StateDelivered, StateFailed, StateStalled, StateSkipped,
+	StateDelivered, StateFailed, StateStalled, StateSkipped, StateSuperseded,
 }
+
+// CountedStates are the states a delivery of its message's current
+// generation can be in: every state but superseded. The counts of
+// deliveries by state list these.
+var CountedStates = slices.DeleteFunc(slices.Clone(DeliveryStates), func(s DeliveryState) bool { return s == StateSuperseded })
 
 // ParseDeliveryState returns s as a state, or an error listing the states.
 func ParseDeliveryState(s string) (DeliveryState, error) {
@@ -47,7 +58,7 @@ func (s *DeliveryState) UnmarshalText(text []byte) error {
 // Final reports whether nothing more happens to the delivery unless an
 // operator redelivers it.
 func (s DeliveryState) Final() bool {
-	return s == StateDelivered || s == StateFailed || s == StateSkipped
+	return s == StateDelivered || s == StateFailed || s == StateSkipped || s == StateSuperseded
 }
 
 // Label is the state as a person reads it.
@@ -71,6 +82,8 @@ func (s DeliveryState) Label() string {
 		return "Blocked"
 	case StateSkipped:
 		return "Skipped"
+	case StateSuperseded:
+		return "Superseded"
 	}
 	return string(s)
 }

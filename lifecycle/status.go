@@ -138,7 +138,8 @@ func statusRank(status MessageStatus) int {
 // DeriveStatus is the one rule for the status of a message: received while
 // accepted; refused or error (by the refusal's class) when refused; not
 // routed when dispatched to nothing; otherwise the status of the highest
-// ranked state among its deliveries (statusRanks).
+// ranked state among its deliveries (statusRanks). deliveries are those of
+// the message's current generation.
 func DeriveStatus(stage MessageStage, refusal Refusal, deliveries []DeliveryState) MessageStatus {
 	switch stage {
 	case StageAccepted:

@@ -77,7 +77,7 @@ func TestVocabulary(t *testing.T) {
 	if _, err := ParseDeliveryState("lost"); err == nil {
 		t.Error("ParseDeliveryState accepted an unknown state")
 	}
-	final := map[DeliveryState]bool{StateDelivered: true, StateFailed: true, StateSkipped: true}
+	final := map[DeliveryState]bool{StateDelivered: true, StateFailed: true, StateSkipped: true, StateSuperseded: true}
 	for _, s := range DeliveryStates {
 		if s.Final() != final[s] {
 			t.Errorf("%s: Final %v", s, s.Final())

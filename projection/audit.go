@@ -160,9 +160,7 @@ func (f *Folded) configure(e journal.Event) {
 func (f *Folded) countStates() map[lifecycle.DeliveryState]int64 {
 	counts := map[lifecycle.DeliveryState]int64{}
 	for _, m := range f.inOrder {
-		for _, d := range m.Deliveries {
-			counts[d.State]++
-		}
+		m.countInto(counts, 1)
 	}
 	return counts
 }
@@ -322,7 +320,8 @@ func compareDelivery(message uuid.UUID, stored, folded *Delivery) []Violation {
 func sameMessage(a, b *Message) bool {
 	return a.ID == b.ID && a.Version == b.Version && a.Source == b.Source && a.From == b.From &&
 		a.To == b.To && a.ContentType == b.ContentType && a.IdempotencyKey == b.IdempotencyKey &&
-		a.OrderingKey == b.OrderingKey &&
+		a.OrderingKey == b.OrderingKey && a.DuplicateKey == b.DuplicateKey &&
+		a.PossibleDuplicateOf == b.PossibleDuplicateOf && a.Generation == b.Generation &&
 		a.PayloadSize == b.PayloadSize && a.PayloadSHA256 == b.PayloadSHA256 && a.Stage == b.Stage &&
 		a.Refusal == b.Refusal && a.Status == b.Status && a.Error == b.Error &&
 		a.AttemptCount == b.AttemptCount && a.CreatedAt.Equal(b.CreatedAt) && a.UpdatedAt.Equal(b.UpdatedAt)
@@ -331,7 +330,7 @@ func sameMessage(a, b *Message) bool {
 // sameDelivery is diffFields(a, b) finding nothing, without reflection.
 func sameDelivery(a, b *Delivery) bool {
 	return a.ID == b.ID && a.MessageID == b.MessageID && a.MessageCreatedAt.Equal(b.MessageCreatedAt) &&
-		a.Seq == b.Seq && a.Target == b.Target && a.LaneKey == b.LaneKey && a.LaneSeq == b.LaneSeq &&
+		a.Seq == b.Seq && a.Generation == b.Generation && a.Target == b.Target && a.LaneKey == b.LaneKey && a.LaneSeq == b.LaneSeq &&
 		a.LaneContinue == b.LaneContinue &&
 		a.State == b.State && a.Attempts == b.Attempts &&
 		a.DispatchCount == b.DispatchCount && a.Redeliveries == b.Redeliveries &&

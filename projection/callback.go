@@ -57,7 +57,8 @@ func (c *Callback) Facts() lifecycle.Facts {
 
 // armCallback makes the message's callback queued, due at once, when the
 // message has a callback URL and settled by the event at at: its status
-// was was, which is not settled, and is now settled. A settlement of a
+// was was, which is not settled, and is now settled. What it says is the
+// current generation's deliveries (those a resend superseded are past). A settlement of a
 // message whose earlier callback is not made yet replaces it: the
 // receiver is told the latest outcome.
 func (m *Message) armCallback(was lifecycle.MessageStatus, at time.Time) {
@@ -66,8 +67,10 @@ func (m *Message) armCallback(was lifecycle.MessageStatus, at time.Time) {
 	}
 	cb := Callback{MessageID: m.ID, URL: m.Callback.URL, Seq: m.Callback.Seq + 1, Status: m.Status, SettledAt: at,
 		Deliveries: make([]CallbackDelivery, 0, len(m.Deliveries)), State: lifecycle.StateQueued, NextDue: at, UpdatedAt: at}
-	for _, d := range m.Deliveries {
-		cb.Deliveries = append(cb.Deliveries, CallbackDelivery{Target: d.Target, State: d.State, LastError: d.LastError})
+	for i := range m.Deliveries {
+		if d := &m.Deliveries[i]; m.Current(d) {
+			cb.Deliveries = append(cb.Deliveries, CallbackDelivery{Target: d.Target, State: d.State, LastError: d.LastError})
+		}
 	}
 	m.Callback = &cb
 }

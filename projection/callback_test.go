@@ -87,7 +87,7 @@ func TestCallbackFollowsEverySettlement(t *testing.T) {
 	}
 
 	// Sent again, it settles again, failed this time: called back again.
-	if _, err := b.w.Redeliver(b.ctx, m.ID, m.Deliveries[0].ID, "admin"); err != nil {
+	if _, err := b.w.Redeliver(b.ctx, m.ID, m.Deliveries[0].ID, commands.Action{Operator: "admin"}); err != nil {
 		t.Fatal(err)
 	}
 	m = settle(m.Deliveries[0], lifecycle.Failed("410 Gone"))

@@ -79,7 +79,7 @@ func checkCounts(ctx context.Context, q journal.Querier, f *Folded) ([]Violation
 	}
 	want := f.countStates()
 	var out []Violation
-	for _, s := range lifecycle.DeliveryStates {
+	for _, s := range lifecycle.CountedStates {
 		if got := stored[s]; got != want[s] {
 			out = append(out, Violation{Problem: fmt.Sprintf("the count of %s deliveries is %d, the journal makes %d", s, got, want[s])})
 		}

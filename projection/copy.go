@@ -40,13 +40,16 @@ func copyFolded(ctx context.Context, tx pgx.Tx, f *Folded) error {
 		b.text(m.ContentType)
 		b.nullText(m.IdempotencyKey)
 		b.nullText(m.OrderingKey)
+		b.nullText(m.DuplicateKey)
+		b.nullUUID(m.PossibleDuplicateOf)
+		b.int4(m.Generation)
 		b.int8(m.PayloadSize)
 		b.text(m.PayloadSHA256)
 		b.text(string(m.Stage))
 		b.nullText(string(m.Refusal))
 		b.text(string(m.Status))
 		b.text(m.Error)
-		b.int4(len(m.Deliveries))
+		b.int4(m.currentDeliveries())
 		b.int4(m.AttemptCount)
 		b.time(m.CreatedAt)
 		b.time(m.UpdatedAt)
@@ -70,6 +73,7 @@ func copyFolded(ctx context.Context, tx pgx.Tx, f *Folded) error {
 		b.nullUUID(d.MessageID)
 		b.time(d.MessageCreatedAt)
 		b.int4(d.Seq)
+		b.int4(d.Generation)
 		b.text(d.Target)
 		b.nullText(d.LaneKey)
 		b.int8(d.LaneSeq)
@@ -123,10 +127,10 @@ func copyFolded(ctx context.Context, tx pgx.Tx, f *Folded) error {
 }
 
 var messageCopyColumns = []string{"id", "version", "source", "from_party", "to_party", "content_type",
-	"idempotency_key", "ordering_key", "payload_size", "payload_sha256", "stage", "refusal", "status", "error", "delivery_count",
+	"idempotency_key", "ordering_key", "duplicate_key", "possible_duplicate_of", "generation", "payload_size", "payload_sha256", "stage", "refusal", "status", "error", "delivery_count",
 	"attempt_count", "created_at", "updated_at"}
 
-var deliveryCopyColumns = []string{"id", "message_id", "message_created_at", "seq", "target", "lane_key", "lane_seq", "lane_continue", "state", "attempts",
+var deliveryCopyColumns = []string{"id", "message_id", "message_created_at", "seq", "generation", "target", "lane_key", "lane_seq", "lane_continue", "state", "attempts",
 	"dispatch_count", "redeliveries", "redelivered_at", "redelivered_attempts", "next_due", "claim_token",
 	"lease_end", "last_error", "created_at", "updated_at", "finished_at"}
 

@@ -91,8 +91,9 @@ func messageStep(next *Message, e *journal.Event) error {
 		}
 		*next = Message{
 			ID: id, Source: p.Source, From: p.From, To: p.To, ContentType: p.ContentType,
-			IdempotencyKey: p.IdempotencyKey, OrderingKey: p.OrderingKey, PayloadSize: p.PayloadSize, PayloadSHA256: p.PayloadSHA256,
-			Stage: lifecycle.StageAccepted, CreatedAt: at,
+			IdempotencyKey: p.IdempotencyKey, OrderingKey: p.OrderingKey, DuplicateKey: p.DuplicateKey,
+			PossibleDuplicateOf: p.PossibleDuplicateOf, PayloadSize: p.PayloadSize, PayloadSHA256: p.PayloadSHA256,
+			Stage: lifecycle.StageAccepted, Generation: 1, CreatedAt: at,
 		}
 		if p.CallbackURL != "" {
 			next.Callback = &Callback{MessageID: id, URL: p.CallbackURL, UpdatedAt: at}
@@ -109,6 +110,35 @@ func messageStep(next *Message, e *journal.Event) error {
 		if next.Stage != lifecycle.StageDispatched {
 			return illegalStage(e, next, "only a dispatched message is redispatched", lifecycle.StageDispatched)
 		}
+		if err := addDeliveries(next, e, p.Deliveries, p.NextDue); err != nil {
+			return err
+		}
+	case *journal.MessageResent:
+		if next.Stage != lifecycle.StageDispatched {
+			return illegalStage(e, next, "only a dispatched message is sent again", lifecycle.StageDispatched)
+		}
+		if p.Generation != next.Generation+1 {
+			return illegalStage(e, next, fmt.Sprintf("generation %d does not follow %d", p.Generation, next.Generation))
+		}
+		// The current generation must be settled, and what it supersedes
+		// is exactly what failed or stalled of it.
+		var superseded []uuid.UUID
+		deliveries := slices.Clone(next.Deliveries)
+		for i := range deliveries {
+			d := &deliveries[i]
+			switch {
+			case !next.Current(d):
+			case lifecycle.InHandRule.Admits(d.State):
+				return illegalStage(e, next, fmt.Sprintf("delivery %s to %s is %s: a message is sent again once none of its generation is in hand", d.ID, d.Target, d.State))
+			case lifecycle.SupersedeRule.Admits(d.State):
+				superseded = append(superseded, d.ID)
+				d.State, d.NextDue, d.UpdatedAt = lifecycle.StateSuperseded, time.Time{}, e.RecordedAt
+			}
+		}
+		if !slices.Equal(superseded, p.Superseded) && (len(superseded) > 0 || len(p.Superseded) > 0) {
+			return illegalStage(e, next, fmt.Sprintf("it supersedes %v, but %v failed or stalled", p.Superseded, superseded))
+		}
+		next.Deliveries, next.Generation = deliveries, p.Generation
 		if err := addDeliveries(next, e, p.Deliveries, p.NextDue); err != nil {
 			return err
 		}
@@ -143,13 +173,13 @@ func addDeliveries(next *Message, e *journal.Event, add []journal.NewDelivery, n
 			return illegalStage(e, next, fmt.Sprintf("delivery %s has seq %d, the next is %d", nd.ID, nd.Seq, len(next.Deliveries)+i+1))
 		case next.Delivery(nd.ID) != nil:
 			return illegalStage(e, next, fmt.Sprintf("delivery %s exists already", nd.ID))
-		case slices.ContainsFunc(next.Deliveries, func(d Delivery) bool { return d.Target == nd.Target }):
-			return illegalStage(e, next, fmt.Sprintf("target %s has a delivery already", nd.Target))
+		case slices.ContainsFunc(next.Deliveries, func(d Delivery) bool { return d.Target == nd.Target && next.Current(&d) }):
+			return illegalStage(e, next, fmt.Sprintf("target %s has a delivery of generation %d already", nd.Target, next.Generation))
 		case nd.LaneSeq > 0 && next.OrderingKey == "":
 			return illegalStage(e, next, fmt.Sprintf("delivery %s is placed in a lane, but the message has no ordering key", nd.ID))
 		}
 		d := Delivery{
-			ID: nd.ID, MessageID: next.ID, MessageCreatedAt: next.CreatedAt, Seq: nd.Seq, Target: nd.Target,
+			ID: nd.ID, MessageID: next.ID, MessageCreatedAt: next.CreatedAt, Seq: nd.Seq, Generation: next.Generation, Target: nd.Target,
 			State: lifecycle.StateQueued, DispatchCount: 1, NextDue: nextDue, CreatedAt: e.RecordedAt,
 			UpdatedAt: e.RecordedAt,
 		}

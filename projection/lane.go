@@ -270,6 +270,22 @@ func (b *LaneBook) Apply(e journal.Event, m *Message) error {
 		return b.placeAll(m, p.Deliveries, e.RecordedAt)
 	case *journal.MessageRedispatched:
 		return b.placeAll(m, p.Deliveries, e.RecordedAt)
+	case *journal.MessageResent:
+		// The new generation joins the back of its lanes, then the old
+		// deliveries it supersedes let their lanes go.
+		if err := b.placeAll(m, p.Deliveries, e.RecordedAt); err != nil {
+			return err
+		}
+		for _, id := range p.Superseded {
+			if d := m.Delivery(id); d != nil && d.LaneSeq > 0 {
+				l, err := b.lane(LaneID{d.Target, d.LaneKey})
+				if err != nil {
+					return err
+				}
+				b.settle(l, d, d.State)
+			}
+		}
+		return nil
 	}
 	if !e.Kind().Delivery() {
 		return nil
@@ -315,14 +331,21 @@ func (b *LaneBook) Apply(e journal.Event, m *Message) error {
 		// A delivery skipped while it waited leaves the lane.
 		return b.leave(id, l, d.ID)
 	}
-	if l.Head == d.ID && !l.HeadSettled && laneSettled(d, e.NewState) {
-		l.HeadSettled = true
-		if l.Waiting == 0 {
-			b.free(l)
-		}
-		b.changed[id] = true
-	}
+	b.settle(l, d, e.NewState)
 	return nil
+}
+
+// settle notes that d, now in state s, settled for its lane when it is the
+// lane's head and s lets the next go; a lane with nothing waiting is freed.
+func (b *LaneBook) settle(l *laneState, d *Delivery, s lifecycle.DeliveryState) {
+	if l.Head != d.ID || l.HeadSettled || !laneSettled(d, s) {
+		return
+	}
+	l.HeadSettled = true
+	if l.Waiting == 0 {
+		b.free(l)
+	}
+	b.changed[l.LaneID] = true
 }
 
 // placeAll puts the new deliveries of a dispatch in their lanes.

@@ -25,6 +25,9 @@ type MessageFilter struct {
 	Target string
 	// OrderingKey keeps the messages with that ordering key.
 	OrderingKey string
+	// PossibleDuplicate keeps the messages that are possible duplicates of
+	// an earlier one.
+	PossibleDuplicate bool
 	// CreatedAfter and CreatedBefore bound created_at, both exclusive.
 	CreatedAfter, CreatedBefore time.Time
 	// Limit is the page's size; at least 1.
@@ -75,8 +78,9 @@ type TxBeginner interface {
 // (created_at, id) descending, each with all its deliveries, and the
 // cursor of the next page (nil on the last). It walks the messages_created
 // index or, with a status or source, messages_status_created or
-// messages_source_created, or with an ordering key
-// messages_ordering_key_created. With a target it walks that target's deliveries
+// messages_source_created, with an ordering key
+// messages_ordering_key_created, and of the possible duplicates
+// messages_possible_duplicate_created. With a target it walks that target's deliveries
 // on deliveries_target_message, which holds their messages' (created_at,
 // id), so a target with few messages costs no more than one with many.
 func ListMessages(ctx context.Context, db TxBeginner, f MessageFilter) ([]*Message, *Cursor, error) {
@@ -101,6 +105,9 @@ func ListMessages(ctx context.Context, db TxBeginner, f MessageFilter) ([]*Messa
 	}
 	if f.OrderingKey != "" {
 		where = append(where, "m.ordering_key = "+arg(f.OrderingKey))
+	}
+	if f.PossibleDuplicate {
+		where = append(where, "m.possible_duplicate_of IS NOT NULL")
 	}
 	if !f.CreatedAfter.IsZero() {
 		where = append(where, createdAt+" > "+arg(f.CreatedAfter))

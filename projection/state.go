@@ -20,7 +20,16 @@ type Message struct {
 	ContentType    string
 	IdempotencyKey string
 	// OrderingKey puts the message's deliveries to fifo targets in lanes.
-	OrderingKey   string
+	OrderingKey string
+	// DuplicateKey is the sender's identity of the message; a message of
+	// the same source and key before it makes it a PossibleDuplicateOf the
+	// latest such.
+	DuplicateKey        string
+	PossibleDuplicateOf uuid.UUID
+	// Generation counts the message's sends, from 1: a resend or a replay
+	// starts the next. Its status and counts read its current
+	// generation's deliveries only.
+	Generation    int
 	PayloadSize   int64
 	PayloadSHA256 string
 	Stage         lifecycle.MessageStage
@@ -48,7 +57,9 @@ type Delivery struct {
 	// a target's messages are listed newest first on an index.
 	MessageCreatedAt time.Time
 	Seq              int
-	Target           string
+	// Generation is the message's generation the delivery belongs to.
+	Generation int
+	Target     string
 	// LaneKey and LaneSeq place the delivery in the lane of its target and
 	// LaneKey, its message's ordering key, at LaneSeq; a delivery in no
 	// lane has "" and 0. LaneContinue says its failure lets the next of
@@ -115,8 +126,10 @@ func (m *Message) settle() {
 	states := few[:0]
 	m.AttemptCount = 0
 	for _, d := range m.Deliveries {
-		states = append(states, d.State)
-		m.AttemptCount += d.Attempts
+		if d.Generation == m.Generation {
+			states = append(states, d.State)
+			m.AttemptCount += d.Attempts
+		}
 	}
 	m.Status = lifecycle.DeriveStatus(m.Stage, m.Refusal, states)
 	if m.Stage == lifecycle.StageDispatched {
@@ -124,10 +137,14 @@ func (m *Message) settle() {
 	}
 }
 
+// Current reports whether the delivery is of the message's current
+// generation, the one its status and every count read.
+func (m *Message) Current(d *Delivery) bool { return d.Generation == m.Generation }
+
 func (m *Message) firstError() string {
 	for _, want := range []lifecycle.DeliveryState{lifecycle.StateFailed, lifecycle.StateStalled} {
 		for _, d := range m.Deliveries {
-			if d.State == want {
+			if d.State == want && m.Current(&d) {
 				return d.LastError
 			}
 		}

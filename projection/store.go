@@ -19,10 +19,11 @@ import (
 var ErrNotFound = errors.New("not found")
 
 const messageColumns = `m.id, m.version, m.source, m.from_party, m.to_party, m.content_type,
-	coalesce(m.idempotency_key, ''), coalesce(m.ordering_key, ''), m.payload_size, m.payload_sha256, m.stage, coalesce(m.refusal, ''),
+	coalesce(m.idempotency_key, ''), coalesce(m.ordering_key, ''), coalesce(m.duplicate_key, ''),
+	coalesce(m.possible_duplicate_of, '00000000-0000-0000-0000-000000000000'), m.generation, m.payload_size, m.payload_sha256, m.stage, coalesce(m.refusal, ''),
 	m.status, m.error, m.attempt_count, m.created_at, m.updated_at`
 
-const deliveryColumns = `d.id, d.message_id, d.message_created_at, d.seq, d.target, d.lane_key, d.lane_seq,
+const deliveryColumns = `d.id, d.message_id, d.message_created_at, d.seq, d.generation, d.target, d.lane_key, d.lane_seq,
 	d.lane_continue, d.state, d.attempts,
 	d.dispatch_count, d.redeliveries, d.redelivered_at, d.redelivered_attempts, d.next_due, d.claim_token,
 	d.lease_end, d.last_error, d.created_at, d.updated_at, d.finished_at`
@@ -153,7 +154,7 @@ func scanAll(rows pgx.Rows) ([]*Message, error) {
 // scanDest lists the fields in messageColumns order.
 func (m *Message) scanDest() []any {
 	return []any{&m.ID, &m.Version, &m.Source, &m.From, &m.To, &m.ContentType, &m.IdempotencyKey, &m.OrderingKey,
-		&m.PayloadSize, &m.PayloadSHA256, &m.Stage, &m.Refusal, &m.Status, &m.Error, &m.AttemptCount,
+		&m.DuplicateKey, &m.PossibleDuplicateOf, &m.Generation, &m.PayloadSize, &m.PayloadSHA256, &m.Stage, &m.Refusal, &m.Status, &m.Error, &m.AttemptCount,
 		&m.CreatedAt, &m.UpdatedAt}
 }
 
@@ -166,6 +167,7 @@ func (m *Message) normalize() {
 type deliveryRow struct {
 	id, messageID, claimToken                    pgtype.UUID
 	seq, attempts, dispatchCount, redeliver      pgtype.Int4
+	generation                                   pgtype.Int4
 	redeliveredAttempts                          pgtype.Int4
 	target, state, lastError, laneKey            pgtype.Text
 	laneSeq                                      pgtype.Int8
@@ -176,7 +178,7 @@ type deliveryRow struct {
 
 // scanDest lists the fields in deliveryColumns order.
 func (r *deliveryRow) scanDest() []any {
-	return []any{&r.id, &r.messageID, &r.messageCreatedAt, &r.seq, &r.target, &r.laneKey, &r.laneSeq, &r.laneContinue, &r.state, &r.attempts,
+	return []any{&r.id, &r.messageID, &r.messageCreatedAt, &r.seq, &r.generation, &r.target, &r.laneKey, &r.laneSeq, &r.laneContinue, &r.state, &r.attempts,
 		&r.dispatchCount, &r.redeliver, &r.redeliveredAt, &r.redeliveredAttempts, &r.nextDue, &r.claimToken,
 		&r.leaseEnd, &r.lastError, &r.createdAt, &r.updatedAt, &r.finishedAt}
 }
@@ -184,7 +186,7 @@ func (r *deliveryRow) scanDest() []any {
 func (r *deliveryRow) delivery() Delivery {
 	return Delivery{
 		ID: r.id.Bytes, MessageID: r.messageID.Bytes, MessageCreatedAt: timeOf(r.messageCreatedAt),
-		Seq: int(r.seq.Int32), Target: r.target.String, LaneKey: r.laneKey.String, LaneSeq: r.laneSeq.Int64,
+		Seq: int(r.seq.Int32), Generation: int(r.generation.Int32), Target: r.target.String, LaneKey: r.laneKey.String, LaneSeq: r.laneSeq.Int64,
 		LaneContinue: r.laneContinue.Bool,
 		State:        lifecycle.DeliveryState(r.state.String),
 		Attempts:     int(r.attempts.Int32), DispatchCount: int(r.dispatchCount.Int32), Redeliveries: int(r.redeliver.Int32),
@@ -237,12 +239,13 @@ func Queue(b *pgx.Batch, lanes []Lane, writes ...Write) {
 		if w.Before == nil {
 			d = &created
 			b.Queue(insertMessageSQL, m.ID, m.Version, m.Source, m.From, m.To, m.ContentType,
-				nullString(m.IdempotencyKey), nullString(m.OrderingKey), m.PayloadSize, m.PayloadSHA256, m.Stage,
-				nullString(string(m.Refusal)), m.Status, m.Error, len(m.Deliveries), m.AttemptCount,
+				nullString(m.IdempotencyKey), nullString(m.OrderingKey), nullString(m.DuplicateKey),
+				pgUUID(m.PossibleDuplicateOf), m.Generation, m.PayloadSize, m.PayloadSHA256, m.Stage,
+				nullString(string(m.Refusal)), m.Status, m.Error, m.currentDeliveries(), m.AttemptCount,
 				m.CreatedAt, m.UpdatedAt)
 		} else {
 			b.Queue(updateMessageSQL, m.ID, w.Before.Version, m.Version, m.Stage, nullString(string(m.Refusal)),
-				m.Status, m.Error, len(m.Deliveries), m.AttemptCount, m.UpdatedAt)
+				m.Status, m.Error, m.currentDeliveries(), m.AttemptCount, m.UpdatedAt, m.Generation)
 		}
 		for _, id := range w.Touched {
 			dl := m.Delivery(id)
@@ -251,19 +254,13 @@ func Queue(b *pgx.Batch, lanes []Lane, writes ...Write) {
 			}
 			seen[id] = true
 			d.add(dl)
-			var was lifecycle.DeliveryState
-			if w.Before != nil {
-				if old := w.Before.Delivery(id); old != nil {
-					was = old.State
-				}
-			}
-			if was != dl.State {
-				counts[dl.State]++
-				if was != "" {
-					counts[was]--
-				}
-			}
 		}
+		// The counts hold the current generation's deliveries: a new
+		// generation takes the last one's out of them.
+		if w.Before != nil {
+			w.Before.countInto(counts, -1)
+		}
+		m.countInto(counts, 1)
 	}
 	if len(created.id) > 0 {
 		b.Queue(insertDeliveriesSQL, created.args()...)
@@ -275,6 +272,27 @@ func Queue(b *pgx.Batch, lanes []Lane, writes ...Write) {
 	queueCorrelations(b, writes)
 	queueLanes(b, lanes)
 	queueCounts(b, counts)
+}
+
+// countInto adds sign times the message's current deliveries, by state,
+// to counts.
+func (m *Message) countInto(counts map[lifecycle.DeliveryState]int64, sign int64) {
+	for i := range m.Deliveries {
+		if d := &m.Deliveries[i]; m.Current(d) {
+			counts[d.State] += sign
+		}
+	}
+}
+
+// currentDeliveries counts the deliveries of the current generation.
+func (m *Message) currentDeliveries() int {
+	n := 0
+	for i := range m.Deliveries {
+		if m.Current(&m.Deliveries[i]) {
+			n++
+		}
+	}
+	return n
 }
 
 // queueCounts adds the changes to the counts of deliveries by state to the
@@ -309,8 +327,8 @@ const addCountsSQL = `INSERT INTO delivery_counts (shard, state, n)
 // state; the returned function gives them, every state present, once the
 // batch is read. It reads the kept counts, a few rows, not the deliveries.
 func QueueCounts(b *pgx.Batch) func() map[lifecycle.DeliveryState]int64 {
-	out := make(map[lifecycle.DeliveryState]int64, len(lifecycle.DeliveryStates))
-	for _, s := range lifecycle.DeliveryStates {
+	out := make(map[lifecycle.DeliveryState]int64, len(lifecycle.CountedStates))
+	for _, s := range lifecycle.CountedStates {
 		out[s] = 0
 	}
 	b.Queue(countsSQL).Query(func(rows pgx.Rows) error { return scanCounts(rows, out) })
@@ -348,25 +366,25 @@ func scanCounts(rows pgx.Rows, counts map[lifecycle.DeliveryState]int64) error {
 }
 
 const insertMessageSQL = `INSERT INTO messages (id, version, source, from_party, to_party, content_type,
-	idempotency_key, ordering_key, payload_size, payload_sha256, stage, refusal, status, error, delivery_count,
-	attempt_count, created_at, updated_at)
-	VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18)`
+	idempotency_key, ordering_key, duplicate_key, possible_duplicate_of, generation, payload_size, payload_sha256,
+	stage, refusal, status, error, delivery_count, attempt_count, created_at, updated_at)
+	VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21)`
 
 // updateMessageSQL updates one message: one statement per message, as an
 // UPDATE joined to an array of rows is planned anew on every call.
 const updateMessageSQL = `WITH updated AS (
 		UPDATE messages SET version = $3, stage = $4, refusal = $5, status = $6, error = $7,
-			delivery_count = $8, attempt_count = $9, updated_at = $10
+			delivery_count = $8, attempt_count = $9, updated_at = $10, generation = $11
 		WHERE id = $1 AND version = $2 RETURNING id)
 	SELECT projection_expect_row((SELECT count(*) FROM updated), $1::uuid, $2::int)`
 
-const insertDeliveriesSQL = `INSERT INTO deliveries (id, message_id, message_created_at, seq, target, lane_key,
-	lane_seq, lane_continue, state, attempts, dispatch_count, redeliveries, redelivered_at, redelivered_attempts,
-	next_due, claim_token, lease_end, last_error, created_at, updated_at, finished_at)
-	SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::timestamptz[], $4::int[], $5::text[], $6::text[],
-		$7::bigint[], $8::bool[], $9::text[], $10::int[], $11::int[], $12::int[], $13::timestamptz[], $14::int[],
-		$15::timestamptz[], $16::uuid[], $17::timestamptz[], $18::text[], $19::timestamptz[], $20::timestamptz[],
-		$21::timestamptz[])`
+const insertDeliveriesSQL = `INSERT INTO deliveries (id, message_id, message_created_at, seq, generation, target,
+	lane_key, lane_seq, lane_continue, state, attempts, dispatch_count, redeliveries, redelivered_at,
+	redelivered_attempts, next_due, claim_token, lease_end, last_error, created_at, updated_at, finished_at)
+	SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::timestamptz[], $4::int[], $5::int[], $6::text[], $7::text[],
+		$8::bigint[], $9::bool[], $10::text[], $11::int[], $12::int[], $13::int[], $14::timestamptz[], $15::int[],
+		$16::timestamptz[], $17::uuid[], $18::timestamptz[], $19::text[], $20::timestamptz[], $21::timestamptz[],
+		$22::timestamptz[])`
 
 // upsertDeliveriesSQL makes insertDeliveriesSQL update the rows there
 // already. The deliveries of a new message are inserted without it: an
@@ -384,6 +402,7 @@ const upsertDeliveriesSQL = `
 type deliveryColumnsOf struct {
 	id, messageID, claimToken                    []pgtype.UUID
 	seq, attempts, dispatches, redelivs          []int32
+	generation                                   []int32
 	redeliveredAttempts                          []int32
 	target, state, lastError                     []string
 	laneKey                                      []pgtype.Text
@@ -398,6 +417,7 @@ func (c *deliveryColumnsOf) add(d *Delivery) {
 	c.messageID = append(c.messageID, pgUUID(d.MessageID))
 	c.messageCreatedAt = append(c.messageCreatedAt, d.MessageCreatedAt)
 	c.seq = append(c.seq, int32(d.Seq))
+	c.generation = append(c.generation, int32(d.Generation))
 	c.target = append(c.target, d.Target)
 	c.laneKey = append(c.laneKey, pgtype.Text{String: d.LaneKey, Valid: d.LaneKey != ""})
 	c.laneSeq = append(c.laneSeq, d.LaneSeq)
@@ -418,7 +438,7 @@ func (c *deliveryColumnsOf) add(d *Delivery) {
 }
 
 func (c *deliveryColumnsOf) args() []any {
-	return []any{c.id, c.messageID, c.messageCreatedAt, c.seq, c.target, c.laneKey, c.laneSeq, c.laneContinue, c.state, c.attempts, c.dispatches,
+	return []any{c.id, c.messageID, c.messageCreatedAt, c.seq, c.generation, c.target, c.laneKey, c.laneSeq, c.laneContinue, c.state, c.attempts, c.dispatches,
 		c.redelivs, c.redeliveredAt, c.redeliveredAttempts, c.nextDue, c.claimToken, c.leaseEnd, c.lastError,
 		c.createdAt, c.updatedAt, c.finishedAt}
 }

@@ -118,6 +118,9 @@ CREATE TABLE IF NOT EXISTS messages (
 	content_type    text        NOT NULL,
 	idempotency_key text,
 	ordering_key    text,
+	duplicate_key   text,
+	possible_duplicate_of uuid,
+	generation      int         NOT NULL DEFAULT 1,
 	payload_size    bigint      NOT NULL,
 	payload_sha256  text        NOT NULL,
 	stage           text        NOT NULL,
@@ -147,6 +150,7 @@ CREATE TABLE IF NOT EXISTS deliveries (
 	message_id           uuid        NOT NULL,
 	message_created_at   timestamptz NOT NULL,
 	seq                  int         NOT NULL,
+	generation           int         NOT NULL DEFAULT 1,
 	target               text        NOT NULL,
 	lane_key             text,
 	lane_seq             bigint      NOT NULL DEFAULT 0,
@@ -262,6 +266,12 @@ CREATE INDEX IF NOT EXISTS messages_status_created ON messages (status, created_
 CREATE INDEX IF NOT EXISTS messages_source_created ON messages (source, created_at DESC, id DESC);
 CREATE INDEX IF NOT EXISTS messages_ordering_key_created ON messages (ordering_key, created_at DESC, id DESC)
 	WHERE ordering_key IS NOT NULL;
+-- The latest earlier message of a source with a duplicate key, found at
+-- ingest; and the possible duplicates, newest first.
+CREATE INDEX IF NOT EXISTS messages_duplicate_key ON messages (source, duplicate_key, created_at DESC)
+	WHERE duplicate_key IS NOT NULL;
+CREATE INDEX IF NOT EXISTS messages_possible_duplicate_created ON messages (created_at DESC, id DESC)
+	WHERE possible_duplicate_of IS NOT NULL;
 -- A lane's blocked deliveries in their order: the next one to unblock is the
 -- first. It holds only blocked deliveries, so a long wait costs other lanes
 -- nothing.

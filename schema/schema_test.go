@@ -102,7 +102,8 @@ func TestAlertsSurviveAProjectionReset(t *testing.T) {
 const legacyProjectionDDL = `
 CREATE TABLE messages (
 	id uuid PRIMARY KEY, version int NOT NULL, source text NOT NULL, from_party text NOT NULL,
-	to_party text NOT NULL, content_type text NOT NULL, idempotency_key text, ordering_key text, payload_size bigint NOT NULL,
+	to_party text NOT NULL, content_type text NOT NULL, idempotency_key text, ordering_key text, duplicate_key text,
+	possible_duplicate_of uuid, generation int NOT NULL DEFAULT 1, payload_size bigint NOT NULL,
 	payload_sha256 text NOT NULL, stage text NOT NULL, refusal text, status text NOT NULL, error text NOT NULL,
 	delivery_count int NOT NULL, attempt_count int NOT NULL, created_at timestamptz NOT NULL,
 	updated_at timestamptz NOT NULL,
@@ -112,8 +113,11 @@ CREATE INDEX messages_created ON messages (created_at DESC, id DESC);
 CREATE INDEX messages_status_created ON messages (status, created_at DESC, id DESC);
 CREATE INDEX messages_source_created ON messages (source, created_at DESC, id DESC);
 CREATE INDEX messages_ordering_key_created ON messages (ordering_key, created_at DESC, id DESC) WHERE ordering_key IS NOT NULL;
+CREATE INDEX messages_duplicate_key ON messages (source, duplicate_key, created_at DESC) WHERE duplicate_key IS NOT NULL;
+CREATE INDEX messages_possible_duplicate_created ON messages (created_at DESC, id DESC) WHERE possible_duplicate_of IS NOT NULL;
 CREATE TABLE deliveries (
-	id uuid PRIMARY KEY, message_id uuid NOT NULL, message_created_at timestamptz NOT NULL, seq int NOT NULL, target text NOT NULL,
+	id uuid PRIMARY KEY, message_id uuid NOT NULL, message_created_at timestamptz NOT NULL, seq int NOT NULL,
+	generation int NOT NULL DEFAULT 1, target text NOT NULL,
 	lane_key text, lane_seq bigint NOT NULL DEFAULT 0, lane_continue bool NOT NULL DEFAULT false, state text NOT NULL,
 	attempts int NOT NULL, dispatch_count int NOT NULL, redeliveries int NOT NULL, redelivered_at timestamptz,
 	redelivered_attempts int NOT NULL, next_due timestamptz,
@@ -177,7 +181,7 @@ func TestProjectionTablesAreTheSameEveryWay(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := projectionSchema(t, fresh)
-	if n := len(slices.DeleteFunc(slices.Clone(want), func(s string) bool { return !strings.HasPrefix(s, "index ") })); n != 15 {
+	if n := len(slices.DeleteFunc(slices.Clone(want), func(s string) bool { return !strings.HasPrefix(s, "index ") })); n != 17 {
 		t.Fatalf("%d indexes:\n%s", n, strings.Join(want, "\n"))
 	}
 

@@ -105,7 +105,7 @@ func TestCallbacks(t *testing.T) {
 	}
 
 	m = b.load(t, m.ID)
-	if _, err := b.w.Redeliver(b.ctx, m.ID, m.Deliveries[0].ID, "admin"); err != nil {
+	if _, err := b.w.Redeliver(b.ctx, m.ID, m.Deliveries[0].ID, commands.Action{Operator: "admin"}); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, "the second callback", func() bool {

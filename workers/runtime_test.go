@@ -271,7 +271,7 @@ func TestRetryBoundsFailForGood(t *testing.T) {
 	// again: it retries after its next failure, and fails for good at the
 	// second attempt since the redelivery.
 	b.clock.Advance(100 * time.Hour)
-	if _, err := b.w.Redeliver(b.ctx, m.ID, m.Deliveries[0].ID, "operator:admin"); err != nil {
+	if _, err := b.w.Redeliver(b.ctx, m.ID, m.Deliveries[0].ID, commands.Action{Operator: "operator:admin"}); err != nil {
 		t.Fatal(err)
 	}
 	if d := retryThenFail(); d.Attempts != 4 || !strings.Contains(d.LastError, "gave up after attempt 2: retry.max_attempts") {
