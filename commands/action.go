@@ -174,7 +174,7 @@ func (w *Writer) Resend(ctx context.Context, id uuid.UUID, targets []string, a A
 		return nil, err
 	}
 	m, err := w.resend(ctx, id, a, func(m *projection.Message, _ *configState) ([]string, error) {
-		current := currentTargets(m)
+		current := m.CurrentTargets()
 		if len(targets) == 0 {
 			return current, nil
 		}
@@ -224,7 +224,7 @@ func (w *Writer) resend(ctx context.Context, id uuid.UUID, a Action,
 		if err := a.fresh(m); err != nil {
 			return nil, err
 		}
-		if err := resendable(m); err != nil {
+		if err := Resendable(m); err != nil {
 			return nil, err
 		}
 		targets, err := choose(m, cfg)
@@ -255,8 +255,11 @@ func (w *Writer) resend(ctx context.Context, id uuid.UUID, a Action,
 	})
 }
 
-// resendable says why the message cannot be sent again, or nil.
-func resendable(m *projection.Message) error {
+// Resendable says why the message cannot be sent again now, a
+// *StateError of ErrNotResendable with the reason, or nil: the rule Resend
+// and Replay act by, for a surface to offer them only when they would be
+// taken.
+func Resendable(m *projection.Message) error {
 	switch {
 	case m.Stage != lifecycle.StageDispatched:
 		return &StateError{Err: ErrNotResendable, State: string(m.Stage), Allowed: []string{string(lifecycle.StageDispatched)},
@@ -282,18 +285,5 @@ func settledStates() []lifecycle.DeliveryState {
 			out = append(out, s)
 		}
 	}
-	return out
-}
-
-// currentTargets lists the targets of the message's current generation,
-// in name order.
-func currentTargets(m *projection.Message) []string {
-	var out []string
-	for i := range m.Deliveries {
-		if d := &m.Deliveries[i]; m.Current(d) {
-			out = append(out, d.Target)
-		}
-	}
-	slices.Sort(out)
 	return out
 }
