@@ -39,6 +39,10 @@ type op struct {
 	ctx    context.Context
 	on     subject
 	decide decision
+	// read, when set, queues reads of the op's own on the batch's read,
+	// after its messages are locked and read, so decide sees what they
+	// read under the same locks.
+	read func(b *pgx.Batch)
 	// key is the id of the op's message when the Writer knows it, else
 	// uuid.Nil: a new message, or a delivery it has not written.
 	key uuid.UUID
@@ -303,6 +307,11 @@ func (w *Writer) writeBatch(ctx context.Context, ops []*op) error {
 		// a generic plan spares planning them on every call.
 		b.Queue(`SET LOCAL plan_cache_mode = force_generic_plan`)
 		loaded := projection.LoadLocked(b, messageIDs, deliveryIDs)
+		for _, o := range ops {
+			if o.read != nil {
+				o.read(b)
+			}
+		}
 		found := queueDuplicates(b, dups)
 		if err := conn.SendBatch(ctx, b).Close(); err != nil {
 			return fmt.Errorf("read: %w", err)
@@ -395,12 +404,15 @@ func (w *Writer) decide(ops []*op, read map[uuid.UUID]*projection.Message, lanes
 		d.events = append(d.events, c.events...)
 		if all := merged[id]; all != nil {
 			all.after = c.after
+			all.events = append(all.events, c.events...)
 			all.touched = append(all.touched, c.touched...)
 			all.readBody = all.readBody || c.readBody
+			all.extra = append(all.extra, c.extra...)
 			return
 		}
 		all := &change{before: c.before, after: c.after, readBody: c.readBody, body: c.body,
-			touched: append([]uuid.UUID(nil), c.touched...)}
+			events: append([]journal.Event(nil), c.events...), touched: append([]uuid.UUID(nil), c.touched...),
+			extra: append([]statement(nil), c.extra...)}
 		merged[id] = all
 		d.changes = append(d.changes, all)
 	}

@@ -33,6 +33,7 @@ const (
 	CodeNotResendable        = "NOT_RESENDABLE"
 	CodePreconditionFailed   = "PRECONDITION_FAILED"
 	CodeReceiptRefused       = "RECEIPT_REFUSED"
+	CodeCorrelationConsumed  = "CORRELATION_CONSUMED"
 	CodeConflict             = "CONFLICT"
 	CodePayloadTooLarge      = "PAYLOAD_TOO_LARGE"
 	CodeUnsupportedMediaType = "UNSUPPORTED_MEDIA_TYPE"
@@ -222,6 +223,8 @@ func failureOf(err error) failure {
 			return f(http.StatusConflict, CodeReceiptRefused, ErrorDetails{State: state.State, Allowed: state.Allowed})
 		}
 		return f(http.StatusConflict, CodeConflict, ErrorDetails{State: state.State, Allowed: state.Allowed})
+	case errors.Is(err, commands.ErrCorrelationConsumed):
+		return f(http.StatusConflict, CodeCorrelationConsumed, ErrorDetails{})
 	case errors.Is(err, commands.ErrExists):
 		return f(http.StatusConflict, CodeAlreadyExists, ErrorDetails{})
 	case errors.Is(err, commands.ErrTargetInUse):
@@ -337,7 +340,11 @@ func subjects(r *http.Request) []any {
 		attrs = append(attrs, "delivery_id", id)
 	}
 	if name := r.PathValue("name"); name != "" {
-		attrs = append(attrs, "target", name)
+		key := "target"
+		if strings.HasPrefix(r.Pattern, r.Method+" "+Prefix+"/sources/") {
+			key = "source"
+		}
+		attrs = append(attrs, key, name)
 	}
 	return attrs
 }
