@@ -166,7 +166,8 @@ func (w *Writer) Redispatch(ctx context.Context, id uuid.UUID, a Action) (*proje
 // named in targets. The current generation's deliveries that failed or
 // stalled are superseded; delivered and skipped ones stay as they are. A
 // message with a delivery still in hand (queued, blocked, delivering,
-// retrying, awaiting a receipt), never dispatched, or refused is
+// retrying, awaiting a receipt), never dispatched, refused, or whose
+// generation has no deliveries (a replay that matched no route) is
 // ErrNotResendable, with the reason; a target not of the current
 // generation is ErrInvalid.
 func (w *Writer) Resend(ctx context.Context, id uuid.UUID, targets []string, a Action) (*projection.Message, error) {
@@ -175,6 +176,10 @@ func (w *Writer) Resend(ctx context.Context, id uuid.UUID, targets []string, a A
 	}
 	m, err := w.resend(ctx, id, a, func(m *projection.Message, _ *configState) ([]string, error) {
 		current := m.CurrentTargets()
+		if len(current) == 0 {
+			return nil, &StateError{Err: ErrNotResendable, State: string(m.Status),
+				Reason: fmt.Sprintf("its generation %d has no targets to send to again: replay it to match the routes afresh", m.Generation)}
+		}
 		if len(targets) == 0 {
 			return current, nil
 		}
