@@ -220,14 +220,18 @@ func (w *Writer) release(conn *pgxpool.Conn) {
 
 // queue adds to b the statements of the changes, at most one change per
 // message, and of the lanes they moved: the projection first (its update
-// locks the message rows), then the events in the order recorded, then the
-// bodies of new messages.
-func (w *Writer) queue(b *pgx.Batch, changes []*change, events []journal.Event, lanes []projection.Lane) error {
+// locks the message rows), with extra's writes when there are some, then
+// the events in the order recorded, then the bodies of new messages.
+func (w *Writer) queue(b *pgx.Batch, changes []*change, events []journal.Event, lanes []projection.Lane,
+	extra func(*pgx.Batch)) error {
 	writes := make([]projection.Write, len(changes))
 	for i, c := range changes {
 		writes[i] = projection.Write{Before: c.before, Message: c.after, Touched: c.touched}
 	}
 	projection.Queue(b, lanes, writes...)
+	if extra != nil {
+		extra(b)
+	}
 	w.cutAt("projected", b)
 	if err := journal.Queue(b, events...); err != nil {
 		return err

@@ -45,6 +45,12 @@ const (
 	KindTargetUpdated   Kind = "target.updated"
 	KindTargetDeleted   Kind = "target.deleted"
 	KindSettingsChanged Kind = "settings.changed"
+
+	KindOperationCreated    Kind = "operation.created"
+	KindOperationMatched    Kind = "operation.matched"
+	KindOperationProgressed Kind = "operation.progressed"
+	KindOperationCancelled  Kind = "operation.cancelled"
+	KindOperationFinished   Kind = "operation.finished"
 )
 
 // catalogue maps each kind to a constructor of its payload.
@@ -74,6 +80,11 @@ var catalogue = map[Kind]func() Payload{
 	KindTargetUpdated:        func() Payload { return new(TargetUpdated) },
 	KindTargetDeleted:        func() Payload { return new(TargetDeleted) },
 	KindSettingsChanged:      func() Payload { return new(SettingsChanged) },
+	KindOperationCreated:     func() Payload { return new(OperationCreated) },
+	KindOperationMatched:     func() Payload { return new(OperationMatched) },
+	KindOperationProgressed:  func() Payload { return new(OperationProgressed) },
+	KindOperationCancelled:   func() Payload { return new(OperationCancelled) },
+	KindOperationFinished:    func() Payload { return new(OperationFinished) },
 }
 
 // Kinds returns every kind of the catalogue.
@@ -89,10 +100,14 @@ func Kinds() []Kind {
 // carry its id, target and states.
 func (k Kind) Delivery() bool { return strings.HasPrefix(string(k), "delivery.") }
 
-// Stream is ConfigStream for configuration kinds and "" for message kinds,
-// whose stream is their message's.
+// Operation reports whether events of the kind belong to a bulk
+// operation's stream (OperationStream).
+func (k Kind) Operation() bool { return strings.HasPrefix(string(k), "operation.") }
+
+// Stream is ConfigStream for configuration kinds and "" for message and
+// operation kinds, whose stream is their message's or their operation's.
 func (k Kind) Stream() string {
-	if strings.HasPrefix(string(k), "message.") || k.Delivery() {
+	if strings.HasPrefix(string(k), "message.") || k.Delivery() || k.Operation() {
 		return ""
 	}
 	return ConfigStream
@@ -703,9 +718,13 @@ type SettingsChanged struct {
 
 func (*SettingsChanged) Kind() Kind { return KindSettingsChanged }
 func (p *SettingsChanged) Text() string {
-	return fmt.Sprintf("settings changed: max_dispatches %d", p.Settings.Delivery.MaxDispatches)
+	s := p.Settings.WithDefaults()
+	return fmt.Sprintf("settings changed: max_dispatches %d, operations rate %d/s", s.Delivery.MaxDispatches, s.Operations.Rate)
 }
-func (p *SettingsChanged) Validate() error { return p.Settings.Validate() }
+
+// Validate checks the settings with their defaults filled: an event
+// journaled before a field existed leaves it out.
+func (p *SettingsChanged) Validate() error { return p.Settings.WithDefaults().Validate() }
 
 func validateRoute(r lifecycle.Route) error {
 	return errors.Join(required("route.id", r.ID != uuid.Nil), r.Validate())

@@ -131,7 +131,8 @@ func (t Target) Validate() error {
 
 // Settings are the system-wide knobs, changed through commands and journaled.
 type Settings struct {
-	Delivery DeliverySettings `json:"delivery"`
+	Delivery   DeliverySettings  `json:"delivery"`
+	Operations OperationSettings `json:"operations"`
 }
 
 // DeliverySettings bound the dispatch of deliveries.
@@ -150,16 +151,31 @@ const (
 
 // DefaultSettings are the settings of a database nobody configured.
 func DefaultSettings() Settings {
-	return Settings{Delivery: DeliverySettings{MaxDispatches: DefaultMaxDispatches}}
+	return Settings{Delivery: DeliverySettings{MaxDispatches: DefaultMaxDispatches}}.WithDefaults()
+}
+
+// WithDefaults fills the optional fields left at zero: the operations'
+// rate, which settings journaled before it existed leave out.
+// max_dispatches has no default here: it is required.
+func (s Settings) WithDefaults() Settings {
+	if s.Operations.Rate == 0 {
+		s.Operations.Rate = DefaultOperationRate
+	}
+	return s
 }
 
 // Validate checks every field and returns all problems joined.
 func (s Settings) Validate() error {
+	var errs []error
 	if n := s.Delivery.MaxDispatches; n < MinMaxDispatches || n > MaxMaxDispatches {
-		return &FieldError{Field: "delivery.max_dispatches",
-			Problem: fmt.Sprintf("must be from %d to %d, got %d", MinMaxDispatches, MaxMaxDispatches, n)}
+		errs = append(errs, &FieldError{Field: "delivery.max_dispatches",
+			Problem: fmt.Sprintf("must be from %d to %d, got %d", MinMaxDispatches, MaxMaxDispatches, n)})
 	}
-	return nil
+	if n := s.Operations.Rate; n < MinOperationRate || n > MaxOperationRate {
+		errs = append(errs, &FieldError{Field: "operations.rate",
+			Problem: fmt.Sprintf("must be from %d to %d messages per second, got %d", MinOperationRate, MaxOperationRate, n)})
+	}
+	return errors.Join(errs...)
 }
 
 // FieldError says which input field is wrong and what is allowed.

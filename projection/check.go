@@ -54,6 +54,12 @@ func checkTables(ctx context.Context, qs []journal.Querier, f *Folded, message u
 			return nil, err
 		}
 		r.Violations = append(r.Violations, laned...)
+		n, operated, err := checkOperations(ctx, qs[0], f)
+		if err != nil {
+			return nil, err
+		}
+		r.Operations = n
+		r.Violations = append(r.Violations, operated...)
 	}
 	return r, nil
 }
