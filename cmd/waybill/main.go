@@ -1,8 +1,8 @@
 // Command waybill runs the Waybill service (serve) and its operator
 // commands against its database: audit replays the journal and checks it
 // and the projections; rebuild recreates the projections from the journal;
-// reset drops them; token creates API tokens. messages, redeliver and
-// redispatch talk to a running server's REST API.
+// reset drops them; token creates API tokens. messages, redeliver,
+// redispatch and operations talk to a running server's REST API.
 package main
 
 import (
@@ -46,6 +46,13 @@ commands that talk to a running server (--server URL, --token T or the data dir'
   lanes    TARGET [--blocked] [--limit N] [--cursor C]
                                                 list a fifo target's lanes: head and deliveries waiting
   redispatch ID                                 match the routes again; add deliveries for new targets
+  operations create --action A [--status S ...] [--target T] [--source S]
+                    [--created-after T] [--created-before T] [--reason R] [--dry-run]
+                                                act on every message the filter matches, in the background
+                                                (redeliver, resend, replay or skip), with its progress until it ends
+  operations list [--limit N] [--cursor C]      list the bulk operations, newest first
+  operations show ID                            an operation: where it stands and its refusals
+  operations cancel ID [--reason R]             stop an operation before its next batch
 
 audit, rebuild, reset and token take --database-url URL, or --data-dir DIR
 (default ./var) for the embedded PostgreSQL: that of the server running on
@@ -146,6 +153,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return runBench(ctx, args[1:], stdout, stderr)
 	case "messages", "redeliver", "redispatch", "skip", "lanes":
 		return runClient(ctx, args, stdout, stderr)
+	case "operations":
+		return runOperations(ctx, args[1:], stdout, stderr)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return 0
