@@ -153,6 +153,18 @@ func TestLaneProperty(t *testing.T) {
 					expected(err, commands.ErrNotRedeliverable)
 				}
 			},
+			"resend": func() {
+				if d, ok := pick(); ok {
+					_, err := writer().Resend(b.ctx, d.MessageID, nil, commands.Action{Operator: "admin"})
+					expected(err, commands.ErrNotResendable)
+				}
+			},
+			"replay": func() {
+				if d, ok := pick(); ok {
+					_, err := writer().Replay(b.ctx, d.MessageID, commands.Action{Operator: "admin"})
+					expected(err, commands.ErrNotResendable)
+				}
+			},
 			"sweep": func() {
 				if d, ok := pick(); ok {
 					w := writer()
@@ -169,7 +181,7 @@ func TestLaneProperty(t *testing.T) {
 			},
 		}
 		steps := []string{"ingest", "ingest", "claim", "claim due", "complete", "complete", "release", "receipt",
-			"skip", "redeliver", "sweep", "time passes"}
+			"skip", "redeliver", "resend", "replay", "sweep", "time passes"}
 		for range rapid.IntRange(1, 30).Draw(rt, "steps") {
 			name := rapid.SampledFrom(steps).Draw(rt, "action")
 			actions[name]()
@@ -188,7 +200,7 @@ func TestLaneProperty(t *testing.T) {
 // nor settled for the lane, or returns "".
 func crowdedLanes(b *bundle, rt *rapid.T) string {
 	rows, err := b.db.Query(b.ctx, `SELECT target, lane_key, count(*) FROM deliveries
-		WHERE lane_key IS NOT NULL AND NOT (state IN ('blocked', 'delivered', 'skipped')
+		WHERE lane_key IS NOT NULL AND NOT (state IN ('blocked', 'delivered', 'skipped', 'superseded')
 			OR state = 'failed' AND lane_continue)
 		GROUP BY target, lane_key HAVING count(*) > 1`)
 	if err != nil {

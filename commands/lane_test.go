@@ -13,7 +13,7 @@ import (
 )
 
 // fifoTarget creates a fifo target with the policy and a route to it.
-func (b *bundle) fifoTarget(t *testing.T, name string, onFailure lifecycle.OnFailure) {
+func (b *bundle) fifoTarget(t testing.TB, name string, onFailure lifecycle.OnFailure) {
 	t.Helper()
 	spec := lifecycle.Target{Name: name, Kind: "http", Enabled: true, Config: sinkConfig,
 		Ordering: lifecycle.Ordering{Mode: lifecycle.OrderingFIFO, OnFailure: onFailure}}

@@ -95,12 +95,16 @@ func (w *Writer) accept(ctx context.Context, in NewMessage, dispatch bool) (*pro
 			return nil, false, err
 		}
 	}
-	id := uuid.Must(uuid.NewV7())
 	o := &op{ctx: ctx}
 	if in.DuplicateKey != "" {
 		o.dup = &dupLookup{dupKey: dupKey{in.Source, in.DuplicateKey}}
 	}
 	o.decide = func(_ *projection.Message, lanes *projection.LaneBook, now time.Time) (*change, error) {
+		// The id is made as the batch decides, so the messages of one
+		// batch, which share their created_at, sort by id in the order
+		// they were decided: the latest earlier message of a duplicate
+		// key is the one decided before.
+		id := uuid.Must(uuid.NewV7())
 		c := newChange(nil)
 		c.body = in.Payload
 		if c.body == nil {

@@ -8,6 +8,7 @@ import (
 	"net/url"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/waybill/waybill/auth"
 	"github.com/waybill/waybill/commands"
@@ -67,6 +68,73 @@ func TestRedeliverAsksThenActs(t *testing.T) {
 	c.post(t, action, nil).redirects(t, page)
 }
 
+func TestSkipAsksThenActsAndTheLaneMoves(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.fifo(t, "orders")
+	var ms []*projection.Message
+	for _, payload := range []string{"first", "second", "third"} {
+		ms = append(ms, b.ingestKeyed(t, "shop", "order 4711", payload))
+	}
+	head, next, last := ms[0], ms[1], ms[2]
+	c := b.signedIn(t, b.admin)
+	page := "/ui/messages/" + head.ID.String()
+	action := page + "/deliveries/" + head.Deliveries[0].ID.String() + "/skip"
+	c.get(t, page).want(t, http.StatusOK).has(t, `href="`+action+`"`, `aria-label="Skip the delivery to orders"`)
+
+	// One that waits is taken out of its lane; the confirmation says so.
+	waiting := "/ui/messages/" + last.ID.String() + "/deliveries/" + last.Deliveries[0].ID.String() + "/skip"
+	c.get(t, "/ui/messages/"+last.ID.String()).has(t, `href="`+waiting+`"`)
+	c.get(t, waiting).want(t, http.StatusOK).has(t, "It waits at place 3 of the lane of ordering key &#34;order 4711&#34;")
+
+	before := b.journalLength(t)
+	c.get(t, action).want(t, http.StatusOK).has(t,
+		"Skip the delivery of message "+head.ID.String()+" to orders?",
+		"The delivery to orders is queued before any attempt.",
+		"It holds the lane of ordering key &#34;order 4711&#34;: skipping it lets the next delivery of the lane go at once.",
+		`name="reason" value=""`, `class="danger" autofocus>Skip</button>`)
+	if b.journalLength(t) != before {
+		t.Fatal("asking changed the journal")
+	}
+	c.post(t, action, url.Values{"reason": {" cancelled at the till "}}).redirects(t, page)
+	c.get(t, page).want(t, http.StatusOK).has(t, "The delivery to orders is skipped.", "delivery.skipped",
+		"skipped by an operator: cancelled at the till", "operator:alice", `<span class="badge tone-neutral">Skipped</span>`)
+
+	// The lane moved: the next is queued and holds it.
+	got, err := projection.Load(b.ctx, b.db, next.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Deliveries[0].State != lifecycle.StateQueued {
+		t.Errorf("the next of the lane is %s after the skip", got.Deliveries[0].State)
+	}
+	c.get(t, "/ui/targets/orders/lanes").want(t, http.StatusOK).has(t, `href="/ui/messages/`+next.ID.String()+`"`)
+
+	// Skipped, it is refused with the API's reason, the reason kept in its
+	// field, and nothing changes.
+	before = b.journalLength(t)
+	a := c.post(t, action, url.Values{"reason": {"again"}}).want(t, http.StatusConflict)
+	_, err = b.w.Skip(b.ctx, head.ID, head.Deliveries[0].ID, commands.Action{Operator: "alice"})
+	if !errors.Is(err, commands.ErrNotSkippable) {
+		t.Fatalf("the Writer's answer %v", err)
+	}
+	_, body := httpapi.Refusal(err)
+	a.has(t, html.EscapeString(body.Message), `role="alert"`, `name="reason" value="again"`)
+	if b.journalLength(t) != before {
+		t.Error("a refused skip changed the journal")
+	}
+	// A skipped delivery may be sent again, and may not be skipped.
+	c.get(t, page).has(t, `aria-label="Send again to orders"`).lacks(t, `href="`+action+`"`)
+
+	// One awaiting its receipt has been handed over; the confirmation
+	// says so.
+	b.target(t, "billing")
+	m := b.ingest(t, "hello")
+	b.settle(t, m.Deliveries[0].ID, lifecycle.AwaitingAck("sent", b.clock.Now().Add(time.Hour)))
+	c.get(t, "/ui/messages/"+m.ID.String()+"/deliveries/"+m.Deliveries[0].ID.String()+"/skip").want(t, http.StatusOK).
+		has(t, "billing has the message and its receipt is awaited.").lacks(t, "lane")
+}
+
 func TestRedispatchAddsWhatTheRoutesNowMatch(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
@@ -98,6 +166,7 @@ func TestReaderSeesNoActionAndIsRefusedOne(t *testing.T) {
 	actions := []string{
 		msg + "/redispatch",
 		msg + "/deliveries/" + d.ID.String() + "/redeliver",
+		msg + "/deliveries/" + d.ID.String() + "/skip",
 		"/ui/targets/billing/edit",
 		"/ui/targets/billing/disable",
 		"/ui/targets/billing/enable",
@@ -107,7 +176,8 @@ func TestReaderSeesNoActionAndIsRefusedOne(t *testing.T) {
 	}
 
 	c := b.signedIn(t, b.reader)
-	for _, p := range []string{"/ui/", "/ui/messages", msg, "/ui/targets", "/ui/targets/billing", "/ui/routes", "/ui/settings"} {
+	for _, p := range []string{"/ui/", "/ui/messages", msg, "/ui/targets", "/ui/targets/billing", "/ui/targets/billing/lanes",
+		"/ui/routes", "/ui/settings"} {
 		a := c.get(t, p).want(t, http.StatusOK)
 		for _, action := range actions {
 			a.lacks(t, `action="`+action+`"`)
@@ -115,7 +185,7 @@ func TestReaderSeesNoActionAndIsRefusedOne(t *testing.T) {
 				a.lacks(t, `href="`+action+`"`)
 			}
 		}
-		a.lacks(t, "Redeliver", "Redispatch", ">Edit<", ">Disable<", ">Delete<", "Add the route", `name="delivery.max_dispatches"`)
+		a.lacks(t, "Redeliver", "Redispatch", ">Skip<", ">Edit<", ">Disable<", ">Delete<", "Add the route", `name="delivery.max_dispatches"`)
 	}
 
 	// The server refuses the actions anyway, with the API's reason, and
@@ -127,7 +197,7 @@ func TestReaderSeesNoActionAndIsRefusedOne(t *testing.T) {
 			c.get(t, action).want(t, http.StatusForbidden).has(t, "a token of role reader may not administer")
 		}
 		c.post(t, action, url.Values{"source": {"erp"}, "from": {"*"}, "to": {"*"}, "target": {"billing"},
-			"delivery.max_dispatches": {"3"}}).want(t, http.StatusForbidden).has(t, body.Message)
+			"delivery.max_dispatches": {"3"}, "reason": {"no"}}).want(t, http.StatusForbidden).has(t, body.Message)
 	}
 	if b.journalLength(t) != before {
 		t.Error("a reader's action changed the journal")
@@ -176,9 +246,12 @@ func TestUnknownIDsAreNotFound(t *testing.T) {
 		"/ui/messages/01a23b49-48df-7e79-b764-a846b1a5c90f/payload",
 		"/ui/messages/01a23b49-48df-7e79-b764-a846b1a5c90f/live",
 		"/ui/messages/" + m.ID.String() + "/deliveries/01a23b49-48df-7e79-b764-a846b1a5c90f/redeliver",
+		"/ui/messages/" + m.ID.String() + "/deliveries/01a23b49-48df-7e79-b764-a846b1a5c90f/skip",
+		"/ui/messages/01a23b49-48df-7e79-b764-a846b1a5c90f/deliveries/" + m.Deliveries[0].ID.String() + "/skip",
 		"/ui/messages/01a23b49-48df-7e79-b764-a846b1a5c90f/redispatch",
 		"/ui/targets/nope",
 		"/ui/targets/Not_A_Name/edit",
+		"/ui/targets/nope/lanes",
 		"/ui/routes/01a23b49-48df-7e79-b764-a846b1a5c90f/delete",
 		"/ui/nothing/here",
 	} {
@@ -221,13 +294,45 @@ func TestTargetEditEnableAndDisable(t *testing.T) {
 		t.Error("a saved edit did not announce the change")
 	}
 
-	c.get(t, "/ui/targets/billing/disable").want(t, http.StatusOK).has(t, "Disable target billing?", "stall")
-	c.post(t, "/ui/targets/billing/disable", nil).redirects(t, "/ui/targets/billing")
+	// The ordering, named as the API names it, each problem under its
+	// field in the API's words.
+	c.get(t, "/ui/targets/billing/edit").has(t, `<option value="none" selected>`, `<option value="block" selected>`,
+		`name="ordering.head_alert_after" value=""`)
+	form.Set("ordering.mode", "sideways")
+	form.Set("ordering.on_failure", "later")
+	form.Set("ordering.head_alert_after", "10ms")
+	a := c.post(t, "/ui/targets/billing/edit", form).want(t, http.StatusBadRequest)
+	_, body := httpapi.Refusal(fmt.Errorf("%w: %w", commands.ErrInvalid,
+		lifecycle.Ordering{Mode: "sideways", OnFailure: "later", HeadAlertAfter: lifecycle.Duration(10 * time.Millisecond)}.Validate()))
+	if len(body.Details.Errors) != 3 {
+		t.Fatalf("the API's problems %+v", body.Details)
+	}
+	for _, p := range body.Details.Errors {
+		a.has(t, `id="`+p.Field+`-hint"><strong>`+html.EscapeString(p.Problem)+`</strong>`)
+	}
+	a.has(t, `<select id="ordering.mode" name="ordering.mode" aria-describedby="ordering.mode-hint" aria-invalid="true">`)
+	form.Set("ordering.mode", "fifo")
+	form.Set("ordering.on_failure", "continue")
+	form.Set("ordering.head_alert_after", "5m")
+	c.post(t, "/ui/targets/billing/edit", form).redirects(t, "/ui/targets/billing")
+	c.get(t, "/ui/targets/billing").has(t, "<code>fifo</code>", "<code>continue</code>", "waiting for 5m0s",
+		`href="/ui/targets/billing/lanes"`)
+	c.get(t, "/ui/targets/billing/edit").has(t, `<option value="fifo" selected>`, `<option value="continue" selected>`,
+		`name="ordering.head_alert_after" value="5m0s"`)
 	ts, err := b.w.Targets(b.ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ts[0].Enabled || ts[0].MaxConcurrent != 7 {
+	if o := ts[0].Ordering; o.Mode != lifecycle.OrderingFIFO || o.OnFailure != lifecycle.OnFailureContinue || o.HeadAlertAfter.D() != 5*time.Minute {
+		t.Errorf("ordering after the edit %+v", o)
+	}
+
+	c.get(t, "/ui/targets/billing/disable").want(t, http.StatusOK).has(t, "Disable target billing?", "stall")
+	c.post(t, "/ui/targets/billing/disable", nil).redirects(t, "/ui/targets/billing")
+	if ts, err = b.w.Targets(b.ctx); err != nil {
+		t.Fatal(err)
+	}
+	if ts[0].Enabled || ts[0].MaxConcurrent != 7 || !ts[0].Ordering.FIFO() {
 		t.Errorf("after the disable %+v", ts[0])
 	}
 	c.get(t, "/ui/targets").has(t, "Target billing is disabled.", `href="/ui/targets/billing/enable"`, "Disabled")

@@ -70,6 +70,7 @@ func loadMessages(b *testing.B, bd *bundle, n int) {
 			b.Fatal(err)
 		}
 	}
+	loadLanes(b, bd, n/50)
 	if _, err := bd.db.Exec(bd.ctx, `INSERT INTO payloads (message_id, body)
 		SELECT stream::uuid, '{"invoice": 4711}'::bytea FROM journal WHERE version = 1 AND stream <> 'config'`); err != nil {
 		b.Fatal(err)
@@ -79,6 +80,38 @@ func loadMessages(b *testing.B, bd *bundle, n int) {
 		b.Fatal(err, r)
 	}
 	if _, err := bd.db.Exec(bd.ctx, `VACUUM ANALYZE`); err != nil {
+		b.Fatal(err)
+	}
+}
+
+// lanesOf is the number of messages of each ordering key loadLanes loads.
+const lanesOf = 4
+
+// loadLanes adds n messages from shop to orders, a fifo target, by SQL into
+// the journal, spread as loadMessages spreads its own: lanesOf of each
+// ordering key, order-00000 and on, whose first is its lane's head, queued,
+// and the others wait blocked behind it.
+func loadLanes(b *testing.B, bd *bundle, n int) {
+	b.Helper()
+	bd.fifo(b, "orders")
+	end := bd.clock.Now()
+	step := benchDays * 24 * time.Hour / time.Duration(n)
+	_, err := bd.db.Exec(bd.ctx, `
+		INSERT INTO journal (recorded_at, stream, version, kind, actor, payload)
+		SELECT e.at, g.mid::text, e.version, e.kind, 'source:shop', e.payload
+		FROM (SELECT j, gen_random_uuid() AS mid, gen_random_uuid() AS did, j % $4 + 1 AS seq,
+				'order-' || lpad((j / $4)::text, 5, '0') AS key,
+				$1::timestamptz - ($2::bigint - j) * $3::interval AS t0
+			FROM generate_series(0, $2::bigint - 1) AS j) g
+		CROSS JOIN LATERAL (VALUES
+			(1, g.t0, 'message.accepted', jsonb_build_object('source', 'shop', 'from', 'acme', 'to', 'globex',
+				'content_type', 'application/json', 'payload_size', 17, 'payload_sha256', repeat('ab', 32), 'ordering_key', g.key)),
+			(2, g.t0, 'message.dispatched', jsonb_build_object('deliveries', jsonb_build_array(
+				jsonb_build_object('id', g.did, 'seq', 1, 'target', 'orders', 'lane_seq', g.seq, 'blocked', g.seq > 1)),
+				'next_due', g.t0 + interval '10 seconds'))
+		) AS e(version, at, kind, payload)
+		ORDER BY g.j, e.version`, end, n, step, lanesOf)
+	if err != nil {
 		b.Fatal(err)
 	}
 }
@@ -108,6 +141,15 @@ func BenchmarkPages(b *testing.B) {
 	if err != nil || next == nil {
 		b.Fatal(err)
 	}
+	var blockedMessage, blockedDelivery uuid.UUID
+	if err := bd.db.QueryRow(bd.ctx, `SELECT message_id, id FROM deliveries WHERE state = 'blocked' LIMIT 1`).
+		Scan(&blockedMessage, &blockedDelivery); err != nil {
+		b.Fatal(err)
+	}
+	lanes, err := projection.ListLanes(bd.ctx, bd.db, "orders", false, "", 50)
+	if err != nil || len(lanes) < 50 {
+		b.Fatal(err, len(lanes))
+	}
 	day := now.Add(-24 * time.Hour).UTC().Format("2006-01-02T15:04:05")
 	// The dashboard's figures alone: the API's GET /stats reads the same.
 	b.Run("stats", func(b *testing.B) {
@@ -125,8 +167,14 @@ func BenchmarkPages(b *testing.B) {
 		{"messages/status=error", "/ui/messages?status=error"},
 		{"messages/source=crm,24h", "/ui/messages?" + url.Values{"source": {"crm"}, "created_after": {day}}.Encode()},
 		{"messages/target=billing", "/ui/messages?target=billing"},
+		{"messages/ordering_key", "/ui/messages?ordering_key=order-00042"},
 		{"message", "/ui/messages/" + failed.String()},
+		{"message/blocked", "/ui/messages/" + blockedMessage.String()},
 		{"redispatch", "/ui/messages/" + failed.String() + "/redispatch"},
+		{"skip", "/ui/messages/" + blockedMessage.String() + "/deliveries/" + blockedDelivery.String() + "/skip"},
+		{"lanes", "/ui/targets/orders/lanes"},
+		{"lanes/page2", "/ui/targets/orders/lanes?cursor=" + projection.LaneCursor(lanes[49].Key)},
+		{"lanes/blocked", "/ui/targets/orders/lanes?blocked=true"},
 		{"targets", "/ui/targets"},
 		{"target", "/ui/targets/billing"},
 		{"routes", "/ui/routes"},

@@ -205,7 +205,8 @@ func (br *browser) shot(t *testing.T, name string) {
 }
 
 // scene is the data the browser test shows: two targets with routes, a
-// third one disabled, and messages in most statuses.
+// third one disabled, a fourth that keeps order per key, and messages in
+// most statuses.
 type scene struct {
 	failed   *projection.Message
 	billing  projection.Delivery
@@ -224,6 +225,7 @@ func setScene(t *testing.T, b *bundle) scene {
 	if _, err := b.w.CreateRoute(b.ctx, lifecycle.Route{Source: "crm", From: "*", To: "acme", Target: "ledger"}, "operator:setup"); err != nil {
 		t.Fatal(err)
 	}
+	b.fifo(t, "orders") // its messages come with the test of its lanes
 	var sc scene
 	ingest := func(source, contentType, payload string) *projection.Message {
 		b.clock.Advance(7 * time.Minute)
@@ -404,6 +406,68 @@ func TestInTheBrowser(t *testing.T) {
 		br.do(t, chromedp.WaitVisible(chromedp.CSS(`a[aria-label="Send again to billing"]`)))
 	})
 
+	t.Run("skip in a lane", func(t *testing.T) {
+		// Three changes of one order, in a lane whose head failed, and
+		// another order.
+		var lane []*projection.Message
+		for _, step := range []string{"create", "amend", "cancel"} {
+			b.clock.Advance(time.Minute)
+			lane = append(lane, b.ingestKeyed(t, "shop", "order-4711", `{"order": 4711, "step": "`+step+`"}`))
+		}
+		b.ingestKeyed(t, "shop", "order-4712", `{"order": 4712, "step": "create"}`)
+		head, next := lane[0], lane[1]
+		b.settle(t, head.Deliveries[0].ID, lifecycle.Failed("400 Bad Request: unknown customer for order 4711"))
+		b.clock.Advance(5 * time.Minute)
+
+		// A message whose delivery waits behind the head.
+		br.open(t, "/ui/messages/"+next.ID.String())
+		if got := br.text(t, "#delivery-"+next.Deliveries[0].ID.String()); !strings.Contains(got, "Blocked") {
+			t.Errorf("the waiting delivery reads %q", got)
+		}
+		br.shot(t, "message-blocked")
+
+		// The lanes: the failed head holds order-4711, two wait.
+		br.open(t, "/ui/targets/orders/lanes")
+		if got := br.text(t, "#lanes tbody tr"); !strings.Contains(got, "order-4711") || !strings.Contains(got, "Failed") ||
+			!strings.Contains(got, "2") {
+			t.Errorf("the first lane reads %q", got)
+		}
+		br.shot(t, "lanes")
+
+		// The operator opens the head, skips it with a reason, and the
+		// lane moves on.
+		br.load(t, chromedp.Click(chromedp.CSS(`#lanes a[aria-label="Message `+head.ID.String()+`, the head of order-4711"]`)))
+		br.load(t, chromedp.Click(chromedp.CSS(`a[aria-label="Skip the delivery to orders"]`)))
+		if got := br.text(t, "h1"); got != "Skip the delivery of message "+head.ID.String()+" to orders?" {
+			t.Errorf("the confirmation asks %q", got)
+		}
+		if got := eval[string](t, br, `document.activeElement.textContent`); got != "Skip" {
+			t.Fatalf("the focus is on %q", got)
+		}
+		br.do(t, chromedp.SendKeys(chromedp.CSS("#reason"), "order 4711 was cancelled at the till"))
+		br.shot(t, "skip")
+		br.load(t, chromedp.SendKeys(chromedp.CSS("#reason"), kb.Enter))
+		if got := br.text(t, ".notice"); got != "The delivery to orders is skipped." {
+			t.Errorf("the notice reads %q", got)
+		}
+		if got := br.text(t, "#delivery-"+head.Deliveries[0].ID.String()); !strings.Contains(got, "Skipped") {
+			t.Errorf("after the skip the row reads %q", got)
+		}
+		if got := br.text(t, "#history tr:last-child"); !strings.Contains(got, "order 4711 was cancelled at the till") ||
+			!strings.Contains(got, "operator:alice") {
+			t.Errorf("the history's last row reads %q", got)
+		}
+		br.open(t, "/ui/targets/orders/lanes")
+		if got := br.text(t, "#lanes tbody tr"); !strings.Contains(got, next.ID.String()) || !strings.Contains(got, "Queued") {
+			t.Errorf("after the skip the first lane reads %q", got)
+		}
+		// The lane's key leads to its messages.
+		br.load(t, chromedp.Click(chromedp.CSS(`#lanes a[aria-label="The messages of ordering key order-4711"]`)))
+		if n := eval[int](t, br, `document.querySelectorAll("#messages tbody tr").length`); n != len(lane) {
+			t.Errorf("%d messages of order-4711 listed, want %d", n, len(lane))
+		}
+	})
+
 	t.Run("other pages", func(t *testing.T) {
 		for _, p := range []struct{ path, h1, shot string }{
 			{"/ui/targets", "Targets", "targets"},
@@ -421,7 +485,8 @@ func TestInTheBrowser(t *testing.T) {
 
 	t.Run("400 pixels wide", func(t *testing.T) {
 		br.do(t, chromedp.EmulateViewport(400, 860))
-		for _, p := range []struct{ path, shot string }{{"/ui/", "dashboard-400"}, {"/ui/messages", ""}, {msg, "message-400"}, {"/ui/targets", ""}} {
+		for _, p := range []struct{ path, shot string }{{"/ui/", "dashboard-400"}, {"/ui/messages", ""}, {msg, "message-400"}, {"/ui/targets", ""},
+			{"/ui/targets/orders/lanes", ""}} {
 			br.open(t, p.path)
 			// Wide tables scroll in their own box; the page does not.
 			if w := eval[int](t, br, `document.documentElement.scrollWidth`); w > 400 {

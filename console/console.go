@@ -164,9 +164,12 @@ var routeTable = []route{
 	{"POST /ui/messages/{id}/redispatch", administering, (*Console).redispatch},
 	{"GET /ui/messages/{id}/deliveries/{delivery_id}/redeliver", administering, (*Console).redeliver},
 	{"POST /ui/messages/{id}/deliveries/{delivery_id}/redeliver", administering, (*Console).redeliver},
+	{"GET /ui/messages/{id}/deliveries/{delivery_id}/skip", administering, (*Console).skip},
+	{"POST /ui/messages/{id}/deliveries/{delivery_id}/skip", administering, (*Console).skip},
 
 	{"GET /ui/targets", reading, (*Console).targets},
 	{"GET /ui/targets/{name}", reading, (*Console).target},
+	{"GET /ui/targets/{name}/lanes", reading, (*Console).lanes},
 	{"GET /ui/targets/{name}/edit", administering, (*Console).editTarget},
 	{"POST /ui/targets/{name}/edit", administering, (*Console).editTarget},
 	{"GET /ui/targets/{name}/enable", administering, (*Console).enableTarget},

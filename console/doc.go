@@ -1,13 +1,13 @@
 // Package console is Waybill's web console for operators, served under
 // /ui/ by `waybill serve`: the dashboard, the messages list, a message with
-// its payload, deliveries and live history, the operator actions, targets,
-// routes and settings.
+// its payload, deliveries and live history, the operator actions, targets
+// and the lanes of a fifo target, routes and settings.
 //
 // Its pages are server-rendered from templates embedded in the binary, with
 // htmx (vendored, pinned) for the parts that refresh themselves; nothing is
 // fetched from elsewhere. Every page reads through the same functions as
 // the REST API (projection.ListMessages, projection.ReadStats,
-// projection.Load, journal.Stream) and every action runs the same
+// projection.ListLanes, projection.Load, journal.Stream) and every action runs the same
 // commands.Writer method, so the console and the API list, count and refuse
 // alike; a refusal shows the API's words (httpapi.Refusal).
 //

@@ -41,6 +41,11 @@ func TestEveryLinkInATemplateIsServed(t *testing.T) {
 	failed := b.ingest(t, "to fail")
 	b.settle(t, failed.Deliveries[0].ID, lifecycle.Failed("400 Bad Request"))
 	b.settle(t, failed.Deliveries[1].ID, lifecycle.Delivered("200 OK"))
+	// A lane whose failed head holds a delivery blocked behind it.
+	b.fifo(t, "orders")
+	head := b.ingestKeyed(t, "shop", "order-4711", "first")
+	b.ingestKeyed(t, "shop", "order-4711", "second")
+	b.settle(t, head.Deliveries[0].ID, lifecycle.Failed("400 Bad Request"))
 	if _, _, err := b.w.Ingest(b.ctx, commands.NewMessage{Source: "erp", From: "acme", To: "globex",
 		ContentType: "application/octet-stream", Payload: []byte{0, 1, 2}}); err != nil {
 		t.Fatal(err)

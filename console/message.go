@@ -148,7 +148,9 @@ type confirmView struct {
 	Danger bool
 	Action string
 	// Back is where Cancel leads.
-	Back    string
+	Back string
+	// Fields are the inputs the action takes, if any.
+	Fields  []field
 	Problem *errorView
 }
 
@@ -224,41 +226,104 @@ func (c *Console) redispatch(w http.ResponseWriter, r *http.Request, s *auth.Ses
 // /messages/{id}/deliveries/{delivery_id}/redeliver): "Send again" for a
 // delivered one.
 func (c *Console) redeliver(w http.ResponseWriter, r *http.Request, s *auth.Session) error {
-	id, err := pathID(r, "id")
+	m, d, err := c.loadDelivery(r)
 	if err != nil {
 		return err
 	}
-	deliveryID, err := pathID(r, "delivery_id")
-	if err != nil {
-		return err
-	}
-	m, err := projection.Load(r.Context(), c.cfg.DB, id)
-	if err != nil {
-		return err
-	}
-	d := m.Delivery(deliveryID)
-	if d == nil {
-		return fmt.Errorf("delivery %s of message %s: %w", deliveryID, id, commands.ErrNotFound)
-	}
-	v := confirmView{Button: "Redeliver", Back: "/ui/messages/" + id.String()}
+	v := confirmView{Button: "Redeliver", Back: "/ui/messages/" + m.ID.String()}
 	if d.State == lifecycle.StateDelivered {
 		v.Button = "Send again"
-		v.Question = fmt.Sprintf("Send message %s again to %s?", id, d.Target)
+		v.Question = fmt.Sprintf("Send message %s again to %s?", m.ID, d.Target)
 		v.Explanation = fmt.Sprintf("It was delivered to %s at %s UTC. Sending it again queues a new attempt: %s receives the payload a second time.",
 			d.Target, d.FinishedAt.Format(timeLayout), d.Target)
 		v.Danger = true
 	} else {
-		v.Question = fmt.Sprintf("Redeliver message %s to %s?", id, d.Target)
+		v.Question = fmt.Sprintf("Redeliver message %s to %s?", m.ID, d.Target)
 		v.Explanation = fmt.Sprintf("The delivery to %s is %s %s. Redelivering queues it again now, with a fresh retry budget.",
 			d.Target, strings.ToLower(d.State.Label()), attemptsText(d.Attempts))
 	}
 	return c.confirm(w, r, v.Button, v, func() (string, error) {
-		if _, err := c.cfg.Writer.Redeliver(r.Context(), id, deliveryID, commands.Action{Operator: s.Name}); err != nil {
+		if _, err := c.cfg.Writer.Redeliver(r.Context(), m.ID, d.ID, commands.Action{Operator: s.Name}); err != nil {
 			return "", err
 		}
-		c.log.Info("delivery redelivered", "message_id", id, "delivery_id", deliveryID, "operator", s.Name, "via", "console")
+		c.log.Info("delivery redelivered", "message_id", m.ID, "delivery_id", d.ID, "operator", s.Name, "via", "console")
 		return fmt.Sprintf("The delivery to %s is queued again.", d.Target), nil
 	})
+}
+
+// skip asks, with an optional reason, then settles one delivery of a
+// message without sending it (POST
+// /messages/{id}/deliveries/{delivery_id}/skip). Skipping a lane's head
+// lets the next delivery of the lane go.
+func (c *Console) skip(w http.ResponseWriter, r *http.Request, s *auth.Session) error {
+	m, d, err := c.loadDelivery(r)
+	if err != nil {
+		return err
+	}
+	reason := field{Name: "reason", Label: "Reason (optional)", Hint: "Kept in the journal with your name."}
+	if r.Method == http.MethodPost {
+		reason.Value = strings.TrimSpace(r.PostForm.Get("reason"))
+	}
+	v := confirmView{
+		Question: fmt.Sprintf("Skip the delivery of message %s to %s?", m.ID, d.Target),
+		Explanation: fmt.Sprintf("The delivery to %s is %s %s. Skipping settles it without sending it: %s does not receive the message unless it is sent again later.",
+			d.Target, strings.ToLower(d.State.Label()), attemptsText(d.Attempts), d.Target),
+		Button: "Skip",
+		Danger: true,
+		Back:   "/ui/messages/" + m.ID.String(),
+		Fields: []field{reason},
+	}
+	if d.State == lifecycle.StateAwaitingAck {
+		v.Explanation = fmt.Sprintf("%s has the message and its receipt is awaited. Skipping settles the delivery without waiting for the receipt.", d.Target)
+	}
+	v.Explanation += laneText(m, d)
+	return c.confirm(w, r, "Skip", v, func() (string, error) {
+		if _, err := c.cfg.Writer.Skip(r.Context(), m.ID, d.ID, commands.Action{Operator: s.Name, Reason: reason.Value}); err != nil {
+			return "", err
+		}
+		c.log.Info("delivery skipped", "message_id", m.ID, "delivery_id", d.ID, "operator", s.Name, "via", "console")
+		return fmt.Sprintf("The delivery to %s is skipped.", d.Target), nil
+	})
+}
+
+// laneText says what skipping d does to its lane: takes a waiting one out
+// of it, or lets the next go after the head; nothing when d is in no lane
+// or has settled for it already.
+func laneText(m *projection.Message, d *projection.Delivery) string {
+	onFailure := lifecycle.OnFailureBlock
+	if d.LaneContinue {
+		onFailure = lifecycle.OnFailureContinue
+	}
+	switch {
+	case d.LaneSeq == 0 || lifecycle.LaneSettled(d.State, onFailure):
+		return ""
+	case d.State == lifecycle.StateBlocked:
+		return fmt.Sprintf(" It waits at place %d of the lane of ordering key %q: skipping takes it out of the lane, and the deliveries behind it keep waiting for the lane's head.",
+			d.LaneSeq, m.OrderingKey)
+	}
+	return fmt.Sprintf(" It holds the lane of ordering key %q: skipping it lets the next delivery of the lane go at once.", m.OrderingKey)
+}
+
+// loadDelivery is the message and the delivery the path names; not found
+// when the delivery is not one of the message's.
+func (c *Console) loadDelivery(r *http.Request) (*projection.Message, *projection.Delivery, error) {
+	id, err := pathID(r, "id")
+	if err != nil {
+		return nil, nil, err
+	}
+	deliveryID, err := pathID(r, "delivery_id")
+	if err != nil {
+		return nil, nil, err
+	}
+	m, err := projection.Load(r.Context(), c.cfg.DB, id)
+	if err != nil {
+		return nil, nil, err
+	}
+	d := m.Delivery(deliveryID)
+	if d == nil {
+		return nil, nil, fmt.Errorf("delivery %s of message %s: %w", deliveryID, id, commands.ErrNotFound)
+	}
+	return m, d, nil
 }
 
 // attemptsText says how many attempts came before.

@@ -29,14 +29,14 @@ type messagesView struct {
 
 // filterForm is the filters as the form holds them.
 type filterForm struct {
-	Status, Source, Target, CreatedAfter, CreatedBefore string
+	Status, Source, Target, OrderingKey, CreatedAfter, CreatedBefore string
 }
 
 // values are the filters that are set, as a query.
 func (f filterForm) values() url.Values {
 	q := url.Values{}
 	for name, v := range map[string]string{"status": f.Status, "source": f.Source, "target": f.Target,
-		"created_after": f.CreatedAfter, "created_before": f.CreatedBefore} {
+		"ordering_key": f.OrderingKey, "created_after": f.CreatedAfter, "created_before": f.CreatedBefore} {
 		if v != "" {
 			q.Set(name, v)
 		}
@@ -86,12 +86,14 @@ func (c *Console) messages(w http.ResponseWriter, r *http.Request, _ *auth.Sessi
 }
 
 // parseFilter reads the list's filters from the query, checked as the API
-// checks them; the form's values come back as given, for the form.
+// checks them; the form's values come back as given, for the form. The
+// ordering key is taken as it is, spaces and all, as the API takes it: a
+// key may hold them.
 func parseFilter(q url.Values) (projection.MessageFilter, filterForm, error) {
 	get := func(name string) string { return strings.TrimSpace(q.Get(name)) }
 	form := filterForm{Status: get("status"), Source: get("source"), Target: get("target"),
-		CreatedAfter: get("created_after"), CreatedBefore: get("created_before")}
-	f := projection.MessageFilter{Source: form.Source, Target: form.Target, Limit: pageSize}
+		OrderingKey: q.Get("ordering_key"), CreatedAfter: get("created_after"), CreatedBefore: get("created_before")}
+	f := projection.MessageFilter{Source: form.Source, Target: form.Target, OrderingKey: form.OrderingKey, Limit: pageSize}
 	var errs []error
 	if form.Status != "" {
 		s, err := lifecycle.ParseMessageStatus(form.Status)
@@ -106,6 +108,7 @@ func parseFilter(q url.Values) (projection.MessageFilter, filterForm, error) {
 	if form.Target != "" {
 		errs = append(errs, lifecycle.CheckName("target", form.Target))
 	}
+	errs = append(errs, lifecycle.CheckOrderingKey("ordering_key", form.OrderingKey))
 	var err error
 	if form.CreatedAfter != "" {
 		f.CreatedAfter, err = parseFormTime("created_after", form.CreatedAfter)

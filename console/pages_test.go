@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"fmt"
+	"html"
 	"net/http"
 	"net/url"
 	"regexp"
@@ -16,18 +17,21 @@ import (
 
 	"github.com/waybill/waybill/commands"
 	"github.com/waybill/waybill/lifecycle"
+	"github.com/waybill/waybill/projection"
 )
 
 func TestDashboardShowsTheFigures(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	b.target(t, "billing")
+	b.fifo(t, "orders")
 	m := b.ingest(t, "one")
 	b.settle(t, m.Deliveries[0].ID, lifecycle.Failed("400 Bad Request"))
 	b.ingest(t, "two")
 	b.clock.Advance(time.Minute)
 	c := b.signedIn(t, b.reader)
 	c.get(t, "/ui/").want(t, http.StatusOK).has(t,
+		`<td>none</td>`, `<a id="figure-lanes-orders" href="/ui/targets/orders/lanes" aria-label="fifo: the lanes of orders">fifo</a>`,
 		`<dt>In flight</dt>`, `<span class="figure">1</span>`,
 		`<dt>Failed or stalled in 24 h</dt>`,
 		`href="/ui/messages?created_after=2026-11-30T08%3A01%3A00&amp;status=error"`,
@@ -42,7 +46,7 @@ func TestMessagesListFiltersAndPages(t *testing.T) {
 	b.target(t, "billing")
 	var ids []uuid.UUID
 	for i := range 120 {
-		m := b.ingest(t, fmt.Sprint(i))
+		m := b.ingestKeyed(t, "erp", []string{"", "p-1", "p 2"}[i%3], fmt.Sprint(i))
 		if i%10 == 0 {
 			b.settle(t, m.Deliveries[0].ID, lifecycle.Failed("400 Bad Request"))
 		}
@@ -89,6 +93,9 @@ func TestMessagesListFiltersAndPages(t *testing.T) {
 		{"target": {"billing"}, "created_after": {"2026-12-01T08:00:10"}},
 		{"created_before": {"2026-12-01T08:00:05Z"}},
 		{"created_after": {"2026-12-01T08:00:10"}, "created_before": {"2026-12-01T08:00:20"}, "status": {"error"}},
+		{"ordering_key": {"p-1"}},
+		{"ordering_key": {"p 2"}, "status": {"error"}},
+		{"ordering_key": {"nobody's"}},
 	} {
 		a := c.get(t, "/ui/messages?"+q.Encode()).want(t, http.StatusOK)
 		var got []uuid.UUID
@@ -107,10 +114,23 @@ func TestMessagesListFiltersAndPages(t *testing.T) {
 		}
 	}
 
-	// A wrong filter names its field and lists nothing.
+	// The status filter offers every status; the ordering key filter
+	// keeps what it was given.
+	a := c.get(t, "/ui/messages?ordering_key=p+2").has(t, `name="ordering_key" value="p 2"`)
+	for _, st := range lifecycle.MessageStatuses {
+		a.has(t, `<option value="`+string(st)+`">`+st.Label()+`</option>`)
+	}
+
+	// A wrong filter names its field, in the API's words, and lists
+	// nothing.
 	c.get(t, "/ui/messages?status=lost&source=Bad+Name&created_after=yesterday").want(t, http.StatusBadRequest).
 		has(t, "<code>status</code>", "<code>source</code>", "<code>created_after</code>", `value="yesterday"`).
 		lacks(t, `<table id="messages">`)
+	for _, key := range []string{strings.Repeat("k", 201), "a\x01b"} {
+		c.get(t, "/ui/messages?"+url.Values{"ordering_key": {key}}.Encode()).want(t, http.StatusBadRequest).
+			has(t, "<code>ordering_key</code>: "+html.EscapeString(lifecycle.CheckOrderingKey("ordering_key", key).(*lifecycle.FieldError).Problem)).
+			lacks(t, `<table id="messages">`)
+	}
 	c.get(t, "/ui/messages?cursor=bogus").want(t, http.StatusBadRequest).has(t, "<code>cursor</code>")
 }
 
@@ -119,11 +139,12 @@ func TestMessagesListFiltersAndPages(t *testing.T) {
 func listIDs(b *bundle, q url.Values) ([]uuid.UUID, error) {
 	var ids []uuid.UUID
 	rows, err := b.db.Query(b.ctx, `SELECT id FROM messages m WHERE
-		($1 = '' OR status = $1) AND ($2 = '' OR source = $2)
+		($1 = '' OR status = $1) AND ($2 = '' OR source = $2) AND ($6 = '' OR ordering_key = $6)
 		AND ($3 = '' OR EXISTS (SELECT FROM deliveries d WHERE d.message_id = m.id AND d.target = $3))
 		AND ($4::timestamptz IS NULL OR created_at > $4) AND ($5::timestamptz IS NULL OR created_at < $5)
 		ORDER BY created_at DESC, id DESC`,
-		q.Get("status"), q.Get("source"), q.Get("target"), timeOf(q.Get("created_after")), timeOf(q.Get("created_before")))
+		q.Get("status"), q.Get("source"), q.Get("target"), timeOf(q.Get("created_after")), timeOf(q.Get("created_before")),
+		q.Get("ordering_key"))
 	if err != nil {
 		return nil, err
 	}
@@ -242,7 +263,17 @@ func TestLiveHistoryFollowsTheJournal(t *testing.T) {
 		t.Fatalf("first event %q", ev)
 	}
 	b.settle(t, d.ID, lifecycle.Failed("400 Bad Request"))
-	history, state := next(events), next(events)
+	// The claim and the outcome are two commits: the stream may send them
+	// as one history event or as two, each with its state.
+	var history, state string
+	for !strings.Contains(state, "id: 4\n") {
+		switch ev := next(events); {
+		case strings.HasPrefix(ev, "event: history\n"):
+			history += ev
+		default:
+			state = ev
+		}
+	}
 	for _, want := range []string{"event: history\n", `data: <tr id="event-3">`, `<tr id="event-4">`, "delivery.attempted"} {
 		if !strings.Contains(history, want) {
 			t.Errorf("the history event lacks %q:\n%s", want, history)
@@ -301,4 +332,97 @@ func TestEveryAnswerCarriesTheSecurityHeaders(t *testing.T) {
 	if a := c.get(t, "/ui/static/console.css").want(t, http.StatusOK); a.header.Get("Cache-Control") != "no-cache" {
 		t.Errorf("unversioned stylesheet headers %v", a.header)
 	}
+}
+
+// TestMessageShowsItsLane: the message page names its ordering key and
+// each delivery's place in its lane.
+func TestMessageShowsItsLane(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.fifo(t, "orders")
+	b.ingestKeyed(t, "shop", "order 4711", "first")
+	blocked := b.ingestKeyed(t, "shop", "order 4711", "second")
+	c := b.signedIn(t, b.reader)
+	c.get(t, "/ui/messages/"+blocked.ID.String()).want(t, http.StatusOK).has(t,
+		`<dt>Ordering key</dt><dd><a href="/ui/messages?ordering_key=order%204711"`,
+		`<td class="num" data-label="Place in lane">2</td>`, `<span class="badge tone-warn">Blocked</span>`)
+	// A message without a key has no column of places.
+	b.target(t, "billing")
+	plain := b.ingest(t, "no key")
+	c.get(t, "/ui/messages/"+plain.ID.String()).want(t, http.StatusOK).lacks(t, "Ordering key", "Place in lane")
+}
+
+// TestLanesOfAFIFOTarget: the target's lanes are listed as the API lists
+// them, by ordering key, in pages, all or the blocked only, each with its
+// head and the deliveries waiting.
+func TestLanesOfAFIFOTarget(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.fifo(t, "orders")
+	b.target(t, "billing")
+	var keys []string
+	heads := map[string]*projection.Message{}
+	for i := range 60 {
+		key := fmt.Sprintf("order-%02d", i)
+		keys = append(keys, key)
+		heads[key] = b.ingestKeyed(t, "shop", key, "first")
+	}
+	b.clock.Advance(time.Minute)
+	b.ingestKeyed(t, "shop", "order-07", "second")
+	b.ingestKeyed(t, "shop", "order-07", "third")
+	head := heads["order-07"]
+	b.settle(t, head.Deliveries[0].ID, lifecycle.Failed("400 Bad Request"))
+	c := b.signedIn(t, b.reader)
+
+	// The target shows its ordering and leads to its lanes.
+	c.get(t, "/ui/targets/orders").want(t, http.StatusOK).has(t, "<code>fifo</code>", "<code>block</code>",
+		`href="/ui/targets/orders/lanes"`)
+	c.get(t, "/ui/targets/billing").want(t, http.StatusOK).has(t, "<code>none</code>").lacks(t, `href="/ui/targets/billing/lanes"`)
+
+	// Every page in turn gives every lane, by key.
+	keyLink := regexp.MustCompile(`href="/ui/messages\?ordering_key=([^"]+)"`)
+	next := regexp.MustCompile(`href="(/ui/targets/orders/lanes\?[^"]*)" rel="next"`)
+	var got []string
+	path := "/ui/targets/orders/lanes"
+	for pages := 0; path != ""; pages++ {
+		if pages > 3 {
+			t.Fatal("the pages never end")
+		}
+		a := c.get(t, path).want(t, http.StatusOK)
+		for _, m := range keyLink.FindAllStringSubmatch(a.body, -1) {
+			key, err := url.QueryUnescape(m[1])
+			if err != nil {
+				t.Fatal(err)
+			}
+			got = append(got, key)
+		}
+		if pages == 1 {
+			a.has(t, `href="/ui/targets/orders/lanes">First page</a>`)
+		}
+		path = ""
+		if m := next.FindStringSubmatch(a.body); m != nil {
+			path = strings.ReplaceAll(m[1], "&amp;", "&")
+		}
+	}
+	if !slices.Equal(got, keys) {
+		t.Fatalf("the pages list the lanes %v", got)
+	}
+
+	// The blocked only: the lane of the failed head, which links to its
+	// message, and the two waiting behind it.
+	a := c.get(t, "/ui/targets/orders/lanes?blocked=true").want(t, http.StatusOK).
+		has(t, `name="blocked" value="true" checked`, `href="/ui/messages/`+head.ID.String()+`"`,
+			`<span class="badge tone-bad">Failed</span>`, `<td class="num" data-label="Waiting">2</td>`,
+			`<td class="nowrap" data-label="Waiting since">2026-12-01 08:01:00</td>`)
+	if n := len(keyLink.FindAllString(a.body, -1)); n != 1 {
+		t.Errorf("%d lanes blocked, want 1", n)
+	}
+
+	// Wrong parameters are refused in the API's words.
+	c.get(t, "/ui/targets/orders/lanes?blocked=maybe").want(t, http.StatusBadRequest).
+		has(t, `<code>blocked</code>: &#34;maybe&#34;: allowed are true, false`).lacks(t, `<table id="lanes"`)
+	c.get(t, "/ui/targets/orders/lanes?cursor=!").want(t, http.StatusBadRequest).has(t, "<code>cursor</code>")
+
+	// A target that keeps no order says so, and has no lanes.
+	c.get(t, "/ui/targets/billing/lanes").want(t, http.StatusOK).has(t, "keeps no order now", "No lane holds work.")
 }

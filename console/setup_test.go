@@ -104,6 +104,32 @@ func (b *bundle) target(t testing.TB, name string) {
 	}
 }
 
+// fifo creates an enabled http target that keeps the order of each
+// ordering key, on_failure block, and a route to it from source shop for
+// any parties.
+func (b *bundle) fifo(t testing.TB, name string) {
+	t.Helper()
+	if _, err := b.w.CreateTarget(b.ctx, lifecycle.Target{Name: name, Kind: "http", Enabled: true,
+		Config: json.RawMessage(`{"url":"http://127.0.0.1:9/"}`), Ordering: lifecycle.Ordering{Mode: lifecycle.OrderingFIFO}},
+		"operator:setup"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.w.CreateRoute(b.ctx, lifecycle.Route{Source: "shop", From: "*", To: "*", Target: name}, "operator:setup"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// ingestKeyed takes in a text message from source with an ordering key.
+func (b *bundle) ingestKeyed(t testing.TB, source, key, payload string) *projection.Message {
+	t.Helper()
+	m, _, err := b.w.Ingest(b.ctx, commands.NewMessage{Source: source, From: "acme", To: "globex",
+		ContentType: "text/plain; charset=utf-8", Payload: []byte(payload), OrderingKey: key})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
 // ingest takes in a text message from erp.
 func (b *bundle) ingest(t testing.TB, payload string) *projection.Message {
 	t.Helper()

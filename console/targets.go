@@ -84,14 +84,32 @@ type targetForm struct {
 	MaxConcurrent, AttemptTimeout                      string
 	Strategy, BaseDelay, MaxDelay, Jitter, MaxAttempts string
 	MaxAge, ReceiptTimeout, Config                     string
+	OrderingMode, OnFailure, HeadAlertAfter            string
 }
 
 // editTargetView is the edit form of a target.
 type editTargetView struct {
-	Target     lifecycle.Target
-	Form       targetForm
-	Strategies []option
-	Problem    *errorView
+	Target lifecycle.Target
+	Form   targetForm
+	// The form's selects.
+	Strategy, OrderingMode, OnFailure choice
+	Problem                           *errorView
+}
+
+// choice is one select of a form, with the problems a refusal found in
+// it.
+type choice struct {
+	field
+	Options []option
+}
+
+// choiceOf is the select of field name, offering values, value selected.
+func choiceOf[T ~string](name, label, value, hint string, values []T, problem *errorView) choice {
+	c := choice{field: fieldOf(name, label, value, hint, problem)}
+	for _, v := range values {
+		c.Options = append(c.Options, option{Value: string(v), Label: string(v), Selected: string(v) == value})
+	}
+	return c
 }
 
 // formOf fills the form with a target's definition.
@@ -106,6 +124,11 @@ func formOf(t lifecycle.Target) targetForm {
 	if t.Receipt != nil {
 		f.ReceiptTimeout = t.Receipt.Timeout.String()
 	}
+	o := t.Ordering.WithDefaults()
+	f.OrderingMode, f.OnFailure = string(o.Mode), string(o.OnFailure)
+	if o.HeadAlertAfter != 0 {
+		f.HeadAlertAfter = o.HeadAlertAfter.String()
+	}
 	return f
 }
 
@@ -115,16 +138,18 @@ func readTargetForm(form url.Values) targetForm {
 	return targetForm{Enabled: form.Get("enabled") == "on", MaxConcurrent: get("max_concurrent"),
 		AttemptTimeout: get("attempt_timeout"), Strategy: get("retry.strategy"), BaseDelay: get("retry.base_delay"),
 		MaxDelay: get("retry.max_delay"), Jitter: get("retry.jitter"), MaxAttempts: get("retry.max_attempts"),
-		MaxAge: get("retry.max_age"), ReceiptTimeout: get("receipt.timeout"), Config: form.Get("config")}
+		MaxAge: get("retry.max_age"), ReceiptTimeout: get("receipt.timeout"), Config: form.Get("config"),
+		OrderingMode: get("ordering.mode"), OnFailure: get("ordering.on_failure"), HeadAlertAfter: get("ordering.head_alert_after")}
 }
 
 // definition is the target the form describes, as a PUT of the API would
 // carry it: a field left empty takes its default, the receipt timeout
-// left empty means no receipt. A value that cannot be read is a
+// left empty means no receipt, the head alert left empty none. A value that cannot be read is a
 // *lifecycle.FieldError named as the API names the field.
 func (f targetForm) definition(name, kind string) (lifecycle.Target, error) {
 	t := lifecycle.Target{Name: name, Kind: kind, Enabled: f.Enabled, Config: json.RawMessage(f.Config),
-		Retry: lifecycle.RetryPolicy{Strategy: lifecycle.RetryStrategy(f.Strategy)}}
+		Retry:    lifecycle.RetryPolicy{Strategy: lifecycle.RetryStrategy(f.Strategy)},
+		Ordering: lifecycle.Ordering{Mode: lifecycle.OrderingMode(f.OrderingMode), OnFailure: lifecycle.OnFailure(f.OnFailure)}}
 	var errs []error
 	whole := func(field, v string, into *int) {
 		if v == "" {
@@ -150,6 +175,7 @@ func (f targetForm) definition(name, kind string) (lifecycle.Target, error) {
 	dur("retry.max_delay", f.MaxDelay, &t.Retry.MaxDelay)
 	whole("retry.max_attempts", f.MaxAttempts, &t.Retry.MaxAttempts)
 	dur("retry.max_age", f.MaxAge, &t.Retry.MaxAge)
+	dur("ordering.head_alert_after", f.HeadAlertAfter, &t.Ordering.HeadAlertAfter)
 	if f.Jitter != "" {
 		j, err := strconv.ParseFloat(f.Jitter, 64)
 		if err != nil {
@@ -196,9 +222,12 @@ func (c *Console) editTarget(w http.ResponseWriter, r *http.Request, s *auth.Ses
 		}
 		v.Problem, status = &p, p.Status
 	}
-	for _, st := range lifecycle.RetryStrategies {
-		v.Strategies = append(v.Strategies, option{Value: string(st), Label: string(st), Selected: string(st) == v.Form.Strategy})
-	}
+	v.Strategy = choiceOf("retry.strategy", "Retry strategy", v.Form.Strategy, "How the wait grows from one attempt to the next.",
+		lifecycle.RetryStrategies, v.Problem)
+	v.OrderingMode = choiceOf("ordering.mode", "Ordering", v.Form.OrderingMode,
+		"fifo: the deliveries of one ordering key go one at a time, in order; none: all in parallel.", lifecycle.OrderingModes, v.Problem)
+	v.OnFailure = choiceOf("ordering.on_failure", "When a lane's head fails for good", v.Form.OnFailure,
+		"block: the lane waits until an operator redelivers or skips the head; continue: the next goes.", lifecycle.OnFailures, v.Problem)
 	c.render(w, r, status, "target_edit", page{Title: "Edit target " + t.Name, Nav: "targets", View: v})
 	return nil
 }

@@ -226,6 +226,7 @@ func (v *views) funcs() template.FuncMap {
 		"statusTone":  statusTone,
 		"stateTone":   stateTone,
 		"redelivery":  redeliveryLabel,
+		"skippable":   lifecycle.SkipRule.Admits,
 		"nextAttempt": nextAttempt,
 		"short":       short,
 		"problemsFor": problemsFor,

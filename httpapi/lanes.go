@@ -1,7 +1,6 @@
 package httpapi
 
 import (
-	"encoding/base64"
 	"fmt"
 	"net/http"
 	"strconv"
@@ -38,11 +37,8 @@ func (s *Server) listLanes(w http.ResponseWriter, r *http.Request) error {
 	errs = append(errs, err)
 	after := ""
 	if v := q.Get("cursor"); v != "" {
-		key, err := base64.RawURLEncoding.DecodeString(v)
-		if err != nil || len(key) == 0 {
-			errs = append(errs, &lifecycle.FieldError{Field: "cursor", Problem: "is not a cursor of this list: pass next_cursor as it was given"})
-		}
-		after = string(key)
+		after, err = projection.ParseLaneCursor(v)
+		errs = append(errs, err)
 	}
 	if err := invalid(errs...); err != nil {
 		return err
@@ -61,7 +57,7 @@ func (s *Server) listLanes(w http.ResponseWriter, r *http.Request) error {
 	out := LaneList{Items: make([]Lane, 0, min(len(lanes), limit))}
 	for i, l := range lanes {
 		if i == limit {
-			next := base64.RawURLEncoding.EncodeToString([]byte(lanes[i-1].Key))
+			next := projection.LaneCursor(lanes[i-1].Key)
 			out.NextCursor = &next
 			break
 		}

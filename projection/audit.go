@@ -205,6 +205,9 @@ func (f *Folded) fold(e journal.Event) error {
 		}
 		f.Messages[id] = m
 		f.inOrder = append(f.inOrder, m)
+		if f.lanes != nil {
+			f.checkDuplicate(m, e)
+		}
 		return nil
 	}
 	if err := Apply(m, e); err != nil {
@@ -218,6 +221,21 @@ func (f *Folded) fold(e journal.Event) error {
 		}
 	}
 	return nil
+}
+
+// checkDuplicate reports a message that names as its possible duplicate a
+// message the journal does not hold before it with the same source and
+// duplicate key.
+func (f *Folded) checkDuplicate(m *Message, e journal.Event) {
+	if m.PossibleDuplicateOf == uuid.Nil {
+		return
+	}
+	earlier := f.Messages[m.PossibleDuplicateOf]
+	if earlier == nil || earlier == m || earlier.Source != m.Source || earlier.DuplicateKey != m.DuplicateKey {
+		f.Violations = append(f.Violations, Violation{Position: e.Position, MessageID: m.ID,
+			Problem: fmt.Sprintf("possible duplicate of %s, which is no earlier message of source %q with duplicate key %q",
+				m.PossibleDuplicateOf, m.Source, m.DuplicateKey)})
+	}
 }
 
 // Audit replays the journal (or one message's stream) and checks every

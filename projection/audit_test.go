@@ -328,3 +328,32 @@ func TestAuditNamesAWrongCountAndRebuildMendsIt(t *testing.T) {
 		t.Fatalf("counts after rebuild %v, before %v", after, before)
 	}
 }
+
+// TestAuditNamesAForgedPossibleDuplicate: a message may name as its
+// possible duplicate only an earlier message of its source and key.
+func TestAuditNamesAForgedPossibleDuplicate(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	other, _, err := b.w.Ingest(b.ctx, commands.NewMessage{Source: "as2", From: "a", To: "b", Payload: []byte("x"), DuplicateKey: "k"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := b.audit(t); len(r.Violations) != 0 {
+		t.Fatalf("violations before: %v", r.Violations)
+	}
+	var position int64
+	err = b.db.QueryRow(b.ctx, `INSERT INTO journal (recorded_at, stream, version, kind, actor, payload)
+		VALUES ($1, $2, 1, 'message.accepted', 'source:erp', jsonb_build_object('source', 'erp', 'from', 'a', 'to', 'b',
+			'content_type', 'text/plain', 'payload_size', 1, 'payload_sha256', repeat('0', 64),
+			'duplicate_key', 'k', 'possible_duplicate_of', $3::text))
+		RETURNING position`, b.now, uuid.New().String(), other.ID.String()).Scan(&position)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := b.audit(t)
+	if !slices.ContainsFunc(r.Violations, func(v projection.Violation) bool {
+		return v.Position == position && strings.Contains(v.Problem, "possible duplicate of "+other.ID.String())
+	}) {
+		t.Fatalf("violations %v", r.Violations)
+	}
+}

@@ -190,6 +190,13 @@ func applyDelivery(m *Message, e *journal.Event, stamp bool) error {
 		return &IllegalError{Kind: k, State: string(m.Stage),
 			Reason: fmt.Sprintf("the message has no delivery %s", e.DeliveryID)}
 	}
+	if !m.Current(cur) {
+		// An earlier generation's deliveries are final once it is
+		// superseded: the message moves on in its current generation.
+		return &IllegalError{Kind: k, State: string(cur.State),
+			Reason: fmt.Sprintf("the delivery is of generation %d, the message is at generation %d: only the current generation's deliveries move; resend the message instead",
+				cur.Generation, m.Generation)}
+	}
 	if stamp {
 		e.Target, e.OldState = cur.Target, cur.State
 	} else if e.Target != cur.Target || e.OldState != cur.State {

@@ -2,6 +2,7 @@ package projection
 
 import (
 	"context"
+	"encoding/base64"
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
@@ -185,6 +186,21 @@ func sameLane(a, b Lane) bool {
 	return a.LaneID == b.LaneID && a.LastSeq == b.LastSeq && a.Head == b.Head && a.HeadMessage == b.HeadMessage &&
 		a.HeadSince.Equal(b.HeadSince) && a.HeadSettled == b.HeadSettled && a.Waiting == b.Waiting &&
 		a.WaitingSince.Equal(b.WaitingSince) && a.Held == b.Held
+}
+
+// LaneCursor is where a page of lanes ended, as the lists hand it out: the
+// last lane's ordering key, as unpadded base64url, opaque to clients.
+func LaneCursor(key string) string { return base64.RawURLEncoding.EncodeToString([]byte(key)) }
+
+// ParseLaneCursor reads a cursor LaneCursor gave: the ordering key the
+// next page starts after. Anything else is a *lifecycle.FieldError on the
+// field cursor.
+func ParseLaneCursor(s string) (string, error) {
+	key, err := base64.RawURLEncoding.DecodeString(s)
+	if err != nil || len(key) == 0 {
+		return "", &lifecycle.FieldError{Field: "cursor", Problem: "is not a cursor of this list: pass next_cursor as it was given"}
+	}
+	return string(key), nil
 }
 
 // LaneWithHead is a lane as listed: the lane, and the state of its head

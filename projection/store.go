@@ -45,7 +45,7 @@ func Load(ctx context.Context, q journal.Querier, id uuid.UUID) (*Message, error
 // LoadMany reads the messages with the ids, each with all its deliveries,
 // in id order; ids with no message are left out.
 func LoadMany(ctx context.Context, q journal.Querier, ids []uuid.UUID) ([]*Message, error) {
-	ms, err := loadAll(ctx, q, loadManySQL, ids, []uuid.UUID{})
+	ms, err := loadAll(ctx, q, loadManySQL, ids, []uuid.UUID{}, false)
 	if err != nil {
 		return nil, fmt.Errorf("load %d messages: %w", len(ids), err)
 	}
@@ -68,8 +68,8 @@ func LoadMany(ctx context.Context, q journal.Querier, ids []uuid.UUID) ([]*Messa
 func LoadLocked(b *pgx.Batch, messageIDs, deliveryIDs []uuid.UUID) func() []*Message {
 	var ms []*Message
 	b.Queue(lockedIDs+`SELECT FROM ids, LATERAL (SELECT FROM messages m WHERE m.id = ids.id FOR UPDATE) l`,
-		messageIDs, deliveryIDs)
-	b.Queue(loadManySQL, messageIDs, deliveryIDs).Query(func(rows pgx.Rows) error {
+		messageIDs, deliveryIDs, true)
+	b.Queue(loadManySQL, messageIDs, deliveryIDs, true).Query(func(rows pgx.Rows) error {
 		var err error
 		ms, err = scanAll(rows)
 		return err
@@ -79,9 +79,10 @@ func LoadLocked(b *pgx.Batch, messageIDs, deliveryIDs []uuid.UUID) func() []*Mes
 
 // lockedIDs is the sorted ids of the messages named by id ($1) or by one of
 // their deliveries' ids ($2), and of the messages of the deliveries first
-// waiting in the lanes of those deliveries: a command that settles a lane's
-// head lets the next one go in the same transaction, so it must hold that
-// message too, locked in the same order as the rest. Every lookup is one
+// waiting in the lanes of those deliveries (and, when $3, of every delivery
+// of a message named by id): a command that settles a lane's head lets the
+// next one go in the same transaction, so it must hold that message too,
+// locked in the same order as the rest. Every lookup is one
 // equality on a key, in a subquery that OFFSET 0 keeps from being
 // flattened into a join, so that the plan is an index lookup per id
 // whatever the planner guesses of the arrays' and the tables' sizes; with
@@ -95,10 +96,19 @@ var lockedIDs = `WITH ids AS MATERIALIZED (
 			UNION
 			SELECT n.message_id FROM unnest($2::uuid[]) AS k(id),
 				LATERAL (SELECT w.target, w.lane_key FROM deliveries w WHERE w.id = k.id AND w.lane_key IS NOT NULL OFFSET 0) w,
-				LATERAL (SELECT n.message_id FROM deliveries n WHERE n.target = w.target AND n.lane_key = w.lane_key
-					AND ` + laneWaitingSQL + ` ORDER BY n.lane_seq LIMIT 1) n
+				LATERAL (` + firstWaiting + `) n
+			UNION
+			SELECT n.message_id FROM unnest($1::uuid[]) AS k(id),
+				LATERAL (SELECT DISTINCT w.target, w.lane_key FROM deliveries w
+					WHERE $3::bool AND w.message_id = k.id AND w.lane_key IS NOT NULL OFFSET 0) w,
+				LATERAL (` + firstWaiting + `) n
 		) u ORDER BY id)
 	`
+
+// firstWaiting is the message of the first delivery waiting in the lane of
+// w (target, lane_key).
+var firstWaiting = `SELECT n.message_id FROM deliveries n WHERE n.target = w.target AND n.lane_key = w.lane_key
+					AND ` + laneWaitingSQL + ` ORDER BY n.lane_seq LIMIT 1`
 
 // loadManySQL reads the messages of lockedIDs with their deliveries, in id
 // and then sequence order.

@@ -34,7 +34,11 @@ type backlogConfig struct {
 	messages    int
 	clients     int
 	concurrency int
-	dbURL       string
+	// keys, when not 0, makes the target fifo and spreads the messages
+	// over that many ordering keys, in turn: each key's lane drains one
+	// delivery at a time.
+	keys  int
+	dbURL string
 	// statements loads pg_stat_statements into the embedded PostgreSQL and
 	// prints the statements that took the most time during the drain.
 	statements bool
@@ -74,8 +78,12 @@ type statementCost struct {
 
 func (r *backlogResult) print(w io.Writer) {
 	n := float64(r.cfg.messages)
-	fmt.Fprintf(w, "backlog of %d deliveries to one http target (max_concurrent %d), ingested through REST by %d clients with the target disabled\n",
-		r.cfg.messages, r.cfg.concurrency, r.cfg.clients)
+	order := "unordered"
+	if r.cfg.keys > 0 {
+		order = fmt.Sprintf("fifo over %d ordering keys", r.cfg.keys)
+	}
+	fmt.Fprintf(w, "backlog of %d deliveries to one http target (max_concurrent %d, %s), ingested through REST by %d clients with the target disabled\n",
+		r.cfg.messages, r.cfg.concurrency, order, r.cfg.clients)
 	fmt.Fprintf(w, "  ingest: %.2fs, %.0f messages/s\n", r.ingest.Seconds(), n/r.ingest.Seconds())
 	fmt.Fprintf(w, "  drain:  %.2fs, %.0f deliveries/s\n", r.drain.Seconds(), n/r.drain.Seconds())
 	fmt.Fprintf(w, "  CPU per delivery during the drain: server %.3f ms", 1000*r.serverCPU/n)
@@ -203,6 +211,9 @@ func backlog(ctx context.Context, cfg backlogConfig, stderr io.Writer) (*backlog
 	}
 	target := map[string]any{"name": "backlog", "kind": "http", "enabled": false,
 		"max_concurrent": cfg.concurrency, "config": map[string]any{"url": sinkServer.URL}}
+	if cfg.keys > 0 {
+		target["ordering"] = map[string]any{"mode": "fifo"}
+	}
 	if _, err := c.post("/targets", target); err != nil {
 		return nil, fmt.Errorf("create the target: %w", err)
 	}
@@ -212,7 +223,7 @@ func backlog(ctx context.Context, cfg backlogConfig, stderr io.Writer) (*backlog
 
 	r := &backlogResult{cfg: cfg}
 	began := time.Now()
-	if err := ingestAll(c, cfg.messages, cfg.clients); err != nil {
+	if err := ingestAll(c, cfg.messages, cfg.clients, cfg.keys); err != nil {
 		return nil, err
 	}
 	r.ingest = time.Since(began)
@@ -274,8 +285,9 @@ func backlog(ctx context.Context, cfg backlogConfig, stderr io.Writer) (*backlog
 	return r, nil
 }
 
-// ingestAll ingests n messages through the API from the clients.
-func ingestAll(c *benchClient, n, clients int) error {
+// ingestAll ingests n messages through the API from the clients, with
+// ordering keys taken in turn from keys of them when keys is not 0.
+func ingestAll(c *benchClient, n, clients, keys int) error {
 	next := make(chan int)
 	var (
 		wg     sync.WaitGroup
@@ -285,8 +297,12 @@ func ingestAll(c *benchClient, n, clients int) error {
 	for range clients {
 		wg.Go(func() {
 			for i := range next {
-				_, err := c.post("/messages", map[string]any{"source": "bench", "from": "a", "to": "b",
-					"content_type": "text/plain", "payload": fmt.Sprintf("message %d", i)})
+				m := map[string]any{"source": "bench", "from": "a", "to": "b",
+					"content_type": "text/plain", "payload": fmt.Sprintf("message %d", i)}
+				if keys > 0 {
+					m["ordering_key"] = fmt.Sprintf("key-%d", i%keys)
+				}
+				_, err := c.post("/messages", m)
 				if err != nil {
 					failed.Add(1)
 					first.CompareAndSwap(nil, err)

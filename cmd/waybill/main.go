@@ -1,8 +1,9 @@
 // Command waybill runs the Waybill service (serve) and its operator
 // commands against its database: audit replays the journal and checks it
 // and the projections; rebuild recreates the projections from the journal;
-// reset drops them; token creates API tokens. messages, redeliver,
-// redispatch and operations talk to a running server's REST API.
+// reset drops them; token creates API tokens. messages, lanes, the
+// operator's actions (redeliver, skip, redispatch, resend, replay) and the
+// bulk operations talk to a running server's REST API.
 package main
 
 import (
@@ -34,18 +35,23 @@ commands:
   token    revoke ID                            revoke an API token (not the last admin token)
   bench    [--http] [--messages N] [--clients C] [--rate R] [--cpuprofile FILE]
                                                 measure ingest-to-delivered throughput and latency
-  bench    --backlog N [--clients C] [--concurrency K] [--statements]
+  bench    --backlog N [--clients C] [--concurrency K] [--keys K] [--statements]
                                                 measure the drain of a backlog of N deliveries
 
 commands that talk to a running server (--server URL, --token T or the data dir's admin.token):
-  messages [--status S] [--limit N] [--cursor C]
+  messages [--status S] [--possible-duplicates] [--limit N] [--cursor C]
                                                 list messages, newest first, a page at a time
   messages show ID                              a message, its deliveries and its history
-  redeliver ID DELIVERY                         queue one delivery of a message again
-  skip     ID DELIVERY [--reason R]             settle one delivery of a message without sending it
   lanes    TARGET [--blocked] [--limit N] [--cursor C]
                                                 list a fifo target's lanes: head and deliveries waiting
+  redeliver ID DELIVERY                         queue one delivery of a message again
+  skip     ID DELIVERY [--reason R]             settle one delivery of a message without sending it
   redispatch ID                                 match the routes again; add deliveries for new targets
+  resend   ID [--target T]... [--reason R]      send the message again, as a new generation, to its targets
+  replay   ID [--reason R]                      send the message again, as a new generation, to the targets
+                                                the routes match now
+  Each action takes --if-version V: it acts only if the message is still at
+  the version that messages show printed, else nothing is done.
   operations create --action A [--status S ...] [--target T] [--source S]
                     [--created-after T] [--created-before T] [--reason R] [--dry-run]
                                                 act on every message the filter matches, in the background
@@ -151,7 +157,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return runToken(ctx, args[1:], stdout, stderr)
 	case "bench":
 		return runBench(ctx, args[1:], stdout, stderr)
-	case "messages", "redeliver", "redispatch", "skip", "lanes":
+	case "messages", "redeliver", "redispatch", "skip", "resend", "replay", "lanes":
 		return runClient(ctx, args, stdout, stderr)
 	case "operations":
 		return runOperations(ctx, args[1:], stdout, stderr)

@@ -61,16 +61,6 @@ var progressInterval = 500 * time.Millisecond
 // shownRefusals is how many refusals show prints.
 const shownRefusals = 20
 
-// stringList is a flag that may be given several times.
-type stringList []string
-
-func (l *stringList) String() string { return strings.Join(*l, ",") }
-
-func (l *stringList) Set(v string) error {
-	*l = append(*l, v)
-	return nil
-}
-
 // runOperations runs `waybill operations create|list|show|cancel`.
 func runOperations(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	sub := ""
