@@ -115,8 +115,8 @@ func TestOperationsCreateEndsFailed(t *testing.T) {
 func TestOperationsDryRunListShowCancel(t *testing.T) {
 	t.Parallel()
 	api := newFakeAPI(t, map[string]answer{
-		"POST /api/v1/operations": {200, `{"matched":2,"sample":["` + msgID + `","` + msgID2 + `"]}`},
-		"GET /api/v1/operations": {200, `{"items":[` + opJSON("running", 2, 0, "1.5", "2") + `],"next_cursor":"abc"}`},
+		"POST /api/v1/operations":        {200, `{"matched":2,"sample":["` + msgID + `","` + msgID2 + `"]}`},
+		"GET /api/v1/operations":         {200, `{"items":[` + opJSON("running", 2, 0, "1.5", "2") + `],"next_cursor":"abc"}`},
 		"GET /api/v1/operations/" + opID: {200, opJSON("done", 3, 1, "null", "null")},
 		"GET /api/v1/operations/" + opID + "/refusals": {200, `{"items":[{"message_id":"` + msgID + `",
 			"reason":"delivery not redeliverable: no delivery of generation 1 to billing is failed or stalled"}],"next_cursor":null}`},
