@@ -23,7 +23,7 @@ import (
 // another takes over at its next look, with no lease to wait out. The
 // lock only keeps the work in one place, paced once: that no message is
 // acted on twice never depends on it (see commands.Writer.Operate).
-const runnerLock = 0x77617962696c6c20
+const runnerLock = 0x77617962696c6c30
 
 // Config configures a Runner.
 type Config struct {
