@@ -196,8 +196,8 @@ func printReport(w io.Writer, what string, r *projection.Report) int {
 	for _, v := range r.Violations {
 		fmt.Fprintf(w, "violation: %s\n", v)
 	}
-	fmt.Fprintf(w, "%s: %d events, %d messages, %d deliveries checked; %d violations\n",
-		what, r.Events, r.Messages, r.Deliveries, len(r.Violations))
+	fmt.Fprintf(w, "%s: %d events, %d messages, %d deliveries, %d operations checked; %d violations\n",
+		what, r.Events, r.Messages, r.Deliveries, r.Operations, len(r.Violations))
 	if len(r.Violations) > 0 {
 		return 1
 	}

@@ -50,7 +50,7 @@ func TestAuditRebuildReset(t *testing.T) {
 		code := run(ctx, append(args, "--database-url", url), &out, &errOut)
 		return code, out.String() + errOut.String()
 	}
-	if code, out := waybill("audit"); code != 0 || !strings.Contains(out, "4 events, 1 messages, 1 deliveries checked; 0 violations") {
+	if code, out := waybill("audit"); code != 0 || !strings.Contains(out, "4 events, 1 messages, 1 deliveries, 0 operations checked; 0 violations") {
 		t.Fatalf("clean audit: %d %s", code, out)
 	}
 	if _, err := db.Exec(ctx, `UPDATE messages SET status = 'delivered'`); err != nil {
