@@ -39,6 +39,10 @@ type op struct {
 	ctx    context.Context
 	on     subject
 	decide decision
+	// read, when set, queues reads of the op's own on the batch's read,
+	// after its messages are locked and read, so decide sees what they
+	// read under the same locks.
+	read func(b *pgx.Batch)
 	// key is the id of the op's message when the Writer knows it, else
 	// uuid.Nil: a new message, or a delivery it has not written.
 	key uuid.UUID
@@ -308,6 +312,11 @@ func (w *Writer) writeBatch(ctx context.Context, ops []*op, side *operationSide)
 			side.queueRead(b)
 		}
 		loaded := projection.LoadLocked(b, messageIDs, deliveryIDs)
+		for _, o := range ops {
+			if o.read != nil {
+				o.read(b)
+			}
+		}
 		found := queueDuplicates(b, dups)
 		if err := conn.SendBatch(ctx, b).Close(); err != nil {
 			return fmt.Errorf("read: %w", err)
@@ -358,7 +367,7 @@ func (w *Writer) writeBatch(ctx context.Context, ops []*op, side *operationSide)
 		}
 		return nil
 	}
-	bodies, err := w.commit(ctx, conn, d.changes, d.events, d.lanes, d.extra, explicit)
+	bodies, err := w.commit(ctx, conn, d.changes, d.events, d.lanes, d.operation, explicit)
 	if err != nil {
 		return err
 	}
@@ -373,14 +382,14 @@ func (w *Writer) writeBatch(ctx context.Context, ops []*op, side *operationSide)
 // decided is what deciding a batch's ops came to: the changes to write, one
 // per message, all their events in the order they were recorded, and the
 // lanes they moved; or the lanes that must be read first; or an error
-// that fails the batch. extra queues the writes of another projection than
-// the messages', a bulk operation's, whose events follow the ops'.
+// that fails the batch. operation queues the write of the batch's bulk
+// operation's row, when it has one; its event follows the ops'.
 type decided struct {
 	changes     []*change
 	events      []journal.Event
 	lanes       []projection.Lane
 	lanesNeeded []projection.LaneID
-	extra       func(*pgx.Batch)
+	operation   func(*pgx.Batch)
 	err         error
 }
 
@@ -407,12 +416,15 @@ func (w *Writer) decide(ops []*op, read map[uuid.UUID]*projection.Message, lanes
 		d.events = append(d.events, c.events...)
 		if all := merged[id]; all != nil {
 			all.after = c.after
+			all.events = append(all.events, c.events...)
 			all.touched = append(all.touched, c.touched...)
 			all.readBody = all.readBody || c.readBody
+			all.extra = append(all.extra, c.extra...)
 			return
 		}
 		all := &change{before: c.before, after: c.after, readBody: c.readBody, body: c.body,
-			touched: append([]uuid.UUID(nil), c.touched...)}
+			events: append([]journal.Event(nil), c.events...), touched: append([]uuid.UUID(nil), c.touched...),
+			extra: append([]statement(nil), c.extra...)}
 		merged[id] = all
 		d.changes = append(d.changes, all)
 	}
@@ -481,9 +493,9 @@ func (w *Writer) decide(ops []*op, read map[uuid.UUID]*projection.Message, lanes
 // by message id, and remembers which message each delivery written belongs
 // to, for the batcher.
 func (w *Writer) commit(ctx context.Context, conn *pgxpool.Conn, changes []*change, events []journal.Event,
-	lanes []projection.Lane, extra func(*pgx.Batch), explicit bool) (map[uuid.UUID][]byte, error) {
+	lanes []projection.Lane, operation func(*pgx.Batch), explicit bool) (map[uuid.UUID][]byte, error) {
 	b := &pgx.Batch{}
-	if err := w.queue(b, changes, events, lanes, extra); err != nil {
+	if err := w.queue(b, changes, events, lanes, operation); err != nil {
 		return nil, err
 	}
 	var withBody []uuid.UUID

@@ -225,13 +225,13 @@ func (w *Writer) Receipt(ctx context.Context, deliveryID uuid.UUID, positive boo
 	m, err := w.run(ctx, delivery(deliveryID), func(m *projection.Message, _ *projection.LaneBook, now time.Time) (*change, error) {
 		c := newChange(m)
 		e := journal.Event{RecordedAt: now, DeliveryID: deliveryID, Actor: actor,
-			Payload: &journal.ReceiptReceived{Positive: positive, Detail: detail}}
+			Payload: &journal.ReceiptReceived{Positive: positive, Receipt: journal.Receipt{Detail: detail}}}
 		err := c.record(e)
 		var ill *projection.IllegalError
 		if !errors.As(err, &ill) {
 			return c, err
 		}
-		e.Payload = &journal.ReceiptRefused{Positive: positive, Detail: detail, Reason: ill.Reason}
+		e.Payload = &journal.ReceiptRefused{Positive: positive, Receipt: journal.Receipt{Detail: detail}, Reason: ill.Reason}
 		if err := c.record(e); err != nil {
 			return nil, err
 		}

@@ -36,6 +36,19 @@ type NewMessage struct {
 	// makes this one a possible duplicate of the latest such. It is stored
 	// and delivered all the same; a sender may mean to send twice.
 	DuplicateKey string
+	// CallbackURL, when set, is called with the message's outcome each
+	// time it settles: an absolute http or https URL.
+	CallbackURL string
+	// Row, when set, is the inbox row the message was read from: the
+	// transaction that stores the message records that the row's processed
+	// marker is owed.
+	Row *InboxRow
+}
+
+// InboxRow names a row of an inbox_table source's table.
+type InboxRow struct {
+	Source string
+	ID     int64
 }
 
 // MatchRoutes is the one routing decision: the distinct targets, in name
@@ -76,6 +89,24 @@ func (w *Writer) Accept(ctx context.Context, in NewMessage) (*projection.Message
 }
 
 func (w *Writer) accept(ctx context.Context, in NewMessage, dispatch bool) (*projection.Message, bool, error) {
+	var cfg *configState
+	if dispatch {
+		var err error
+		if cfg, err = w.config(ctx); err != nil {
+			return nil, false, err
+		}
+	}
+	o, err := w.acceptance(ctx, in, cfg)
+	if err != nil {
+		return nil, false, err
+	}
+	m, err := w.runOp(o)
+	return w.held(ctx, in, m, err)
+}
+
+// acceptance checks a new message and returns the op that stores it and,
+// with the configuration cfg, dispatches it.
+func (w *Writer) acceptance(ctx context.Context, in NewMessage, cfg *configState) (*op, error) {
 	if in.ContentType == "" {
 		in.ContentType = "application/octet-stream"
 	}
@@ -84,16 +115,10 @@ func (w *Writer) accept(ctx context.Context, in NewMessage, dispatch bool) (*pro
 		Source: in.Source, From: in.From, To: in.To, ContentType: in.ContentType,
 		PayloadSize: int64(len(in.Payload)), PayloadSHA256: hex.EncodeToString(sum[:]),
 		IdempotencyKey: in.IdempotencyKey, OrderingKey: in.OrderingKey, DuplicateKey: in.DuplicateKey,
+		CallbackURL: in.CallbackURL,
 	}
 	if err := accepted.Validate(); err != nil {
-		return nil, false, invalid(err)
-	}
-	var cfg *configState
-	if dispatch {
-		var err error
-		if cfg, err = w.config(ctx); err != nil {
-			return nil, false, err
-		}
+		return nil, invalid(err)
 	}
 	o := &op{ctx: ctx}
 	if in.DuplicateKey != "" {
@@ -119,14 +144,23 @@ func (w *Writer) accept(ctx context.Context, in NewMessage, dispatch bool) (*pro
 		if err != nil {
 			return nil, err
 		}
-		if dispatch {
+		if row := in.Row; row != nil {
+			c.also(`INSERT INTO inbox_markers (source, row_id, message_id, owed_since, next_try) VALUES ($1, $2, $3, $4, $4)`,
+				row.Source, row.ID, id, now)
+		}
+		if cfg != nil {
 			if err := w.dispatchOn(c, cfg, lanes, now, journal.SourceActor(in.Source), false, uuid.Nil); err != nil {
 				return nil, err
 			}
 		}
 		return c, nil
 	}
-	m, err := w.runOp(o)
+	return o, nil
+}
+
+// held turns the result of storing in into Ingest's: on a repeated
+// idempotency key, the message already held.
+func (w *Writer) held(ctx context.Context, in NewMessage, m *projection.Message, err error) (*projection.Message, bool, error) {
 	if isIdempotencyConflict(err) {
 		held, err := w.heldMessage(ctx, in.Source, in.IdempotencyKey)
 		return held, false, err
@@ -135,6 +169,67 @@ func (w *Writer) accept(ctx context.Context, in NewMessage, dispatch bool) (*pro
 		return nil, false, err
 	}
 	return m, true, nil
+}
+
+// Ingested is the result of one message of IngestMany.
+type Ingested struct {
+	Message *projection.Message
+	// Created is false for a message whose idempotency key was held: the
+	// message is the one held.
+	Created bool
+	Err     error
+}
+
+// maxIngestBytes bounds the payloads one transaction of IngestMany stores.
+const maxIngestBytes = 32 << 20
+
+// IngestMany ingests the messages in their order: each is stored and
+// dispatched as Ingest would, in transactions of up to 64 of them (and
+// 32 MiB of payloads), so that they are created, and routed, in the order
+// given. Each has its own result; one that fails leaves the others.
+func (w *Writer) IngestMany(ctx context.Context, ins []NewMessage) []Ingested {
+	out := make([]Ingested, len(ins))
+	cfg, err := w.config(ctx)
+	if err != nil {
+		for i := range out {
+			out[i].Err = fmt.Errorf("ingest: %w", err)
+		}
+		return out
+	}
+	for start := 0; start < len(ins); {
+		var ops []*op
+		var index []int
+		size := 0
+		end := start
+		for ; end < len(ins) && len(ops) < maxBatch && (len(ops) == 0 || size+len(ins[end].Payload) <= maxIngestBytes); end++ {
+			o, err := w.acceptance(ctx, ins[end], cfg)
+			if err != nil {
+				out[end].Err = fmt.Errorf("ingest: %w", err)
+				continue
+			}
+			size += len(ins[end].Payload)
+			ops = append(ops, o)
+			index = append(index, end)
+		}
+		if len(ops) > 0 {
+			w.runBatch(ops)
+		}
+		for k, o := range ops {
+			i := index[k]
+			var m *projection.Message
+			if o.err == nil {
+				m = o.c.after
+				w.notify(o.c.wakeups)
+			}
+			m, created, err := w.held(ctx, ins[i], m, o.err)
+			if err != nil {
+				err = fmt.Errorf("ingest: %w", err)
+			}
+			out[i] = Ingested{Message: m, Created: created, Err: err}
+		}
+		start = end
+	}
+	return out
 }
 
 func isIdempotencyConflict(err error) bool {

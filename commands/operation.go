@@ -268,7 +268,7 @@ func (s *operationSide) decide(ops []*op, d *decided, now time.Time) error {
 		return fmt.Errorf("operation %s: %w", cur.ID, err)
 	}
 	d.events = append(d.events, e)
-	d.extra = func(b *pgx.Batch) { projection.QueueOperation(b, cur, &next) }
+	d.operation = func(b *pgx.Batch) { projection.QueueOperation(b, cur, &next) }
 	s.after = &next
 	return nil
 }

@@ -111,7 +111,19 @@ type change struct {
 	result   error
 	readBody bool
 	body     []byte
+	// extra are statements of the command's own, written in its
+	// transaction after everything else.
+	extra []statement
 }
+
+// statement is one SQL statement and its arguments.
+type statement struct {
+	sql  string
+	args []any
+}
+
+// also adds a statement of the command's own to the change.
+func (c *change) also(sql string, args ...any) { c.extra = append(c.extra, statement{sql, args}) }
 
 // record folds e into the change's state and keeps it.
 func (c *change) record(e journal.Event) error {
@@ -149,6 +161,14 @@ type decision func(m *projection.Message, lanes *projection.LaneBook, now time.T
 // wake-ups once it is committed.
 func (w *Writer) run(ctx context.Context, on subject, decide decision) (*projection.Message, error) {
 	return w.runOp(&op{ctx: ctx, on: on, decide: decide})
+}
+
+// runReading is run for a command that reads more than its message: read
+// queues its reads on the batch's read, after the message rows are locked
+// and read (so what it reads is locked in that order), and decide sees
+// what they read. An existing message only.
+func (w *Writer) runReading(ctx context.Context, on subject, read func(*pgx.Batch), decide decision) (*projection.Message, error) {
+	return w.runOp(&op{ctx: ctx, on: on, read: read, decide: decide})
 }
 
 // runOp runs o as run does.
@@ -220,17 +240,18 @@ func (w *Writer) release(conn *pgxpool.Conn) {
 
 // queue adds to b the statements of the changes, at most one change per
 // message, and of the lanes they moved: the projection first (its update
-// locks the message rows), with extra's writes when there are some, then
-// the events in the order recorded, then the bodies of new messages.
+// locks the message rows), with the row of the batch's bulk operation when
+// it has one (operation), then the events in the order recorded, then the
+// bodies of new messages and the changes' extra statements.
 func (w *Writer) queue(b *pgx.Batch, changes []*change, events []journal.Event, lanes []projection.Lane,
-	extra func(*pgx.Batch)) error {
+	operation func(*pgx.Batch)) error {
 	writes := make([]projection.Write, len(changes))
 	for i, c := range changes {
-		writes[i] = projection.Write{Before: c.before, Message: c.after, Touched: c.touched}
+		writes[i] = projection.Write{Before: c.before, Message: c.after, Touched: c.touched, Events: c.events}
 	}
 	projection.Queue(b, lanes, writes...)
-	if extra != nil {
-		extra(b)
+	if operation != nil {
+		operation(b)
 	}
 	w.cutAt("projected", b)
 	if err := journal.Queue(b, events...); err != nil {
@@ -246,6 +267,11 @@ func (w *Writer) queue(b *pgx.Batch, changes []*change, events []journal.Event, 
 	}
 	if len(ids) > 0 {
 		b.Queue(`INSERT INTO payloads (message_id, body) SELECT * FROM unnest($1::uuid[], $2::bytea[])`, ids, bodies)
+	}
+	for _, c := range changes {
+		for _, st := range c.extra {
+			b.Queue(st.sql, st.args...)
+		}
 	}
 	return nil
 }

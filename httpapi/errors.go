@@ -34,6 +34,7 @@ const (
 	CodePreconditionFailed   = "PRECONDITION_FAILED"
 	CodeReceiptRefused       = "RECEIPT_REFUSED"
 	CodeNotCancellable       = "NOT_CANCELLABLE"
+	CodeCorrelationConsumed  = "CORRELATION_CONSUMED"
 	CodeConflict             = "CONFLICT"
 	CodePayloadTooLarge      = "PAYLOAD_TOO_LARGE"
 	CodeUnsupportedMediaType = "UNSUPPORTED_MEDIA_TYPE"
@@ -225,6 +226,8 @@ func failureOf(err error) failure {
 			return f(http.StatusConflict, CodeNotCancellable, ErrorDetails{State: state.State, Allowed: state.Allowed})
 		}
 		return f(http.StatusConflict, CodeConflict, ErrorDetails{State: state.State, Allowed: state.Allowed})
+	case errors.Is(err, commands.ErrCorrelationConsumed):
+		return f(http.StatusConflict, CodeCorrelationConsumed, ErrorDetails{})
 	case errors.Is(err, commands.ErrExists):
 		return f(http.StatusConflict, CodeAlreadyExists, ErrorDetails{})
 	case errors.Is(err, commands.ErrTargetInUse):
@@ -342,7 +345,11 @@ func subjects(r *http.Request) []any {
 		attrs = append(attrs, "delivery_id", id)
 	}
 	if name := r.PathValue("name"); name != "" {
-		attrs = append(attrs, "target", name)
+		key := "target"
+		if strings.HasPrefix(r.Pattern, r.Method+" "+Prefix+"/sources/") {
+			key = "source"
+		}
+		attrs = append(attrs, key, name)
 	}
 	return attrs
 }

@@ -48,7 +48,8 @@ func (s *Server) ingest(w http.ResponseWriter, r *http.Request) error {
 // request at once: the payload's, and those the Writer would find.
 func newMessage(req IngestRequest) (commands.NewMessage, error) {
 	in := commands.NewMessage{Source: req.Source, From: req.From, To: req.To, ContentType: req.ContentType,
-		IdempotencyKey: req.IdempotencyKey, OrderingKey: req.OrderingKey, DuplicateKey: req.DuplicateKey}
+		IdempotencyKey: req.IdempotencyKey, OrderingKey: req.OrderingKey, DuplicateKey: req.DuplicateKey,
+		CallbackURL: req.CallbackURL}
 	var errs []error
 	switch {
 	case req.Payload != nil && req.PayloadBase64 != nil:
@@ -75,7 +76,7 @@ func newMessage(req IngestRequest) (commands.NewMessage, error) {
 		// only once the payload is right.
 		accepted := journal.MessageAccepted{Source: in.Source, From: in.From, To: in.To, ContentType: in.ContentType,
 			PayloadSHA256: strings.Repeat("0", 64), IdempotencyKey: in.IdempotencyKey, OrderingKey: in.OrderingKey,
-			DuplicateKey: in.DuplicateKey}
+			DuplicateKey: in.DuplicateKey, CallbackURL: in.CallbackURL}
 		if accepted.ContentType == "" {
 			accepted.ContentType = "application/octet-stream"
 		}
@@ -236,6 +237,54 @@ func (s *Server) receipt(w http.ResponseWriter, r *http.Request) error {
 		s.log.Info("receipt", "message_id", m.ID, "delivery_id", deliveryID, "operator", operator,
 			"outcome", req.Outcome, "refused", errors.Is(err, commands.ErrReceiptRefused))
 	}
+	if err != nil {
+		return err
+	}
+	i := slices.IndexFunc(m.Deliveries, func(d projection.Delivery) bool { return d.ID == deliveryID })
+	if i < 0 {
+		return fmt.Errorf("receipt: delivery %s is not among its message's", deliveryID)
+	}
+	writeJSON(w, http.StatusOK, deliveryOf(m.Deliveries[i]))
+	return nil
+}
+
+// externalReceipt applies a receipt that names its delivery by the
+// receiver's id and answers the delivery, as receipt does. An unknown id
+// is 404 and a consumed one 409 CORRELATION_CONSUMED; both change nothing.
+func (s *Server) externalReceipt(w http.ResponseWriter, r *http.Request) error {
+	var req ExternalReceiptRequest
+	if err := s.readJSON(w, r, &req, false); err != nil {
+		return err
+	}
+	in := commands.ExternalReceipt{Target: req.Target, ExternalID: req.ExternalID, Final: req.Final == nil || *req.Final,
+		Positive: req.Outcome == ReceiptPositive, Status: req.Status, Code: req.Code, Text: req.Text}
+	var errs []error
+	switch {
+	case req.Outcome == "" && in.Final:
+		errs = append(errs, &lifecycle.FieldError{Field: "outcome", Problem: "is required of a final receipt: positive or negative"})
+	case req.Outcome != "" && req.Outcome != ReceiptPositive && req.Outcome != ReceiptNegative:
+		errs = append(errs, &lifecycle.FieldError{Field: "outcome", Problem: fmt.Sprintf("%q: allowed are positive, negative", req.Outcome)})
+	}
+	if err := invalid(append(errs, in.Validate())...); err != nil {
+		return err
+	}
+	m, deliveryID, err := s.cfg.Writer.ReceiptByExternalID(r.Context(), in, actor(r))
+	result := receiptSettled
+	switch {
+	case errors.Is(err, commands.ErrNotFound):
+		result = receiptUnknown
+	case errors.Is(err, commands.ErrCorrelationConsumed):
+		result = receiptConsumed
+	case errors.Is(err, commands.ErrReceiptRefused):
+		result = receiptRefused
+	case err != nil:
+		return err
+	case !in.Final:
+		result = receiptIntermediate
+	}
+	s.metrics.receipts.WithLabelValues(result).Inc()
+	s.log.Info("receipt by receiver's id", "target", in.Target, "external_id", in.ExternalID, "final", in.Final,
+		"result", result, "operator", identity(r).Name, "delivery_id", deliveryID)
 	if err != nil {
 		return err
 	}

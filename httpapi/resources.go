@@ -35,6 +35,9 @@ type IngestRequest struct {
 	// the same key makes this one a possible duplicate of it. It is stored
 	// and delivered all the same.
 	DuplicateKey string `json:"duplicate_key"`
+	// CallbackURL, when given, is POSTed the message's outcome each time
+	// it settles: an absolute http or https URL.
+	CallbackURL string `json:"callback_url"`
 }
 
 // Message is the message resource.
@@ -68,6 +71,26 @@ type Message struct {
 	// Deliveries are every generation's, newest generation first, each in
 	// the order it was made.
 	Deliveries []Delivery `json:"deliveries"`
+	// Callback is the message's outcome callback; null when it has no
+	// callback URL.
+	Callback *MessageCallback `json:"callback"`
+}
+
+// MessageCallback is a message's outcome callback: the call of its URL for
+// its latest settlement.
+type MessageCallback struct {
+	URL string `json:"url"`
+	// Seq counts the settlements called back for; 0 before the first.
+	Seq int `json:"seq"`
+	// State is the call's: queued, delivering, retrying, delivered or
+	// failed; null before the first settlement.
+	State    *lifecycle.DeliveryState `json:"state"`
+	Attempts int                      `json:"attempts"`
+	// NextAttemptAt is when the next call is due while queued or
+	// retrying; null otherwise.
+	NextAttemptAt *time.Time `json:"next_attempt_at"`
+	LastError     *string    `json:"last_error"`
+	FinishedAt    *time.Time `json:"finished_at"`
 }
 
 // Delivery is one delivery of a message to one target.
@@ -182,6 +205,25 @@ type ReceiptRequest struct {
 	Text string `json:"text"`
 }
 
+// ExternalReceiptRequest is the body of POST /receipts: a receipt that
+// names its delivery by the receiver's own id for the message.
+type ExternalReceiptRequest struct {
+	// Target is the target whose receiver sends the receipt; an id is
+	// unique per target.
+	Target     string `json:"target"`
+	ExternalID string `json:"external_id"`
+	// Final false is an intermediate receipt, which settles nothing.
+	// Default true.
+	Final *bool `json:"final"`
+	// Outcome is required of a final receipt.
+	Outcome ReceiptOutcome `json:"outcome"`
+	// Status and Code are the receiver's own, kept as they are.
+	Status string `json:"status"`
+	Code   string `json:"code"`
+	// Text is the receiver's detail, kept in the history.
+	Text string `json:"text"`
+}
+
 // ActionRequest is the body of the operator actions: none, or {}.
 type ActionRequest struct{}
 
@@ -265,6 +307,17 @@ func messageOf(m *projection.Message) Message {
 			if d.Generation == g {
 				out.Deliveries = append(out.Deliveries, deliveryOf(d))
 			}
+		}
+	}
+	if cb := m.Callback; cb != nil {
+		out.Callback = &MessageCallback{URL: cb.URL, Seq: cb.Seq, Attempts: cb.Attempts, LastError: optional(cb.LastError),
+			FinishedAt: optionalTime(cb.FinishedAt)}
+		if cb.State != "" {
+			state := cb.State
+			out.Callback.State = &state
+		}
+		if cb.State == lifecycle.StateQueued || cb.State == lifecycle.StateRetrying {
+			out.Callback.NextAttemptAt = optionalTime(cb.NextDue)
 		}
 	}
 	return out

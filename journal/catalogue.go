@@ -24,6 +24,11 @@ const (
 	KindMessageRedispatched Kind = "message.redispatched"
 	KindMessageResent       Kind = "message.resent"
 
+	KindCallbackClaimed      Kind = "message.callback_claimed"
+	KindCallbackAttempted    Kind = "message.callback_attempted"
+	KindCallbackReleased     Kind = "message.callback_released"
+	KindCallbackLeaseExpired Kind = "message.callback_lease_expired"
+
 	KindDeliveryWoken        Kind = "delivery.woken"
 	KindDeliveryClaimed      Kind = "delivery.claimed"
 	KindDeliveryAttempted    Kind = "delivery.attempted"
@@ -37,14 +42,19 @@ const (
 	KindDeliveryUnblocked    Kind = "delivery.unblocked"
 	KindDeliverySkipped      Kind = "delivery.skipped"
 	KindDeliveryLaneHeld     Kind = "delivery.lane_held"
+	KindReceiptIntermediate  Kind = "delivery.receipt_intermediate"
 
-	KindRouteCreated    Kind = "route.created"
-	KindRouteUpdated    Kind = "route.updated"
-	KindRouteDeleted    Kind = "route.deleted"
-	KindTargetCreated   Kind = "target.created"
-	KindTargetUpdated   Kind = "target.updated"
-	KindTargetDeleted   Kind = "target.deleted"
-	KindSettingsChanged Kind = "settings.changed"
+	KindRouteCreated     Kind = "route.created"
+	KindRouteUpdated     Kind = "route.updated"
+	KindRouteDeleted     Kind = "route.deleted"
+	KindTargetCreated    Kind = "target.created"
+	KindTargetUpdated    Kind = "target.updated"
+	KindTargetDeleted    Kind = "target.deleted"
+	KindSettingsChanged  Kind = "settings.changed"
+	KindSourceCreated    Kind = "source.created"
+	KindSourceUpdated    Kind = "source.updated"
+	KindSourceDeleted    Kind = "source.deleted"
+	KindSourceHolePassed Kind = "source.hole_passed"
 
 	KindOperationCreated    Kind = "operation.created"
 	KindOperationMatched    Kind = "operation.matched"
@@ -73,6 +83,11 @@ var catalogue = map[Kind]func() Payload{
 	KindDeliveryUnblocked:    func() Payload { return new(DeliveryUnblocked) },
 	KindDeliverySkipped:      func() Payload { return new(DeliverySkipped) },
 	KindDeliveryLaneHeld:     func() Payload { return new(DeliveryLaneHeld) },
+	KindReceiptIntermediate:  func() Payload { return new(ReceiptIntermediate) },
+	KindCallbackClaimed:      func() Payload { return new(CallbackClaimed) },
+	KindCallbackAttempted:    func() Payload { return new(CallbackAttempted) },
+	KindCallbackReleased:     func() Payload { return new(CallbackReleased) },
+	KindCallbackLeaseExpired: func() Payload { return new(CallbackLeaseExpired) },
 	KindRouteCreated:         func() Payload { return new(RouteCreated) },
 	KindRouteUpdated:         func() Payload { return new(RouteUpdated) },
 	KindRouteDeleted:         func() Payload { return new(RouteDeleted) },
@@ -80,6 +95,10 @@ var catalogue = map[Kind]func() Payload{
 	KindTargetUpdated:        func() Payload { return new(TargetUpdated) },
 	KindTargetDeleted:        func() Payload { return new(TargetDeleted) },
 	KindSettingsChanged:      func() Payload { return new(SettingsChanged) },
+	KindSourceCreated:        func() Payload { return new(SourceCreated) },
+	KindSourceUpdated:        func() Payload { return new(SourceUpdated) },
+	KindSourceDeleted:        func() Payload { return new(SourceDeleted) },
+	KindSourceHolePassed:     func() Payload { return new(SourceHolePassed) },
 	KindOperationCreated:     func() Payload { return new(OperationCreated) },
 	KindOperationMatched:     func() Payload { return new(OperationMatched) },
 	KindOperationProgressed:  func() Payload { return new(OperationProgressed) },
@@ -201,6 +220,9 @@ type MessageAccepted struct {
 	// with the same key, when there is one.
 	DuplicateKey        string    `json:"duplicate_key,omitempty"`
 	PossibleDuplicateOf uuid.UUID `json:"possible_duplicate_of,omitzero"`
+	// CallbackURL, when set, is called with the message's outcome each
+	// time it settles.
+	CallbackURL string `json:"callback_url,omitempty"`
 }
 
 func (*MessageAccepted) Kind() Kind { return KindMessageAccepted }
@@ -227,7 +249,7 @@ func (p *MessageAccepted) Validate() error {
 	}
 	return errors.Join(lifecycle.CheckName("source", p.Source), lifecycle.CheckParty("from", p.From),
 		lifecycle.CheckParty("to", p.To), lifecycle.CheckParty("content_type", p.ContentType), size, sha, key,
-		lifecycle.CheckOrderingKey("ordering_key", p.OrderingKey), dup)
+		lifecycle.CheckOrderingKey("ordering_key", p.OrderingKey), dup, checkCallbackURL(p.CallbackURL))
 }
 
 // isSHA256 reports whether s is 64 hexadecimal digits of either case, as
@@ -482,6 +504,9 @@ func (p *DeliveryAttempted) Text() string {
 	case lifecycle.OutcomeAwaitingAck:
 		s += " until " + stamp(o.Deadline)
 	}
+	if o.ExternalID != "" {
+		s += ", the receiver's id " + o.ExternalID
+	}
 	if o.Text != "" {
 		s += ": " + o.Text
 	}
@@ -538,31 +563,87 @@ func (p *DeliveryStalled) Validate() error {
 	return errors.Join(positive("wake_ups", p.WakeUps), required("reason", p.Reason != ""))
 }
 
-// ReceiptReceived: the receipt an awaiting delivery owed arrived.
+// Receipt is what a receiver's receipt says beyond positive or negative:
+// its detail and, for a receipt that named the delivery by the receiver's
+// own id (POST /receipts), that id and the receiver's exact status and
+// code.
+type Receipt struct {
+	Detail     string `json:"detail,omitempty"`
+	ExternalID string `json:"external_id,omitempty"`
+	Status     string `json:"status,omitempty"`
+	Code       string `json:"code,omitempty"`
+}
+
+// text is the receipt's particulars in words, after what.
+func (r Receipt) text(what string) string {
+	var parts []string
+	if r.ExternalID != "" {
+		parts = append(parts, "id "+r.ExternalID)
+	}
+	if r.Status != "" {
+		parts = append(parts, "status "+r.Status)
+	}
+	if r.Code != "" {
+		parts = append(parts, "code "+r.Code)
+	}
+	if len(parts) > 0 {
+		what += " (" + strings.Join(parts, ", ") + ")"
+	}
+	return withDetail(what, r.Detail)
+}
+
+func (r Receipt) validate() error {
+	var errs []error
+	for _, f := range []struct{ name, v string }{{"external_id", r.ExternalID}, {"status", r.Status}, {"code", r.Code}} {
+		if f.v != "" {
+			errs = append(errs, lifecycle.CheckExternalID(f.name, f.v))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// ReceiptReceived: the receipt an awaiting delivery owed arrived. A receipt
+// by the receiver's id consumed that id's correlation.
 type ReceiptReceived struct {
-	Positive bool   `json:"positive"`
-	Detail   string `json:"detail,omitempty"`
+	Positive bool `json:"positive"`
+	Receipt
 }
 
 func (*ReceiptReceived) Kind() Kind { return KindReceiptReceived }
 func (p *ReceiptReceived) Text() string {
-	return withDetail(receiptWord(p.Positive)+" receipt", p.Detail)
+	return p.Receipt.text(receiptWord(p.Positive) + " receipt")
 }
-func (p *ReceiptReceived) Validate() error { return nil }
+func (p *ReceiptReceived) Validate() error { return p.Receipt.validate() }
 
 // ReceiptRefused: a receipt arrived for a delivery that was not awaiting one.
-// It changes nothing but is kept, so the history shows it.
+// It changes nothing but is kept, so the history shows it; a final receipt
+// by the receiver's id consumed that id's correlation all the same.
 type ReceiptRefused struct {
-	Positive bool   `json:"positive"`
-	Detail   string `json:"detail,omitempty"`
-	Reason   string `json:"reason"`
+	Positive bool `json:"positive"`
+	Receipt
+	Reason string `json:"reason"`
 }
 
 func (*ReceiptRefused) Kind() Kind { return KindReceiptRefused }
 func (p *ReceiptRefused) Text() string {
-	return withDetail(receiptWord(p.Positive)+" receipt refused: "+p.Reason, p.Detail)
+	return p.Receipt.text(receiptWord(p.Positive) + " receipt refused: " + p.Reason)
 }
-func (p *ReceiptRefused) Validate() error { return required("reason", p.Reason != "") }
+func (p *ReceiptRefused) Validate() error {
+	return errors.Join(required("reason", p.Reason != ""), p.Receipt.validate())
+}
+
+// ReceiptIntermediate: a receiver's receipt by its own id that is not
+// final ("accepted", "en route"). It settles nothing and consumes no
+// correlation; the history shows it.
+type ReceiptIntermediate struct {
+	Receipt
+}
+
+func (*ReceiptIntermediate) Kind() Kind     { return KindReceiptIntermediate }
+func (p *ReceiptIntermediate) Text() string { return p.Receipt.text("intermediate receipt") }
+func (p *ReceiptIntermediate) Validate() error {
+	return errors.Join(required("external_id", p.ExternalID != ""), p.Receipt.validate())
+}
 
 // ReceiptTimedOut: the receipt deadline passed; the delivery failed.
 type ReceiptTimedOut struct {
@@ -719,12 +800,10 @@ type SettingsChanged struct {
 func (*SettingsChanged) Kind() Kind { return KindSettingsChanged }
 func (p *SettingsChanged) Text() string {
 	s := p.Settings.WithDefaults()
-	return fmt.Sprintf("settings changed: max_dispatches %d, operations rate %d/s", s.Delivery.MaxDispatches, s.Operations.Rate)
+	return fmt.Sprintf("settings changed: max_dispatches %d, callback_max_attempts %d, operations rate %d/s",
+		s.Delivery.MaxDispatches, s.CallbackMaxAttempts, s.Operations.Rate)
 }
-
-// Validate checks the settings with their defaults filled: an event
-// journaled before a field existed leaves it out.
-func (p *SettingsChanged) Validate() error { return p.Settings.WithDefaults().Validate() }
+func (p *SettingsChanged) Validate() error { return p.Settings.Validate() }
 
 func validateRoute(r lifecycle.Route) error {
 	return errors.Join(required("route.id", r.ID != uuid.Nil), r.Validate())

@@ -101,8 +101,9 @@ func (e Event) CheckEnvelope() error {
 
 // The fixed actors.
 const (
-	ActorSystem = "system"
-	ActorSweep  = "sweep"
+	ActorSystem    = "system"
+	ActorSweep     = "sweep"
+	ActorCallbacks = "callbacks"
 )
 
 // WorkerActor is the worker of a target.
@@ -114,10 +115,10 @@ func OperatorActor(subject string) string { return "operator:" + subject }
 // SourceActor is a source that brings messages in.
 func SourceActor(name string) string { return "source:" + name }
 
-// CheckActor accepts system, sweep, and worker:, operator: or source: with a
-// name after the colon.
+// CheckActor accepts system, sweep, callbacks, and worker:, operator: or
+// source: with a name after the colon.
 func CheckActor(actor string) error {
-	if actor == ActorSystem || actor == ActorSweep {
+	if actor == ActorSystem || actor == ActorSweep || actor == ActorCallbacks {
 		return nil
 	}
 	for _, prefix := range []string{"worker:", "operator:", "source:"} {
@@ -125,5 +126,5 @@ func CheckActor(actor string) error {
 			return nil
 		}
 	}
-	return fmt.Errorf("actor %q: must be system, sweep, worker:<target>, operator:<subject> or source:<name>", actor)
+	return fmt.Errorf("actor %q: must be system, sweep, callbacks, worker:<target>, operator:<subject> or source:<name>", actor)
 }

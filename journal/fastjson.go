@@ -255,7 +255,7 @@ func (p *MessageAccepted) decodeFast(d *fastDecoder) {
 	o := d.begin()
 	for {
 		switch d.field(&o, "source", "from", "to", "content_type", "payload_size", "payload_sha256", "idempotency_key",
-			"ordering_key", "duplicate_key", "possible_duplicate_of") {
+			"ordering_key", "duplicate_key", "possible_duplicate_of", "callback_url") {
 		case 0:
 			d.string(&p.Source)
 		case 1:
@@ -278,6 +278,8 @@ func (p *MessageAccepted) decodeFast(d *fastDecoder) {
 			d.string(&p.DuplicateKey)
 		case 9:
 			d.uuid(&p.PossibleDuplicateOf)
+		case 10:
+			d.string(&p.CallbackURL)
 		default:
 			return
 		}
@@ -487,7 +489,7 @@ func (p *DeliveryAttempted) decodeFast(d *fastDecoder) {
 func decodeOutcome(d *fastDecoder, p *lifecycle.Outcome) {
 	o := d.begin()
 	for {
-		switch d.field(&o, "kind", "text", "retry_at", "deadline") {
+		switch d.field(&o, "kind", "text", "retry_at", "deadline", "external_id") {
 		case 0:
 			d.unmarshalText(&p.Kind)
 		case 1:
@@ -496,6 +498,8 @@ func decodeOutcome(d *fastDecoder, p *lifecycle.Outcome) {
 			d.time(&p.RetryAt)
 		case 3:
 			d.time(&p.Deadline)
+		case 4:
+			d.string(&p.ExternalID)
 		default:
 			return
 		}
@@ -549,11 +553,17 @@ func (p *DeliveryStalled) decodeFast(d *fastDecoder) {
 func (p *ReceiptReceived) decodeFast(d *fastDecoder) {
 	o := d.begin()
 	for {
-		switch d.field(&o, "positive", "detail") {
+		switch d.field(&o, "positive", "detail", "external_id", "status", "code") {
 		case 0:
 			d.bool(&p.Positive)
 		case 1:
 			d.string(&p.Detail)
+		case 2:
+			d.string(&p.ExternalID)
+		case 3:
+			d.string(&p.Status)
+		case 4:
+			d.string(&p.Code)
 		default:
 			return
 		}
@@ -563,13 +573,37 @@ func (p *ReceiptReceived) decodeFast(d *fastDecoder) {
 func (p *ReceiptRefused) decodeFast(d *fastDecoder) {
 	o := d.begin()
 	for {
-		switch d.field(&o, "positive", "detail", "reason") {
+		switch d.field(&o, "positive", "detail", "reason", "external_id", "status", "code") {
 		case 0:
 			d.bool(&p.Positive)
 		case 1:
 			d.string(&p.Detail)
 		case 2:
 			d.string(&p.Reason)
+		case 3:
+			d.string(&p.ExternalID)
+		case 4:
+			d.string(&p.Status)
+		case 5:
+			d.string(&p.Code)
+		default:
+			return
+		}
+	}
+}
+
+func (p *ReceiptIntermediate) decodeFast(d *fastDecoder) {
+	o := d.begin()
+	for {
+		switch d.field(&o, "detail", "external_id", "status", "code") {
+		case 0:
+			d.string(&p.Detail)
+		case 1:
+			d.string(&p.ExternalID)
+		case 2:
+			d.string(&p.Status)
+		case 3:
+			d.string(&p.Code)
 		default:
 			return
 		}
@@ -650,6 +684,76 @@ func (p *DeliveryLaneHeld) decodeFast(d *fastDecoder) {
 			d.int64p(&p.Waiting)
 		case 1:
 			d.time(&p.Since)
+		default:
+			return
+		}
+	}
+}
+
+func (p *CallbackClaimed) decodeFast(d *fastDecoder) {
+	o := d.begin()
+	for {
+		switch d.field(&o, "seq", "token", "attempt", "lease_end") {
+		case 0:
+			d.int(&p.Seq)
+		case 1:
+			d.uuid(&p.Token)
+		case 2:
+			d.int(&p.Attempt)
+		case 3:
+			d.time(&p.LeaseEnd)
+		default:
+			return
+		}
+	}
+}
+
+func (p *CallbackAttempted) decodeFast(d *fastDecoder) {
+	o := d.begin()
+	for {
+		switch d.field(&o, "seq", "token", "attempt", "outcome") {
+		case 0:
+			d.int(&p.Seq)
+		case 1:
+			d.uuid(&p.Token)
+		case 2:
+			d.int(&p.Attempt)
+		case 3:
+			decodeOutcome(d, &p.Outcome)
+		default:
+			return
+		}
+	}
+}
+
+func (p *CallbackReleased) decodeFast(d *fastDecoder) {
+	o := d.begin()
+	for {
+		switch d.field(&o, "seq", "token", "started", "reason") {
+		case 0:
+			d.int(&p.Seq)
+		case 1:
+			d.uuid(&p.Token)
+		case 2:
+			d.bool(&p.Started)
+		case 3:
+			d.string(&p.Reason)
+		default:
+			return
+		}
+	}
+}
+
+func (p *CallbackLeaseExpired) decodeFast(d *fastDecoder) {
+	o := d.begin()
+	for {
+		switch d.field(&o, "seq", "token", "lease_end") {
+		case 0:
+			d.int(&p.Seq)
+		case 1:
+			d.uuid(&p.Token)
+		case 2:
+			d.time(&p.LeaseEnd)
 		default:
 			return
 		}

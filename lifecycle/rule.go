@@ -104,10 +104,26 @@ var (
 	UnblockRule = Rule{Name: "blocked", cases: []ruleCase{{StateBlocked, nil}}}
 )
 
+// The rules of a message's outcome callback, a job in the delivery states:
+// queued when its message settles, delivering while a call is claimed,
+// retrying after a call that failed for now, delivered or failed at last.
+var (
+	// CallbackClaimRule: the callback worker may call when a callback is
+	// queued or retrying and due (message.callback_claimed). Nothing wakes
+	// a callback: the worker looks for the due ones.
+	CallbackClaimRule = Rule{Name: "callback due", cases: []ruleCase{
+		{StateQueued, []Cond{Due}}, {StateRetrying, []Cond{Due}},
+	}}
+	// CallbackCatchUpRule is what the callback worker takes: what is due,
+	// and a call whose lease ran out, after recording the expiry
+	// (message.callback_lease_expired).
+	CallbackCatchUpRule = CallbackClaimRule.Or("callback catch-up", LeaseExpiryRule)
+)
+
 // Rules lists every rule, for the tests that hold the SQL and the fold to
 // them.
 var Rules = []Rule{ClaimRule, LeaseExpiryRule, CatchUpRule, WakeRule, ReceiptTimeoutRule, RedeliverRule, SkipRule,
-	UnblockRule, InHandRule, SupersedeRule}
+	UnblockRule, InHandRule, SupersedeRule, CallbackClaimRule, CallbackCatchUpRule}
 
 // Or is a rule that admits what r or o admits. They must not share a
 // state.

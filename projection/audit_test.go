@@ -61,10 +61,20 @@ func (b *bundle) lifecycles(t *testing.T, n int, rng *rand.Rand) {
 		func() lifecycle.Outcome { return lifecycle.Retry(b.now.Add(time.Minute), "503") },
 		func() lifecycle.Outcome { return lifecycle.Failed("400") },
 		func() lifecycle.Outcome { return lifecycle.AwaitingAck("sent", b.now.Add(time.Hour)) },
+		func() lifecycle.Outcome {
+			// Ids the receivers reuse: a correlation moves to the newest.
+			o := lifecycle.AwaitingAck("sent", b.now.Add(time.Hour))
+			o.ExternalID = fmt.Sprintf("ext-%d", rng.IntN(8))
+			return o
+		},
 	}
 	for i := range n {
-		m, _, err := b.w.Ingest(b.ctx, commands.NewMessage{Source: "erp", From: "acme", To: "globex",
-			Payload: fmt.Appendf(nil, "message %d", i), IdempotencyKey: fmt.Sprint(i)})
+		in := commands.NewMessage{Source: "erp", From: "acme", To: "globex",
+			Payload: fmt.Appendf(nil, "message %d", i), IdempotencyKey: fmt.Sprint(i)}
+		if i%2 == 0 {
+			in.CallbackURL = "http://127.0.0.1:9/outcome"
+		}
+		m, _, err := b.w.Ingest(b.ctx, in)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -84,11 +94,35 @@ func (b *bundle) lifecycles(t *testing.T, n int, rng *rand.Rand) {
 					t.Fatal(err)
 				}
 			}
+			if rng.IntN(3) == 0 {
+				_, _, err := b.w.ReceiptByExternalID(b.ctx, commands.ExternalReceipt{Target: d.Target,
+					ExternalID: fmt.Sprintf("ext-%d", rng.IntN(8)), Final: rng.IntN(3) > 0, Positive: rng.IntN(2) == 0,
+					Status: "DELIVRD", Code: "000"}, "operator:gateway")
+				if err != nil && !errors.Is(err, commands.ErrNotFound) && !errors.Is(err, commands.ErrCorrelationConsumed) &&
+					!errors.Is(err, commands.ErrReceiptRefused) {
+					t.Fatal(err)
+				}
+			}
 			if rng.IntN(5) == 0 {
 				_, err := b.w.Redeliver(b.ctx, m.ID, d.ID, commands.Action{Operator: "admin"})
 				if err != nil && !errors.Is(err, commands.ErrNotRedeliverable) {
 					t.Fatal(err)
 				}
+			}
+		}
+		// The callbacks due, called with outcomes of every kind; some
+		// calls never end, and their leases run out.
+		claims, err := b.w.ClaimDueCallbacks(b.ctx, 3, time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range claims {
+			o := outcomes[rng.IntN(3)]()
+			if rng.IntN(4) == 0 {
+				continue
+			}
+			if _, err := b.w.CompleteCallback(b.ctx, c.Callback.MessageID, c.Token, o); err != nil {
+				t.Fatal(err)
 			}
 		}
 	}
@@ -107,7 +141,9 @@ func (b *bundle) audit(t *testing.T) *projection.Report {
 func (b *bundle) snapshot(t *testing.T) []string {
 	t.Helper()
 	rows, err := b.db.Query(b.ctx, `SELECT r::text FROM (SELECT * FROM messages ORDER BY id) r
-		UNION ALL SELECT r::text FROM (SELECT * FROM deliveries ORDER BY id) r`)
+		UNION ALL SELECT r::text FROM (SELECT * FROM deliveries ORDER BY id) r
+		UNION ALL SELECT r::text FROM (SELECT * FROM correlations ORDER BY target, external_id) r
+		UNION ALL SELECT r::text FROM (SELECT * FROM callbacks ORDER BY message_id) r`)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,7 +5,9 @@ import (
 	"encoding/binary"
 	"fmt"
 	"io"
+	"maps"
 	"math"
+	"slices"
 	"strings"
 	"time"
 
@@ -14,7 +16,7 @@ import (
 )
 
 // copyFolded loads the fold into the projection tables, which tx created:
-// the messages and deliveries with COPY FREEZE in PostgreSQL's binary
+// the messages, deliveries, correlations and callbacks with COPY FREEZE in PostgreSQL's binary
 // format (the rows need no visibility checks later and are encoded without
 // pgx's per-value work), then the counts of deliveries by state.
 func copyFolded(ctx context.Context, tx pgx.Tx, f *Folded) error {
@@ -94,6 +96,28 @@ func copyFolded(ctx context.Context, tx pgx.Tx, f *Folded) error {
 	if err != nil {
 		return fmt.Errorf("copy deliveries: %w", err)
 	}
+	keys := slices.SortedFunc(maps.Keys(f.Correlations), compareKeys)
+	err = copyIn(ctx, tx, "correlations", correlationCopyColumns, func(b *copyRow) bool {
+		if len(keys) == 0 {
+			return false
+		}
+		k := keys[0]
+		keys = keys[1:]
+		c := f.Correlations[k]
+		b.begin(len(correlationCopyColumns))
+		b.text(k.Target)
+		b.text(k.ExternalID)
+		b.uuid(c.DeliveryID)
+		b.uuid(c.MessageID)
+		b.bool(c.Consumed)
+		return true
+	})
+	if err != nil {
+		return fmt.Errorf("copy correlations: %w", err)
+	}
+	if err := copyCallbacks(ctx, tx, f); err != nil {
+		return fmt.Errorf("copy callbacks: %w", err)
+	}
 	b := &pgx.Batch{}
 	queueCounts(b, f.countStates())
 	if err := tx.SendBatch(ctx, b).Close(); err != nil {
@@ -112,6 +136,8 @@ var messageCopyColumns = []string{"id", "version", "source", "from_party", "to_p
 var deliveryCopyColumns = []string{"id", "message_id", "message_created_at", "seq", "generation", "target", "lane_key", "lane_seq", "lane_continue", "state", "attempts",
 	"dispatch_count", "redeliveries", "redelivered_at", "redelivered_attempts", "next_due", "claim_token",
 	"lease_end", "last_error", "created_at", "updated_at", "finished_at"}
+
+var correlationCopyColumns = []string{"target", "external_id", "delivery_id", "message_id", "consumed"}
 
 // copyIn runs COPY … FROM STDIN (FORMAT binary, FREEZE) into table, with
 // the rows row appends until it returns false.
@@ -189,6 +215,12 @@ func (b *copyRow) int4(n int) {
 	}
 	b.buf = binary.BigEndian.AppendUint32(b.buf, 4)
 	b.buf = binary.BigEndian.AppendUint32(b.buf, uint32(int32(n)))
+}
+
+// jsonb writes a jsonb value: its format version, 1, and the text.
+func (b *copyRow) jsonb(data []byte) {
+	b.buf = binary.BigEndian.AppendUint32(b.buf, uint32(len(data)+1))
+	b.buf = append(append(b.buf, 1), data...)
 }
 
 func (b *copyRow) int8(n int64) {

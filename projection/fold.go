@@ -3,6 +3,7 @@ package projection
 import (
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -71,6 +72,7 @@ func apply(m *Message, e *journal.Event, stamp bool) error {
 	}
 	next.Version, next.UpdatedAt = e.Version, e.RecordedAt
 	next.settle()
+	next.armCallback(m.Status, e.RecordedAt)
 	*m = next
 	return nil
 }
@@ -92,6 +94,9 @@ func messageStep(next *Message, e *journal.Event) error {
 			IdempotencyKey: p.IdempotencyKey, OrderingKey: p.OrderingKey, DuplicateKey: p.DuplicateKey,
 			PossibleDuplicateOf: p.PossibleDuplicateOf, PayloadSize: p.PayloadSize, PayloadSHA256: p.PayloadSHA256,
 			Stage: lifecycle.StageAccepted, Generation: 1, CreatedAt: at,
+		}
+		if p.CallbackURL != "" {
+			next.Callback = &Callback{MessageID: id, URL: p.CallbackURL, UpdatedAt: at}
 		}
 	case *journal.MessageDispatched:
 		if next.Stage != lifecycle.StageAccepted {
@@ -142,6 +147,8 @@ func messageStep(next *Message, e *journal.Event) error {
 			return illegalStage(e, next, "only an accepted message is refused", lifecycle.StageAccepted)
 		}
 		next.Stage, next.Refusal, next.Error = lifecycle.StageRefused, p.Refusal, p.Reason
+	case *journal.CallbackClaimed, *journal.CallbackAttempted, *journal.CallbackReleased, *journal.CallbackLeaseExpired:
+		return callbackStep(next, e)
 	default:
 		return &IllegalError{Kind: e.Kind(), State: string(next.Stage), Reason: "not a message event"}
 	}
@@ -214,8 +221,10 @@ func applyDelivery(m *Message, e *journal.Event, stamp bool) error {
 			Reason: fmt.Sprintf("recorded to %s, but the fold makes %s", e.NewState, next.State)}
 	}
 	*cur = next
+	was := m.Status
 	m.Version, m.UpdatedAt = e.Version, e.RecordedAt
 	m.settle()
+	m.armCallback(was, e.RecordedAt)
 	return nil
 }
 
@@ -324,13 +333,17 @@ func deliveryStep(d *Delivery, e *journal.Event) error {
 		if p.Positive {
 			d.State = lifecycle.StateDelivered
 		} else {
-			d.State, d.LastError = lifecycle.StateFailed, withDetail("negative receipt", p.Detail)
+			d.State, d.LastError = lifecycle.StateFailed, negativeReceipt(p.Receipt)
 		}
 	case *journal.ReceiptRefused:
 		if d.State == lifecycle.StateAwaitingAck {
 			return illegal("a receipt is awaited: it settles the delivery")
 		}
 		// A refused receipt is kept in the journal and changes nothing.
+		return nil
+	case *journal.ReceiptIntermediate:
+		// An intermediate receipt is kept in the journal and changes
+		// nothing, whatever the state.
 		return nil
 	case *journal.ReceiptTimedOut:
 		if err := against(lifecycle.ReceiptTimeoutRule, "no receipt is awaited", "the receipt is not due until ", d.NextDue); err != nil {
@@ -404,6 +417,23 @@ func checkClaim(d *Delivery, token uuid.UUID, illegal func(string, ...lifecycle.
 		return illegal("the claim token is not the current claim's")
 	}
 	return nil
+}
+
+// negativeReceipt is the last error of a delivery a negative receipt
+// failed: the receiver's status and code when it gave them, and its detail.
+func negativeReceipt(r journal.Receipt) string {
+	s := "negative receipt"
+	var parts []string
+	if r.Status != "" {
+		parts = append(parts, "status "+r.Status)
+	}
+	if r.Code != "" {
+		parts = append(parts, "code "+r.Code)
+	}
+	if len(parts) > 0 {
+		s += ": " + strings.Join(parts, ", ")
+	}
+	return withDetail(s, r.Detail)
 }
 
 func withDetail(s, detail string) string {

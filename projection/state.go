@@ -44,6 +44,9 @@ type Message struct {
 	UpdatedAt    time.Time
 	// Deliveries are in Seq order.
 	Deliveries []Delivery
+	// Callback is the message's outcome callback, nil when it has no
+	// callback URL.
+	Callback *Callback
 }
 
 // Delivery is the folded state of one delivery: a row of the deliveries table.
@@ -108,6 +111,10 @@ func (d *Delivery) Facts() lifecycle.Facts {
 func (m *Message) Clone() *Message {
 	c := *m
 	c.Deliveries = append([]Delivery(nil), m.Deliveries...)
+	if m.Callback != nil {
+		cb := *m.Callback
+		c.Callback = &cb
+	}
 	return &c
 }
 

@@ -36,6 +36,9 @@ func Load(ctx context.Context, q journal.Querier, id uuid.UUID) (*Message, error
 	if err == nil && len(ms) == 0 {
 		err = ErrNotFound
 	}
+	if err == nil {
+		err = loadCallbacks(ctx, q, ms)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("load message %s: %w", id, err)
 	}
@@ -46,6 +49,9 @@ func Load(ctx context.Context, q journal.Querier, id uuid.UUID) (*Message, error
 // in id order; ids with no message are left out.
 func LoadMany(ctx context.Context, q journal.Querier, ids []uuid.UUID) ([]*Message, error) {
 	ms, err := loadAll(ctx, q, loadManySQL, ids, []uuid.UUID{}, false)
+	if err == nil {
+		err = loadCallbacks(ctx, q, ms)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("load %d messages: %w", len(ids), err)
 	}
@@ -56,8 +62,8 @@ func LoadMany(ctx context.Context, q journal.Querier, ids []uuid.UUID) ([]*Messa
 // rows of the messages named by id or by one of their deliveries' ids (FOR
 // UPDATE, in id order, so two transactions locking overlapping sets never
 // wait for each other in a cycle), and then their read as LoadMany reads
-// them. The returned function gives the messages, in id order, once the
-// batch is read; ids with no message are left out.
+// them, callbacks included. The returned function gives the messages, in id
+// order, once the batch is read; ids with no message are left out.
 //
 // The lock and the read are two statements. In READ COMMITTED each takes
 // its own snapshot, so the read, which starts once the locks are held, sees
@@ -74,6 +80,7 @@ func LoadLocked(b *pgx.Batch, messageIDs, deliveryIDs []uuid.UUID) func() []*Mes
 		ms, err = scanAll(rows)
 		return err
 	})
+	b.Queue(loadCallbacksSQL, messageIDs, deliveryIDs, true).Query(func(rows pgx.Rows) error { return attachCallbacks(rows, ms) })
 	return func() []*Message { return ms }
 }
 
@@ -214,14 +221,18 @@ type Write struct {
 	Before  *Message
 	Message *Message
 	Touched []uuid.UUID
+	// Events are the events that made Message of Before; the
+	// correlations follow from them.
+	Events []journal.Event
 }
 
 // Queue queues on b the statements that store the writes, each message at
 // most once: a new message inserted, an existing one updated where it still
 // has the version read (which locks it), the touched deliveries of all
-// upserted in one statement, the lanes the writes moved (upserted, or
-// deleted once empty), and last the changes to the counts of deliveries by
-// state. An update that finds the row at another version
+// upserted in one statement, the callbacks and correlations the writes
+// changed, the lanes they moved (upserted, or deleted once empty), and
+// last the changes to the counts of deliveries by state. An update that
+// finds the row at another version
 // fails the transaction with a serialization failure, so a command that
 // read a stale state reads again.
 //
@@ -267,6 +278,8 @@ func Queue(b *pgx.Batch, lanes []Lane, writes ...Write) {
 	if len(changed.id) > 0 {
 		b.Queue(insertDeliveriesSQL+upsertDeliveriesSQL, changed.args()...)
 	}
+	queueCallbacks(b, writes)
+	queueCorrelations(b, writes)
 	queueLanes(b, lanes)
 	queueCounts(b, counts)
 }

@@ -14,8 +14,8 @@ import (
 // The versions of the two parts this code reads and writes. Raise one when
 // its tables change: a database of the old version then refuses to start.
 const (
-	JournalVersion    = 2
-	ProjectionVersion = 4
+	JournalVersion    = 3
+	ProjectionVersion = 5
 )
 
 // The parts, as recorded in schema_version.
@@ -219,6 +219,38 @@ CREATE TABLE IF NOT EXISTS delivery_counts (
 	n     bigint NOT NULL,
 	PRIMARY KEY (shard, state)
 );
+
+-- A receiver's own id for a message names one delivery per target: the
+-- newest hand-over that took it. consumed is set by the first final
+-- receipt by the id, so a second one is refused.
+-- A message's outcome callback, one row per message with a callback URL:
+-- the state (a delivery's) of the call for its latest settlement, and what
+-- the call says (the status, the time and the deliveries as it settled);
+-- status, state and the rest are NULL until the first settlement.
+CREATE TABLE IF NOT EXISTS callbacks (
+	message_id  uuid        NOT NULL,
+	url         text        NOT NULL,
+	seq         int         NOT NULL,
+	status      text,
+	settled_at  timestamptz,
+	deliveries  jsonb,
+	state       text,
+	attempts    int         NOT NULL,
+	next_due    timestamptz,
+	claim_token uuid,
+	lease_end   timestamptz,
+	last_error  text        NOT NULL,
+	updated_at  timestamptz NOT NULL,
+	finished_at timestamptz
+);
+
+CREATE TABLE IF NOT EXISTS correlations (
+	target      text    NOT NULL,
+	external_id text    NOT NULL,
+	delivery_id uuid    NOT NULL,
+	message_id  uuid    NOT NULL,
+	consumed    boolean NOT NULL
+);
 `
 
 // projectionIndexesDDL adds the keys and indexes of the projection tables
@@ -242,6 +274,12 @@ BEGIN
 	END IF;
 	IF NOT EXISTS (SELECT FROM pg_constraint WHERE conrelid = 'lanes'::regclass AND conname = 'lanes_pkey') THEN
 		ALTER TABLE lanes ADD CONSTRAINT lanes_pkey PRIMARY KEY (target, ordering_key);
+	END IF;
+	IF NOT EXISTS (SELECT FROM pg_constraint WHERE conrelid = 'callbacks'::regclass AND conname = 'callbacks_pkey') THEN
+		ALTER TABLE callbacks ADD CONSTRAINT callbacks_pkey PRIMARY KEY (message_id);
+	END IF;
+	IF NOT EXISTS (SELECT FROM pg_constraint WHERE conrelid = 'correlations'::regclass AND conname = 'correlations_pkey') THEN
+		ALTER TABLE correlations ADD CONSTRAINT correlations_pkey PRIMARY KEY (target, external_id);
 	END IF;
 	IF NOT EXISTS (SELECT FROM pg_constraint WHERE conrelid = 'operations'::regclass AND conname = 'operations_pkey') THEN
 		ALTER TABLE operations ADD CONSTRAINT operations_pkey PRIMARY KEY (id);
@@ -279,6 +317,10 @@ CREATE INDEX IF NOT EXISTS deliveries_target_message ON deliveries (target, mess
 -- worker may take, so its size is the work in flight, not the history.
 CREATE INDEX IF NOT EXISTS deliveries_claimable ON deliveries (target, (coalesce(next_due, lease_end, updated_at)))
 	WHERE ` + lifecycle.CatchUpRule.StatesSQL("") + `;
+-- The callback worker takes the due callbacks oldest first: only those
+-- in a state it may take are here.
+CREATE INDEX IF NOT EXISTS callbacks_due ON callbacks ((coalesce(next_due, lease_end)))
+	WHERE ` + lifecycle.CallbackCatchUpRule.StatesSQL("") + `;
 `
 
 // ensureLock serialises concurrent Ensure calls: CREATE … IF NOT EXISTS
@@ -312,6 +354,9 @@ func Ensure(ctx context.Context, db *pgxpool.Pool) error {
 		}
 		if _, err := tx.Exec(ctx, sessionsDDL); err != nil {
 			return fmt.Errorf("create console sessions table: %w", err)
+		}
+		if _, err := tx.Exec(ctx, sourcesDDL); err != nil {
+			return fmt.Errorf("create sources tables: %w", err)
 		}
 		if _, err := tx.Exec(ctx, projectionTablesDDL); err != nil {
 			return fmt.Errorf("create projection tables: %w", err)
@@ -358,7 +403,7 @@ func RecreateProjections(ctx context.Context, db *pgxpool.Pool, load func(pgx.Tx
 		if err := checkVersion(ctx, tx, PartJournal, JournalVersion); err != nil {
 			return err
 		}
-		if _, err := tx.Exec(ctx, `DROP TABLE IF EXISTS messages, deliveries, delivery_counts, lanes, operations;
+		if _, err := tx.Exec(ctx, `DROP TABLE IF EXISTS messages, deliveries, delivery_counts, lanes, callbacks, correlations, operations;
 			DELETE FROM schema_version WHERE part = 'projections'`); err != nil {
 			return fmt.Errorf("drop projection tables: %w", err)
 		}
@@ -383,7 +428,7 @@ func RecreateProjections(ctx context.Context, db *pgxpool.Pool, load func(pgx.Tx
 // version; the journal, the payloads and the configuration stay. The next
 // Ensure creates them empty, for a rebuild to fill.
 func ResetProjections(ctx context.Context, db *pgxpool.Pool) error {
-	_, err := db.Exec(ctx, `DROP TABLE IF EXISTS messages, deliveries, delivery_counts, lanes, operations;
+	_, err := db.Exec(ctx, `DROP TABLE IF EXISTS messages, deliveries, delivery_counts, lanes, callbacks, correlations, operations;
 		`+versionDDL+`;
 		DELETE FROM schema_version WHERE part = 'projections'`)
 	if err != nil {

@@ -3,6 +3,7 @@ package workers_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -308,6 +309,31 @@ func TestReceipts(t *testing.T) {
 	d := b.load(t, ms[1].ID).Deliveries[0]
 	if d.State != lifecycle.StateFailed || d.LastError != "no receipt within 1h0m0s" {
 		t.Fatalf("overdue receipt: %s, %q", d.State, d.LastError)
+	}
+	b.audit(t)
+}
+
+// TestReceiptsByTheReceiversID: a target that takes the receiver's id
+// from its answer hands over with it, and a receipt by that id settles
+// the delivery.
+func TestReceiptsByTheReceiversID(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.sink.setAnswer(func(n int, w http.ResponseWriter, _ *http.Request) int {
+		w.Header().Set("X-Message-Id", fmt.Sprintf("SM-%d", n))
+		return http.StatusAccepted
+	})
+	spec := b.httpTarget("sms")
+	spec.Receipt = &lifecycle.ReceiptPolicy{Timeout: lifecycle.Duration(time.Hour),
+		Correlate: &lifecycle.Correlation{Header: "X-Message-Id"}}
+	b.target(t, spec)
+	b.runtime(t, 0)
+	ms := b.ingest(t, 1)
+	b.waitStatus(t, lifecycle.StatusAwaitingReceipt, ms...)
+	m, id, err := b.w.ReceiptByExternalID(b.ctx, commands.ExternalReceipt{Target: "sms", ExternalID: "SM-1", Final: true,
+		Positive: true, Status: "DELIVRD"}, "operator:gateway")
+	if err != nil || id != ms[0].Deliveries[0].ID || m.Status != lifecycle.StatusDelivered {
+		t.Fatalf("receipt by SM-1: %v %v", id, err)
 	}
 	b.audit(t)
 }

@@ -29,6 +29,7 @@ import (
 	"github.com/waybill/waybill/commands"
 	"github.com/waybill/waybill/console"
 	"github.com/waybill/waybill/httpapi"
+	"github.com/waybill/waybill/intake"
 	"github.com/waybill/waybill/internal/securefile"
 	"github.com/waybill/waybill/natsserver"
 	"github.com/waybill/waybill/pgserver"
@@ -69,7 +70,7 @@ func serveFlags(fs *flag.FlagSet) *serveConfig {
 	fs.DurationVar(&c.drainGrace, "drain-grace", 5*time.Second,
 		"how long a stop lets attempts in flight finish before it cancels them (env WAYBILL_DRAIN_GRACE)")
 	fs.Int64Var(&c.maxPayload, "max-payload", httpapi.DefaultMaxPayload,
-		"largest request body the API takes, in bytes (env WAYBILL_MAX_PAYLOAD)")
+		"largest request body the API takes, and largest file or row a source takes, in bytes (env WAYBILL_MAX_PAYLOAD)")
 	return c
 }
 
@@ -225,11 +226,22 @@ func serve(ctx context.Context, cfg *serveConfig, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	callbacks, err := workers.NewCallbacks(workers.CallbackConfig{Base: base, Writer: w, DrainGrace: cfg.drainGrace, Registerer: reg})
+	if err != nil {
+		return err
+	}
+	sources, err := intake.New(intake.Config{Base: base, Writer: w, DB: db, NATS: nc, Metrics: intake.NewMetrics(reg),
+		MaxPayload: cfg.maxPayload})
+	if err != nil {
+		return err
+	}
 
-	// The services start in this order and stop in the reverse: the bulk
-	// operations' runner and the sweep first, then the workers, each
-	// before anything they use. The sweep's first pass runs after the
-	// workers subscribed, so its wake-ups find them.
+	// The services start in this order and stop in the reverse: the
+	// sources first, so nothing comes in while the rest stops, then the
+	// bulk operations' runner, the sweep, then the workers, each before
+	// anything they use. The sweep's first pass runs after the workers
+	// subscribed, so its wake-ups find them, and so do the sources' first
+	// messages.
 	var services service.List
 	stack.push(func() {
 		ready.Store(false)
@@ -240,7 +252,8 @@ func serve(ctx context.Context, cfg *serveConfig, stderr io.Writer) error {
 	for _, s := range []struct {
 		name string
 		s    service.Service
-	}{{"http server", web}, {"alerter", alerter}, {"event stream", events}, {"runtime", rt}, {"sweep", sw}, {"bulk operations", runner}} {
+	}{{"http server", web}, {"alerter", alerter}, {"event stream", events}, {"runtime", rt}, {"callbacks", callbacks}, {"sweep", sw},
+		{"bulk operations", runner}, {"sources", sources}} {
 		if err := services.Start(ctx, s.name, s.s); err != nil {
 			return err
 		}
