@@ -178,7 +178,8 @@ func (w *Writer) Redispatch(ctx context.Context, id uuid.UUID, a Action) (*proje
 // named in targets. The current generation's deliveries that failed or
 // stalled are superseded; delivered and skipped ones stay as they are. A
 // message with a delivery still in hand (queued, blocked, delivering,
-// retrying, awaiting a receipt), never dispatched, or refused is
+// retrying, awaiting a receipt), never dispatched, refused, or whose
+// generation has no deliveries (a replay that matched no route) is
 // ErrNotResendable, with the reason; a target not of the current
 // generation is ErrInvalid.
 func (w *Writer) Resend(ctx context.Context, id uuid.UUID, targets []string, a Action) (*projection.Message, error) {
@@ -186,21 +187,7 @@ func (w *Writer) Resend(ctx context.Context, id uuid.UUID, targets []string, a A
 		return nil, err
 	}
 	m, err := w.resend(ctx, id, a, func(m *projection.Message, _ *configState) ([]string, error) {
-		current := currentTargets(m)
-		if len(targets) == 0 {
-			return current, nil
-		}
-		var errs []error
-		for i, t := range targets {
-			if !slices.Contains(current, t) {
-				errs = append(errs, &lifecycle.FieldError{Field: fmt.Sprintf("targets[%d]", i),
-					Problem: fmt.Sprintf("%q is not a target of the message's generation %d: allowed are %v", t, m.Generation, current)})
-			}
-		}
-		if err := errors.Join(errs...); err != nil {
-			return nil, invalid(err)
-		}
-		return slices.Compact(slices.Sorted(slices.Values(targets))), nil
+		return resendTargets(m, targets)
 	}, false)
 	if err != nil {
 		return nil, fmt.Errorf("resend message %s: %w", id, err)
@@ -225,6 +212,32 @@ func (w *Writer) Replay(ctx context.Context, id uuid.UUID, a Action) (*projectio
 	return m, nil
 }
 
+// resendTargets are the targets a resend of m sends to: those of its
+// current generation, or those of them named in targets (any other is
+// ErrInvalid). A generation with none is ErrNotResendable: a replay
+// matches the routes afresh.
+func resendTargets(m *projection.Message, targets []string) ([]string, error) {
+	current := m.CurrentTargets()
+	if len(current) == 0 {
+		return nil, &StateError{Err: ErrNotResendable, State: string(m.Status),
+			Reason: fmt.Sprintf("its generation %d has no targets to send to again: replay it to match the routes afresh", m.Generation)}
+	}
+	if len(targets) == 0 {
+		return current, nil
+	}
+	var errs []error
+	for i, t := range targets {
+		if !slices.Contains(current, t) {
+			errs = append(errs, &lifecycle.FieldError{Field: fmt.Sprintf("targets[%d]", i),
+				Problem: fmt.Sprintf("%q is not a target of the message's generation %d: allowed are %v", t, m.Generation, current)})
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, invalid(err)
+	}
+	return slices.Compact(slices.Sorted(slices.Values(targets))), nil
+}
+
 // resend records a new generation of the message to the targets chosen.
 func (w *Writer) resend(ctx context.Context, id uuid.UUID, a Action,
 	choose func(*projection.Message, *configState) ([]string, error), replay bool) (*projection.Message, error) {
@@ -243,7 +256,7 @@ func resendDecision(cfg *configState, a Action, choose func(*projection.Message,
 		if err := a.fresh(m); err != nil {
 			return nil, err
 		}
-		if err := resendable(m); err != nil {
+		if err := Resendable(m); err != nil {
 			return nil, err
 		}
 		targets, err := choose(m, cfg)
@@ -274,8 +287,11 @@ func resendDecision(cfg *configState, a Action, choose func(*projection.Message,
 	}
 }
 
-// resendable says why the message cannot be sent again, or nil.
-func resendable(m *projection.Message) error {
+// Resendable says why the message cannot be sent again now, a
+// *StateError of ErrNotResendable with the reason, or nil: the rule Resend
+// and Replay act by, for a surface to offer them only when they would be
+// taken.
+func Resendable(m *projection.Message) error {
 	switch {
 	case m.Stage != lifecycle.StageDispatched:
 		return &StateError{Err: ErrNotResendable, State: string(m.Stage), Allowed: []string{string(lifecycle.StageDispatched)},
@@ -301,18 +317,5 @@ func settledStates() []lifecycle.DeliveryState {
 			out = append(out, s)
 		}
 	}
-	return out
-}
-
-// currentTargets lists the targets of the message's current generation,
-// in name order.
-func currentTargets(m *projection.Message) []string {
-	var out []string
-	for i := range m.Deliveries {
-		if d := &m.Deliveries[i]; m.Current(d) {
-			out = append(out, d.Target)
-		}
-	}
-	slices.Sort(out)
 	return out
 }

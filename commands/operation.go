@@ -287,7 +287,7 @@ func bulkDecision(cfg *configState, action lifecycle.OperationAction, target str
 	switch action {
 	case lifecycle.ActionResend:
 		return resendDecision(cfg, a, func(m *projection.Message, _ *configState) ([]string, error) {
-			return currentTargets(m), nil
+			return resendTargets(m, nil)
 		}, false)
 	case lifecycle.ActionReplay:
 		return resendDecision(cfg, a, func(m *projection.Message, cfg *configState) ([]string, error) {

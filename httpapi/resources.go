@@ -302,12 +302,8 @@ func messageOf(m *projection.Message) Message {
 	if m.PossibleDuplicateOf != uuid.Nil {
 		out.PossibleDuplicateOf = &m.PossibleDuplicateOf
 	}
-	for g := m.Generation; g >= 1; g-- {
-		for _, d := range m.Deliveries {
-			if d.Generation == g {
-				out.Deliveries = append(out.Deliveries, deliveryOf(d))
-			}
-		}
+	for _, d := range m.NewestFirst() {
+		out.Deliveries = append(out.Deliveries, deliveryOf(d))
 	}
 	if cb := m.Callback; cb != nil {
 		out.Callback = &MessageCallback{URL: cb.URL, Seq: cb.Seq, Attempts: cb.Attempts, LastError: optional(cb.LastError),

@@ -347,12 +347,18 @@ func stopPostgres(srv *pgserver.Server, log *slog.Logger) func() {
 // openDB opens the pool every part of the process shares. A session left
 // idle inside a transaction is ended after a minute: such a transaction
 // holds back the journal feed, which reads only below the oldest one open.
+// JIT compilation is off: the statements are short lookups run as
+// prepared statements, whose generic plans' estimates (an array of ids is
+// guessed at ten rows, joined to a guess) often pass jit_above_cost, and
+// compiling one took 100 to 200 ms where running it takes one
+// (performance.md).
 func openDB(ctx context.Context, url string) (*pgxpool.Pool, error) {
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		return nil, fmt.Errorf("database url: %w", err)
 	}
 	cfg.ConnConfig.RuntimeParams["idle_in_transaction_session_timeout"] = "60000"
+	cfg.ConnConfig.RuntimeParams["jit"] = "off"
 	cfg.ConnConfig.RuntimeParams["application_name"] = "waybill"
 	cfg.AfterConnect = schema.AfterConnect
 	if cfg.MaxConns < 32 && !strings.Contains(url, "pool_max_conns") {
