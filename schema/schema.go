@@ -136,11 +136,11 @@ CREATE TABLE IF NOT EXISTS messages (
 -- A command read the message at a version; finding it at another means a
 -- concurrent writer won, so the transaction fails as a serialization failure
 -- and the command reads again.
-CREATE OR REPLACE FUNCTION projection_expect_row(updated bigint, id uuid, version int) RETURNS void
+CREATE OR REPLACE FUNCTION projection_expect_rows(updated bigint, want int) RETURNS void
 LANGUAGE plpgsql AS $$
 BEGIN
-	IF updated <> 1 THEN
-		RAISE EXCEPTION 'message % is no longer at version %', id, version
+	IF updated <> want THEN
+		RAISE EXCEPTION '% of % messages are no longer at the version read', want - updated, want
 			USING ERRCODE = 'serialization_failure';
 	END IF;
 END $$;
