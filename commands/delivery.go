@@ -182,7 +182,7 @@ func (w *Writer) claimDue(ctx context.Context, target string, n int, lease time.
 		events = append(events, c.events...)
 	}
 	// A claim moves no lane: only a lane's head is ever claimable.
-	bodies, err := w.commit(ctx, conn, changes, events, nil, true)
+	bodies, err := w.commit(ctx, conn, changes, events, nil, nil, true)
 	if err != nil {
 		return nil, err
 	}
