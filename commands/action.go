@@ -84,29 +84,37 @@ func (w *Writer) Redeliver(ctx context.Context, messageID, deliveryID uuid.UUID,
 			return nil, err
 		}
 		c := newChange(m)
-		d := c.after.Delivery(deliveryID)
-		p := &journal.DeliveryRedelivered{DispatchCount: 1, NextDue: now.Add(lifecycle.DispatchBackoff(1)), Operation: a.Operation}
-		if d.LaneSeq > 0 && lifecycle.RedeliverRule.Admits(d.State) {
-			head, err := lanes.Head(projection.LaneID{Target: d.Target, Key: d.LaneKey}, d.ID)
-			if err != nil {
-				return nil, err
-			}
-			if !head {
-				if p.Lane, err = lanes.Place(d.Target, d.LaneKey); err != nil {
-					return nil, err
-				}
-			}
-		}
-		err := c.record(journal.Event{RecordedAt: now, DeliveryID: deliveryID, Actor: a.actor(), Payload: p})
-		if !p.Blocked {
-			c.wakeups = []Wakeup{{DeliveryID: deliveryID, Target: d.Target}}
-		}
-		return c, refused(ErrNotRedeliverable, err)
+		return c, refused(ErrNotRedeliverable, redeliverOn(c, lanes, deliveryID, now, a))
 	})
 	if err != nil {
 		return nil, fmt.Errorf("redeliver delivery %s of message %s: %w", deliveryID, messageID, err)
 	}
 	return m, nil
+}
+
+// redeliverOn records on c the redelivery of one of its message's
+// deliveries, and its wake-up unless it joins the back of a held lane.
+func redeliverOn(c *change, lanes *projection.LaneBook, deliveryID uuid.UUID, now time.Time, a Action) error {
+	d := c.after.Delivery(deliveryID)
+	p := &journal.DeliveryRedelivered{DispatchCount: 1, NextDue: now.Add(lifecycle.DispatchBackoff(1)), Operation: a.Operation}
+	if d.LaneSeq > 0 && lifecycle.RedeliverRule.Admits(d.State) {
+		head, err := lanes.Head(projection.LaneID{Target: d.Target, Key: d.LaneKey}, d.ID)
+		if err != nil {
+			return err
+		}
+		if !head {
+			if p.Lane, err = lanes.Place(d.Target, d.LaneKey); err != nil {
+				return err
+			}
+		}
+	}
+	if err := c.record(journal.Event{RecordedAt: now, DeliveryID: deliveryID, Actor: a.actor(), Payload: p}); err != nil {
+		return err
+	}
+	if !p.Blocked {
+		c.wakeups = append(c.wakeups, Wakeup{DeliveryID: deliveryID, Target: d.Target})
+	}
+	return nil
 }
 
 // Skip settles one delivery of the message without sending it, with the
@@ -127,14 +135,18 @@ func (w *Writer) Skip(ctx context.Context, messageID, deliveryID uuid.UUID, a Ac
 			return nil, err
 		}
 		c := newChange(m)
-		err := c.record(journal.Event{RecordedAt: now, DeliveryID: deliveryID, Actor: a.actor(),
-			Payload: &journal.DeliverySkipped{Reason: a.Reason, Operation: a.Operation}})
-		return c, refused(ErrNotSkippable, err)
+		return c, refused(ErrNotSkippable, skipOn(c, deliveryID, now, a))
 	})
 	if err != nil {
 		return nil, fmt.Errorf("skip delivery %s of message %s: %w", deliveryID, messageID, err)
 	}
 	return m, nil
+}
+
+// skipOn records on c the skip of one of its message's deliveries.
+func skipOn(c *change, deliveryID uuid.UUID, now time.Time, a Action) error {
+	return c.record(journal.Event{RecordedAt: now, DeliveryID: deliveryID, Actor: a.actor(),
+		Payload: &journal.DeliverySkipped{Reason: a.Reason, Operation: a.Operation}})
 }
 
 // Redispatch matches the current routes again and adds a delivery, to the
@@ -166,7 +178,8 @@ func (w *Writer) Redispatch(ctx context.Context, id uuid.UUID, a Action) (*proje
 // named in targets. The current generation's deliveries that failed or
 // stalled are superseded; delivered and skipped ones stay as they are. A
 // message with a delivery still in hand (queued, blocked, delivering,
-// retrying, awaiting a receipt), never dispatched, or refused is
+// retrying, awaiting a receipt), never dispatched, refused, or whose
+// generation has no deliveries (a replay that matched no route) is
 // ErrNotResendable, with the reason; a target not of the current
 // generation is ErrInvalid.
 func (w *Writer) Resend(ctx context.Context, id uuid.UUID, targets []string, a Action) (*projection.Message, error) {
@@ -174,21 +187,7 @@ func (w *Writer) Resend(ctx context.Context, id uuid.UUID, targets []string, a A
 		return nil, err
 	}
 	m, err := w.resend(ctx, id, a, func(m *projection.Message, _ *configState) ([]string, error) {
-		current := currentTargets(m)
-		if len(targets) == 0 {
-			return current, nil
-		}
-		var errs []error
-		for i, t := range targets {
-			if !slices.Contains(current, t) {
-				errs = append(errs, &lifecycle.FieldError{Field: fmt.Sprintf("targets[%d]", i),
-					Problem: fmt.Sprintf("%q is not a target of the message's generation %d: allowed are %v", t, m.Generation, current)})
-			}
-		}
-		if err := errors.Join(errs...); err != nil {
-			return nil, invalid(err)
-		}
-		return slices.Compact(slices.Sorted(slices.Values(targets))), nil
+		return resendTargets(m, targets)
 	}, false)
 	if err != nil {
 		return nil, fmt.Errorf("resend message %s: %w", id, err)
@@ -213,6 +212,32 @@ func (w *Writer) Replay(ctx context.Context, id uuid.UUID, a Action) (*projectio
 	return m, nil
 }
 
+// resendTargets are the targets a resend of m sends to: those of its
+// current generation, or those of them named in targets (any other is
+// ErrInvalid). A generation with none is ErrNotResendable: a replay
+// matches the routes afresh.
+func resendTargets(m *projection.Message, targets []string) ([]string, error) {
+	current := m.CurrentTargets()
+	if len(current) == 0 {
+		return nil, &StateError{Err: ErrNotResendable, State: string(m.Status),
+			Reason: fmt.Sprintf("its generation %d has no targets to send to again: replay it to match the routes afresh", m.Generation)}
+	}
+	if len(targets) == 0 {
+		return current, nil
+	}
+	var errs []error
+	for i, t := range targets {
+		if !slices.Contains(current, t) {
+			errs = append(errs, &lifecycle.FieldError{Field: fmt.Sprintf("targets[%d]", i),
+				Problem: fmt.Sprintf("%q is not a target of the message's generation %d: allowed are %v", t, m.Generation, current)})
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, invalid(err)
+	}
+	return slices.Compact(slices.Sorted(slices.Values(targets))), nil
+}
+
 // resend records a new generation of the message to the targets chosen.
 func (w *Writer) resend(ctx context.Context, id uuid.UUID, a Action,
 	choose func(*projection.Message, *configState) ([]string, error), replay bool) (*projection.Message, error) {
@@ -220,11 +245,18 @@ func (w *Writer) resend(ctx context.Context, id uuid.UUID, a Action,
 	if err != nil {
 		return nil, err
 	}
-	return w.run(ctx, message(id), func(m *projection.Message, lanes *projection.LaneBook, now time.Time) (*change, error) {
+	return w.run(ctx, message(id), resendDecision(cfg, a, choose, replay))
+}
+
+// resendDecision records a new generation of the message to the targets
+// choose picks, or refuses the message with ErrNotResendable.
+func resendDecision(cfg *configState, a Action, choose func(*projection.Message, *configState) ([]string, error),
+	replay bool) decision {
+	return func(m *projection.Message, lanes *projection.LaneBook, now time.Time) (*change, error) {
 		if err := a.fresh(m); err != nil {
 			return nil, err
 		}
-		if err := resendable(m); err != nil {
+		if err := Resendable(m); err != nil {
 			return nil, err
 		}
 		targets, err := choose(m, cfg)
@@ -252,11 +284,14 @@ func (w *Writer) resend(ctx context.Context, id uuid.UUID, a Action,
 		c.touched = append(c.touched, superseded...)
 		c.added(nd.Deliveries)
 		return c, nil
-	})
+	}
 }
 
-// resendable says why the message cannot be sent again, or nil.
-func resendable(m *projection.Message) error {
+// Resendable says why the message cannot be sent again now, a
+// *StateError of ErrNotResendable with the reason, or nil: the rule Resend
+// and Replay act by, for a surface to offer them only when they would be
+// taken.
+func Resendable(m *projection.Message) error {
 	switch {
 	case m.Stage != lifecycle.StageDispatched:
 		return &StateError{Err: ErrNotResendable, State: string(m.Stage), Allowed: []string{string(lifecycle.StageDispatched)},
@@ -282,18 +317,5 @@ func settledStates() []lifecycle.DeliveryState {
 			out = append(out, s)
 		}
 	}
-	return out
-}
-
-// currentTargets lists the targets of the message's current generation,
-// in name order.
-func currentTargets(m *projection.Message) []string {
-	var out []string
-	for i := range m.Deliveries {
-		if d := &m.Deliveries[i]; m.Current(d) {
-			out = append(out, d.Target)
-		}
-	}
-	slices.Sort(out)
 	return out
 }

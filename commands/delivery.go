@@ -79,6 +79,30 @@ func (c *change) claim(deliveryID uuid.UUID, lease time.Duration, now time.Time)
 // states are the predicate of the index deliveries_claimable.
 var claimableSQL = lifecycle.CatchUpRule.SQL("d", "$2")
 
+// claimDueSQL chooses and locks up to $3 deliveries of target $1 that a
+// worker may take at $2, oldest due first.
+var claimDueSQL = `SELECT d.id, d.message_id FROM deliveries d JOIN messages m ON m.id = d.message_id
+	WHERE d.target = $1 AND ` + claimableSQL + `
+	ORDER BY coalesce(d.next_due, d.lease_end, d.updated_at) LIMIT $3
+	FOR UPDATE OF d, m SKIP LOCKED`
+
+// claimPlanSQL, run in the claim's transaction before claimDueSQL, makes
+// it walk deliveries_claimable in its order and stop at the limit,
+// whatever the statistics say. A bitmap scan of the target's entries and
+// a sort, which a plan made on stale statistics chooses, takes time in
+// proportion to the backlog, and never marks the entries of deliveries
+// claimed already as dead, as an index scan does, so each claim of a
+// drain read more of them than the last.
+const claimPlanSQL = `SELECT set_config('enable_bitmapscan', 'off', true), set_config('enable_sort', 'off', true)`
+
+// claimPlanReset gives the rest of the claim's transaction the settings
+// of the server (under claimPlanSQL's, the read of the messages and the
+// writes took seconds on tables never analyzed), and generic plans, as the
+// Writer's batches have: the reads plan as index lookups whatever the
+// sizes, and planning each on every call cost a third of its time.
+var claimPlanReset = []string{`SET LOCAL enable_bitmapscan TO DEFAULT`, `SET LOCAL enable_sort TO DEFAULT`,
+	`SET LOCAL plan_cache_mode = force_generic_plan`}
+
 // ClaimDue claims up to n deliveries of the target that a worker may take
 // now, oldest due first, in one transaction. It skips the rows other
 // workers' claims hold locked (FOR UPDATE SKIP LOCKED on the delivery and
@@ -110,10 +134,8 @@ func (w *Writer) claimDue(ctx context.Context, target string, n int, lease time.
 	var messageIDs []uuid.UUID
 	b := &pgx.Batch{}
 	b.Queue(`BEGIN`)
-	b.Queue(`SELECT d.id, d.message_id FROM deliveries d JOIN messages m ON m.id = d.message_id
-		WHERE d.target = $1 AND `+claimableSQL+`
-		ORDER BY coalesce(d.next_due, d.lease_end, d.updated_at) LIMIT $3
-		FOR UPDATE OF d, m SKIP LOCKED`, target, now, n).Query(func(rows pgx.Rows) error {
+	b.Queue(claimPlanSQL)
+	b.Queue(claimDueSQL, target, now, n).Query(func(rows pgx.Rows) error {
 		var deliveryID, messageID uuid.UUID
 		_, err := pgx.ForEachRow(rows, []any{&deliveryID, &messageID}, func() error {
 			byMessage[messageID] = deliveryID
@@ -122,6 +144,9 @@ func (w *Writer) claimDue(ctx context.Context, target string, n int, lease time.
 		})
 		return err
 	})
+	for _, sql := range claimPlanReset {
+		b.Queue(sql)
+	}
 	if err := conn.SendBatch(ctx, b).Close(); err != nil {
 		return nil, err
 	}
@@ -157,7 +182,7 @@ func (w *Writer) claimDue(ctx context.Context, target string, n int, lease time.
 		events = append(events, c.events...)
 	}
 	// A claim moves no lane: only a lane's head is ever claimable.
-	bodies, err := w.commit(ctx, conn, changes, events, nil, true)
+	bodies, err := w.commit(ctx, conn, changes, events, nil, nil, true)
 	if err != nil {
 		return nil, err
 	}

@@ -173,6 +173,12 @@ func TestReplay(t *testing.T) {
 	if got := byTarget(m, 2); got["alpha"] != lifecycle.StateSuperseded || got["beta"] != lifecycle.StateSuperseded {
 		t.Errorf("generation 2 after the replay: %v", got)
 	}
+	// An empty generation has nothing to send again: only a replay.
+	var se *commands.StateError
+	if _, err := b.w.Resend(b.ctx, m.ID, nil, commands.Action{Operator: "alice"}); !errors.Is(err, commands.ErrNotResendable) ||
+		!errors.As(err, &se) || !strings.Contains(se.Reason, "replay") {
+		t.Errorf("resend of an empty generation: %v", err)
+	}
 	b.audit(t)
 }
 

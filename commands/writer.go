@@ -240,14 +240,19 @@ func (w *Writer) release(conn *pgxpool.Conn) {
 
 // queue adds to b the statements of the changes, at most one change per
 // message, and of the lanes they moved: the projection first (its update
-// locks the message rows), then the events in the order recorded, then the
-// bodies of new messages.
-func (w *Writer) queue(b *pgx.Batch, changes []*change, events []journal.Event, lanes []projection.Lane) error {
+// locks the message rows), with the row of the batch's bulk operation when
+// it has one (operation), then the events in the order recorded, then the
+// bodies of new messages and the changes' extra statements.
+func (w *Writer) queue(b *pgx.Batch, changes []*change, events []journal.Event, lanes []projection.Lane,
+	operation func(*pgx.Batch)) error {
 	writes := make([]projection.Write, len(changes))
 	for i, c := range changes {
 		writes[i] = projection.Write{Before: c.before, Message: c.after, Touched: c.touched, Events: c.events}
 	}
 	projection.Queue(b, lanes, writes...)
+	if operation != nil {
+		operation(b)
+	}
 	w.cutAt("projected", b)
 	if err := journal.Queue(b, events...); err != nil {
 		return err

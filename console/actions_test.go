@@ -47,6 +47,7 @@ func TestRedeliverAsksThenActs(t *testing.T) {
 	c.get(t, page).lacks(t, "The delivery to billing is queued again.")
 
 	// Queued, it is refused with the API's reason, and nothing changes.
+	c.get(t, action).want(t, http.StatusOK)
 	before = b.journalLength(t)
 	a := c.post(t, action, nil).want(t, http.StatusConflict)
 	_, err = b.w.Redeliver(b.ctx, m.ID, d.ID, commands.Action{Operator: "alice"})
@@ -112,6 +113,7 @@ func TestSkipAsksThenActsAndTheLaneMoves(t *testing.T) {
 
 	// Skipped, it is refused with the API's reason, the reason kept in its
 	// field, and nothing changes.
+	c.get(t, action).want(t, http.StatusOK)
 	before = b.journalLength(t)
 	a := c.post(t, action, url.Values{"reason": {"again"}}).want(t, http.StatusConflict)
 	_, err = b.w.Skip(b.ctx, head.ID, head.Deliveries[0].ID, commands.Action{Operator: "alice"})
@@ -147,6 +149,7 @@ func TestRedispatchAddsWhatTheRoutesNowMatch(t *testing.T) {
 	c.get(t, page+"/redispatch").want(t, http.StatusOK).has(t, "Redispatch message "+m.ID.String()+"?", "Its 1 deliveries stay")
 	c.post(t, page+"/redispatch", nil).redirects(t, page)
 	c.get(t, page).has(t, "Redispatched: 1 new delivery.", "archive")
+	c.get(t, page+"/redispatch").want(t, http.StatusOK)
 	c.post(t, page+"/redispatch", nil).redirects(t, page)
 	c.get(t, page).has(t, "Redispatched: every matched target had a delivery already.")
 }
@@ -165,6 +168,8 @@ func TestReaderSeesNoActionAndIsRefusedOne(t *testing.T) {
 	msg := "/ui/messages/" + m.ID.String()
 	actions := []string{
 		msg + "/redispatch",
+		msg + "/resend",
+		msg + "/replay",
 		msg + "/deliveries/" + d.ID.String() + "/redeliver",
 		msg + "/deliveries/" + d.ID.String() + "/skip",
 		"/ui/targets/billing/edit",
@@ -185,7 +190,7 @@ func TestReaderSeesNoActionAndIsRefusedOne(t *testing.T) {
 				a.lacks(t, `href="`+action+`"`)
 			}
 		}
-		a.lacks(t, "Redeliver", "Redispatch", ">Skip<", ">Edit<", ">Disable<", ">Delete<", "Add the route", `name="delivery.max_dispatches"`)
+		a.lacks(t, "Redeliver", "Redispatch", "Resend", "Replay", ">Skip<", ">Edit<", ">Disable<", ">Delete<", "Add the route", `name="delivery.max_dispatches"`)
 	}
 
 	// The server refuses the actions anyway, with the API's reason, and
@@ -249,6 +254,8 @@ func TestUnknownIDsAreNotFound(t *testing.T) {
 		"/ui/messages/" + m.ID.String() + "/deliveries/01a23b49-48df-7e79-b764-a846b1a5c90f/skip",
 		"/ui/messages/01a23b49-48df-7e79-b764-a846b1a5c90f/deliveries/" + m.Deliveries[0].ID.String() + "/skip",
 		"/ui/messages/01a23b49-48df-7e79-b764-a846b1a5c90f/redispatch",
+		"/ui/messages/01a23b49-48df-7e79-b764-a846b1a5c90f/resend",
+		"/ui/messages/01a23b49-48df-7e79-b764-a846b1a5c90f/replay",
 		"/ui/targets/nope",
 		"/ui/targets/Not_A_Name/edit",
 		"/ui/targets/nope/lanes",

@@ -33,6 +33,7 @@ const benchPastHour = time.Minute
 // Each message goes from erp (crm for one in ten) to archive and billing;
 // archive delivers every one, billing fails one in a hundred, retries one
 // in two hundred, has not tried one in two hundred, and delivers the rest.
+// One in two hundred is a possible duplicate.
 func loadMessages(b *testing.B, bd *bundle, n int) {
 	b.Helper()
 	bd.target(b, "archive")
@@ -51,7 +52,9 @@ func loadMessages(b *testing.B, bd *bundle, n int) {
 		CROSS JOIN LATERAL (VALUES
 			(1, g.t0, NULL::uuid, NULL, 'message.accepted', 'source:erp', NULL, NULL,
 				jsonb_build_object('source', CASE WHEN g.i % 10 = 0 THEN 'crm' ELSE 'erp' END, 'from', 'acme', 'to', 'globex',
-					'content_type', 'application/json', 'payload_size', 17, 'payload_sha256', repeat('ab', 32))),
+					'content_type', 'application/json', 'payload_size', 17, 'payload_sha256', repeat('ab', 32)) ||
+				CASE WHEN g.k = 3 THEN jsonb_build_object('duplicate_key', 'INV-' || g.i, 'possible_duplicate_of', gen_random_uuid())
+					ELSE '{}'::jsonb END),
 			(2, g.t0, NULL, NULL, 'message.dispatched', 'source:erp', NULL, NULL,
 				jsonb_build_object('deliveries', jsonb_build_array(
 					jsonb_build_object('id', g.a, 'seq', 1, 'target', 'archive'),
@@ -192,9 +195,12 @@ func BenchmarkPages(b *testing.B) {
 		{"messages/source=crm,24h", "/ui/messages?" + url.Values{"source": {"crm"}, "created_after": {day}}.Encode()},
 		{"messages/target=billing", "/ui/messages?target=billing"},
 		{"messages/ordering_key", "/ui/messages?ordering_key=order-00042"},
+		{"messages/possible_duplicate", "/ui/messages?possible_duplicate=true"},
 		{"message", "/ui/messages/" + failed.String()},
 		{"message/blocked", "/ui/messages/" + blockedMessage.String()},
 		{"redispatch", "/ui/messages/" + failed.String() + "/redispatch"},
+		{"resend", "/ui/messages/" + failed.String() + "/resend"},
+		{"replay", "/ui/messages/" + failed.String() + "/replay"},
 		{"skip", "/ui/messages/" + blockedMessage.String() + "/deliveries/" + blockedDelivery.String() + "/skip"},
 		{"lanes", "/ui/targets/orders/lanes"},
 		{"lanes/page2", "/ui/targets/orders/lanes?cursor=" + projection.LaneCursor(lanes[49].Key)},

@@ -9,7 +9,8 @@
 // the REST API (projection.ListMessages, projection.ReadStats,
 // projection.ListLanes, projection.Load, journal.Stream) and every action runs the same
 // commands.Writer method, so the console and the API list, count and refuse
-// alike; a refusal shows the API's words (httpapi.Refusal).
+// alike; a refusal shows the API's words (httpapi.Refusal). An action on a
+// message acts on the version its confirmation showed, or not at all.
 //
 // A browser signs in with an API token of any role; its session lives in
 // the database (auth.Store.StartSession), so every server process knows

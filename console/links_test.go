@@ -46,10 +46,19 @@ func TestEveryLinkInATemplateIsServed(t *testing.T) {
 	head := b.ingestKeyed(t, "shop", "order-4711", "first")
 	b.ingestKeyed(t, "shop", "order-4711", "second")
 	b.settle(t, head.Deliveries[0].ID, lifecycle.Failed("400 Bad Request"))
-	if _, _, err := b.w.Ingest(b.ctx, commands.NewMessage{Source: "erp", From: "acme", To: "globex",
-		ContentType: "application/octet-stream", Payload: []byte{0, 1, 2}}); err != nil {
+	// A possible duplicate of a binary message, and the failed one sent
+	// again: a generation after another.
+	for range 2 {
+		if _, _, err := b.w.Ingest(b.ctx, commands.NewMessage{Source: "erp", From: "acme", To: "globex",
+			ContentType: "application/octet-stream", Payload: []byte{0, 1, 2}, DuplicateKey: "ctl-1"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	resent, err := b.w.Resend(b.ctx, failed.ID, []string{"billing"}, commands.Action{Operator: "setup"})
+	if err != nil {
 		t.Fatal(err)
 	}
+	b.settle(t, resent.Deliveries[2].ID, lifecycle.Failed("400 Bad Request"))
 	ts, err := b.w.Targets(b.ctx)
 	if err != nil {
 		t.Fatal(err)

@@ -2,6 +2,7 @@ package console
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"mime"
 	"net/http"
@@ -149,9 +150,17 @@ type confirmView struct {
 	Action string
 	// Back is where Cancel leads.
 	Back string
-	// Fields are the inputs the action takes, if any.
+	// Version, for an action on a message, is the message's version the
+	// page shows; the form carries it back, and the action is taken on
+	// that version or not at all (messageAction).
+	Version int
+	// Checks and Fields are the inputs the action takes, if any.
+	Checks  []checks
 	Fields  []field
 	Problem *errorView
+	// Stale says the message moved since the page was shown: the page
+	// sends the operator back to it rather than asking again.
+	Stale bool
 }
 
 // confirm answers an action's page: on GET it asks; on POST it runs act
@@ -170,10 +179,41 @@ func (c *Console) confirm(w http.ResponseWriter, r *http.Request, title string, 
 		if p.Status >= http.StatusInternalServerError {
 			return err
 		}
-		v.Problem, status = &p, p.Status
+		v.Problem, status, v.Stale = &p, p.Status, errors.Is(err, commands.ErrStale)
+		for i := range v.Fields {
+			v.Fields[i].Problems = problemsFor(v.Fields[i].Name, &p)
+		}
+		for i := range v.Checks {
+			v.Checks[i].Problems = problemsFor(v.Checks[i].Name, &p)
+		}
 	}
 	c.render(w, r, status, "confirm", page{Title: title, Nav: navOf(v.Back), View: v})
 	return nil
+}
+
+// messageAction is the commands.Action of a confirmed form on a message:
+// the operator, the reason, and the version of the message the
+// confirmation showed, which its form carries back. The Writer then acts
+// only on that version: had the message moved since (a worker's attempt,
+// another operator), nothing is written and the operator looks again.
+func messageAction(r *http.Request, s *auth.Session, reason string) (commands.Action, error) {
+	v := r.PostForm.Get("version")
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 {
+		return commands.Action{}, invalidField("version",
+			fmt.Sprintf("%q is not a version of the message: the confirmation page sends the version it showed; open it again", v))
+	}
+	return commands.Action{Operator: s.Name, IfVersion: n, Reason: reason}, nil
+}
+
+// reasonField is the optional reason of an action, as the form gave it on
+// a POST.
+func reasonField(r *http.Request) field {
+	f := field{Name: "reason", Label: "Reason (optional)", Hint: "Kept in the journal with your name."}
+	if r.Method == http.MethodPost {
+		f.Value = strings.TrimSpace(r.PostForm.Get("reason"))
+	}
+	return f
 }
 
 // navOf is the bar's item of a page of the console.
@@ -189,29 +229,36 @@ func navOf(path string) string {
 // redispatch asks, then matches the current routes again for a message
 // (POST /messages/{id}/redispatch).
 func (c *Console) redispatch(w http.ResponseWriter, r *http.Request, s *auth.Session) error {
-	id, err := pathID(r, "id")
+	m, err := c.loadMessage(r)
 	if err != nil {
 		return err
 	}
-	m, err := projection.Load(r.Context(), c.cfg.DB, id)
-	if err != nil {
-		return err
+	id := m.ID
+	of := "of it"
+	if m.Generation > 1 {
+		of = fmt.Sprintf("in generation %d, the current one,", m.Generation)
 	}
 	v := confirmView{
 		Question: "Redispatch message " + id.String() + "?",
 		Explanation: fmt.Sprintf("The message from %s (%s → %s) is matched against the current routes again, and "+
-			"every matched target that has no delivery of it gets one. Its %d deliveries stay as they are.",
-			m.Source, m.From, m.To, len(m.Deliveries)),
-		Button: "Redispatch",
-		Back:   "/ui/messages/" + id.String(),
+			"every matched target that has no delivery %s gets one. Its %d deliveries stay as they are.",
+			m.Source, m.From, m.To, of, len(m.Deliveries)),
+		Button:  "Redispatch",
+		Back:    "/ui/messages/" + id.String(),
+		Version: m.Version,
 	}
 	return c.confirm(w, r, "Redispatch", v, func() (string, error) {
-		after, err := c.cfg.Writer.Redispatch(r.Context(), id, commands.Action{Operator: s.Name})
+		a, err := messageAction(r, s, "")
+		if err != nil {
+			return "", err
+		}
+		after, err := c.cfg.Writer.Redispatch(r.Context(), id, a)
 		if err != nil {
 			return "", err
 		}
 		added := len(after.Deliveries) - len(m.Deliveries)
-		c.log.Info("message redispatched", "message_id", id, "operator", s.Name, "deliveries", len(after.Deliveries), "via", "console")
+		c.log.Info("message redispatched", "message_id", id, "operator", s.Name, "version", after.Version,
+			"deliveries", len(after.Deliveries), "via", "console")
 		switch added {
 		case 0:
 			return "Redispatched: every matched target had a delivery already.", nil
@@ -230,7 +277,7 @@ func (c *Console) redeliver(w http.ResponseWriter, r *http.Request, s *auth.Sess
 	if err != nil {
 		return err
 	}
-	v := confirmView{Button: "Redeliver", Back: "/ui/messages/" + m.ID.String()}
+	v := confirmView{Button: "Redeliver", Back: "/ui/messages/" + m.ID.String(), Version: m.Version}
 	if d.State == lifecycle.StateDelivered {
 		v.Button = "Send again"
 		v.Question = fmt.Sprintf("Send message %s again to %s?", m.ID, d.Target)
@@ -243,10 +290,15 @@ func (c *Console) redeliver(w http.ResponseWriter, r *http.Request, s *auth.Sess
 			d.Target, strings.ToLower(d.State.Label()), attemptsText(d.Attempts))
 	}
 	return c.confirm(w, r, v.Button, v, func() (string, error) {
-		if _, err := c.cfg.Writer.Redeliver(r.Context(), m.ID, d.ID, commands.Action{Operator: s.Name}); err != nil {
+		a, err := messageAction(r, s, "")
+		if err != nil {
 			return "", err
 		}
-		c.log.Info("delivery redelivered", "message_id", m.ID, "delivery_id", d.ID, "operator", s.Name, "via", "console")
+		after, err := c.cfg.Writer.Redeliver(r.Context(), m.ID, d.ID, a)
+		if err != nil {
+			return "", err
+		}
+		c.log.Info("delivery redelivered", "message_id", m.ID, "delivery_id", d.ID, "operator", s.Name, "version", after.Version, "via", "console")
 		return fmt.Sprintf("The delivery to %s is queued again.", d.Target), nil
 	})
 }
@@ -260,28 +312,31 @@ func (c *Console) skip(w http.ResponseWriter, r *http.Request, s *auth.Session) 
 	if err != nil {
 		return err
 	}
-	reason := field{Name: "reason", Label: "Reason (optional)", Hint: "Kept in the journal with your name."}
-	if r.Method == http.MethodPost {
-		reason.Value = strings.TrimSpace(r.PostForm.Get("reason"))
-	}
+	reason := reasonField(r)
 	v := confirmView{
 		Question: fmt.Sprintf("Skip the delivery of message %s to %s?", m.ID, d.Target),
 		Explanation: fmt.Sprintf("The delivery to %s is %s %s. Skipping settles it without sending it: %s does not receive the message unless it is sent again later.",
 			d.Target, strings.ToLower(d.State.Label()), attemptsText(d.Attempts), d.Target),
-		Button: "Skip",
-		Danger: true,
-		Back:   "/ui/messages/" + m.ID.String(),
-		Fields: []field{reason},
+		Button:  "Skip",
+		Danger:  true,
+		Back:    "/ui/messages/" + m.ID.String(),
+		Version: m.Version,
+		Fields:  []field{reason},
 	}
 	if d.State == lifecycle.StateAwaitingAck {
 		v.Explanation = fmt.Sprintf("%s has the message and its receipt is awaited. Skipping settles the delivery without waiting for the receipt.", d.Target)
 	}
 	v.Explanation += laneText(m, d)
 	return c.confirm(w, r, "Skip", v, func() (string, error) {
-		if _, err := c.cfg.Writer.Skip(r.Context(), m.ID, d.ID, commands.Action{Operator: s.Name, Reason: reason.Value}); err != nil {
+		a, err := messageAction(r, s, reason.Value)
+		if err != nil {
 			return "", err
 		}
-		c.log.Info("delivery skipped", "message_id", m.ID, "delivery_id", d.ID, "operator", s.Name, "via", "console")
+		after, err := c.cfg.Writer.Skip(r.Context(), m.ID, d.ID, a)
+		if err != nil {
+			return "", err
+		}
+		c.log.Info("delivery skipped", "message_id", m.ID, "delivery_id", d.ID, "operator", s.Name, "version", after.Version, "via", "console")
 		return fmt.Sprintf("The delivery to %s is skipped.", d.Target), nil
 	})
 }

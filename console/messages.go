@@ -1,8 +1,10 @@
 package console
 
 import (
+	"fmt"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
@@ -29,14 +31,15 @@ type messagesView struct {
 
 // filterForm is the filters as the form holds them.
 type filterForm struct {
-	Status, Source, Target, OrderingKey, CreatedAfter, CreatedBefore string
+	Status, Source, Target, OrderingKey, PossibleDuplicate, CreatedAfter, CreatedBefore string
 }
 
 // values are the filters that are set, as a query.
 func (f filterForm) values() url.Values {
 	q := url.Values{}
 	for name, v := range map[string]string{"status": f.Status, "source": f.Source, "target": f.Target,
-		"ordering_key": f.OrderingKey, "created_after": f.CreatedAfter, "created_before": f.CreatedBefore} {
+		"ordering_key": f.OrderingKey, "possible_duplicate": f.PossibleDuplicate, "created_after": f.CreatedAfter,
+		"created_before": f.CreatedBefore} {
 		if v != "" {
 			q.Set(name, v)
 		}
@@ -91,8 +94,8 @@ func (c *Console) messages(w http.ResponseWriter, r *http.Request, _ *auth.Sessi
 // key may hold them.
 func parseFilter(q url.Values) (projection.MessageFilter, filterForm, error) {
 	get := func(name string) string { return strings.TrimSpace(q.Get(name)) }
-	form := filterForm{Status: get("status"), Source: get("source"), Target: get("target"),
-		OrderingKey: q.Get("ordering_key"), CreatedAfter: get("created_after"), CreatedBefore: get("created_before")}
+	form := filterForm{Status: get("status"), Source: get("source"), Target: get("target"), OrderingKey: q.Get("ordering_key"),
+		PossibleDuplicate: get("possible_duplicate"), CreatedAfter: get("created_after"), CreatedBefore: get("created_before")}
 	f := projection.MessageFilter{Source: form.Source, Target: form.Target, OrderingKey: form.OrderingKey, Limit: pageSize}
 	var errs []error
 	if form.Status != "" {
@@ -109,6 +112,13 @@ func parseFilter(q url.Values) (projection.MessageFilter, filterForm, error) {
 		errs = append(errs, lifecycle.CheckName("target", form.Target))
 	}
 	errs = append(errs, lifecycle.CheckOrderingKey("ordering_key", form.OrderingKey))
+	if v := form.PossibleDuplicate; v != "" {
+		// As the API: only true keeps a filter; every message is either.
+		var err error
+		if f.PossibleDuplicate, err = strconv.ParseBool(v); err != nil || !f.PossibleDuplicate {
+			errs = append(errs, &lifecycle.FieldError{Field: "possible_duplicate", Problem: fmt.Sprintf("%q: allowed is true", v)})
+		}
+	}
 	var err error
 	if form.CreatedAfter != "" {
 		f.CreatedAfter, err = parseFormTime("created_after", form.CreatedAfter)

@@ -279,7 +279,7 @@ func TestLiveHistoryFollowsTheJournal(t *testing.T) {
 			t.Errorf("the history event lacks %q:\n%s", want, history)
 		}
 	}
-	for _, want := range []string{"event: state\nid: 4\n", `data: <div id="deliveries" class="scroll" hx-swap-oob="true">`,
+	for _, want := range []string{"event: state\nid: 4\n", `data: <div id="deliveries" hx-swap-oob="true">`,
 		`data: <tr id="delivery-` + d.ID.String() + `">`, `<span class="badge tone-bad">Failed</span>`,
 		`data: <div id="summary" hx-swap-oob="true">`, "Redeliver to billing"} {
 		if !strings.Contains(state, want) {

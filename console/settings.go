@@ -33,7 +33,9 @@ func (c *Console) settings(w http.ResponseWriter, r *http.Request, s *auth.Sessi
 		if err != nil {
 			err = invalidField("delivery.max_dispatches", fmt.Sprintf("must be a whole number, not %q", v.MaxDispatches))
 		} else {
-			next := lifecycle.Settings{Delivery: lifecycle.DeliverySettings{MaxDispatches: n}}
+			// The form changes max_dispatches alone; the other settings stay.
+			next := current
+			next.Delivery.MaxDispatches = n
 			err = c.cfg.Writer.SetSettings(r.Context(), next, journal.OperatorActor(s.Name))
 		}
 		if err == nil {

@@ -174,6 +174,9 @@ type client struct {
 	base string
 	http *http.Client
 	csrf string
+	// version is the message version the last page's form carries, ""
+	// when it carries none.
+	version string
 }
 
 // answer is a page or another answer of the console.
@@ -209,7 +212,10 @@ func (b *bundle) signedIn(t testing.TB, token string) *client {
 	return c
 }
 
-var csrfField = regexp.MustCompile(`name="csrf" value="([^"]+)"`)
+var (
+	csrfField    = regexp.MustCompile(`name="csrf" value="([^"]+)"`)
+	versionField = regexp.MustCompile(`name="version" value="([^"]+)"`)
+)
 
 func (c *client) do(t testing.TB, req *http.Request) *answer {
 	t.Helper()
@@ -226,6 +232,10 @@ func (c *client) do(t testing.TB, req *http.Request) *answer {
 	if m := csrfField.FindStringSubmatch(a.body); m != nil {
 		c.csrf = m[1]
 	}
+	c.version = ""
+	if m := versionField.FindStringSubmatch(a.body); m != nil {
+		c.version = m[1]
+	}
 	return a
 }
 
@@ -238,8 +248,8 @@ func (c *client) get(t testing.TB, path string) *answer {
 	return c.do(t, req)
 }
 
-// post sends the form with the CSRF token of the last page read, unless
-// the form has one of its own.
+// post sends the form with the CSRF token and the message version of the
+// last page read, as its form would, unless the form has its own.
 func (c *client) post(t testing.TB, path string, form url.Values) *answer {
 	t.Helper()
 	if form == nil {
@@ -247,6 +257,9 @@ func (c *client) post(t testing.TB, path string, form url.Values) *answer {
 	}
 	if !form.Has("csrf") {
 		form.Set("csrf", c.csrf)
+	}
+	if !form.Has("version") && c.version != "" {
+		form.Set("version", c.version)
 	}
 	req, err := http.NewRequestWithContext(c.b.ctx, http.MethodPost, c.base+path, strings.NewReader(form.Encode()))
 	if err != nil {

@@ -17,10 +17,13 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/google/uuid"
+
 	"github.com/waybill/waybill/auth"
 	"github.com/waybill/waybill/commands"
 	"github.com/waybill/waybill/httpapi"
 	"github.com/waybill/waybill/lifecycle"
+	"github.com/waybill/waybill/projection"
 )
 
 //go:embed templates static
@@ -152,6 +155,8 @@ func (e errorView) Heading() string {
 		return "Signed out"
 	case http.StatusConflict:
 		return "Refused"
+	case http.StatusPreconditionFailed:
+		return "Changed"
 	case http.StatusBadRequest, http.StatusRequestEntityTooLarge:
 		return "Not valid"
 	case http.StatusServiceUnavailable:
@@ -167,6 +172,13 @@ func problemOf(err error) errorView {
 	}
 	status, body := httpapi.Refusal(err)
 	v := errorView{Status: status, Message: body.Message, Fields: body.Details.Errors}
+	var stale *commands.StaleError
+	if errors.As(err, &stale) {
+		// The API's words name versions; a person wants to know that what
+		// they looked at is not what is there now.
+		v.Message = fmt.Sprintf("This message changed since you opened it (you saw version %d; it is at version %d now): "+
+			"look again. Nothing was done.", stale.Want, stale.Current)
+	}
 	if len(v.Fields) == 0 && body.Details.Field != "" && body.Code == httpapi.CodeInvalidField {
 		v.Fields = []httpapi.FieldProblem{{Field: body.Details.Field, Problem: body.Details.Problem}}
 	}
@@ -227,6 +239,8 @@ func (v *views) funcs() template.FuncMap {
 		"stateTone":   stateTone,
 		"redelivery":  redeliveryLabel,
 		"skippable":   lifecycle.SkipRule.Admits,
+		"resendable":  func(m *projection.Message) bool { return commands.Resendable(m) == nil },
+		"known":       func(id uuid.UUID) bool { return id != uuid.Nil },
 		"nextAttempt": nextAttempt,
 		"short":       short,
 		"problemsFor": problemsFor,

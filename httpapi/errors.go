@@ -33,6 +33,7 @@ const (
 	CodeNotResendable        = "NOT_RESENDABLE"
 	CodePreconditionFailed   = "PRECONDITION_FAILED"
 	CodeReceiptRefused       = "RECEIPT_REFUSED"
+	CodeNotCancellable       = "NOT_CANCELLABLE"
 	CodeCorrelationConsumed  = "CORRELATION_CONSUMED"
 	CodeConflict             = "CONFLICT"
 	CodePayloadTooLarge      = "PAYLOAD_TOO_LARGE"
@@ -221,6 +222,8 @@ func failureOf(err error) failure {
 				Reason: state.Reason})
 		case commands.ErrReceiptRefused:
 			return f(http.StatusConflict, CodeReceiptRefused, ErrorDetails{State: state.State, Allowed: state.Allowed})
+		case commands.ErrNotCancellable:
+			return f(http.StatusConflict, CodeNotCancellable, ErrorDetails{State: state.State, Allowed: state.Allowed})
 		}
 		return f(http.StatusConflict, CodeConflict, ErrorDetails{State: state.State, Allowed: state.Allowed})
 	case errors.Is(err, commands.ErrCorrelationConsumed):
@@ -332,6 +335,8 @@ func subjects(r *http.Request) []any {
 			attrs = append(attrs, "delivery_id", id)
 		case strings.Contains(r.Pattern, Prefix+"/routes/"):
 			attrs = append(attrs, "route_id", id)
+		case strings.Contains(r.Pattern, Prefix+"/operations/"):
+			attrs = append(attrs, "operation_id", id)
 		default:
 			attrs = append(attrs, "message_id", id)
 		}

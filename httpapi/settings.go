@@ -25,7 +25,9 @@ func (s *Server) putSettings(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	s.configChanged()
-	s.log.Info("settings changed", "max_dispatches", settings.Delivery.MaxDispatches, "operator", identity(r).Name)
+	settings = settings.WithDefaults()
+	s.log.Info("settings changed", "max_dispatches", settings.Delivery.MaxDispatches,
+		"operations_rate", settings.Operations.Rate, "operator", identity(r).Name)
 	writeJSON(w, http.StatusOK, settings)
 	return nil
 }

@@ -55,6 +55,12 @@ const (
 	KindSourceUpdated    Kind = "source.updated"
 	KindSourceDeleted    Kind = "source.deleted"
 	KindSourceHolePassed Kind = "source.hole_passed"
+
+	KindOperationCreated    Kind = "operation.created"
+	KindOperationMatched    Kind = "operation.matched"
+	KindOperationProgressed Kind = "operation.progressed"
+	KindOperationCancelled  Kind = "operation.cancelled"
+	KindOperationFinished   Kind = "operation.finished"
 )
 
 // catalogue maps each kind to a constructor of its payload.
@@ -93,6 +99,11 @@ var catalogue = map[Kind]func() Payload{
 	KindSourceUpdated:        func() Payload { return new(SourceUpdated) },
 	KindSourceDeleted:        func() Payload { return new(SourceDeleted) },
 	KindSourceHolePassed:     func() Payload { return new(SourceHolePassed) },
+	KindOperationCreated:     func() Payload { return new(OperationCreated) },
+	KindOperationMatched:     func() Payload { return new(OperationMatched) },
+	KindOperationProgressed:  func() Payload { return new(OperationProgressed) },
+	KindOperationCancelled:   func() Payload { return new(OperationCancelled) },
+	KindOperationFinished:    func() Payload { return new(OperationFinished) },
 }
 
 // Kinds returns every kind of the catalogue.
@@ -108,10 +119,14 @@ func Kinds() []Kind {
 // carry its id, target and states.
 func (k Kind) Delivery() bool { return strings.HasPrefix(string(k), "delivery.") }
 
-// Stream is ConfigStream for configuration kinds and "" for message kinds,
-// whose stream is their message's.
+// Operation reports whether events of the kind belong to a bulk
+// operation's stream (OperationStream).
+func (k Kind) Operation() bool { return strings.HasPrefix(string(k), "operation.") }
+
+// Stream is ConfigStream for configuration kinds and "" for message and
+// operation kinds, whose stream is their message's or their operation's.
 func (k Kind) Stream() string {
-	if strings.HasPrefix(string(k), "message.") || k.Delivery() {
+	if strings.HasPrefix(string(k), "message.") || k.Delivery() || k.Operation() {
 		return ""
 	}
 	return ConfigStream
@@ -784,8 +799,9 @@ type SettingsChanged struct {
 
 func (*SettingsChanged) Kind() Kind { return KindSettingsChanged }
 func (p *SettingsChanged) Text() string {
-	return fmt.Sprintf("settings changed: max_dispatches %d, callback_max_attempts %d",
-		p.Settings.Delivery.MaxDispatches, p.Settings.WithDefaults().CallbackMaxAttempts)
+	s := p.Settings.WithDefaults()
+	return fmt.Sprintf("settings changed: max_dispatches %d, callback_max_attempts %d, operations rate %d/s",
+		s.Delivery.MaxDispatches, s.CallbackMaxAttempts, s.Operations.Rate)
 }
 func (p *SettingsChanged) Validate() error { return p.Settings.Validate() }
 

@@ -19,16 +19,21 @@ import (
 // or a stored row that is not what the journal folds to.
 type Violation struct {
 	// Position is the event's, for an event the fold refused; 0 for a row.
-	Position   int64
-	MessageID  uuid.UUID
-	DeliveryID uuid.UUID
-	Problem    string
+	Position int64
+	// OperationID names the bulk operation, for a violation of one.
+	OperationID uuid.UUID
+	MessageID   uuid.UUID
+	DeliveryID  uuid.UUID
+	Problem     string
 }
 
 func (v Violation) String() string {
 	s := ""
 	if v.Position > 0 {
 		s = fmt.Sprintf("position %d: ", v.Position)
+	}
+	if v.OperationID != uuid.Nil {
+		s += "operation " + v.OperationID.String() + ": "
 	}
 	// A violation of the kept counts names no message.
 	if v.MessageID != uuid.Nil {
@@ -46,13 +51,17 @@ type Report struct {
 	Events     int
 	Messages   int
 	Deliveries int
+	Operations int
 	Violations []Violation
 }
 
 // Folded is the state of every message stream the journal holds, and of
 // every lane when the whole journal was folded.
 type Folded struct {
-	Messages   map[uuid.UUID]*Message
+	Messages map[uuid.UUID]*Message
+	// Operations are the bulk operations' states, when the whole journal
+	// was folded.
+	Operations map[uuid.UUID]*Operation
 	Events     int
 	Violations []Violation
 	// inOrder holds the messages of Messages in the order their streams
@@ -67,6 +76,11 @@ type Folded struct {
 	// makes them; nil for one stream.
 	inboxes      map[string]*inboxLedger
 	Correlations map[CorrelationKey]Correlation
+	// opsInOrder holds Operations in the order their streams began;
+	// trails what the audit follows of each beside the fold (nil for one
+	// stream).
+	opsInOrder []*Operation
+	trails     map[uuid.UUID]*opTrail
 }
 
 // FoldJournal replays the journal, or one message's stream when message is
@@ -124,7 +138,8 @@ func foldSnapshot(ctx context.Context, s *snapshot, rd reading) (*Folded, error)
 // newFolded returns the fold of a whole journal, lanes included.
 func newFolded() *Folded {
 	f := &Folded{Messages: map[uuid.UUID]*Message{}, ordering: map[string]lifecycle.Ordering{},
-		inboxes: map[string]*inboxLedger{}, Correlations: map[CorrelationKey]Correlation{}}
+		inboxes: map[string]*inboxLedger{}, Correlations: map[CorrelationKey]Correlation{},
+		Operations: map[uuid.UUID]*Operation{}, trails: map[uuid.UUID]*opTrail{}}
 	f.lanes = NewLaneBook(func(target string) lifecycle.Ordering { return f.ordering[target] },
 		func(message, delivery uuid.UUID) *Delivery {
 			if m := f.Messages[message]; m != nil {
@@ -136,8 +151,10 @@ func newFolded() *Folded {
 }
 
 // finish reports, at the end of the journal, the lanes whose head settled
-// without passing the lane on.
+// without passing the lane on, and the operations' acts that do not match
+// their counts.
 func (f *Folded) finish() {
+	f.finishOperations()
 	for _, l := range f.lanes.Stuck() {
 		f.Violations = append(f.Violations, Violation{MessageID: l.HeadMessage, DeliveryID: l.Head,
 			Problem: fmt.Sprintf("%s: the head settled for the lane, but the %d waiting behind it were not let go", l.LaneID, l.Waiting)})
@@ -166,6 +183,12 @@ func (f *Folded) fold(e journal.Event) error {
 		}
 		return nil
 	}
+	if id, ok := journal.OperationOf(e.Stream); ok {
+		if f.Operations != nil {
+			f.foldOperation(id, e)
+		}
+		return nil
+	}
 	id, err := uuid.Parse(e.Stream)
 	if err != nil {
 		f.Violations = append(f.Violations, Violation{Position: e.Position, Problem: fmt.Sprintf("stream %q is not a message id", e.Stream)})
@@ -190,6 +213,7 @@ func (f *Folded) fold(e journal.Event) error {
 		f.Violations = append(f.Violations, Violation{Position: e.Position, MessageID: id, DeliveryID: e.DeliveryID, Problem: err.Error()})
 		return nil
 	}
+	f.noteActed(id, e)
 	if f.lanes != nil {
 		if err := f.lanes.Apply(e, m); err != nil {
 			f.Violations = append(f.Violations, Violation{Position: e.Position, MessageID: id, DeliveryID: e.DeliveryID, Problem: err.Error()})

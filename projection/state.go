@@ -1,6 +1,8 @@
 package projection
 
 import (
+	"cmp"
+	"slices"
 	"time"
 
 	"github.com/google/uuid"
@@ -140,6 +142,28 @@ func (m *Message) settle() {
 // Current reports whether the delivery is of the message's current
 // generation, the one its status and every count read.
 func (m *Message) Current(d *Delivery) bool { return d.Generation == m.Generation }
+
+// NewestFirst returns the message's deliveries newest generation first,
+// each generation's in Seq order: how the API and the console list them,
+// so the deliveries that count come first.
+func (m *Message) NewestFirst() []Delivery {
+	out := slices.Clone(m.Deliveries)
+	slices.SortStableFunc(out, func(a, b Delivery) int { return cmp.Compare(b.Generation, a.Generation) })
+	return out
+}
+
+// CurrentTargets lists the targets of the message's current generation,
+// in name order: what a resend sends to, all of them or a subset.
+func (m *Message) CurrentTargets() []string {
+	var out []string
+	for i := range m.Deliveries {
+		if d := &m.Deliveries[i]; m.Current(d) {
+			out = append(out, d.Target)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
 
 func (m *Message) firstError() string {
 	for _, want := range []lifecycle.DeliveryState{lifecycle.StateFailed, lifecycle.StateStalled} {

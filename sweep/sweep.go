@@ -45,6 +45,9 @@ type Config struct {
 	// Pause is the wait between two batches of a step, so a large backlog
 	// does not hold the database for a whole pass. Default 50 ms.
 	Pause time.Duration
+	// WakePerTarget is how many of a target's due deliveries one pass
+	// wakes, the most overdue first. Default 100.
+	WakePerTarget int
 	// Registerer takes the sweep's metrics; nil registers them nowhere.
 	Registerer prometheus.Registerer
 }
@@ -90,6 +93,9 @@ func New(cfg Config) (*Sweeper, error) {
 	}
 	if cfg.Pause <= 0 {
 		cfg.Pause = 50 * time.Millisecond
+	}
+	if cfg.WakePerTarget <= 0 {
+		cfg.WakePerTarget = 100
 	}
 	loop, stop := context.WithCancel(context.Background())
 	return &Sweeper{cfg: cfg, log: cfg.Logger.With("component", "sweep"), metrics: newMetrics(cfg.Registerer),
@@ -148,12 +154,25 @@ func (s *Sweeper) Stop(ctx context.Context) {
 	}
 }
 
-// The steps' queries take the most overdue first, on the deliveries_due
-// and deliveries_lease indexes; each selects by the lifecycle's rule for
-// its step.
+// The steps' queries take the most overdue first, on the deliveries_due,
+// deliveries_lease and deliveries_claimable indexes; each selects by the
+// lifecycle's rule for its step.
 var (
 	expiredSQL = `SELECT id FROM deliveries WHERE ` + lifecycle.LeaseExpiryRule.SQL("", "$1") + ` ORDER BY lease_end LIMIT $2`
-	dueSQL     = `SELECT id FROM deliveries WHERE ` + lifecycle.WakeRule.SQL("", "$1") + ` ORDER BY next_due LIMIT $2`
+	// dueSQL takes, for each target with deliveries a worker may claim
+	// (found by skipping along deliveries_claimable from one target to the
+	// next), its $2 most overdue deliveries due for a wake-up at $1, in
+	// the order the claim takes them.
+	dueSQL = `WITH RECURSIVE t(name) AS (
+			(SELECT target FROM deliveries WHERE ` + lifecycle.CatchUpRule.StatesSQL("") + ` ORDER BY target LIMIT 1)
+			UNION ALL
+			SELECT (SELECT target FROM deliveries WHERE ` + lifecycle.CatchUpRule.StatesSQL("") + ` AND target > t.name
+				ORDER BY target LIMIT 1)
+			FROM t WHERE t.name IS NOT NULL)
+		SELECT d.id FROM t, LATERAL (SELECT id FROM deliveries d
+			WHERE d.target = t.name AND ` + lifecycle.CatchUpRule.StatesSQL("d") + ` AND ` + lifecycle.WakeRule.SQL("d", "$1") + `
+			ORDER BY coalesce(d.next_due, d.lease_end, d.updated_at) LIMIT $2) d
+		WHERE t.name IS NOT NULL`
 	receiptSQL = `SELECT id FROM deliveries WHERE ` + lifecycle.ReceiptTimeoutRule.SQL("", "$1") + ` ORDER BY next_due LIMIT $2`
 	// releaseSQL finds the blocked deliveries of the lanes of targets that
 	// keep no order any more ($1 lists those that do): the lanes with
@@ -197,12 +216,13 @@ func (s *Sweeper) Pass(ctx context.Context) (Result, error) {
 		}
 	}
 	err = errors.Join(
-		s.step(ctx, "expire_leases", due(expiredSQL), func(id uuid.UUID) (journal.Kind, error) { return s.cfg.Writer.ExpireLease(ctx, id) }, &r),
-		s.step(ctx, "wake", due(dueSQL), func(id uuid.UUID) (journal.Kind, error) { return s.cfg.Writer.Wake(ctx, id) }, &r),
-		s.step(ctx, "time_out_receipts", due(receiptSQL), func(id uuid.UUID) (journal.Kind, error) { return s.cfg.Writer.TimeoutReceipt(ctx, id) }, &r),
-		s.step(ctx, "release_blocked", func() (string, []any) { return releaseSQL, []any{fifo, s.cfg.Batch} },
+		s.step(ctx, "expire_leases", false, due(expiredSQL), func(id uuid.UUID) (journal.Kind, error) { return s.cfg.Writer.ExpireLease(ctx, id) }, &r),
+		s.step(ctx, "wake", true, func() (string, []any) { return dueSQL, []any{s.cfg.Now(), s.cfg.WakePerTarget} },
+			func(id uuid.UUID) (journal.Kind, error) { return s.cfg.Writer.Wake(ctx, id) }, &r),
+		s.step(ctx, "time_out_receipts", false, due(receiptSQL), func(id uuid.UUID) (journal.Kind, error) { return s.cfg.Writer.TimeoutReceipt(ctx, id) }, &r),
+		s.step(ctx, "release_blocked", false, func() (string, []any) { return releaseSQL, []any{fifo, s.cfg.Batch} },
 			func(id uuid.UUID) (journal.Kind, error) { return s.cfg.Writer.ReleaseBlocked(ctx, id) }, &r),
-		s.step(ctx, "report_held_lanes", func() (string, []any) { return heldSQL, []any{alerted, after, s.cfg.Now(), s.cfg.Batch} },
+		s.step(ctx, "report_held_lanes", false, func() (string, []any) { return heldSQL, []any{alerted, after, s.cfg.Now(), s.cfg.Batch} },
 			func(id uuid.UUID) (journal.Kind, error) { return s.cfg.Writer.ReportLaneHeld(ctx, id) }, &r),
 	)
 	if err == nil {
@@ -221,8 +241,9 @@ func (s *Sweeper) Pass(ctx context.Context) (Result, error) {
 
 // step takes the deliveries of one query (made afresh for each batch)
 // batch by batch and runs the command on each, until a batch comes back
-// short.
-func (s *Sweeper) step(ctx context.Context, name string, query func() (string, []any), run func(uuid.UUID) (journal.Kind, error), r *Result) error {
+// short; with once, it takes one batch.
+func (s *Sweeper) step(ctx context.Context, name string, once bool, query func() (string, []any),
+	run func(uuid.UUID) (journal.Kind, error), r *Result) error {
 	for {
 		sql, args := query()
 		rows, err := s.cfg.DB.Query(ctx, sql, args...)
@@ -275,7 +296,7 @@ func (s *Sweeper) step(ctx context.Context, name string, query func() (string, [
 		s.metrics.rows.WithLabelValues(name).Add(float64(changed))
 		// A short batch is the last; so is one in which another process
 		// did every step, or the same rows would come back at once.
-		if len(ids) < s.cfg.Batch || changed == 0 {
+		if once || len(ids) < s.cfg.Batch || changed == 0 {
 			return nil
 		}
 		select {

@@ -72,6 +72,7 @@ type statementCost struct {
 	query       string
 	calls       int64
 	totalMS     float64
+	planMS      float64
 	rows        int64
 	sharedReads int64
 }
@@ -103,7 +104,8 @@ func (r *backlogResult) print(w io.Writer) {
 	if len(r.statements) > 0 {
 		fmt.Fprintln(w, "  statements by total time during the drain:")
 		for _, s := range r.statements {
-			fmt.Fprintf(w, "    %9.0f ms %8d calls %9d rows %8d reads  %s\n", s.totalMS, s.calls, s.rows, s.sharedReads, s.query)
+			fmt.Fprintf(w, "    %9.0f ms %7.0f plan ms %8d calls %9d rows %8d reads  %s\n", s.totalMS, s.planMS, s.calls, s.rows,
+				s.sharedReads, s.query)
 		}
 	}
 }
@@ -152,6 +154,7 @@ func backlog(ctx context.Context, cfg backlogConfig, stderr io.Writer) (*backlog
 		if cfg.statements {
 			settings["shared_preload_libraries"] = "pg_stat_statements"
 			settings["pg_stat_statements.max"] = "1000"
+			settings["pg_stat_statements.track_planning"] = "on"
 		}
 		srv, err := pgserver.Start(ctx, pgserver.Config{DataDir: filepath.Join(dir, "pg"), Logger: log, Settings: settings})
 		if err != nil {
@@ -354,16 +357,19 @@ func claimToOutcome(ctx context.Context, db interface {
 func topStatements(ctx context.Context, db interface {
 	Query(context.Context, string, ...any) (pgx.Rows, error)
 }) ([]statementCost, error) {
-	rows, err := db.Query(ctx, `SELECT regexp_replace(query, '\s+', ' ', 'g'), calls, total_exec_time, rows, shared_blks_read
-		FROM pg_stat_statements ORDER BY total_exec_time DESC LIMIT 10`)
+	rows, err := db.Query(ctx, `SELECT regexp_replace(query, '\s+', ' ', 'g'), calls, total_exec_time, total_plan_time, rows,
+			shared_blks_read
+		FROM pg_stat_statements ORDER BY total_exec_time + total_plan_time DESC LIMIT 12`)
 	if err != nil {
 		return nil, err
 	}
 	var out []statementCost
 	var s statementCost
-	_, err = pgx.ForEachRow(rows, []any{&s.query, &s.calls, &s.totalMS, &s.rows, &s.sharedReads}, func() error {
-		if len(s.query) > 140 {
-			s.query = s.query[:140] + "…"
+	_, err = pgx.ForEachRow(rows, []any{&s.query, &s.calls, &s.totalMS, &s.planMS, &s.rows, &s.sharedReads}, func() error {
+		// Statements that share a long start (the lock of a batch's
+		// messages, their read) differ at their end: keep both.
+		if len(s.query) > 200 {
+			s.query = s.query[:110] + " … " + s.query[len(s.query)-90:]
 		}
 		out = append(out, s)
 		return nil

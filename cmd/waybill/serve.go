@@ -25,6 +25,7 @@ import (
 
 	"github.com/waybill/waybill/alerts"
 	"github.com/waybill/waybill/auth"
+	"github.com/waybill/waybill/bulk"
 	"github.com/waybill/waybill/commands"
 	"github.com/waybill/waybill/console"
 	"github.com/waybill/waybill/httpapi"
@@ -194,8 +195,12 @@ func serve(ctx context.Context, cfg *serveConfig, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	runner, err := bulk.New(bulk.Config{Base: base, Writer: w, DB: db, Registerer: reg})
+	if err != nil {
+		return err
+	}
 	api, err := httpapi.New(httpapi.Config{Base: base, Writer: w, DB: db, Auth: tokens, MaxPayload: cfg.maxPayload,
-		Registerer: reg, OnConfigChange: rt.ConfigChanged})
+		Registerer: reg, OnConfigChange: rt.ConfigChanged, OnOperation: runner.Wake})
 	if err != nil {
 		return err
 	}
@@ -233,9 +238,10 @@ func serve(ctx context.Context, cfg *serveConfig, stderr io.Writer) error {
 
 	// The services start in this order and stop in the reverse: the
 	// sources first, so nothing comes in while the rest stops, then the
-	// sweep, then the workers, each before anything they use. The sweep's
-	// first pass runs after the workers subscribed, so its wake-ups find
-	// them, and so do the sources' first messages.
+	// bulk operations' runner, the sweep, then the workers, each before
+	// anything they use. The sweep's first pass runs after the workers
+	// subscribed, so its wake-ups find them, and so do the sources' first
+	// messages.
 	var services service.List
 	stack.push(func() {
 		ready.Store(false)
@@ -246,7 +252,8 @@ func serve(ctx context.Context, cfg *serveConfig, stderr io.Writer) error {
 	for _, s := range []struct {
 		name string
 		s    service.Service
-	}{{"http server", web}, {"alerter", alerter}, {"event stream", events}, {"runtime", rt}, {"callbacks", callbacks}, {"sweep", sw}, {"sources", sources}} {
+	}{{"http server", web}, {"alerter", alerter}, {"event stream", events}, {"runtime", rt}, {"callbacks", callbacks}, {"sweep", sw},
+		{"bulk operations", runner}, {"sources", sources}} {
 		if err := services.Start(ctx, s.name, s.s); err != nil {
 			return err
 		}
@@ -340,12 +347,18 @@ func stopPostgres(srv *pgserver.Server, log *slog.Logger) func() {
 // openDB opens the pool every part of the process shares. A session left
 // idle inside a transaction is ended after a minute: such a transaction
 // holds back the journal feed, which reads only below the oldest one open.
+// JIT compilation is off: the statements are short lookups run as
+// prepared statements, whose generic plans' estimates (an array of ids is
+// guessed at ten rows, joined to a guess) often pass jit_above_cost, and
+// compiling one took 100 to 200 ms where running it takes one
+// (performance.md).
 func openDB(ctx context.Context, url string) (*pgxpool.Pool, error) {
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		return nil, fmt.Errorf("database url: %w", err)
 	}
 	cfg.ConnConfig.RuntimeParams["idle_in_transaction_session_timeout"] = "60000"
+	cfg.ConnConfig.RuntimeParams["jit"] = "off"
 	cfg.ConnConfig.RuntimeParams["application_name"] = "waybill"
 	cfg.AfterConnect = schema.AfterConnect
 	if cfg.MaxConns < 32 && !strings.Contains(url, "pool_max_conns") {
