@@ -33,7 +33,7 @@ const benchPastHour = time.Minute
 // Each message goes from erp (crm for one in ten) to archive and billing;
 // archive delivers every one, billing fails one in a hundred, retries one
 // in two hundred, has not tried one in two hundred, and delivers the rest.
-// One in two hundred is a possible duplicate.
+// One in two hundred is a possible duplicate, of the message before it.
 func loadMessages(b *testing.B, bd *bundle, n int) {
 	b.Helper()
 	bd.target(b, "archive")
@@ -45,7 +45,8 @@ func loadMessages(b *testing.B, bd *bundle, n int) {
 		_, err := bd.db.Exec(bd.ctx, `
 		INSERT INTO journal (recorded_at, stream, version, delivery_id, target, kind, actor, old_state, new_state, payload)
 		SELECT e.at, g.mid::text, e.version, e.did, e.target, e.kind, e.actor, e.old, e.new, e.payload
-		FROM (SELECT i, i % 200 AS k, gen_random_uuid() AS mid, gen_random_uuid() AS a, gen_random_uuid() AS b,
+		FROM (SELECT i, i % 200 AS k, CASE WHEN i % 200 = 2 THEN md5('m' || i)::uuid ELSE gen_random_uuid() END AS mid,
+				gen_random_uuid() AS a, gen_random_uuid() AS b,
 				gen_random_uuid() AS ta, gen_random_uuid() AS tb,
 				$3::timestamptz - ($4::bigint - i) * $5::interval AS t0
 			FROM generate_series($1::bigint, $2::bigint) AS i) g
@@ -53,7 +54,9 @@ func loadMessages(b *testing.B, bd *bundle, n int) {
 			(1, g.t0, NULL::uuid, NULL, 'message.accepted', 'source:erp', NULL, NULL,
 				jsonb_build_object('source', CASE WHEN g.i % 10 = 0 THEN 'crm' ELSE 'erp' END, 'from', 'acme', 'to', 'globex',
 					'content_type', 'application/json', 'payload_size', 17, 'payload_sha256', repeat('ab', 32)) ||
-				CASE WHEN g.k = 3 THEN jsonb_build_object('duplicate_key', 'INV-' || g.i, 'possible_duplicate_of', gen_random_uuid())
+				CASE WHEN g.k = 2 THEN jsonb_build_object('duplicate_key', 'INV-' || g.i)
+					WHEN g.k = 3 THEN jsonb_build_object('duplicate_key', 'INV-' || (g.i - 1),
+						'possible_duplicate_of', md5('m' || (g.i - 1))::uuid)
 					ELSE '{}'::jsonb END),
 			(2, g.t0, NULL, NULL, 'message.dispatched', 'source:erp', NULL, NULL,
 				jsonb_build_object('deliveries', jsonb_build_array(
