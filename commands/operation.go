@@ -204,7 +204,7 @@ func (w *Writer) Operate(ctx context.Context, o *projection.Operation, ids []uui
 	if err != nil {
 		return nil, fmt.Errorf("operation %s: %w", o.ID, err)
 	}
-	operator, _ := strings.CutPrefix(o.CreatedBy, "operator:")
+	operator := journal.OperatorName(o.CreatedBy)
 	decide := bulkDecision(cfg, o.Action, o.Filter.Target, Action{Operator: operator, Reason: o.Reason, Operation: o.ID})
 	ops := make([]*op, len(ids))
 	for i, id := range ids {

@@ -374,14 +374,22 @@ func TestSettingsSaveWhatTheAPITakes(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	c := b.signedIn(t, b.admin)
-	c.get(t, "/ui/settings").want(t, http.StatusOK).has(t, `value="5"`)
-	c.post(t, "/ui/settings", url.Values{"delivery.max_dispatches": {"21"}}).want(t, http.StatusBadRequest).
+	c.get(t, "/ui/settings").want(t, http.StatusOK).has(t, `value="5"`, `value="200"`)
+	form := func(dispatches, rate string) url.Values {
+		return url.Values{"delivery.max_dispatches": {dispatches}, "operations.rate": {rate}}
+	}
+	c.post(t, "/ui/settings", form("21", "200")).want(t, http.StatusBadRequest).
 		has(t, "<code>delivery.max_dispatches</code>: must be from 1 to 20, got 21", `value="21"`)
-	c.post(t, "/ui/settings", url.Values{"delivery.max_dispatches": {"x"}}).want(t, http.StatusBadRequest).
+	c.post(t, "/ui/settings", form("x", "200")).want(t, http.StatusBadRequest).
 		has(t, "must be a whole number")
-	c.post(t, "/ui/settings", url.Values{"delivery.max_dispatches": {"9"}}).redirects(t, "/ui/settings")
+	c.post(t, "/ui/settings", form("9", "100001")).want(t, http.StatusBadRequest).
+		has(t, "<code>operations.rate</code>", `value="100001"`)
+	if s, err := b.w.Settings(b.ctx); err != nil || s.Delivery.MaxDispatches != 5 {
+		t.Errorf("a refused form changed the settings: %+v, %v", s, err)
+	}
+	c.post(t, "/ui/settings", form("9", "50")).redirects(t, "/ui/settings")
 	s, err := b.w.Settings(b.ctx)
-	if err != nil || s.Delivery.MaxDispatches != 9 {
+	if err != nil || s.Delivery.MaxDispatches != 9 || s.Operations.Rate != 50 {
 		t.Errorf("settings %+v, %v", s, err)
 	}
 }

@@ -112,6 +112,13 @@ func WorkerActor(target string) string { return "worker:" + target }
 // OperatorActor is a person or API client acting by name.
 func OperatorActor(subject string) string { return "operator:" + subject }
 
+// OperatorName is the subject of an operator's actor, as OperatorActor
+// took it; any other actor comes back as it is.
+func OperatorName(actor string) string {
+	name, _ := strings.CutPrefix(actor, "operator:")
+	return name
+}
+
 // SourceActor is a source that brings messages in.
 func SourceActor(name string) string { return "source:" + name }
 

@@ -204,7 +204,8 @@ func serve(ctx context.Context, cfg *serveConfig, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	ui, err := console.New(console.Config{Base: base, Writer: w, DB: db, Tokens: tokens, OnConfigChange: rt.ConfigChanged})
+	ui, err := console.New(console.Config{Base: base, Writer: w, DB: db, Tokens: tokens, OnConfigChange: rt.ConfigChanged,
+		OnOperation: runner.Wake})
 	if err != nil {
 		return err
 	}
