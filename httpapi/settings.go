@@ -24,7 +24,8 @@ func (s *Server) putSettings(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	s.configChanged()
-	s.log.Info("settings changed", "max_dispatches", settings.Delivery.MaxDispatches, "operator", identity(r).Name)
+	s.log.Info("settings changed", "max_dispatches", settings.Delivery.MaxDispatches,
+		"retention", settings.Retention.String(), "operator", identity(r).Name)
 	writeJSON(w, http.StatusOK, settings)
 	return nil
 }

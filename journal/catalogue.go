@@ -533,7 +533,7 @@ type SettingsChanged struct {
 
 func (*SettingsChanged) Kind() Kind { return KindSettingsChanged }
 func (p *SettingsChanged) Text() string {
-	return fmt.Sprintf("settings changed: max_dispatches %d", p.Settings.Delivery.MaxDispatches)
+	return fmt.Sprintf("settings changed: max_dispatches %d; retention: %s", p.Settings.Delivery.MaxDispatches, p.Settings.Retention)
 }
 func (p *SettingsChanged) Validate() error { return p.Settings.Validate() }
 

@@ -128,6 +128,9 @@ func (t Target) Validate() error {
 // Settings are the system-wide knobs, changed through commands and journaled.
 type Settings struct {
 	Delivery DeliverySettings `json:"delivery"`
+	// Retention is how long settled messages are kept; the zero value,
+	// also what a missing "retention" gives, keeps everything.
+	Retention Retention `json:"retention"`
 }
 
 // DeliverySettings bound the dispatch of deliveries.
@@ -151,11 +154,12 @@ func DefaultSettings() Settings {
 
 // Validate checks every field and returns all problems joined.
 func (s Settings) Validate() error {
+	var errs []error
 	if n := s.Delivery.MaxDispatches; n < MinMaxDispatches || n > MaxMaxDispatches {
-		return &FieldError{Field: "delivery.max_dispatches",
-			Problem: fmt.Sprintf("must be from %d to %d, got %d", MinMaxDispatches, MaxMaxDispatches, n)}
+		errs = append(errs, &FieldError{Field: "delivery.max_dispatches",
+			Problem: fmt.Sprintf("must be from %d to %d, got %d", MinMaxDispatches, MaxMaxDispatches, n)})
 	}
-	return nil
+	return errors.Join(append(errs, s.Retention.Validate())...)
 }
 
 // FieldError says which input field is wrong and what is allowed.
