@@ -41,6 +41,12 @@ const (
 	KindTargetUpdated   Kind = "target.updated"
 	KindTargetDeleted   Kind = "target.deleted"
 	KindSettingsChanged Kind = "settings.changed"
+
+	// Retention's (docs/retention.md): the first belongs to a message's
+	// stream, the others to RetentionStream.
+	KindMessagePayloadExpunged Kind = "message.payload_expunged"
+	KindRetentionArchived      Kind = "retention.archived"
+	KindRetentionPass          Kind = "retention.pass"
 )
 
 // catalogue maps each kind to a constructor of its payload.
@@ -66,6 +72,10 @@ var catalogue = map[Kind]func() Payload{
 	KindTargetUpdated:        func() Payload { return new(TargetUpdated) },
 	KindTargetDeleted:        func() Payload { return new(TargetDeleted) },
 	KindSettingsChanged:      func() Payload { return new(SettingsChanged) },
+
+	KindMessagePayloadExpunged: func() Payload { return new(MessagePayloadExpunged) },
+	KindRetentionArchived:      func() Payload { return new(RetentionArchived) },
+	KindRetentionPass:          func() Payload { return new(RetentionPass) },
 }
 
 // Kinds returns every kind of the catalogue.
@@ -81,11 +91,15 @@ func Kinds() []Kind {
 // carry its id, target and states.
 func (k Kind) Delivery() bool { return strings.HasPrefix(string(k), "delivery.") }
 
-// Stream is ConfigStream for configuration kinds and "" for message kinds,
-// whose stream is their message's.
+// Stream is the stream the kind belongs to: RetentionStream for the
+// retention kinds, ConfigStream for the configuration kinds, and "" for
+// message kinds, whose stream is their message's.
 func (k Kind) Stream() string {
-	if strings.HasPrefix(string(k), "message.") || k.Delivery() {
+	switch {
+	case strings.HasPrefix(string(k), "message.") || k.Delivery():
 		return ""
+	case strings.HasPrefix(string(k), "retention."):
+		return RetentionStream
 	}
 	return ConfigStream
 }

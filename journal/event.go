@@ -62,7 +62,7 @@ func (e Event) CheckEnvelope() error {
 	if err := CheckActor(e.Actor); err != nil {
 		errs = append(errs, err)
 	}
-	if (k.Stream() == ConfigStream) != (e.Stream == ConfigStream) {
+	if s := k.Stream(); s != "" && e.Stream != s || s == "" && namedStream(e.Stream) {
 		errs = append(errs, fmt.Errorf("kind %s does not belong to stream %q", k, e.Stream))
 	}
 	if k.Delivery() {
@@ -84,6 +84,8 @@ func (e Event) CheckEnvelope() error {
 const (
 	ActorSystem = "system"
 	ActorSweep  = "sweep"
+	// ActorRetention expunges payloads and removes settled messages.
+	ActorRetention = "retention"
 )
 
 // WorkerActor is the worker of a target.
@@ -95,10 +97,10 @@ func OperatorActor(subject string) string { return "operator:" + subject }
 // SourceActor is a source that brings messages in.
 func SourceActor(name string) string { return "source:" + name }
 
-// CheckActor accepts system, sweep, and worker:, operator: or source: with a
-// name after the colon.
+// CheckActor accepts system, sweep, retention, and worker:, operator: or
+// source: with a name after the colon.
 func CheckActor(actor string) error {
-	if actor == ActorSystem || actor == ActorSweep {
+	if actor == ActorSystem || actor == ActorSweep || actor == ActorRetention {
 		return nil
 	}
 	for _, prefix := range []string{"worker:", "operator:", "source:"} {
@@ -106,5 +108,5 @@ func CheckActor(actor string) error {
 			return nil
 		}
 	}
-	return fmt.Errorf("actor %q: must be system, sweep, worker:<target>, operator:<subject> or source:<name>", actor)
+	return fmt.Errorf("actor %q: must be system, sweep, retention, worker:<target>, operator:<subject> or source:<name>", actor)
 }

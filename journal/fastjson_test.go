@@ -46,6 +46,8 @@ func fastSamples() []Payload {
 		&ReceiptRefused{Positive: true, Detail: "d", Reason: "not awaited"},
 		&ReceiptTimedOut{Deadline: at, Reason: "overdue"},
 		&DeliveryRedelivered{DispatchCount: 1, NextDue: at},
+		&MessagePayloadExpunged{PayloadSize: 512, PayloadSHA256: strings.Repeat("ab", 32), After: lifecycle.Duration(36 * time.Hour)},
+		&MessagePayloadExpunged{PayloadSHA256: strings.Repeat("0F", 32), After: lifecycle.Duration(time.Second + time.Millisecond)},
 	}
 }
 

@@ -118,7 +118,7 @@ func (f *Folded) countStates() map[lifecycle.DeliveryState]int64 {
 // fold folds one event; it reports an event Apply refuses and returns nil.
 func (f *Folded) fold(e journal.Event) error {
 	f.Events++
-	if e.Stream == journal.ConfigStream {
+	if e.Kind().Stream() != "" {
 		return nil
 	}
 	id, err := uuid.Parse(e.Stream)

@@ -55,7 +55,7 @@ func Record(m *Message, e journal.Event) (journal.Event, error) {
 
 func apply(m *Message, e *journal.Event, stamp bool) error {
 	k := e.Kind()
-	if k.Stream() == journal.ConfigStream {
+	if k.Stream() != "" {
 		return &IllegalError{Kind: k, State: string(m.Stage), Reason: "not a message event"}
 	}
 	if e.Version != m.Version+1 {

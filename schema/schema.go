@@ -14,7 +14,7 @@ import (
 // The versions of the two parts this code reads and writes. Raise one when
 // its tables change: a database of the old version then refuses to start.
 const (
-	JournalVersion    = 2
+	JournalVersion    = 3
 	ProjectionVersion = 2
 )
 
@@ -67,10 +67,50 @@ BEGIN
 	RAISE EXCEPTION 'the journal is append-only: % refused', TG_OP
 		USING ERRCODE = 'restrict_violation';
 END $$;
-CREATE OR REPLACE TRIGGER journal_append_only BEFORE UPDATE OR DELETE ON journal
+CREATE OR REPLACE TRIGGER journal_append_only BEFORE UPDATE ON journal
 	FOR EACH ROW EXECUTE FUNCTION journal_refuse_change();
 CREATE OR REPLACE TRIGGER journal_no_truncate BEFORE TRUNCATE ON journal
 	FOR EACH STATEMENT EXECUTE FUNCTION journal_refuse_change();
+
+-- The one exception, retention's (docs/retention.md): a DELETE stands only
+-- when its transaction appended, before it, the retention.archived event
+-- that records exactly what left (the number of events and messages, the
+-- first and last position) and where it was archived, and only message
+-- streams leave. Checked once per statement, over the rows it deleted.
+CREATE OR REPLACE FUNCTION journal_check_removal() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE
+	n bigint;
+	streams bigint;
+	lo bigint;
+	hi bigint;
+	kept boolean;
+	ledger jsonb;
+BEGIN
+	SELECT count(*), count(DISTINCT stream), min(position), max(position),
+			coalesce(bool_or(stream IN ('config', 'retention')), false)
+		INTO n, streams, lo, hi, kept FROM removed;
+	IF n = 0 THEN
+		RETURN NULL;
+	END IF;
+	SELECT payload INTO ledger FROM journal
+		WHERE txid = pg_current_xact_id() AND kind = 'retention.archived'
+		ORDER BY position DESC LIMIT 1;
+	IF ledger IS NULL OR kept OR (ledger->>'events')::bigint <> n OR (ledger->>'messages')::bigint <> streams
+			OR (ledger->>'first_position')::bigint <> lo OR (ledger->>'last_position')::bigint <> hi THEN
+		RAISE EXCEPTION 'the journal is append-only: DELETE of % events refused, no retention.archived event of this transaction records them', n
+			USING ERRCODE = 'restrict_violation';
+	END IF;
+	RETURN NULL;
+END $$;
+CREATE OR REPLACE TRIGGER journal_removal AFTER DELETE ON journal
+	REFERENCING OLD TABLE AS removed FOR EACH STATEMENT EXECUTE FUNCTION journal_check_removal();
+
+-- The id of this database's archive, drawn once by retention: the name of
+-- its directory under archive_dir, so two databases never share files.
+CREATE TABLE IF NOT EXISTS retention_archive (
+	singleton bool PRIMARY KEY DEFAULT true CHECK (singleton),
+	id        uuid NOT NULL
+);
 
 CREATE TABLE IF NOT EXISTS payloads (
 	message_id uuid  PRIMARY KEY,
