@@ -47,6 +47,7 @@ func copyFolded(ctx context.Context, tx pgx.Tx, f *Folded) error {
 		b.int4(m.AttemptCount)
 		b.time(m.CreatedAt)
 		b.time(m.UpdatedAt)
+		b.bool(m.PayloadExpunged)
 		return true
 	})
 	if err != nil {
@@ -96,7 +97,7 @@ func copyFolded(ctx context.Context, tx pgx.Tx, f *Folded) error {
 
 var messageCopyColumns = []string{"id", "version", "source", "from_party", "to_party", "content_type",
 	"idempotency_key", "payload_size", "payload_sha256", "stage", "refusal", "status", "error", "delivery_count",
-	"attempt_count", "created_at", "updated_at"}
+	"attempt_count", "created_at", "updated_at", "payload_expunged"}
 
 var deliveryCopyColumns = []string{"id", "message_id", "message_created_at", "seq", "target", "state", "attempts",
 	"dispatch_count", "redeliveries", "redelivered_at", "redelivered_attempts", "next_due", "claim_token",
@@ -178,6 +179,15 @@ func (b *copyRow) int4(n int) {
 	}
 	b.buf = binary.BigEndian.AppendUint32(b.buf, 4)
 	b.buf = binary.BigEndian.AppendUint32(b.buf, uint32(int32(n)))
+}
+
+func (b *copyRow) bool(v bool) {
+	b.buf = binary.BigEndian.AppendUint32(b.buf, 1)
+	if v {
+		b.buf = append(b.buf, 1)
+	} else {
+		b.buf = append(b.buf, 0)
+	}
 }
 
 func (b *copyRow) int8(n int64) {

@@ -20,7 +20,7 @@ var ErrNotFound = errors.New("not found")
 
 const messageColumns = `m.id, m.version, m.source, m.from_party, m.to_party, m.content_type,
 	coalesce(m.idempotency_key, ''), m.payload_size, m.payload_sha256, m.stage, coalesce(m.refusal, ''),
-	m.status, m.error, m.attempt_count, m.created_at, m.updated_at`
+	m.status, m.error, m.attempt_count, m.created_at, m.updated_at, m.payload_expunged`
 
 const deliveryColumns = `d.id, d.message_id, d.message_created_at, d.seq, d.target, d.state, d.attempts,
 	d.dispatch_count, d.redeliveries, d.redelivered_at, d.redelivered_attempts, d.next_due, d.claim_token,
@@ -138,7 +138,7 @@ func scanAll(rows pgx.Rows) ([]*Message, error) {
 func (m *Message) scanDest() []any {
 	return []any{&m.ID, &m.Version, &m.Source, &m.From, &m.To, &m.ContentType, &m.IdempotencyKey,
 		&m.PayloadSize, &m.PayloadSHA256, &m.Stage, &m.Refusal, &m.Status, &m.Error, &m.AttemptCount,
-		&m.CreatedAt, &m.UpdatedAt}
+		&m.CreatedAt, &m.UpdatedAt, &m.PayloadExpunged}
 }
 
 // normalize puts read times in UTC, as the fold keeps them.
@@ -217,7 +217,7 @@ func Queue(b *pgx.Batch, writes ...Write) {
 				m.CreatedAt, m.UpdatedAt)
 		} else {
 			b.Queue(updateMessageSQL, m.ID, w.Before.Version, m.Version, m.Stage, nullString(string(m.Refusal)),
-				m.Status, m.Error, len(m.Deliveries), m.AttemptCount, m.UpdatedAt)
+				m.Status, m.Error, len(m.Deliveries), m.AttemptCount, m.UpdatedAt, m.PayloadExpunged)
 		}
 		for _, id := range w.Touched {
 			dl := m.Delivery(id)
@@ -319,6 +319,8 @@ func scanCounts(rows pgx.Rows, counts map[lifecycle.DeliveryState]int64) error {
 	return err
 }
 
+// insertMessageSQL leaves payload_expunged to its default, false: a new
+// message has its payload.
 const insertMessageSQL = `INSERT INTO messages (id, version, source, from_party, to_party, content_type,
 	idempotency_key, payload_size, payload_sha256, stage, refusal, status, error, delivery_count,
 	attempt_count, created_at, updated_at)
@@ -328,7 +330,7 @@ const insertMessageSQL = `INSERT INTO messages (id, version, source, from_party,
 // UPDATE joined to an array of rows is planned anew on every call.
 const updateMessageSQL = `WITH updated AS (
 		UPDATE messages SET version = $3, stage = $4, refusal = $5, status = $6, error = $7,
-			delivery_count = $8, attempt_count = $9, updated_at = $10
+			delivery_count = $8, attempt_count = $9, updated_at = $10, payload_expunged = $11
 		WHERE id = $1 AND version = $2 RETURNING id)
 	SELECT projection_expect_row((SELECT count(*) FROM updated), $1::uuid, $2::int)`
 

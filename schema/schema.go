@@ -15,7 +15,7 @@ import (
 // its tables change: a database of the old version then refuses to start.
 const (
 	JournalVersion    = 3
-	ProjectionVersion = 2
+	ProjectionVersion = 3
 )
 
 // The parts, as recorded in schema_version.
@@ -166,7 +166,8 @@ CREATE TABLE IF NOT EXISTS messages (
 	delivery_count  int         NOT NULL,
 	attempt_count   int         NOT NULL,
 	created_at      timestamptz NOT NULL,
-	updated_at      timestamptz NOT NULL
+	updated_at      timestamptz NOT NULL,
+	payload_expunged boolean     NOT NULL DEFAULT false
 );
 
 -- A command read the message at a version; finding it at another means a
@@ -238,6 +239,11 @@ END $$;
 CREATE INDEX IF NOT EXISTS messages_created ON messages (created_at DESC, id DESC);
 CREATE INDEX IF NOT EXISTS messages_status_created ON messages (status, created_at DESC, id DESC);
 CREATE INDEX IF NOT EXISTS messages_source_created ON messages (source, created_at DESC, id DESC);
+-- Retention's expunge takes, oldest first, the messages that still hold a
+-- payload retention may drop. It holds no updated_at, which every event
+-- changes, so message updates that keep the status stay HOT.
+CREATE INDEX IF NOT EXISTS messages_payload_held ON messages (status, created_at, id)
+	WHERE NOT payload_expunged AND ` + lifecycle.StatusesSQL("status", lifecycle.ExpungeStatuses()) + `;
 CREATE INDEX IF NOT EXISTS deliveries_due ON deliveries (state, next_due) WHERE next_due IS NOT NULL;
 CREATE INDEX IF NOT EXISTS deliveries_lease ON deliveries (lease_end) WHERE ` + lifecycle.LeaseExpiryRule.StatesSQL("") + `;
 -- A target's messages, newest first, for GET /messages?target=: one
