@@ -334,8 +334,9 @@ func (w *Writer) writeBatch(ctx context.Context, ops []*op) error {
 			all.events = append(all.events, c.events...)
 			all.touched = append(all.touched, c.touched...)
 			all.readBody = all.readBody || c.readBody
+			all.dropBody = all.dropBody || c.dropBody
 		} else {
-			all := &change{before: c.before, after: c.after, readBody: c.readBody, body: c.body,
+			all := &change{before: c.before, after: c.after, readBody: c.readBody, body: c.body, dropBody: c.dropBody,
 				events: append([]journal.Event(nil), c.events...), touched: append([]uuid.UUID(nil), c.touched...)}
 			merged[id] = all
 			changes = append(changes, all)

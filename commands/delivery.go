@@ -256,7 +256,7 @@ func (w *Writer) Redeliver(ctx context.Context, messageID, deliveryID uuid.UUID,
 		err := c.record(journal.Event{RecordedAt: now, DeliveryID: deliveryID, Actor: journal.OperatorActor(operator),
 			Payload: &journal.DeliveryRedelivered{DispatchCount: 1, NextDue: now.Add(lifecycle.DispatchBackoff(1))}})
 		c.wakeups = []Wakeup{{DeliveryID: deliveryID, Target: d.Target}}
-		return c, refused(ErrNotRedeliverable, err)
+		return c, refusedToSend(ErrNotRedeliverable, err)
 	})
 	if err != nil {
 		return nil, fmt.Errorf("redeliver delivery %s of message %s: %w", deliveryID, messageID, err)

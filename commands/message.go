@@ -219,7 +219,7 @@ func (w *Writer) Redispatch(ctx context.Context, id uuid.UUID, operator string) 
 	}
 	m, err := w.run(ctx, message(id), func(m *projection.Message, now time.Time) (*change, error) {
 		c := newChange(m)
-		return c, refused(ErrNotRedispatchable, w.dispatchOn(c, cfg, now, actor, true))
+		return c, refusedToSend(ErrNotRedispatchable, w.dispatchOn(c, cfg, now, actor, true))
 	})
 	if err != nil {
 		return nil, fmt.Errorf("redispatch message %s: %w", id, err)

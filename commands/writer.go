@@ -101,7 +101,7 @@ const maxTries = 10
 // touched, the wake-ups to publish after commit, and the error to return
 // once it is committed (a refusal that is journaled). A claim's change asks
 // for the message's body, read in the same transaction into body; a new
-// message's change holds the body to store.
+// message's change holds the body to store; an expunge's drops it.
 type change struct {
 	before   *projection.Message
 	after    *projection.Message
@@ -111,6 +111,7 @@ type change struct {
 	result   error
 	readBody bool
 	body     []byte
+	dropBody bool
 }
 
 // record folds e into the change's state and keeps it.
@@ -214,7 +215,8 @@ func (w *Writer) release(conn *pgxpool.Conn) {
 
 // queue adds the changes' statements to b, at most one change per message:
 // the projection first (its update locks the message rows), then the
-// journal, then the bodies of new messages.
+// journal, then the bodies of new messages, and the deletion of those
+// expunged.
 func (w *Writer) queue(b *pgx.Batch, changes ...*change) error {
 	writes := make([]projection.Write, len(changes))
 	var events []journal.Event
@@ -237,6 +239,15 @@ func (w *Writer) queue(b *pgx.Batch, changes ...*change) error {
 	}
 	if len(ids) > 0 {
 		b.Queue(`INSERT INTO payloads (message_id, body) SELECT * FROM unnest($1::uuid[], $2::bytea[])`, ids, bodies)
+	}
+	var dropped []uuid.UUID
+	for _, c := range changes {
+		if c.dropBody {
+			dropped = append(dropped, c.after.ID)
+		}
+	}
+	if len(dropped) > 0 {
+		b.Queue(`DELETE FROM payloads WHERE message_id = ANY($1::uuid[])`, dropped)
 	}
 	return nil
 }

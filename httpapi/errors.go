@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/waybill/waybill/auth"
@@ -30,6 +31,7 @@ const (
 	CodeNotRedispatchable    = "NOT_REDISPATCHABLE"
 	CodeNotRedeliverable     = "NOT_REDELIVERABLE"
 	CodeReceiptRefused       = "RECEIPT_REFUSED"
+	CodePayloadExpunged      = "PAYLOAD_EXPUNGED"
 	CodeConflict             = "CONFLICT"
 	CodePayloadTooLarge      = "PAYLOAD_TOO_LARGE"
 	CodeUnsupportedMediaType = "UNSUPPORTED_MEDIA_TYPE"
@@ -126,6 +128,13 @@ func (e *mediaTypeError) Error() string {
 	return fmt.Sprintf("the body must be sent as Content-Type: application/json, not %q", e.got)
 }
 
+// expungedError is a payload retention dropped.
+type expungedError struct{ id uuid.UUID }
+
+func (e *expungedError) Error() string {
+	return fmt.Sprintf("the payload of message %s was expunged by retention; the message keeps its size and SHA-256", e.id)
+}
+
 // methodError is a path served for other methods only.
 type methodError struct{ allow []string }
 
@@ -161,6 +170,7 @@ func failureOf(err error) failure {
 		method   *methodError
 		status   *statusError
 		state    *commands.StateError
+		expunged *expungedError
 	)
 	f := func(code int, c string, details ErrorDetails) failure {
 		return failure{status: code, body: ErrorBody{Code: c, Message: err.Error(), Details: details}}
@@ -184,6 +194,8 @@ func failureOf(err error) failure {
 		return invalidFields(err)
 	case errors.Is(err, commands.ErrNotFound):
 		return f(http.StatusNotFound, CodeNotFound, ErrorDetails{})
+	case errors.As(err, &expunged):
+		return f(http.StatusGone, CodePayloadExpunged, ErrorDetails{})
 	case errors.As(err, &state):
 		switch state.Err {
 		case commands.ErrNotRedispatchable:
@@ -192,6 +204,10 @@ func failureOf(err error) failure {
 			return f(http.StatusConflict, CodeNotRedeliverable, ErrorDetails{State: state.State, Allowed: state.Allowed})
 		case commands.ErrReceiptRefused:
 			return f(http.StatusConflict, CodeReceiptRefused, ErrorDetails{State: state.State, Allowed: state.Allowed})
+		case commands.ErrPayloadExpunged:
+			// Gone, as the payload's own resource answers: the action
+			// needs what is no longer there.
+			return f(http.StatusGone, CodePayloadExpunged, ErrorDetails{State: state.State})
 		}
 		return f(http.StatusConflict, CodeConflict, ErrorDetails{State: state.State, Allowed: state.Allowed})
 	case errors.Is(err, commands.ErrExists):

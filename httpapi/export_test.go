@@ -42,4 +42,4 @@ func DecodeStrict(data []byte, v any) error { return decodeStrict(data, v) }
 // Codes are the error codes.
 var Codes = []string{CodeInvalidField, CodeInvalidStatus, CodeUnauthorized, CodeForbidden, CodeNotFound,
 	CodeMethodNotAllowed, CodeAlreadyExists, CodeTargetInUse, CodeNotRedispatchable, CodeNotRedeliverable,
-	CodeReceiptRefused, CodeConflict, CodePayloadTooLarge, CodeUnsupportedMediaType, CodeUnavailable, CodeInternal}
+	CodeReceiptRefused, CodePayloadExpunged, CodeConflict, CodePayloadTooLarge, CodeUnsupportedMediaType, CodeUnavailable, CodeInternal}

@@ -245,14 +245,17 @@ func (s *Server) getPayload(w http.ResponseWriter, r *http.Request) error {
 	}
 	var (
 		contentType string
+		expunged    bool
 		body        []byte
 	)
-	err = s.cfg.DB.QueryRow(r.Context(), `SELECT m.content_type, p.body FROM messages m
-		JOIN payloads p ON p.message_id = m.id WHERE m.id = $1`, id).Scan(&contentType, &body)
-	if errors.Is(err, pgx.ErrNoRows) {
+	err = s.cfg.DB.QueryRow(r.Context(), `SELECT m.content_type, m.payload_expunged, p.body FROM messages m
+		LEFT JOIN payloads p ON p.message_id = m.id WHERE m.id = $1`, id).Scan(&contentType, &expunged, &body)
+	switch {
+	case err == nil && expunged:
+		return &expungedError{id: id}
+	case errors.Is(err, pgx.ErrNoRows) || err == nil && body == nil:
 		return fmt.Errorf("payload of message %s: %w", id, commands.ErrNotFound)
-	}
-	if err != nil {
+	case err != nil:
 		return fmt.Errorf("payload of message %s: %w", id, err)
 	}
 	h := w.Header()

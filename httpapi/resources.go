@@ -38,12 +38,14 @@ type Message struct {
 	Status lifecycle.MessageStatus `json:"status"`
 	// Error is why the message was refused, or the last error of its first
 	// failed (else stalled) delivery; null when there is none.
-	Error         *string    `json:"error"`
-	CreatedAt     time.Time  `json:"created_at"`
-	UpdatedAt     time.Time  `json:"updated_at"`
-	PayloadSize   int64      `json:"payload_size"`
-	PayloadSHA256 string     `json:"payload_sha256"`
-	Deliveries    []Delivery `json:"deliveries"`
+	Error         *string   `json:"error"`
+	CreatedAt     time.Time `json:"created_at"`
+	UpdatedAt     time.Time `json:"updated_at"`
+	PayloadSize   int64     `json:"payload_size"`
+	PayloadSHA256 string    `json:"payload_sha256"`
+	// PayloadExpunged is true once retention dropped the payload.
+	PayloadExpunged bool       `json:"payload_expunged"`
+	Deliveries      []Delivery `json:"deliveries"`
 }
 
 // Delivery is one delivery of a message to one target.
@@ -164,7 +166,8 @@ type JournalPage struct {
 func messageOf(m *projection.Message) Message {
 	out := Message{ID: m.ID, Source: m.Source, From: m.From, To: m.To, Stage: m.Stage, Status: m.Status,
 		Error: optional(m.Error), CreatedAt: m.CreatedAt, UpdatedAt: m.UpdatedAt,
-		PayloadSize: m.PayloadSize, PayloadSHA256: m.PayloadSHA256, Deliveries: make([]Delivery, 0, len(m.Deliveries))}
+		PayloadSize: m.PayloadSize, PayloadSHA256: m.PayloadSHA256, PayloadExpunged: m.PayloadExpunged,
+		Deliveries: make([]Delivery, 0, len(m.Deliveries))}
 	for _, d := range m.Deliveries {
 		out.Deliveries = append(out.Deliveries, deliveryOf(d))
 	}
