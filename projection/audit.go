@@ -46,13 +46,47 @@ type Report struct {
 	Events     int
 	Messages   int
 	Deliveries int
+	// Removed is what retention took out of the journal, by its record.
+	Removed    Removal
 	Violations []Violation
+}
+
+// Removal sums the batches retention archived and removed
+// (retention.archived events): what left the journal and why.
+type Removal struct {
+	Batches, Messages, Events int
+	// Settled messages left by settled_after, Faulted ones by failed_after.
+	Settled, Faulted int
+	// Archive is the archive's id, the name of its directory.
+	Archive uuid.UUID
+}
+
+// add counts one batch, which must be the next of the archive.
+func (r *Removal) add(e journal.Event, p *journal.RetentionArchived) *Violation {
+	var problem string
+	switch {
+	case p.Batch != int64(r.Batches+1):
+		problem = fmt.Sprintf("retention batch %d follows batch %d", p.Batch, r.Batches)
+	case r.Batches > 0 && p.Archive != r.Archive:
+		problem = fmt.Sprintf("retention batch %d is of archive %s, the earlier ones of %s", p.Batch, p.Archive, r.Archive)
+	}
+	r.Batches++
+	r.Messages += p.Messages
+	r.Events += p.Events
+	r.Settled += p.Settled
+	r.Faulted += p.Faulted
+	r.Archive = p.Archive
+	if problem != "" {
+		return &Violation{Position: e.Position, Problem: problem}
+	}
+	return nil
 }
 
 // Folded is the state of every message stream the journal holds.
 type Folded struct {
 	Messages   map[uuid.UUID]*Message
 	Events     int
+	Removed    Removal
 	Violations []Violation
 	// inOrder holds the messages of Messages in the order their streams
 	// began, which is the order a rebuild writes them in.
@@ -119,6 +153,11 @@ func (f *Folded) countStates() map[lifecycle.DeliveryState]int64 {
 func (f *Folded) fold(e journal.Event) error {
 	f.Events++
 	if e.Kind().Stream() != "" {
+		if p, ok := e.Payload.(*journal.RetentionArchived); ok {
+			if v := f.Removed.add(e, p); v != nil {
+				f.Violations = append(f.Violations, *v)
+			}
+		}
 		return nil
 	}
 	id, err := uuid.Parse(e.Stream)

@@ -30,6 +30,7 @@ import (
 	"github.com/waybill/waybill/internal/securefile"
 	"github.com/waybill/waybill/natsserver"
 	"github.com/waybill/waybill/pgserver"
+	"github.com/waybill/waybill/retention"
 	"github.com/waybill/waybill/schema"
 	"github.com/waybill/waybill/service"
 	"github.com/waybill/waybill/sweep"
@@ -215,11 +216,18 @@ func serve(ctx context.Context, cfg *serveConfig, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	// Retention removes an event only once the feed's groups this process
+	// runs have passed it.
+	ret, err := retention.New(retention.Config{Base: base, Writer: w, DB: db, Registerer: reg,
+		FeedGroups: []string{alerts.AlerterGroup, alerts.StreamGroup}})
+	if err != nil {
+		return err
+	}
 
-	// The services start in this order and stop in the reverse: the sweep
-	// first, then the workers, each before anything they use. The sweep's
-	// first pass runs after the workers subscribed, so its wake-ups find
-	// them.
+	// The services start in this order and stop in the reverse: retention
+	// and the sweep first, then the workers, each before anything they
+	// use. The sweep's first pass runs after the workers subscribed, so
+	// its wake-ups find them.
 	var services service.List
 	stack.push(func() {
 		ready.Store(false)
@@ -230,7 +238,7 @@ func serve(ctx context.Context, cfg *serveConfig, stderr io.Writer) error {
 	for _, s := range []struct {
 		name string
 		s    service.Service
-	}{{"http server", web}, {"alerter", alerter}, {"event stream", events}, {"runtime", rt}, {"sweep", sw}} {
+	}{{"http server", web}, {"alerter", alerter}, {"event stream", events}, {"runtime", rt}, {"sweep", sw}, {"retention", ret}} {
 		if err := services.Start(ctx, s.name, s.s); err != nil {
 			return err
 		}
