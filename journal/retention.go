@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"strconv"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -14,8 +15,9 @@ import (
 )
 
 // RetentionStream is the stream of retention's own record: what left the
-// journal, in which archive file, and each pass's counts. Like
-// ConfigStream it is never removed.
+// journal, in which archive file, and each pass's counts. Its events leave
+// too, archived with a later batch, all but the last batch's record, which
+// carries the totals of every batch before it.
 const RetentionStream = "retention"
 
 // namedStream reports whether stream is one of the streams that are not a
@@ -49,10 +51,11 @@ func (p *MessagePayloadExpunged) Validate() error {
 	return errors.Join(size, sha, after)
 }
 
-// RetentionArchived: the streams of a batch of settled messages were
-// written to an archive file and left the journal, with the messages'
-// rows, in the transaction that appended this event. It is the record of
-// what left and why; the file's manifest lists each position.
+// RetentionArchived: the streams of a batch of settled messages, and older
+// events of RetentionStream, were written to an archive file and left the
+// journal, with the messages' rows, in the transaction that appended this
+// event. It is the record of what left and why, and its totals are those
+// of every batch up to it; the file's manifest lists each position.
 type RetentionArchived struct {
 	// Archive is the database's archive id, the name of its directory
 	// under archive_dir.
@@ -66,10 +69,12 @@ type RetentionArchived struct {
 	Bytes          int64  `json:"bytes"`
 	Manifest       string `json:"manifest"`
 	ManifestSHA256 string `json:"manifest_sha256"`
-	// Messages and Events count what left; FirstPosition and LastPosition
-	// bound the events' positions.
+	// Messages counts the messages that left and Events all the events,
+	// Records the events of RetentionStream among them; FirstPosition and
+	// LastPosition bound the events' positions.
 	Messages      int   `json:"messages"`
 	Events        int   `json:"events"`
+	Records       int   `json:"records"`
 	FirstPosition int64 `json:"first_position"`
 	LastPosition  int64 `json:"last_position"`
 	// Settled messages left by SettledAfter, Faulted ones by FailedAfter:
@@ -78,12 +83,22 @@ type RetentionArchived struct {
 	Faulted      int                 `json:"faulted"`
 	SettledAfter *lifecycle.Duration `json:"settled_after"`
 	FailedAfter  *lifecycle.Duration `json:"failed_after"`
+	// Total is what every batch up to this one removed.
+	Total RetentionTotal `json:"total"`
+}
+
+// RetentionTotal sums batches of retention.
+type RetentionTotal struct {
+	Messages int64 `json:"messages"`
+	Events   int64 `json:"events"`
+	Settled  int64 `json:"settled"`
+	Faulted  int64 `json:"faulted"`
 }
 
 func (*RetentionArchived) Kind() Kind { return KindRetentionArchived }
 func (p *RetentionArchived) Text() string {
-	return fmt.Sprintf("batch %d archived in %s: %d events of %d messages (%d settled, %d faulted) left the journal",
-		p.Batch, p.File, p.Events, p.Messages, p.Settled, p.Faulted)
+	return fmt.Sprintf("batch %d archived in %s: %d events of %d messages (%d settled, %d faulted) and %d of retention's records left the journal",
+		p.Batch, p.File, p.Events-p.Records, p.Messages, p.Settled, p.Faulted, p.Records)
 }
 func (p *RetentionArchived) Validate() error {
 	var errs []error
@@ -102,8 +117,8 @@ func (p *RetentionArchived) Validate() error {
 	if p.Bytes < 1 {
 		errs = append(errs, field("bytes", "must be 1 or more"))
 	}
-	if p.Messages < 1 || p.Events < p.Messages {
-		errs = append(errs, field("events", "must be 1 or more per message"))
+	if p.Messages < 1 || p.Records < 0 || p.Events < p.Messages+p.Records {
+		errs = append(errs, field("events", "must be 1 or more per message, and the records besides"))
 	}
 	if p.Settled < 0 || p.Faulted < 0 || p.Settled+p.Faulted != p.Messages {
 		errs = append(errs, field("settled", "settled and faulted must add up to messages"))
@@ -111,7 +126,18 @@ func (p *RetentionArchived) Validate() error {
 	if p.FirstPosition < 1 || p.LastPosition < p.FirstPosition {
 		errs = append(errs, field("first_position", "must be 1 or more and not after last_position"))
 	}
+	t := p.Total
+	if t.Messages < int64(p.Messages) || t.Events < int64(p.Events) || t.Settled < int64(p.Settled) || t.Faulted < int64(p.Faulted) ||
+		t.Settled+t.Faulted != t.Messages || p.Batch == 1 && t != (RetentionTotal{int64(p.Messages), int64(p.Events), int64(p.Settled), int64(p.Faulted)}) {
+		errs = append(errs, field("total", "must add this batch to those before it"))
+	}
 	return errors.Join(errs...)
+}
+
+// Add is the total with the batch p added.
+func (t RetentionTotal) Add(p *RetentionArchived) RetentionTotal {
+	return RetentionTotal{Messages: t.Messages + int64(p.Messages), Events: t.Events + int64(p.Events),
+		Settled: t.Settled + int64(p.Settled), Faulted: t.Faulted + int64(p.Faulted)}
 }
 
 // RetentionPass: a pass of retention did something; the counts are its
@@ -166,12 +192,43 @@ func ReadStreams(ctx context.Context, q Querier, streams []string) ([]Event, []M
 	return events, marks, nil
 }
 
-// QueueRemoval queues on b the deletion of every event of the streams:
-// the one statement that deletes from the journal. The journal refuses it
-// (schema's journal_removal trigger) unless b's transaction appended before
-// it a RetentionArchived event that counts exactly the events and messages
+// recordsSQL reads the events of RetentionStream before a version and not
+// after a time, on the (stream, version) index.
+var recordsSQL = `SELECT txid::text AS txid_text, ` + columns + ` FROM journal
+	WHERE stream = '` + RetentionStream + `' AND version < $1 AND recorded_at <= $2 ORDER BY version LIMIT $3`
+
+// ReadRecords returns up to limit events of RetentionStream before version
+// and recorded not after at, in order, with the mark of each: retention's
+// records old enough to be archived in turn.
+func ReadRecords(ctx context.Context, q Querier, version int, at time.Time, limit int) ([]Event, []Mark, error) {
+	var (
+		events []Event
+		marks  []Mark
+		txid   string
+	)
+	err := scan(ctx, q, recordsSQL, []any{version, at, limit}, func(e Event) error {
+		id, err := strconv.ParseUint(txid, 10, 64)
+		if err != nil {
+			return fmt.Errorf("position %d: txid %q: %w", e.Position, txid, err)
+		}
+		events = append(events, e)
+		marks = append(marks, Mark{TxID: id, Position: e.Position})
+		return nil
+	}, &txid)
+	if err != nil {
+		return nil, nil, fmt.Errorf("read retention's records: %w", err)
+	}
+	return events, marks, nil
+}
+
+// QueueRemoval queues on b the deletion of every event of the streams and
+// of RetentionStream's events at the positions: the one statement that
+// deletes from the journal. The journal refuses it (schema's
+// journal_removal trigger) unless b's transaction appended before it a
+// RetentionArchived event that counts exactly the events and messages
 // deleted and bounds their positions, and it refuses any event of the
-// config and retention streams. Only retention calls it.
-func QueueRemoval(b *pgx.Batch, streams []string) {
-	b.Queue(`DELETE FROM journal WHERE stream = ANY($1::text[])`, streams)
+// config stream. Only retention calls it.
+func QueueRemoval(b *pgx.Batch, streams []string, records []int64) {
+	b.Queue(`DELETE FROM journal WHERE stream = ANY($1::text[])
+		OR stream = '`+RetentionStream+`' AND position = ANY($2::bigint[])`, streams, records)
 }

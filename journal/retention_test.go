@@ -42,7 +42,8 @@ func TestJournalRemovalNeedsItsRecord(t *testing.T) {
 		return journal.Event{RecordedAt: at, Stream: journal.RetentionStream, Version: version, Actor: journal.ActorRetention,
 			Payload: &journal.RetentionArchived{Archive: uuid.New(), Batch: int64(version), File: "batch-1.jsonl.gz",
 				SHA256: strings.Repeat("ab", 32), Bytes: 10, Manifest: "batch-1.manifest.json", ManifestSHA256: strings.Repeat("cd", 32),
-				Messages: messages, Events: n, FirstPosition: lo, LastPosition: hi, Settled: messages}}
+				Messages: messages, Events: n, FirstPosition: lo, LastPosition: hi, Settled: messages,
+				Total: journal.RetentionTotal{Messages: int64(messages), Events: int64(n), Settled: int64(messages)}}}
 	}
 	remove := func(records ...journal.Event) error {
 		return pgx.BeginFunc(t.Context(), db, func(tx pgx.Tx) error {
@@ -50,7 +51,7 @@ func TestJournalRemovalNeedsItsRecord(t *testing.T) {
 			if err := journal.Queue(&b, records...); err != nil {
 				return err
 			}
-			journal.QueueRemoval(&b, streams)
+			journal.QueueRemoval(&b, streams, nil)
 			return tx.SendBatch(t.Context(), &b).Close()
 		})
 	}
@@ -80,6 +81,30 @@ func TestJournalRemovalNeedsItsRecord(t *testing.T) {
 		t.Errorf("%d events of the kept stream, want 3", len(left))
 	}
 
+	// Retention's own older records may leave, counted as records.
+	first, _, err := journal.ReadRecords(t.Context(), db, 2, at, 10)
+	if err != nil || len(first) != 1 {
+		t.Fatalf("records: %d, %v", len(first), err)
+	}
+	p := first[0].Position
+	removeRecords := func(r journal.Event) error {
+		return pgx.BeginFunc(t.Context(), db, func(tx pgx.Tx) error {
+			var b pgx.Batch
+			if err := journal.Queue(&b, r); err != nil {
+				return err
+			}
+			journal.QueueRemoval(&b, []string{kept[0].String()}, []int64{p})
+			return tx.SendBatch(t.Context(), &b).Close()
+		})
+	}
+	keptEvents, _, _ := journal.ReadStreams(t.Context(), db, []string{kept[0].String()})
+	withRecord := record(2, 4, 1, min(p, keptEvents[0].Position), max(p, keptEvents[2].Position))
+	refused("a record not counted", removeRecords(withRecord))
+	withRecord.Payload.(*journal.RetentionArchived).Records = 1
+	if err := removeRecords(withRecord); err != nil {
+		t.Fatalf("removal of a record: %v", err)
+	}
+
 	// The config stream never leaves.
 	if err := pgx.BeginFunc(t.Context(), db, func(tx pgx.Tx) error {
 		var b pgx.Batch
@@ -97,8 +122,8 @@ func TestJournalRemovalNeedsItsRecord(t *testing.T) {
 		t.Fatal(err)
 	}
 	streams = []string{journal.ConfigStream}
-	p := config[0].Position
-	refused("config", remove(record(2, 1, 1, p, p)))
+	p = config[0].Position
+	refused("config", remove(record(3, 1, 1, p, p)))
 }
 
 // TestLineRoundTrips: an event written as a line of GET /journal and of

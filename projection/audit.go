@@ -51,31 +51,31 @@ type Report struct {
 	Violations []Violation
 }
 
-// Removal sums the batches retention archived and removed
-// (retention.archived events): what left the journal and why.
+// Removal is what retention archived and removed, by the totals of its
+// last batch's record (retention.archived): what left the journal and why.
+// The records of earlier batches leave too, in later batches; those still
+// live must follow each other and add up.
 type Removal struct {
-	Batches, Messages, Events int
-	// Settled messages left by settled_after, Faulted ones by failed_after.
-	Settled, Faulted int
+	// Batches is the number of the last batch, and so of all.
+	Batches int64
+	journal.RetentionTotal
 	// Archive is the archive's id, the name of its directory.
 	Archive uuid.UUID
 }
 
-// add counts one batch, which must be the next of the archive.
+// add takes the record of the next batch.
 func (r *Removal) add(e journal.Event, p *journal.RetentionArchived) *Violation {
 	var problem string
 	switch {
-	case p.Batch != int64(r.Batches+1):
+	case r.Batches == 0:
+	case p.Batch != r.Batches+1:
 		problem = fmt.Sprintf("retention batch %d follows batch %d", p.Batch, r.Batches)
-	case r.Batches > 0 && p.Archive != r.Archive:
+	case p.Archive != r.Archive:
 		problem = fmt.Sprintf("retention batch %d is of archive %s, the earlier ones of %s", p.Batch, p.Archive, r.Archive)
+	case p.Total != r.RetentionTotal.Add(p):
+		problem = fmt.Sprintf("the totals of retention batch %d are not those of batch %d and its own", p.Batch, r.Batches)
 	}
-	r.Batches++
-	r.Messages += p.Messages
-	r.Events += p.Events
-	r.Settled += p.Settled
-	r.Faulted += p.Faulted
-	r.Archive = p.Archive
+	r.Batches, r.RetentionTotal, r.Archive = p.Batch, p.Total, p.Archive
 	if problem != "" {
 		return &Violation{Position: e.Position, Problem: problem}
 	}

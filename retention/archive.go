@@ -33,10 +33,12 @@ type Manifest struct {
 	File   string `json:"file"`
 	SHA256 string `json:"sha256"`
 	Bytes  int64  `json:"bytes"`
-	// Messages and Events count what the file holds; Positions lists the
-	// events' positions as runs [first, last], in order.
+	// Messages and Events count what the file holds, Records the events
+	// of the retention stream among them; Positions lists the events'
+	// positions as runs [first, last], in order.
 	Messages  int        `json:"messages"`
 	Events    int        `json:"events"`
+	Records   int        `json:"records"`
 	Positions [][2]int64 `json:"positions"`
 	// Settled messages left by settled_after, Faulted ones by failed_after.
 	Settled int `json:"settled"`
@@ -76,8 +78,10 @@ func finalName(pending string) (string, bool) {
 type archive struct {
 	id  uuid.UUID
 	dir string
-	// last is the last batch the journal records, nil before the first.
-	last *journal.RetentionArchived
+	// last is the last batch the journal records, nil before the first,
+	// and lastVersion its version in the retention stream.
+	last        *journal.RetentionArchived
+	lastVersion int
 }
 
 // archiveIDSQL draws the archive's id once and reads it.
@@ -86,25 +90,33 @@ const archiveIDSQL = `WITH drawn AS (
 	SELECT id FROM drawn UNION ALL SELECT id FROM retention_archive LIMIT 1`
 
 // lastArchivedSQL reads the last batch the journal records.
-var lastArchivedSQL = `SELECT payload FROM journal WHERE stream = '` + journal.RetentionStream +
+var lastArchivedSQL = `SELECT version, payload FROM journal WHERE stream = '` + journal.RetentionStream +
 	`' AND kind = '` + string(journal.KindRetentionArchived) + `' ORDER BY version DESC LIMIT 1`
 
-// lastArchived returns the last retention.archived event, nil when there
-// is none.
-func lastArchived(ctx context.Context, q journal.Querier) (*journal.RetentionArchived, error) {
+// lastArchived returns the last retention.archived event and its version,
+// nil when there is none.
+func lastArchived(ctx context.Context, q journal.Querier) (*journal.RetentionArchived, int, error) {
 	rows, err := q.Query(ctx, lastArchivedSQL)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
-	raws, err := pgx.CollectRows(rows, pgx.RowTo[[]byte])
-	if err != nil || len(raws) == 0 {
-		return nil, err
+	var (
+		version int
+		raw     []byte
+		found   bool
+	)
+	_, err = pgx.ForEachRow(rows, []any{&version, &raw}, func() error {
+		found = true
+		return nil
+	})
+	if err != nil || !found {
+		return nil, 0, err
 	}
-	p, err := journal.Decode(journal.KindRetentionArchived, raws[0])
+	p, err := journal.Decode(journal.KindRetentionArchived, raw)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
-	return p.(*journal.RetentionArchived), nil
+	return p.(*journal.RetentionArchived), version, nil
 }
 
 // openArchive finds the archive's directory under root, creating it, and
@@ -126,7 +138,7 @@ func openArchive(ctx context.Context, q interface {
 		return nil, fmt.Errorf("archive directory: %w", err)
 	}
 	var err error
-	if a.last, err = lastArchived(ctx, q); err != nil {
+	if a.last, a.lastVersion, err = lastArchived(ctx, q); err != nil {
 		return nil, fmt.Errorf("read the last archived batch: %w", err)
 	}
 	entries, err := os.ReadDir(a.dir)
@@ -172,12 +184,12 @@ type written struct {
 
 // write writes the events, one line each in position order, gzipped, and
 // their manifest, under pending names, and syncs both.
-func (a *archive) write(batch int64, events []journal.Event, settled, faulted, messages int, at time.Time) (*written, error) {
+func (a *archive) write(batch int64, events []journal.Event, settled, faulted, messages, records int, at time.Time) (*written, error) {
 	token := randomToken()
 	w := &written{file: dataName(batch), manifestName: manifestName(batch)}
 	w.data = filepath.Join(a.dir, pendingName(w.file, token))
 	w.meta = filepath.Join(a.dir, pendingName(w.manifestName, token))
-	m := Manifest{Archive: a.id, Batch: batch, File: w.file, Messages: messages, Events: len(events),
+	m := Manifest{Archive: a.id, Batch: batch, File: w.file, Messages: messages, Events: len(events), Records: records,
 		Settled: settled, Faulted: faulted, CreatedAt: at.UTC()}
 	sum, size, err := writeSynced(w.data, func(out io.Writer) error {
 		z, err := gzip.NewWriterLevel(out, gzip.BestSpeed)

@@ -1,11 +1,13 @@
 package retention
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"slices"
 	"strconv"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -93,12 +95,25 @@ func (r *Retention) removeBatch(ctx context.Context, conn *pgxpool.Conn, a *arch
 		kept[journal.MessageStream(m.ID)] = true
 	}
 	archived := slices.DeleteFunc(events, func(e journal.Event) bool { return !kept[e.Stream] })
-
-	batch := int64(1)
-	if a.last != nil {
-		batch = a.last.Batch + 1
+	// Retention's own older records go with the batch, all but the last
+	// batch's, which holds the totals, once settled_after has passed
+	// since they were written.
+	records, err := r.oldRecords(ctx, conn, a, rs, horizon, now)
+	if err != nil {
+		return out, err
 	}
-	w, err := a.write(batch, archived, settled, faulted, len(keep), r.cfg.Now())
+	var recordPositions []int64
+	for _, e := range records {
+		recordPositions = append(recordPositions, e.Position)
+	}
+	archived = append(archived, records...)
+	slices.SortFunc(archived, func(x, y journal.Event) int { return cmp.Compare(x.Position, y.Position) })
+
+	batch, total := int64(1), journal.RetentionTotal{}
+	if a.last != nil {
+		batch, total = a.last.Batch+1, a.last.Total
+	}
+	w, err := a.write(batch, archived, settled, faulted, len(keep), len(records), r.cfg.Now())
 	if err != nil {
 		return out, err
 	}
@@ -107,9 +122,11 @@ func (r *Retention) removeBatch(ctx context.Context, conn *pgxpool.Conn, a *arch
 	}
 	record := &journal.RetentionArchived{Archive: a.id, Batch: batch, File: w.file, SHA256: w.manifest.SHA256,
 		Bytes: w.manifest.Bytes, Manifest: w.manifestName, ManifestSHA256: w.manifestSHA256, Messages: len(keep),
-		Events: len(archived), FirstPosition: archived[0].Position, LastPosition: archived[len(archived)-1].Position,
-		Settled: settled, Faulted: faulted, SettledAfter: rs.SettledAfter, FailedAfter: rs.FailedAfter}
-	committed, err := r.commit(ctx, conn, keep, record)
+		Events: len(archived), Records: len(records), FirstPosition: archived[0].Position,
+		LastPosition: archived[len(archived)-1].Position, Settled: settled, Faulted: faulted,
+		SettledAfter: rs.SettledAfter, FailedAfter: rs.FailedAfter}
+	record.Total = total.Add(record)
+	version, committed, err := r.commit(ctx, conn, keep, recordPositions, record)
 	if !committed {
 		// Nothing was removed: the files go, and the messages are chosen
 		// again if still due. A commit whose answer was lost is no
@@ -121,7 +138,7 @@ func (r *Retention) removeBatch(ctx context.Context, conn *pgxpool.Conn, a *arch
 		}
 		return out, err
 	}
-	a.last = record
+	a.last, a.lastVersion = record, version
 	r.metrics.removed.WithLabelValues(classSettled).Add(float64(settled))
 	r.metrics.removed.WithLabelValues(classFaulted).Add(float64(faulted))
 	r.metrics.archiveBytes.Add(float64(record.Bytes))
@@ -142,18 +159,19 @@ var errCommitUnknown = errors.New("the commit's outcome is unknown")
 // commit removes the messages in one transaction on conn, the lease's
 // connection: it locks their rows in id order, as the commands do, and
 // checks that each is still at the version archived and still due at the
-// clock; then it appends the record of the batch, deletes the streams, the
-// payloads and the rows, and commits. It reports false, with no error,
-// when a message changed (nothing is written).
-func (r *Retention) commit(ctx context.Context, conn *pgxpool.Conn, keep []*projection.Message,
-	record *journal.RetentionArchived) (bool, error) {
+// clock; then it appends the record of the batch, deletes the streams,
+// the older records, the payloads and the rows, and commits. It reports
+// false, with no error, when a message changed (nothing is written), and
+// the record's version in the retention stream when it committed.
+func (r *Retention) commit(ctx context.Context, conn *pgxpool.Conn, keep []*projection.Message, records []int64,
+	record *journal.RetentionArchived) (int, bool, error) {
 	ids := make([]uuid.UUID, len(keep))
 	for i, m := range keep {
 		ids[i] = m.ID
 	}
 	tx, err := conn.Begin(ctx)
 	if err != nil {
-		return false, err
+		return 0, false, err
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx))
 	b := &pgx.Batch{}
@@ -162,13 +180,13 @@ func (r *Retention) commit(ctx context.Context, conn *pgxpool.Conn, keep []*proj
 	b.Queue(`SELECT coalesce(max(version), 0) FROM journal WHERE stream = $1`, journal.RetentionStream).
 		QueryRow(func(row pgx.Row) error { return row.Scan(&version) })
 	if err := tx.SendBatch(ctx, b).Close(); err != nil {
-		return false, fmt.Errorf("lock the batch: %w", err)
+		return 0, false, fmt.Errorf("lock the batch: %w", err)
 	}
 	locked := read()
 	now := journal.StoredTime(r.cfg.Now())
 	rs := lifecycle.Retention{SettledAfter: record.SettledAfter, FailedAfter: record.FailedAfter}
 	if len(locked) != len(keep) {
-		return false, nil
+		return 0, false, nil
 	}
 	byID := map[uuid.UUID]*projection.Message{}
 	for _, m := range keep {
@@ -176,25 +194,25 @@ func (r *Retention) commit(ctx context.Context, conn *pgxpool.Conn, keep []*proj
 	}
 	for _, m := range locked {
 		if was := byID[m.ID]; was == nil || was.Version != m.Version || !rs.RemovalDue(m.Status, m.UpdatedAt, now) {
-			return false, nil
+			return 0, false, nil
 		}
 	}
 	b = &pgx.Batch{}
 	err = journal.Queue(b, journal.Event{RecordedAt: now, Stream: journal.RetentionStream, Version: version + 1,
 		Actor: journal.ActorRetention, Payload: record})
 	if err != nil {
-		return false, err
+		return 0, false, err
 	}
-	journal.QueueRemoval(b, streamsOf(ids))
+	journal.QueueRemoval(b, streamsOf(ids), records)
 	b.Queue(`DELETE FROM payloads WHERE message_id = ANY($1::uuid[])`, ids)
 	projection.QueueRemove(b, locked)
 	if err := tx.SendBatch(ctx, b).Close(); err != nil {
-		return false, fmt.Errorf("remove the batch: %w", err)
+		return 0, false, fmt.Errorf("remove the batch: %w", err)
 	}
 	if err := tx.Commit(ctx); err != nil {
-		return false, fmt.Errorf("remove the batch: %w: %w", errCommitUnknown, err)
+		return 0, false, fmt.Errorf("remove the batch: %w: %w", errCommitUnknown, err)
 	}
-	return true, nil
+	return version + 1, true, nil
 }
 
 func (r *Retention) cutAt(point string) error {
@@ -255,4 +273,28 @@ func feedHorizon(ctx context.Context, q journal.Querier, groups []string) (*jour
 // order.
 func after(a, b journal.Mark) bool {
 	return a.TxID > b.TxID || a.TxID == b.TxID && a.Position > b.Position
+}
+
+// maxRecords bounds the records of the retention stream one batch takes.
+const maxRecords = 1000
+
+// oldRecords reads the events of the retention stream a batch takes along:
+// those before the last batch's record, written settled_after ago or more,
+// that every feed group has passed.
+func (r *Retention) oldRecords(ctx context.Context, q journal.Querier, a *archive, rs lifecycle.Retention,
+	horizon *journal.Mark, now time.Time) ([]journal.Event, error) {
+	if a.last == nil {
+		return nil, nil
+	}
+	events, marks, err := journal.ReadRecords(ctx, q, a.lastVersion, now.Add(-rs.SettledAfter.D()), maxRecords)
+	if err != nil {
+		return nil, err
+	}
+	var out []journal.Event
+	for i, e := range events {
+		if horizon == nil || !after(marks[i], *horizon) {
+			out = append(out, e)
+		}
+	}
+	return out, nil
 }

@@ -33,41 +33,52 @@ type ArchiveReport struct {
 }
 
 // VerifyArchive checks the archive in dir (the archive_dir, or the
-// archive's own directory in it) against the journal: every batch the
-// journal records has its file and manifest with the recorded SHA-256; the
-// manifest agrees with the record; each line of the file is an event that
-// decodes and passes the envelope check, at the positions the manifest
-// lists; each stream folds with every event legal from its first to a
-// settled end; no position is in two files; and nothing archived is live,
-// in the journal or the tables. A file of our naming that no batch
-// records is a violation too. Each violation names the file.
+// archive's own directory in it) against the journal. The records of the
+// batches are the journal's retention.archived events and, for the batches
+// whose records left in turn, the same events found in later files: every
+// batch from the first to the last must have one. Each batch has its file
+// and manifest with the recorded SHA-256; the manifest agrees with the
+// record; each line of the file is an event that decodes and passes the
+// envelope check, at the positions the manifest lists; each message's
+// stream folds with every event legal from its first to a settled end; no
+// position is in two files; and nothing archived is live, in the journal
+// or the tables. A file of our naming that no batch records is a
+// violation too. Each violation names the file.
 func VerifyArchive(ctx context.Context, db *pgxpool.Pool, dir string) (*ArchiveReport, error) {
 	r := &ArchiveReport{Dir: dir}
 	err := pgx.BeginTxFunc(ctx, db, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
-		records, err := archivedBatches(ctx, tx)
-		if err != nil || len(records) == 0 {
+		live, err := archivedBatches(ctx, tx)
+		if err != nil || len(live) == 0 {
 			return err
 		}
-		if d := filepath.Join(dir, records[0].Archive.String()); exists(d) {
+		newest := live[len(live)-1]
+		if d := filepath.Join(dir, newest.Archive.String()); exists(d) {
 			r.Dir = d
 		}
-		var last int64
-		for _, rec := range records {
-			last = max(last, rec.LastPosition)
+		last, err := journal.LastPosition(ctx, tx)
+		if err != nil {
+			return err
 		}
-		v := &verifier{r: r, tx: tx, seen: make([]uint64, last/64+1)}
-		for i, rec := range records {
-			if rec.Batch != int64(i+1) {
-				v.fail(rec.File, fmt.Sprintf("is batch %d, but %d batches come before it", rec.Batch, i))
+		v := &verifier{r: r, tx: tx, seen: make([]uint64, last/64+1), records: map[int64]*journal.RetentionArchived{}}
+		for _, rec := range live {
+			v.record(rec, "the journal")
+		}
+		// A batch's record is live or in a later batch's file: from the
+		// last batch down, each is known before its turn.
+		for batch := newest.Batch; batch >= 1; batch-- {
+			rec := v.records[batch]
+			if rec == nil {
+				v.fail(dataName(batch), "no record of this batch is in the journal or in a later file")
+				continue
 			}
-			if rec.Archive != records[0].Archive {
-				v.fail(rec.File, fmt.Sprintf("belongs to archive %s, the first batch to %s", rec.Archive, records[0].Archive))
+			if rec.Archive != newest.Archive {
+				v.fail(rec.File, fmt.Sprintf("belongs to archive %s, the last batch to %s", rec.Archive, newest.Archive))
 			}
 			if err := v.batch(ctx, rec); err != nil {
 				return err
 			}
 		}
-		v.extraFiles(records)
+		v.extraFiles()
 		return nil
 	})
 	if err != nil {
@@ -96,6 +107,17 @@ type verifier struct {
 	tx pgx.Tx
 	// seen has a bit per position found in a file so far.
 	seen []uint64
+	// records are the batches' records found so far, by batch.
+	records map[int64]*journal.RetentionArchived
+}
+
+// record keeps the record of a batch, found in where.
+func (v *verifier) record(rec *journal.RetentionArchived, where string) {
+	if v.records[rec.Batch] != nil {
+		v.fail(rec.File, "its batch is recorded twice, the second time in "+where)
+		return
+	}
+	v.records[rec.Batch] = rec
 }
 
 func (v *verifier) fail(file, problem string) {
@@ -134,9 +156,17 @@ func (v *verifier) batch(ctx context.Context, rec *journal.RetentionArchived) er
 		return nil
 	}
 	defer f.Close()
-	streams, positions, ok := v.lines(rec.File, f, m)
+	streams, records, positions, ok := v.lines(rec.File, f, m)
 	if !ok {
 		return nil
+	}
+	if len(records) != rec.Records {
+		v.fail(rec.File, fmt.Sprintf("holds %d records of the retention stream; the journal recorded %d", len(records), rec.Records))
+	}
+	for _, e := range records {
+		if p, ok := e.Payload.(*journal.RetentionArchived); ok {
+			v.record(p, rec.File)
+		}
 	}
 	v.r.Events += len(positions)
 	settled, faulted := 0, 0
@@ -201,7 +231,7 @@ func (v *verifier) manifest(rec *journal.RetentionArchived) (*Manifest, bool) {
 		first, last = m.Positions[0][0], m.Positions[len(m.Positions)-1][1]
 	}
 	if m.Archive != rec.Archive || m.Batch != rec.Batch || m.File != rec.File || m.SHA256 != rec.SHA256 ||
-		m.Bytes != rec.Bytes || m.Messages != rec.Messages || m.Events != rec.Events || m.Settled != rec.Settled ||
+		m.Bytes != rec.Bytes || m.Messages != rec.Messages || m.Events != rec.Events || m.Records != rec.Records || m.Settled != rec.Settled ||
 		m.Faulted != rec.Faulted || first != rec.FirstPosition || last != rec.LastPosition {
 		v.fail(rec.Manifest, "does not agree with the journal's record of the batch")
 		return nil, false
@@ -210,13 +240,16 @@ func (v *verifier) manifest(rec *journal.RetentionArchived) (*Manifest, bool) {
 }
 
 // lines reads the events of a file, checking each and its position against
-// the manifest and every file read before, and returns them by stream
-// with their positions.
-func (v *verifier) lines(name string, f io.Reader, m *Manifest) (map[uuid.UUID][]journal.Event, []int64, bool) {
+// the manifest and every file read before, and returns the messages'
+// events by stream, the retention stream's records, and all the positions.
+func (v *verifier) lines(name string, f io.Reader, m *Manifest) (map[uuid.UUID][]journal.Event, []journal.Event, []int64, bool) {
+	fail := func(problem string) (map[uuid.UUID][]journal.Event, []journal.Event, []int64, bool) {
+		v.fail(name, problem)
+		return nil, nil, nil, false
+	}
 	z, err := gzip.NewReader(f)
 	if err != nil {
-		v.fail(name, "is not gzip: "+err.Error())
-		return nil, nil, false
+		return fail("is not gzip: " + err.Error())
 	}
 	var want []int64
 	for _, run := range m.Positions {
@@ -225,7 +258,10 @@ func (v *verifier) lines(name string, f io.Reader, m *Manifest) (map[uuid.UUID][
 		}
 	}
 	streams := map[uuid.UUID][]journal.Event{}
-	var positions []int64
+	var (
+		records   []journal.Event
+		positions []int64
+	)
 	sc := bufio.NewScanner(z)
 	sc.Buffer(make([]byte, 64<<10), 64<<20)
 	for sc.Scan() {
@@ -233,43 +269,40 @@ func (v *verifier) lines(name string, f io.Reader, m *Manifest) (map[uuid.UUID][
 		dec := json.NewDecoder(strings.NewReader(sc.Text()))
 		dec.DisallowUnknownFields()
 		if err := dec.Decode(&l); err != nil {
-			v.fail(name, fmt.Sprintf("line %d does not read: %v", len(positions)+1, err))
-			return nil, nil, false
+			return fail(fmt.Sprintf("line %d does not read: %v", len(positions)+1, err))
 		}
 		e, err := l.Event()
 		if err != nil {
-			v.fail(name, fmt.Sprintf("line %d: %v", len(positions)+1, err))
-			return nil, nil, false
+			return fail(fmt.Sprintf("line %d: %v", len(positions)+1, err))
 		}
 		i := len(positions)
 		switch {
 		case i >= len(want) || want[i] != e.Position:
-			v.fail(name, fmt.Sprintf("line %d is position %d, which the manifest does not list there", i+1, e.Position))
-			return nil, nil, false
+			return fail(fmt.Sprintf("line %d is position %d, which the manifest does not list there", i+1, e.Position))
 		case e.Position < 1 || int(e.Position/64) >= len(v.seen):
-			v.fail(name, fmt.Sprintf("position %d is beyond the journal's", e.Position))
-			return nil, nil, false
+			return fail(fmt.Sprintf("position %d is beyond the journal's", e.Position))
 		case v.seen[e.Position/64]&(1<<(e.Position%64)) != 0:
-			v.fail(name, fmt.Sprintf("position %d is in an earlier file too", e.Position))
+			v.fail(name, fmt.Sprintf("position %d is in another file too", e.Position))
 		}
 		v.seen[e.Position/64] |= 1 << (e.Position % 64)
+		positions = append(positions, e.Position)
+		if e.Stream == journal.RetentionStream {
+			records = append(records, e)
+			continue
+		}
 		id, err := uuid.Parse(e.Stream)
 		if err != nil {
-			v.fail(name, fmt.Sprintf("position %d is of stream %q, not a message's", e.Position, e.Stream))
-			return nil, nil, false
+			return fail(fmt.Sprintf("position %d is of stream %q, neither a message's nor retention's", e.Position, e.Stream))
 		}
 		streams[id] = append(streams[id], e)
-		positions = append(positions, e.Position)
 	}
 	if err := sc.Err(); err != nil {
-		v.fail(name, "does not read: "+err.Error())
-		return nil, nil, false
+		return fail("does not read: " + err.Error())
 	}
 	if len(positions) != len(want) || len(positions) != m.Events {
-		v.fail(name, fmt.Sprintf("holds %d events, the manifest lists %d positions and counts %d", len(positions), len(want), m.Events))
-		return nil, nil, false
+		return fail(fmt.Sprintf("holds %d events, the manifest lists %d positions and counts %d", len(positions), len(want), m.Events))
 	}
-	return streams, positions, true
+	return streams, records, positions, true
 }
 
 // notLive checks that no archived message or position is in the journal
@@ -292,9 +325,9 @@ func (v *verifier) notLive(ctx context.Context, name string, ids []uuid.UUID, po
 }
 
 // extraFiles reports the files of our naming that no batch records.
-func (v *verifier) extraFiles(records []*journal.RetentionArchived) {
+func (v *verifier) extraFiles() {
 	named := map[string]bool{}
-	for _, rec := range records {
+	for _, rec := range v.records {
 		named[rec.File], named[rec.Manifest] = true, true
 	}
 	entries, err := os.ReadDir(v.r.Dir)

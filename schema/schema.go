@@ -74,21 +74,24 @@ CREATE OR REPLACE TRIGGER journal_no_truncate BEFORE TRUNCATE ON journal
 
 -- The one exception, retention's (docs/retention.md): a DELETE stands only
 -- when its transaction appended, before it, the retention.archived event
--- that records exactly what left (the number of events and messages, the
--- first and last position) and where it was archived, and only message
--- streams leave. Checked once per statement, over the rows it deleted.
+-- that records exactly what left (the number of events, of messages and of
+-- retention's older records, the first and last position) and where it was
+-- archived, and nothing of the config stream leaves. Checked once per
+-- statement, over the rows it deleted.
 CREATE OR REPLACE FUNCTION journal_check_removal() RETURNS trigger LANGUAGE plpgsql AS $$
 DECLARE
 	n bigint;
 	streams bigint;
+	records bigint;
 	lo bigint;
 	hi bigint;
 	kept boolean;
 	ledger jsonb;
 BEGIN
-	SELECT count(*), count(DISTINCT stream), min(position), max(position),
-			coalesce(bool_or(stream IN ('config', 'retention')), false)
-		INTO n, streams, lo, hi, kept FROM removed;
+	SELECT count(*), count(DISTINCT stream) FILTER (WHERE stream <> 'retention'),
+			count(*) FILTER (WHERE stream = 'retention'), min(position), max(position),
+			coalesce(bool_or(stream = 'config'), false)
+		INTO n, streams, records, lo, hi, kept FROM removed;
 	IF n = 0 THEN
 		RETURN NULL;
 	END IF;
@@ -96,6 +99,7 @@ BEGIN
 		WHERE txid = pg_current_xact_id() AND kind = 'retention.archived'
 		ORDER BY position DESC LIMIT 1;
 	IF ledger IS NULL OR kept OR (ledger->>'events')::bigint <> n OR (ledger->>'messages')::bigint <> streams
+			OR (ledger->>'records')::bigint <> records
 			OR (ledger->>'first_position')::bigint <> lo OR (ledger->>'last_position')::bigint <> hi THEN
 		RAISE EXCEPTION 'the journal is append-only: DELETE of % events refused, no retention.archived event of this transaction records them', n
 			USING ERRCODE = 'restrict_violation';
