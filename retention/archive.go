@@ -52,6 +52,17 @@ type Manifest struct {
 func dataName(batch int64) string     { return fmt.Sprintf("batch-%08d.jsonl.gz", batch) }
 func manifestName(batch int64) string { return fmt.Sprintf("batch-%08d.manifest.json", batch) }
 
+// batchesPerDir is how many batches share a directory of the archive, so
+// that no directory holds more than a few thousand files.
+const batchesPerDir = 1000
+
+// shard is the directory, in the archive's, of a batch's files.
+func shard(batch int64) string { return fmt.Sprintf("%06d", (batch-1)/batchesPerDir) }
+
+// pendingDir is the directory, in the archive's, of the files of a batch
+// that has not committed yet: a pass lists it, not the whole archive.
+const pendingDir = "pending"
+
 const pendingSuffix = ".pending"
 
 // pendingName is final with a random token, so two writers of one batch
@@ -119,12 +130,17 @@ func lastArchived(ctx context.Context, q journal.Querier) (*journal.RetentionArc
 	return p.(*journal.RetentionArchived), version, nil
 }
 
+// path is where a final file of a batch lies in the archive's directory.
+func (a *archive) path(batch int64, name string) string {
+	return filepath.Join(a.dir, shard(batch), name)
+}
+
 // openArchive finds the archive's directory under root, creating it, and
-// settles what an interrupted pass left there: the pending files of the
-// last batch the journal records become final when their final files are
-// missing and their digests are the journaled ones (the pass stopped
-// between its commit and its rename); every other pending file is of a
-// batch that never committed, and goes.
+// settles what an interrupted pass left in its pending directory: the
+// pending files of the last batch the journal records become final when
+// their final files are missing and their digests are the journaled ones
+// (the pass stopped between its commit and its rename); every other
+// pending file is of a batch that never committed, and goes.
 func openArchive(ctx context.Context, q interface {
 	journal.Querier
 	QueryRow(context.Context, string, ...any) pgx.Row
@@ -134,14 +150,15 @@ func openArchive(ctx context.Context, q interface {
 		return nil, fmt.Errorf("read the archive id: %w", err)
 	}
 	a.dir = filepath.Join(root, a.id.String())
-	if err := os.MkdirAll(a.dir, 0o750); err != nil {
+	pending := filepath.Join(a.dir, pendingDir)
+	if err := os.MkdirAll(pending, 0o750); err != nil {
 		return nil, fmt.Errorf("archive directory: %w", err)
 	}
 	var err error
 	if a.last, a.lastVersion, err = lastArchived(ctx, q); err != nil {
 		return nil, fmt.Errorf("read the last archived batch: %w", err)
 	}
-	entries, err := os.ReadDir(a.dir)
+	entries, err := os.ReadDir(pending)
 	if err != nil {
 		return nil, fmt.Errorf("archive directory: %w", err)
 	}
@@ -151,15 +168,15 @@ func openArchive(ctx context.Context, q interface {
 	}
 	changed := false
 	for _, e := range entries {
+		path := filepath.Join(pending, e.Name())
 		final, ok := finalName(e.Name())
 		if !ok {
 			continue
 		}
-		pending := filepath.Join(a.dir, e.Name())
-		if sum, ok := want[final]; ok && !exists(filepath.Join(a.dir, final)) && fileSHA256(pending) == sum {
-			err = os.Rename(pending, filepath.Join(a.dir, final))
+		if sum, ok := want[final]; ok && !exists(a.path(a.last.Batch, final)) && fileSHA256(path) == sum {
+			err = a.rename(path, a.last.Batch, final)
 		} else {
-			err = os.Remove(pending)
+			err = os.Remove(path)
 		}
 		if err != nil {
 			return nil, fmt.Errorf("settle %s: %w", e.Name(), err)
@@ -167,15 +184,29 @@ func openArchive(ctx context.Context, q interface {
 		changed = true
 	}
 	if changed {
-		if err := syncDir(a.dir); err != nil {
+		if err := errors.Join(syncDir(pending), syncDir(a.dir)); err != nil {
 			return nil, err
 		}
 	}
 	return a, nil
 }
 
+// rename gives a pending file its final name, in its batch's directory,
+// and makes that durable.
+func (a *archive) rename(pending string, batch int64, name string) error {
+	dir := filepath.Dir(a.path(batch, name))
+	if err := os.MkdirAll(dir, 0o750); err != nil {
+		return err
+	}
+	if err := os.Rename(pending, filepath.Join(dir, name)); err != nil {
+		return err
+	}
+	return syncDir(dir)
+}
+
 // written is a batch's files under their pending names.
 type written struct {
+	batch              int64
 	manifest           Manifest
 	data, meta         string // the pending paths
 	manifestSHA256     string
@@ -186,9 +217,9 @@ type written struct {
 // their manifest, under pending names, and syncs both.
 func (a *archive) write(batch int64, events []journal.Event, settled, faulted, messages, records int, at time.Time) (*written, error) {
 	token := randomToken()
-	w := &written{file: dataName(batch), manifestName: manifestName(batch)}
-	w.data = filepath.Join(a.dir, pendingName(w.file, token))
-	w.meta = filepath.Join(a.dir, pendingName(w.manifestName, token))
+	w := &written{batch: batch, file: dataName(batch), manifestName: manifestName(batch)}
+	w.data = filepath.Join(a.dir, pendingDir, pendingName(w.file, token))
+	w.meta = filepath.Join(a.dir, pendingDir, pendingName(w.manifestName, token))
 	m := Manifest{Archive: a.id, Batch: batch, File: w.file, Messages: messages, Events: len(events), Records: records,
 		Settled: settled, Faulted: faulted, CreatedAt: at.UTC()}
 	sum, size, err := writeSynced(w.data, func(out io.Writer) error {
@@ -234,13 +265,8 @@ func (a *archive) write(batch int64, events []journal.Event, settled, faulted, m
 
 // finish gives the files of a committed batch their final names.
 func (a *archive) finish(w *written) error {
-	if err := os.Rename(w.data, filepath.Join(a.dir, w.file)); err != nil {
-		return err
-	}
-	if err := os.Rename(w.meta, filepath.Join(a.dir, w.manifestName)); err != nil {
-		return err
-	}
-	return syncDir(a.dir)
+	return errors.Join(a.rename(w.data, w.batch, w.file), a.rename(w.meta, w.batch, w.manifestName),
+		syncDir(filepath.Join(a.dir, pendingDir)))
 }
 
 // discard removes the files of a batch that did not commit.

@@ -11,3 +11,6 @@ var (
 	ExpungeSQL = expungeSQL
 	RemovalSQL = removalSQL
 )
+
+// Shard is the directory of a batch's files in the archive's.
+var Shard = shard

@@ -430,7 +430,7 @@ func TestCrashWhileArchiving(t *testing.T) {
 		if _, err := b.r.Pass(b.ctx); !errors.Is(err, crash) {
 			t.Fatalf("%s: %v", point, err)
 		}
-		pending, _ := filepath.Glob(filepath.Join(b.dir, "*", "*.pending"))
+		pending, _ := filepath.Glob(filepath.Join(b.dir, "*", "pending", "*.pending"))
 		if len(pending) != 2 {
 			t.Errorf("%s: pending files %v", point, pending)
 		}
@@ -445,7 +445,7 @@ func TestCrashWhileArchiving(t *testing.T) {
 	if r := b.pass(t); r.Removed() != 1 {
 		t.Errorf("the last pass: %+v", r)
 	}
-	if pending, _ := filepath.Glob(filepath.Join(b.dir, "*", "*.pending")); len(pending) != 0 {
+	if pending, _ := filepath.Glob(filepath.Join(b.dir, "*", "pending", "*.pending")); len(pending) != 0 {
 		t.Errorf("pending files left: %v", pending)
 	}
 	for _, id := range ids {
@@ -477,8 +477,8 @@ func TestAuditNamesACorruptedFile(t *testing.T) {
 	if err != nil || r.Files != 1 || r.Messages != 3 || r.Events != 12 || len(r.Violations) != 0 {
 		t.Fatalf("archive: %+v, %v", r, err)
 	}
-	file := filepath.Join(r.Dir, "batch-00000001.jsonl.gz")
-	manifest := filepath.Join(r.Dir, "batch-00000001.manifest.json")
+	file := filepath.Join(r.Dir, "000000", "batch-00000001.jsonl.gz")
+	manifest := filepath.Join(r.Dir, "000000", "batch-00000001.manifest.json")
 	damage := []struct {
 		name   string
 		do     func() func()
@@ -497,7 +497,7 @@ func TestAuditNamesACorruptedFile(t *testing.T) {
 			return func() { os.WriteFile(manifest, data, 0o640) }
 		}, "batch-00000001.manifest.json"},
 		{"a file no batch records", func() func() {
-			extra := filepath.Join(r.Dir, "batch-00000002.jsonl.gz")
+			extra := filepath.Join(r.Dir, "000000", "batch-00000002.jsonl.gz")
 			os.WriteFile(extra, []byte("x"), 0o640)
 			return func() { os.Remove(extra) }
 		}, "batch-00000002.jsonl.gz"},
@@ -633,6 +633,14 @@ func TestInterval(t *testing.T) {
 	} {
 		if got := retention.Interval(tt.r); got != tt.want {
 			t.Errorf("%s: %v, want %v", tt.r, got, tt.want)
+		}
+	}
+}
+
+func TestShard(t *testing.T) {
+	for batch, want := range map[int64]string{1: "000000", 1000: "000000", 1001: "000001", 123456: "000123"} {
+		if got := retention.Shard(batch); got != want {
+			t.Errorf("batch %d in %s, want %s", batch, got, want)
 		}
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"io/fs"
 	"maps"
 	"os"
 	"path/filepath"
@@ -126,10 +127,10 @@ func (v *verifier) fail(file, problem string) {
 
 // open opens a batch's file: the final one, or, in the moment between a
 // batch's commit and its rename, the pending one with the recorded digest.
-func (v *verifier) open(name, sum string) (*os.File, error) {
-	path := filepath.Join(v.r.Dir, name)
+func (v *verifier) open(batch int64, name, sum string) (*os.File, error) {
+	path := filepath.Join(v.r.Dir, shard(batch), name)
 	if !exists(path) {
-		matches, _ := filepath.Glob(filepath.Join(v.r.Dir, pendingName(name, "*")))
+		matches, _ := filepath.Glob(filepath.Join(v.r.Dir, pendingDir, pendingName(name, "*")))
 		for _, m := range matches {
 			if fileSHA256(m) == sum {
 				path = m
@@ -143,14 +144,14 @@ func (v *verifier) open(name, sum string) (*os.File, error) {
 // batch checks one recorded batch against its files and the journal.
 func (v *verifier) batch(ctx context.Context, rec *journal.RetentionArchived) error {
 	v.r.Files++
-	if !v.digest(rec.Manifest, rec.ManifestSHA256) || !v.digest(rec.File, rec.SHA256) {
+	if !v.digest(rec.Batch, rec.Manifest, rec.ManifestSHA256) || !v.digest(rec.Batch, rec.File, rec.SHA256) {
 		return nil
 	}
 	m, ok := v.manifest(rec)
 	if !ok {
 		return nil
 	}
-	f, err := v.open(rec.File, rec.SHA256)
+	f, err := v.open(rec.Batch, rec.File, rec.SHA256)
 	if err != nil {
 		v.fail(rec.File, err.Error())
 		return nil
@@ -197,8 +198,8 @@ func (v *verifier) batch(ctx context.Context, rec *journal.RetentionArchived) er
 }
 
 // digest checks that a file has the recorded SHA-256.
-func (v *verifier) digest(name, sum string) bool {
-	f, err := v.open(name, sum)
+func (v *verifier) digest(batch int64, name, sum string) bool {
+	f, err := v.open(batch, name, sum)
 	if err != nil {
 		v.fail(name, "missing: "+err.Error())
 		return false
@@ -213,7 +214,7 @@ func (v *verifier) digest(name, sum string) bool {
 
 // manifest reads a batch's manifest and checks it against the record.
 func (v *verifier) manifest(rec *journal.RetentionArchived) (*Manifest, bool) {
-	f, err := v.open(rec.Manifest, rec.ManifestSHA256)
+	f, err := v.open(rec.Batch, rec.Manifest, rec.ManifestSHA256)
 	if err != nil {
 		v.fail(rec.Manifest, err.Error())
 		return nil, false
@@ -324,21 +325,29 @@ func (v *verifier) notLive(ctx context.Context, name string, ids []uuid.UUID, po
 	return nil
 }
 
-// extraFiles reports the files of our naming that no batch records.
+// extraFiles reports the files of our naming, outside the pending
+// directory, that no batch records where they lie.
 func (v *verifier) extraFiles() {
 	named := map[string]bool{}
 	for _, rec := range v.records {
-		named[rec.File], named[rec.Manifest] = true, true
+		for _, name := range []string{rec.File, rec.Manifest} {
+			named[filepath.Join(shard(rec.Batch), name)] = true
+		}
 	}
-	entries, err := os.ReadDir(v.r.Dir)
+	err := filepath.WalkDir(v.r.Dir, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(v.r.Dir, path)
+		switch {
+		case d.IsDir() && rel == pendingDir:
+			return filepath.SkipDir
+		case !d.IsDir() && strings.HasPrefix(d.Name(), "batch-") && !named[rel]:
+			v.fail(rel, "is in no batch the journal records")
+		}
+		return nil
+	})
 	if err != nil {
 		v.fail(v.r.Dir, err.Error())
-		return
-	}
-	for _, e := range entries {
-		n := e.Name()
-		if strings.HasPrefix(n, "batch-") && !strings.HasSuffix(n, pendingSuffix) && !named[n] {
-			v.fail(n, "is in no batch the journal records")
-		}
 	}
 }

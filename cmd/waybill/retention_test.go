@@ -67,7 +67,7 @@ func TestAuditArchive(t *testing.T) {
 		!strings.Contains(out, "1 files, 2 events, 1 messages checked; 0 violations") {
 		t.Fatalf("audit: %d %s", code, out)
 	}
-	files, _ := filepath.Glob(filepath.Join(dir, "*", "batch-00000001.jsonl.gz"))
+	files, _ := filepath.Glob(filepath.Join(dir, "*", "*", "batch-00000001.jsonl.gz"))
 	if len(files) != 1 {
 		t.Fatalf("files %v", files)
 	}
