@@ -326,6 +326,10 @@ func TestPeriodsCountFromTheLastTransition(t *testing.T) {
 	if rm := report.Removed; err != nil || rm.Batches != 3 || rm.Messages != 3 || rm.Settled != 2 || rm.Faulted != 1 || rm.Events != 5+4+8+4 {
 		t.Errorf("the audit's account of what left: %+v, %v", rm, err)
 	}
+	// A rebuild makes what is live: the waiting message alone.
+	if report, err := projection.Rebuild(b.ctx, b.db); err != nil || len(report.Violations) > 0 || report.Messages != 1 {
+		t.Errorf("rebuild: %+v, %v", report, err)
+	}
 	for name, want := range map[string]float64{"waybill_retention_expunged_total": 2,
 		`waybill_retention_removed_total{class="settled"}`: 2, `waybill_retention_removed_total{class="faulted"}`: 1,
 		`waybill_retention_oldest_settled_seconds{class="faulted"}`: 0} {
