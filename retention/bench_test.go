@@ -6,7 +6,11 @@ import (
 	"flag"
 	"fmt"
 	"math"
+	"os"
+	"path/filepath"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -17,6 +21,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/waybill/waybill/commands"
+	"github.com/waybill/waybill/internal/cpustat"
 	"github.com/waybill/waybill/internal/dbtest"
 	"github.com/waybill/waybill/lifecycle"
 	"github.com/waybill/waybill/retention"
@@ -29,6 +34,7 @@ var (
 	benchRate    = flag.Float64("waybill.rate", 300, "messages/s offered by BenchmarkPassUnderLoad")
 	benchBacklog = flag.Int("waybill.backlog", 30000, "settled messages due for removal when BenchmarkPassUnderLoad's pass starts")
 	benchSeconds = flag.Int("waybill.seconds", 20, "seconds of load in each phase of BenchmarkPassUnderLoad")
+	benchShare   = flag.Float64("waybill.share", 0, "retention's Config.Share in BenchmarkPassUnderLoad; 0 is the default")
 )
 
 // The tables whose size retention bounds.
@@ -184,6 +190,8 @@ func BenchmarkPassUnderLoad(b *testing.B) {
 			removed = res.Removed()
 		}
 		with := loadPhase(b, bd, pass)
+		b.ReportMetric(100*base.other, "other-cpu-%")
+		b.ReportMetric(100*with.other, "other-cpu-pass-%")
 		b.ReportMetric(base.ingest, "p99-ingest-ms")
 		b.ReportMetric(base.claim, "p99-claim-ms")
 		b.ReportMetric(with.ingest, "p99-ingest-pass-ms")
@@ -203,7 +211,7 @@ func setupReal(t testing.TB) *bundle {
 	if bd.w, err = commands.New(commands.Config{Base: base, DB: bd.db}); err != nil {
 		t.Fatal(err)
 	}
-	if bd.r, err = retention.New(retention.Config{Base: base, Writer: bd.w, DB: bd.db}); err != nil {
+	if bd.r, err = retention.New(retention.Config{Base: base, Writer: bd.w, DB: bd.db, Share: *benchShare}); err != nil {
 		t.Fatal(err)
 	}
 	return bd
@@ -212,6 +220,10 @@ func setupReal(t testing.TB) *bundle {
 type phase struct {
 	ingest, claim float64 // p99, ms
 	seconds       float64
+	// other is the machine's busy time outside this process and its
+	// PostgreSQL, as a share of one core: how far other jobs disturbed
+	// the phase.
+	other float64
 }
 
 // loadPhase offers the load for the phase's time, with beside running on
@@ -223,15 +235,37 @@ func loadPhase(b *testing.B, bd *bundle, beside func(context.Context)) phase {
 		wg.Go(func() { beside(ctx) })
 	}
 	lat := &latencies{}
-	began := time.Now()
+	began, cpu := time.Now(), outsideCPU(b, bd.db)
 	n := int(*benchRate * float64(*benchSeconds))
 	if _, err := load(bd, n, *benchRate, lat); err != nil {
 		b.Fatal(err)
 	}
 	elapsed := time.Since(began).Seconds()
+	other := (outsideCPU(b, bd.db) - cpu) / elapsed
 	cancel()
 	wg.Wait()
-	return phase{ingest: p99(lat.ingest), claim: p99(lat.claim), seconds: elapsed}
+	return phase{ingest: p99(lat.ingest), claim: p99(lat.claim), seconds: elapsed, other: other}
+}
+
+// outsideCPU is the machine's busy CPU seconds less this process's and
+// its PostgreSQL server's; 0 where /proc cannot tell.
+func outsideCPU(t testing.TB, db *pgxpool.Pool) float64 {
+	t.Helper()
+	var dir string
+	if err := db.QueryRow(t.Context(), `SELECT current_setting('data_directory')`).Scan(&dir); err != nil {
+		return 0
+	}
+	data, err := os.ReadFile(filepath.Join(dir, "postmaster.pid"))
+	if err != nil {
+		return 0
+	}
+	pid, _ := strconv.Atoi(strings.TrimSpace(strings.SplitN(string(data), "\n", 2)[0]))
+	pg, ok := cpustat.ProcessTree(pid)
+	host, hostOK := cpustat.HostBusy()
+	if !ok || !hostOK {
+		return 0
+	}
+	return host - pg - cpustat.Self()
 }
 
 type latencies struct {

@@ -28,16 +28,13 @@ type batchResult struct {
 
 // removeBatch archives and removes the messages of ids that are due and
 // that every feed group has passed, as one batch (docs/retention.md):
-// their streams are read, written to pending files, and removed in one
-// transaction with the record of the batch; the files take their final
-// names once it has committed.
+// their streams are read and folded, written to pending files, and
+// removed in one transaction with the record of the batch, which checks
+// the fold against the locked rows; the files take their final names once
+// it has committed.
 func (r *Retention) removeBatch(ctx context.Context, conn *pgxpool.Conn, a *archive, rs lifecycle.Retention,
 	ids []uuid.UUID) (batchResult, error) {
 	var out batchResult
-	ms, err := projection.LoadMany(ctx, conn, ids)
-	if err != nil {
-		return out, err
-	}
 	events, marks, err := journal.ReadStreams(ctx, conn, streamsOf(ids))
 	if err != nil {
 		return out, err
@@ -47,18 +44,20 @@ func (r *Retention) removeBatch(ctx context.Context, conn *pgxpool.Conn, a *arch
 		return out, err
 	}
 	type stream struct {
-		events, last int
-		held         bool
+		name      string
+		m         projection.Message
+		held, bad bool
 	}
+	var order []*stream
 	streams := map[string]*stream{}
 	for i, e := range events {
 		s := streams[e.Stream]
 		if s == nil {
-			s = &stream{}
+			s = &stream{name: e.Stream}
 			streams[e.Stream] = s
+			order = append(order, s)
 		}
-		s.events++
-		s.last = max(s.last, e.Version)
+		s.bad = s.bad || projection.Apply(&s.m, e) != nil
 		s.held = s.held || horizon != nil && after(marks[i], *horizon)
 	}
 	now := journal.StoredTime(r.cfg.Now())
@@ -67,11 +66,12 @@ func (r *Retention) removeBatch(ctx context.Context, conn *pgxpool.Conn, a *arch
 		settled, faulted int
 		anyHeld          bool
 	)
-	for _, m := range ms {
-		s := streams[journal.MessageStream(m.ID)]
+	for _, s := range order {
+		m := &s.m
 		switch {
-		case s == nil || s.last != m.Version || s.events != m.Version:
-			// An event came between the two reads: the next batch.
+		case s.bad:
+			// The audit names it; it stays until it folds.
+			r.log.Warn("a message's stream does not fold; retention leaves it", "stream", s.name)
 			continue
 		case !rs.RemovalDue(m.Status, m.UpdatedAt, now):
 			continue

@@ -47,8 +47,11 @@ type Config struct {
 	// Concurrency is how many expunge commands run at once, so the
 	// Writer's batcher writes them together. Default 32.
 	Concurrency int
-	// Pause is the least wait after a batch; the wait is twice the time
-	// the batch took when that is longer. Default 50 ms.
+	// Share is the part of the time a pass may work: after each batch it
+	// waits until the batch's time is that share of the time since the
+	// batch began. Default 0.1.
+	Share float64
+	// Pause is the least wait after a batch. Default 50 ms.
 	Pause time.Duration
 	// Registerer takes the metrics; nil registers them nowhere.
 	Registerer prometheus.Registerer
@@ -106,6 +109,9 @@ func New(cfg Config) (*Retention, error) {
 	}
 	if cfg.Concurrency <= 0 {
 		cfg.Concurrency = 32
+	}
+	if cfg.Share <= 0 || cfg.Share > 1 {
+		cfg.Share = 0.1
 	}
 	if cfg.Pause <= 0 {
 		cfg.Pause = 50 * time.Millisecond
@@ -355,13 +361,15 @@ func (r *Retention) remove(ctx context.Context, conn *pgxpool.Conn, rs lifecycle
 	return nil
 }
 
-// pause waits twice the time since began, at least Pause, so a pass takes
-// at most a third of a connection and of a core.
+// pause waits so that the work since began is Share of the time, and at
+// least Pause: a pass takes at most that share of a connection and a core.
 func (r *Retention) pause(ctx context.Context, began time.Time) error {
+	worked := time.Since(began)
+	wait := time.Duration(float64(worked) * (1/r.cfg.Share - 1))
 	select {
 	case <-ctx.Done():
 		return ctx.Err()
-	case <-time.After(max(r.cfg.Pause, 2*time.Since(began))):
+	case <-time.After(max(r.cfg.Pause, wait)):
 		return nil
 	}
 }
