@@ -35,6 +35,8 @@ var (
 	benchBacklog = flag.Int("waybill.backlog", 30000, "settled messages due for removal when BenchmarkPassUnderLoad's pass starts")
 	benchSeconds = flag.Int("waybill.seconds", 20, "seconds of load in each phase of BenchmarkPassUnderLoad")
 	benchShare   = flag.Float64("waybill.share", 0, "retention's Config.Share in BenchmarkPassUnderLoad; 0 is the default")
+	benchBatch   = flag.Int("waybill.batch", 0, "retention's Config.Batch in BenchmarkPassUnderLoad; 0 is the default")
+	benchWindow  = flag.Duration("waybill.window", 2*time.Second, "the windows BenchmarkPassUnderLoad's halves take turns in")
 )
 
 // The tables whose size retention bounds.
@@ -163,8 +165,8 @@ func tablesSize(t testing.TB, db *pgxpool.Pool) int64 {
 // path. On the real clock, with settled_after 1 s, it first settles
 // -waybill.backlog messages (two targets each), all due; then offers
 // -waybill.rate messages/s for twice -waybill.seconds, each ingested, its
-// two deliveries claimed and completed. The time is cut into windows of
-// 5 s that take turns: in one a retention pass runs beside the load
+// two deliveries claimed and completed. The time is cut into windows
+// (-waybill.window, 2 s) that take turns: in one a retention pass runs beside the load
 // (paced as in a server, -waybill.share), removing the backlog and what
 // the load settles; in the next none runs. Taking turns, both halves see
 // the same disturbance from the rest of the machine, which on a shared
@@ -191,7 +193,7 @@ func BenchmarkPassUnderLoad(b *testing.B) {
 			removed     int
 			passTime    time.Duration
 		)
-		const window = 5 * time.Second
+		window := *benchWindow
 		windows := int(2 * time.Duration(*benchSeconds) * time.Second / window)
 		done := make(chan struct{})
 		go func() {
@@ -248,7 +250,7 @@ func setupReal(t testing.TB) *bundle {
 	if bd.w, err = commands.New(commands.Config{Base: base, DB: bd.db}); err != nil {
 		t.Fatal(err)
 	}
-	if bd.r, err = retention.New(retention.Config{Base: base, Writer: bd.w, DB: bd.db, Share: *benchShare}); err != nil {
+	if bd.r, err = retention.New(retention.Config{Base: base, Writer: bd.w, DB: bd.db, Share: *benchShare, Batch: *benchBatch}); err != nil {
 		t.Fatal(err)
 	}
 	return bd
