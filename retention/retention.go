@@ -91,8 +91,6 @@ type Retention struct {
 	// an error stops the pass there, as a crash would, leaving the files
 	// as they are.
 	cut func(point string) error
-	// passes counts the passes the loop ran, for tests.
-	passes atomic.Int64
 }
 
 // New returns a Retention; Start sets it going.
@@ -136,7 +134,6 @@ func (r *Retention) Start(context.Context) error {
 		for {
 			wait := time.Minute
 			res, settings, err := r.pass(r.loop)
-			r.passes.Add(1)
 			switch {
 			case r.loop.Err() != nil:
 				return
