@@ -37,6 +37,7 @@ var (
 	benchShare   = flag.Float64("waybill.share", 0, "retention's Config.Share in BenchmarkPassUnderLoad; 0 is the default")
 	benchBatch   = flag.Int("waybill.batch", 0, "retention's Config.Batch in BenchmarkPassUnderLoad; 0 is the default")
 	benchWindow  = flag.Duration("waybill.window", 2*time.Second, "the windows BenchmarkPassUnderLoad's halves take turns in")
+	benchBurn    = flag.Duration("waybill.burn", 0, "BenchmarkPassUnderLoad keeps a core busy this long at the start of each window instead of a pass: the control, what any burst of work that long costs the load")
 )
 
 // The tables whose size retention bounds.
@@ -175,7 +176,9 @@ func tablesSize(t testing.TB, db *pgxpool.Pool) int64 {
 // their ratio; the median, over the windows with a pass, of the ratio of
 // their p99 to that of the windows on either side, which the drift of
 // other jobs' load disturbs least; the messages removed per second of
-// pass; and the CPU other jobs took, as a share of one core.
+// pass; and the CPU other jobs took, as a share of one core. With
+// -waybill.burn, a loop that keeps one core busy for that long takes the
+// pass's place: what any burst of work costs the load on this machine.
 //
 //	go test -run '^$' -bench PassUnderLoad -benchtime 1x -count 3 -timeout 60m ./retention/
 func BenchmarkPassUnderLoad(b *testing.B) {
@@ -212,6 +215,14 @@ func BenchmarkPassUnderLoad(b *testing.B) {
 				}
 				ctx, cancel := context.WithDeadline(bd.ctx, end)
 				began := time.Now()
+				if *benchBurn > 0 {
+					for time.Since(began) < *benchBurn {
+					}
+					cancel()
+					time.Sleep(time.Until(end))
+					passTime += time.Since(began)
+					continue
+				}
 				res, err := bd.r.Pass(ctx)
 				if err != nil && ctx.Err() == nil {
 					b.Error(err)

@@ -39,7 +39,8 @@ type Config struct {
 	// here with no place yet holds every removal.
 	FeedGroups []string
 	// Batch is how many messages one removal batch, one archive file,
-	// takes. Default 1,000.
+	// takes. Default 250: a batch is a burst of work (50 to 100 ms here),
+	// and the commands that run beside it wait for the CPU it takes.
 	Batch int
 	// Expunges is how many payloads one query of the expunge takes.
 	// Default 500.
@@ -100,7 +101,7 @@ func New(cfg Config) (*Retention, error) {
 	}
 	cfg.Base = cfg.Base.WithDefaults()
 	if cfg.Batch <= 0 {
-		cfg.Batch = 1000
+		cfg.Batch = 250
 	}
 	if cfg.Expunges <= 0 {
 		cfg.Expunges = 500
