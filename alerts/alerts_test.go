@@ -1,6 +1,7 @@
 package alerts_test
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"io"
@@ -25,6 +26,7 @@ import (
 	"github.com/waybill/waybill/internal/testclock"
 	"github.com/waybill/waybill/journal"
 	"github.com/waybill/waybill/lifecycle"
+	"github.com/waybill/waybill/projection"
 	"github.com/waybill/waybill/service"
 )
 
@@ -243,6 +245,36 @@ func (e *env) fail(t *testing.T) {
 	}
 }
 
+// laneHeld makes a fifo target whose lanes alert after a minute, holds a
+// lane with a delivery waiting past that, and records the report.
+func (e *env) laneHeld(t *testing.T) {
+	t.Helper()
+	target := lifecycle.Target{Name: "ordered", Kind: "http", Enabled: true, Config: json.RawMessage(`{"url":"http://127.0.0.1:9/"}`),
+		Ordering: lifecycle.Ordering{Mode: lifecycle.OrderingFIFO, HeadAlertAfter: lifecycle.Duration(time.Minute)}}
+	if _, err := e.w.CreateTarget(e.ctx, target, admin); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.w.CreateRoute(e.ctx, lifecycle.Route{Source: "lab", From: "*", To: "*", Target: "ordered"}, admin); err != nil {
+		t.Fatal(err)
+	}
+	var head *projection.Message
+	for range 2 {
+		m, _, err := e.w.Ingest(e.ctx, commands.NewMessage{Source: "lab", From: "acme", To: "globex", Payload: []byte("hi"), OrderingKey: "p-1"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		head = cmp.Or(head, m)
+	}
+	e.clock.Advance(2 * time.Minute)
+	if kind, err := e.w.ReportLaneHeld(e.ctx, head.Deliveries[0].ID); err != nil || kind != journal.KindDeliveryLaneHeld {
+		t.Fatalf("report the lane held: %q, %v", kind, err)
+	}
+	// Once per head.
+	if kind, err := e.w.ReportLaneHeld(e.ctx, head.Deliveries[0].ID); err != nil || kind != "" {
+		t.Fatalf("report it again: %q, %v", kind, err)
+	}
+}
+
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
@@ -296,10 +328,11 @@ func TestEachAlertOnceAcrossARestart(t *testing.T) {
 	e.notRouted(t)
 	e.stall(t)
 	e.fail(t)
+	e.laneHeld(t)
 
-	waitFor(t, "three alerts sent both ways", func() bool {
+	waitFor(t, "four alerts sent both ways", func() bool {
 		_, accepted := e.hook.state()
-		return len(got.all()) == 3 && accepted == 3 && e.allSent(t, 3)
+		return len(got.all()) == 4 && accepted == 4 && e.allSent(t, 4)
 	})
 	ids := map[string]alerts.Code{}
 	for _, m := range got.all() {
@@ -317,7 +350,7 @@ func TestEachAlertOnceAcrossARestart(t *testing.T) {
 			yield(string(c))
 		}
 	})
-	if !slices.Equal(codes, []string{"delivery_stalled", "message_failed", "message_not_routed"}) {
+	if !slices.Equal(codes, []string{"delivery_stalled", "lane_blocked", "message_failed", "message_not_routed"}) {
 		t.Fatalf("codes %v", codes)
 	}
 	keys, _ := e.hook.state()
@@ -350,10 +383,10 @@ func TestEachAlertOnceAcrossARestart(t *testing.T) {
 		}
 	}
 	var n int
-	if err := e.db.QueryRow(e.ctx, `SELECT count(*) FROM alerts`).Scan(&n); err != nil || n != 3 {
+	if err := e.db.QueryRow(e.ctx, `SELECT count(*) FROM alerts`).Scan(&n); err != nil || n != 4 {
 		t.Errorf("%d alerts stored, %v", n, err)
 	}
-	if keys, _ := e.hook.state(); len(got.all()) != 3 || len(keys) != 3 {
+	if keys, _ := e.hook.state(); len(got.all()) != 4 || len(keys) != 4 {
 		t.Errorf("after the restart: %d on NATS, %d webhook requests", len(got.all()), len(keys))
 	}
 }

@@ -23,10 +23,13 @@ const (
 	CodeMessageNotRouted Code = "message_not_routed"
 	// CodeMessageFailed: a message's status became error.
 	CodeMessageFailed Code = "message_failed"
+	// CodeLaneBlocked: the head of a lane kept deliveries waiting behind
+	// it for longer than its target's head_alert_after.
+	CodeLaneBlocked Code = "lane_blocked"
 )
 
 // Codes lists every code, for metrics that show each from the start.
-var Codes = []Code{CodeDeliveryStalled, CodeMessageNotRouted, CodeMessageFailed}
+var Codes = []Code{CodeDeliveryStalled, CodeMessageNotRouted, CodeMessageFailed, CodeLaneBlocked}
 
 // Severity says how urgent an alert is.
 type Severity string
@@ -66,6 +69,8 @@ type Alert struct {
 //     so a delivery that stalls again after a claim or a redelivery has
 //     raised it already.
 //   - message.dispatched with no delivery raises message_not_routed.
+//   - delivery.lane_held raises lane_blocked, a warning, once per head
+//     delivery (the id is the delivery's).
 //   - any event that turns the message's status into error raises
 //     message_failed, with an id per turn (the event's version): a failed
 //     delivery, the last busy delivery settling beside a failed one, a
@@ -84,6 +89,17 @@ func Derive(e journal.Event, before, after *projection.Message) []Alert {
 			fmt.Sprintf("%s:%s", CodeDeliveryStalled, e.Target),
 			fmt.Sprintf("delivery to %s stalled: %s", e.Target, p.Reason),
 			map[string]any{"target": e.Target, "wake_ups": p.WakeUps, "from": after.From, "to": after.To})
+		a.DeliveryID = e.DeliveryID
+		out = append(out, a)
+	case *journal.DeliveryLaneHeld:
+		d := after.Delivery(e.DeliveryID)
+		a := base(CodeLaneBlocked, SeverityWarning,
+			fmt.Sprintf("%s:%s", CodeLaneBlocked, e.DeliveryID),
+			fmt.Sprintf("%s:%s", CodeLaneBlocked, e.Target),
+			fmt.Sprintf("lane %q of %s is held by delivery %s: %d waiting since %s", d.LaneKey, e.Target, e.DeliveryID,
+				p.Waiting, p.Since.UTC().Format(time.RFC3339)),
+			map[string]any{"target": e.Target, "ordering_key": d.LaneKey, "head_delivery_id": e.DeliveryID.String(),
+				"head_state": string(d.State), "waiting": p.Waiting, "waiting_since": p.Since})
 		a.DeliveryID = e.DeliveryID
 		out = append(out, a)
 	case *journal.MessageDispatched:
@@ -116,7 +132,7 @@ func MayRaise(e journal.Event) bool {
 		return len(p.Deliveries) == 0
 	case *journal.MessageRefused:
 		return true
-	case *journal.DeliveryStalled:
+	case *journal.DeliveryStalled, *journal.DeliveryLaneHeld:
 		return true
 	}
 	return e.Kind().Delivery() && lifecycle.MayBecome(e.OldState, e.NewState, lifecycle.StatusError)

@@ -214,3 +214,34 @@ func TestRememberedFoldsMatchTheStream(t *testing.T) {
 		t.Errorf("a stream not seen from its start: %+v, %+v", before, after)
 	}
 }
+
+// TestFailingCallbackRaisesNothing: the calls of a message's outcome
+// callback, failed ones included, change no status and raise no alert.
+func TestFailingCallbackRaisesNothing(t *testing.T) {
+	s := &story{t: t, m: &projection.Message{}, at: time.Date(2026, 12, 1, 8, 0, 0, 0, time.UTC),
+		ids: map[string]uuid.UUID{}, tokens: map[string]uuid.UUID{}}
+	s.record(journal.Event{Stream: journal.MessageStream(uuid.New()), Actor: journal.SourceActor("erp"),
+		Payload: &journal.MessageAccepted{Source: "erp", From: "acme", To: "globex", ContentType: "text/plain",
+			PayloadSHA256: "2cf24dba5fb0a30e26e83b2ac5b9e29e1b161e5c1fa7425e73043362938b9824", CallbackURL: "http://erp.example/cb"}})
+	s.dispatch("alpha").claim("alpha").attempt("alpha", lifecycle.Delivered("200"))
+	for attempt := 1; attempt <= 3; attempt++ {
+		token := uuid.New()
+		s.record(journal.Event{Actor: journal.ActorCallbacks, Payload: &journal.CallbackClaimed{Seq: 1, Token: token,
+			Attempt: attempt, LeaseEnd: s.at.Add(time.Hour)}})
+		if a := s.derive(); len(a) > 0 || alerts.MayRaise(s.last) {
+			t.Fatalf("a callback's claim raises %v", a)
+		}
+		o := lifecycle.Retry(s.at.Add(time.Second), "503")
+		if attempt == 3 {
+			o = lifecycle.Failed("503; gave up")
+		}
+		s.record(journal.Event{Actor: journal.ActorCallbacks, Payload: &journal.CallbackAttempted{Seq: 1, Token: token,
+			Attempt: attempt, Outcome: o}})
+		if a := s.derive(); len(a) > 0 || alerts.MayRaise(s.last) {
+			t.Fatalf("a callback's outcome raises %v", a)
+		}
+	}
+	if s.m.Status != lifecycle.StatusDelivered || s.m.Callback.State != lifecycle.StateFailed {
+		t.Fatalf("status %s, callback %s", s.m.Status, s.m.Callback.State)
+	}
+}

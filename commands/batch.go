@@ -2,10 +2,13 @@ package commands
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -36,9 +39,17 @@ type op struct {
 	ctx    context.Context
 	on     subject
 	decide decision
+	// read, when set, queues reads of the op's own on the batch's read,
+	// after its messages are locked and read, so decide sees what they
+	// read under the same locks.
+	read func(b *pgx.Batch)
 	// key is the id of the op's message when the Writer knows it, else
 	// uuid.Nil: a new message, or a delivery it has not written.
 	key uuid.UUID
+	// dup, for an ingest with a duplicate key, is the latest earlier
+	// message of its source with the key, which the batch finds before it
+	// decides.
+	dup *dupLookup
 	// done receives false once the batch has set the result below, and
 	// true when the op's goroutine is to lead; led says it has been told
 	// (or led from the start), under the batcher's lock. Two slots, as
@@ -197,7 +208,7 @@ func (w *Writer) runBatch(ops []*op) {
 	ctx, cancel := batchContext(ops)
 	defer cancel()
 	err := w.retry(ctx, ops)
-	if isIdempotencyConflict(err) && len(ops) > 1 {
+	if (isIdempotencyConflict(err) || errors.Is(err, errLaneSplit)) && len(ops) > 1 {
 		for _, o := range ops {
 			w.fail([]*op{o}, w.retry(ctx, []*op{o}))
 		}
@@ -261,8 +272,16 @@ func batchContext(ops []*op) (context.Context, context.CancelFunc) {
 // with COMMIT. Ops on one message are decided in turn, each on the state the
 // one before left, and their changes are written as one. Ops that make new
 // messages read nothing: a batch of only those is one round trip, its
-// writes sent as an implicit transaction.
+// writes sent as an implicit transaction. A batch whose ops move a lane
+// (see lanes.go) reads and locks those lanes in one more round trip before
+// it decides again.
 func (w *Writer) writeBatch(ctx context.Context, ops []*op) error {
+	// The configuration is read before a connection is taken, so a batch
+	// never waits for a second one while it holds locks.
+	cfg, err := w.config(ctx)
+	if err != nil {
+		return err
+	}
 	conn, err := w.db.Acquire(ctx)
 	if err != nil {
 		return err
@@ -277,30 +296,126 @@ func (w *Writer) writeBatch(ctx context.Context, ops []*op) error {
 			messageIDs = append(messageIDs, o.on.messageID)
 		}
 	}
-	explicit := len(messageIDs)+len(deliveryIDs) > 0
-	state := map[uuid.UUID]*projection.Message{}
-	owner := map[uuid.UUID]uuid.UUID{}
+	dups := dupKeys(ops)
+	explicit := len(messageIDs)+len(deliveryIDs)+len(dups) > 0
+	read := map[uuid.UUID]*projection.Message{}
+	var latest map[dupKey]uuid.UUID
 	if explicit {
 		b := &pgx.Batch{}
 		b.Queue(`BEGIN`)
 		// The reads are built to plan as index lookups whatever the sizes;
 		// a generic plan spares planning them on every call.
 		b.Queue(`SET LOCAL plan_cache_mode = force_generic_plan`)
-		read := projection.LoadLocked(b, messageIDs, deliveryIDs)
+		loaded := projection.LoadLocked(b, messageIDs, deliveryIDs)
+		for _, o := range ops {
+			if o.read != nil {
+				o.read(b)
+			}
+		}
+		found := queueDuplicates(b, dups)
 		if err := conn.SendBatch(ctx, b).Close(); err != nil {
 			return fmt.Errorf("read: %w", err)
 		}
-		for _, m := range read() {
-			state[m.ID] = m
-			for _, d := range m.Deliveries {
-				owner[d.ID] = m.ID
-			}
+		for _, m := range loaded() {
+			read[m.ID] = m
 		}
+		latest = found()
 	}
 
 	now := w.now()
-	var changes []*change
+	var (
+		lanes []projection.LaneRead
+		d     *decided
+	)
+	for {
+		d = w.decide(ops, read, lanes, latest, cfg, now)
+		if len(d.lanesNeeded) == 0 {
+			break
+		}
+		// Some op moves a lane this batch has not read: lock and read those
+		// lanes, then decide every op again on what was read.
+		b := &pgx.Batch{}
+		if !explicit {
+			b.Queue(`BEGIN`)
+			explicit = true
+		}
+		more := queueLanes(b, d.lanesNeeded)
+		if err := conn.SendBatch(ctx, b).Close(); err != nil {
+			return fmt.Errorf("read lanes: %w", err)
+		}
+		lanes = append(lanes, more()...)
+	}
+	if d.err != nil {
+		return d.err
+	}
+	if len(d.changes) == 0 {
+		if explicit {
+			// Nothing to write: end the transaction, which only read.
+			if _, err := conn.Exec(ctx, `COMMIT`); err != nil {
+				return fmt.Errorf("commit: %w", err)
+			}
+		}
+		return nil
+	}
+	bodies, err := w.commit(ctx, conn, d.changes, d.events, d.lanes, explicit)
+	if err != nil {
+		return err
+	}
+	for _, o := range ops {
+		if o.c != nil && o.c.readBody {
+			o.c.body = bodies[o.c.after.ID]
+		}
+	}
+	return nil
+}
+
+// decided is what deciding a batch's ops came to: the changes to write, one
+// per message, all their events in the order they were recorded, and the
+// lanes they moved; or the lanes that must be read first; or an error
+// that fails the batch.
+type decided struct {
+	changes     []*change
+	events      []journal.Event
+	lanes       []projection.Lane
+	lanesNeeded []projection.LaneID
+	err         error
+}
+
+// decide decides every op, in order, on the messages and lanes as read,
+// each on the state the ops before it left, and keeps the lanes in step.
+func (w *Writer) decide(ops []*op, read map[uuid.UUID]*projection.Message, lanes []projection.LaneRead,
+	latest map[dupKey]uuid.UUID, cfg *configState, now time.Time) *decided {
+	latest = maps.Clone(latest)
+	d := &decided{}
+	state := make(map[uuid.UUID]*projection.Message, len(read))
+	maps.Copy(state, read)
+	owner := map[uuid.UUID]uuid.UUID{}
+	for _, m := range read {
+		for _, dl := range m.Deliveries {
+			owner[dl.ID] = m.ID
+		}
+	}
+	book := newLaneBook(cfg, state, lanes)
+	defer func() { d.lanes = book.Changed() }()
 	merged := map[uuid.UUID]*change{}
+	keep := func(c *change) {
+		id := c.after.ID
+		state[id] = c.after
+		d.events = append(d.events, c.events...)
+		if all := merged[id]; all != nil {
+			all.after = c.after
+			all.events = append(all.events, c.events...)
+			all.touched = append(all.touched, c.touched...)
+			all.readBody = all.readBody || c.readBody
+			all.extra = append(all.extra, c.extra...)
+			return
+		}
+		all := &change{before: c.before, after: c.after, readBody: c.readBody, body: c.body,
+			events: append([]journal.Event(nil), c.events...), touched: append([]uuid.UUID(nil), c.touched...),
+			extra: append([]statement(nil), c.extra...)}
+		merged[id] = all
+		d.changes = append(d.changes, all)
+	}
 	for _, o := range ops {
 		o.m, o.c, o.err = nil, nil, nil
 		if err := o.ctx.Err(); err != nil {
@@ -318,7 +433,15 @@ func (w *Writer) writeBatch(ctx context.Context, ops []*op) error {
 				continue
 			}
 		}
-		c, err := o.decide(m, now)
+		if o.dup != nil {
+			o.dup.latest = latest[o.dup.dupKey]
+		}
+		c, err := o.decide(m, book, now)
+		var unknown *projection.LaneUnknownError
+		if errors.As(err, &unknown) {
+			d.lanesNeeded = append(d.lanesNeeded, unknown.Lane)
+			continue
+		}
 		if err != nil {
 			o.err = err
 			continue
@@ -327,50 +450,40 @@ func (w *Writer) writeBatch(ctx context.Context, ops []*op) error {
 		if c == nil {
 			continue
 		}
-		id := c.after.ID
-		state[id] = c.after
-		if all := merged[id]; all != nil {
-			all.after = c.after
-			all.events = append(all.events, c.events...)
-			all.touched = append(all.touched, c.touched...)
-			all.readBody = all.readBody || c.readBody
-			all.dropBody = all.dropBody || c.dropBody
-		} else {
-			all := &change{before: c.before, after: c.after, readBody: c.readBody, body: c.body, dropBody: c.dropBody,
-				events: append([]journal.Event(nil), c.events...), touched: append([]uuid.UUID(nil), c.touched...)}
-			merged[id] = all
-			changes = append(changes, all)
+		follow, err := keepLanes(book, c, state, now)
+		if errors.As(err, &unknown) {
+			d.lanesNeeded = append(d.lanesNeeded, unknown.Lane)
+			continue
+		}
+		if err != nil {
+			// The lanes read do not match the messages locked: another
+			// writer moved a lane meanwhile. Read again.
+			d.err = err
+			return d
+		}
+		if o.dup != nil {
+			latest[o.dup.dupKey] = c.after.ID
+		}
+		keep(c)
+		for _, f := range follow {
+			// The op's caller publishes the wake-ups of what it caused.
+			c.wakeups = append(c.wakeups, f.wakeups...)
+			keep(f)
 		}
 	}
-	if len(changes) == 0 {
-		if explicit {
-			// Nothing to write: end the transaction, which only read.
-			if _, err := conn.Exec(ctx, `COMMIT`); err != nil {
-				return fmt.Errorf("commit: %w", err)
-			}
-		}
-		return nil
-	}
-	bodies, err := w.commit(ctx, conn, changes, explicit)
-	if err != nil {
-		return err
-	}
-	for _, o := range ops {
-		if o.c != nil && o.c.readBody {
-			o.c.body = bodies[o.c.after.ID]
-		}
-	}
-	return nil
+	return d
 }
 
-// commit is the write round trip of a transaction on conn: the changes, the
-// read of the bodies those that ask for one want, and COMMIT when the
-// transaction is explicit (else the batch is an implicit one). It returns
-// the bodies read, by message id, and remembers which message each
-// delivery written belongs to, for the batcher.
-func (w *Writer) commit(ctx context.Context, conn *pgxpool.Conn, changes []*change, explicit bool) (map[uuid.UUID][]byte, error) {
+// commit is the write round trip of a transaction on conn: the changes,
+// their events in the order recorded, the lanes they moved, the read of the
+// bodies those that ask for one want, and COMMIT when the transaction is
+// explicit (else the batch is an implicit one). It returns the bodies read,
+// by message id, and remembers which message each delivery written belongs
+// to, for the batcher.
+func (w *Writer) commit(ctx context.Context, conn *pgxpool.Conn, changes []*change, events []journal.Event,
+	lanes []projection.Lane, explicit bool) (map[uuid.UUID][]byte, error) {
 	b := &pgx.Batch{}
-	if err := w.queue(b, changes...); err != nil {
+	if err := w.queue(b, changes, events, lanes); err != nil {
 		return nil, err
 	}
 	var withBody []uuid.UUID

@@ -2,6 +2,7 @@ package commands_test
 
 import (
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -226,4 +227,49 @@ func TestConcurrentClaimDueShareTheBacklog(t *testing.T) {
 		t.Errorf("%d deliveries not delivered, %v", left, err)
 	}
 	b.audit(t)
+}
+
+// TestClaimDueWalksTheIndex: with statistics taken while the table was
+// empty, as when a backlog builds up between two runs of autovacuum, the
+// claim still walks deliveries_claimable in its order with a limit rather
+// than reading and sorting the whole backlog.
+func TestClaimDueWalksTheIndex(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.targets(t, "alpha")
+	if _, err := b.db.Exec(b.ctx, `ANALYZE deliveries; ANALYZE messages`); err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			for range 150 {
+				if _, _, err := b.w.Ingest(b.ctx, newMessage()); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	tx, err := b.db.Begin(b.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(b.ctx)
+	if _, err := tx.Exec(b.ctx, commands.ClaimPlanSQL); err != nil {
+		t.Fatal(err)
+	}
+	rows, err := tx.Query(b.ctx, `EXPLAIN `+commands.ClaimDueSQL, "alpha", b.clock.Now(), 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p := strings.Join(lines, "\n"); !strings.Contains(p, "Index Scan using deliveries_claimable") ||
+		strings.Contains(p, "Sort") || strings.Contains(p, "Bitmap") {
+		t.Errorf("the claim's plan:\n%s", p)
+	}
 }

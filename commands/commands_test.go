@@ -361,7 +361,7 @@ func TestReceipts(t *testing.T) {
 	}
 
 	// A second delivery times out.
-	_, err = b.w.Redeliver(b.ctx, d.MessageID, d.ID, "admin")
+	_, err = b.w.Redeliver(b.ctx, d.MessageID, d.ID, commands.Action{Operator: "admin"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -389,17 +389,17 @@ func TestOperatorActions(t *testing.T) {
 	b.targets(t, "alpha")
 	m := b.ingest(t)
 	d := m.Deliveries[0]
-	_, err := b.w.Redeliver(b.ctx, m.ID, d.ID, "admin")
+	_, err := b.w.Redeliver(b.ctx, m.ID, d.ID, commands.Action{Operator: "admin"})
 	var se *commands.StateError
-	if !errors.Is(err, commands.ErrNotRedeliverable) || !errors.As(err, &se) || se.State != "queued" || len(se.Allowed) != 4 {
+	if !errors.Is(err, commands.ErrNotRedeliverable) || !errors.As(err, &se) || se.State != "queued" || len(se.Allowed) != 5 {
 		t.Fatalf("redeliver queued: %v", err)
 	}
-	if _, err := b.w.Redeliver(b.ctx, m.ID, uuid.New(), "admin"); !errors.Is(err, commands.ErrNotFound) {
+	if _, err := b.w.Redeliver(b.ctx, m.ID, uuid.New(), commands.Action{Operator: "admin"}); !errors.Is(err, commands.ErrNotFound) {
 		t.Fatalf("redeliver unknown: %v", err)
 	}
 	// A route added later: redispatch adds its target only.
 	b.targets(t, "beta")
-	m, err = b.w.Redispatch(b.ctx, m.ID, "admin")
+	m, err = b.w.Redispatch(b.ctx, m.ID, commands.Action{Operator: "admin"})
 	if err != nil || len(m.Deliveries) != 2 || m.Deliveries[1].Target != "beta" || m.Deliveries[1].Seq != 2 {
 		t.Fatalf("redispatch: %+v %v", m, err)
 	}
@@ -411,7 +411,7 @@ func TestOperatorActions(t *testing.T) {
 	if err != nil || refusedMsg.Status != lifecycle.StatusRefused {
 		t.Fatalf("refuse: %v %v", refusedMsg, err)
 	}
-	if _, err := b.w.Redispatch(b.ctx, accepted.ID, "admin"); !errors.Is(err, commands.ErrNotRedispatchable) {
+	if _, err := b.w.Redispatch(b.ctx, accepted.ID, commands.Action{Operator: "admin"}); !errors.Is(err, commands.ErrNotRedispatchable) {
 		t.Fatalf("redispatch refused: %v", err)
 	}
 	if _, err := b.w.Refuse(b.ctx, accepted.ID, lifecycle.RefusalInternal, "again", "source:as2"); !errors.Is(err, commands.ErrNotAccepted) {

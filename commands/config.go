@@ -21,6 +21,7 @@ type configState struct {
 	version  int
 	routes   []lifecycle.Route
 	targets  map[string]lifecycle.Target
+	sources  map[string]lifecycle.Source
 	settings lifecycle.Settings
 	loaded   time.Time
 }
@@ -54,7 +55,8 @@ func (w *Writer) Invalidate() {
 }
 
 func (w *Writer) loadConfig(ctx context.Context) (*configState, error) {
-	c := &configState{targets: map[string]lifecycle.Target{}, settings: lifecycle.DefaultSettings(), loaded: w.clock()}
+	c := &configState{targets: map[string]lifecycle.Target{}, sources: map[string]lifecycle.Source{},
+		settings: lifecycle.DefaultSettings(), loaded: w.clock()}
 	b := &pgx.Batch{}
 	b.Queue(`SELECT coalesce(max(version), 0) FROM journal WHERE stream = $1`, journal.ConfigStream).
 		QueryRow(func(row pgx.Row) error { return row.Scan(&c.version) })
@@ -79,9 +81,27 @@ func (w *Writer) loadConfig(ctx context.Context) (*configState, error) {
 		})
 		return err
 	})
+	b.Queue(`SELECT spec FROM sources`).Query(func(rows pgx.Rows) error {
+		var raw []byte
+		_, err := pgx.ForEachRow(rows, []any{&raw}, func() error {
+			var s lifecycle.Source
+			if err := json.Unmarshal(raw, &s); err != nil {
+				return fmt.Errorf("read source: %w", err)
+			}
+			c.sources[s.Name] = s
+			return nil
+		})
+		return err
+	})
 	b.Queue(`SELECT value FROM settings`).Query(func(rows pgx.Rows) error {
 		var raw []byte
-		_, err := pgx.ForEachRow(rows, []any{&raw}, func() error { return json.Unmarshal(raw, &c.settings) })
+		_, err := pgx.ForEachRow(rows, []any{&raw}, func() error {
+			if err := json.Unmarshal(raw, &c.settings); err != nil {
+				return err
+			}
+			c.settings = c.settings.WithDefaults()
+			return nil
+		})
 		return err
 	})
 	if err := w.db.SendBatch(ctx, b).Close(); err != nil {
@@ -294,6 +314,7 @@ func (w *Writer) DeleteRoute(ctx context.Context, id uuid.UUID, actor string) er
 
 // SetSettings replaces the settings.
 func (w *Writer) SetSettings(ctx context.Context, s lifecycle.Settings, actor string) error {
+	s = s.WithDefaults()
 	if err := s.Validate(); err != nil {
 		return invalid(err)
 	}

@@ -41,7 +41,7 @@ func (w *Writer) Claim(ctx context.Context, deliveryID uuid.UUID, lease time.Dur
 		claim Claim
 		c     *change
 	)
-	m, err := w.run(ctx, delivery(deliveryID), func(m *projection.Message, now time.Time) (*change, error) {
+	m, err := w.run(ctx, delivery(deliveryID), func(m *projection.Message, _ *projection.LaneBook, now time.Time) (*change, error) {
 		c = newChange(m)
 		c.readBody = true
 		var err error
@@ -79,6 +79,22 @@ func (c *change) claim(deliveryID uuid.UUID, lease time.Duration, now time.Time)
 // states are the predicate of the index deliveries_claimable.
 var claimableSQL = lifecycle.CatchUpRule.SQL("d", "$2")
 
+// claimDueSQL chooses and locks up to $3 deliveries of target $1 that a
+// worker may take at $2, oldest due first.
+var claimDueSQL = `SELECT d.id, d.message_id FROM deliveries d JOIN messages m ON m.id = d.message_id
+	WHERE d.target = $1 AND ` + claimableSQL + `
+	ORDER BY coalesce(d.next_due, d.lease_end, d.updated_at) LIMIT $3
+	FOR UPDATE OF d, m SKIP LOCKED`
+
+// claimPlanSQL, run in the claim's transaction before claimDueSQL, makes
+// it walk deliveries_claimable in its order and stop at the limit,
+// whatever the statistics say. A bitmap scan of the target's entries and
+// a sort, which a plan made on stale statistics chooses, takes time in
+// proportion to the backlog, and never marks the entries of deliveries
+// claimed already as dead, as an index scan does, so each claim of a
+// drain read more of them than the last.
+const claimPlanSQL = `SELECT set_config('enable_bitmapscan', 'off', true), set_config('enable_sort', 'off', true)`
+
 // ClaimDue claims up to n deliveries of the target that a worker may take
 // now, oldest due first, in one transaction. It skips the rows other
 // workers' claims hold locked (FOR UPDATE SKIP LOCKED on the delivery and
@@ -110,10 +126,8 @@ func (w *Writer) claimDue(ctx context.Context, target string, n int, lease time.
 	var messageIDs []uuid.UUID
 	b := &pgx.Batch{}
 	b.Queue(`BEGIN`)
-	b.Queue(`SELECT d.id, d.message_id FROM deliveries d JOIN messages m ON m.id = d.message_id
-		WHERE d.target = $1 AND `+claimableSQL+`
-		ORDER BY coalesce(d.next_due, d.lease_end, d.updated_at) LIMIT $3
-		FOR UPDATE OF d, m SKIP LOCKED`, target, now, n).Query(func(rows pgx.Rows) error {
+	b.Queue(claimPlanSQL)
+	b.Queue(claimDueSQL, target, now, n).Query(func(rows pgx.Rows) error {
 		var deliveryID, messageID uuid.UUID
 		_, err := pgx.ForEachRow(rows, []any{&deliveryID, &messageID}, func() error {
 			byMessage[messageID] = deliveryID
@@ -152,7 +166,12 @@ func (w *Writer) claimDue(ctx context.Context, target string, n int, lease time.
 	if len(claims) == 0 {
 		return nil, nil
 	}
-	bodies, err := w.commit(ctx, conn, changes, true)
+	var events []journal.Event
+	for _, c := range changes {
+		events = append(events, c.events...)
+	}
+	// A claim moves no lane: only a lane's head is ever claimable.
+	bodies, err := w.commit(ctx, conn, changes, events, nil, true)
 	if err != nil {
 		return nil, err
 	}
@@ -200,7 +219,7 @@ func (w *Writer) Release(ctx context.Context, deliveryID, token uuid.UUID, start
 // onClaim records the payload made for the delivery, by its worker, when the
 // fold finds the claim still current.
 func (w *Writer) onClaim(ctx context.Context, deliveryID uuid.UUID, payload func(*projection.Delivery) journal.Payload) (*projection.Message, error) {
-	return w.run(ctx, delivery(deliveryID), func(m *projection.Message, now time.Time) (*change, error) {
+	return w.run(ctx, delivery(deliveryID), func(m *projection.Message, _ *projection.LaneBook, now time.Time) (*change, error) {
 		c := newChange(m)
 		d := c.after.Delivery(deliveryID)
 		err := c.record(journal.Event{RecordedAt: now, DeliveryID: deliveryID,
@@ -217,16 +236,16 @@ func (w *Writer) Receipt(ctx context.Context, deliveryID uuid.UUID, positive boo
 	if err := journal.CheckActor(actor); err != nil {
 		return nil, invalid(err)
 	}
-	m, err := w.run(ctx, delivery(deliveryID), func(m *projection.Message, now time.Time) (*change, error) {
+	m, err := w.run(ctx, delivery(deliveryID), func(m *projection.Message, _ *projection.LaneBook, now time.Time) (*change, error) {
 		c := newChange(m)
 		e := journal.Event{RecordedAt: now, DeliveryID: deliveryID, Actor: actor,
-			Payload: &journal.ReceiptReceived{Positive: positive, Detail: detail}}
+			Payload: &journal.ReceiptReceived{Positive: positive, Receipt: journal.Receipt{Detail: detail}}}
 		err := c.record(e)
 		var ill *projection.IllegalError
 		if !errors.As(err, &ill) {
 			return c, err
 		}
-		e.Payload = &journal.ReceiptRefused{Positive: positive, Detail: detail, Reason: ill.Reason}
+		e.Payload = &journal.ReceiptRefused{Positive: positive, Receipt: journal.Receipt{Detail: detail}, Reason: ill.Reason}
 		if err := c.record(e); err != nil {
 			return nil, err
 		}
@@ -235,31 +254,6 @@ func (w *Writer) Receipt(ctx context.Context, deliveryID uuid.UUID, positive boo
 	})
 	if err != nil {
 		return m, fmt.Errorf("receipt for delivery %s: %w", deliveryID, err)
-	}
-	return m, nil
-}
-
-// Redeliver queues one delivery of the message again, with a fresh count of
-// wake-ups, for an operator: from retrying, failed, stalled or delivered (to
-// send it again). Any other state is ErrNotRedeliverable; a delivery of
-// another message is ErrNotFound.
-func (w *Writer) Redeliver(ctx context.Context, messageID, deliveryID uuid.UUID, operator string) (*projection.Message, error) {
-	if operator == "" {
-		return nil, invalid(&lifecycle.FieldError{Field: "operator", Problem: "is required"})
-	}
-	m, err := w.run(ctx, message(messageID), func(m *projection.Message, now time.Time) (*change, error) {
-		c := newChange(m)
-		d := c.after.Delivery(deliveryID)
-		if d == nil {
-			return nil, ErrNotFound
-		}
-		err := c.record(journal.Event{RecordedAt: now, DeliveryID: deliveryID, Actor: journal.OperatorActor(operator),
-			Payload: &journal.DeliveryRedelivered{DispatchCount: 1, NextDue: now.Add(lifecycle.DispatchBackoff(1))}})
-		c.wakeups = []Wakeup{{DeliveryID: deliveryID, Target: d.Target}}
-		return c, refusedToSend(ErrNotRedeliverable, err)
-	})
-	if err != nil {
-		return nil, fmt.Errorf("redeliver delivery %s of message %s: %w", deliveryID, messageID, err)
 	}
 	return m, nil
 }

@@ -39,6 +39,15 @@ var (
 	// ErrPayloadExpunged: retention dropped the message's payload, so it
 	// cannot be sent again (redeliver, redispatch).
 	ErrPayloadExpunged = projection.ErrPayloadExpunged
+	// ErrNotSkippable: the delivery is being attempted, or is delivered or
+	// skipped already.
+	ErrNotSkippable = errors.New("delivery not skippable")
+	// ErrNotResendable: the message cannot be sent again now; the
+	// *StateError says why.
+	ErrNotResendable = errors.New("message not resendable")
+	// ErrStale: the message moved since the version an action named; the
+	// *StaleError gives the current one.
+	ErrStale = errors.New("message changed")
 )
 
 // StateError is a command refused for the state of its message or delivery.

@@ -22,3 +22,10 @@ func (w *Writer) Pending() int {
 
 // MaxLeaders is how many batches a Writer may have open at once.
 const MaxLeaders = maxLeaders
+
+// ClaimDueSQL and ClaimPlanSQL are ClaimDue's choice of deliveries and the
+// settings it runs under.
+var (
+	ClaimDueSQL  = claimDueSQL
+	ClaimPlanSQL = claimPlanSQL
+)

@@ -27,6 +27,28 @@ type NewMessage struct {
 	// IdempotencyKey, when set, makes a repeat of the same key from the same
 	// source return the message already held instead of storing another.
 	IdempotencyKey string
+	// OrderingKey, when set, puts the message's deliveries to fifo targets
+	// in the lanes of that key: each is attempted after the deliveries
+	// dispatched to its lane before it have settled.
+	OrderingKey string
+	// DuplicateKey, when set, is the sender's own identity of the message
+	// (a control id): an earlier message of the source with the same key
+	// makes this one a possible duplicate of the latest such. It is stored
+	// and delivered all the same; a sender may mean to send twice.
+	DuplicateKey string
+	// CallbackURL, when set, is called with the message's outcome each
+	// time it settles: an absolute http or https URL.
+	CallbackURL string
+	// Row, when set, is the inbox row the message was read from: the
+	// transaction that stores the message records that the row's processed
+	// marker is owed.
+	Row *InboxRow
+}
+
+// InboxRow names a row of an inbox_table source's table.
+type InboxRow struct {
+	Source string
+	ID     int64
 }
 
 // MatchRoutes is the one routing decision: the distinct targets, in name
@@ -67,18 +89,6 @@ func (w *Writer) Accept(ctx context.Context, in NewMessage) (*projection.Message
 }
 
 func (w *Writer) accept(ctx context.Context, in NewMessage, dispatch bool) (*projection.Message, bool, error) {
-	if in.ContentType == "" {
-		in.ContentType = "application/octet-stream"
-	}
-	sum := sha256.Sum256(in.Payload)
-	accepted := &journal.MessageAccepted{
-		Source: in.Source, From: in.From, To: in.To, ContentType: in.ContentType,
-		PayloadSize: int64(len(in.Payload)), PayloadSHA256: hex.EncodeToString(sum[:]),
-		IdempotencyKey: in.IdempotencyKey,
-	}
-	if err := accepted.Validate(); err != nil {
-		return nil, false, invalid(err)
-	}
 	var cfg *configState
 	if dispatch {
 		var err error
@@ -86,25 +96,71 @@ func (w *Writer) accept(ctx context.Context, in NewMessage, dispatch bool) (*pro
 			return nil, false, err
 		}
 	}
-	id := uuid.Must(uuid.NewV7())
-	m, err := w.run(ctx, subject{}, func(_ *projection.Message, now time.Time) (*change, error) {
+	o, err := w.acceptance(ctx, in, cfg)
+	if err != nil {
+		return nil, false, err
+	}
+	m, err := w.runOp(o)
+	return w.held(ctx, in, m, err)
+}
+
+// acceptance checks a new message and returns the op that stores it and,
+// with the configuration cfg, dispatches it.
+func (w *Writer) acceptance(ctx context.Context, in NewMessage, cfg *configState) (*op, error) {
+	if in.ContentType == "" {
+		in.ContentType = "application/octet-stream"
+	}
+	sum := sha256.Sum256(in.Payload)
+	accepted := &journal.MessageAccepted{
+		Source: in.Source, From: in.From, To: in.To, ContentType: in.ContentType,
+		PayloadSize: int64(len(in.Payload)), PayloadSHA256: hex.EncodeToString(sum[:]),
+		IdempotencyKey: in.IdempotencyKey, OrderingKey: in.OrderingKey, DuplicateKey: in.DuplicateKey,
+		CallbackURL: in.CallbackURL,
+	}
+	if err := accepted.Validate(); err != nil {
+		return nil, invalid(err)
+	}
+	o := &op{ctx: ctx}
+	if in.DuplicateKey != "" {
+		o.dup = &dupLookup{dupKey: dupKey{in.Source, in.DuplicateKey}}
+	}
+	o.decide = func(_ *projection.Message, lanes *projection.LaneBook, now time.Time) (*change, error) {
+		// The id is made as the batch decides, so the messages of one
+		// batch, which share their created_at, sort by id in the order
+		// they were decided: the latest earlier message of a duplicate
+		// key is the one decided before.
+		id := uuid.Must(uuid.NewV7())
 		c := newChange(nil)
 		c.body = in.Payload
 		if c.body == nil {
 			c.body = []byte{} // NULL would be no body
 		}
+		p := *accepted
+		if o.dup != nil {
+			p.PossibleDuplicateOf = o.dup.latest
+		}
 		err := c.record(journal.Event{RecordedAt: now, Stream: journal.MessageStream(id),
-			Actor: journal.SourceActor(in.Source), Payload: accepted})
+			Actor: journal.SourceActor(in.Source), Payload: &p})
 		if err != nil {
 			return nil, err
 		}
-		if dispatch {
-			if err := w.dispatchOn(c, cfg, now, journal.SourceActor(in.Source), false); err != nil {
+		if row := in.Row; row != nil {
+			c.also(`INSERT INTO inbox_markers (source, row_id, message_id, owed_since, next_try) VALUES ($1, $2, $3, $4, $4)`,
+				row.Source, row.ID, id, now)
+		}
+		if cfg != nil {
+			if err := w.dispatchOn(c, cfg, lanes, now, journal.SourceActor(in.Source), false, uuid.Nil); err != nil {
 				return nil, err
 			}
 		}
 		return c, nil
-	})
+	}
+	return o, nil
+}
+
+// held turns the result of storing in into Ingest's: on a repeated
+// idempotency key, the message already held.
+func (w *Writer) held(ctx context.Context, in NewMessage, m *projection.Message, err error) (*projection.Message, bool, error) {
 	if isIdempotencyConflict(err) {
 		held, err := w.heldMessage(ctx, in.Source, in.IdempotencyKey)
 		return held, false, err
@@ -113,6 +169,67 @@ func (w *Writer) accept(ctx context.Context, in NewMessage, dispatch bool) (*pro
 		return nil, false, err
 	}
 	return m, true, nil
+}
+
+// Ingested is the result of one message of IngestMany.
+type Ingested struct {
+	Message *projection.Message
+	// Created is false for a message whose idempotency key was held: the
+	// message is the one held.
+	Created bool
+	Err     error
+}
+
+// maxIngestBytes bounds the payloads one transaction of IngestMany stores.
+const maxIngestBytes = 32 << 20
+
+// IngestMany ingests the messages in their order: each is stored and
+// dispatched as Ingest would, in transactions of up to 64 of them (and
+// 32 MiB of payloads), so that they are created, and routed, in the order
+// given. Each has its own result; one that fails leaves the others.
+func (w *Writer) IngestMany(ctx context.Context, ins []NewMessage) []Ingested {
+	out := make([]Ingested, len(ins))
+	cfg, err := w.config(ctx)
+	if err != nil {
+		for i := range out {
+			out[i].Err = fmt.Errorf("ingest: %w", err)
+		}
+		return out
+	}
+	for start := 0; start < len(ins); {
+		var ops []*op
+		var index []int
+		size := 0
+		end := start
+		for ; end < len(ins) && len(ops) < maxBatch && (len(ops) == 0 || size+len(ins[end].Payload) <= maxIngestBytes); end++ {
+			o, err := w.acceptance(ctx, ins[end], cfg)
+			if err != nil {
+				out[end].Err = fmt.Errorf("ingest: %w", err)
+				continue
+			}
+			size += len(ins[end].Payload)
+			ops = append(ops, o)
+			index = append(index, end)
+		}
+		if len(ops) > 0 {
+			w.runBatch(ops)
+		}
+		for k, o := range ops {
+			i := index[k]
+			var m *projection.Message
+			if o.err == nil {
+				m = o.c.after
+				w.notify(o.c.wakeups)
+			}
+			m, created, err := w.held(ctx, ins[i], m, o.err)
+			if err != nil {
+				err = fmt.Errorf("ingest: %w", err)
+			}
+			out[i] = Ingested{Message: m, Created: created, Err: err}
+		}
+		start = end
+	}
+	return out
 }
 
 func isIdempotencyConflict(err error) bool {
@@ -130,35 +247,74 @@ func (w *Writer) heldMessage(ctx context.Context, source, key string) (*projecti
 }
 
 // dispatchOn matches the routes for c's message and records the deliveries
-// of the targets that have none yet: a dispatch, or a redispatch.
-func (w *Writer) dispatchOn(c *change, cfg *configState, now time.Time, actor string, redispatch bool) error {
+// of the targets that have none in its current generation, each in its
+// lane when the target keeps order and the message has a key: a dispatch,
+// or a redispatch (for op, when a bulk operation does it).
+func (w *Writer) dispatchOn(c *change, cfg *configState, lanes *projection.LaneBook, now time.Time, actor string,
+	redispatch bool, op uuid.UUID) error {
 	m := c.after
-	var add []journal.NewDelivery
-	for _, target := range MatchRoutes(cfg.routes, m.Source, m.From, m.To) {
+	targets, err := routed(cfg, m)
+	if err != nil {
+		return err
+	}
+	targets = slices.DeleteFunc(targets, func(target string) bool {
+		return slices.ContainsFunc(m.Deliveries, func(d projection.Delivery) bool { return d.Target == target && m.Current(&d) })
+	})
+	nd, err := newDeliveries(m, targets, lanes, now)
+	if err != nil {
+		return err
+	}
+	var p journal.Payload = &journal.MessageDispatched{NewDeliveries: nd}
+	if redispatch {
+		p = &journal.MessageRedispatched{NewDeliveries: nd, Operation: op}
+	}
+	if err := c.record(journal.Event{RecordedAt: now, Actor: actor, Payload: p}); err != nil {
+		return err
+	}
+	c.added(nd.Deliveries)
+	return nil
+}
+
+// routed is the targets the routes send the message to, each of which must
+// exist.
+func routed(cfg *configState, m *projection.Message) ([]string, error) {
+	targets := MatchRoutes(cfg.routes, m.Source, m.From, m.To)
+	for _, target := range targets {
 		if _, ok := cfg.targets[target]; !ok {
-			return fmt.Errorf("%w: a route sends to %q, which is no target", ErrInvalidTarget, target)
+			return nil, fmt.Errorf("%w: a route sends to %q, which is no target", ErrInvalidTarget, target)
 		}
-		if slices.ContainsFunc(m.Deliveries, func(d projection.Delivery) bool { return d.Target == target }) {
-			continue
+	}
+	return targets, nil
+}
+
+// newDeliveries makes a delivery of m to each target, numbered on, each
+// placed in its lane, due for its first wake-up by the dispatch back-off.
+func newDeliveries(m *projection.Message, targets []string, lanes *projection.LaneBook, now time.Time) (journal.NewDeliveries, error) {
+	var add []journal.NewDelivery
+	for _, target := range targets {
+		place, err := lanes.Place(target, m.OrderingKey)
+		if err != nil {
+			return journal.NewDeliveries{}, err
 		}
-		add = append(add, journal.NewDelivery{ID: uuid.Must(uuid.NewV7()), Seq: len(m.Deliveries) + len(add) + 1, Target: target})
+		add = append(add, journal.NewDelivery{ID: uuid.Must(uuid.NewV7()), Seq: len(m.Deliveries) + len(add) + 1,
+			Target: target, Lane: place})
 	}
 	nd := journal.NewDeliveries{Deliveries: add}
 	if len(add) > 0 {
 		nd.NextDue = now.Add(lifecycle.DispatchBackoff(1))
 	}
-	var p journal.Payload = &journal.MessageDispatched{NewDeliveries: nd}
-	if redispatch {
-		p = &journal.MessageRedispatched{NewDeliveries: nd}
-	}
-	if err := c.record(journal.Event{RecordedAt: now, Actor: actor, Payload: p}); err != nil {
-		return err
-	}
-	for _, d := range add {
+	return nd, nil
+}
+
+// added notes the new deliveries a recorded event made: their rows are
+// written, and those not blocked are woken after the commit.
+func (c *change) added(deliveries []journal.NewDelivery) {
+	for _, d := range deliveries {
 		c.touched = append(c.touched, d.ID)
-		c.wakeups = append(c.wakeups, Wakeup{DeliveryID: d.ID, Target: d.Target})
+		if !d.Blocked {
+			c.wakeups = append(c.wakeups, Wakeup{DeliveryID: d.ID, Target: d.Target})
+		}
 	}
-	return nil
 }
 
 // Dispatch routes an accepted message. A message past its intake is
@@ -174,12 +330,12 @@ func (w *Writer) Dispatch(ctx context.Context, id uuid.UUID, actor string) (*pro
 	if err != nil {
 		return nil, fmt.Errorf("dispatch message %s: %w", id, err)
 	}
-	m, err := w.run(ctx, message(id), func(m *projection.Message, now time.Time) (*change, error) {
+	m, err := w.run(ctx, message(id), func(m *projection.Message, lanes *projection.LaneBook, now time.Time) (*change, error) {
 		if m.Stage != lifecycle.StageAccepted {
 			return nil, nil
 		}
 		c := newChange(m)
-		return c, w.dispatchOn(c, cfg, now, actor, false)
+		return c, w.dispatchOn(c, cfg, lanes, now, actor, false, uuid.Nil)
 	})
 	if err != nil {
 		return nil, fmt.Errorf("dispatch message %s: %w", id, err)
@@ -195,34 +351,12 @@ func (w *Writer) Refuse(ctx context.Context, id uuid.UUID, refusal lifecycle.Ref
 	if err := errors.Join(p.Validate(), journal.CheckActor(actor)); err != nil {
 		return nil, invalid(err)
 	}
-	m, err := w.run(ctx, message(id), func(m *projection.Message, now time.Time) (*change, error) {
+	m, err := w.run(ctx, message(id), func(m *projection.Message, _ *projection.LaneBook, now time.Time) (*change, error) {
 		c := newChange(m)
 		return c, refused(ErrNotAccepted, c.record(journal.Event{RecordedAt: now, Actor: actor, Payload: p}))
 	})
 	if err != nil {
 		return nil, fmt.Errorf("refuse message %s: %w", id, err)
-	}
-	return m, nil
-}
-
-// Redispatch matches the current routes again and adds a delivery for each
-// matched target that has none. Only a dispatched message can be
-// redispatched (ErrNotRedispatchable).
-func (w *Writer) Redispatch(ctx context.Context, id uuid.UUID, operator string) (*projection.Message, error) {
-	actor := journal.OperatorActor(operator)
-	if operator == "" {
-		return nil, invalid(&lifecycle.FieldError{Field: "operator", Problem: "is required"})
-	}
-	cfg, err := w.config(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("redispatch message %s: %w", id, err)
-	}
-	m, err := w.run(ctx, message(id), func(m *projection.Message, now time.Time) (*change, error) {
-		c := newChange(m)
-		return c, refusedToSend(ErrNotRedispatchable, w.dispatchOn(c, cfg, now, actor, true))
-	})
-	if err != nil {
-		return nil, fmt.Errorf("redispatch message %s: %w", id, err)
 	}
 	return m, nil
 }

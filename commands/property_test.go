@@ -58,6 +58,7 @@ func TestLifecycleProperty(t *testing.T) {
 			"ingest": func(rt *rapid.T) {
 				in := newMessage()
 				in.From = rapid.SampledFrom([]string{"acme", "other"}).Draw(rt, "from")
+				in.DuplicateKey = rapid.SampledFrom([]string{"", "ctl-1", "ctl-2"}).Draw(rt, "duplicate key")
 				m, _, err := b.w.Ingest(b.ctx, in)
 				expected(err)
 				messages = append(messages, m.ID)
@@ -103,14 +104,50 @@ func TestLifecycleProperty(t *testing.T) {
 			},
 			"redeliver": func(rt *rapid.T) {
 				if m, id, ok := pickDelivery(); ok {
-					_, err := b.w.Redeliver(b.ctx, m, id, "admin")
+					_, err := b.w.Redeliver(b.ctx, m, id, commands.Action{Operator: "admin"})
 					expected(err, commands.ErrNotRedeliverable)
 				}
 			},
 			"redispatch": func(rt *rapid.T) {
 				if m, _, _ := pickDelivery(); m != uuid.Nil {
-					_, err := b.w.Redispatch(b.ctx, m, "admin")
+					_, err := b.w.Redispatch(b.ctx, m, commands.Action{Operator: "admin"})
 					expected(err, commands.ErrNotRedispatchable)
+				}
+			},
+			"skip": func(rt *rapid.T) {
+				if m, id, ok := pickDelivery(); ok {
+					_, err := b.w.Skip(b.ctx, m, id, commands.Action{Operator: "admin", Reason: "by hand"})
+					expected(err, commands.ErrNotSkippable)
+				}
+			},
+			"resend": func(rt *rapid.T) {
+				if m, _, _ := pickDelivery(); m != uuid.Nil {
+					targets := rapid.SampledFrom([][]string{nil, {"alpha"}, {"beta", "gamma"}}).Draw(rt, "targets")
+					_, err := b.w.Resend(b.ctx, m, targets, commands.Action{Operator: "admin"})
+					expected(err, commands.ErrNotResendable, commands.ErrInvalid)
+				}
+			},
+			"replay": func(rt *rapid.T) {
+				if m, _, _ := pickDelivery(); m != uuid.Nil {
+					_, err := b.w.Replay(b.ctx, m, commands.Action{Operator: "admin"})
+					expected(err, commands.ErrNotResendable)
+				}
+			},
+			"stale action": func(rt *rapid.T) {
+				m, id, ok := pickDelivery()
+				if !ok {
+					return
+				}
+				before, err := projection.Load(b.ctx, b.db, m)
+				if err != nil {
+					rt.Fatal(err)
+				}
+				if before.Version == 1 {
+					return
+				}
+				a := commands.Action{Operator: "admin", IfVersion: before.Version - rapid.IntRange(1, before.Version-1).Draw(rt, "behind")}
+				if _, err := b.w.Skip(b.ctx, m, id, a); !errors.Is(err, commands.ErrStale) {
+					rt.Fatalf("a skip at version %d of a message at %d: %v", a.IfVersion, before.Version, err)
 				}
 			},
 			"sweep": func(rt *rapid.T) {
@@ -130,16 +167,18 @@ func TestLifecycleProperty(t *testing.T) {
 		}
 		for range rapid.IntRange(1, 25).Draw(rt, "steps") {
 			name := rapid.SampledFrom([]string{"ingest", "claim", "complete", "release", "receipt",
-				"redeliver", "redispatch", "sweep", "time passes"}).Draw(rt, "action")
+				"redeliver", "redispatch", "skip", "resend", "replay", "stale action", "sweep", "time passes"}).Draw(rt, "action")
 			actions[name](rt)
 			for _, id := range messages {
 				m, err := projection.Load(b.ctx, b.db, id)
 				if err != nil {
 					rt.Fatal(err)
 				}
-				states := make([]lifecycle.DeliveryState, len(m.Deliveries))
-				for i, d := range m.Deliveries {
-					states[i] = d.State
+				var states []lifecycle.DeliveryState
+				for _, d := range m.Deliveries {
+					if m.Current(&d) {
+						states = append(states, d.State)
+					}
 				}
 				if want := lifecycle.DeriveStatus(m.Stage, m.Refusal, states); m.Status != want {
 					rt.Fatalf("after %s: message %s stored %s, derived %s", name, id, m.Status, want)
@@ -152,6 +191,15 @@ func TestLifecycleProperty(t *testing.T) {
 					rt.Fatalf("after %s: %s", name, v)
 				}
 			}
+		}
+		// The whole journal's audit checks what spans messages: each
+		// possible duplicate names an earlier message of its key.
+		r, err := projection.Audit(b.ctx, b.db, uuid.Nil)
+		if err != nil {
+			rt.Fatal(err)
+		}
+		for _, v := range r.Violations {
+			rt.Fatalf("whole journal: %s", v)
 		}
 	})
 }

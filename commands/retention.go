@@ -23,7 +23,7 @@ func (w *Writer) ExpungePayload(ctx context.Context, id uuid.UUID, r lifecycle.R
 		return false, invalid(&lifecycle.FieldError{Field: "retention.payload_after", Problem: "is required to expunge a payload"})
 	}
 	var done bool
-	_, err := w.run(ctx, message(id), func(m *projection.Message, now time.Time) (*change, error) {
+	_, err := w.run(ctx, message(id), func(m *projection.Message, _ *projection.LaneBook, now time.Time) (*change, error) {
 		done = false
 		if m.PayloadExpunged || !r.PayloadDue(m.Status, m.UpdatedAt, now) {
 			return nil, nil
@@ -34,7 +34,8 @@ func (w *Writer) ExpungePayload(ctx context.Context, id uuid.UUID, r lifecycle.R
 		if err != nil {
 			return nil, err
 		}
-		c.dropBody, done = true, true
+		c.also(`DELETE FROM payloads WHERE message_id = $1`, m.ID)
+		done = true
 		return c, nil
 	})
 	if err != nil {

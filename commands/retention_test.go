@@ -2,6 +2,7 @@ package commands_test
 
 import (
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -10,13 +11,14 @@ import (
 	"github.com/waybill/waybill/commands"
 	"github.com/waybill/waybill/journal"
 	"github.com/waybill/waybill/lifecycle"
+	"github.com/waybill/waybill/projection"
 )
 
 // TestExpungePayload: a delivered message loses its payload once
 // payload_after has passed since it settled, with the event and the
 // payloads row in one transaction; not before, not twice, and not a failed
 // one. Afterwards redeliver and redispatch are refused for that reason,
-// and a claim too.
+// and a claim too; resend and replay are refused as not resendable.
 func TestExpungePayload(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
@@ -60,16 +62,29 @@ func TestExpungePayload(t *testing.T) {
 	if err := b.db.QueryRow(b.ctx, `SELECT count(*) FROM payloads WHERE message_id = $1`, id).Scan(&payloads); err != nil || payloads != 0 {
 		t.Fatalf("%d payload rows left, %v", payloads, err)
 	}
-	m, err := b.w.Redispatch(b.ctx, id, "ops")
+	m, err := b.w.Redispatch(b.ctx, id, commands.Action{Operator: "ops"})
 	var state *commands.StateError
 	if !errors.Is(err, commands.ErrPayloadExpunged) || !errors.As(err, &state) || state.State != string(lifecycle.StatusDelivered) {
 		t.Errorf("redispatch: %v, %v", m, err)
 	}
-	if _, err := b.w.Redeliver(b.ctx, id, d, "ops"); !errors.Is(err, commands.ErrPayloadExpunged) {
+	if _, err := b.w.Redeliver(b.ctx, id, d, commands.Action{Operator: "ops"}); !errors.Is(err, commands.ErrPayloadExpunged) {
 		t.Errorf("redeliver: %v", err)
 	}
 	if _, err := b.w.Claim(b.ctx, d, time.Minute); !errors.Is(err, commands.ErrNotClaimable) {
 		t.Errorf("claim: %v", err)
+	}
+	// A resend and a replay are refused as not resendable, for the reason
+	// Resendable gives (the console offers neither), and change nothing.
+	for name, send := range map[string]func() error{
+		"resend": func() error { _, err := b.w.Resend(b.ctx, id, nil, commands.Action{Operator: "ops"}); return err },
+		"replay": func() error { _, err := b.w.Replay(b.ctx, id, commands.Action{Operator: "ops"}); return err },
+	} {
+		if err := send(); !errors.Is(err, commands.ErrNotResendable) || !errors.As(err, &state) || !strings.Contains(state.Reason, "expunged") {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+	if loaded, err := projection.Load(b.ctx, b.db, id); err != nil || commands.Resendable(loaded) == nil || loaded.Generation != 1 {
+		t.Errorf("after the refused resend: %v", err)
 	}
 	events, err := journal.Stream(b.ctx, b.db, journal.MessageStream(id))
 	if err != nil {
@@ -79,7 +94,7 @@ func TestExpungePayload(t *testing.T) {
 	if p, ok := last.Payload.(*journal.MessagePayloadExpunged); !ok || last.Actor != journal.ActorRetention || p.After != hour {
 		t.Fatalf("last event %s by %s", last.Kind(), last.Actor)
 	}
-	loaded, err := b.w.Redispatch(b.ctx, failed, "ops")
+	loaded, err := b.w.Redispatch(b.ctx, failed, commands.Action{Operator: "ops"})
 	if err != nil || !loaded.UpdatedAt.After(settledAt) {
 		t.Errorf("a failed message keeps its payload and may be redispatched: %v", err)
 	}

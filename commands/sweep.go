@@ -22,8 +22,8 @@ import (
 // ExpireLease turns a delivering delivery whose lease has run out into a
 // retrying one, due now.
 func (w *Writer) ExpireLease(ctx context.Context, deliveryID uuid.UUID) (journal.Kind, error) {
-	return w.sweepStep(ctx, "expire lease of", deliveryID, func(d *projection.Delivery, _ *configState, now time.Time) journal.Payload {
-		return &journal.DeliveryLeaseExpired{Token: d.ClaimToken, LeaseEnd: d.LeaseEnd}
+	return w.sweepStep(ctx, "expire lease of", deliveryID, func(d *projection.Delivery, _ *configState, _ *projection.LaneBook, now time.Time) (journal.Payload, error) {
+		return &journal.DeliveryLeaseExpired{Token: d.ClaimToken, LeaseEnd: d.LeaseEnd}, nil
 	})
 }
 
@@ -31,38 +31,73 @@ func (w *Writer) ExpireLease(ctx context.Context, deliveryID uuid.UUID) (journal
 // by lifecycle.DispatchBackoff; the wake-up is published after commit. A
 // delivery woken max_dispatches times already stalls instead.
 func (w *Writer) Wake(ctx context.Context, deliveryID uuid.UUID) (journal.Kind, error) {
-	return w.sweepStep(ctx, "wake", deliveryID, func(d *projection.Delivery, cfg *configState, now time.Time) journal.Payload {
+	return w.sweepStep(ctx, "wake", deliveryID, func(d *projection.Delivery, cfg *configState, _ *projection.LaneBook, now time.Time) (journal.Payload, error) {
 		if n := d.DispatchCount; n >= cfg.settings.Delivery.MaxDispatches {
 			return &journal.DeliveryStalled{WakeUps: n,
-				Reason: fmt.Sprintf("not claimed by %s after %d wake-ups", d.Target, n)}
+				Reason: fmt.Sprintf("not claimed by %s after %d wake-ups", d.Target, n)}, nil
 		}
 		n := d.DispatchCount + 1
-		return &journal.DeliveryWoken{DispatchCount: n, NextDue: now.Add(lifecycle.DispatchBackoff(n))}
+		return &journal.DeliveryWoken{DispatchCount: n, NextDue: now.Add(lifecycle.DispatchBackoff(n))}, nil
 	})
 }
 
 // TimeoutReceipt fails a delivery whose receipt deadline has passed, with a
 // reason that names how long it waited from the hand-over.
 func (w *Writer) TimeoutReceipt(ctx context.Context, deliveryID uuid.UUID) (journal.Kind, error) {
-	return w.sweepStep(ctx, "time out receipt of", deliveryID, func(d *projection.Delivery, _ *configState, now time.Time) journal.Payload {
+	return w.sweepStep(ctx, "time out receipt of", deliveryID, func(d *projection.Delivery, _ *configState, _ *projection.LaneBook, now time.Time) (journal.Payload, error) {
 		return &journal.ReceiptTimedOut{Deadline: d.NextDue,
-			Reason: fmt.Sprintf("no receipt within %s", d.NextDue.Sub(d.UpdatedAt))}
+			Reason: fmt.Sprintf("no receipt within %s", d.NextDue.Sub(d.UpdatedAt))}, nil
+	})
+}
+
+// ReleaseBlocked lets a blocked delivery go whose target keeps no order any
+// more (its ordering turned from fifo to none, or the target is gone): it is
+// queued and woken, whatever waits ahead of it.
+func (w *Writer) ReleaseBlocked(ctx context.Context, deliveryID uuid.UUID) (journal.Kind, error) {
+	return w.sweepStep(ctx, "release", deliveryID, func(d *projection.Delivery, cfg *configState, _ *projection.LaneBook, now time.Time) (journal.Payload, error) {
+		if cfg.targets[d.Target].Ordering.FIFO() {
+			return nil, nil
+		}
+		return &journal.DeliveryUnblocked{DispatchCount: 1, NextDue: now.Add(lifecycle.DispatchBackoff(1))}, nil
+	})
+}
+
+// ReportLaneHeld records, once per head, that the head of a lane has kept
+// deliveries waiting behind it for longer than its target's
+// head_alert_after: the event raises the alert lane_blocked.
+func (w *Writer) ReportLaneHeld(ctx context.Context, headID uuid.UUID) (journal.Kind, error) {
+	return w.sweepStep(ctx, "report the lane held by", headID, func(d *projection.Delivery, cfg *configState, lanes *projection.LaneBook, now time.Time) (journal.Payload, error) {
+		after := cfg.targets[d.Target].Ordering.HeadAlertAfter.D()
+		if d.LaneSeq == 0 || after <= 0 {
+			return nil, nil
+		}
+		l, err := lanes.Lane(projection.LaneID{Target: d.Target, Key: d.LaneKey})
+		if err != nil {
+			return nil, err
+		}
+		if l.Head != d.ID || l.Held || l.Waiting == 0 || now.Sub(l.WaitingSince) < after {
+			return nil, nil
+		}
+		return &journal.DeliveryLaneHeld{Waiting: l.Waiting, Since: l.WaitingSince}, nil
 	})
 }
 
 func (w *Writer) sweepStep(ctx context.Context, verb string, deliveryID uuid.UUID,
-	payload func(d *projection.Delivery, cfg *configState, now time.Time) journal.Payload) (journal.Kind, error) {
+	payload func(d *projection.Delivery, cfg *configState, lanes *projection.LaneBook, now time.Time) (journal.Payload, error)) (journal.Kind, error) {
 	cfg, err := w.config(ctx)
 	if err != nil {
 		return "", fmt.Errorf("%s delivery %s: %w", verb, deliveryID, err)
 	}
 	var kind journal.Kind
-	_, err = w.run(ctx, delivery(deliveryID), func(m *projection.Message, now time.Time) (*change, error) {
+	_, err = w.run(ctx, delivery(deliveryID), func(m *projection.Message, lanes *projection.LaneBook, now time.Time) (*change, error) {
 		kind = ""
 		c := newChange(m)
 		d := c.after.Delivery(deliveryID)
-		p := payload(d, cfg, now)
-		err := c.record(journal.Event{RecordedAt: now, DeliveryID: deliveryID, Actor: journal.ActorSweep, Payload: p})
+		p, err := payload(d, cfg, lanes, now)
+		if p == nil || err != nil {
+			return nil, err
+		}
+		err = c.record(journal.Event{RecordedAt: now, DeliveryID: deliveryID, Actor: journal.ActorSweep, Payload: p})
 		var ill *projection.IllegalError
 		if errors.As(err, &ill) {
 			return nil, nil
@@ -70,7 +105,7 @@ func (w *Writer) sweepStep(ctx context.Context, verb string, deliveryID uuid.UUI
 		if err != nil {
 			return nil, err
 		}
-		if p.Kind() == journal.KindDeliveryWoken {
+		if k := p.Kind(); k == journal.KindDeliveryWoken || k == journal.KindDeliveryUnblocked {
 			c.wakeups = []Wakeup{{DeliveryID: deliveryID, Target: d.Target}}
 		}
 		kind = p.Kind()

@@ -111,8 +111,19 @@ type change struct {
 	result   error
 	readBody bool
 	body     []byte
-	dropBody bool
+	// extra are statements of the command's own, written in its
+	// transaction after everything else.
+	extra []statement
 }
+
+// statement is one SQL statement and its arguments.
+type statement struct {
+	sql  string
+	args []any
+}
+
+// also adds a statement of the command's own to the change.
+func (c *change) also(sql string, args ...any) { c.extra = append(c.extra, statement{sql, args}) }
 
 // record folds e into the change's state and keeps it.
 func (c *change) record(e journal.Event) error {
@@ -135,10 +146,11 @@ func newChange(m *projection.Message) *change {
 	return &change{before: m, after: m.Clone()}
 }
 
-// decision decides a command on the state of its message: the change to
-// write, nil to write nothing, or an error that ends the command with
-// nothing written.
-type decision func(m *projection.Message, now time.Time) (*change, error)
+// decision decides a command on the state of its message and of the lanes
+// the batch read: the change to write, nil to write nothing, or an error
+// that ends the command with nothing written. A *projection.LaneUnknownError
+// asks the batch to read that lane and decide again.
+type decision func(m *projection.Message, lanes *projection.LaneBook, now time.Time) (*change, error)
 
 // run executes a command on the message it names (a new one for the zero
 // subject): an existing message is read with its row locked, decide records
@@ -148,9 +160,22 @@ type decision func(m *projection.Message, now time.Time) (*change, error)
 // it was read when decide wrote nothing, and publishes the change's
 // wake-ups once it is committed.
 func (w *Writer) run(ctx context.Context, on subject, decide decision) (*projection.Message, error) {
-	o := &op{ctx: ctx, on: on, decide: decide, done: make(chan bool, 2), key: on.messageID}
-	if on.deliveryID != uuid.Nil {
-		o.key = w.owner(on.deliveryID)
+	return w.runOp(&op{ctx: ctx, on: on, decide: decide})
+}
+
+// runReading is run for a command that reads more than its message: read
+// queues its reads on the batch's read, after the message rows are locked
+// and read (so what it reads is locked in that order), and decide sees
+// what they read. An existing message only.
+func (w *Writer) runReading(ctx context.Context, on subject, read func(*pgx.Batch), decide decision) (*projection.Message, error) {
+	return w.runOp(&op{ctx: ctx, on: on, read: read, decide: decide})
+}
+
+// runOp runs o as run does.
+func (w *Writer) runOp(o *op) (*projection.Message, error) {
+	o.done, o.key = make(chan bool, 2), o.on.messageID
+	if o.on.deliveryID != uuid.Nil {
+		o.key = w.owner(o.on.deliveryID)
 	}
 	w.batches.do(o, w.runBatch)
 	if o.err != nil {
@@ -213,18 +238,17 @@ func (w *Writer) release(conn *pgxpool.Conn) {
 	}
 }
 
-// queue adds the changes' statements to b, at most one change per message:
-// the projection first (its update locks the message rows), then the
-// journal, then the bodies of new messages, and the deletion of those
-// expunged.
-func (w *Writer) queue(b *pgx.Batch, changes ...*change) error {
+// queue adds to b the statements of the changes, at most one change per
+// message, and of the lanes they moved: the projection first (its update
+// locks the message rows), then the events in the order recorded, then the
+// bodies of new messages, then the commands' own statements (such as the
+// deletion of an expunged payload).
+func (w *Writer) queue(b *pgx.Batch, changes []*change, events []journal.Event, lanes []projection.Lane) error {
 	writes := make([]projection.Write, len(changes))
-	var events []journal.Event
 	for i, c := range changes {
-		writes[i] = projection.Write{Before: c.before, Message: c.after, Touched: c.touched}
-		events = append(events, c.events...)
+		writes[i] = projection.Write{Before: c.before, Message: c.after, Touched: c.touched, Events: c.events}
 	}
-	projection.Queue(b, writes...)
+	projection.Queue(b, lanes, writes...)
 	w.cutAt("projected", b)
 	if err := journal.Queue(b, events...); err != nil {
 		return err
@@ -240,14 +264,10 @@ func (w *Writer) queue(b *pgx.Batch, changes ...*change) error {
 	if len(ids) > 0 {
 		b.Queue(`INSERT INTO payloads (message_id, body) SELECT * FROM unnest($1::uuid[], $2::bytea[])`, ids, bodies)
 	}
-	var dropped []uuid.UUID
 	for _, c := range changes {
-		if c.dropBody {
-			dropped = append(dropped, c.after.ID)
+		for _, st := range c.extra {
+			b.Queue(st.sql, st.args...)
 		}
-	}
-	if len(dropped) > 0 {
-		b.Queue(`DELETE FROM payloads WHERE message_id = ANY($1::uuid[])`, dropped)
 	}
 	return nil
 }
@@ -279,6 +299,6 @@ func (w *Writer) notify(wakeups []Wakeup) {
 // moved the message row since it was read.
 func retryable(err error) bool {
 	var pgErr *pgconn.PgError
-	return journal.IsVersionConflict(err) ||
+	return journal.IsVersionConflict(err) || errors.Is(err, errLaneRace) ||
 		errors.As(err, &pgErr) && (pgErr.Code == "40001" || pgErr.Code == "40P01")
 }

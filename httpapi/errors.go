@@ -10,7 +10,6 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/waybill/waybill/auth"
@@ -30,8 +29,12 @@ const (
 	CodeTargetInUse          = "TARGET_IN_USE"
 	CodeNotRedispatchable    = "NOT_REDISPATCHABLE"
 	CodeNotRedeliverable     = "NOT_REDELIVERABLE"
+	CodeNotSkippable         = "NOT_SKIPPABLE"
+	CodeNotResendable        = "NOT_RESENDABLE"
+	CodePreconditionFailed   = "PRECONDITION_FAILED"
 	CodeReceiptRefused       = "RECEIPT_REFUSED"
 	CodePayloadExpunged      = "PAYLOAD_EXPUNGED"
+	CodeCorrelationConsumed  = "CORRELATION_CONSUMED"
 	CodeConflict             = "CONFLICT"
 	CodePayloadTooLarge      = "PAYLOAD_TOO_LARGE"
 	CodeUnsupportedMediaType = "UNSUPPORTED_MEDIA_TYPE"
@@ -72,6 +75,10 @@ type ErrorDetails struct {
 	Allowed []string `json:"allowed,omitempty"`
 	// Limit is the body limit in bytes (PAYLOAD_TOO_LARGE).
 	Limit int64 `json:"limit,omitempty"`
+	// Reason says why a message cannot be sent again (NOT_RESENDABLE).
+	Reason string `json:"reason,omitempty"`
+	// Version is the message's current version (PRECONDITION_FAILED).
+	Version int `json:"version,omitempty"`
 	// Role is the token's role and Needs the permission the route needs
 	// (FORBIDDEN).
 	Role  string `json:"role,omitempty"`
@@ -128,13 +135,6 @@ func (e *mediaTypeError) Error() string {
 	return fmt.Sprintf("the body must be sent as Content-Type: application/json, not %q", e.got)
 }
 
-// expungedError is a payload retention dropped.
-type expungedError struct{ id uuid.UUID }
-
-func (e *expungedError) Error() string {
-	return fmt.Sprintf("the payload of message %s was expunged by retention; the message keeps its size and SHA-256", e.id)
-}
-
 // methodError is a path served for other methods only.
 type methodError struct{ allow []string }
 
@@ -155,6 +155,19 @@ func fieldError(field, problem string) error {
 	return invalid(&lifecycle.FieldError{Field: field, Problem: problem})
 }
 
+// Refusal is how the API answers err: the status and the envelope's body.
+// The console shows a refused action with the same words.
+func Refusal(err error) (status int, body ErrorBody) {
+	f := failureOf(err)
+	return f.status, f.body
+}
+
+// Forbidden is the refusal of a request that needs what role does not
+// allow: 403 FORBIDDEN, with the role and the permission named.
+func Forbidden(role auth.Role, needs auth.Permission) error {
+	return &forbiddenError{role: role, needs: needs}
+}
+
 // failure is how an error is answered.
 type failure struct {
 	status int
@@ -170,7 +183,7 @@ func failureOf(err error) failure {
 		method   *methodError
 		status   *statusError
 		state    *commands.StateError
-		expunged *expungedError
+		stale    *commands.StaleError
 	)
 	f := func(code int, c string, details ErrorDetails) failure {
 		return failure{status: code, body: ErrorBody{Code: c, Message: err.Error(), Details: details}}
@@ -194,14 +207,19 @@ func failureOf(err error) failure {
 		return invalidFields(err)
 	case errors.Is(err, commands.ErrNotFound):
 		return f(http.StatusNotFound, CodeNotFound, ErrorDetails{})
-	case errors.As(err, &expunged):
-		return f(http.StatusGone, CodePayloadExpunged, ErrorDetails{})
+	case errors.As(err, &stale):
+		return f(http.StatusPreconditionFailed, CodePreconditionFailed, ErrorDetails{Version: stale.Current})
 	case errors.As(err, &state):
 		switch state.Err {
 		case commands.ErrNotRedispatchable:
 			return f(http.StatusConflict, CodeNotRedispatchable, ErrorDetails{Stage: state.State, Allowed: state.Allowed})
 		case commands.ErrNotRedeliverable:
 			return f(http.StatusConflict, CodeNotRedeliverable, ErrorDetails{State: state.State, Allowed: state.Allowed})
+		case commands.ErrNotSkippable:
+			return f(http.StatusConflict, CodeNotSkippable, ErrorDetails{State: state.State, Allowed: state.Allowed})
+		case commands.ErrNotResendable:
+			return f(http.StatusConflict, CodeNotResendable, ErrorDetails{State: state.State, Allowed: state.Allowed,
+				Reason: state.Reason})
 		case commands.ErrReceiptRefused:
 			return f(http.StatusConflict, CodeReceiptRefused, ErrorDetails{State: state.State, Allowed: state.Allowed})
 		case commands.ErrPayloadExpunged:
@@ -210,6 +228,10 @@ func failureOf(err error) failure {
 			return f(http.StatusGone, CodePayloadExpunged, ErrorDetails{State: state.State})
 		}
 		return f(http.StatusConflict, CodeConflict, ErrorDetails{State: state.State, Allowed: state.Allowed})
+	case errors.Is(err, commands.ErrPayloadExpunged):
+		return f(http.StatusGone, CodePayloadExpunged, ErrorDetails{})
+	case errors.Is(err, commands.ErrCorrelationConsumed):
+		return f(http.StatusConflict, CodeCorrelationConsumed, ErrorDetails{})
 	case errors.Is(err, commands.ErrExists):
 		return f(http.StatusConflict, CodeAlreadyExists, ErrorDetails{})
 	case errors.Is(err, commands.ErrTargetInUse):
@@ -325,7 +347,11 @@ func subjects(r *http.Request) []any {
 		attrs = append(attrs, "delivery_id", id)
 	}
 	if name := r.PathValue("name"); name != "" {
-		attrs = append(attrs, "target", name)
+		key := "target"
+		if strings.HasPrefix(r.Pattern, r.Method+" "+Prefix+"/sources/") {
+			key = "source"
+		}
+		attrs = append(attrs, key, name)
 	}
 	return attrs
 }

@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
 
 	"github.com/waybill/waybill/commands"
 	"github.com/waybill/waybill/journal"
@@ -48,8 +47,9 @@ func (s *Server) ingest(w http.ResponseWriter, r *http.Request) error {
 // newMessage is the message a request hands in, or every problem of the
 // request at once: the payload's, and those the Writer would find.
 func newMessage(req IngestRequest) (commands.NewMessage, error) {
-	in := commands.NewMessage{Source: req.Source, From: req.From, To: req.To,
-		ContentType: req.ContentType, IdempotencyKey: req.IdempotencyKey}
+	in := commands.NewMessage{Source: req.Source, From: req.From, To: req.To, ContentType: req.ContentType,
+		IdempotencyKey: req.IdempotencyKey, OrderingKey: req.OrderingKey, DuplicateKey: req.DuplicateKey,
+		CallbackURL: req.CallbackURL}
 	var errs []error
 	switch {
 	case req.Payload != nil && req.PayloadBase64 != nil:
@@ -75,7 +75,8 @@ func newMessage(req IngestRequest) (commands.NewMessage, error) {
 		// The Writer's check of the other fields, which it would run
 		// only once the payload is right.
 		accepted := journal.MessageAccepted{Source: in.Source, From: in.From, To: in.To, ContentType: in.ContentType,
-			PayloadSHA256: strings.Repeat("0", 64), IdempotencyKey: in.IdempotencyKey}
+			PayloadSHA256: strings.Repeat("0", 64), IdempotencyKey: in.IdempotencyKey, OrderingKey: in.OrderingKey,
+			DuplicateKey: in.DuplicateKey, CallbackURL: in.CallbackURL}
 		if accepted.ContentType == "" {
 			accepted.ContentType = "application/octet-stream"
 		}
@@ -90,135 +91,69 @@ const (
 	maxMessageLimit     = 500
 )
 
-// listMessages pages the messages newest first, by (created_at, id)
-// descending, on the messages_created index or, with a status or source,
-// on messages_status_created or messages_source_created. With a target it
-// walks that target's deliveries on deliveries_target_message, which holds
-// their messages' (created_at, id), so a target with few messages costs
-// no more than one with many.
+// listMessages pages the messages newest first (projection.ListMessages).
 func (s *Server) listMessages(w http.ResponseWriter, r *http.Request) error {
-	q, err := query(r, "status", "source", "target", "created_after", "created_before", "limit", "cursor")
+	q, err := query(r, "status", "source", "target", "ordering_key", "possible_duplicate", "created_after", "created_before",
+		"limit", "cursor")
 	if err != nil {
 		return err
 	}
 	var (
-		where []string
-		args  []any
-		errs  []error
+		f    projection.MessageFilter
+		errs []error
 	)
-	from, createdAt, id := "messages m", "m.created_at", "m.id"
-	if q.Get("target") != "" {
-		from, createdAt, id = "deliveries d JOIN messages m ON m.id = d.message_id", "d.message_created_at", "d.message_id"
-	}
-	arg := func(v any) string {
-		args = append(args, v)
-		return "$" + strconv.Itoa(len(args))
-	}
 	if v := q.Get("status"); v != "" {
-		status, err := lifecycle.ParseMessageStatus(v)
-		if err != nil {
+		if f.Status, err = lifecycle.ParseMessageStatus(v); err != nil {
 			return &statusError{value: v}
 		}
-		where = append(where, "m.status = "+arg(status))
 	}
-	if v := q.Get("source"); v != "" {
-		errs = append(errs, lifecycle.CheckName("source", v))
-		where = append(where, "m.source = "+arg(v))
+	if f.Source = q.Get("source"); f.Source != "" {
+		errs = append(errs, lifecycle.CheckName("source", f.Source))
 	}
-	if v := q.Get("target"); v != "" {
-		errs = append(errs, lifecycle.CheckName("target", v))
-		where = append(where, "d.target = "+arg(v))
+	if f.Target = q.Get("target"); f.Target != "" {
+		errs = append(errs, lifecycle.CheckName("target", f.Target))
 	}
-	for _, p := range []struct{ name, op string }{{"created_after", ">"}, {"created_before", "<"}} {
-		if v := q.Get(p.name); v != "" {
-			t, err := parseTime(p.name, v)
-			errs = append(errs, err)
-			where = append(where, createdAt+" "+p.op+" "+arg(t))
+	if f.OrderingKey = q.Get("ordering_key"); f.OrderingKey != "" {
+		errs = append(errs, lifecycle.CheckOrderingKey("ordering_key", f.OrderingKey))
+	}
+	if v := q.Get("possible_duplicate"); v != "" {
+		if f.PossibleDuplicate, err = strconv.ParseBool(v); err != nil || !f.PossibleDuplicate {
+			errs = append(errs, &lifecycle.FieldError{Field: "possible_duplicate", Problem: fmt.Sprintf("%q: allowed is true", v)})
 		}
 	}
-	limit, err := limitOf(q, defaultMessageLimit, maxMessageLimit)
+	for _, p := range []struct {
+		name string
+		t    *time.Time
+	}{{"created_after", &f.CreatedAfter}, {"created_before", &f.CreatedBefore}} {
+		if v := q.Get(p.name); v != "" {
+			*p.t, err = parseTime(p.name, v)
+			errs = append(errs, err)
+		}
+	}
+	f.Limit, err = limitOf(q, defaultMessageLimit, maxMessageLimit)
 	errs = append(errs, err)
 	if v := q.Get("cursor"); v != "" {
-		at, cursorID, err := decodeMessageCursor(v)
+		c, err := projection.ParseCursor(v)
 		errs = append(errs, err)
-		where = append(where, "("+createdAt+", "+id+") < ("+arg(at)+", "+arg(cursorID)+")")
+		f.After = &c
 	}
 	if err := invalid(errs...); err != nil {
 		return err
 	}
-	sql := "SELECT m.id FROM " + from
-	if len(where) > 0 {
-		sql += " WHERE " + strings.Join(where, " AND ")
-	}
-	sql += " ORDER BY " + createdAt + " DESC, " + id + " DESC LIMIT " + arg(limit+1)
-
-	var page []*projection.Message
-	// One snapshot for the page and its deliveries, so every item is as it
-	// was when the page was chosen.
-	err = pgx.BeginTxFunc(r.Context(), s.cfg.DB, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly},
-		func(tx pgx.Tx) error {
-			rows, err := tx.Query(r.Context(), sql, args...)
-			if err != nil {
-				return err
-			}
-			ids, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
-			if err != nil {
-				return err
-			}
-			loaded, err := projection.LoadMany(r.Context(), tx, ids)
-			if err != nil {
-				return err
-			}
-			byID := make(map[uuid.UUID]*projection.Message, len(loaded))
-			for _, m := range loaded {
-				byID[m.ID] = m
-			}
-			for _, id := range ids {
-				if m := byID[id]; m != nil {
-					page = append(page, m)
-				}
-			}
-			return nil
-		})
+	page, next, err := projection.ListMessages(r.Context(), s.cfg.DB, f)
 	if err != nil {
-		return fmt.Errorf("list messages: %w", err)
+		return err
 	}
-	out := MessageList{Items: make([]Message, 0, min(len(page), limit))}
-	if len(page) > limit {
-		last := page[limit-1]
-		cursor := encodeMessageCursor(last.CreatedAt, last.ID)
+	out := MessageList{Items: make([]Message, 0, len(page))}
+	if next != nil {
+		cursor := next.String()
 		out.NextCursor = &cursor
-		page = page[:limit]
 	}
 	for _, m := range page {
 		out.Items = append(out.Items, messageOf(m))
 	}
 	writeJSON(w, http.StatusOK, out)
 	return nil
-}
-
-// A message cursor is the (created_at, id) of the last message of a page,
-// in microseconds since 1970 and the id, as unpadded base64url.
-func encodeMessageCursor(at time.Time, id uuid.UUID) string {
-	return base64.RawURLEncoding.EncodeToString(fmt.Appendf(nil, "m1:%d:%s", at.UnixMicro(), id))
-}
-
-func decodeMessageCursor(s string) (time.Time, uuid.UUID, error) {
-	bad := &lifecycle.FieldError{Field: "cursor", Problem: "is not a cursor of this list: pass next_cursor as it was given"}
-	raw, err := base64.RawURLEncoding.DecodeString(s)
-	if err != nil {
-		return time.Time{}, uuid.Nil, bad
-	}
-	parts := strings.Split(string(raw), ":")
-	if len(parts) != 3 || parts[0] != "m1" {
-		return time.Time{}, uuid.Nil, bad
-	}
-	micros, err1 := strconv.ParseInt(parts[1], 10, 64)
-	id, err2 := uuid.Parse(parts[2])
-	if err1 != nil || err2 != nil {
-		return time.Time{}, uuid.Nil, bad
-	}
-	return time.UnixMicro(micros).UTC(), id, nil
 }
 
 // getMessage answers the message resource.
@@ -231,6 +166,7 @@ func (s *Server) getMessage(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	w.Header().Set("ETag", etag(m.Version))
 	writeJSON(w, http.StatusOK, messageOf(m))
 	return nil
 }
@@ -243,29 +179,18 @@ func (s *Server) getPayload(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	var (
-		contentType string
-		expunged    bool
-		body        []byte
-	)
-	err = s.cfg.DB.QueryRow(r.Context(), `SELECT m.content_type, m.payload_expunged, p.body FROM messages m
-		LEFT JOIN payloads p ON p.message_id = m.id WHERE m.id = $1`, id).Scan(&contentType, &expunged, &body)
-	switch {
-	case err == nil && expunged:
-		return &expungedError{id: id}
-	case errors.Is(err, pgx.ErrNoRows) || err == nil && body == nil:
-		return fmt.Errorf("payload of message %s: %w", id, commands.ErrNotFound)
-	case err != nil:
-		return fmt.Errorf("payload of message %s: %w", id, err)
+	p, err := projection.LoadPayload(r.Context(), s.cfg.DB, id, 0)
+	if err != nil {
+		return err
 	}
 	h := w.Header()
-	h.Set("Content-Type", contentType)
-	h.Set("Content-Length", strconv.Itoa(len(body)))
+	h.Set("Content-Type", p.ContentType)
+	h.Set("Content-Length", strconv.Itoa(len(p.Body)))
 	h.Set("X-Content-Type-Options", "nosniff")
 	h.Set("Content-Security-Policy", "default-src 'none'; sandbox")
 	h.Set("Cache-Control", "no-store")
 	w.WriteHeader(http.StatusOK)
-	w.Write(body)
+	w.Write(p.Body)
 	return nil
 }
 
@@ -287,48 +212,6 @@ func (s *Server) getHistory(w http.ResponseWriter, r *http.Request) error {
 		out.Items[i] = historyOf(e)
 	}
 	writeJSON(w, http.StatusOK, out)
-	return nil
-}
-
-// redispatch matches the current routes again for a dispatched message.
-func (s *Server) redispatch(w http.ResponseWriter, r *http.Request) error {
-	id, err := pathID(r, "id")
-	if err != nil {
-		return err
-	}
-	if err := s.readJSON(w, r, &ActionRequest{}, true); err != nil {
-		return err
-	}
-	operator := identity(r).Name
-	m, err := s.cfg.Writer.Redispatch(r.Context(), id, operator)
-	if err != nil {
-		return err
-	}
-	s.log.Info("message redispatched", "message_id", id, "operator", operator, "deliveries", len(m.Deliveries))
-	writeJSON(w, http.StatusOK, messageOf(m))
-	return nil
-}
-
-// redeliver queues one delivery of the message again.
-func (s *Server) redeliver(w http.ResponseWriter, r *http.Request) error {
-	id, err := pathID(r, "id")
-	if err != nil {
-		return err
-	}
-	deliveryID, err := pathID(r, "delivery_id")
-	if err != nil {
-		return err
-	}
-	if err := s.readJSON(w, r, &ActionRequest{}, true); err != nil {
-		return err
-	}
-	operator := identity(r).Name
-	m, err := s.cfg.Writer.Redeliver(r.Context(), id, deliveryID, operator)
-	if err != nil {
-		return err
-	}
-	s.log.Info("delivery redelivered", "message_id", id, "delivery_id", deliveryID, "operator", operator)
-	writeJSON(w, http.StatusOK, messageOf(m))
 	return nil
 }
 
@@ -354,6 +237,54 @@ func (s *Server) receipt(w http.ResponseWriter, r *http.Request) error {
 		s.log.Info("receipt", "message_id", m.ID, "delivery_id", deliveryID, "operator", operator,
 			"outcome", req.Outcome, "refused", errors.Is(err, commands.ErrReceiptRefused))
 	}
+	if err != nil {
+		return err
+	}
+	i := slices.IndexFunc(m.Deliveries, func(d projection.Delivery) bool { return d.ID == deliveryID })
+	if i < 0 {
+		return fmt.Errorf("receipt: delivery %s is not among its message's", deliveryID)
+	}
+	writeJSON(w, http.StatusOK, deliveryOf(m.Deliveries[i]))
+	return nil
+}
+
+// externalReceipt applies a receipt that names its delivery by the
+// receiver's id and answers the delivery, as receipt does. An unknown id
+// is 404 and a consumed one 409 CORRELATION_CONSUMED; both change nothing.
+func (s *Server) externalReceipt(w http.ResponseWriter, r *http.Request) error {
+	var req ExternalReceiptRequest
+	if err := s.readJSON(w, r, &req, false); err != nil {
+		return err
+	}
+	in := commands.ExternalReceipt{Target: req.Target, ExternalID: req.ExternalID, Final: req.Final == nil || *req.Final,
+		Positive: req.Outcome == ReceiptPositive, Status: req.Status, Code: req.Code, Text: req.Text}
+	var errs []error
+	switch {
+	case req.Outcome == "" && in.Final:
+		errs = append(errs, &lifecycle.FieldError{Field: "outcome", Problem: "is required of a final receipt: positive or negative"})
+	case req.Outcome != "" && req.Outcome != ReceiptPositive && req.Outcome != ReceiptNegative:
+		errs = append(errs, &lifecycle.FieldError{Field: "outcome", Problem: fmt.Sprintf("%q: allowed are positive, negative", req.Outcome)})
+	}
+	if err := invalid(append(errs, in.Validate())...); err != nil {
+		return err
+	}
+	m, deliveryID, err := s.cfg.Writer.ReceiptByExternalID(r.Context(), in, actor(r))
+	result := receiptSettled
+	switch {
+	case errors.Is(err, commands.ErrNotFound):
+		result = receiptUnknown
+	case errors.Is(err, commands.ErrCorrelationConsumed):
+		result = receiptConsumed
+	case errors.Is(err, commands.ErrReceiptRefused):
+		result = receiptRefused
+	case err != nil:
+		return err
+	case !in.Final:
+		result = receiptIntermediate
+	}
+	s.metrics.receipts.WithLabelValues(result).Inc()
+	s.log.Info("receipt by receiver's id", "target", in.Target, "external_id", in.ExternalID, "final", in.Final,
+		"result", result, "operator", identity(r).Name, "delivery_id", deliveryID)
 	if err != nil {
 		return err
 	}

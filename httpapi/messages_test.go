@@ -407,8 +407,9 @@ func TestReceipt(t *testing.T) {
 
 // TestExpungedPayloadIsGone: once retention dropped a message's payload,
 // the payload answers 410 PAYLOAD_EXPUNGED, redeliver and redispatch are
-// refused the same way with the message's status, and the message itself
-// says so, its size and digest kept.
+// refused the same way with the message's status, resend and replay with
+// 409 NOT_RESENDABLE and the reason, and the message itself says so, its
+// size and digest kept.
 func TestExpungedPayloadIsGone(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
@@ -434,6 +435,14 @@ func TestExpungedPayloadIsGone(t *testing.T) {
 		t.Errorf("redeliver refused with %+v", e)
 	}
 	b.admin(t, http.MethodPost, path+"/redispatch", nil).fails(t, http.StatusGone, httpapi.CodePayloadExpunged)
+	// A resend and a replay are refused as any message that cannot be
+	// sent again, with the reason.
+	for _, action := range []string{"/resend", "/replay"} {
+		e := b.admin(t, http.MethodPost, path+action, nil).fails(t, http.StatusConflict, httpapi.CodeNotResendable)
+		if !strings.Contains(e.Details.Reason, "expunged") {
+			t.Errorf("%s refused with %+v", action, e)
+		}
+	}
 	var got httpapi.Message
 	b.as(t, readerToken, http.MethodGet, path, nil).want(t, http.StatusOK, &got)
 	if !got.PayloadExpunged || got.PayloadSize != m.PayloadSize || got.PayloadSHA256 != m.PayloadSHA256 || m.PayloadExpunged {

@@ -26,16 +26,33 @@ type IngestRequest struct {
 	// IdempotencyKey, when given, makes a repeat from the same source return
 	// the message already held; up to 255 bytes.
 	IdempotencyKey string `json:"idempotency_key"`
+	// OrderingKey, when given, puts the message's deliveries to fifo targets
+	// in the lanes of that key; 1 to 200 bytes.
+	OrderingKey string `json:"ordering_key"`
+	// DuplicateKey, when given, is the sender's identity of the message (a
+	// control id, up to 255 bytes): an earlier message of the source with
+	// the same key makes this one a possible duplicate of it. It is stored
+	// and delivered all the same.
+	DuplicateKey string `json:"duplicate_key"`
+	// CallbackURL, when given, is POSTed the message's outcome each time
+	// it settles: an absolute http or https URL.
+	CallbackURL string `json:"callback_url"`
 }
 
 // Message is the message resource.
 type Message struct {
-	ID     uuid.UUID               `json:"id"`
-	Source string                  `json:"source"`
-	From   string                  `json:"from"`
-	To     string                  `json:"to"`
-	Stage  lifecycle.MessageStage  `json:"stage"`
-	Status lifecycle.MessageStatus `json:"status"`
+	ID uuid.UUID `json:"id"`
+	// Version is the message's stream's version, its ETag: an action sent
+	// with If-Match applies only while the message is at it.
+	Version int                     `json:"version"`
+	Source  string                  `json:"source"`
+	From    string                  `json:"from"`
+	To      string                  `json:"to"`
+	Stage   lifecycle.MessageStage  `json:"stage"`
+	Status  lifecycle.MessageStatus `json:"status"`
+	// Generation counts the message's sends, from 1; the status reads the
+	// current generation's deliveries.
+	Generation int `json:"generation"`
 	// Error is why the message was refused, or the last error of its first
 	// failed (else stalled) delivery; null when there is none.
 	Error         *string   `json:"error"`
@@ -44,24 +61,107 @@ type Message struct {
 	PayloadSize   int64     `json:"payload_size"`
 	PayloadSHA256 string    `json:"payload_sha256"`
 	// PayloadExpunged is true once retention dropped the payload.
-	PayloadExpunged bool       `json:"payload_expunged"`
-	Deliveries      []Delivery `json:"deliveries"`
+	PayloadExpunged bool `json:"payload_expunged"`
+	// OrderingKey is the message's ordering key; null when it has none.
+	OrderingKey *string `json:"ordering_key"`
+	// DuplicateKey is the sender's identity of the message; null when none
+	// was given. PossibleDuplicateOf is the latest earlier message of its
+	// source with the same key, null when there is none.
+	DuplicateKey        *string    `json:"duplicate_key"`
+	PossibleDuplicateOf *uuid.UUID `json:"possible_duplicate_of"`
+	// Deliveries are every generation's, newest generation first, each in
+	// the order it was made.
+	Deliveries []Delivery `json:"deliveries"`
+	// Callback is the message's outcome callback; null when it has no
+	// callback URL.
+	Callback *MessageCallback `json:"callback"`
+}
+
+// MessageCallback is a message's outcome callback: the call of its URL for
+// its latest settlement.
+type MessageCallback struct {
+	URL string `json:"url"`
+	// Seq counts the settlements called back for; 0 before the first.
+	Seq int `json:"seq"`
+	// State is the call's: queued, delivering, retrying, delivered or
+	// failed; null before the first settlement.
+	State    *lifecycle.DeliveryState `json:"state"`
+	Attempts int                      `json:"attempts"`
+	// NextAttemptAt is when the next call is due while queued or
+	// retrying; null otherwise.
+	NextAttemptAt *time.Time `json:"next_attempt_at"`
+	LastError     *string    `json:"last_error"`
+	FinishedAt    *time.Time `json:"finished_at"`
 }
 
 // Delivery is one delivery of a message to one target.
 type Delivery struct {
-	ID       uuid.UUID               `json:"id"`
-	Target   string                  `json:"target"`
-	State    lifecycle.DeliveryState `json:"state"`
-	Attempts int                     `json:"attempts"`
+	ID uuid.UUID `json:"id"`
+	// Generation is the message's generation the delivery belongs to.
+	Generation int                     `json:"generation"`
+	Target     string                  `json:"target"`
+	State      lifecycle.DeliveryState `json:"state"`
+	Attempts   int                     `json:"attempts"`
 	// NextAttemptAt is when the delivery is next woken while queued or
 	// retrying; null in any other state.
 	NextAttemptAt *time.Time `json:"next_attempt_at"`
 	LastError     *string    `json:"last_error"`
 	CreatedAt     time.Time  `json:"created_at"`
 	UpdatedAt     time.Time  `json:"updated_at"`
-	// FinishedAt is when it was delivered or failed; null before.
+	// FinishedAt is when it was delivered, failed or skipped; null before.
 	FinishedAt *time.Time `json:"finished_at"`
+	// LaneSeq is the delivery's place in the lane of its target and its
+	// message's ordering key; null when it is in no lane.
+	LaneSeq *int64 `json:"lane_seq"`
+}
+
+// ResendRequest is the body of POST /messages/{id}/resend: none, {}, the
+// targets to send to, a reason.
+type ResendRequest struct {
+	// Targets, when given, are those of the current generation to send to;
+	// all of them when left out.
+	Targets []string `json:"targets"`
+	Reason  string   `json:"reason"`
+}
+
+// ReplayRequest is the body of POST /messages/{id}/replay: none, {}, or a
+// reason.
+type ReplayRequest struct {
+	Reason string `json:"reason"`
+}
+
+// SkipRequest is the body of POST /messages/{id}/deliveries/{delivery_id}/skip:
+// none, {}, or a reason.
+type SkipRequest struct {
+	// Reason is kept in the journal with the operator.
+	Reason string `json:"reason"`
+}
+
+// LaneHead is the delivery that holds a lane.
+type LaneHead struct {
+	MessageID  uuid.UUID               `json:"message_id"`
+	DeliveryID uuid.UUID               `json:"delivery_id"`
+	State      lifecycle.DeliveryState `json:"state"`
+	// Since is when it became the lane's head.
+	Since time.Time `json:"since"`
+}
+
+// Lane is one lane of a fifo target: its ordering key, the delivery at its
+// head, and the deliveries waiting behind it.
+type Lane struct {
+	OrderingKey string    `json:"ordering_key"`
+	Head        *LaneHead `json:"head"`
+	Waiting     int64     `json:"waiting"`
+	// WaitingSince is when the first of them began to wait behind this
+	// head; null when none waits.
+	WaitingSince *time.Time `json:"waiting_since"`
+}
+
+// LaneList is a page of a target's lanes, by ordering key. NextCursor
+// continues the list; null on its last page.
+type LaneList struct {
+	Items      []Lane  `json:"items"`
+	NextCursor *string `json:"next_cursor"`
 }
 
 // MessageList is a page of messages, newest first. NextCursor continues
@@ -102,6 +202,25 @@ const (
 // ReceiptRequest is the body of POST /deliveries/{id}/receipt.
 type ReceiptRequest struct {
 	Outcome ReceiptOutcome `json:"outcome"`
+	// Text is the receiver's detail, kept in the history.
+	Text string `json:"text"`
+}
+
+// ExternalReceiptRequest is the body of POST /receipts: a receipt that
+// names its delivery by the receiver's own id for the message.
+type ExternalReceiptRequest struct {
+	// Target is the target whose receiver sends the receipt; an id is
+	// unique per target.
+	Target     string `json:"target"`
+	ExternalID string `json:"external_id"`
+	// Final false is an intermediate receipt, which settles nothing.
+	// Default true.
+	Final *bool `json:"final"`
+	// Outcome is required of a final receipt.
+	Outcome ReceiptOutcome `json:"outcome"`
+	// Status and Code are the receiver's own, kept as they are.
+	Status string `json:"status"`
+	Code   string `json:"code"`
 	// Text is the receiver's detail, kept in the history.
 	Text string `json:"text"`
 }
@@ -164,12 +283,26 @@ type JournalPage struct {
 
 // messageOf is the resource of a folded message.
 func messageOf(m *projection.Message) Message {
-	out := Message{ID: m.ID, Source: m.Source, From: m.From, To: m.To, Stage: m.Stage, Status: m.Status,
-		Error: optional(m.Error), CreatedAt: m.CreatedAt, UpdatedAt: m.UpdatedAt,
-		PayloadSize: m.PayloadSize, PayloadSHA256: m.PayloadSHA256, PayloadExpunged: m.PayloadExpunged,
-		Deliveries: make([]Delivery, 0, len(m.Deliveries))}
-	for _, d := range m.Deliveries {
+	out := Message{ID: m.ID, Version: m.Version, Source: m.Source, From: m.From, To: m.To, Stage: m.Stage, Status: m.Status,
+		Generation: m.Generation, Error: optional(m.Error), CreatedAt: m.CreatedAt, UpdatedAt: m.UpdatedAt,
+		PayloadSize: m.PayloadSize, PayloadSHA256: m.PayloadSHA256, PayloadExpunged: m.PayloadExpunged, OrderingKey: optional(m.OrderingKey),
+		DuplicateKey: optional(m.DuplicateKey), Deliveries: make([]Delivery, 0, len(m.Deliveries))}
+	if m.PossibleDuplicateOf != uuid.Nil {
+		out.PossibleDuplicateOf = &m.PossibleDuplicateOf
+	}
+	for _, d := range m.NewestFirst() {
 		out.Deliveries = append(out.Deliveries, deliveryOf(d))
+	}
+	if cb := m.Callback; cb != nil {
+		out.Callback = &MessageCallback{URL: cb.URL, Seq: cb.Seq, Attempts: cb.Attempts, LastError: optional(cb.LastError),
+			FinishedAt: optionalTime(cb.FinishedAt)}
+		if cb.State != "" {
+			state := cb.State
+			out.Callback.State = &state
+		}
+		if cb.State == lifecycle.StateQueued || cb.State == lifecycle.StateRetrying {
+			out.Callback.NextAttemptAt = optionalTime(cb.NextDue)
+		}
 	}
 	return out
 }
@@ -180,9 +313,13 @@ func deliveryOf(d projection.Delivery) Delivery {
 	if d.State == lifecycle.StateQueued || d.State == lifecycle.StateRetrying {
 		next = optionalTime(d.NextDue)
 	}
-	return Delivery{ID: d.ID, Target: d.Target, State: d.State,
+	out := Delivery{ID: d.ID, Generation: d.Generation, Target: d.Target, State: d.State,
 		Attempts: d.Attempts, NextAttemptAt: next, LastError: optional(d.LastError),
 		CreatedAt: d.CreatedAt, UpdatedAt: d.UpdatedAt, FinishedAt: optionalTime(d.FinishedAt)}
+	if d.LaneSeq > 0 {
+		out.LaneSeq = &d.LaneSeq
+	}
+	return out
 }
 
 // historyOf is the history entry of an event.

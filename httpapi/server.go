@@ -166,15 +166,15 @@ func (s *Server) unmatched(r *http.Request) error {
 }
 
 // permission is what a request on the route needs: reading for GET,
-// ingesting to post a message, confirming to post a receipt, administering
-// for everything else.
+// ingesting to post a message, confirming to post a receipt (by delivery
+// or by receiver's id), administering for everything else.
 func permission(method, pattern string) auth.Permission {
 	switch {
 	case method == http.MethodGet || method == http.MethodHead:
 		return auth.Read
 	case pattern == "POST "+Prefix+"/messages":
 		return auth.Ingest
-	case pattern == "POST "+Prefix+"/deliveries/{id}/receipt":
+	case pattern == "POST "+Prefix+"/deliveries/{id}/receipt", pattern == "POST "+Prefix+"/receipts":
 		return auth.Confirm
 	}
 	return auth.Administer

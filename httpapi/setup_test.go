@@ -112,6 +112,16 @@ type reply struct {
 // its body must match the documented schema.
 func (b *bundle) send(t *testing.T, token, method, path, contentType string, body []byte) *reply {
 	t.Helper()
+	h := http.Header{}
+	if contentType != "" {
+		h.Set("Content-Type", contentType)
+	}
+	return b.sendHeader(t, token, method, path, h, body)
+}
+
+// sendHeader is send with the request's headers besides Authorization.
+func (b *bundle) sendHeader(t *testing.T, token, method, path string, h http.Header, body []byte) *reply {
+	t.Helper()
 	var rd io.Reader
 	if body != nil {
 		rd = bytes.NewReader(body)
@@ -120,11 +130,9 @@ func (b *bundle) send(t *testing.T, token, method, path, contentType string, bod
 	if err != nil {
 		t.Fatal(err)
 	}
+	req.Header = h.Clone()
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
-	}
-	if contentType != "" {
-		req.Header.Set("Content-Type", contentType)
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {

@@ -15,7 +15,7 @@ func TestStats(t *testing.T) {
 	b := setup(t)
 	var empty httpapi.Stats
 	b.as(t, readerToken, http.MethodGet, "/stats", nil).want(t, http.StatusOK, &empty)
-	if len(empty.DeliveriesByState) != len(lifecycle.DeliveryStates) || empty.InFlightMessages != 0 || empty.OldestDueSeconds != 0 {
+	if len(empty.DeliveriesByState) != len(lifecycle.CountedStates) || empty.InFlightMessages != 0 || empty.OldestDueSeconds != 0 {
 		t.Errorf("stats of nothing %+v", empty)
 	}
 
@@ -82,8 +82,8 @@ func TestStats(t *testing.T) {
 		FailedLast24h:    2, // error, stalled
 		RefusedLast24h:   1,
 		MessagesLast7d:   8,
-		DeliveriesByState: map[lifecycle.DeliveryState]int64{"queued": 1, "delivering": 0, "retrying": 1,
-			"awaiting_ack": 0, "delivered": 0, "failed": 3, "stalled": 1},
+		DeliveriesByState: map[lifecycle.DeliveryState]int64{"queued": 1, "blocked": 0, "delivering": 0, "retrying": 1,
+			"awaiting_ack": 0, "delivered": 0, "failed": 3, "stalled": 1, "skipped": 0},
 		DueDeliveries:    1, // the queued one, due 10 s after its dispatch
 		OldestDueSeconds: 10,
 	}

@@ -32,8 +32,12 @@ var routes = []route{
 	{http.MethodGet, "/messages/{id}/payload", (*Server).getPayload, nil, nil, http.StatusOK},
 	{http.MethodGet, "/messages/{id}/history", (*Server).getHistory, nil, History{}, http.StatusOK},
 	{http.MethodPost, "/messages/{id}/redispatch", (*Server).redispatch, ActionRequest{}, Message{}, http.StatusOK},
+	{http.MethodPost, "/messages/{id}/resend", (*Server).resend, ResendRequest{}, Message{}, http.StatusOK},
+	{http.MethodPost, "/messages/{id}/replay", (*Server).replay, ReplayRequest{}, Message{}, http.StatusOK},
 	{http.MethodPost, "/messages/{id}/deliveries/{delivery_id}/redeliver", (*Server).redeliver, ActionRequest{}, Message{}, http.StatusOK},
+	{http.MethodPost, "/messages/{id}/deliveries/{delivery_id}/skip", (*Server).skip, SkipRequest{}, Message{}, http.StatusOK},
 	{http.MethodPost, "/deliveries/{id}/receipt", (*Server).receipt, ReceiptRequest{}, Delivery{}, http.StatusOK},
+	{http.MethodPost, "/receipts", (*Server).externalReceipt, ExternalReceiptRequest{}, Delivery{}, http.StatusOK},
 
 	{http.MethodGet, "/routes", (*Server).listRoutes, nil, RouteList{}, http.StatusOK},
 	{http.MethodPost, "/routes", (*Server).createRoute, RouteRequest{}, lifecycle.Route{}, http.StatusCreated},
@@ -46,6 +50,13 @@ var routes = []route{
 	{http.MethodGet, "/targets/{name}", (*Server).getTarget, nil, lifecycle.Target{}, http.StatusOK},
 	{http.MethodPut, "/targets/{name}", (*Server).updateTarget, lifecycle.Target{}, lifecycle.Target{}, http.StatusOK},
 	{http.MethodDelete, "/targets/{name}", (*Server).deleteTarget, nil, nil, http.StatusNoContent},
+	{http.MethodGet, "/targets/{name}/lanes", (*Server).listLanes, nil, LaneList{}, http.StatusOK},
+
+	{http.MethodGet, "/sources", (*Server).listSources, nil, SourceList{}, http.StatusOK},
+	{http.MethodPost, "/sources", (*Server).createSource, SourceRequest{}, Source{}, http.StatusCreated},
+	{http.MethodGet, "/sources/{name}", (*Server).getSource, nil, Source{}, http.StatusOK},
+	{http.MethodPut, "/sources/{name}", (*Server).updateSource, SourceRequest{}, Source{}, http.StatusOK},
+	{http.MethodDelete, "/sources/{name}", (*Server).deleteSource, nil, nil, http.StatusNoContent},
 
 	{http.MethodGet, "/settings", (*Server).getSettings, nil, lifecycle.Settings{}, http.StatusOK},
 	{http.MethodPut, "/settings", (*Server).putSettings, lifecycle.Settings{}, lifecycle.Settings{}, http.StatusOK},

@@ -18,7 +18,7 @@ func (s *Server) listTargets(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-// targetName reads a target's name from the path.
+// targetName reads a target's or a source's name from the path.
 func targetName(r *http.Request) (string, error) {
 	name := r.PathValue("name")
 	if err := lifecycle.CheckName("name", name); err != nil {

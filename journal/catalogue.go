@@ -22,6 +22,12 @@ const (
 	KindMessageDispatched   Kind = "message.dispatched"
 	KindMessageRefused      Kind = "message.refused"
 	KindMessageRedispatched Kind = "message.redispatched"
+	KindMessageResent       Kind = "message.resent"
+
+	KindCallbackClaimed      Kind = "message.callback_claimed"
+	KindCallbackAttempted    Kind = "message.callback_attempted"
+	KindCallbackReleased     Kind = "message.callback_released"
+	KindCallbackLeaseExpired Kind = "message.callback_lease_expired"
 
 	KindDeliveryWoken        Kind = "delivery.woken"
 	KindDeliveryClaimed      Kind = "delivery.claimed"
@@ -33,14 +39,22 @@ const (
 	KindReceiptRefused       Kind = "delivery.receipt_refused"
 	KindReceiptTimedOut      Kind = "delivery.receipt_timed_out"
 	KindDeliveryRedelivered  Kind = "delivery.redelivered"
+	KindDeliveryUnblocked    Kind = "delivery.unblocked"
+	KindDeliverySkipped      Kind = "delivery.skipped"
+	KindDeliveryLaneHeld     Kind = "delivery.lane_held"
+	KindReceiptIntermediate  Kind = "delivery.receipt_intermediate"
 
-	KindRouteCreated    Kind = "route.created"
-	KindRouteUpdated    Kind = "route.updated"
-	KindRouteDeleted    Kind = "route.deleted"
-	KindTargetCreated   Kind = "target.created"
-	KindTargetUpdated   Kind = "target.updated"
-	KindTargetDeleted   Kind = "target.deleted"
-	KindSettingsChanged Kind = "settings.changed"
+	KindRouteCreated     Kind = "route.created"
+	KindRouteUpdated     Kind = "route.updated"
+	KindRouteDeleted     Kind = "route.deleted"
+	KindTargetCreated    Kind = "target.created"
+	KindTargetUpdated    Kind = "target.updated"
+	KindTargetDeleted    Kind = "target.deleted"
+	KindSettingsChanged  Kind = "settings.changed"
+	KindSourceCreated    Kind = "source.created"
+	KindSourceUpdated    Kind = "source.updated"
+	KindSourceDeleted    Kind = "source.deleted"
+	KindSourceHolePassed Kind = "source.hole_passed"
 
 	// Retention's (docs/retention.md): the first belongs to a message's
 	// stream, the others to RetentionStream.
@@ -55,6 +69,7 @@ var catalogue = map[Kind]func() Payload{
 	KindMessageDispatched:    func() Payload { return new(MessageDispatched) },
 	KindMessageRefused:       func() Payload { return new(MessageRefused) },
 	KindMessageRedispatched:  func() Payload { return new(MessageRedispatched) },
+	KindMessageResent:        func() Payload { return new(MessageResent) },
 	KindDeliveryWoken:        func() Payload { return new(DeliveryWoken) },
 	KindDeliveryClaimed:      func() Payload { return new(DeliveryClaimed) },
 	KindDeliveryAttempted:    func() Payload { return new(DeliveryAttempted) },
@@ -65,6 +80,14 @@ var catalogue = map[Kind]func() Payload{
 	KindReceiptRefused:       func() Payload { return new(ReceiptRefused) },
 	KindReceiptTimedOut:      func() Payload { return new(ReceiptTimedOut) },
 	KindDeliveryRedelivered:  func() Payload { return new(DeliveryRedelivered) },
+	KindDeliveryUnblocked:    func() Payload { return new(DeliveryUnblocked) },
+	KindDeliverySkipped:      func() Payload { return new(DeliverySkipped) },
+	KindDeliveryLaneHeld:     func() Payload { return new(DeliveryLaneHeld) },
+	KindReceiptIntermediate:  func() Payload { return new(ReceiptIntermediate) },
+	KindCallbackClaimed:      func() Payload { return new(CallbackClaimed) },
+	KindCallbackAttempted:    func() Payload { return new(CallbackAttempted) },
+	KindCallbackReleased:     func() Payload { return new(CallbackReleased) },
+	KindCallbackLeaseExpired: func() Payload { return new(CallbackLeaseExpired) },
 	KindRouteCreated:         func() Payload { return new(RouteCreated) },
 	KindRouteUpdated:         func() Payload { return new(RouteUpdated) },
 	KindRouteDeleted:         func() Payload { return new(RouteDeleted) },
@@ -72,6 +95,10 @@ var catalogue = map[Kind]func() Payload{
 	KindTargetUpdated:        func() Payload { return new(TargetUpdated) },
 	KindTargetDeleted:        func() Payload { return new(TargetDeleted) },
 	KindSettingsChanged:      func() Payload { return new(SettingsChanged) },
+	KindSourceCreated:        func() Payload { return new(SourceCreated) },
+	KindSourceUpdated:        func() Payload { return new(SourceUpdated) },
+	KindSourceDeleted:        func() Payload { return new(SourceDeleted) },
+	KindSourceHolePassed:     func() Payload { return new(SourceHolePassed) },
 
 	KindMessagePayloadExpunged: func() Payload { return new(MessagePayloadExpunged) },
 	KindRetentionArchived:      func() Payload { return new(RetentionArchived) },
@@ -184,6 +211,17 @@ type MessageAccepted struct {
 	PayloadSize    int64  `json:"payload_size"`
 	PayloadSHA256  string `json:"payload_sha256"`
 	IdempotencyKey string `json:"idempotency_key,omitempty"`
+	// OrderingKey, when set, puts the message's deliveries to fifo targets
+	// in the lane of that key at each.
+	OrderingKey string `json:"ordering_key,omitempty"`
+	// DuplicateKey is the sender's own identity of the message (a control
+	// id); PossibleDuplicateOf, the latest earlier message of the source
+	// with the same key, when there is one.
+	DuplicateKey        string    `json:"duplicate_key,omitempty"`
+	PossibleDuplicateOf uuid.UUID `json:"possible_duplicate_of,omitzero"`
+	// CallbackURL, when set, is called with the message's outcome each
+	// time it settles.
+	CallbackURL string `json:"callback_url,omitempty"`
 }
 
 func (*MessageAccepted) Kind() Kind { return KindMessageAccepted }
@@ -201,8 +239,16 @@ func (p *MessageAccepted) Validate() error {
 	if len(p.IdempotencyKey) > lifecycle.MaxPartyLength {
 		key = field("idempotency_key", fmt.Sprintf("must be at most %d bytes", lifecycle.MaxPartyLength))
 	}
+	var dup error
+	switch {
+	case len(p.DuplicateKey) > lifecycle.MaxPartyLength:
+		dup = field("duplicate_key", fmt.Sprintf("must be at most %d bytes", lifecycle.MaxPartyLength))
+	case p.PossibleDuplicateOf != uuid.Nil && p.DuplicateKey == "":
+		dup = field("possible_duplicate_of", "needs a duplicate_key")
+	}
 	return errors.Join(lifecycle.CheckName("source", p.Source), lifecycle.CheckParty("from", p.From),
-		lifecycle.CheckParty("to", p.To), lifecycle.CheckParty("content_type", p.ContentType), size, sha, key)
+		lifecycle.CheckParty("to", p.To), lifecycle.CheckParty("content_type", p.ContentType), size, sha, key,
+		lifecycle.CheckOrderingKey("ordering_key", p.OrderingKey), dup, checkCallbackURL(p.CallbackURL))
 }
 
 // isSHA256 reports whether s is 64 hexadecimal digits of either case, as
@@ -219,12 +265,39 @@ func isSHA256(s string) bool {
 	return true
 }
 
-// NewDelivery is a delivery a dispatch creates, queued.
+// NewDelivery is a delivery a dispatch creates: queued, or blocked behind
+// the unsettled head of its lane.
 type NewDelivery struct {
 	ID uuid.UUID `json:"id"`
 	// Seq numbers the message's deliveries from 1, in creation order.
 	Seq    int    `json:"seq"`
 	Target string `json:"target"`
+	// Lane places the delivery in the lane of its target and its message's
+	// ordering key; none when the target keeps no order or the message has
+	// no key.
+	Lane
+}
+
+// Lane is a delivery's place in its lane: LaneSeq orders the lane's
+// deliveries (from 1; 0 is no lane), Blocked says the delivery waits
+// behind the lane's head, and Continue that its target's on_failure was
+// continue when it was placed, so its failure lets the next one go.
+type Lane struct {
+	LaneSeq  int64 `json:"lane_seq,omitempty"`
+	Blocked  bool  `json:"blocked,omitempty"`
+	Continue bool  `json:"continue,omitempty"`
+}
+
+func (l Lane) validate(prefix string) error {
+	switch {
+	case l.LaneSeq < 0:
+		return field(prefix+"lane_seq", "must not be negative")
+	case l.Blocked && l.LaneSeq == 0:
+		return field(prefix+"blocked", "needs a lane_seq: only a delivery in a lane is blocked")
+	case l.Continue && l.LaneSeq == 0:
+		return field(prefix+"continue", "needs a lane_seq: only a delivery in a lane has a lane's policy")
+	}
+	return nil
 }
 
 // NewDeliveries is the part dispatch and redispatch share.
@@ -256,6 +329,7 @@ func (p NewDeliveries) problems() error {
 		if targets[d.Target] {
 			errs = append(errs, field(name+".target", "must be unique in the message"))
 		}
+		errs = append(errs, d.Lane.validate(name+"."))
 		seqs[d.Seq], targets[d.Target] = true, true
 	}
 	if len(p.Deliveries) > 0 {
@@ -268,7 +342,7 @@ func (p NewDeliveries) problems() error {
 // would give: the journal's decoding asks it of every dispatch.
 func (p NewDeliveries) valid() bool {
 	for i, d := range p.Deliveries {
-		if d.ID == uuid.Nil || d.Seq < 1 || lifecycle.CheckName("", d.Target) != nil {
+		if d.ID == uuid.Nil || d.Seq < 1 || lifecycle.CheckName("", d.Target) != nil || d.Lane.validate("") != nil {
 			return false
 		}
 		for _, e := range p.Deliveries[:i] {
@@ -303,7 +377,11 @@ func (p *MessageDispatched) Text() string {
 
 // MessageRedispatched: an operator matched the current routes again and a
 // delivery was added for each matched target that had none.
-type MessageRedispatched struct{ NewDeliveries }
+type MessageRedispatched struct {
+	NewDeliveries
+	// Operation is the bulk operation that did it, if one did.
+	Operation uuid.UUID `json:"operation,omitzero"`
+}
 
 func (*MessageRedispatched) Kind() Kind        { return KindMessageRedispatched }
 func (p *MessageRedispatched) Validate() error { return p.validate() }
@@ -312,6 +390,51 @@ func (p *MessageRedispatched) Text() string {
 		return "redispatched: every matched target already had a delivery"
 	}
 	return "redispatched: added " + p.targets()
+}
+
+// MessageResent: an operator sent a dispatched message again, as a new
+// generation: deliveries to the targets of the current one (a resend), or
+// to those the routes match now (a replay). The deliveries of the current
+// generation that failed or stalled are superseded.
+type MessageResent struct {
+	// Generation is the new generation, the current one plus one.
+	Generation int  `json:"generation"`
+	Replay     bool `json:"replay,omitempty"`
+	// Superseded lists the current generation's deliveries that failed or
+	// stalled.
+	Superseded []uuid.UUID `json:"superseded"`
+	NewDeliveries
+	Reason string `json:"reason,omitempty"`
+	// Operation is the bulk operation that did it, if one did.
+	Operation uuid.UUID `json:"operation,omitzero"`
+}
+
+func (*MessageResent) Kind() Kind { return KindMessageResent }
+func (p *MessageResent) Validate() error {
+	var errs []error
+	if p.Generation < 2 {
+		errs = append(errs, field("generation", fmt.Sprintf("must be 2 or more, got %d", p.Generation)))
+	}
+	for i, id := range p.Superseded {
+		errs = append(errs, required(fmt.Sprintf("superseded[%d]", i), id != uuid.Nil))
+	}
+	return errors.Join(append(errs, p.validate())...)
+}
+func (p *MessageResent) Text() string {
+	verb := "resent"
+	if p.Replay {
+		verb = "replayed"
+	}
+	s := fmt.Sprintf("%s as generation %d", verb, p.Generation)
+	if len(p.Deliveries) == 0 {
+		s += ": no route matched"
+	} else {
+		s += " to " + p.targets()
+	}
+	if n := len(p.Superseded); n > 0 {
+		s += fmt.Sprintf("; %d superseded", n)
+	}
+	return withDetail(s, p.Reason)
 }
 
 // MessageRefused: an accepted message was settled without deliveries.
@@ -380,6 +503,9 @@ func (p *DeliveryAttempted) Text() string {
 	case lifecycle.OutcomeAwaitingAck:
 		s += " until " + stamp(o.Deadline)
 	}
+	if o.ExternalID != "" {
+		s += ", the receiver's id " + o.ExternalID
+	}
 	if o.Text != "" {
 		s += ": " + o.Text
 	}
@@ -436,31 +562,87 @@ func (p *DeliveryStalled) Validate() error {
 	return errors.Join(positive("wake_ups", p.WakeUps), required("reason", p.Reason != ""))
 }
 
-// ReceiptReceived: the receipt an awaiting delivery owed arrived.
+// Receipt is what a receiver's receipt says beyond positive or negative:
+// its detail and, for a receipt that named the delivery by the receiver's
+// own id (POST /receipts), that id and the receiver's exact status and
+// code.
+type Receipt struct {
+	Detail     string `json:"detail,omitempty"`
+	ExternalID string `json:"external_id,omitempty"`
+	Status     string `json:"status,omitempty"`
+	Code       string `json:"code,omitempty"`
+}
+
+// text is the receipt's particulars in words, after what.
+func (r Receipt) text(what string) string {
+	var parts []string
+	if r.ExternalID != "" {
+		parts = append(parts, "id "+r.ExternalID)
+	}
+	if r.Status != "" {
+		parts = append(parts, "status "+r.Status)
+	}
+	if r.Code != "" {
+		parts = append(parts, "code "+r.Code)
+	}
+	if len(parts) > 0 {
+		what += " (" + strings.Join(parts, ", ") + ")"
+	}
+	return withDetail(what, r.Detail)
+}
+
+func (r Receipt) validate() error {
+	var errs []error
+	for _, f := range []struct{ name, v string }{{"external_id", r.ExternalID}, {"status", r.Status}, {"code", r.Code}} {
+		if f.v != "" {
+			errs = append(errs, lifecycle.CheckExternalID(f.name, f.v))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// ReceiptReceived: the receipt an awaiting delivery owed arrived. A receipt
+// by the receiver's id consumed that id's correlation.
 type ReceiptReceived struct {
-	Positive bool   `json:"positive"`
-	Detail   string `json:"detail,omitempty"`
+	Positive bool `json:"positive"`
+	Receipt
 }
 
 func (*ReceiptReceived) Kind() Kind { return KindReceiptReceived }
 func (p *ReceiptReceived) Text() string {
-	return withDetail(receiptWord(p.Positive)+" receipt", p.Detail)
+	return p.Receipt.text(receiptWord(p.Positive) + " receipt")
 }
-func (p *ReceiptReceived) Validate() error { return nil }
+func (p *ReceiptReceived) Validate() error { return p.Receipt.validate() }
 
 // ReceiptRefused: a receipt arrived for a delivery that was not awaiting one.
-// It changes nothing but is kept, so the history shows it.
+// It changes nothing but is kept, so the history shows it; a final receipt
+// by the receiver's id consumed that id's correlation all the same.
 type ReceiptRefused struct {
-	Positive bool   `json:"positive"`
-	Detail   string `json:"detail,omitempty"`
-	Reason   string `json:"reason"`
+	Positive bool `json:"positive"`
+	Receipt
+	Reason string `json:"reason"`
 }
 
 func (*ReceiptRefused) Kind() Kind { return KindReceiptRefused }
 func (p *ReceiptRefused) Text() string {
-	return withDetail(receiptWord(p.Positive)+" receipt refused: "+p.Reason, p.Detail)
+	return p.Receipt.text(receiptWord(p.Positive) + " receipt refused: " + p.Reason)
 }
-func (p *ReceiptRefused) Validate() error { return required("reason", p.Reason != "") }
+func (p *ReceiptRefused) Validate() error {
+	return errors.Join(required("reason", p.Reason != ""), p.Receipt.validate())
+}
+
+// ReceiptIntermediate: a receiver's receipt by its own id that is not
+// final ("accepted", "en route"). It settles nothing and consumes no
+// correlation; the history shows it.
+type ReceiptIntermediate struct {
+	Receipt
+}
+
+func (*ReceiptIntermediate) Kind() Kind     { return KindReceiptIntermediate }
+func (p *ReceiptIntermediate) Text() string { return p.Receipt.text("intermediate receipt") }
+func (p *ReceiptIntermediate) Validate() error {
+	return errors.Join(required("external_id", p.ExternalID != ""), p.Receipt.validate())
+}
 
 // ReceiptTimedOut: the receipt deadline passed; the delivery failed.
 type ReceiptTimedOut struct {
@@ -474,16 +656,85 @@ func (p *ReceiptTimedOut) Validate() error {
 	return errors.Join(required("deadline", !p.Deadline.IsZero()), required("reason", p.Reason != ""))
 }
 
-// DeliveryRedelivered: an operator queued the delivery again.
+// DeliveryRedelivered: an operator queued the delivery again. A delivery
+// that had settled for its lane joins the back of the lane: Lane is its new
+// place there (blocked when the lane has a head); a lane's head keeps its
+// place and Lane is empty.
 type DeliveryRedelivered struct {
 	DispatchCount int       `json:"dispatch_count"`
 	NextDue       time.Time `json:"next_due"`
+	Lane
+	// Operation is the bulk operation that did it, if one did.
+	Operation uuid.UUID `json:"operation,omitzero"`
 }
 
-func (*DeliveryRedelivered) Kind() Kind     { return KindDeliveryRedelivered }
-func (p *DeliveryRedelivered) Text() string { return "queued again by an operator" }
+func (*DeliveryRedelivered) Kind() Kind { return KindDeliveryRedelivered }
+func (p *DeliveryRedelivered) Text() string {
+	switch {
+	case p.Blocked:
+		return "queued again by an operator, at the back of its lane"
+	case p.LaneSeq > 0:
+		return "queued again by an operator, at the head of its lane"
+	}
+	return "queued again by an operator"
+}
 func (p *DeliveryRedelivered) Validate() error {
+	return errors.Join(positive("dispatch_count", p.DispatchCount), required("next_due", !p.NextDue.IsZero()),
+		p.Lane.validate(""))
+}
+
+// DeliveryUnblocked: the delivery ahead of a blocked delivery in its lane
+// settled for the lane (or its target stopped keeping order), so it is
+// queued and woken.
+type DeliveryUnblocked struct {
+	DispatchCount int       `json:"dispatch_count"`
+	NextDue       time.Time `json:"next_due"`
+	// After is the delivery whose settling let this one go; none when the
+	// target stopped keeping order.
+	After uuid.UUID `json:"after,omitzero"`
+}
+
+func (*DeliveryUnblocked) Kind() Kind { return KindDeliveryUnblocked }
+func (p *DeliveryUnblocked) Text() string {
+	if p.After == uuid.Nil {
+		return "unblocked: its target keeps no order any more"
+	}
+	return "unblocked: the delivery ahead of it in its lane settled (" + p.After.String() + ")"
+}
+func (p *DeliveryUnblocked) Validate() error {
 	return errors.Join(positive("dispatch_count", p.DispatchCount), required("next_due", !p.NextDue.IsZero()))
+}
+
+// DeliverySkipped: an operator settled the delivery without sending it.
+type DeliverySkipped struct {
+	Reason string `json:"reason,omitempty"`
+	// Operation is the bulk operation that did it, if one did.
+	Operation uuid.UUID `json:"operation,omitzero"`
+}
+
+func (*DeliverySkipped) Kind() Kind        { return KindDeliverySkipped }
+func (p *DeliverySkipped) Text() string    { return withDetail("skipped by an operator", p.Reason) }
+func (p *DeliverySkipped) Validate() error { return nil }
+
+// DeliveryLaneHeld: the head of a lane had kept deliveries waiting behind
+// it for longer than its target's head_alert_after. It changes nothing; it
+// is recorded once per head and raises the alert lane_blocked.
+type DeliveryLaneHeld struct {
+	Waiting int64 `json:"waiting"`
+	// Since is when the first of them began to wait behind this head.
+	Since time.Time `json:"since"`
+}
+
+func (*DeliveryLaneHeld) Kind() Kind { return KindDeliveryLaneHeld }
+func (p *DeliveryLaneHeld) Text() string {
+	return fmt.Sprintf("holding its lane: %d waiting since %s", p.Waiting, stamp(p.Since))
+}
+func (p *DeliveryLaneHeld) Validate() error {
+	var n error
+	if p.Waiting < 1 {
+		n = field("waiting", fmt.Sprintf("must be 1 or more, got %d", p.Waiting))
+	}
+	return errors.Join(n, required("since", !p.Since.IsZero()))
 }
 
 // RouteCreated: a route was added.
@@ -547,7 +798,8 @@ type SettingsChanged struct {
 
 func (*SettingsChanged) Kind() Kind { return KindSettingsChanged }
 func (p *SettingsChanged) Text() string {
-	return fmt.Sprintf("settings changed: max_dispatches %d; retention: %s", p.Settings.Delivery.MaxDispatches, p.Settings.Retention)
+	return fmt.Sprintf("settings changed: max_dispatches %d, callback_max_attempts %d; retention: %s",
+		p.Settings.Delivery.MaxDispatches, p.Settings.WithDefaults().CallbackMaxAttempts, p.Settings.Retention)
 }
 func (p *SettingsChanged) Validate() error { return p.Settings.Validate() }
 

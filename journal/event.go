@@ -82,8 +82,9 @@ func (e Event) CheckEnvelope() error {
 
 // The fixed actors.
 const (
-	ActorSystem = "system"
-	ActorSweep  = "sweep"
+	ActorSystem    = "system"
+	ActorSweep     = "sweep"
+	ActorCallbacks = "callbacks"
 	// ActorRetention expunges payloads and removes settled messages.
 	ActorRetention = "retention"
 )
@@ -97,10 +98,10 @@ func OperatorActor(subject string) string { return "operator:" + subject }
 // SourceActor is a source that brings messages in.
 func SourceActor(name string) string { return "source:" + name }
 
-// CheckActor accepts system, sweep, retention, and worker:, operator: or
-// source: with a name after the colon.
+// CheckActor accepts system, sweep, callbacks, retention, and worker:,
+// operator: or source: with a name after the colon.
 func CheckActor(actor string) error {
-	if actor == ActorSystem || actor == ActorSweep || actor == ActorRetention {
+	if actor == ActorSystem || actor == ActorSweep || actor == ActorCallbacks || actor == ActorRetention {
 		return nil
 	}
 	for _, prefix := range []string{"worker:", "operator:", "source:"} {
@@ -108,5 +109,5 @@ func CheckActor(actor string) error {
 			return nil
 		}
 	}
-	return fmt.Errorf("actor %q: must be system, sweep, retention, worker:<target>, operator:<subject> or source:<name>", actor)
+	return fmt.Errorf("actor %q: must be system, sweep, callbacks, retention, worker:<target>, operator:<subject> or source:<name>", actor)
 }

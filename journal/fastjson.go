@@ -216,6 +216,12 @@ func (d *fastDecoder) int(p *int) {
 	}
 }
 
+func (d *fastDecoder) int64p(p *int64) {
+	if n := d.int64(); !d.failed {
+		*p = n
+	}
+}
+
 // null reads a null if one is next.
 func (d *fastDecoder) null() bool {
 	if d.next() != 'n' || len(d.data)-d.i < 4 || string(d.data[d.i:d.i+4]) != "null" {
@@ -248,7 +254,8 @@ func (d *fastDecoder) bool(p *bool) {
 func (p *MessageAccepted) decodeFast(d *fastDecoder) {
 	o := d.begin()
 	for {
-		switch d.field(&o, "source", "from", "to", "content_type", "payload_size", "payload_sha256", "idempotency_key") {
+		switch d.field(&o, "source", "from", "to", "content_type", "payload_size", "payload_sha256", "idempotency_key",
+			"ordering_key", "duplicate_key", "possible_duplicate_of", "callback_url") {
 		case 0:
 			d.string(&p.Source)
 		case 1:
@@ -265,6 +272,14 @@ func (p *MessageAccepted) decodeFast(d *fastDecoder) {
 			d.string(&p.PayloadSHA256)
 		case 6:
 			d.string(&p.IdempotencyKey)
+		case 7:
+			d.string(&p.OrderingKey)
+		case 8:
+			d.string(&p.DuplicateKey)
+		case 9:
+			d.uuid(&p.PossibleDuplicateOf)
+		case 10:
+			d.string(&p.CallbackURL)
 		default:
 			return
 		}
@@ -276,34 +291,7 @@ func (p *NewDeliveries) decodeFast(d *fastDecoder) {
 	for {
 		switch d.field(&o, "deliveries", "next_due") {
 		case 0:
-			// A dispatch that matched nothing has null deliveries.
-			if d.null() {
-				p.Deliveries = nil
-				continue
-			}
-			if d.next() != '[' {
-				d.fail()
-				return
-			}
-			d.i++
-			// encoding/json makes an empty array an empty slice, not nil.
-			p.Deliveries = []NewDelivery{}
-			for i := 0; !d.failed; i++ {
-				if d.next() == ']' {
-					d.i++
-					break
-				}
-				if i > 0 {
-					if d.next() != ',' {
-						d.fail()
-						return
-					}
-					d.i++
-				}
-				var nd NewDelivery
-				nd.decodeFast(d)
-				p.Deliveries = append(p.Deliveries, nd)
-			}
+			p.decodeDeliveries(d)
 		case 1:
 			d.time(&p.NextDue)
 		default:
@@ -312,24 +300,131 @@ func (p *NewDeliveries) decodeFast(d *fastDecoder) {
 	}
 }
 
+// decodeDeliveries reads the list of new deliveries: null (a dispatch that
+// matched nothing) or an array.
+func (p *NewDeliveries) decodeDeliveries(d *fastDecoder) {
+	if d.null() {
+		p.Deliveries = nil
+		return
+	}
+	if d.next() != '[' {
+		d.fail()
+		return
+	}
+	d.i++
+	// encoding/json makes an empty array an empty slice, not nil.
+	p.Deliveries = []NewDelivery{}
+	for i := 0; !d.failed; i++ {
+		if d.next() == ']' {
+			d.i++
+			return
+		}
+		if i > 0 {
+			if d.next() != ',' {
+				d.fail()
+				return
+			}
+			d.i++
+		}
+		var nd NewDelivery
+		nd.decodeFast(d)
+		p.Deliveries = append(p.Deliveries, nd)
+	}
+}
+
+// uuids reads an array of ids; null is nil, as encoding/json reads it.
+func (d *fastDecoder) uuids() []uuid.UUID {
+	if d.null() {
+		return nil
+	}
+	if d.next() != '[' {
+		d.fail()
+		return nil
+	}
+	d.i++
+	out := []uuid.UUID{}
+	for i := 0; !d.failed; i++ {
+		if d.next() == ']' {
+			d.i++
+			return out
+		}
+		if i > 0 {
+			if d.next() != ',' {
+				d.fail()
+				return nil
+			}
+			d.i++
+		}
+		var id uuid.UUID
+		d.uuid(&id)
+		out = append(out, id)
+	}
+	return nil
+}
+
 func (p *NewDelivery) decodeFast(d *fastDecoder) {
 	o := d.begin()
 	for {
-		switch d.field(&o, "id", "seq", "target") {
+		switch d.field(&o, "id", "seq", "target", "lane_seq", "blocked", "continue") {
 		case 0:
 			d.uuid(&p.ID)
 		case 1:
 			d.int(&p.Seq)
 		case 2:
 			d.string(&p.Target)
+		case 3:
+			d.int64p(&p.LaneSeq)
+		case 4:
+			d.bool(&p.Blocked)
+		case 5:
+			d.bool(&p.Continue)
 		default:
 			return
 		}
 	}
 }
 
-func (p *MessageDispatched) decodeFast(d *fastDecoder)   { p.NewDeliveries.decodeFast(d) }
-func (p *MessageRedispatched) decodeFast(d *fastDecoder) { p.NewDeliveries.decodeFast(d) }
+func (p *MessageDispatched) decodeFast(d *fastDecoder) { p.NewDeliveries.decodeFast(d) }
+
+func (p *MessageRedispatched) decodeFast(d *fastDecoder) {
+	o := d.begin()
+	for {
+		switch d.field(&o, "deliveries", "next_due", "operation") {
+		case 0:
+			p.decodeDeliveries(d)
+		case 1:
+			d.time(&p.NextDue)
+		case 2:
+			d.uuid(&p.Operation)
+		default:
+			return
+		}
+	}
+}
+
+func (p *MessageResent) decodeFast(d *fastDecoder) {
+	o := d.begin()
+	for {
+		switch d.field(&o, "generation", "replay", "superseded", "deliveries", "next_due", "reason", "operation") {
+		case 0:
+			d.int(&p.Generation)
+		case 1:
+			d.bool(&p.Replay)
+		case 2:
+			p.Superseded = d.uuids()
+		case 3:
+			p.decodeDeliveries(d)
+		case 4:
+			d.time(&p.NextDue)
+		case 5:
+			d.string(&p.Reason)
+		case 6:
+			d.uuid(&p.Operation)
+		default:
+			return
+		}
+	}
+}
 
 func (p *MessageRefused) decodeFast(d *fastDecoder) {
 	o := d.begin()
@@ -394,7 +489,7 @@ func (p *DeliveryAttempted) decodeFast(d *fastDecoder) {
 func decodeOutcome(d *fastDecoder, p *lifecycle.Outcome) {
 	o := d.begin()
 	for {
-		switch d.field(&o, "kind", "text", "retry_at", "deadline") {
+		switch d.field(&o, "kind", "text", "retry_at", "deadline", "external_id") {
 		case 0:
 			d.unmarshalText(&p.Kind)
 		case 1:
@@ -403,6 +498,8 @@ func decodeOutcome(d *fastDecoder, p *lifecycle.Outcome) {
 			d.time(&p.RetryAt)
 		case 3:
 			d.time(&p.Deadline)
+		case 4:
+			d.string(&p.ExternalID)
 		default:
 			return
 		}
@@ -456,11 +553,17 @@ func (p *DeliveryStalled) decodeFast(d *fastDecoder) {
 func (p *ReceiptReceived) decodeFast(d *fastDecoder) {
 	o := d.begin()
 	for {
-		switch d.field(&o, "positive", "detail") {
+		switch d.field(&o, "positive", "detail", "external_id", "status", "code") {
 		case 0:
 			d.bool(&p.Positive)
 		case 1:
 			d.string(&p.Detail)
+		case 2:
+			d.string(&p.ExternalID)
+		case 3:
+			d.string(&p.Status)
+		case 4:
+			d.string(&p.Code)
 		default:
 			return
 		}
@@ -470,13 +573,37 @@ func (p *ReceiptReceived) decodeFast(d *fastDecoder) {
 func (p *ReceiptRefused) decodeFast(d *fastDecoder) {
 	o := d.begin()
 	for {
-		switch d.field(&o, "positive", "detail", "reason") {
+		switch d.field(&o, "positive", "detail", "reason", "external_id", "status", "code") {
 		case 0:
 			d.bool(&p.Positive)
 		case 1:
 			d.string(&p.Detail)
 		case 2:
 			d.string(&p.Reason)
+		case 3:
+			d.string(&p.ExternalID)
+		case 4:
+			d.string(&p.Status)
+		case 5:
+			d.string(&p.Code)
+		default:
+			return
+		}
+	}
+}
+
+func (p *ReceiptIntermediate) decodeFast(d *fastDecoder) {
+	o := d.begin()
+	for {
+		switch d.field(&o, "detail", "external_id", "status", "code") {
+		case 0:
+			d.string(&p.Detail)
+		case 1:
+			d.string(&p.ExternalID)
+		case 2:
+			d.string(&p.Status)
+		case 3:
+			d.string(&p.Code)
 		default:
 			return
 		}
@@ -500,11 +627,133 @@ func (p *ReceiptTimedOut) decodeFast(d *fastDecoder) {
 func (p *DeliveryRedelivered) decodeFast(d *fastDecoder) {
 	o := d.begin()
 	for {
-		switch d.field(&o, "dispatch_count", "next_due") {
+		switch d.field(&o, "dispatch_count", "next_due", "lane_seq", "blocked", "continue", "operation") {
 		case 0:
 			d.int(&p.DispatchCount)
 		case 1:
 			d.time(&p.NextDue)
+		case 2:
+			d.int64p(&p.LaneSeq)
+		case 3:
+			d.bool(&p.Blocked)
+		case 4:
+			d.bool(&p.Continue)
+		case 5:
+			d.uuid(&p.Operation)
+		default:
+			return
+		}
+	}
+}
+
+func (p *DeliveryUnblocked) decodeFast(d *fastDecoder) {
+	o := d.begin()
+	for {
+		switch d.field(&o, "dispatch_count", "next_due", "after") {
+		case 0:
+			d.int(&p.DispatchCount)
+		case 1:
+			d.time(&p.NextDue)
+		case 2:
+			d.uuid(&p.After)
+		default:
+			return
+		}
+	}
+}
+
+func (p *DeliverySkipped) decodeFast(d *fastDecoder) {
+	o := d.begin()
+	for {
+		switch d.field(&o, "reason", "operation") {
+		case 0:
+			d.string(&p.Reason)
+		case 1:
+			d.uuid(&p.Operation)
+		default:
+			return
+		}
+	}
+}
+
+func (p *DeliveryLaneHeld) decodeFast(d *fastDecoder) {
+	o := d.begin()
+	for {
+		switch d.field(&o, "waiting", "since") {
+		case 0:
+			d.int64p(&p.Waiting)
+		case 1:
+			d.time(&p.Since)
+		default:
+			return
+		}
+	}
+}
+
+func (p *CallbackClaimed) decodeFast(d *fastDecoder) {
+	o := d.begin()
+	for {
+		switch d.field(&o, "seq", "token", "attempt", "lease_end") {
+		case 0:
+			d.int(&p.Seq)
+		case 1:
+			d.uuid(&p.Token)
+		case 2:
+			d.int(&p.Attempt)
+		case 3:
+			d.time(&p.LeaseEnd)
+		default:
+			return
+		}
+	}
+}
+
+func (p *CallbackAttempted) decodeFast(d *fastDecoder) {
+	o := d.begin()
+	for {
+		switch d.field(&o, "seq", "token", "attempt", "outcome") {
+		case 0:
+			d.int(&p.Seq)
+		case 1:
+			d.uuid(&p.Token)
+		case 2:
+			d.int(&p.Attempt)
+		case 3:
+			decodeOutcome(d, &p.Outcome)
+		default:
+			return
+		}
+	}
+}
+
+func (p *CallbackReleased) decodeFast(d *fastDecoder) {
+	o := d.begin()
+	for {
+		switch d.field(&o, "seq", "token", "started", "reason") {
+		case 0:
+			d.int(&p.Seq)
+		case 1:
+			d.uuid(&p.Token)
+		case 2:
+			d.bool(&p.Started)
+		case 3:
+			d.string(&p.Reason)
+		default:
+			return
+		}
+	}
+}
+
+func (p *CallbackLeaseExpired) decodeFast(d *fastDecoder) {
+	o := d.begin()
+	for {
+		switch d.field(&o, "seq", "token", "lease_end") {
+		case 0:
+			d.int(&p.Seq)
+		case 1:
+			d.uuid(&p.Token)
+		case 2:
+			d.time(&p.LeaseEnd)
 		default:
 			return
 		}

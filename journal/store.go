@@ -101,13 +101,23 @@ const selectSQL = `SELECT ` + columns + ` FROM journal `
 
 // Stream returns the events of one stream in order: a message's history.
 func Stream(ctx context.Context, q Querier, stream string) ([]Event, error) {
+	return StreamAfter(ctx, q, stream, 0)
+}
+
+// StreamAfter returns the events of one stream after its version after, in
+// order, on the (stream, version) key: what a reader that has the history
+// up to after lacks. A message's events commit in version order (each
+// command holds the message's row lock), so a reader that asks again from
+// the last version it got misses none.
+func StreamAfter(ctx context.Context, q Querier, stream string, after int) ([]Event, error) {
 	var events []Event
-	err := scan(ctx, q, selectSQL+`WHERE stream = $1 ORDER BY version`, []any{stream}, func(e Event) error {
-		events = append(events, e)
-		return nil
-	})
+	err := scan(ctx, q, selectSQL+`WHERE stream = $1 AND version > $2 ORDER BY version`, []any{stream, after},
+		func(e Event) error {
+			events = append(events, e)
+			return nil
+		})
 	if err != nil {
-		return nil, fmt.Errorf("read stream %s: %w", stream, err)
+		return nil, fmt.Errorf("read stream %s after version %d: %w", stream, after, err)
 	}
 	return events, nil
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -318,6 +319,33 @@ func TestScanReadsTheSameInEveryQueryMode(t *testing.T) {
 					t.Errorf("%#v\nwant %#v", got[i], want[i])
 				}
 			}
+		}
+	}
+}
+
+func TestStreamAfterReadsTheVersionsAfter(t *testing.T) {
+	t.Parallel()
+	db := dbtest.Pool(t)
+	streams := []uuid.UUID{uuid.New(), uuid.New()}
+	appendEvents(t, db, streams, 1, 4, time.Date(2026, 12, 1, 8, 0, 0, 0, time.UTC))
+	for _, after := range []int{0, 1, 3, 4, 9} {
+		events, err := journal.StreamAfter(t.Context(), db, journal.MessageStream(streams[1]), after)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []int
+		for _, e := range events {
+			if e.Stream != journal.MessageStream(streams[1]) {
+				t.Fatalf("after %d: an event of stream %s", after, e.Stream)
+			}
+			got = append(got, e.Version)
+		}
+		var want []int
+		for v := after + 1; v <= 4; v++ {
+			want = append(want, v)
+		}
+		if !slices.Equal(got, want) {
+			t.Errorf("after %d: versions %v, want %v", after, got, want)
 		}
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -65,14 +66,77 @@ type Target struct {
 	// Receipt, when set, makes a handed-over delivery await its receipt
 	// instead of counting as delivered.
 	Receipt *ReceiptPolicy `json:"receipt,omitempty"`
+	// Ordering keeps the order of the deliveries of one ordering key.
+	// Default mode none.
+	Ordering Ordering `json:"ordering,omitzero"`
 }
 
-// ReceiptPolicy is how long a target's receipt may take.
+// ReceiptPolicy is how long a target's receipt may take, and how the
+// receipt names its delivery.
 type ReceiptPolicy struct {
 	// Timeout is the time from the hand-over to the receipt deadline, after
 	// which the delivery fails. Required; from 1 s to 720 h.
 	Timeout Duration `json:"timeout"`
+	// Correlate, when set, takes the receiver's own id for the message
+	// from its answer, so that its receipts may name the delivery by that
+	// id (POST /receipts) rather than by Waybill's.
+	Correlate *Correlation `json:"correlate,omitempty"`
 }
+
+// Correlation says where in a receiver's answer its id for the message
+// is: exactly one of a header and a JSON pointer into the body.
+type Correlation struct {
+	// Header is the name of a response header, such as X-Message-Id.
+	Header string `json:"header,omitempty"`
+	// JSON is a JSON pointer (RFC 6901), such as /id, into the body of a
+	// 2xx answer; the value must be a string or a number.
+	JSON string `json:"json,omitempty"`
+}
+
+// Validate checks that exactly one place is given and that it is well
+// formed.
+func (c Correlation) Validate() error {
+	switch {
+	case (c.Header == "") == (c.JSON == ""):
+		return &FieldError{Field: "receipt.correlate", Problem: `give exactly one of header (a response header) and json (a JSON pointer such as "/id")`}
+	case c.Header != "" && !isToken(c.Header):
+		return &FieldError{Field: "receipt.correlate.header", Problem: fmt.Sprintf("%q is not a header name", c.Header)}
+	case c.JSON != "" && (c.JSON[0] != '/' || !validPointer(c.JSON)):
+		return &FieldError{Field: "receipt.correlate.json",
+			Problem: fmt.Sprintf(`%q is not a JSON pointer: write it as "/id" or "/message/0/id" (~0 for ~, ~1 for /)`, c.JSON)}
+	}
+	return nil
+}
+
+// isToken reports an HTTP token (RFC 9110), as a header name must be.
+func isToken(s string) bool {
+	if s == "" {
+		return false
+	}
+	for _, r := range s {
+		if r <= ' ' || r >= 0x7f || strings.ContainsRune(`"(),/:;<=>?@[\]{}`, r) {
+			return false
+		}
+	}
+	return true
+}
+
+// validPointer reports whether every ~ of a JSON pointer escapes ~ or /.
+func validPointer(p string) bool {
+	for i := 0; i < len(p); i++ {
+		if p[i] == '~' && (i+1 == len(p) || p[i+1] != '0' && p[i+1] != '1') {
+			return false
+		}
+	}
+	return true
+}
+
+// MaxExternalIDLength bounds a receiver's id for a message.
+const MaxExternalIDLength = 255
+
+// CheckExternalID validates a receiver's id for a message: 1 to 255 bytes
+// of text without control characters.
+func CheckExternalID(field, id string) error { return CheckParty(field, id) }
 
 // The defaults and bounds of a Target.
 const (
@@ -95,6 +159,7 @@ func (t Target) WithDefaults(kindConcurrency int) Target {
 		t.AttemptTimeout = Duration(DefaultAttemptTimeout)
 	}
 	t.Retry = t.Retry.WithDefaults()
+	t.Ordering = t.Ordering.WithDefaults()
 	return t
 }
 
@@ -118,9 +183,12 @@ func (t Target) Validate() error {
 	if t.AttemptTimeout < Duration(time.Millisecond) || t.AttemptTimeout.D() > MaxAttemptTimeout {
 		errs = append(errs, &FieldError{Field: "attempt_timeout", Problem: "must be from 1ms to 1h"})
 	}
-	errs = append(errs, t.Retry.Validate())
+	errs = append(errs, t.Retry.Validate(), t.Ordering.Validate())
 	if t.Receipt != nil && (t.Receipt.Timeout < Duration(time.Second) || t.Receipt.Timeout.D() > MaxReceiptTimeout) {
 		errs = append(errs, &FieldError{Field: "receipt.timeout", Problem: "must be from 1s to 720h"})
+	}
+	if t.Receipt != nil && t.Receipt.Correlate != nil {
+		errs = append(errs, t.Receipt.Correlate.Validate())
 	}
 	return errors.Join(errs...)
 }
@@ -128,6 +196,10 @@ func (t Target) Validate() error {
 // Settings are the system-wide knobs, changed through commands and journaled.
 type Settings struct {
 	Delivery DeliverySettings `json:"delivery"`
+	// CallbackMaxAttempts bounds the calls of one outcome callback; the
+	// last that fails for now fails it for good. Default 10, from 1 to
+	// 100; 0 stands for the default (settings saved before it existed).
+	CallbackMaxAttempts int `json:"callback_max_attempts"`
 	// Retention is how long settled messages are kept; the zero value,
 	// also what a missing "retention" gives, keeps everything.
 	Retention Retention `json:"retention"`
@@ -147,9 +219,23 @@ const (
 	MaxMaxDispatches     = 20
 )
 
+// The bounds of Settings.CallbackMaxAttempts.
+const (
+	DefaultCallbackMaxAttempts = 10
+	MaxCallbackMaxAttempts     = 100
+)
+
 // DefaultSettings are the settings of a database nobody configured.
 func DefaultSettings() Settings {
-	return Settings{Delivery: DeliverySettings{MaxDispatches: DefaultMaxDispatches}}
+	return Settings{Delivery: DeliverySettings{MaxDispatches: DefaultMaxDispatches}, CallbackMaxAttempts: DefaultCallbackMaxAttempts}
+}
+
+// WithDefaults fills the fields that have a default and are left at zero.
+func (s Settings) WithDefaults() Settings {
+	if s.CallbackMaxAttempts == 0 {
+		s.CallbackMaxAttempts = DefaultCallbackMaxAttempts
+	}
+	return s
 }
 
 // Validate checks every field and returns all problems joined.
@@ -158,6 +244,10 @@ func (s Settings) Validate() error {
 	if n := s.Delivery.MaxDispatches; n < MinMaxDispatches || n > MaxMaxDispatches {
 		errs = append(errs, &FieldError{Field: "delivery.max_dispatches",
 			Problem: fmt.Sprintf("must be from %d to %d, got %d", MinMaxDispatches, MaxMaxDispatches, n)})
+	}
+	if n := s.CallbackMaxAttempts; n != 0 && (n < 1 || n > MaxCallbackMaxAttempts) {
+		errs = append(errs, &FieldError{Field: "callback_max_attempts",
+			Problem: fmt.Sprintf("must be from 1 to %d, got %d", MaxCallbackMaxAttempts, n)})
 	}
 	return errors.Join(append(errs, s.Retention.Validate())...)
 }

@@ -34,6 +34,12 @@ type Outcome struct {
 	RetryAt time.Time `json:"retry_at,omitzero"`
 	// Deadline is when an awaited receipt is overdue; only for OutcomeAwaitingAck.
 	Deadline time.Time `json:"deadline,omitzero"`
+	// ExternalID is the receiver's own id for the message, taken from its
+	// answer by the target's receipt.correlate; only for
+	// OutcomeAwaitingAck, and optional. (A target's Deliverer reports it
+	// with OutcomeDelivered; the receipt policy turns that into a
+	// hand-over.)
+	ExternalID string `json:"external_id,omitempty"`
 }
 
 // Delivered is a successful attempt.
@@ -76,6 +82,13 @@ func (o Outcome) Validate() error {
 	}
 	if (o.Kind == OutcomeRetry) != !o.RetryAt.IsZero() {
 		errs = append(errs, &FieldError{Field: "outcome.retry_at", Problem: "is required for retry and allowed for no other kind"})
+	}
+	if o.ExternalID != "" {
+		if o.Kind != OutcomeAwaitingAck {
+			errs = append(errs, &FieldError{Field: "outcome.external_id", Problem: "is allowed for awaiting_ack only"})
+		} else if err := CheckExternalID("outcome.external_id", o.ExternalID); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	if (o.Kind == OutcomeRetry || o.Kind == OutcomeFailed) && o.Text == "" {
 		errs = append(errs, &FieldError{Field: "outcome.text", Problem: "must give the reason of a retry or a failure"})

@@ -75,16 +75,55 @@ var (
 		{StateAwaitingAck, []Cond{Due}},
 	}}
 	// RedeliverRule: an operator may queue a delivery again unless it is
-	// still in hand: queued, delivering or awaiting a receipt
-	// (delivery.redelivered).
+	// still in hand (queued, blocked, delivering or awaiting a receipt);
+	// a delivered or skipped one is sent again (delivery.redelivered).
 	RedeliverRule = Rule{Name: "redeliverable", cases: []ruleCase{
-		{StateRetrying, nil}, {StateFailed, nil}, {StateStalled, nil}, {StateDelivered, nil},
+		{StateRetrying, nil}, {StateFailed, nil}, {StateStalled, nil}, {StateDelivered, nil}, {StateSkipped, nil},
 	}}
+	// SkipRule: an operator may settle a delivery without sending it
+	// unless it is being attempted or already delivered or skipped
+	// (delivery.skipped).
+	SkipRule = Rule{Name: "skippable", cases: []ruleCase{
+		{StateQueued, nil}, {StateBlocked, nil}, {StateRetrying, nil}, {StateStalled, nil},
+		{StateFailed, nil}, {StateAwaitingAck, nil},
+	}}
+	// InHandRule: a delivery still being worked on, or waiting to be: a
+	// message is sent again only when none of its current generation is.
+	InHandRule = Rule{Name: "in hand", cases: []ruleCase{
+		{StateQueued, nil}, {StateBlocked, nil}, {StateDelivering, nil}, {StateRetrying, nil}, {StateAwaitingAck, nil},
+	}}
+	// SupersedeRule: what a resend or a replay supersedes of the current
+	// generation: the deliveries that failed or stalled.
+	SupersedeRule = Rule{Name: "superseded by a new generation", cases: []ruleCase{
+		{StateFailed, nil}, {StateStalled, nil},
+	}}
+	// UnblockRule: a blocked delivery moves to queued once the delivery
+	// ahead of it in its lane has settled for the lane, or its target no
+	// longer keeps order (delivery.unblocked); the lane's condition is
+	// checked where lanes are known, in the command and the audit.
+	UnblockRule = Rule{Name: "blocked", cases: []ruleCase{{StateBlocked, nil}}}
+)
+
+// The rules of a message's outcome callback, a job in the delivery states:
+// queued when its message settles, delivering while a call is claimed,
+// retrying after a call that failed for now, delivered or failed at last.
+var (
+	// CallbackClaimRule: the callback worker may call when a callback is
+	// queued or retrying and due (message.callback_claimed). Nothing wakes
+	// a callback: the worker looks for the due ones.
+	CallbackClaimRule = Rule{Name: "callback due", cases: []ruleCase{
+		{StateQueued, []Cond{Due}}, {StateRetrying, []Cond{Due}},
+	}}
+	// CallbackCatchUpRule is what the callback worker takes: what is due,
+	// and a call whose lease ran out, after recording the expiry
+	// (message.callback_lease_expired).
+	CallbackCatchUpRule = CallbackClaimRule.Or("callback catch-up", LeaseExpiryRule)
 )
 
 // Rules lists every rule, for the tests that hold the SQL and the fold to
 // them.
-var Rules = []Rule{ClaimRule, LeaseExpiryRule, CatchUpRule, WakeRule, ReceiptTimeoutRule, RedeliverRule}
+var Rules = []Rule{ClaimRule, LeaseExpiryRule, CatchUpRule, WakeRule, ReceiptTimeoutRule, RedeliverRule, SkipRule,
+	UnblockRule, InHandRule, SupersedeRule, CallbackClaimRule, CallbackCatchUpRule}
 
 // Or is a rule that admits what r or o admits. They must not share a
 // state.

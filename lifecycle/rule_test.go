@@ -51,7 +51,7 @@ func TestRuleSQL(t *testing.T) {
 	}{
 		{ClaimRule, `d.state IN ('queued', 'stalled', 'retrying') AND (d.state IN ('queued', 'stalled') OR d.state = 'retrying' AND (d.next_due <= $2 OR d.dispatch_count > 0))`},
 		{LeaseExpiryRule, `d.state IN ('delivering') AND (d.state = 'delivering' AND (d.lease_end <= $2))`},
-		{RedeliverRule, `d.state IN ('retrying', 'failed', 'stalled', 'delivered')`},
+		{RedeliverRule, `d.state IN ('retrying', 'failed', 'stalled', 'delivered', 'skipped')`},
 	} {
 		if got := tt.rule.SQL("d", "$2"); got != tt.want {
 			t.Errorf("%s.SQL =\n%s\nwant\n%s", tt.rule.Name, got, tt.want)
@@ -72,7 +72,9 @@ func TestOrRefusesASharedState(t *testing.T) {
 }
 
 // TestStatusRanksCoverEveryState: every delivery state decides the status
-// in exactly one row of the ranking, so a new state cannot be forgotten.
+// in exactly one row of the ranking, so a new state cannot be forgotten;
+// superseded is in none, as only an earlier generation has it and the
+// status reads the current one.
 func TestStatusRanksCoverEveryState(t *testing.T) {
 	seen := map[DeliveryState]int{}
 	for _, r := range statusRanks {
@@ -81,7 +83,11 @@ func TestStatusRanksCoverEveryState(t *testing.T) {
 		}
 	}
 	for _, s := range DeliveryStates {
-		if seen[s] != 1 {
+		want := 1
+		if s == StateSuperseded {
+			want = 0
+		}
+		if seen[s] != want {
 			t.Errorf("state %s is in %d rows of the ranking", s, seen[s])
 		}
 	}
@@ -112,6 +118,17 @@ func TestMayBecomeAgreesWithDeriveStatus(t *testing.T) {
 				if before != after && !MayBecome(old, next, after) {
 					t.Fatalf("%v + %s -> %s turns %s into %s, but MayBecome says it cannot", rest, old, next, before, after)
 				}
+			}
+		}
+	}
+}
+
+func TestLaneSettled(t *testing.T) {
+	for _, s := range DeliveryStates {
+		for _, f := range OnFailures {
+			want := s == StateDelivered || s == StateSkipped || s == StateSuperseded || s == StateFailed && f == OnFailureContinue
+			if got := LaneSettled(s, f); got != want {
+				t.Errorf("LaneSettled(%s, %s) = %v, want %v", s, f, got, want)
 			}
 		}
 	}

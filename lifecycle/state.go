@@ -1,5 +1,7 @@
 package lifecycle
 
+import "slices"
+
 // DeliveryState is where one delivery of a message to one target is.
 type DeliveryState string
 
@@ -21,13 +23,27 @@ const (
 	// StateStalled: woken the maximum number of times and never claimed;
 	// nothing was tried. The target's next start claims it again.
 	StateStalled DeliveryState = "stalled"
+	// StateBlocked: waiting behind an unsettled earlier delivery of its
+	// lane (a fifo target's deliveries of one ordering key).
+	StateBlocked DeliveryState = "blocked"
+	// StateSkipped: settled by an operator without being sent.
+	StateSkipped DeliveryState = "skipped"
+	// StateSuperseded: a delivery of an earlier generation that had failed
+	// or stalled when its message was sent again; final, and counted
+	// nowhere, as only the current generation counts.
+	StateSuperseded DeliveryState = "superseded"
 )
 
 // DeliveryStates is the canonical set, in lifecycle order.
 var DeliveryStates = []DeliveryState{
-	StateQueued, StateDelivering, StateRetrying, StateAwaitingAck,
-	StateDelivered, StateFailed, StateStalled,
+	StateQueued, StateBlocked, StateDelivering, StateRetrying, StateAwaitingAck,
+	StateDelivered, StateFailed, StateStalled, StateSkipped, StateSuperseded,
 }
+
+// CountedStates are the states a delivery of its message's current
+// generation can be in: every state but superseded. The counts of
+// deliveries by state list these.
+var CountedStates = slices.DeleteFunc(slices.Clone(DeliveryStates), func(s DeliveryState) bool { return s == StateSuperseded })
 
 // ParseDeliveryState returns s as a state, or an error listing the states.
 func ParseDeliveryState(s string) (DeliveryState, error) {
@@ -42,7 +58,7 @@ func (s *DeliveryState) UnmarshalText(text []byte) error {
 // Final reports whether nothing more happens to the delivery unless an
 // operator redelivers it.
 func (s DeliveryState) Final() bool {
-	return s == StateDelivered || s == StateFailed
+	return s == StateDelivered || s == StateFailed || s == StateSkipped || s == StateSuperseded
 }
 
 // Label is the state as a person reads it.
@@ -62,6 +78,12 @@ func (s DeliveryState) Label() string {
 		return "Failed"
 	case StateStalled:
 		return "Stalled"
+	case StateBlocked:
+		return "Blocked"
+	case StateSkipped:
+		return "Skipped"
+	case StateSuperseded:
+		return "Superseded"
 	}
 	return string(s)
 }

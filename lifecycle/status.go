@@ -9,8 +9,10 @@ const (
 	StatusReceived        MessageStatus = "received"
 	StatusInProgress      MessageStatus = "in_progress"
 	StatusRetrying        MessageStatus = "retrying"
+	StatusBlocked         MessageStatus = "blocked"
 	StatusAwaitingReceipt MessageStatus = "awaiting_receipt"
 	StatusStalled         MessageStatus = "stalled"
+	StatusSkipped         MessageStatus = "skipped"
 	StatusDelivered       MessageStatus = "delivered"
 	StatusNotRouted       MessageStatus = "not_routed"
 	StatusRefused         MessageStatus = "refused"
@@ -19,8 +21,8 @@ const (
 
 // MessageStatuses is the canonical set.
 var MessageStatuses = []MessageStatus{
-	StatusReceived, StatusInProgress, StatusRetrying, StatusAwaitingReceipt,
-	StatusStalled, StatusDelivered, StatusNotRouted, StatusRefused, StatusError,
+	StatusReceived, StatusInProgress, StatusRetrying, StatusBlocked, StatusAwaitingReceipt,
+	StatusStalled, StatusSkipped, StatusDelivered, StatusNotRouted, StatusRefused, StatusError,
 }
 
 // ParseMessageStatus returns s as a status, or an error listing the statuses.
@@ -38,7 +40,7 @@ func (s *MessageStatus) UnmarshalText(text []byte) error {
 // operator or a target coming back.
 func (s MessageStatus) Settled() bool {
 	switch s {
-	case StatusDelivered, StatusNotRouted, StatusRefused, StatusError, StatusStalled:
+	case StatusDelivered, StatusNotRouted, StatusRefused, StatusError, StatusStalled, StatusSkipped:
 		return true
 	}
 	return false
@@ -75,6 +77,10 @@ func (s MessageStatus) Label() string {
 		return "Awaiting receipt"
 	case StatusStalled:
 		return "Stalled"
+	case StatusBlocked:
+		return "Blocked"
+	case StatusSkipped:
+		return "Skipped"
 	case StatusDelivered:
 		return "Delivered"
 	case StatusNotRouted:
@@ -98,9 +104,11 @@ var statusRanks = []struct {
 }{
 	{[]DeliveryState{StateRetrying}, StatusRetrying},
 	{[]DeliveryState{StateQueued, StateDelivering}, StatusInProgress},
+	{[]DeliveryState{StateBlocked}, StatusBlocked},
 	{[]DeliveryState{StateAwaitingAck}, StatusAwaitingReceipt},
 	{[]DeliveryState{StateFailed}, StatusError},
 	{[]DeliveryState{StateStalled}, StatusStalled},
+	{[]DeliveryState{StateSkipped}, StatusSkipped},
 	{[]DeliveryState{StateDelivered}, StatusDelivered},
 }
 
@@ -130,7 +138,8 @@ func statusRank(status MessageStatus) int {
 // DeriveStatus is the one rule for the status of a message: received while
 // accepted; refused or error (by the refusal's class) when refused; not
 // routed when dispatched to nothing; otherwise the status of the highest
-// ranked state among its deliveries (statusRanks).
+// ranked state among its deliveries (statusRanks). deliveries are those of
+// the message's current generation.
 func DeriveStatus(stage MessageStage, refusal Refusal, deliveries []DeliveryState) MessageStatus {
 	switch stage {
 	case StageAccepted:

@@ -11,6 +11,8 @@ func TestDeriveStatus(t *testing.T) {
 		d = StateDelivered
 		f = StateFailed
 		s = StateStalled
+		b = StateBlocked
+		k = StateSkipped
 	)
 	tests := []struct {
 		name       string
@@ -40,6 +42,14 @@ func TestDeriveStatus(t *testing.T) {
 		{"failed beats stalled", StageDispatched, "", []DeliveryState{s, f}, StatusError},
 		{"stalled beats delivered", StageDispatched, "", []DeliveryState{d, s}, StatusStalled},
 		{"failed beats delivered", StageDispatched, "", []DeliveryState{d, f}, StatusError},
+		{"blocked", StageDispatched, "", []DeliveryState{b}, StatusBlocked},
+		{"in progress beats blocked", StageDispatched, "", []DeliveryState{b, q}, StatusInProgress},
+		{"blocked beats awaiting", StageDispatched, "", []DeliveryState{a, b}, StatusBlocked},
+		{"blocked beats failed", StageDispatched, "", []DeliveryState{f, b}, StatusBlocked},
+		{"skipped", StageDispatched, "", []DeliveryState{k}, StatusSkipped},
+		{"skipped beats delivered", StageDispatched, "", []DeliveryState{d, k}, StatusSkipped},
+		{"stalled beats skipped", StageDispatched, "", []DeliveryState{k, s}, StatusStalled},
+		{"failed beats skipped", StageDispatched, "", []DeliveryState{k, f}, StatusError},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -67,13 +77,14 @@ func TestVocabulary(t *testing.T) {
 	if _, err := ParseDeliveryState("lost"); err == nil {
 		t.Error("ParseDeliveryState accepted an unknown state")
 	}
-	final := map[DeliveryState]bool{StateDelivered: true, StateFailed: true}
+	final := map[DeliveryState]bool{StateDelivered: true, StateFailed: true, StateSkipped: true, StateSuperseded: true}
 	for _, s := range DeliveryStates {
 		if s.Final() != final[s] {
 			t.Errorf("%s: Final %v", s, s.Final())
 		}
 	}
-	settled := map[MessageStatus]bool{StatusDelivered: true, StatusNotRouted: true, StatusRefused: true, StatusError: true, StatusStalled: true}
+	settled := map[MessageStatus]bool{StatusDelivered: true, StatusNotRouted: true, StatusRefused: true, StatusError: true,
+		StatusStalled: true, StatusSkipped: true}
 	for _, s := range MessageStatuses {
 		if s.Settled() != settled[s] {
 			t.Errorf("%s: Settled %v", s, s.Settled())

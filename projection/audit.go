@@ -82,7 +82,8 @@ func (r *Removal) add(e journal.Event, p *journal.RetentionArchived) *Violation 
 	return nil
 }
 
-// Folded is the state of every message stream the journal holds.
+// Folded is the state of every message stream the journal holds, and of
+// every lane when the whole journal was folded.
 type Folded struct {
 	Messages   map[uuid.UUID]*Message
 	Events     int
@@ -91,14 +92,23 @@ type Folded struct {
 	// inOrder holds the messages of Messages in the order their streams
 	// began, which is the order a rebuild writes them in.
 	inOrder []*Message
+	// lanes follows every lane, with the ordering of each target as the
+	// configuration events left it (ordering); nil for one stream.
+	lanes    *LaneBook
+	ordering map[string]lifecycle.Ordering
+	// inboxes holds what the journal tells of each inbox_table source,
+	// and Correlations the receivers' ids for messages as the journal
+	// makes them; nil for one stream.
+	inboxes      map[string]*inboxLedger
+	Correlations map[CorrelationKey]Correlation
 }
 
 // FoldJournal replays the journal, or one message's stream when message is
 // not uuid.Nil, through Apply. An event Apply refuses is reported and
 // skipped, so the rest of its stream is still checked.
 func FoldJournal(ctx context.Context, q journal.Querier, message uuid.UUID) (*Folded, error) {
-	f := newFolded()
 	if message != uuid.Nil {
+		f := &Folded{Messages: map[uuid.UUID]*Message{}}
 		events, err := journal.Stream(ctx, q, journal.MessageStream(message))
 		if err != nil {
 			return nil, err
@@ -108,7 +118,12 @@ func FoldJournal(ctx context.Context, q journal.Querier, message uuid.UUID) (*Fo
 		}
 		return f, nil
 	}
-	return f, journal.Scan(ctx, q, 1, f.fold)
+	f := newFolded()
+	if err := journal.Scan(ctx, q, 1, f.fold); err != nil {
+		return nil, err
+	}
+	f.finish()
+	return f, nil
 }
 
 // reading says how Audit and Rebuild read the whole journal: on how many
@@ -133,18 +148,53 @@ func foldSnapshot(ctx context.Context, s *snapshot, rd reading) (*Folded, error)
 		return nil, err
 	}
 	f := newFolded()
-	return f, journal.ScanRanges(ctx, qs, 1, last, rd.chunk, f.fold)
+	if err := journal.ScanRanges(ctx, qs, 1, last, rd.chunk, f.fold); err != nil {
+		return nil, err
+	}
+	f.finish()
+	return f, nil
 }
 
-func newFolded() *Folded { return &Folded{Messages: map[uuid.UUID]*Message{}} }
+// newFolded returns the fold of a whole journal, lanes included.
+func newFolded() *Folded {
+	f := &Folded{Messages: map[uuid.UUID]*Message{}, ordering: map[string]lifecycle.Ordering{},
+		inboxes: map[string]*inboxLedger{}, Correlations: map[CorrelationKey]Correlation{}}
+	f.lanes = NewLaneBook(func(target string) lifecycle.Ordering { return f.ordering[target] },
+		func(message, delivery uuid.UUID) *Delivery {
+			if m := f.Messages[message]; m != nil {
+				return m.Delivery(delivery)
+			}
+			return nil
+		}, true)
+	return f
+}
+
+// finish reports, at the end of the journal, the lanes whose head settled
+// without passing the lane on.
+func (f *Folded) finish() {
+	for _, l := range f.lanes.Stuck() {
+		f.Violations = append(f.Violations, Violation{MessageID: l.HeadMessage, DeliveryID: l.Head,
+			Problem: fmt.Sprintf("%s: the head settled for the lane, but the %d waiting behind it were not let go", l.LaneID, l.Waiting)})
+	}
+}
+
+// configure follows a target's ordering through the configuration events.
+func (f *Folded) configure(e journal.Event) {
+	switch p := e.Payload.(type) {
+	case *journal.TargetCreated:
+		f.ordering[p.Target.Name] = p.Target.Ordering.WithDefaults()
+	case *journal.TargetUpdated:
+		f.ordering[p.Target.Name] = p.Target.Ordering.WithDefaults()
+	case *journal.TargetDeleted:
+		delete(f.ordering, p.Name)
+	}
+}
 
 // countStates counts the fold's deliveries by state.
 func (f *Folded) countStates() map[lifecycle.DeliveryState]int64 {
 	counts := map[lifecycle.DeliveryState]int64{}
 	for _, m := range f.inOrder {
-		for _, d := range m.Deliveries {
-			counts[d.State]++
-		}
+		m.countInto(counts, 1)
 	}
 	return counts
 }
@@ -152,7 +202,14 @@ func (f *Folded) countStates() map[lifecycle.DeliveryState]int64 {
 // fold folds one event; it reports an event Apply refuses and returns nil.
 func (f *Folded) fold(e journal.Event) error {
 	f.Events++
-	if e.Kind().Stream() != "" {
+	switch e.Stream {
+	case journal.ConfigStream:
+		if f.lanes != nil {
+			f.configure(e)
+			f.foldSource(e)
+		}
+		return nil
+	case journal.RetentionStream:
 		if p, ok := e.Payload.(*journal.RetentionArchived); ok {
 			if v := f.Removed.add(e, p); v != nil {
 				f.Violations = append(f.Violations, *v)
@@ -174,12 +231,40 @@ func (f *Folded) fold(e journal.Event) error {
 		}
 		f.Messages[id] = m
 		f.inOrder = append(f.inOrder, m)
+		if f.lanes != nil {
+			f.checkDuplicate(m, e)
+		}
+		f.foldRow(m)
 		return nil
 	}
 	if err := Apply(m, e); err != nil {
 		f.Violations = append(f.Violations, Violation{Position: e.Position, MessageID: id, DeliveryID: e.DeliveryID, Problem: err.Error()})
+		return nil
+	}
+	if f.lanes != nil {
+		if err := f.lanes.Apply(e, m); err != nil {
+			f.Violations = append(f.Violations, Violation{Position: e.Position, MessageID: id, DeliveryID: e.DeliveryID, Problem: err.Error()})
+		}
+		if problem := correlate(f.Correlations, e, id); problem != "" {
+			f.Violations = append(f.Violations, Violation{Position: e.Position, MessageID: id, DeliveryID: e.DeliveryID, Problem: problem})
+		}
 	}
 	return nil
+}
+
+// checkDuplicate reports a message that names as its possible duplicate a
+// message the journal does not hold before it with the same source and
+// duplicate key.
+func (f *Folded) checkDuplicate(m *Message, e journal.Event) {
+	if m.PossibleDuplicateOf == uuid.Nil {
+		return
+	}
+	earlier := f.Messages[m.PossibleDuplicateOf]
+	if earlier == nil || earlier == m || earlier.Source != m.Source || earlier.DuplicateKey != m.DuplicateKey {
+		f.Violations = append(f.Violations, Violation{Position: e.Position, MessageID: m.ID,
+			Problem: fmt.Sprintf("possible duplicate of %s, which is no earlier message of source %q with duplicate key %q",
+				m.PossibleDuplicateOf, m.Source, m.DuplicateKey)})
+	}
 }
 
 // Audit replays the journal (or one message's stream) and checks every
@@ -271,7 +356,7 @@ func compareMessage(stored, folded *Message) []Violation {
 		return nil
 	}
 	var out []Violation
-	for _, p := range diffFields(*stored, *folded, "Deliveries") {
+	for _, p := range diffFields(*stored, *folded, "Deliveries", "Callback") {
 		out = append(out, Violation{MessageID: folded.ID, Problem: p})
 	}
 	return out
@@ -288,12 +373,15 @@ func compareDelivery(message uuid.UUID, stored, folded *Delivery) []Violation {
 	return out
 }
 
-// sameMessage is diffFields(a, b, "Deliveries") finding nothing, without
-// reflection: the audit asks it of every row. TestSameFieldsCoverEveryField
-// keeps it in step with Message.
+// sameMessage is diffFields(a, b, "Deliveries", "Callback") finding
+// nothing, without reflection: the audit asks it of every row.
+// TestSameFieldsCoverEveryField keeps it in step with Message. The
+// callback is compared apart, with its own row.
 func sameMessage(a, b *Message) bool {
 	return a.ID == b.ID && a.Version == b.Version && a.Source == b.Source && a.From == b.From &&
 		a.To == b.To && a.ContentType == b.ContentType && a.IdempotencyKey == b.IdempotencyKey &&
+		a.OrderingKey == b.OrderingKey && a.DuplicateKey == b.DuplicateKey &&
+		a.PossibleDuplicateOf == b.PossibleDuplicateOf && a.Generation == b.Generation &&
 		a.PayloadSize == b.PayloadSize && a.PayloadSHA256 == b.PayloadSHA256 && a.Stage == b.Stage &&
 		a.Refusal == b.Refusal && a.Status == b.Status && a.Error == b.Error &&
 		a.AttemptCount == b.AttemptCount && a.CreatedAt.Equal(b.CreatedAt) && a.UpdatedAt.Equal(b.UpdatedAt) &&
@@ -303,7 +391,9 @@ func sameMessage(a, b *Message) bool {
 // sameDelivery is diffFields(a, b) finding nothing, without reflection.
 func sameDelivery(a, b *Delivery) bool {
 	return a.ID == b.ID && a.MessageID == b.MessageID && a.MessageCreatedAt.Equal(b.MessageCreatedAt) &&
-		a.Seq == b.Seq && a.Target == b.Target && a.State == b.State && a.Attempts == b.Attempts &&
+		a.Seq == b.Seq && a.Generation == b.Generation && a.Target == b.Target && a.LaneKey == b.LaneKey && a.LaneSeq == b.LaneSeq &&
+		a.LaneContinue == b.LaneContinue &&
+		a.State == b.State && a.Attempts == b.Attempts &&
 		a.DispatchCount == b.DispatchCount && a.Redeliveries == b.Redeliveries &&
 		a.RedeliveredAt.Equal(b.RedeliveredAt) && a.RedeliveredAttempts == b.RedeliveredAttempts &&
 		a.NextDue.Equal(b.NextDue) && a.ClaimToken == b.ClaimToken && a.LeaseEnd.Equal(b.LeaseEnd) && a.LastError == b.LastError && a.CreatedAt.Equal(b.CreatedAt) &&

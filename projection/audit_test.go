@@ -61,10 +61,20 @@ func (b *bundle) lifecycles(t *testing.T, n int, rng *rand.Rand) {
 		func() lifecycle.Outcome { return lifecycle.Retry(b.now.Add(time.Minute), "503") },
 		func() lifecycle.Outcome { return lifecycle.Failed("400") },
 		func() lifecycle.Outcome { return lifecycle.AwaitingAck("sent", b.now.Add(time.Hour)) },
+		func() lifecycle.Outcome {
+			// Ids the receivers reuse: a correlation moves to the newest.
+			o := lifecycle.AwaitingAck("sent", b.now.Add(time.Hour))
+			o.ExternalID = fmt.Sprintf("ext-%d", rng.IntN(8))
+			return o
+		},
 	}
 	for i := range n {
-		m, _, err := b.w.Ingest(b.ctx, commands.NewMessage{Source: "erp", From: "acme", To: "globex",
-			Payload: fmt.Appendf(nil, "message %d", i), IdempotencyKey: fmt.Sprint(i)})
+		in := commands.NewMessage{Source: "erp", From: "acme", To: "globex",
+			Payload: fmt.Appendf(nil, "message %d", i), IdempotencyKey: fmt.Sprint(i)}
+		if i%2 == 0 {
+			in.CallbackURL = "http://127.0.0.1:9/outcome"
+		}
+		m, _, err := b.w.Ingest(b.ctx, in)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -84,11 +94,35 @@ func (b *bundle) lifecycles(t *testing.T, n int, rng *rand.Rand) {
 					t.Fatal(err)
 				}
 			}
+			if rng.IntN(3) == 0 {
+				_, _, err := b.w.ReceiptByExternalID(b.ctx, commands.ExternalReceipt{Target: d.Target,
+					ExternalID: fmt.Sprintf("ext-%d", rng.IntN(8)), Final: rng.IntN(3) > 0, Positive: rng.IntN(2) == 0,
+					Status: "DELIVRD", Code: "000"}, "operator:gateway")
+				if err != nil && !errors.Is(err, commands.ErrNotFound) && !errors.Is(err, commands.ErrCorrelationConsumed) &&
+					!errors.Is(err, commands.ErrReceiptRefused) {
+					t.Fatal(err)
+				}
+			}
 			if rng.IntN(5) == 0 {
-				_, err := b.w.Redeliver(b.ctx, m.ID, d.ID, "admin")
+				_, err := b.w.Redeliver(b.ctx, m.ID, d.ID, commands.Action{Operator: "admin"})
 				if err != nil && !errors.Is(err, commands.ErrNotRedeliverable) {
 					t.Fatal(err)
 				}
+			}
+		}
+		// The callbacks due, called with outcomes of every kind; some
+		// calls never end, and their leases run out.
+		claims, err := b.w.ClaimDueCallbacks(b.ctx, 3, time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range claims {
+			o := outcomes[rng.IntN(3)]()
+			if rng.IntN(4) == 0 {
+				continue
+			}
+			if _, err := b.w.CompleteCallback(b.ctx, c.Callback.MessageID, c.Token, o); err != nil {
+				t.Fatal(err)
 			}
 		}
 	}
@@ -107,7 +141,9 @@ func (b *bundle) audit(t *testing.T) *projection.Report {
 func (b *bundle) snapshot(t *testing.T) []string {
 	t.Helper()
 	rows, err := b.db.Query(b.ctx, `SELECT r::text FROM (SELECT * FROM messages ORDER BY id) r
-		UNION ALL SELECT r::text FROM (SELECT * FROM deliveries ORDER BY id) r`)
+		UNION ALL SELECT r::text FROM (SELECT * FROM deliveries ORDER BY id) r
+		UNION ALL SELECT r::text FROM (SELECT * FROM correlations ORDER BY target, external_id) r
+		UNION ALL SELECT r::text FROM (SELECT * FROM callbacks ORDER BY message_id) r`)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -247,7 +283,7 @@ func TestAuditNamesMissingAndExtraRows(t *testing.T) {
 			       ($3, $5, now(), 1, 'alpha', 'queued', 0, 1, 0, 0, '', now(), now())`, extraDelivery, ms[1].ID, orphan, extraMessage, nobody)
 	}
 	if err == nil {
-		_, err = b.db.Exec(b.ctx, `INSERT INTO messages SELECT $1, version, source, from_party, to_party, content_type, NULL,
+		_, err = b.db.Exec(b.ctx, `INSERT INTO messages SELECT $1, version, source, from_party, to_party, content_type, NULL, NULL, NULL, NULL, 1,
 			payload_size, payload_sha256, stage, refusal, status, error, delivery_count, attempt_count, created_at, updated_at
 			FROM messages WHERE id = $2`, extraMessage, ms[2].ID)
 	}
@@ -290,10 +326,10 @@ func TestAuditNamesAWrongCountAndRebuildMendsIt(t *testing.T) {
 		batch := &pgx.Batch{}
 		kept := projection.QueueCounts(batch)
 		want := map[lifecycle.DeliveryState]int64{}
-		for _, s := range lifecycle.DeliveryStates {
+		for _, s := range lifecycle.CountedStates {
 			want[s] = 0
 		}
-		batch.Queue(`SELECT state, count(*) FROM deliveries GROUP BY state`).Query(func(rows pgx.Rows) error {
+		batch.Queue(`SELECT state, count(*) FROM deliveries WHERE state <> 'superseded' GROUP BY state`).Query(func(rows pgx.Rows) error {
 			var (
 				state lifecycle.DeliveryState
 				n     int64
@@ -326,5 +362,34 @@ func TestAuditNamesAWrongCountAndRebuildMendsIt(t *testing.T) {
 	}
 	if after := counted(); !maps.Equal(after, before) {
 		t.Fatalf("counts after rebuild %v, before %v", after, before)
+	}
+}
+
+// TestAuditNamesAForgedPossibleDuplicate: a message may name as its
+// possible duplicate only an earlier message of its source and key.
+func TestAuditNamesAForgedPossibleDuplicate(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	other, _, err := b.w.Ingest(b.ctx, commands.NewMessage{Source: "as2", From: "a", To: "b", Payload: []byte("x"), DuplicateKey: "k"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := b.audit(t); len(r.Violations) != 0 {
+		t.Fatalf("violations before: %v", r.Violations)
+	}
+	var position int64
+	err = b.db.QueryRow(b.ctx, `INSERT INTO journal (recorded_at, stream, version, kind, actor, payload)
+		VALUES ($1, $2, 1, 'message.accepted', 'source:erp', jsonb_build_object('source', 'erp', 'from', 'a', 'to', 'b',
+			'content_type', 'text/plain', 'payload_size', 1, 'payload_sha256', repeat('0', 64),
+			'duplicate_key', 'k', 'possible_duplicate_of', $3::text))
+		RETURNING position`, b.now, uuid.New().String(), other.ID.String()).Scan(&position)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := b.audit(t)
+	if !slices.ContainsFunc(r.Violations, func(v projection.Violation) bool {
+		return v.Position == position && strings.Contains(v.Problem, "possible duplicate of "+other.ID.String())
+	}) {
+		t.Fatalf("violations %v", r.Violations)
 	}
 }

@@ -35,7 +35,7 @@ func checkTables(ctx context.Context, qs []journal.Querier, f *Folded, message u
 	var wg sync.WaitGroup
 	for i, sh := range shares {
 		checks[i] = &tableCheck{f: f, stored: make(map[uuid.UUID]struct{}, len(f.Messages)/len(shares)+1),
-			matched: map[*Delivery]struct{}{}}
+			matched: map[*Delivery]struct{}{}, callbacks: map[uuid.UUID]struct{}{}}
 		wg.Go(func() { errs[i] = checks[i].read(ctx, qs[i], sh) })
 	}
 	wg.Wait()
@@ -49,6 +49,19 @@ func checkTables(ctx context.Context, qs []journal.Querier, f *Folded, message u
 			return nil, err
 		}
 		r.Violations = append(r.Violations, counted...)
+		laned, err := checkLanes(ctx, qs[0], f)
+		if err != nil {
+			return nil, err
+		}
+		inboxes, err := checkSources(ctx, qs[0], f)
+		if err != nil {
+			return nil, err
+		}
+		correlations, err := checkCorrelations(ctx, qs[0], f)
+		if err != nil {
+			return nil, err
+		}
+		r.Violations = append(append(append(r.Violations, laned...), inboxes...), correlations...)
 	}
 	return r, nil
 }
@@ -66,7 +79,7 @@ func checkCounts(ctx context.Context, q journal.Querier, f *Folded) ([]Violation
 	}
 	want := f.countStates()
 	var out []Violation
-	for _, s := range lifecycle.DeliveryStates {
+	for _, s := range lifecycle.CountedStates {
 		if got := stored[s]; got != want[s] {
 			out = append(out, Violation{Problem: fmt.Sprintf("the count of %s deliveries is %d, the journal makes %d", s, got, want[s])})
 		}
@@ -107,8 +120,10 @@ type tableCheck struct {
 	f *Folded
 	// stored holds the ids of the stored messages.
 	stored map[uuid.UUID]struct{}
-	// matched holds the folded deliveries a stored row was compared with.
+	// matched holds the folded deliveries a stored row was compared with,
+	// callbacks the messages whose stored callback was.
 	matched    map[*Delivery]struct{}
+	callbacks  map[uuid.UUID]struct{}
 	deliveries int
 	violations []Violation
 }
@@ -139,6 +154,9 @@ func (c *tableCheck) read(ctx context.Context, q journal.Querier, sh share) erro
 	})
 	if err != nil {
 		return fmt.Errorf("audit deliveries: %w", err)
+	}
+	if err := c.readCallbacks(ctx, q, sh); err != nil {
+		return fmt.Errorf("audit callbacks: %w", err)
 	}
 	return nil
 }
@@ -197,6 +215,9 @@ func report(f *Folded, checks []*tableCheck, shares []share) *Report {
 		if _, ok := c.stored[id]; !ok {
 			found = append(found, Violation{MessageID: id, Problem: "in the journal but not in the messages table"})
 			continue
+		}
+		if _, ok := c.callbacks[id]; want.Callback != nil && !ok {
+			found = append(found, Violation{MessageID: id, Problem: "callback in the journal but not in the callbacks table"})
 		}
 		for i := range want.Deliveries {
 			if _, ok := c.matched[&want.Deliveries[i]]; !ok {

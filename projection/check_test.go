@@ -22,6 +22,8 @@ func change(t *testing.T, name string, v reflect.Value) {
 		v.SetBool(!v.Bool())
 	case v.Type() == reflect.TypeFor[uuid.UUID]():
 		v.Set(reflect.ValueOf(uuid.New()))
+	case v.Kind() == reflect.Bool:
+		v.SetBool(!v.Bool())
 	default:
 		t.Fatalf("field %s: the test cannot change a %s", name, v.Type())
 	}
@@ -46,13 +48,13 @@ func TestSameFieldsCoverEveryField(t *testing.T) {
 	}
 	for i := range reflect.TypeFor[Message]().NumField() {
 		name := reflect.TypeFor[Message]().Field(i).Name
-		if name == "Deliveries" {
+		if name == "Deliveries" || name == "Callback" {
 			continue
 		}
 		m := base
 		change(t, name, reflect.ValueOf(&m).Elem().Field(i))
-		if sameMessage(&base, &m) || len(diffFields(base, m, "Deliveries")) != 1 {
-			t.Errorf("Message.%s: sameMessage %v, diffFields %v", name, sameMessage(&base, &m), diffFields(base, m, "Deliveries"))
+		if sameMessage(&base, &m) || len(diffFields(base, m, "Deliveries", "Callback")) != 1 {
+			t.Errorf("Message.%s: sameMessage %v, diffFields %v", name, sameMessage(&base, &m), diffFields(base, m, "Deliveries", "Callback"))
 		}
 	}
 	for i := range reflect.TypeFor[Delivery]().NumField() {
@@ -65,6 +67,21 @@ func TestSameFieldsCoverEveryField(t *testing.T) {
 	}
 	if !sameDelivery(&baseDelivery, &baseDelivery) {
 		t.Error("a delivery differs from itself")
+	}
+	baseCallback := Callback{MessageID: base.ID, URL: "http://x/", Seq: 2, Status: "delivered", SettledAt: at,
+		Deliveries: []CallbackDelivery{{Target: "alpha", State: "delivered"}}, State: "retrying", Attempts: 3,
+		NextDue: at, ClaimToken: uuid.New(), LeaseEnd: at, LastError: "503", UpdatedAt: at, FinishedAt: at}
+	for i := range reflect.TypeFor[Callback]().NumField() {
+		name := reflect.TypeFor[Callback]().Field(i).Name
+		cb := baseCallback
+		if name == "Deliveries" {
+			cb.Deliveries = []CallbackDelivery{{Target: "beta"}}
+		} else {
+			change(t, name, reflect.ValueOf(&cb).Elem().Field(i))
+		}
+		if sameCallback(&baseCallback, &cb) || len(diffFields(baseCallback, cb)) != 1 {
+			t.Errorf("Callback.%s: sameCallback %v, diffFields %v", name, sameCallback(&baseCallback, &cb), diffFields(baseCallback, cb))
+		}
 	}
 }
 

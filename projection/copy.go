@@ -5,7 +5,9 @@ import (
 	"encoding/binary"
 	"fmt"
 	"io"
+	"maps"
 	"math"
+	"slices"
 	"strings"
 	"time"
 
@@ -14,7 +16,7 @@ import (
 )
 
 // copyFolded loads the fold into the projection tables, which tx created:
-// the messages and deliveries with COPY FREEZE in PostgreSQL's binary
+// the messages, deliveries, correlations and callbacks with COPY FREEZE in PostgreSQL's binary
 // format (the rows need no visibility checks later and are encoded without
 // pgx's per-value work), then the counts of deliveries by state.
 func copyFolded(ctx context.Context, tx pgx.Tx, f *Folded) error {
@@ -37,13 +39,17 @@ func copyFolded(ctx context.Context, tx pgx.Tx, f *Folded) error {
 		b.text(m.To)
 		b.text(m.ContentType)
 		b.nullText(m.IdempotencyKey)
+		b.nullText(m.OrderingKey)
+		b.nullText(m.DuplicateKey)
+		b.nullUUID(m.PossibleDuplicateOf)
+		b.int4(m.Generation)
 		b.int8(m.PayloadSize)
 		b.text(m.PayloadSHA256)
 		b.text(string(m.Stage))
 		b.nullText(string(m.Refusal))
 		b.text(string(m.Status))
 		b.text(m.Error)
-		b.int4(len(m.Deliveries))
+		b.int4(m.currentDeliveries())
 		b.int4(m.AttemptCount)
 		b.time(m.CreatedAt)
 		b.time(m.UpdatedAt)
@@ -68,7 +74,11 @@ func copyFolded(ctx context.Context, tx pgx.Tx, f *Folded) error {
 		b.nullUUID(d.MessageID)
 		b.time(d.MessageCreatedAt)
 		b.int4(d.Seq)
+		b.int4(d.Generation)
 		b.text(d.Target)
+		b.nullText(d.LaneKey)
+		b.int8(d.LaneSeq)
+		b.bool(d.LaneContinue)
 		b.text(string(d.State))
 		b.int4(d.Attempts)
 		b.int4(d.DispatchCount)
@@ -87,21 +97,45 @@ func copyFolded(ctx context.Context, tx pgx.Tx, f *Folded) error {
 	if err != nil {
 		return fmt.Errorf("copy deliveries: %w", err)
 	}
+	keys := slices.SortedFunc(maps.Keys(f.Correlations), compareKeys)
+	err = copyIn(ctx, tx, "correlations", correlationCopyColumns, func(b *copyRow) bool {
+		if len(keys) == 0 {
+			return false
+		}
+		k := keys[0]
+		keys = keys[1:]
+		c := f.Correlations[k]
+		b.begin(len(correlationCopyColumns))
+		b.text(k.Target)
+		b.text(k.ExternalID)
+		b.uuid(c.DeliveryID)
+		b.uuid(c.MessageID)
+		b.bool(c.Consumed)
+		return true
+	})
+	if err != nil {
+		return fmt.Errorf("copy correlations: %w", err)
+	}
+	if err := copyCallbacks(ctx, tx, f); err != nil {
+		return fmt.Errorf("copy callbacks: %w", err)
+	}
 	b := &pgx.Batch{}
 	queueCounts(b, f.countStates())
 	if err := tx.SendBatch(ctx, b).Close(); err != nil {
 		return fmt.Errorf("store delivery counts: %w", err)
 	}
-	return nil
+	return copyLanes(ctx, tx, f.lanes.All())
 }
 
 var messageCopyColumns = []string{"id", "version", "source", "from_party", "to_party", "content_type",
-	"idempotency_key", "payload_size", "payload_sha256", "stage", "refusal", "status", "error", "delivery_count",
+	"idempotency_key", "ordering_key", "duplicate_key", "possible_duplicate_of", "generation", "payload_size", "payload_sha256", "stage", "refusal", "status", "error", "delivery_count",
 	"attempt_count", "created_at", "updated_at", "payload_expunged"}
 
-var deliveryCopyColumns = []string{"id", "message_id", "message_created_at", "seq", "target", "state", "attempts",
+var deliveryCopyColumns = []string{"id", "message_id", "message_created_at", "seq", "generation", "target", "lane_key", "lane_seq", "lane_continue", "state", "attempts",
 	"dispatch_count", "redeliveries", "redelivered_at", "redelivered_attempts", "next_due", "claim_token",
 	"lease_end", "last_error", "created_at", "updated_at", "finished_at"}
+
+var correlationCopyColumns = []string{"target", "external_id", "delivery_id", "message_id", "consumed"}
 
 // copyIn runs COPY … FROM STDIN (FORMAT binary, FREEZE) into table, with
 // the rows row appends until it returns false.
@@ -181,6 +215,17 @@ func (b *copyRow) int4(n int) {
 	b.buf = binary.BigEndian.AppendUint32(b.buf, uint32(int32(n)))
 }
 
+// jsonb writes a jsonb value: its format version, 1, and the text.
+func (b *copyRow) jsonb(data []byte) {
+	b.buf = binary.BigEndian.AppendUint32(b.buf, uint32(len(data)+1))
+	b.buf = append(append(b.buf, 1), data...)
+}
+
+func (b *copyRow) int8(n int64) {
+	b.buf = binary.BigEndian.AppendUint32(b.buf, 8)
+	b.buf = binary.BigEndian.AppendUint64(b.buf, uint64(n))
+}
+
 func (b *copyRow) bool(v bool) {
 	b.buf = binary.BigEndian.AppendUint32(b.buf, 1)
 	if v {
@@ -188,11 +233,6 @@ func (b *copyRow) bool(v bool) {
 	} else {
 		b.buf = append(b.buf, 0)
 	}
-}
-
-func (b *copyRow) int8(n int64) {
-	b.buf = binary.BigEndian.AppendUint32(b.buf, 8)
-	b.buf = binary.BigEndian.AppendUint64(b.buf, uint64(n))
 }
 
 func (b *copyRow) text(s string) {

@@ -13,12 +13,14 @@ import (
 var ErrPayloadExpunged = errors.New("payload expunged")
 
 // sendsPayload lists the kinds that send, or will send, the message's
-// payload to a target: the fold refuses them once it is expunged. A kind
-// that sends the payload again (a resend, a replay) belongs here.
+// payload to a target: the fold refuses them once it is expunged. A resend
+// or replay (message.resent) makes a new generation to send, so it is one;
+// a skip sends nothing and settles a delivery, so it is not.
 var sendsPayload = map[journal.Kind]bool{
 	journal.KindDeliveryClaimed:     true,
 	journal.KindDeliveryRedelivered: true,
 	journal.KindMessageRedispatched: true,
+	journal.KindMessageResent:       true,
 }
 
 // checkPayloadHeld refuses an event of kind k that needs the payload of m

@@ -38,7 +38,8 @@ func folded(t *testing.T, at time.Time, outcome lifecycle.Outcome) (*projection.
 // TestFoldExpungesAPayloadOnce: message.payload_expunged is legal once, on
 // a message whose status lets retention drop its payload, with the
 // message's own size and digest; it leaves updated_at where it was. After
-// it, every event that would send the payload is refused for that reason.
+// it, every event that would send the payload is refused for that reason,
+// a resend and a replay among them.
 func TestFoldExpungesAPayloadOnce(t *testing.T) {
 	at := time.Date(2026, 12, 1, 8, 0, 0, 0, time.UTC)
 	later := at.Add(time.Hour)
@@ -82,6 +83,11 @@ func TestFoldExpungesAPayloadOnce(t *testing.T) {
 		{DeliveryID: d, Actor: "operator:ops", Payload: &journal.DeliveryRedelivered{DispatchCount: 1, NextDue: later.Add(time.Minute)}},
 		{Actor: "operator:ops", Payload: &journal.MessageRedispatched{}},
 		{DeliveryID: d, Actor: "worker:alpha", Payload: &journal.DeliveryClaimed{Token: uuid.New(), Attempt: 2, LeaseEnd: later.Add(time.Minute)}},
+		// A resend and a replay: a new generation has nothing to send.
+		{Actor: "operator:ops", Payload: &journal.MessageResent{Generation: 2, Superseded: []uuid.UUID{}, NewDeliveries: journal.NewDeliveries{
+			Deliveries: []journal.NewDelivery{{ID: uuid.New(), Seq: 2, Target: "alpha"}}, NextDue: later.Add(time.Minute)}}},
+		{Actor: "operator:ops", Payload: &journal.MessageResent{Generation: 2, Replay: true, Superseded: []uuid.UUID{},
+			NewDeliveries: journal.NewDeliveries{Deliveries: []journal.NewDelivery{}}}},
 	} {
 		e.RecordedAt = later
 		_, err := projection.Record(m.Clone(), e)

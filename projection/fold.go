@@ -3,6 +3,7 @@ package projection
 import (
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -82,6 +83,7 @@ func apply(m *Message, e *journal.Event, stamp bool) error {
 		next.UpdatedAt = e.RecordedAt
 	}
 	next.settle()
+	next.armCallback(m.Status, e.RecordedAt)
 	*m = next
 	return nil
 }
@@ -100,8 +102,12 @@ func messageStep(next *Message, e *journal.Event) error {
 		}
 		*next = Message{
 			ID: id, Source: p.Source, From: p.From, To: p.To, ContentType: p.ContentType,
-			IdempotencyKey: p.IdempotencyKey, PayloadSize: p.PayloadSize, PayloadSHA256: p.PayloadSHA256,
-			Stage: lifecycle.StageAccepted, CreatedAt: at,
+			IdempotencyKey: p.IdempotencyKey, OrderingKey: p.OrderingKey, DuplicateKey: p.DuplicateKey,
+			PossibleDuplicateOf: p.PossibleDuplicateOf, PayloadSize: p.PayloadSize, PayloadSHA256: p.PayloadSHA256,
+			Stage: lifecycle.StageAccepted, Generation: 1, CreatedAt: at,
+		}
+		if p.CallbackURL != "" {
+			next.Callback = &Callback{MessageID: id, URL: p.CallbackURL, UpdatedAt: at}
 		}
 	case *journal.MessageDispatched:
 		if next.Stage != lifecycle.StageAccepted {
@@ -118,6 +124,35 @@ func messageStep(next *Message, e *journal.Event) error {
 		if err := addDeliveries(next, e, p.Deliveries, p.NextDue); err != nil {
 			return err
 		}
+	case *journal.MessageResent:
+		if next.Stage != lifecycle.StageDispatched {
+			return illegalStage(e, next, "only a dispatched message is sent again", lifecycle.StageDispatched)
+		}
+		if p.Generation != next.Generation+1 {
+			return illegalStage(e, next, fmt.Sprintf("generation %d does not follow %d", p.Generation, next.Generation))
+		}
+		// The current generation must be settled, and what it supersedes
+		// is exactly what failed or stalled of it.
+		var superseded []uuid.UUID
+		deliveries := slices.Clone(next.Deliveries)
+		for i := range deliveries {
+			d := &deliveries[i]
+			switch {
+			case !next.Current(d):
+			case lifecycle.InHandRule.Admits(d.State):
+				return illegalStage(e, next, fmt.Sprintf("delivery %s to %s is %s: a message is sent again once none of its generation is in hand", d.ID, d.Target, d.State))
+			case lifecycle.SupersedeRule.Admits(d.State):
+				superseded = append(superseded, d.ID)
+				d.State, d.NextDue, d.UpdatedAt = lifecycle.StateSuperseded, time.Time{}, e.RecordedAt
+			}
+		}
+		if !slices.Equal(superseded, p.Superseded) && (len(superseded) > 0 || len(p.Superseded) > 0) {
+			return illegalStage(e, next, fmt.Sprintf("it supersedes %v, but %v failed or stalled", p.Superseded, superseded))
+		}
+		next.Deliveries, next.Generation = deliveries, p.Generation
+		if err := addDeliveries(next, e, p.Deliveries, p.NextDue); err != nil {
+			return err
+		}
 	case *journal.MessageRefused:
 		if next.Stage != lifecycle.StageAccepted {
 			return illegalStage(e, next, "only an accepted message is refused", lifecycle.StageAccepted)
@@ -125,6 +160,8 @@ func messageStep(next *Message, e *journal.Event) error {
 		next.Stage, next.Refusal, next.Error = lifecycle.StageRefused, p.Refusal, p.Reason
 	case *journal.MessagePayloadExpunged:
 		return expunge(next, e, p)
+	case *journal.CallbackClaimed, *journal.CallbackAttempted, *journal.CallbackReleased, *journal.CallbackLeaseExpired:
+		return callbackStep(next, e)
 	default:
 		return &IllegalError{Kind: e.Kind(), State: string(next.Stage), Reason: "not a message event"}
 	}
@@ -149,14 +186,18 @@ func addDeliveries(next *Message, e *journal.Event, add []journal.NewDelivery, n
 			return illegalStage(e, next, fmt.Sprintf("delivery %s has seq %d, the next is %d", nd.ID, nd.Seq, len(next.Deliveries)+i+1))
 		case next.Delivery(nd.ID) != nil:
 			return illegalStage(e, next, fmt.Sprintf("delivery %s exists already", nd.ID))
-		case slices.ContainsFunc(next.Deliveries, func(d Delivery) bool { return d.Target == nd.Target }):
-			return illegalStage(e, next, fmt.Sprintf("target %s has a delivery already", nd.Target))
+		case slices.ContainsFunc(next.Deliveries, func(d Delivery) bool { return d.Target == nd.Target && next.Current(&d) }):
+			return illegalStage(e, next, fmt.Sprintf("target %s has a delivery of generation %d already", nd.Target, next.Generation))
+		case nd.LaneSeq > 0 && next.OrderingKey == "":
+			return illegalStage(e, next, fmt.Sprintf("delivery %s is placed in a lane, but the message has no ordering key", nd.ID))
 		}
-		deliveries = append(deliveries, Delivery{
-			ID: nd.ID, MessageID: next.ID, MessageCreatedAt: next.CreatedAt, Seq: nd.Seq, Target: nd.Target,
+		d := Delivery{
+			ID: nd.ID, MessageID: next.ID, MessageCreatedAt: next.CreatedAt, Seq: nd.Seq, Generation: next.Generation, Target: nd.Target,
 			State: lifecycle.StateQueued, DispatchCount: 1, NextDue: nextDue, CreatedAt: e.RecordedAt,
 			UpdatedAt: e.RecordedAt,
-		})
+		}
+		d.enterLane(nd.Lane, next.OrderingKey)
+		deliveries = append(deliveries, d)
 	}
 	next.Deliveries = deliveries
 	return nil
@@ -168,6 +209,13 @@ func applyDelivery(m *Message, e *journal.Event, stamp bool) error {
 	if cur == nil {
 		return &IllegalError{Kind: k, State: string(m.Stage),
 			Reason: fmt.Sprintf("the message has no delivery %s", e.DeliveryID)}
+	}
+	if !m.Current(cur) {
+		// An earlier generation's deliveries are final once it is
+		// superseded: the message moves on in its current generation.
+		return &IllegalError{Kind: k, State: string(cur.State),
+			Reason: fmt.Sprintf("the delivery is of generation %d, the message is at generation %d: only the current generation's deliveries move; resend the message instead",
+				cur.Generation, m.Generation)}
 	}
 	if stamp {
 		e.Target, e.OldState = cur.Target, cur.State
@@ -186,8 +234,10 @@ func applyDelivery(m *Message, e *journal.Event, stamp bool) error {
 			Reason: fmt.Sprintf("recorded to %s, but the fold makes %s", e.NewState, next.State)}
 	}
 	*cur = next
+	was := m.Status
 	m.Version, m.UpdatedAt = e.Version, e.RecordedAt
 	m.settle()
+	m.armCallback(was, e.RecordedAt)
 	return nil
 }
 
@@ -296,13 +346,17 @@ func deliveryStep(d *Delivery, e *journal.Event) error {
 		if p.Positive {
 			d.State = lifecycle.StateDelivered
 		} else {
-			d.State, d.LastError = lifecycle.StateFailed, withDetail("negative receipt", p.Detail)
+			d.State, d.LastError = lifecycle.StateFailed, negativeReceipt(p.Receipt)
 		}
 	case *journal.ReceiptRefused:
 		if d.State == lifecycle.StateAwaitingAck {
 			return illegal("a receipt is awaited: it settles the delivery")
 		}
 		// A refused receipt is kept in the journal and changes nothing.
+		return nil
+	case *journal.ReceiptIntermediate:
+		// An intermediate receipt is kept in the journal and changes
+		// nothing, whatever the state.
 		return nil
 	case *journal.ReceiptTimedOut:
 		if err := against(lifecycle.ReceiptTimeoutRule, "no receipt is awaited", "the receipt is not due until ", d.NextDue); err != nil {
@@ -319,15 +373,53 @@ func deliveryStep(d *Delivery, e *journal.Event) error {
 		if !p.NextDue.After(at) {
 			return illegal("the next wake-up is not after the redelivery")
 		}
+		if p.LaneSeq > 0 && d.LaneSeq == 0 {
+			return illegal("a delivery in no lane cannot join one")
+		}
 		d.State, d.DispatchCount, d.NextDue = lifecycle.StateQueued, p.DispatchCount, p.NextDue
+		if p.LaneSeq > 0 {
+			d.enterLane(p.Lane, d.LaneKey)
+		}
 		d.Redeliveries++
 		d.RedeliveredAt, d.RedeliveredAttempts = at, d.Attempts
 		d.FinishedAt = time.Time{}
+	case *journal.DeliveryUnblocked:
+		if err := against(lifecycle.UnblockRule, "only a blocked delivery is unblocked", "", time.Time{}); err != nil {
+			return err
+		}
+		if !p.NextDue.After(at) {
+			return illegal("the next wake-up is not after the unblocking")
+		}
+		d.State, d.DispatchCount, d.NextDue = lifecycle.StateQueued, p.DispatchCount, p.NextDue
+	case *journal.DeliverySkipped:
+		if err := against(lifecycle.SkipRule, "a delivery being attempted, delivered or skipped is not skipped", "", time.Time{}); err != nil {
+			return err
+		}
+		d.State, d.NextDue, d.DispatchCount, d.FinishedAt = lifecycle.StateSkipped, time.Time{}, 0, at
+	case *journal.DeliveryLaneHeld:
+		if d.LaneSeq == 0 {
+			return illegal("the delivery is in no lane")
+		}
+		// Recorded for the alert; it changes nothing.
+		return nil
 	default:
 		return illegal("not a delivery event")
 	}
 	d.UpdatedAt = at
 	return nil
+}
+
+// enterLane places d in the lane of its target and key at l: blocked behind
+// the lane's head, or queued as before.
+func (d *Delivery) enterLane(l journal.Lane, key string) {
+	if l.LaneSeq == 0 {
+		return
+	}
+	d.LaneKey, d.LaneSeq, d.LaneContinue = key, l.LaneSeq, l.Continue
+	if l.Blocked {
+		// A blocked delivery is not woken: its unblocking queues it.
+		d.State, d.DispatchCount, d.NextDue = lifecycle.StateBlocked, 0, time.Time{}
+	}
 }
 
 func checkClaim(d *Delivery, token uuid.UUID, illegal func(string, ...lifecycle.DeliveryState) error) error {
@@ -338,6 +430,23 @@ func checkClaim(d *Delivery, token uuid.UUID, illegal func(string, ...lifecycle.
 		return illegal("the claim token is not the current claim's")
 	}
 	return nil
+}
+
+// negativeReceipt is the last error of a delivery a negative receipt
+// failed: the receiver's status and code when it gave them, and its detail.
+func negativeReceipt(r journal.Receipt) string {
+	s := "negative receipt"
+	var parts []string
+	if r.Status != "" {
+		parts = append(parts, "status "+r.Status)
+	}
+	if r.Code != "" {
+		parts = append(parts, "code "+r.Code)
+	}
+	if len(parts) > 0 {
+		s += ": " + strings.Join(parts, ", ")
+	}
+	return withDetail(s, r.Detail)
 }
 
 func withDetail(s, detail string) string {

@@ -1,6 +1,7 @@
 package projection_test
 
 import (
+	"errors"
 	"reflect"
 	"strings"
 	"testing"
@@ -139,7 +140,7 @@ func TestAuditSeesOneSnapshot(t *testing.T) {
 		if _, _, err := b.w.Ingest(b.ctx, commands.NewMessage{Source: "erp", From: "a", To: "b", Payload: []byte("w")}); err != nil {
 			t.Error(err)
 		}
-		if _, err := b.w.Redeliver(b.ctx, ms[0].ID, ms[0].Deliveries[0].ID, "admin"); err != nil {
+		if _, err := b.w.Redeliver(b.ctx, ms[0].ID, ms[0].Deliveries[0].ID, commands.Action{Operator: "admin"}); err != nil {
 			t.Error(err)
 		}
 	})
@@ -221,6 +222,24 @@ func TestAuditSharesMeetAtTheirBounds(t *testing.T) {
 		}
 		if missing != len(gone) || orphans != len(ids) || r.Messages != len(ids)-len(gone) || r.Deliveries != len(ids) {
 			t.Fatalf("%d connections: %d missing, %d orphans, %d messages, %d deliveries", conns, missing, orphans, r.Messages, r.Deliveries)
+		}
+	}
+}
+
+// TestLaneCursor: a lane's cursor gives back the key it was made of, any
+// key, and anything else is refused on the field cursor.
+func TestLaneCursor(t *testing.T) {
+	t.Parallel()
+	for _, key := range []string{"p-1", "patient 42/ünï", strings.Repeat("k", lifecycle.MaxOrderingKeyLength)} {
+		got, err := projection.ParseLaneCursor(projection.LaneCursor(key))
+		if err != nil || got != key {
+			t.Errorf("%q: %q, %v", key, got, err)
+		}
+	}
+	for _, bad := range []string{"!", "a=", "%zz"} {
+		var fe *lifecycle.FieldError
+		if _, err := projection.ParseLaneCursor(bad); !errors.As(err, &fe) || fe.Field != "cursor" {
+			t.Errorf("%q: %v", bad, err)
 		}
 	}
 }

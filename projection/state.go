@@ -1,6 +1,8 @@
 package projection
 
 import (
+	"cmp"
+	"slices"
 	"time"
 
 	"github.com/google/uuid"
@@ -19,11 +21,22 @@ type Message struct {
 	To             string
 	ContentType    string
 	IdempotencyKey string
-	PayloadSize    int64
-	PayloadSHA256  string
-	Stage          lifecycle.MessageStage
-	Refusal        lifecycle.Refusal
-	Status         lifecycle.MessageStatus
+	// OrderingKey puts the message's deliveries to fifo targets in lanes.
+	OrderingKey string
+	// DuplicateKey is the sender's identity of the message; a message of
+	// the same source and key before it makes it a PossibleDuplicateOf the
+	// latest such.
+	DuplicateKey        string
+	PossibleDuplicateOf uuid.UUID
+	// Generation counts the message's sends, from 1: a resend or a replay
+	// starts the next. Its status and counts read its current
+	// generation's deliveries only.
+	Generation    int
+	PayloadSize   int64
+	PayloadSHA256 string
+	Stage         lifecycle.MessageStage
+	Refusal       lifecycle.Refusal
+	Status        lifecycle.MessageStatus
 	// Error is the refusal's reason, or the last error of the first failed
 	// delivery, else of the first stalled one.
 	Error string
@@ -38,6 +51,9 @@ type Message struct {
 	PayloadExpunged bool
 	// Deliveries are in Seq order.
 	Deliveries []Delivery
+	// Callback is the message's outcome callback, nil when it has no
+	// callback URL.
+	Callback *Callback
 }
 
 // Delivery is the folded state of one delivery: a row of the deliveries table.
@@ -48,8 +64,17 @@ type Delivery struct {
 	// a target's messages are listed newest first on an index.
 	MessageCreatedAt time.Time
 	Seq              int
-	Target           string
-	State            lifecycle.DeliveryState
+	// Generation is the message's generation the delivery belongs to.
+	Generation int
+	Target     string
+	// LaneKey and LaneSeq place the delivery in the lane of its target and
+	// LaneKey, its message's ordering key, at LaneSeq; a delivery in no
+	// lane has "" and 0. LaneContinue says its failure lets the next of
+	// the lane go (on_failure continue when it was placed).
+	LaneKey      string
+	LaneSeq      int64
+	LaneContinue bool
+	State        lifecycle.DeliveryState
 	// Attempts counts the claims whose attempt started.
 	Attempts int
 	// DispatchCount counts the wake-ups since the last claim.
@@ -93,6 +118,10 @@ func (d *Delivery) Facts() lifecycle.Facts {
 func (m *Message) Clone() *Message {
 	c := *m
 	c.Deliveries = append([]Delivery(nil), m.Deliveries...)
+	if m.Callback != nil {
+		cb := *m.Callback
+		c.Callback = &cb
+	}
 	return &c
 }
 
@@ -104,8 +133,10 @@ func (m *Message) settle() {
 	states := few[:0]
 	m.AttemptCount = 0
 	for _, d := range m.Deliveries {
-		states = append(states, d.State)
-		m.AttemptCount += d.Attempts
+		if d.Generation == m.Generation {
+			states = append(states, d.State)
+			m.AttemptCount += d.Attempts
+		}
 	}
 	m.Status = lifecycle.DeriveStatus(m.Stage, m.Refusal, states)
 	if m.Stage == lifecycle.StageDispatched {
@@ -113,10 +144,36 @@ func (m *Message) settle() {
 	}
 }
 
+// Current reports whether the delivery is of the message's current
+// generation, the one its status and every count read.
+func (m *Message) Current(d *Delivery) bool { return d.Generation == m.Generation }
+
+// NewestFirst returns the message's deliveries newest generation first,
+// each generation's in Seq order: how the API and the console list them,
+// so the deliveries that count come first.
+func (m *Message) NewestFirst() []Delivery {
+	out := slices.Clone(m.Deliveries)
+	slices.SortStableFunc(out, func(a, b Delivery) int { return cmp.Compare(b.Generation, a.Generation) })
+	return out
+}
+
+// CurrentTargets lists the targets of the message's current generation,
+// in name order: what a resend sends to, all of them or a subset.
+func (m *Message) CurrentTargets() []string {
+	var out []string
+	for i := range m.Deliveries {
+		if d := &m.Deliveries[i]; m.Current(d) {
+			out = append(out, d.Target)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
 func (m *Message) firstError() string {
 	for _, want := range []lifecycle.DeliveryState{lifecycle.StateFailed, lifecycle.StateStalled} {
 		for _, d := range m.Deliveries {
-			if d.State == want {
+			if d.State == want && m.Current(&d) {
 				return d.LastError
 			}
 		}

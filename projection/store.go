@@ -19,10 +19,12 @@ import (
 var ErrNotFound = errors.New("not found")
 
 const messageColumns = `m.id, m.version, m.source, m.from_party, m.to_party, m.content_type,
-	coalesce(m.idempotency_key, ''), m.payload_size, m.payload_sha256, m.stage, coalesce(m.refusal, ''),
+	coalesce(m.idempotency_key, ''), coalesce(m.ordering_key, ''), coalesce(m.duplicate_key, ''),
+	coalesce(m.possible_duplicate_of, '00000000-0000-0000-0000-000000000000'), m.generation, m.payload_size, m.payload_sha256, m.stage, coalesce(m.refusal, ''),
 	m.status, m.error, m.attempt_count, m.created_at, m.updated_at, m.payload_expunged`
 
-const deliveryColumns = `d.id, d.message_id, d.message_created_at, d.seq, d.target, d.state, d.attempts,
+const deliveryColumns = `d.id, d.message_id, d.message_created_at, d.seq, d.generation, d.target, d.lane_key, d.lane_seq,
+	d.lane_continue, d.state, d.attempts,
 	d.dispatch_count, d.redeliveries, d.redelivered_at, d.redelivered_attempts, d.next_due, d.claim_token,
 	d.lease_end, d.last_error, d.created_at, d.updated_at, d.finished_at`
 
@@ -34,6 +36,9 @@ func Load(ctx context.Context, q journal.Querier, id uuid.UUID) (*Message, error
 	if err == nil && len(ms) == 0 {
 		err = ErrNotFound
 	}
+	if err == nil {
+		err = loadCallbacks(ctx, q, ms)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("load message %s: %w", id, err)
 	}
@@ -43,7 +48,10 @@ func Load(ctx context.Context, q journal.Querier, id uuid.UUID) (*Message, error
 // LoadMany reads the messages with the ids, each with all its deliveries,
 // in id order; ids with no message are left out.
 func LoadMany(ctx context.Context, q journal.Querier, ids []uuid.UUID) ([]*Message, error) {
-	ms, err := loadAll(ctx, q, loadManySQL, ids, []uuid.UUID{})
+	ms, err := loadAll(ctx, q, loadManySQL, ids, []uuid.UUID{}, false)
+	if err == nil {
+		err = loadCallbacks(ctx, q, ms)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("load %d messages: %w", len(ids), err)
 	}
@@ -54,8 +62,8 @@ func LoadMany(ctx context.Context, q journal.Querier, ids []uuid.UUID) ([]*Messa
 // rows of the messages named by id or by one of their deliveries' ids (FOR
 // UPDATE, in id order, so two transactions locking overlapping sets never
 // wait for each other in a cycle), and then their read as LoadMany reads
-// them. The returned function gives the messages, in id order, once the
-// batch is read; ids with no message are left out.
+// them, callbacks included. The returned function gives the messages, in id
+// order, once the batch is read; ids with no message are left out.
 //
 // The lock and the read are two statements. In READ COMMITTED each takes
 // its own snapshot, so the read, which starts once the locks are held, sees
@@ -66,33 +74,52 @@ func LoadMany(ctx context.Context, q journal.Querier, ids []uuid.UUID) ([]*Messa
 func LoadLocked(b *pgx.Batch, messageIDs, deliveryIDs []uuid.UUID) func() []*Message {
 	var ms []*Message
 	b.Queue(lockedIDs+`SELECT FROM ids, LATERAL (SELECT FROM messages m WHERE m.id = ids.id FOR UPDATE) l`,
-		messageIDs, deliveryIDs)
-	b.Queue(loadManySQL, messageIDs, deliveryIDs).Query(func(rows pgx.Rows) error {
+		messageIDs, deliveryIDs, true)
+	b.Queue(loadManySQL, messageIDs, deliveryIDs, true).Query(func(rows pgx.Rows) error {
 		var err error
 		ms, err = scanAll(rows)
 		return err
 	})
+	b.Queue(loadCallbacksSQL, messageIDs, deliveryIDs, true).Query(func(rows pgx.Rows) error { return attachCallbacks(rows, ms) })
 	return func() []*Message { return ms }
 }
 
 // lockedIDs is the sorted ids of the messages named by id ($1) or by one of
-// their deliveries' ids ($2). Every lookup is one equality on a key, in a
-// subquery that OFFSET 0 keeps from being flattened into a join, so that
-// the plan is an index lookup per id whatever the planner guesses of the
-// arrays' and the tables' sizes; with "= ANY(array)" a plan made while the
-// tables were small scans them whole.
-const lockedIDs = `WITH ids AS MATERIALIZED (
+// their deliveries' ids ($2), and of the messages of the deliveries first
+// waiting in the lanes of those deliveries (and, when $3, of every delivery
+// of a message named by id): a command that settles a lane's head lets the
+// next one go in the same transaction, so it must hold that message too,
+// locked in the same order as the rest. Every lookup is one
+// equality on a key, in a subquery that OFFSET 0 keeps from being
+// flattened into a join, so that the plan is an index lookup per id
+// whatever the planner guesses of the arrays' and the tables' sizes; with
+// "= ANY(array)" a plan made while the tables were small scans them whole.
+var lockedIDs = `WITH ids AS MATERIALIZED (
 		SELECT id FROM (
 			SELECT id FROM unnest($1::uuid[]) AS k(id)
 			UNION
 			SELECT w.message_id FROM unnest($2::uuid[]) AS k(id),
 				LATERAL (SELECT w.message_id FROM deliveries w WHERE w.id = k.id OFFSET 0) w
+			UNION
+			SELECT n.message_id FROM unnest($2::uuid[]) AS k(id),
+				LATERAL (SELECT w.target, w.lane_key FROM deliveries w WHERE w.id = k.id AND w.lane_key IS NOT NULL OFFSET 0) w,
+				LATERAL (` + firstWaiting + `) n
+			UNION
+			SELECT n.message_id FROM unnest($1::uuid[]) AS k(id),
+				LATERAL (SELECT DISTINCT w.target, w.lane_key FROM deliveries w
+					WHERE $3::bool AND w.message_id = k.id AND w.lane_key IS NOT NULL OFFSET 0) w,
+				LATERAL (` + firstWaiting + `) n
 		) u ORDER BY id)
 	`
 
+// firstWaiting is the message of the first delivery waiting in the lane of
+// w (target, lane_key).
+var firstWaiting = `SELECT n.message_id FROM deliveries n WHERE n.target = w.target AND n.lane_key = w.lane_key
+					AND ` + laneWaitingSQL + ` ORDER BY n.lane_seq LIMIT 1`
+
 // loadManySQL reads the messages of lockedIDs with their deliveries, in id
 // and then sequence order.
-const loadManySQL = lockedIDs + `SELECT r.* FROM ids, LATERAL (SELECT ` + messageColumns + `, ` + deliveryColumns + `
+var loadManySQL = lockedIDs + `SELECT r.* FROM ids, LATERAL (SELECT ` + messageColumns + `, ` + deliveryColumns + `
 		FROM messages m LEFT JOIN deliveries d ON d.message_id = m.id
 		WHERE m.id = ids.id ORDER BY d.seq OFFSET 0) r`
 
@@ -136,8 +163,8 @@ func scanAll(rows pgx.Rows) ([]*Message, error) {
 
 // scanDest lists the fields in messageColumns order.
 func (m *Message) scanDest() []any {
-	return []any{&m.ID, &m.Version, &m.Source, &m.From, &m.To, &m.ContentType, &m.IdempotencyKey,
-		&m.PayloadSize, &m.PayloadSHA256, &m.Stage, &m.Refusal, &m.Status, &m.Error, &m.AttemptCount,
+	return []any{&m.ID, &m.Version, &m.Source, &m.From, &m.To, &m.ContentType, &m.IdempotencyKey, &m.OrderingKey,
+		&m.DuplicateKey, &m.PossibleDuplicateOf, &m.Generation, &m.PayloadSize, &m.PayloadSHA256, &m.Stage, &m.Refusal, &m.Status, &m.Error, &m.AttemptCount,
 		&m.CreatedAt, &m.UpdatedAt, &m.PayloadExpunged}
 }
 
@@ -150,15 +177,18 @@ func (m *Message) normalize() {
 type deliveryRow struct {
 	id, messageID, claimToken                    pgtype.UUID
 	seq, attempts, dispatchCount, redeliver      pgtype.Int4
+	generation                                   pgtype.Int4
 	redeliveredAttempts                          pgtype.Int4
-	target, state, lastError                     pgtype.Text
+	target, state, lastError, laneKey            pgtype.Text
+	laneSeq                                      pgtype.Int8
+	laneContinue                                 pgtype.Bool
 	nextDue, leaseEnd, finishedAt, redeliveredAt pgtype.Timestamptz
 	messageCreatedAt, createdAt, updatedAt       pgtype.Timestamptz
 }
 
 // scanDest lists the fields in deliveryColumns order.
 func (r *deliveryRow) scanDest() []any {
-	return []any{&r.id, &r.messageID, &r.messageCreatedAt, &r.seq, &r.target, &r.state, &r.attempts,
+	return []any{&r.id, &r.messageID, &r.messageCreatedAt, &r.seq, &r.generation, &r.target, &r.laneKey, &r.laneSeq, &r.laneContinue, &r.state, &r.attempts,
 		&r.dispatchCount, &r.redeliver, &r.redeliveredAt, &r.redeliveredAttempts, &r.nextDue, &r.claimToken,
 		&r.leaseEnd, &r.lastError, &r.createdAt, &r.updatedAt, &r.finishedAt}
 }
@@ -166,8 +196,10 @@ func (r *deliveryRow) scanDest() []any {
 func (r *deliveryRow) delivery() Delivery {
 	return Delivery{
 		ID: r.id.Bytes, MessageID: r.messageID.Bytes, MessageCreatedAt: timeOf(r.messageCreatedAt),
-		Seq: int(r.seq.Int32), Target: r.target.String, State: lifecycle.DeliveryState(r.state.String),
-		Attempts: int(r.attempts.Int32), DispatchCount: int(r.dispatchCount.Int32), Redeliveries: int(r.redeliver.Int32),
+		Seq: int(r.seq.Int32), Generation: int(r.generation.Int32), Target: r.target.String, LaneKey: r.laneKey.String, LaneSeq: r.laneSeq.Int64,
+		LaneContinue: r.laneContinue.Bool,
+		State:        lifecycle.DeliveryState(r.state.String),
+		Attempts:     int(r.attempts.Int32), DispatchCount: int(r.dispatchCount.Int32), Redeliveries: int(r.redeliver.Int32),
 		RedeliveredAt: timeOf(r.redeliveredAt), RedeliveredAttempts: int(r.redeliveredAttempts.Int32),
 		NextDue: timeOf(r.nextDue), ClaimToken: r.claimToken.Bytes, LeaseEnd: timeOf(r.leaseEnd),
 		LastError: r.lastError.String, CreatedAt: timeOf(r.createdAt), UpdatedAt: timeOf(r.updatedAt),
@@ -189,20 +221,25 @@ type Write struct {
 	Before  *Message
 	Message *Message
 	Touched []uuid.UUID
+	// Events are the events that made Message of Before; the
+	// correlations follow from them.
+	Events []journal.Event
 }
 
 // Queue queues on b the statements that store the writes, each message at
 // most once: a new message inserted, an existing one updated where it still
 // has the version read (which locks it), the touched deliveries of all
-// upserted in one statement, and last the changes to the counts of
-// deliveries by state. An update that finds the row at another version
+// upserted in one statement, the callbacks and correlations the writes
+// changed, the lanes they moved (upserted, or deleted once empty), and
+// last the changes to the counts of deliveries by state. An update that
+// finds the row at another version
 // fails the transaction with a serialization failure, so a command that
 // read a stale state reads again.
 //
 // The counts come last so that a transaction holds its shard's rows only
 // while it commits: every lock it may wait for (a message row, an
 // idempotency key) it has taken before.
-func Queue(b *pgx.Batch, writes ...Write) {
+func Queue(b *pgx.Batch, lanes []Lane, writes ...Write) {
 	var created, changed deliveryColumnsOf
 	seen := map[uuid.UUID]bool{}
 	counts := map[lifecycle.DeliveryState]int64{}
@@ -212,12 +249,13 @@ func Queue(b *pgx.Batch, writes ...Write) {
 		if w.Before == nil {
 			d = &created
 			b.Queue(insertMessageSQL, m.ID, m.Version, m.Source, m.From, m.To, m.ContentType,
-				nullString(m.IdempotencyKey), m.PayloadSize, m.PayloadSHA256, m.Stage,
-				nullString(string(m.Refusal)), m.Status, m.Error, len(m.Deliveries), m.AttemptCount,
+				nullString(m.IdempotencyKey), nullString(m.OrderingKey), nullString(m.DuplicateKey),
+				pgUUID(m.PossibleDuplicateOf), m.Generation, m.PayloadSize, m.PayloadSHA256, m.Stage,
+				nullString(string(m.Refusal)), m.Status, m.Error, m.currentDeliveries(), m.AttemptCount,
 				m.CreatedAt, m.UpdatedAt)
 		} else {
 			b.Queue(updateMessageSQL, m.ID, w.Before.Version, m.Version, m.Stage, nullString(string(m.Refusal)),
-				m.Status, m.Error, len(m.Deliveries), m.AttemptCount, m.UpdatedAt, m.PayloadExpunged)
+				m.Status, m.Error, m.currentDeliveries(), m.AttemptCount, m.UpdatedAt, m.Generation, m.PayloadExpunged)
 		}
 		for _, id := range w.Touched {
 			dl := m.Delivery(id)
@@ -226,19 +264,13 @@ func Queue(b *pgx.Batch, writes ...Write) {
 			}
 			seen[id] = true
 			d.add(dl)
-			var was lifecycle.DeliveryState
-			if w.Before != nil {
-				if old := w.Before.Delivery(id); old != nil {
-					was = old.State
-				}
-			}
-			if was != dl.State {
-				counts[dl.State]++
-				if was != "" {
-					counts[was]--
-				}
-			}
 		}
+		// The counts hold the current generation's deliveries: a new
+		// generation takes the last one's out of them.
+		if w.Before != nil {
+			w.Before.countInto(counts, -1)
+		}
+		m.countInto(counts, 1)
 	}
 	if len(created.id) > 0 {
 		b.Queue(insertDeliveriesSQL, created.args()...)
@@ -246,7 +278,31 @@ func Queue(b *pgx.Batch, writes ...Write) {
 	if len(changed.id) > 0 {
 		b.Queue(insertDeliveriesSQL+upsertDeliveriesSQL, changed.args()...)
 	}
+	queueCallbacks(b, writes)
+	queueCorrelations(b, writes)
+	queueLanes(b, lanes)
 	queueCounts(b, counts)
+}
+
+// countInto adds sign times the message's current deliveries, by state,
+// to counts.
+func (m *Message) countInto(counts map[lifecycle.DeliveryState]int64, sign int64) {
+	for i := range m.Deliveries {
+		if d := &m.Deliveries[i]; m.Current(d) {
+			counts[d.State] += sign
+		}
+	}
+}
+
+// currentDeliveries counts the deliveries of the current generation.
+func (m *Message) currentDeliveries() int {
+	n := 0
+	for i := range m.Deliveries {
+		if m.Current(&m.Deliveries[i]) {
+			n++
+		}
+	}
+	return n
 }
 
 // queueCounts adds the changes to the counts of deliveries by state to the
@@ -281,8 +337,8 @@ const addCountsSQL = `INSERT INTO delivery_counts (shard, state, n)
 // state; the returned function gives them, every state present, once the
 // batch is read. It reads the kept counts, a few rows, not the deliveries.
 func QueueCounts(b *pgx.Batch) func() map[lifecycle.DeliveryState]int64 {
-	out := make(map[lifecycle.DeliveryState]int64, len(lifecycle.DeliveryStates))
-	for _, s := range lifecycle.DeliveryStates {
+	out := make(map[lifecycle.DeliveryState]int64, len(lifecycle.CountedStates))
+	for _, s := range lifecycle.CountedStates {
 		out[s] = 0
 	}
 	b.Queue(countsSQL).Query(func(rows pgx.Rows) error { return scanCounts(rows, out) })
@@ -322,30 +378,33 @@ func scanCounts(rows pgx.Rows, counts map[lifecycle.DeliveryState]int64) error {
 // insertMessageSQL leaves payload_expunged to its default, false: a new
 // message has its payload.
 const insertMessageSQL = `INSERT INTO messages (id, version, source, from_party, to_party, content_type,
-	idempotency_key, payload_size, payload_sha256, stage, refusal, status, error, delivery_count,
-	attempt_count, created_at, updated_at)
-	VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17)`
+	idempotency_key, ordering_key, duplicate_key, possible_duplicate_of, generation, payload_size, payload_sha256,
+	stage, refusal, status, error, delivery_count, attempt_count, created_at, updated_at)
+	VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21)`
 
 // updateMessageSQL updates one message: one statement per message, as an
 // UPDATE joined to an array of rows is planned anew on every call.
 const updateMessageSQL = `WITH updated AS (
 		UPDATE messages SET version = $3, stage = $4, refusal = $5, status = $6, error = $7,
-			delivery_count = $8, attempt_count = $9, updated_at = $10, payload_expunged = $11
+			delivery_count = $8, attempt_count = $9, updated_at = $10, generation = $11, payload_expunged = $12
 		WHERE id = $1 AND version = $2 RETURNING id)
 	SELECT projection_expect_row((SELECT count(*) FROM updated), $1::uuid, $2::int)`
 
-const insertDeliveriesSQL = `INSERT INTO deliveries (id, message_id, message_created_at, seq, target, state,
-	attempts, dispatch_count, redeliveries, redelivered_at, redelivered_attempts, next_due, claim_token,
-	lease_end, last_error, created_at, updated_at, finished_at)
-	SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::timestamptz[], $4::int[], $5::text[], $6::text[],
-		$7::int[], $8::int[], $9::int[], $10::timestamptz[], $11::int[], $12::timestamptz[], $13::uuid[],
-		$14::timestamptz[], $15::text[], $16::timestamptz[], $17::timestamptz[], $18::timestamptz[])`
+const insertDeliveriesSQL = `INSERT INTO deliveries (id, message_id, message_created_at, seq, generation, target,
+	lane_key, lane_seq, lane_continue, state, attempts, dispatch_count, redeliveries, redelivered_at,
+	redelivered_attempts, next_due, claim_token, lease_end, last_error, created_at, updated_at, finished_at)
+	SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::timestamptz[], $4::int[], $5::int[], $6::text[], $7::text[],
+		$8::bigint[], $9::bool[], $10::text[], $11::int[], $12::int[], $13::int[], $14::timestamptz[], $15::int[],
+		$16::timestamptz[], $17::uuid[], $18::timestamptz[], $19::text[], $20::timestamptz[], $21::timestamptz[],
+		$22::timestamptz[])`
 
 // upsertDeliveriesSQL makes insertDeliveriesSQL update the rows there
 // already. The deliveries of a new message are inserted without it: an
 // insert that checks for a conflict costs several times a plain one.
 const upsertDeliveriesSQL = `
-	ON CONFLICT (id) DO UPDATE SET state = excluded.state, attempts = excluded.attempts,
+	ON CONFLICT (id) DO UPDATE SET lane_key = excluded.lane_key, lane_seq = excluded.lane_seq,
+		lane_continue = excluded.lane_continue,
+		state = excluded.state, attempts = excluded.attempts,
 		dispatch_count = excluded.dispatch_count, redeliveries = excluded.redeliveries,
 		redelivered_at = excluded.redelivered_at, redelivered_attempts = excluded.redelivered_attempts,
 		next_due = excluded.next_due, claim_token = excluded.claim_token, lease_end = excluded.lease_end,
@@ -355,8 +414,12 @@ const upsertDeliveriesSQL = `
 type deliveryColumnsOf struct {
 	id, messageID, claimToken                    []pgtype.UUID
 	seq, attempts, dispatches, redelivs          []int32
+	generation                                   []int32
 	redeliveredAttempts                          []int32
 	target, state, lastError                     []string
+	laneKey                                      []pgtype.Text
+	laneSeq                                      []int64
+	laneContinue                                 []bool
 	nextDue, leaseEnd, finishedAt, redeliveredAt []pgtype.Timestamptz
 	messageCreatedAt, createdAt, updatedAt       []time.Time
 }
@@ -366,7 +429,11 @@ func (c *deliveryColumnsOf) add(d *Delivery) {
 	c.messageID = append(c.messageID, pgUUID(d.MessageID))
 	c.messageCreatedAt = append(c.messageCreatedAt, d.MessageCreatedAt)
 	c.seq = append(c.seq, int32(d.Seq))
+	c.generation = append(c.generation, int32(d.Generation))
 	c.target = append(c.target, d.Target)
+	c.laneKey = append(c.laneKey, pgtype.Text{String: d.LaneKey, Valid: d.LaneKey != ""})
+	c.laneSeq = append(c.laneSeq, d.LaneSeq)
+	c.laneContinue = append(c.laneContinue, d.LaneContinue)
 	c.state = append(c.state, string(d.State))
 	c.attempts = append(c.attempts, int32(d.Attempts))
 	c.dispatches = append(c.dispatches, int32(d.DispatchCount))
@@ -383,7 +450,7 @@ func (c *deliveryColumnsOf) add(d *Delivery) {
 }
 
 func (c *deliveryColumnsOf) args() []any {
-	return []any{c.id, c.messageID, c.messageCreatedAt, c.seq, c.target, c.state, c.attempts, c.dispatches,
+	return []any{c.id, c.messageID, c.messageCreatedAt, c.seq, c.generation, c.target, c.laneKey, c.laneSeq, c.laneContinue, c.state, c.attempts, c.dispatches,
 		c.redelivs, c.redeliveredAt, c.redeliveredAttempts, c.nextDue, c.claimToken, c.leaseEnd, c.lastError,
 		c.createdAt, c.updatedAt, c.finishedAt}
 }

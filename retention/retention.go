@@ -294,10 +294,11 @@ func (r *Retention) expunge(ctx context.Context, rs lifecycle.Retention, res *Re
 			if err != nil {
 				return err
 			}
-			// A short query is the last; so is one in which nothing was
-			// due any more, or the same ids would come back at once.
+			// A short query is the status's last; so is one in which
+			// nothing was due any more, or the same ids would come back
+			// at once.
 			if len(ids) < r.cfg.Expunges || done.Load() == 0 {
-				return nil
+				break
 			}
 			if err := r.pause(ctx, began); err != nil {
 				return err

@@ -256,7 +256,7 @@ func TestPeriodsCountFromTheLastTransition(t *testing.T) {
 	}
 	b.clock.Advance(30 * time.Minute)
 	d := redelivered.Deliveries[0].ID
-	if _, err := b.w.Redeliver(b.ctx, redelivered.ID, d, "ops"); err != nil {
+	if _, err := b.w.Redeliver(b.ctx, redelivered.ID, d, commands.Action{Operator: "ops"}); err != nil {
 		t.Fatal(err)
 	}
 	b.attempt(t, d, lifecycle.Delivered("200"))
@@ -566,6 +566,29 @@ func TestFeedHoldsRemovals(t *testing.T) {
 		t.Fatalf("every group past it: %+v, %v", r, err)
 	}
 	b.audit(t)
+}
+
+// TestEveryStatusIsExpunged: one pass expunges the due payloads of every
+// status that lets it, not only of the first.
+func TestEveryStatusIsExpunged(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.retain(t, time.Second, 0, 0)
+	delivered := b.settle(t, lifecycle.Delivered("200"))
+	// No route takes crm's messages: not_routed.
+	notRouted, _, err := b.w.Ingest(b.ctx, commands.NewMessage{Source: "crm", From: "acme", To: "globex", Payload: []byte("hello")})
+	if err != nil || notRouted.Status != lifecycle.StatusNotRouted {
+		t.Fatalf("ingest: %v, %v", notRouted, err)
+	}
+	b.clock.Advance(time.Second)
+	if r := b.pass(t); r.Expunged != 2 {
+		t.Errorf("pass: %+v", r)
+	}
+	for _, id := range []uuid.UUID{delivered.ID, notRouted.ID} {
+		if live, payload := b.live(t, id); !live || payload {
+			t.Errorf("message %s: live %v, payload %v", id, live, payload)
+		}
+	}
 }
 
 // TestOneProcessAtATime: while another session holds the lease, a pass

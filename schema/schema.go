@@ -14,8 +14,8 @@ import (
 // The versions of the two parts this code reads and writes. Raise one when
 // its tables change: a database of the old version then refuses to start.
 const (
-	JournalVersion    = 3
-	ProjectionVersion = 3
+	JournalVersion    = 4
+	ProjectionVersion = 6
 )
 
 // The parts, as recorded in schema_version.
@@ -161,6 +161,10 @@ CREATE TABLE IF NOT EXISTS messages (
 	to_party        text        NOT NULL,
 	content_type    text        NOT NULL,
 	idempotency_key text,
+	ordering_key    text,
+	duplicate_key   text,
+	possible_duplicate_of uuid,
+	generation      int         NOT NULL DEFAULT 1,
 	payload_size    bigint      NOT NULL,
 	payload_sha256  text        NOT NULL,
 	stage           text        NOT NULL,
@@ -191,7 +195,11 @@ CREATE TABLE IF NOT EXISTS deliveries (
 	message_id           uuid        NOT NULL,
 	message_created_at   timestamptz NOT NULL,
 	seq                  int         NOT NULL,
+	generation           int         NOT NULL DEFAULT 1,
 	target               text        NOT NULL,
+	lane_key             text,
+	lane_seq             bigint      NOT NULL DEFAULT 0,
+	lane_continue        bool        NOT NULL DEFAULT false,
 	state                text        NOT NULL,
 	attempts             int         NOT NULL,
 	dispatch_count       int         NOT NULL,
@@ -212,11 +220,60 @@ CREATE TABLE IF NOT EXISTS deliveries (
 -- changes to the rows of one shard (its backend's), so concurrent writers
 -- rarely wait for each other on a row; a state's count is the sum over
 -- its shards.
+-- The lanes of fifo targets that hold work: the delivery at the head (the
+-- one a worker may take) and how many wait behind it, blocked. A lane with
+-- no head and nothing waiting has no row. Kept by the projector from the
+-- journal, like messages and deliveries.
+CREATE TABLE IF NOT EXISTS lanes (
+	target           text        NOT NULL,
+	ordering_key     text        NOT NULL,
+	last_seq         bigint      NOT NULL,
+	head_delivery_id uuid,
+	head_message_id  uuid,
+	head_since       timestamptz,
+	head_settled     bool        NOT NULL,
+	waiting          bigint      NOT NULL,
+	waiting_since    timestamptz,
+	held             bool        NOT NULL
+);
+
 CREATE TABLE IF NOT EXISTS delivery_counts (
 	shard int    NOT NULL,
 	state text   NOT NULL,
 	n     bigint NOT NULL,
 	PRIMARY KEY (shard, state)
+);
+
+-- A receiver's own id for a message names one delivery per target: the
+-- newest hand-over that took it. consumed is set by the first final
+-- receipt by the id, so a second one is refused.
+-- A message's outcome callback, one row per message with a callback URL:
+-- the state (a delivery's) of the call for its latest settlement, and what
+-- the call says (the status, the time and the deliveries as it settled);
+-- status, state and the rest are NULL until the first settlement.
+CREATE TABLE IF NOT EXISTS callbacks (
+	message_id  uuid        NOT NULL,
+	url         text        NOT NULL,
+	seq         int         NOT NULL,
+	status      text,
+	settled_at  timestamptz,
+	deliveries  jsonb,
+	state       text,
+	attempts    int         NOT NULL,
+	next_due    timestamptz,
+	claim_token uuid,
+	lease_end   timestamptz,
+	last_error  text        NOT NULL,
+	updated_at  timestamptz NOT NULL,
+	finished_at timestamptz
+);
+
+CREATE TABLE IF NOT EXISTS correlations (
+	target      text    NOT NULL,
+	external_id text    NOT NULL,
+	delivery_id uuid    NOT NULL,
+	message_id  uuid    NOT NULL,
+	consumed    boolean NOT NULL
 );
 `
 
@@ -239,6 +296,15 @@ BEGIN
 	IF NOT EXISTS (SELECT FROM pg_constraint WHERE conrelid = 'deliveries'::regclass AND conname = 'deliveries_message_seq') THEN
 		ALTER TABLE deliveries ADD CONSTRAINT deliveries_message_seq UNIQUE (message_id, seq);
 	END IF;
+	IF NOT EXISTS (SELECT FROM pg_constraint WHERE conrelid = 'lanes'::regclass AND conname = 'lanes_pkey') THEN
+		ALTER TABLE lanes ADD CONSTRAINT lanes_pkey PRIMARY KEY (target, ordering_key);
+	END IF;
+	IF NOT EXISTS (SELECT FROM pg_constraint WHERE conrelid = 'callbacks'::regclass AND conname = 'callbacks_pkey') THEN
+		ALTER TABLE callbacks ADD CONSTRAINT callbacks_pkey PRIMARY KEY (message_id);
+	END IF;
+	IF NOT EXISTS (SELECT FROM pg_constraint WHERE conrelid = 'correlations'::regclass AND conname = 'correlations_pkey') THEN
+		ALTER TABLE correlations ADD CONSTRAINT correlations_pkey PRIMARY KEY (target, external_id);
+	END IF;
 END $$;
 CREATE INDEX IF NOT EXISTS messages_created ON messages (created_at DESC, id DESC);
 CREATE INDEX IF NOT EXISTS messages_status_created ON messages (status, created_at DESC, id DESC);
@@ -248,6 +314,21 @@ CREATE INDEX IF NOT EXISTS messages_source_created ON messages (source, created_
 -- changes, so message updates that keep the status stay HOT.
 CREATE INDEX IF NOT EXISTS messages_payload_held ON messages (status, created_at, id)
 	WHERE NOT payload_expunged AND ` + lifecycle.StatusesSQL("status", lifecycle.ExpungeStatuses()) + `;
+CREATE INDEX IF NOT EXISTS messages_ordering_key_created ON messages (ordering_key, created_at DESC, id DESC)
+	WHERE ordering_key IS NOT NULL;
+-- The latest earlier message of a source with a duplicate key, found at
+-- ingest; and the possible duplicates, newest first.
+CREATE INDEX IF NOT EXISTS messages_duplicate_key ON messages (source, duplicate_key, created_at DESC)
+	WHERE duplicate_key IS NOT NULL;
+CREATE INDEX IF NOT EXISTS messages_possible_duplicate_created ON messages (created_at DESC, id DESC)
+	WHERE possible_duplicate_of IS NOT NULL;
+-- A lane's blocked deliveries in their order: the next one to unblock is the
+-- first. It holds only blocked deliveries, so a long wait costs other lanes
+-- nothing.
+CREATE INDEX IF NOT EXISTS deliveries_lane ON deliveries (target, lane_key, lane_seq)
+	WHERE ` + lifecycle.UnblockRule.StatesSQL("") + `;
+-- The lanes with deliveries waiting, for the lanes list and the sweep.
+CREATE INDEX IF NOT EXISTS lanes_waiting ON lanes (target, ordering_key) WHERE waiting > 0;
 CREATE INDEX IF NOT EXISTS deliveries_due ON deliveries (state, next_due) WHERE next_due IS NOT NULL;
 CREATE INDEX IF NOT EXISTS deliveries_lease ON deliveries (lease_end) WHERE ` + lifecycle.LeaseExpiryRule.StatesSQL("") + `;
 -- A target's messages, newest first, for GET /messages?target=: one
@@ -258,6 +339,10 @@ CREATE INDEX IF NOT EXISTS deliveries_target_message ON deliveries (target, mess
 -- worker may take, so its size is the work in flight, not the history.
 CREATE INDEX IF NOT EXISTS deliveries_claimable ON deliveries (target, (coalesce(next_due, lease_end, updated_at)))
 	WHERE ` + lifecycle.CatchUpRule.StatesSQL("") + `;
+-- The callback worker takes the due callbacks oldest first: only those
+-- in a state it may take are here.
+CREATE INDEX IF NOT EXISTS callbacks_due ON callbacks ((coalesce(next_due, lease_end)))
+	WHERE ` + lifecycle.CallbackCatchUpRule.StatesSQL("") + `;
 `
 
 // ensureLock serialises concurrent Ensure calls: CREATE … IF NOT EXISTS
@@ -288,6 +373,12 @@ func Ensure(ctx context.Context, db *pgxpool.Pool) error {
 		}
 		if _, err := tx.Exec(ctx, tokensDDL); err != nil {
 			return fmt.Errorf("create tokens table: %w", err)
+		}
+		if _, err := tx.Exec(ctx, sessionsDDL); err != nil {
+			return fmt.Errorf("create console sessions table: %w", err)
+		}
+		if _, err := tx.Exec(ctx, sourcesDDL); err != nil {
+			return fmt.Errorf("create sources tables: %w", err)
 		}
 		if _, err := tx.Exec(ctx, projectionTablesDDL); err != nil {
 			return fmt.Errorf("create projection tables: %w", err)
@@ -334,7 +425,7 @@ func RecreateProjections(ctx context.Context, db *pgxpool.Pool, load func(pgx.Tx
 		if err := checkVersion(ctx, tx, PartJournal, JournalVersion); err != nil {
 			return err
 		}
-		if _, err := tx.Exec(ctx, `DROP TABLE IF EXISTS messages, deliveries, delivery_counts;
+		if _, err := tx.Exec(ctx, `DROP TABLE IF EXISTS messages, deliveries, delivery_counts, lanes, callbacks, correlations;
 			DELETE FROM schema_version WHERE part = 'projections'`); err != nil {
 			return fmt.Errorf("drop projection tables: %w", err)
 		}
@@ -359,7 +450,7 @@ func RecreateProjections(ctx context.Context, db *pgxpool.Pool, load func(pgx.Tx
 // version; the journal, the payloads and the configuration stay. The next
 // Ensure creates them empty, for a rebuild to fill.
 func ResetProjections(ctx context.Context, db *pgxpool.Pool) error {
-	_, err := db.Exec(ctx, `DROP TABLE IF EXISTS messages, deliveries, delivery_counts;
+	_, err := db.Exec(ctx, `DROP TABLE IF EXISTS messages, deliveries, delivery_counts, lanes, callbacks, correlations;
 		`+versionDDL+`;
 		DELETE FROM schema_version WHERE part = 'projections'`)
 	if err != nil {

@@ -102,7 +102,8 @@ func TestAlertsSurviveAProjectionReset(t *testing.T) {
 const legacyProjectionDDL = `
 CREATE TABLE messages (
 	id uuid PRIMARY KEY, version int NOT NULL, source text NOT NULL, from_party text NOT NULL,
-	to_party text NOT NULL, content_type text NOT NULL, idempotency_key text, payload_size bigint NOT NULL,
+	to_party text NOT NULL, content_type text NOT NULL, idempotency_key text, ordering_key text, duplicate_key text,
+	possible_duplicate_of uuid, generation int NOT NULL DEFAULT 1, payload_size bigint NOT NULL,
 	payload_sha256 text NOT NULL, stage text NOT NULL, refusal text, status text NOT NULL, error text NOT NULL,
 	delivery_count int NOT NULL, attempt_count int NOT NULL, created_at timestamptz NOT NULL,
 	updated_at timestamptz NOT NULL, payload_expunged boolean NOT NULL DEFAULT false,
@@ -111,8 +112,13 @@ CREATE TABLE messages (
 CREATE INDEX messages_created ON messages (created_at DESC, id DESC);
 CREATE INDEX messages_status_created ON messages (status, created_at DESC, id DESC);
 CREATE INDEX messages_source_created ON messages (source, created_at DESC, id DESC);
+CREATE INDEX messages_ordering_key_created ON messages (ordering_key, created_at DESC, id DESC) WHERE ordering_key IS NOT NULL;
+CREATE INDEX messages_duplicate_key ON messages (source, duplicate_key, created_at DESC) WHERE duplicate_key IS NOT NULL;
+CREATE INDEX messages_possible_duplicate_created ON messages (created_at DESC, id DESC) WHERE possible_duplicate_of IS NOT NULL;
 CREATE TABLE deliveries (
-	id uuid PRIMARY KEY, message_id uuid NOT NULL, message_created_at timestamptz NOT NULL, seq int NOT NULL, target text NOT NULL, state text NOT NULL,
+	id uuid PRIMARY KEY, message_id uuid NOT NULL, message_created_at timestamptz NOT NULL, seq int NOT NULL,
+	generation int NOT NULL DEFAULT 1, target text NOT NULL,
+	lane_key text, lane_seq bigint NOT NULL DEFAULT 0, lane_continue bool NOT NULL DEFAULT false, state text NOT NULL,
 	attempts int NOT NULL, dispatch_count int NOT NULL, redeliveries int NOT NULL, redelivered_at timestamptz,
 	redelivered_attempts int NOT NULL, next_due timestamptz,
 	claim_token uuid, lease_end timestamptz, last_error text NOT NULL, created_at timestamptz NOT NULL,
@@ -122,6 +128,14 @@ CREATE TABLE deliveries (
 CREATE INDEX deliveries_due ON deliveries (state, next_due) WHERE next_due IS NOT NULL;
 CREATE INDEX deliveries_lease ON deliveries (lease_end) WHERE state = 'delivering';
 CREATE INDEX deliveries_target_message ON deliveries (target, message_created_at DESC, message_id DESC);
+CREATE INDEX deliveries_lane ON deliveries (target, lane_key, lane_seq) WHERE state = 'blocked';
+CREATE TABLE lanes (
+	target text NOT NULL, ordering_key text NOT NULL, last_seq bigint NOT NULL, head_delivery_id uuid,
+	head_message_id uuid, head_since timestamptz, head_settled bool NOT NULL, waiting bigint NOT NULL,
+	waiting_since timestamptz, held bool NOT NULL,
+	CONSTRAINT lanes_pkey PRIMARY KEY (target, ordering_key)
+);
+CREATE INDEX lanes_waiting ON lanes (target, ordering_key) WHERE waiting > 0;
 `
 
 // projectionSchema describes the projection tables: columns, constraints
@@ -130,12 +144,12 @@ func projectionSchema(t *testing.T, db *pgxpool.Pool) []string {
 	t.Helper()
 	rows, err := db.Query(t.Context(), `
 		SELECT format('column %s.%s %s %s', table_name, column_name, data_type, is_nullable)
-		FROM information_schema.columns WHERE table_name IN ('messages', 'deliveries')
+		FROM information_schema.columns WHERE table_name IN ('messages', 'deliveries', 'lanes')
 		UNION ALL
 		SELECT format('constraint %s %s %s', conrelid::regclass, conname, pg_get_constraintdef(oid))
-		FROM pg_constraint WHERE conrelid IN ('messages'::regclass, 'deliveries'::regclass)
+		FROM pg_constraint WHERE conrelid IN ('messages'::regclass, 'deliveries'::regclass, 'lanes'::regclass)
 		UNION ALL
-		SELECT 'index ' || indexdef FROM pg_indexes WHERE tablename IN ('messages', 'deliveries')
+		SELECT 'index ' || indexdef FROM pg_indexes WHERE tablename IN ('messages', 'deliveries', 'lanes')
 		UNION ALL
 		SELECT format('version %s %s', part, version) FROM schema_version
 		ORDER BY 1`)
@@ -167,7 +181,7 @@ func TestProjectionTablesAreTheSameEveryWay(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := projectionSchema(t, fresh)
-	if n := len(slices.DeleteFunc(slices.Clone(want), func(s string) bool { return !strings.HasPrefix(s, "index ") })); n != 12 {
+	if n := len(slices.DeleteFunc(slices.Clone(want), func(s string) bool { return !strings.HasPrefix(s, "index ") })); n != 18 {
 		t.Fatalf("%d indexes:\n%s", n, strings.Join(want, "\n"))
 	}
 
@@ -223,7 +237,9 @@ func TestRecreateProjectionsIsOneTransaction(t *testing.T) {
 	err = schema.RecreateProjections(ctx, db, func(tx pgx.Tx) error {
 		_, err := tx.Conn().PgConn().CopyFrom(ctx, strings.NewReader("00000000-0000-0000-0000-000000000001\t"+
 			"00000000-0000-0000-0000-000000000002\t2026-01-01 00:00:00+00\t1\tnew\tqueued\t0\t1\t0\t\\N\t0\t\\N\t\\N\t\\N\t\t2026-01-01 00:00:00+00\t2026-01-01 00:00:00+00\t\\N\n"),
-			`COPY deliveries FROM STDIN (FREEZE)`)
+			`COPY deliveries (id, message_id, message_created_at, seq, target, state, attempts, dispatch_count, redeliveries,
+				redelivered_at, redelivered_attempts, next_due, claim_token, lease_end, last_error, created_at, updated_at,
+				finished_at) FROM STDIN (FREEZE)`)
 		return err
 	})
 	if err != nil || targets() != "new" {

@@ -15,3 +15,23 @@ CREATE TABLE IF NOT EXISTS api_tokens (
 );
 CREATE INDEX IF NOT EXISTS api_tokens_role ON api_tokens (role);
 `
+
+// sessionsDDL is the table of the console's signed-in browsers, beside
+// the tokens they signed in with, so that every server process sharing
+// the database knows every session. id_sha256 is the SHA-256 of the
+// session's secret, the cookie's value, which is not stored. A session
+// copies its token's name and role; revoking the token deletes its
+// sessions with it.
+const sessionsDDL = `
+CREATE TABLE IF NOT EXISTS console_sessions (
+	id_sha256  bytea       PRIMARY KEY CHECK (length(id_sha256) = 32),
+	token_id   text        NOT NULL REFERENCES api_tokens (id) ON DELETE CASCADE,
+	name       text        NOT NULL,
+	role       text        NOT NULL,
+	csrf       text        NOT NULL,
+	created_at timestamptz NOT NULL,
+	expires_at timestamptz NOT NULL
+);
+CREATE INDEX IF NOT EXISTS console_sessions_token ON console_sessions (token_id);
+CREATE INDEX IF NOT EXISTS console_sessions_expires ON console_sessions (expires_at);
+`

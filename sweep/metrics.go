@@ -33,8 +33,15 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "waybill_journal_position", Help: "The journal's last position; its rate is the append rate.",
 		}),
 	}
+	// Every step's series exists from the start, at zero.
+	for _, step := range steps {
+		m.rows.WithLabelValues(step)
+	}
 	if reg != nil {
 		reg.MustRegister(m.passSeconds, m.rows, m.deliveries, m.due, m.oldestDue, m.journalPosition)
 	}
 	return m
 }
+
+// steps names the steps of a pass, in their order.
+var steps = []string{"expire_leases", "wake", "time_out_receipts", "release_blocked", "report_held_lanes"}

@@ -45,6 +45,9 @@ type Config struct {
 	// Pause is the wait between two batches of a step, so a large backlog
 	// does not hold the database for a whole pass. Default 50 ms.
 	Pause time.Duration
+	// WakePerTarget is how many of a target's due deliveries one pass
+	// wakes, the most overdue first. Default 100.
+	WakePerTarget int
 	// Registerer takes the sweep's metrics; nil registers them nowhere.
 	Registerer prometheus.Registerer
 }
@@ -52,6 +55,9 @@ type Config struct {
 // Result counts what one pass did.
 type Result struct {
 	Expired, Woken, Stalled, TimedOut int
+	// Released counts blocked deliveries let go because their target keeps
+	// no order any more; Reported the lanes reported held too long.
+	Released, Reported int
 }
 
 // Sweeper runs passes on an interval.
@@ -87,6 +93,9 @@ func New(cfg Config) (*Sweeper, error) {
 	}
 	if cfg.Pause <= 0 {
 		cfg.Pause = 50 * time.Millisecond
+	}
+	if cfg.WakePerTarget <= 0 {
+		cfg.WakePerTarget = 100
 	}
 	loop, stop := context.WithCancel(context.Background())
 	return &Sweeper{cfg: cfg, log: cfg.Logger.With("component", "sweep"), metrics: newMetrics(cfg.Registerer),
@@ -145,23 +154,76 @@ func (s *Sweeper) Stop(ctx context.Context) {
 	}
 }
 
-// The steps' queries take the most overdue first, on the deliveries_due
-// and deliveries_lease indexes; each selects by the lifecycle's rule for
-// its step.
+// The steps' queries take the most overdue first, on the deliveries_due,
+// deliveries_lease and deliveries_claimable indexes; each selects by the
+// lifecycle's rule for its step.
 var (
 	expiredSQL = `SELECT id FROM deliveries WHERE ` + lifecycle.LeaseExpiryRule.SQL("", "$1") + ` ORDER BY lease_end LIMIT $2`
-	dueSQL     = `SELECT id FROM deliveries WHERE ` + lifecycle.WakeRule.SQL("", "$1") + ` ORDER BY next_due LIMIT $2`
+	// dueSQL takes, for each target with deliveries a worker may claim
+	// (found by skipping along deliveries_claimable from one target to the
+	// next), its $2 most overdue deliveries due for a wake-up at $1, in
+	// the order the claim takes them.
+	dueSQL = `WITH RECURSIVE t(name) AS (
+			(SELECT target FROM deliveries WHERE ` + lifecycle.CatchUpRule.StatesSQL("") + ` ORDER BY target LIMIT 1)
+			UNION ALL
+			SELECT (SELECT target FROM deliveries WHERE ` + lifecycle.CatchUpRule.StatesSQL("") + ` AND target > t.name
+				ORDER BY target LIMIT 1)
+			FROM t WHERE t.name IS NOT NULL)
+		SELECT d.id FROM t, LATERAL (SELECT id FROM deliveries d
+			WHERE d.target = t.name AND ` + lifecycle.CatchUpRule.StatesSQL("d") + ` AND ` + lifecycle.WakeRule.SQL("d", "$1") + `
+			ORDER BY coalesce(d.next_due, d.lease_end, d.updated_at) LIMIT $2) d
+		WHERE t.name IS NOT NULL`
 	receiptSQL = `SELECT id FROM deliveries WHERE ` + lifecycle.ReceiptTimeoutRule.SQL("", "$1") + ` ORDER BY next_due LIMIT $2`
+	// releaseSQL finds the blocked deliveries of the lanes of targets that
+	// keep no order any more ($1 lists those that do): the lanes with
+	// deliveries waiting, on lanes_waiting, then theirs on deliveries_lane.
+	releaseSQL = `SELECT d.id FROM lanes l, LATERAL (SELECT id FROM deliveries d
+			WHERE d.target = l.target AND d.lane_key = l.ordering_key AND ` + lifecycle.UnblockRule.StatesSQL("d") + `
+			ORDER BY d.lane_seq LIMIT $2) d
+		WHERE l.waiting > 0 AND NOT (l.target = ANY(coalesce($1::text[], '{}'))) LIMIT $2`
+	// heldSQL finds the heads of the lanes of the targets $1, each with its
+	// head_alert_after $2, that have kept deliveries waiting that long at
+	// $3, and were not reported yet.
+	heldSQL = `SELECT l.head_delivery_id FROM unnest($1::text[], $2::interval[]) AS t(target, after),
+		LATERAL (SELECT head_delivery_id FROM lanes l WHERE l.target = t.target AND l.waiting > 0 AND NOT l.held
+			AND l.waiting_since <= $3::timestamptz - t.after LIMIT $4) l
+		LIMIT $4`
 )
 
 // Pass runs each step once over everything due, then updates the gauges.
 func (s *Sweeper) Pass(ctx context.Context) (Result, error) {
 	began := time.Now()
 	var r Result
-	err := errors.Join(
-		s.step(ctx, "expire_leases", expiredSQL, func(id uuid.UUID) (journal.Kind, error) { return s.cfg.Writer.ExpireLease(ctx, id) }, &r),
-		s.step(ctx, "wake", dueSQL, func(id uuid.UUID) (journal.Kind, error) { return s.cfg.Writer.Wake(ctx, id) }, &r),
-		s.step(ctx, "time_out_receipts", receiptSQL, func(id uuid.UUID) (journal.Kind, error) { return s.cfg.Writer.TimeoutReceipt(ctx, id) }, &r),
+	due := func(sql string) func() (string, []any) {
+		return func() (string, []any) { return sql, []any{s.cfg.Now(), s.cfg.Batch} }
+	}
+	// Whether a target keeps order, and its head_alert_after, are read
+	// afresh each pass: a release out of turn must follow the change
+	// that allows it.
+	s.cfg.Writer.Invalidate()
+	targets, err := s.cfg.Writer.Targets(ctx)
+	if err != nil {
+		return r, fmt.Errorf("sweep: %w", err)
+	}
+	var fifo, alerted []string
+	var after []time.Duration
+	for _, t := range targets {
+		if t.Ordering.FIFO() {
+			fifo = append(fifo, t.Name)
+			if d := t.Ordering.HeadAlertAfter.D(); d > 0 {
+				alerted, after = append(alerted, t.Name), append(after, d)
+			}
+		}
+	}
+	err = errors.Join(
+		s.step(ctx, "expire_leases", false, due(expiredSQL), func(id uuid.UUID) (journal.Kind, error) { return s.cfg.Writer.ExpireLease(ctx, id) }, &r),
+		s.step(ctx, "wake", true, func() (string, []any) { return dueSQL, []any{s.cfg.Now(), s.cfg.WakePerTarget} },
+			func(id uuid.UUID) (journal.Kind, error) { return s.cfg.Writer.Wake(ctx, id) }, &r),
+		s.step(ctx, "time_out_receipts", false, due(receiptSQL), func(id uuid.UUID) (journal.Kind, error) { return s.cfg.Writer.TimeoutReceipt(ctx, id) }, &r),
+		s.step(ctx, "release_blocked", false, func() (string, []any) { return releaseSQL, []any{fifo, s.cfg.Batch} },
+			func(id uuid.UUID) (journal.Kind, error) { return s.cfg.Writer.ReleaseBlocked(ctx, id) }, &r),
+		s.step(ctx, "report_held_lanes", false, func() (string, []any) { return heldSQL, []any{alerted, after, s.cfg.Now(), s.cfg.Batch} },
+			func(id uuid.UUID) (journal.Kind, error) { return s.cfg.Writer.ReportLaneHeld(ctx, id) }, &r),
 	)
 	if err == nil {
 		err = s.measure(ctx)
@@ -171,16 +233,20 @@ func (s *Sweeper) Pass(ctx context.Context) (Result, error) {
 		return r, fmt.Errorf("sweep: %w", err)
 	}
 	if r != (Result{}) {
-		s.log.Info("sweep pass", "expired", r.Expired, "woken", r.Woken, "stalled", r.Stalled, "timed_out", r.TimedOut)
+		s.log.Info("sweep pass", "expired", r.Expired, "woken", r.Woken, "stalled", r.Stalled, "timed_out", r.TimedOut,
+			"released", r.Released, "reported", r.Reported)
 	}
 	return r, nil
 }
 
-// step takes the due deliveries of one query batch by batch and runs the
-// command on each, until a batch comes back short.
-func (s *Sweeper) step(ctx context.Context, name, query string, run func(uuid.UUID) (journal.Kind, error), r *Result) error {
+// step takes the deliveries of one query (made afresh for each batch)
+// batch by batch and runs the command on each, until a batch comes back
+// short; with once, it takes one batch.
+func (s *Sweeper) step(ctx context.Context, name string, once bool, query func() (string, []any),
+	run func(uuid.UUID) (journal.Kind, error), r *Result) error {
 	for {
-		rows, err := s.cfg.DB.Query(ctx, query, s.cfg.Now(), s.cfg.Batch)
+		sql, args := query()
+		rows, err := s.cfg.DB.Query(ctx, sql, args...)
 		if err != nil {
 			return fmt.Errorf("%s: %w", name, err)
 		}
@@ -213,6 +279,10 @@ func (s *Sweeper) step(ctx context.Context, name, query string, run func(uuid.UU
 					r.Stalled++
 				case journal.KindReceiptTimedOut:
 					r.TimedOut++
+				case journal.KindDeliveryUnblocked:
+					r.Released++
+				case journal.KindDeliveryLaneHeld:
+					r.Reported++
 				default:
 					return nil
 				}
@@ -226,7 +296,7 @@ func (s *Sweeper) step(ctx context.Context, name, query string, run func(uuid.UU
 		s.metrics.rows.WithLabelValues(name).Add(float64(changed))
 		// A short batch is the last; so is one in which another process
 		// did every step, or the same rows would come back at once.
-		if len(ids) < s.cfg.Batch || changed == 0 {
+		if once || len(ids) < s.cfg.Batch || changed == 0 {
 			return nil
 		}
 		select {

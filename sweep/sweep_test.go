@@ -367,6 +367,49 @@ func TestPassTakesEveryBatch(t *testing.T) {
 	b.audit(t)
 }
 
+// TestPassWakesAFewPerTarget: a pass wakes each target's most overdue
+// deliveries, WakePerTarget of them, and leaves the rest of a backlog to
+// the workers' catch-up and to later passes.
+func TestPassWakesAFewPerTarget(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.targets(t, "alpha", "beta")
+	s := b.sweeper(t, sweep.Config{WakePerTarget: 3})
+	var first []uuid.UUID
+	for i := range 8 {
+		d := b.ingest(t) // to alpha and beta
+		if i < 3 {
+			first = append(first, d.MessageID)
+		}
+		b.clock.Advance(time.Millisecond)
+	}
+	b.clock.Advance(time.Minute)
+	r, err := s.Pass(b.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Woken != 6 {
+		t.Errorf("woken %d, want 3 of each target", r.Woken)
+	}
+	if n := b.overdue(t); n != 10 {
+		t.Errorf("%d still due, want 10", n)
+	}
+	rows, err := b.db.Query(b.ctx, `SELECT DISTINCT d.message_id FROM deliveries d JOIN journal j ON j.delivery_id = d.id
+		WHERE j.kind = $1`, journal.KindDeliveryWoken)
+	if err != nil {
+		t.Fatal(err)
+	}
+	woken, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
+	if err != nil || !sameSet(woken, first) {
+		t.Errorf("woke the deliveries of %v, want the oldest %v (%v)", woken, first, err)
+	}
+	b.audit(t)
+}
+
+func sameSet(a, b []uuid.UUID) bool {
+	return len(a) == len(b) && !slices.ContainsFunc(a, func(id uuid.UUID) bool { return !slices.Contains(b, id) })
+}
+
 func TestTwoSweepersWakeEachDeliveryOnce(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
@@ -514,6 +557,8 @@ func TestGauges(t *testing.T) {
 		"waybill_deliveries{state=delivered}":    2,
 		"waybill_deliveries{state=failed}":       1,
 		"waybill_deliveries{state=stalled}":      1,
+		"waybill_deliveries{state=blocked}":      0,
+		"waybill_deliveries{state=skipped}":      0,
 		"waybill_deliveries_due":                 0,
 		"waybill_deliveries_oldest_due_seconds":  0,
 		"waybill_journal_position":               position,

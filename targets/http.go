@@ -112,6 +112,9 @@ func checkHTTP(raw json.RawMessage) (json.RawMessage, error) {
 type httpTarget struct {
 	cfg    httpConfig
 	client *http.Client
+	// correlate, when set, says where the receiver's id for the message
+	// is in its answer.
+	correlate *lifecycle.Correlation
 }
 
 func newHTTP(t lifecycle.Target) (Deliverer, error) {
@@ -131,16 +134,28 @@ func newHTTP(t lifecycle.Target) (Deliverer, error) {
 		// payload again: it is recorded as the outcome.
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 	}
-	return &httpTarget{cfg: cfg, client: client}, nil
+	h := &httpTarget{cfg: cfg, client: client}
+	if t.Receipt != nil {
+		h.correlate = t.Receipt.Correlate
+	}
+	return h, nil
 }
 
 // bodyExcerpt is how much of a response body goes into the outcome text.
 const bodyExcerpt = 256
 
+// The most of an answer's body read: enough to reuse the connection, or,
+// when the receiver's id is in the body, to find it there.
+const (
+	answerLimit     = 64 << 10
+	jsonAnswerLimit = 1 << 20
+)
+
 // Deliver sends the payload once. 2xx is delivered; 408, 429, 5xx,
 // time-outs and connection errors are failures for now, due at the
 // response's Retry-After when it has one; any other status, a redirect
-// included, fails for good.
+// included, fails for good. A delivered outcome carries the receiver's id
+// for the message when the target's receipt.correlate says where it is.
 func (h *httpTarget) Deliver(ctx context.Context, a Attempt) lifecycle.Outcome {
 	req, err := http.NewRequestWithContext(ctx, h.cfg.Method, h.cfg.URL, bytes.NewReader(a.Payload))
 	if err != nil {
@@ -166,15 +181,36 @@ func (h *httpTarget) Deliver(ctx context.Context, a Attempt) lifecycle.Outcome {
 		return lifecycle.Outcome{Kind: lifecycle.OutcomeRetry, Text: err.Error()}
 	}
 	defer resp.Body.Close()
-	text := responseText(resp)
-	// Drain a little more so the connection can be reused.
-	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+	limit := int64(answerLimit)
+	if h.correlate != nil && h.correlate.JSON != "" {
+		limit = jsonAnswerLimit
+	}
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, limit))
+	o := HTTPOutcome(resp, body, time.Now())
+	if o.Kind == lifecycle.OutcomeDelivered && h.correlate != nil {
+		if id, ok := externalID(*h.correlate, resp.Header, body); ok {
+			o.ExternalID = id
+		} else {
+			o.Text += "; no usable id for the message in the answer's " + where(*h.correlate)
+		}
+	}
+	return o
+}
+
+// HTTPOutcome is what an answer to an HTTP attempt comes to, with body the
+// start of its body (at least the first 256 bytes, when it has them): 2xx
+// is delivered; 408, 429 and 5xx are failures for now, due at the
+// answer's Retry-After when it has one (read against now); anything else,
+// a redirect included, fails for good. The text is the status line, a
+// redirect's location and the start of the body on one line.
+func HTTPOutcome(resp *http.Response, body []byte, now time.Time) lifecycle.Outcome {
+	text := responseText(resp, body)
 	switch code := resp.StatusCode; {
 	case code >= 200 && code < 300:
 		return lifecycle.Delivered(text)
 	case code == http.StatusRequestTimeout || code == http.StatusTooManyRequests || code >= 500:
 		return lifecycle.Outcome{Kind: lifecycle.OutcomeRetry, Text: text,
-			RetryAt: retryAfter(resp.Header.Get("Retry-After"), time.Now())}
+			RetryAt: retryAfter(resp.Header.Get("Retry-After"), now)}
 	default:
 		return lifecycle.Failed(text)
 	}
@@ -182,16 +218,70 @@ func (h *httpTarget) Deliver(ctx context.Context, a Attempt) lifecycle.Outcome {
 
 // responseText is the status line, the redirect's location if any, and
 // the start of the body on one line, for the delivery's history.
-func responseText(resp *http.Response) string {
+func responseText(resp *http.Response, body []byte) string {
 	text := resp.Status
 	if location := resp.Header.Get("Location"); location != "" && resp.StatusCode >= 300 && resp.StatusCode < 400 {
 		text += " to " + location
 	}
-	excerpt, _ := io.ReadAll(io.LimitReader(resp.Body, bodyExcerpt))
+	excerpt := body[:min(len(body), bodyExcerpt)]
 	if s := strings.Join(strings.Fields(strings.ToValidUTF8(string(excerpt), "?")), " "); s != "" {
 		text += ": " + s
 	}
 	return text
+}
+
+// externalID finds the receiver's id for the message where c says: a
+// header, or a string or number at a JSON pointer into the body. An id
+// that is empty, longer than lifecycle.MaxExternalIDLength or holds a
+// control character is none.
+func externalID(c lifecycle.Correlation, header http.Header, body []byte) (string, bool) {
+	var id string
+	if c.Header != "" {
+		id = header.Get(c.Header)
+	} else {
+		dec := json.NewDecoder(bytes.NewReader(body))
+		dec.UseNumber()
+		var doc any
+		if dec.Decode(&doc) != nil {
+			return "", false
+		}
+		switch v := pointer(doc, c.JSON).(type) {
+		case string:
+			id = v
+		case json.Number:
+			id = v.String()
+		}
+	}
+	return id, lifecycle.CheckExternalID("", id) == nil
+}
+
+// pointer resolves a JSON pointer (RFC 6901) in a decoded document; nil
+// when it names nothing.
+func pointer(doc any, ptr string) any {
+	for _, token := range strings.Split(ptr, "/")[1:] {
+		token = strings.ReplaceAll(strings.ReplaceAll(token, "~1", "/"), "~0", "~")
+		switch v := doc.(type) {
+		case map[string]any:
+			doc = v[token]
+		case []any:
+			i, err := strconv.Atoi(token)
+			if err != nil || i < 0 || i >= len(v) || token != strconv.Itoa(i) {
+				return nil
+			}
+			doc = v[i]
+		default:
+			return nil
+		}
+	}
+	return doc
+}
+
+// where says where a correlation looks, for a text.
+func where(c lifecycle.Correlation) string {
+	if c.Header != "" {
+		return "header " + c.Header
+	}
+	return "body at " + c.JSON
 }
 
 // maxRetryAfter is the most seconds a Retry-After can ask for without

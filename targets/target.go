@@ -114,7 +114,12 @@ func Prepare(t lifecycle.Target) (lifecycle.Target, error) {
 		return t, errors.Join(without(t.Validate(), "config"), err)
 	}
 	t.Config = config
-	return t, t.Validate()
+	err = t.Validate()
+	if t.Receipt != nil && t.Receipt.Correlate != nil && t.Kind != "http" {
+		err = errors.Join(err, &lifecycle.FieldError{Field: "receipt.correlate",
+			Problem: "only an http target takes the receiver's id for the message from its answer"})
+	}
+	return t, err
 }
 
 // New makes the Deliverer of a prepared target.
@@ -153,12 +158,18 @@ type config interface {
 // is reported as such and not again by the check. A name c has no field
 // for is refused; names match exactly, where encoding/json would quietly
 // take "URL" for "url".
-func readConfig(raw json.RawMessage, c config) error {
+func readConfig(raw json.RawMessage, c config) error { return ReadConfig(raw, c, c.check) }
+
+// ReadConfig is how a kind's configuration is read, for the kinds of
+// other things (sources) too: the JSON object raw is read one field at a
+// time into the struct v points to, every error naming its field as
+// config.<name>, then check fills the defaults and checks the whole.
+func ReadConfig(raw json.RawMessage, v any, check func() error) error {
 	var object map[string]json.RawMessage
 	if err := json.Unmarshal(raw, &object); err != nil || object == nil {
 		return &lifecycle.FieldError{Field: "config", Problem: "must be a JSON object"}
 	}
-	fields := structFields(c)
+	fields := structFields(v)
 	var errs []error
 	var unread []string
 	for _, name := range slices.Sorted(maps.Keys(object)) {
@@ -173,7 +184,7 @@ func readConfig(raw json.RawMessage, c config) error {
 			unread = append(unread, "config."+name)
 		}
 	}
-	return errors.Join(append(errs, without(c.check(), unread...))...)
+	return errors.Join(append(errs, without(check(), unread...))...)
 }
 
 // structFields maps the JSON names of the fields of the struct v points to

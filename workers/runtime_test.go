@@ -3,6 +3,7 @@ package workers_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/waybill/waybill/commands"
 	"github.com/waybill/waybill/journal"
 	"github.com/waybill/waybill/lifecycle"
 	"github.com/waybill/waybill/natsserver"
@@ -269,7 +271,7 @@ func TestRetryBoundsFailForGood(t *testing.T) {
 	// again: it retries after its next failure, and fails for good at the
 	// second attempt since the redelivery.
 	b.clock.Advance(100 * time.Hour)
-	if _, err := b.w.Redeliver(b.ctx, m.ID, m.Deliveries[0].ID, "operator:admin"); err != nil {
+	if _, err := b.w.Redeliver(b.ctx, m.ID, m.Deliveries[0].ID, commands.Action{Operator: "operator:admin"}); err != nil {
 		t.Fatal(err)
 	}
 	if d := retryThenFail(); d.Attempts != 4 || !strings.Contains(d.LastError, "gave up after attempt 2: retry.max_attempts") {
@@ -307,6 +309,31 @@ func TestReceipts(t *testing.T) {
 	d := b.load(t, ms[1].ID).Deliveries[0]
 	if d.State != lifecycle.StateFailed || d.LastError != "no receipt within 1h0m0s" {
 		t.Fatalf("overdue receipt: %s, %q", d.State, d.LastError)
+	}
+	b.audit(t)
+}
+
+// TestReceiptsByTheReceiversID: a target that takes the receiver's id
+// from its answer hands over with it, and a receipt by that id settles
+// the delivery.
+func TestReceiptsByTheReceiversID(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.sink.setAnswer(func(n int, w http.ResponseWriter, _ *http.Request) int {
+		w.Header().Set("X-Message-Id", fmt.Sprintf("SM-%d", n))
+		return http.StatusAccepted
+	})
+	spec := b.httpTarget("sms")
+	spec.Receipt = &lifecycle.ReceiptPolicy{Timeout: lifecycle.Duration(time.Hour),
+		Correlate: &lifecycle.Correlation{Header: "X-Message-Id"}}
+	b.target(t, spec)
+	b.runtime(t, 0)
+	ms := b.ingest(t, 1)
+	b.waitStatus(t, lifecycle.StatusAwaitingReceipt, ms...)
+	m, id, err := b.w.ReceiptByExternalID(b.ctx, commands.ExternalReceipt{Target: "sms", ExternalID: "SM-1", Final: true,
+		Positive: true, Status: "DELIVRD"}, "operator:gateway")
+	if err != nil || id != ms[0].Deliveries[0].ID || m.Status != lifecycle.StatusDelivered {
+		t.Fatalf("receipt by SM-1: %v %v", id, err)
 	}
 	b.audit(t)
 }

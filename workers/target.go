@@ -97,7 +97,9 @@ func (p *policyDeliverer) Deliver(ctx context.Context, a targets.Attempt) lifecy
 	switch o.Kind {
 	case lifecycle.OutcomeDelivered:
 		if r := p.target.Receipt; r != nil {
-			return lifecycle.AwaitingAck(o.Text, now.Add(r.Timeout.D()))
+			handed := lifecycle.AwaitingAck(o.Text, now.Add(r.Timeout.D()))
+			handed.ExternalID = o.ExternalID
+			return handed
 		}
 	case lifecycle.OutcomeRetry:
 		at, stop := p.target.Retry.Next(a.Round, a.Since, now, o.RetryAt, rand.Float64()*2-1)

@@ -34,7 +34,11 @@ type backlogConfig struct {
 	messages    int
 	clients     int
 	concurrency int
-	dbURL       string
+	// keys, when not 0, makes the target fifo and spreads the messages
+	// over that many ordering keys, in turn: each key's lane drains one
+	// delivery at a time.
+	keys  int
+	dbURL string
 	// statements loads pg_stat_statements into the embedded PostgreSQL and
 	// prints the statements that took the most time during the drain.
 	statements bool
@@ -68,14 +72,19 @@ type statementCost struct {
 	query       string
 	calls       int64
 	totalMS     float64
+	planMS      float64
 	rows        int64
 	sharedReads int64
 }
 
 func (r *backlogResult) print(w io.Writer) {
 	n := float64(r.cfg.messages)
-	fmt.Fprintf(w, "backlog of %d deliveries to one http target (max_concurrent %d), ingested through REST by %d clients with the target disabled\n",
-		r.cfg.messages, r.cfg.concurrency, r.cfg.clients)
+	order := "unordered"
+	if r.cfg.keys > 0 {
+		order = fmt.Sprintf("fifo over %d ordering keys", r.cfg.keys)
+	}
+	fmt.Fprintf(w, "backlog of %d deliveries to one http target (max_concurrent %d, %s), ingested through REST by %d clients with the target disabled\n",
+		r.cfg.messages, r.cfg.concurrency, order, r.cfg.clients)
 	fmt.Fprintf(w, "  ingest: %.2fs, %.0f messages/s\n", r.ingest.Seconds(), n/r.ingest.Seconds())
 	fmt.Fprintf(w, "  drain:  %.2fs, %.0f deliveries/s\n", r.drain.Seconds(), n/r.drain.Seconds())
 	fmt.Fprintf(w, "  CPU per delivery during the drain: server %.3f ms", 1000*r.serverCPU/n)
@@ -95,7 +104,8 @@ func (r *backlogResult) print(w io.Writer) {
 	if len(r.statements) > 0 {
 		fmt.Fprintln(w, "  statements by total time during the drain:")
 		for _, s := range r.statements {
-			fmt.Fprintf(w, "    %9.0f ms %8d calls %9d rows %8d reads  %s\n", s.totalMS, s.calls, s.rows, s.sharedReads, s.query)
+			fmt.Fprintf(w, "    %9.0f ms %7.0f plan ms %8d calls %9d rows %8d reads  %s\n", s.totalMS, s.planMS, s.calls, s.rows,
+				s.sharedReads, s.query)
 		}
 	}
 }
@@ -144,6 +154,7 @@ func backlog(ctx context.Context, cfg backlogConfig, stderr io.Writer) (*backlog
 		if cfg.statements {
 			settings["shared_preload_libraries"] = "pg_stat_statements"
 			settings["pg_stat_statements.max"] = "1000"
+			settings["pg_stat_statements.track_planning"] = "on"
 		}
 		srv, err := pgserver.Start(ctx, pgserver.Config{DataDir: filepath.Join(dir, "pg"), Logger: log, Settings: settings})
 		if err != nil {
@@ -203,6 +214,9 @@ func backlog(ctx context.Context, cfg backlogConfig, stderr io.Writer) (*backlog
 	}
 	target := map[string]any{"name": "backlog", "kind": "http", "enabled": false,
 		"max_concurrent": cfg.concurrency, "config": map[string]any{"url": sinkServer.URL}}
+	if cfg.keys > 0 {
+		target["ordering"] = map[string]any{"mode": "fifo"}
+	}
 	if _, err := c.post("/targets", target); err != nil {
 		return nil, fmt.Errorf("create the target: %w", err)
 	}
@@ -212,7 +226,7 @@ func backlog(ctx context.Context, cfg backlogConfig, stderr io.Writer) (*backlog
 
 	r := &backlogResult{cfg: cfg}
 	began := time.Now()
-	if err := ingestAll(c, cfg.messages, cfg.clients); err != nil {
+	if err := ingestAll(c, cfg.messages, cfg.clients, cfg.keys); err != nil {
 		return nil, err
 	}
 	r.ingest = time.Since(began)
@@ -274,8 +288,9 @@ func backlog(ctx context.Context, cfg backlogConfig, stderr io.Writer) (*backlog
 	return r, nil
 }
 
-// ingestAll ingests n messages through the API from the clients.
-func ingestAll(c *benchClient, n, clients int) error {
+// ingestAll ingests n messages through the API from the clients, with
+// ordering keys taken in turn from keys of them when keys is not 0.
+func ingestAll(c *benchClient, n, clients, keys int) error {
 	next := make(chan int)
 	var (
 		wg     sync.WaitGroup
@@ -285,8 +300,12 @@ func ingestAll(c *benchClient, n, clients int) error {
 	for range clients {
 		wg.Go(func() {
 			for i := range next {
-				_, err := c.post("/messages", map[string]any{"source": "bench", "from": "a", "to": "b",
-					"content_type": "text/plain", "payload": fmt.Sprintf("message %d", i)})
+				m := map[string]any{"source": "bench", "from": "a", "to": "b",
+					"content_type": "text/plain", "payload": fmt.Sprintf("message %d", i)}
+				if keys > 0 {
+					m["ordering_key"] = fmt.Sprintf("key-%d", i%keys)
+				}
+				_, err := c.post("/messages", m)
 				if err != nil {
 					failed.Add(1)
 					first.CompareAndSwap(nil, err)
@@ -338,16 +357,19 @@ func claimToOutcome(ctx context.Context, db interface {
 func topStatements(ctx context.Context, db interface {
 	Query(context.Context, string, ...any) (pgx.Rows, error)
 }) ([]statementCost, error) {
-	rows, err := db.Query(ctx, `SELECT regexp_replace(query, '\s+', ' ', 'g'), calls, total_exec_time, rows, shared_blks_read
-		FROM pg_stat_statements ORDER BY total_exec_time DESC LIMIT 10`)
+	rows, err := db.Query(ctx, `SELECT regexp_replace(query, '\s+', ' ', 'g'), calls, total_exec_time, total_plan_time, rows,
+			shared_blks_read
+		FROM pg_stat_statements ORDER BY total_exec_time + total_plan_time DESC LIMIT 12`)
 	if err != nil {
 		return nil, err
 	}
 	var out []statementCost
 	var s statementCost
-	_, err = pgx.ForEachRow(rows, []any{&s.query, &s.calls, &s.totalMS, &s.rows, &s.sharedReads}, func() error {
-		if len(s.query) > 140 {
-			s.query = s.query[:140] + "…"
+	_, err = pgx.ForEachRow(rows, []any{&s.query, &s.calls, &s.totalMS, &s.planMS, &s.rows, &s.sharedReads}, func() error {
+		// Statements that share a long start (the lock of a batch's
+		// messages, their read) differ at their end: keep both.
+		if len(s.query) > 200 {
+			s.query = s.query[:110] + " … " + s.query[len(s.query)-90:]
 		}
 		out = append(out, s)
 		return nil

@@ -28,7 +28,7 @@ import (
 )
 
 const benchUsage = `usage: waybill bench [--http] [--messages N] [--clients C] [--rate R] [--database-url URL] [--cpuprofile FILE]
-       waybill bench --backlog N [--clients C] [--concurrency K] [--statements] [--database-url URL]
+       waybill bench --backlog N [--clients C] [--concurrency K] [--keys K] [--statements] [--database-url URL]
 
 Runs a whole Waybill in this process (its own embedded PostgreSQL in a
 temporary directory unless --database-url is given, and its own NATS) with
@@ -41,7 +41,9 @@ With --backlog N it measures a drain instead: a server in a process of its
 own, one http target (max_concurrent K) disabled while N messages are
 ingested through the REST API, then enabled; it reports the drain rate, the
 CPU per delivery of the server and of PostgreSQL, claim-to-outcome times,
-the feed's lag and the server's memory. --statements loads
+the feed's lag and the server's memory. --keys K makes the target fifo and
+gives the messages K ordering keys in turn, so each key's lane drains one
+delivery at a time. --statements loads
 pg_stat_statements into the embedded PostgreSQL and prints the costliest
 statements of the drain.
 `
@@ -62,6 +64,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	cpuProfile := fs.String("cpuprofile", "", "write the process's CPU profile of the measured run to this file")
 	backlogN := fs.Int("backlog", 0, "measure the drain of a backlog of this many deliveries instead")
 	concurrency := fs.Int("concurrency", 100, "with --backlog: the target's max_concurrent")
+	keys := fs.Int("keys", 0, "with --backlog: make the target fifo and spread the messages over this many ordering keys")
 	statements := fs.Bool("statements", false, "with --backlog: print the costliest statements of the drain (pg_stat_statements)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -69,13 +72,13 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		}
 		return 2
 	}
-	if *n < 1 || *clients < 1 || *rate < 0 || *backlogN < 0 || *concurrency < 1 {
-		fmt.Fprintln(stderr, "waybill bench: --messages, --clients and --concurrency must be at least 1, --rate and --backlog not negative")
+	if *n < 1 || *clients < 1 || *rate < 0 || *backlogN < 0 || *concurrency < 1 || *keys < 0 {
+		fmt.Fprintln(stderr, "waybill bench: --messages, --clients and --concurrency must be at least 1, --rate, --backlog and --keys not negative")
 		return 2
 	}
 	if *backlogN > 0 {
 		r, err := backlog(ctx, backlogConfig{messages: *backlogN, clients: *clients, concurrency: *concurrency,
-			dbURL: *dbURL, statements: *statements}, stderr)
+			keys: *keys, dbURL: *dbURL, statements: *statements}, stderr)
 		if err != nil {
 			fmt.Fprintf(stderr, "waybill bench: %v\n", err)
 			return 1

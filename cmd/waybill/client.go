@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -19,6 +20,8 @@ import (
 	"time"
 
 	"github.com/waybill/waybill/auth"
+
+	"github.com/waybill/waybill/lifecycle"
 )
 
 // The operator commands that talk to a running server's REST API.
@@ -67,10 +70,24 @@ func (e *apiError) Error() string {
 
 // do sends a request to path under /api/v1 and decodes a 2xx answer into
 // out. A POST carries no body but says it is JSON, as the API requires.
-func (c *client) do(ctx context.Context, method, path string, query url.Values, out any) error {
+func (c *client) do(ctx context.Context, method, path string, query url.Values, body, out any) error {
+	return c.doIfMatch(ctx, method, path, query, 0, body, out)
+}
+
+// doIfMatch is do with If-Match naming the message version an action is
+// for; none when version is 0.
+func (c *client) doIfMatch(ctx context.Context, method, path string, query url.Values, version int, body, out any) error {
 	u := c.base.JoinPath("/api/v1", path)
 	u.RawQuery = query.Encode()
-	req, err := http.NewRequestWithContext(ctx, method, u.String(), http.NoBody)
+	var reqBody io.Reader = http.NoBody
+	if body != nil {
+		data, err := json.Marshal(body)
+		if err != nil {
+			return err
+		}
+		reqBody = bytes.NewReader(data)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, u.String(), reqBody)
 	if err != nil {
 		return err
 	}
@@ -80,19 +97,22 @@ func (c *client) do(ctx context.Context, method, path string, query url.Values, 
 	if method == http.MethodPost {
 		req.Header.Set("Content-Type", "application/json")
 	}
+	if version != 0 {
+		req.Header.Set("If-Match", fmt.Sprintf("%q", fmt.Sprint(version)))
+	}
 	resp, err := c.http.Do(req)
 	if err != nil {
 		return fmt.Errorf("cannot reach the server at %s (is `waybill serve` running? --server, env WAYBILL_SERVER): %w", c.base, err)
 	}
 	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, maxResponse))
+	answer, err := io.ReadAll(io.LimitReader(resp.Body, maxResponse))
 	if err != nil {
 		return fmt.Errorf("%s %s: read answer: %w", method, u.Path, err)
 	}
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		return decodeError(resp.StatusCode, body)
+		return decodeError(resp.StatusCode, answer)
 	}
-	if err := json.Unmarshal(body, out); err != nil {
+	if err := json.Unmarshal(answer, out); err != nil {
 		return fmt.Errorf("%s %s: the answer is not the API's JSON: %w", method, u.Path, err)
 	}
 	return nil
@@ -121,6 +141,8 @@ func decodeError(status int, body []byte) *apiError {
 
 type message struct {
 	ID            string     `json:"id"`
+	Version       int        `json:"version"`
+	Generation    int        `json:"generation"`
 	Source        string     `json:"source"`
 	From          string     `json:"from"`
 	To            string     `json:"to"`
@@ -131,11 +153,15 @@ type message struct {
 	UpdatedAt     string     `json:"updated_at"`
 	PayloadSize   int64      `json:"payload_size"`
 	PayloadSHA256 string     `json:"payload_sha256"`
+	OrderingKey   *string    `json:"ordering_key"`
+	DuplicateKey  *string    `json:"duplicate_key"`
+	DuplicateOf   *string    `json:"possible_duplicate_of"`
 	Deliveries    []delivery `json:"deliveries"`
 }
 
 type delivery struct {
 	ID            string  `json:"id"`
+	Generation    int     `json:"generation"`
 	Target        string  `json:"target"`
 	State         string  `json:"state"`
 	Attempts      int     `json:"attempts"`
@@ -144,6 +170,22 @@ type delivery struct {
 	CreatedAt     string  `json:"created_at"`
 	UpdatedAt     string  `json:"updated_at"`
 	FinishedAt    *string `json:"finished_at"`
+	LaneSeq       *int64  `json:"lane_seq"`
+}
+
+type lanePage struct {
+	Items []struct {
+		OrderingKey string `json:"ordering_key"`
+		Head        *struct {
+			MessageID  string `json:"message_id"`
+			DeliveryID string `json:"delivery_id"`
+			State      string `json:"state"`
+			Since      string `json:"since"`
+		} `json:"head"`
+		Waiting      int64   `json:"waiting"`
+		WaitingSince *string `json:"waiting_since"`
+	} `json:"items"`
+	NextCursor *string `json:"next_cursor"`
 }
 
 type messagePage struct {
@@ -212,23 +254,45 @@ func (c *clientConfig) newClient() (*client, error) {
 }
 
 // runClient runs one of the commands that talk to a server: messages,
-// redeliver and redispatch.
+// lanes and the actions on a message.
 func runClient(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	cmd := args[0]
 	fs := newFlagSet("waybill "+cmd, stderr)
 	cfg := clientFlags(fs)
-	var status, cursor string
-	var limit int
+	var status, cursor, reason string
+	var limit, version int
+	var blocked, duplicates bool
+	var targets stringList
 	switch cmd {
 	case "messages":
-		fs.usage = "waybill messages [--status S] [--limit N] [--cursor C]\n       waybill messages show ID"
-		fs.StringVar(&status, "status", "", "only messages of this status: received, in_progress, retrying, awaiting_receipt, stalled, delivered, not_routed, refused, error")
+		fs.usage = "waybill messages [--status S] [--possible-duplicates] [--limit N] [--cursor C]\n       waybill messages show ID"
+		fs.StringVar(&status, "status", "", "only messages of this status: "+strings.Join(lifecycle.Strings(lifecycle.MessageStatuses), ", "))
+		fs.BoolVar(&duplicates, "possible-duplicates", false, "only messages that name a possible duplicate")
 		fs.IntVar(&limit, "limit", 0, "at most this many messages (the server's default when 0)")
 		fs.StringVar(&cursor, "cursor", "", "the page after this cursor, as a previous page named it")
 	case "redeliver":
-		fs.usage = "waybill redeliver ID DELIVERY"
+		fs.usage = "waybill redeliver ID DELIVERY [--if-version V]"
+	case "skip":
+		fs.usage = "waybill skip ID DELIVERY [--reason R] [--if-version V]"
+		fs.StringVar(&reason, "reason", "", "why the delivery is skipped, kept in the journal")
+	case "resend":
+		fs.usage = "waybill resend ID [--target T]... [--reason R] [--if-version V]"
+		fs.Var(&targets, "target", "send to this target of the current generation only (repeatable; all of them when none)")
+		fs.StringVar(&reason, "reason", "", "why the message is sent again, kept in the journal")
+	case "replay":
+		fs.usage = "waybill replay ID [--reason R] [--if-version V]"
+		fs.StringVar(&reason, "reason", "", "why the message is sent again, kept in the journal")
+	case "lanes":
+		fs.usage = "waybill lanes TARGET [--blocked] [--limit N] [--cursor C]"
+		fs.BoolVar(&blocked, "blocked", false, "only lanes with deliveries waiting")
+		fs.IntVar(&limit, "limit", 0, "at most this many lanes (the server's default when 0)")
+		fs.StringVar(&cursor, "cursor", "", "the page after this cursor, as a previous page named it")
 	case "redispatch":
-		fs.usage = "waybill redispatch ID"
+		fs.usage = "waybill redispatch ID [--if-version V]"
+	}
+	if slices.Contains(actionCommands, cmd) {
+		fs.IntVar(&version, "if-version", 0,
+			"act only on the message at this version, as waybill messages show printed it; refused if it moved since")
 	}
 	pos, err := fs.parse(args[1:])
 	if errors.Is(err, errHelp) {
@@ -245,12 +309,14 @@ func runClient(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	// The arguments are checked before anything is sent.
 	var act func(context.Context, *client) error
 	switch {
+	case version < 0:
+		return misuse("--if-version: must be positive")
 	case cmd == "messages" && len(pos) == 0:
 		if limit < 0 {
 			return misuse("--limit: must be positive")
 		}
 		act = func(ctx context.Context, c *client) error {
-			return listMessages(ctx, c, stdout, status, limit, cursor)
+			return listMessages(ctx, c, stdout, status, duplicates, limit, cursor)
 		}
 	case cmd == "messages" && pos[0] == "show":
 		if len(pos) != 2 {
@@ -260,34 +326,26 @@ func runClient(ctx context.Context, args []string, stdout, stderr io.Writer) int
 			return misuse("%q is not a message id", pos[1])
 		}
 		act = func(ctx context.Context, c *client) error { return showMessage(ctx, c, stdout, pos[1]) }
-	case cmd == "redeliver" && len(pos) == 2:
-		if !isUUID(pos[0]) {
-			return misuse("%q is not a message id", pos[0])
-		}
-		if !isUUID(pos[1]) {
-			return misuse("%q is not a delivery id", pos[1])
+	case slices.Contains(actionCommands, cmd):
+		path, body, done, problem := messageAction(cmd, pos, reason, targets)
+		if problem != "" {
+			return misuse("%s", problem)
 		}
 		act = func(ctx context.Context, c *client) error {
 			var m message
-			if err := c.do(ctx, http.MethodPost, "messages/"+pos[0]+"/deliveries/"+pos[1]+"/redeliver", nil, &m); err != nil {
-				return err
+			if err := c.doIfMatch(ctx, http.MethodPost, path, nil, version, body, &m); err != nil {
+				return staleHint(err, pos[0])
 			}
-			fmt.Fprintf(stdout, "delivery %s redelivered\n\n", pos[1])
+			fmt.Fprintf(stdout, "%s\n\n", done)
 			printMessage(stdout, &m)
 			return nil
 		}
-	case cmd == "redispatch" && len(pos) == 1:
-		if !isUUID(pos[0]) {
-			return misuse("%q is not a message id", pos[0])
+	case cmd == "lanes" && len(pos) == 1:
+		if limit < 0 {
+			return misuse("--limit: must be positive")
 		}
 		act = func(ctx context.Context, c *client) error {
-			var m message
-			if err := c.do(ctx, http.MethodPost, "messages/"+pos[0]+"/redispatch", nil, &m); err != nil {
-				return err
-			}
-			fmt.Fprintf(stdout, "message %s redispatched\n\n", pos[0])
-			printMessage(stdout, &m)
-			return nil
+			return listLanes(ctx, c, stdout, pos[0], blocked, limit, cursor)
 		}
 	default:
 		return misuse("unexpected arguments %q", pos)
@@ -308,12 +366,71 @@ func runClient(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	return 0
 }
 
-func listMessages(ctx context.Context, c *client, w io.Writer, status string, limit int, cursor string) error {
+// actionCommands are the operator's actions on one message.
+var actionCommands = []string{"redeliver", "skip", "redispatch", "resend", "replay"}
+
+// messageAction is the path and the body of an action's request and what
+// to say once it is done, or what is wrong with its arguments.
+func messageAction(cmd string, pos []string, reason string, targets []string) (path string, body any, done, problem string) {
+	want := 1
+	if cmd == "redeliver" || cmd == "skip" {
+		want = 2
+	}
+	switch {
+	case len(pos) != want:
+		return "", nil, "", fmt.Sprintf("unexpected arguments %q", pos)
+	case !isUUID(pos[0]):
+		return "", nil, "", fmt.Sprintf("%q is not a message id", pos[0])
+	case want == 2 && !isUUID(pos[1]):
+		return "", nil, "", fmt.Sprintf("%q is not a delivery id", pos[1])
+	}
+	path = "messages/" + pos[0] + "/"
+	switch cmd {
+	case "redeliver", "skip":
+		done = fmt.Sprintf("delivery %s %s", pos[1], map[string]string{"redeliver": "redelivered", "skip": "skipped"}[cmd])
+		path += "deliveries/" + pos[1] + "/" + cmd
+	default:
+		done = fmt.Sprintf("message %s %s", pos[0], map[string]string{"redispatch": "redispatched", "resend": "resent", "replay": "replayed"}[cmd])
+		path += cmd
+	}
+	switch cmd {
+	case "skip", "replay":
+		body = map[string]string{"reason": reason}
+	case "resend":
+		body = map[string]any{"targets": targets, "reason": reason}
+	}
+	return path, body, done, ""
+}
+
+// staleHint adds to a 412 what the operator does next.
+func staleHint(err error, id string) error {
+	var ae *apiError
+	if errors.As(err, &ae) && ae.Status == http.StatusPreconditionFailed {
+		return fmt.Errorf("%w\nthe message changed since that version: look at it again (waybill messages show %s) before acting", err, id)
+	}
+	return err
+}
+
+// stringList is a flag that may be given several times.
+type stringList []string
+
+func (l *stringList) String() string { return strings.Join(*l, ",") }
+
+func (l *stringList) Set(v string) error {
+	*l = append(*l, v)
+	return nil
+}
+
+func listMessages(ctx context.Context, c *client, w io.Writer, status string, duplicates bool, limit int, cursor string) error {
 	q := url.Values{}
 	var again []string
 	if status != "" {
 		q.Set("status", status)
 		again = append(again, "--status", status)
+	}
+	if duplicates {
+		q.Set("possible_duplicate", "true")
+		again = append(again, "--possible-duplicates")
 	}
 	if limit > 0 {
 		q.Set("limit", fmt.Sprint(limit))
@@ -323,7 +440,7 @@ func listMessages(ctx context.Context, c *client, w io.Writer, status string, li
 		q.Set("cursor", cursor)
 	}
 	var page messagePage
-	if err := c.do(ctx, http.MethodGet, "messages", q, &page); err != nil {
+	if err := c.do(ctx, http.MethodGet, "messages", q, nil, &page); err != nil {
 		return err
 	}
 	if len(page.Items) == 0 {
@@ -343,11 +460,11 @@ func listMessages(ctx context.Context, c *client, w io.Writer, status string, li
 
 func showMessage(ctx context.Context, c *client, w io.Writer, id string) error {
 	var m message
-	if err := c.do(ctx, http.MethodGet, "messages/"+id, nil, &m); err != nil {
+	if err := c.do(ctx, http.MethodGet, "messages/"+id, nil, nil, &m); err != nil {
 		return err
 	}
 	var h history
-	if err := c.do(ctx, http.MethodGet, "messages/"+id+"/history", nil, &h); err != nil {
+	if err := c.do(ctx, http.MethodGet, "messages/"+id+"/history", nil, nil, &h); err != nil {
 		return err
 	}
 	printMessage(w, &m)
@@ -369,11 +486,51 @@ func showMessage(ctx context.Context, c *client, w io.Writer, id string) error {
 }
 
 // printMessage shows a message's fields, then its deliveries.
+// listLanes prints a page of a target's lanes.
+func listLanes(ctx context.Context, c *client, w io.Writer, target string, blocked bool, limit int, cursor string) error {
+	q := url.Values{}
+	again := []string{"waybill", "lanes", target}
+	if blocked {
+		q.Set("blocked", "true")
+		again = append(again, "--blocked")
+	}
+	if limit > 0 {
+		q.Set("limit", fmt.Sprint(limit))
+		again = append(again, "--limit", fmt.Sprint(limit))
+	}
+	if cursor != "" {
+		q.Set("cursor", cursor)
+	}
+	var page lanePage
+	if err := c.do(ctx, http.MethodGet, "targets/"+url.PathEscape(target)+"/lanes", q, nil, &page); err != nil {
+		return err
+	}
+	if len(page.Items) == 0 {
+		fmt.Fprintln(w, "no lanes")
+		return nil
+	}
+	t := newTable(w, "ORDERING KEY", "HEAD MESSAGE", "HEAD DELIVERY", "STATE", "HEAD SINCE", "WAITING", "WAITING SINCE")
+	for _, l := range page.Items {
+		msg, dl, state, since := "-", "-", "-", ""
+		if h := l.Head; h != nil {
+			msg, dl, state, since = h.MessageID, h.DeliveryID, h.State, h.Since
+		}
+		t.row(l.OrderingKey, msg, dl, state, timeCell(since), fmt.Sprint(l.Waiting), timeCell(str(l.WaitingSince)))
+	}
+	t.flush()
+	if page.NextCursor != nil {
+		fmt.Fprintf(w, "\nmore: %s --cursor %s\n", strings.Join(again, " "), *page.NextCursor)
+	}
+	return nil
+}
+
 func printMessage(w io.Writer, m *message) {
 	t := newTable(w)
 	t.row("message", m.ID)
+	t.row("version", fmt.Sprint(m.Version))
 	t.row("status", m.Status)
 	t.row("stage", m.Stage)
+	t.row("generation", fmt.Sprint(m.Generation))
 	if m.Error != "" {
 		t.row("error", oneLine(m.Error))
 	}
@@ -381,6 +538,15 @@ func printMessage(w io.Writer, m *message) {
 	t.row("from", m.From)
 	t.row("to", m.To)
 	t.row("payload", fmt.Sprintf("%d bytes, sha256 %s", m.PayloadSize, m.PayloadSHA256))
+	if m.OrderingKey != nil {
+		t.row("ordering key", *m.OrderingKey)
+	}
+	if m.DuplicateKey != nil {
+		t.row("duplicate key", *m.DuplicateKey)
+	}
+	if m.DuplicateOf != nil {
+		t.row("possible duplicate of", *m.DuplicateOf)
+	}
 	t.row("created", timeCell(m.CreatedAt))
 	t.row("updated", timeCell(m.UpdatedAt))
 	t.flush()
@@ -389,10 +555,14 @@ func printMessage(w io.Writer, m *message) {
 		fmt.Fprintln(w, "  none")
 		return
 	}
-	t = newTable(w, "ID", "TARGET", "STATE", "ATTEMPTS", "NEXT ATTEMPT", "FINISHED", "LAST ERROR")
+	t = newTable(w, "ID", "GEN", "TARGET", "STATE", "ATTEMPTS", "NEXT ATTEMPT", "FINISHED", "LANE", "LAST ERROR")
 	for _, d := range m.Deliveries {
-		t.row(d.ID, d.Target, d.State, fmt.Sprint(d.Attempts), timeCell(str(d.NextAttemptAt)),
-			timeCell(str(d.FinishedAt)), shorten(d.LastError, 80))
+		lane := "-"
+		if d.LaneSeq != nil {
+			lane = fmt.Sprint(*d.LaneSeq)
+		}
+		t.row(d.ID, fmt.Sprint(d.Generation), d.Target, d.State, fmt.Sprint(d.Attempts), timeCell(str(d.NextAttemptAt)),
+			timeCell(str(d.FinishedAt)), lane, shorten(d.LastError, 80))
 	}
 	t.flush()
 }

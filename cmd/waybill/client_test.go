@@ -23,14 +23,14 @@ const (
 	dlvID2 = "0190a1b2-c3d4-7e5f-8a9b-0c1d2e3f4ad2"
 )
 
-const messageJSON = `{"id":"` + msgID + `","source":"erp","from":"acme","to":"globex","stage":"dispatched",
-	"status":"retrying","error":"","created_at":"2025-03-04T10:11:12.345678Z","updated_at":"2025-03-04T10:12:00Z",
+const messageJSON = `{"id":"` + msgID + `","version":7,"generation":2,"source":"erp","from":"acme","to":"globex","stage":"dispatched",
+	"status":"retrying","error":"","duplicate_key":"ctl-9","possible_duplicate_of":"` + msgID2 + `","created_at":"2025-03-04T10:11:12.345678Z","updated_at":"2025-03-04T10:12:00Z",
 	"payload_size":1234,"payload_sha256":"9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08",
 	"deliveries":[
-	 {"id":"` + dlvID + `","target":"billing","state":"retrying","attempts":3,"next_attempt_at":"2025-03-04T10:13:00+01:00",
+	 {"id":"` + dlvID + `","generation":2,"target":"billing","state":"retrying","attempts":3,"next_attempt_at":"2025-03-04T10:13:00+01:00",
 	  "last_error":"POST http://billing/in: 503 Service Unavailable\n\tupstream down","created_at":"2025-03-04T10:11:12Z",
 	  "updated_at":"2025-03-04T10:12:00Z","finished_at":null},
-	 {"id":"` + dlvID2 + `","target":"archive","state":"delivered","attempts":1,"next_attempt_at":null,
+	 {"id":"` + dlvID2 + `","generation":1,"target":"archive","state":"delivered","attempts":1,"next_attempt_at":null,
 	  "last_error":"","created_at":"2025-03-04T10:11:12Z","updated_at":"2025-03-04T10:11:13Z","finished_at":"2025-03-04T10:11:13Z"}]}`
 
 const historyJSON = `{"items":[
@@ -41,7 +41,7 @@ const historyJSON = `{"items":[
 
 // request is what the fake server saw.
 type request struct {
-	Method, Path, Query, Authorization, ContentType, Accept, Body string
+	Method, Path, Query, Authorization, ContentType, Accept, IfMatch, Body string
 }
 
 type answer struct {
@@ -62,7 +62,7 @@ func newFakeAPI(t *testing.T, answers map[string]answer) *fakeAPI {
 		body, _ := io.ReadAll(r.Body)
 		f.mu.Lock()
 		f.requests = append(f.requests, request{r.Method, r.URL.Path, r.URL.RawQuery,
-			r.Header.Get("Authorization"), r.Header.Get("Content-Type"), r.Header.Get("Accept"), string(body)})
+			r.Header.Get("Authorization"), r.Header.Get("Content-Type"), r.Header.Get("Accept"), r.Header.Get("If-Match"), string(body)})
 		f.mu.Unlock()
 		a, ok := answers[r.Method+" "+r.URL.Path]
 		if !ok {
@@ -146,20 +146,24 @@ func TestMessagesShow(t *testing.T) {
 	m.Path = "/api/v1/messages/" + msgID
 	h.Path = "/api/v1/messages/" + msgID + "/history"
 	checkRequests(t, api.seen(), m, h)
-	want := `message  0190a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a01
-status   retrying
-stage    dispatched
-source   erp
-from     acme
-to       globex
-payload  1234 bytes, sha256 9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08
-created  2025-03-04 10:11:12Z
-updated  2025-03-04 10:12:00Z
+	want := `message                0190a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a01
+version                7
+status                 retrying
+stage                  dispatched
+generation             2
+source                 erp
+from                   acme
+to                     globex
+payload                1234 bytes, sha256 9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08
+duplicate key          ctl-9
+possible duplicate of  0190a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a02
+created                2025-03-04 10:11:12Z
+updated                2025-03-04 10:12:00Z
 
 deliveries
-ID                                    TARGET   STATE      ATTEMPTS  NEXT ATTEMPT          FINISHED              LAST ERROR
-0190a1b2-c3d4-7e5f-8a9b-0c1d2e3f4ad1  billing  retrying   3         2025-03-04 09:13:00Z  -                     POST http://billing/in: 503 Service Unavailable upstream down
-0190a1b2-c3d4-7e5f-8a9b-0c1d2e3f4ad2  archive  delivered  1         -                     2025-03-04 10:11:13Z  -
+ID                                    GEN  TARGET   STATE      ATTEMPTS  NEXT ATTEMPT          FINISHED              LANE  LAST ERROR
+0190a1b2-c3d4-7e5f-8a9b-0c1d2e3f4ad1  2    billing  retrying   3         2025-03-04 09:13:00Z  -                     -     POST http://billing/in: 503 Service Unavailable upstream down
+0190a1b2-c3d4-7e5f-8a9b-0c1d2e3f4ad2  1    archive  delivered  1         -                     2025-03-04 10:11:13Z  -     -
 
 history
 POSITION  AT                    KIND                ACTOR            TARGET   STATE                   TEXT
@@ -182,18 +186,75 @@ func TestRedeliverAndRedispatch(t *testing.T) {
 	post := request{Method: "POST", Authorization: "Bearer t", ContentType: "application/json", Accept: "application/json"}
 
 	code, out, errOut := waybillCLI(t, "redeliver", "--server", api.URL, "--token", "t", msgID, dlvID)
-	if code != 0 || !strings.HasPrefix(out, "delivery "+dlvID+" redelivered\n\nmessage  "+msgID+"\nstatus   retrying\n") ||
+	if code != 0 || !strings.HasPrefix(out, "delivery "+dlvID+" redelivered\n\nmessage                "+msgID+"\nversion                7\n") ||
 		!strings.Contains(out, "\ndeliveries\n") || strings.Contains(out, "history") {
 		t.Fatalf("redeliver: exit %d\n%s%s", code, out, errOut)
 	}
 	code, out, errOut = waybillCLI(t, "redispatch", msgID, "--server", api.URL, "--token", "t")
-	if code != 0 || !strings.HasPrefix(out, "message "+msgID+" redispatched\n\nmessage  "+msgID+"\n") {
+	if code != 0 || !strings.HasPrefix(out, "message "+msgID+" redispatched\n\nmessage                "+msgID+"\n") {
 		t.Fatalf("redispatch: exit %d\n%s%s", code, out, errOut)
 	}
 	r1, r2 := post, post
 	r1.Path = "/api/v1/messages/" + msgID + "/deliveries/" + dlvID + "/redeliver"
 	r2.Path = "/api/v1/messages/" + msgID + "/redispatch"
 	checkRequests(t, api.seen(), r1, r2)
+}
+
+func TestResendReplayIfVersion(t *testing.T) {
+	t.Parallel()
+	api := newFakeAPI(t, map[string]answer{
+		"POST /api/v1/messages/" + msgID + "/resend": {200, messageJSON},
+		"POST /api/v1/messages/" + msgID + "/replay": {412, `{"error":{"code":"PRECONDITION_FAILED",
+			"message":"message changed: the message is at version 9, not 7","details":{"version":9}}}`},
+	})
+	code, out, errOut := waybillCLI(t, "resend", msgID, "--target", "billing", "--target", "archive", "--reason", "fixed",
+		"--if-version", "7", "--server", api.URL, "--token", "t")
+	if code != 0 || !strings.HasPrefix(out, "message "+msgID+" resent\n\n") || !strings.Contains(out, "generation             2\n") {
+		t.Fatalf("resend: exit %d\n%s%s", code, out, errOut)
+	}
+	code, out, errOut = waybillCLI(t, "replay", msgID, "--if-version", "7", "--server", api.URL, "--token", "t")
+	wantErr := `waybill replay: PRECONDITION_FAILED: message changed: the message is at version 9, not 7 (HTTP 412)
+  version: 9
+the message changed since that version: look at it again (waybill messages show ` + msgID + `) before acting
+`
+	if code != 1 || out != "" || errOut != wantErr {
+		t.Fatalf("replay: exit %d\n%s%s\nwant\n%s", code, out, errOut, wantErr)
+	}
+	post := request{Method: "POST", Authorization: "Bearer t", ContentType: "application/json", Accept: "application/json", IfMatch: `"7"`}
+	resend, replay := post, post
+	resend.Path, resend.Body = "/api/v1/messages/"+msgID+"/resend", `{"reason":"fixed","targets":["billing","archive"]}`
+	replay.Path, replay.Body = "/api/v1/messages/"+msgID+"/replay", `{"reason":""}`
+	checkRequests(t, api.seen(), resend, replay)
+}
+
+func TestSkipAndLanes(t *testing.T) {
+	t.Parallel()
+	api := newFakeAPI(t, map[string]answer{
+		"POST /api/v1/messages/" + msgID + "/deliveries/" + dlvID + "/skip": {200, messageJSON},
+		"GET /api/v1/targets/billing/lanes": {200, `{"items":[{"ordering_key":"patient-42","head":{"message_id":"` + msgID +
+			`","delivery_id":"` + dlvID + `","state":"failed","since":"2025-03-04T10:11:12Z"},"waiting":3,` +
+			`"waiting_since":"2025-03-04T10:11:13Z"},{"ordering_key":"patient-7","head":null,"waiting":0,"waiting_since":null}],` +
+			`"next_cursor":"cGF0aWVudC03"}`},
+	})
+	code, out, errOut := waybillCLI(t, "skip", "--server", api.URL, "--token", "t", "--reason", "sent by hand", msgID, dlvID)
+	if code != 0 || !strings.HasPrefix(out, "delivery "+dlvID+" skipped\n\nmessage                "+msgID+"\n") {
+		t.Fatalf("skip: exit %d\n%s%s", code, out, errOut)
+	}
+	code, out, errOut = waybillCLI(t, "lanes", "billing", "--blocked", "--server", api.URL, "--token", "t")
+	want := `ORDERING KEY  HEAD MESSAGE                          HEAD DELIVERY                         STATE   HEAD SINCE            WAITING  WAITING SINCE
+patient-42    ` + msgID + `  ` + dlvID + `  failed  2025-03-04 10:11:12Z  3        2025-03-04 10:11:13Z
+patient-7     -                                     -                                     -       -                     0        -
+
+more: waybill lanes billing --blocked --cursor cGF0aWVudC03
+`
+	if code != 0 || out != want {
+		t.Fatalf("lanes: exit %d\n%s\nwant\n%s%s", code, out, want, errOut)
+	}
+	skip := request{Method: "POST", Authorization: "Bearer t", ContentType: "application/json", Accept: "application/json",
+		Path: "/api/v1/messages/" + msgID + "/deliveries/" + dlvID + "/skip", Body: `{"reason":"sent by hand"}`}
+	lanes := request{Method: "GET", Authorization: "Bearer t", Accept: "application/json",
+		Path: "/api/v1/targets/billing/lanes", Query: "blocked=true"}
+	checkRequests(t, api.seen(), skip, lanes)
 }
 
 func TestClientErrors(t *testing.T) {
@@ -248,6 +309,9 @@ func TestClientMisuse(t *testing.T) {
 		{[]string{"redispatch", "../../targets"}, "is not a message id"},
 		{[]string{"redispatch", msgID, msgID2}, "unexpected arguments"},
 		{[]string{"redispatch", "--nope", msgID}, "flag provided but not defined: -nope"},
+		{[]string{"resend", msgID, "--if-version", "-2"}, "--if-version: must be positive"},
+		{[]string{"replay", msgID, "--target", "billing"}, "flag provided but not defined: -target"},
+		{[]string{"resend"}, "unexpected arguments"},
 		{[]string{"messages", "--server", "127.0.0.1:8080"}, `--server: "127.0.0.1:8080" is not an http:// or https:// URL`},
 	} {
 		args := slices.Concat(c.args, []string{"--token", "t"})

@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -93,6 +94,14 @@ func TestEndToEnd(t *testing.T) {
 		mu.Unlock()
 	}))
 	defer sink.Close()
+	var outcomes atomic.Int32
+	callbacks := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var body struct{ Status string }
+		if json.NewDecoder(r.Body).Decode(&body) == nil && body.Status == "delivered" {
+			outcomes.Add(1)
+		}
+	}))
+	defer callbacks.Close()
 
 	srv := startServer(t, bin, "--data-dir", dataDir)
 	cmd, addr := srv.cmd, srv.addr
@@ -120,7 +129,7 @@ func TestEndToEnd(t *testing.T) {
 	for i := range 10 {
 		var m message
 		a.call("POST", "/messages", map[string]any{"source": "erp", "from": "acme", "to": "globex",
-			"payload": fmt.Sprintf("order %d", i), "content_type": "text/plain"}, http.StatusCreated, &m)
+			"payload": fmt.Sprintf("order %d", i), "content_type": "text/plain", "callback_url": callbacks.URL}, http.StatusCreated, &m)
 		ids = append(ids, m.ID)
 	}
 	for _, id := range ids {
@@ -146,6 +155,35 @@ func TestEndToEnd(t *testing.T) {
 	}
 	mu.Unlock()
 
+	for deadline := time.Now().Add(60 * time.Second); outcomes.Load() < 10; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d outcome callbacks, want 10", outcomes.Load())
+		}
+	}
+
+	// A file dropped in a directory source is delivered too.
+	spool := filepath.Join(dir, "spool")
+	a.call("POST", "/sources", map[string]any{"name": "drop", "kind": "directory", "config": map[string]any{
+		"dir": spool, "from": "acme", "to": "globex", "interval": "20ms", "settle": "20ms"}}, http.StatusCreated, nil)
+	a.call("POST", "/routes", map[string]any{"source": "drop", "from": "*", "to": "*", "target": "sink"}, http.StatusCreated, nil)
+	if err := os.MkdirAll(spool, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(spool, "order.txt"), []byte("from a file"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		mu.Lock()
+		n := len(got)
+		mu.Unlock()
+		if n == 11 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the dropped file was not delivered")
+		}
+	}
+
 	var history struct {
 		Items []struct {
 			Kind string
@@ -156,7 +194,7 @@ func TestEndToEnd(t *testing.T) {
 	for _, e := range history.Items {
 		kinds = append(kinds, e.Kind)
 	}
-	want := "message.accepted message.dispatched delivery.claimed delivery.attempted"
+	want := "message.accepted message.dispatched delivery.claimed delivery.attempted message.callback_claimed message.callback_attempted"
 	if strings.Join(kinds, " ") != want {
 		t.Errorf("history %v, want %s", kinds, want)
 	}

@@ -1,8 +1,9 @@
 // Command waybill runs the Waybill service (serve) and its operator
 // commands against its database: audit replays the journal and checks it
 // and the projections; rebuild recreates the projections from the journal;
-// reset drops them; token creates API tokens. messages, redeliver and
-// redispatch talk to a running server's REST API.
+// reset drops them; token creates API tokens. messages, lanes and the
+// operator's actions (redeliver, skip, redispatch, resend, replay) talk to a
+// running server's REST API.
 package main
 
 import (
@@ -36,15 +37,23 @@ commands:
   token    revoke ID                            revoke an API token (not the last admin token)
   bench    [--http] [--messages N] [--clients C] [--rate R] [--cpuprofile FILE]
                                                 measure ingest-to-delivered throughput and latency
-  bench    --backlog N [--clients C] [--concurrency K] [--statements]
+  bench    --backlog N [--clients C] [--concurrency K] [--keys K] [--statements]
                                                 measure the drain of a backlog of N deliveries
 
 commands that talk to a running server (--server URL, --token T or the data dir's admin.token):
-  messages [--status S] [--limit N] [--cursor C]
+  messages [--status S] [--possible-duplicates] [--limit N] [--cursor C]
                                                 list messages, newest first, a page at a time
   messages show ID                              a message, its deliveries and its history
+  lanes    TARGET [--blocked] [--limit N] [--cursor C]
+                                                list a fifo target's lanes: head and deliveries waiting
   redeliver ID DELIVERY                         queue one delivery of a message again
+  skip     ID DELIVERY [--reason R]             settle one delivery of a message without sending it
   redispatch ID                                 match the routes again; add deliveries for new targets
+  resend   ID [--target T]... [--reason R]      send the message again, as a new generation, to its targets
+  replay   ID [--reason R]                      send the message again, as a new generation, to the targets
+                                                the routes match now
+  Each action takes --if-version V: it acts only if the message is still at
+  the version that messages show printed, else nothing is done.
 
 audit, rebuild, reset and token take --database-url URL, or --data-dir DIR
 (default ./var) for the embedded PostgreSQL: that of the server running on
@@ -152,7 +161,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return runToken(ctx, args[1:], stdout, stderr)
 	case "bench":
 		return runBench(ctx, args[1:], stdout, stderr)
-	case "messages", "redeliver", "redispatch":
+	case "messages", "redeliver", "redispatch", "skip", "resend", "replay", "lanes":
 		return runClient(ctx, args, stdout, stderr)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)

@@ -26,7 +26,9 @@ import (
 	"github.com/waybill/waybill/alerts"
 	"github.com/waybill/waybill/auth"
 	"github.com/waybill/waybill/commands"
+	"github.com/waybill/waybill/console"
 	"github.com/waybill/waybill/httpapi"
+	"github.com/waybill/waybill/intake"
 	"github.com/waybill/waybill/internal/securefile"
 	"github.com/waybill/waybill/natsserver"
 	"github.com/waybill/waybill/pgserver"
@@ -68,7 +70,7 @@ func serveFlags(fs *flag.FlagSet) *serveConfig {
 	fs.DurationVar(&c.drainGrace, "drain-grace", 5*time.Second,
 		"how long a stop lets attempts in flight finish before it cancels them (env WAYBILL_DRAIN_GRACE)")
 	fs.Int64Var(&c.maxPayload, "max-payload", httpapi.DefaultMaxPayload,
-		"largest request body the API takes, in bytes (env WAYBILL_MAX_PAYLOAD)")
+		"largest request body the API takes, and largest file or row a source takes, in bytes (env WAYBILL_MAX_PAYLOAD)")
 	return c
 }
 
@@ -198,8 +200,12 @@ func serve(ctx context.Context, cfg *serveConfig, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	ui, err := console.New(console.Config{Base: base, Writer: w, DB: db, Tokens: tokens, OnConfigChange: rt.ConfigChanged})
+	if err != nil {
+		return err
+	}
 	var ready atomic.Bool
-	web, err := newHTTPService(cfg.listen, api, db, reg, &ready, log)
+	web, err := newHTTPService(cfg.listen, api, ui, db, reg, &ready, log)
 	if err != nil {
 		return err
 	}
@@ -216,6 +222,15 @@ func serve(ctx context.Context, cfg *serveConfig, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	callbacks, err := workers.NewCallbacks(workers.CallbackConfig{Base: base, Writer: w, DrainGrace: cfg.drainGrace, Registerer: reg})
+	if err != nil {
+		return err
+	}
+	sources, err := intake.New(intake.Config{Base: base, Writer: w, DB: db, NATS: nc, Metrics: intake.NewMetrics(reg),
+		MaxPayload: cfg.maxPayload})
+	if err != nil {
+		return err
+	}
 	// Retention removes an event only once the feed's groups this process
 	// runs have passed it.
 	ret, err := retention.New(retention.Config{Base: base, Writer: w, DB: db, Registerer: reg,
@@ -224,10 +239,11 @@ func serve(ctx context.Context, cfg *serveConfig, stderr io.Writer) error {
 		return err
 	}
 
-	// The services start in this order and stop in the reverse: retention
-	// and the sweep first, then the workers, each before anything they
+	// The services start in this order and stop in the reverse: the
+	// sources first, so nothing comes in while the rest stops, then
+	// retention and the sweep, then the workers, each before anything they
 	// use. The sweep's first pass runs after the workers subscribed, so
-	// its wake-ups find them.
+	// its wake-ups find them, and so do the sources' first messages.
 	var services service.List
 	stack.push(func() {
 		ready.Store(false)
@@ -238,18 +254,22 @@ func serve(ctx context.Context, cfg *serveConfig, stderr io.Writer) error {
 	for _, s := range []struct {
 		name string
 		s    service.Service
-	}{{"http server", web}, {"alerter", alerter}, {"event stream", events}, {"runtime", rt}, {"sweep", sw}, {"retention", ret}} {
+	}{{"http server", web}, {"alerter", alerter}, {"event stream", events}, {"runtime", rt}, {"callbacks", callbacks}, {"sweep", sw},
+		{"retention", ret}, {"sources", sources}} {
 		if err := services.Start(ctx, s.name, s.s); err != nil {
 			return err
 		}
 	}
 
 	ready.Store(true)
-	log.Info("waybill serving", "api", "http://"+web.addr()+"/api/v1", "metrics", "http://"+web.addr()+"/metrics")
+	log.Info("waybill serving", "api", "http://"+web.addr()+"/api/v1", "console", "http://"+web.addr()+console.Prefix,
+		"metrics", "http://"+web.addr()+"/metrics")
 	if firstStart {
 		abs, _ := filepath.Abs(tokenFile)
-		fmt.Fprintf(stderr, "\nWaybill is up: the API is at http://%s/api/v1\nThe admin token is in %s (readable only by its owner):\n  curl -H \"Authorization: Bearer $(cat %s)\" http://%s/api/v1/stats\n\n",
-			web.addr(), abs, abs, web.addr())
+		fmt.Fprintf(stderr, "\nWaybill is up: the API is at http://%s/api/v1, the console at http://%s/ui/\n"+
+			"The admin token is in %s (readable only by its owner); the console's sign-in takes it, and so does the API:\n"+
+			"  curl -H \"Authorization: Bearer $(cat %s)\" http://%s/api/v1/stats\n\n",
+			web.addr(), web.addr(), abs, abs, web.addr())
 	}
 	<-ctx.Done()
 	log.Info("stopping: no more claims; attempts in flight get the drain grace", "drain_grace", cfg.drainGrace)
@@ -329,12 +349,18 @@ func stopPostgres(srv *pgserver.Server, log *slog.Logger) func() {
 // openDB opens the pool every part of the process shares. A session left
 // idle inside a transaction is ended after a minute: such a transaction
 // holds back the journal feed, which reads only below the oldest one open.
+// JIT compilation is off: the statements are short lookups run as
+// prepared statements, whose generic plans' estimates (an array of ids is
+// guessed at ten rows, joined to a guess) often pass jit_above_cost, and
+// compiling one took 100 to 200 ms where running it takes one
+// (performance.md).
 func openDB(ctx context.Context, url string) (*pgxpool.Pool, error) {
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		return nil, fmt.Errorf("database url: %w", err)
 	}
 	cfg.ConnConfig.RuntimeParams["idle_in_transaction_session_timeout"] = "60000"
+	cfg.ConnConfig.RuntimeParams["jit"] = "off"
 	cfg.ConnConfig.RuntimeParams["application_name"] = "waybill"
 	cfg.AfterConnect = schema.AfterConnect
 	if cfg.MaxConns < 32 && !strings.Contains(url, "pool_max_conns") {
@@ -388,9 +414,9 @@ func connectNATS(url string, log *slog.Logger, stack *stopStack) (*nats.Conn, er
 // places, the HTTP server's last answers.
 const stopBudget = 20 * time.Second
 
-// httpService serves the API, the metrics and the health checks: /healthz
-// answers while the process runs, /readyz only while the database answers
-// and every service has started.
+// httpService serves the API, the console, the metrics and the health
+// checks: /healthz answers while the process runs, /readyz only while the
+// database answers and every service has started.
 type httpService struct {
 	srv *http.Server
 	l   net.Listener
@@ -399,9 +425,11 @@ type httpService struct {
 
 // newHTTPService listens on addr, so the address is known (and taken)
 // before the service starts.
-func newHTTPService(addr string, api http.Handler, db *pgxpool.Pool, reg *prometheus.Registry, ready *atomic.Bool, log *slog.Logger) (*httpService, error) {
+func newHTTPService(addr string, api http.Handler, ui *console.Console, db *pgxpool.Pool, reg *prometheus.Registry, ready *atomic.Bool, log *slog.Logger) (*httpService, error) {
 	mux := http.NewServeMux()
 	mux.Handle(httpapi.Prefix+"/", api)
+	mux.Handle(console.Prefix, ui)
+	mux.Handle("GET /{$}", http.RedirectHandler(console.Prefix, http.StatusSeeOther))
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprintln(w, "ok")
@@ -431,6 +459,8 @@ func newHTTPService(addr string, api http.Handler, db *pgxpool.Pool, reg *promet
 		IdleTimeout:       2 * time.Minute,
 		MaxHeaderBytes:    64 << 10,
 	}
+	// A live history is a request that never ends on its own.
+	srv.RegisterOnShutdown(ui.Close)
 	return &httpService{srv: srv, l: l, log: log}, nil
 }
 

@@ -144,6 +144,19 @@ func TestServeStopsGently(t *testing.T) {
 	ok := ingest("fine")
 	waitStatus(t, db, ok.ID, lifecycle.StatusDelivered)
 
+	// The console is served beside the API, and / leads to it.
+	noRedirect := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	for path, want := range map[string]int{"/": http.StatusSeeOther, "/ui/signin": http.StatusOK, "/ui/": http.StatusSeeOther} {
+		resp, err := noRedirect.Get("http://" + srv.addr + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != want {
+			t.Errorf("GET %s: %d, want %d", path, resp.StatusCode, want)
+		}
+	}
+
 	slow := ingest("hang")
 	<-entered
 	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {

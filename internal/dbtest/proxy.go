@@ -3,6 +3,7 @@ package dbtest
 import (
 	"io"
 	"net"
+	"net/url"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -65,6 +66,20 @@ func (p *Proxy) Pool(t testing.TB) *pgxpool.Pool {
 	}
 	t.Cleanup(db.Close)
 	return db
+}
+
+// URL is a URL of the proxy's database through the proxy, for a client
+// that makes its own pool.
+func (p *Proxy) URL() string {
+	addr := p.ln.Addr().(*net.TCPAddr)
+	u := url.URL{Scheme: "postgres", Host: net.JoinHostPort(addr.IP.String(), strconv.Itoa(addr.Port)),
+		Path: "/" + p.cfg.ConnConfig.Database}
+	if p.cfg.ConnConfig.Password != "" {
+		u.User = url.UserPassword(p.cfg.ConnConfig.User, p.cfg.ConnConfig.Password)
+	} else {
+		u.User = url.User(p.cfg.ConnConfig.User)
+	}
+	return u.String()
 }
 
 // Cut drops every connection through the proxy and refuses new ones (they

@@ -1,0 +1,159 @@
+package commands_test
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/waybill/waybill/commands"
+	"github.com/waybill/waybill/lifecycle"
+	"github.com/waybill/waybill/projection"
+)
+
+// fifoTarget creates a fifo target with the policy and a route to it.
+func (b *bundle) fifoTarget(t testing.TB, name string, onFailure lifecycle.OnFailure) {
+	t.Helper()
+	spec := lifecycle.Target{Name: name, Kind: "http", Enabled: true, Config: sinkConfig,
+		Ordering: lifecycle.Ordering{Mode: lifecycle.OrderingFIFO, OnFailure: onFailure}}
+	if _, err := b.w.CreateTarget(b.ctx, spec, admin); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.w.CreateRoute(b.ctx, lifecycle.Route{Source: "erp", From: "*", To: "*", Target: name}, admin); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (b *bundle) ingestKeyed(t *testing.T, key string) *projection.Message {
+	t.Helper()
+	in := newMessage()
+	in.OrderingKey = key
+	m, _, err := b.w.Ingest(b.ctx, in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+func (b *bundle) state(t *testing.T, d projection.Delivery) lifecycle.DeliveryState {
+	t.Helper()
+	m, err := projection.Load(b.ctx, b.db, d.MessageID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m.Delivery(d.ID).State
+}
+
+func (b *bundle) wantStates(t *testing.T, want map[uuid.UUID]lifecycle.DeliveryState, ms ...*projection.Message) {
+	t.Helper()
+	for _, m := range ms {
+		d := m.Deliveries[0]
+		if got := b.state(t, d); got != want[m.ID] {
+			t.Errorf("delivery of message %s is %s, want %s", m.ID, got, want[m.ID])
+		}
+	}
+}
+
+// TestLaneAttemptsOneAtATimeInOrder: the deliveries of one key wait behind
+// the first; each settling lets the next go, in the same transaction; other
+// keys and messages without a key do not wait.
+func TestLaneAttemptsOneAtATimeInOrder(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.fifoTarget(t, "hl7", lifecycle.OnFailureBlock)
+	a1, a2, a3 := b.ingestKeyed(t, "patient-1"), b.ingestKeyed(t, "patient-1"), b.ingestKeyed(t, "patient-1")
+	other, none := b.ingestKeyed(t, "patient-2"), b.ingestKeyed(t, "")
+	q, bl := lifecycle.StateQueued, lifecycle.StateBlocked
+	b.wantStates(t, map[uuid.UUID]lifecycle.DeliveryState{a1.ID: q, a2.ID: bl, a3.ID: bl, other.ID: q, none.ID: q}, a1, a2, a3, other, none)
+	if a2.Status != lifecycle.StatusBlocked {
+		t.Errorf("a blocked message's status is %s", a2.Status)
+	}
+	b.audit(t)
+
+	// A blocked delivery is not claimable.
+	if _, err := b.w.Claim(b.ctx, a2.Deliveries[0].ID, time.Minute); err == nil {
+		t.Fatal("claimed a blocked delivery")
+	}
+	b.wake.take()
+	c, err := b.w.Claim(b.ctx, a1.Deliveries[0].ID, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.w.Complete(b.ctx, c.Delivery.ID, c.Token, lifecycle.Delivered("200")); err != nil {
+		t.Fatal(err)
+	}
+	b.wantStates(t, map[uuid.UUID]lifecycle.DeliveryState{a1.ID: lifecycle.StateDelivered, a2.ID: q, a3.ID: bl}, a1, a2, a3)
+	if got := b.wake.take(); len(got) != 1 || got[0].DeliveryID != a2.Deliveries[0].ID {
+		t.Errorf("wake-ups after the head settled: %v", got)
+	}
+	b.audit(t)
+
+	// The head fails for good: on_failure block keeps the lane held.
+	c, err = b.w.Claim(b.ctx, a2.Deliveries[0].ID, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.w.Complete(b.ctx, c.Delivery.ID, c.Token, lifecycle.Failed("400")); err != nil {
+		t.Fatal(err)
+	}
+	b.wantStates(t, map[uuid.UUID]lifecycle.DeliveryState{a2.ID: lifecycle.StateFailed, a3.ID: bl}, a2, a3)
+	// Redelivering the failed head retries it in place.
+	if _, err := b.w.Redeliver(b.ctx, a2.ID, a2.Deliveries[0].ID, commands.Action{Operator: "admin"}); err != nil {
+		t.Fatal(err)
+	}
+	b.wantStates(t, map[uuid.UUID]lifecycle.DeliveryState{a2.ID: q, a3.ID: bl}, a2, a3)
+	// Skipping the head lets the next go.
+	if _, err := b.w.Skip(b.ctx, a2.ID, a2.Deliveries[0].ID, commands.Action{Operator: "admin", Reason: "sent by hand"}); err != nil {
+		t.Fatal(err)
+	}
+	b.wantStates(t, map[uuid.UUID]lifecycle.DeliveryState{a2.ID: lifecycle.StateSkipped, a3.ID: q}, a2, a3)
+	// A delivered one sent again joins the back of its lane, behind a3.
+	m, err := b.w.Redeliver(b.ctx, a1.ID, a1.Deliveries[0].ID, commands.Action{Operator: "admin"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := m.Deliveries[0]; d.State != bl || d.LaneSeq != 4 {
+		t.Errorf("sent again: %s at %d, want blocked at 4", d.State, d.LaneSeq)
+	}
+	if _, err := b.w.Skip(b.ctx, a3.ID, a3.Deliveries[0].ID, commands.Action{Operator: "admin", Reason: ""}); err != nil {
+		t.Fatal(err)
+	}
+	b.wantStates(t, map[uuid.UUID]lifecycle.DeliveryState{a1.ID: q, a3.ID: lifecycle.StateSkipped}, a1, a3)
+	b.audit(t)
+
+	// Skipping is refused while a delivery is being attempted.
+	c, err = b.w.Claim(b.ctx, a1.Deliveries[0].ID, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.w.Skip(b.ctx, a1.ID, a1.Deliveries[0].ID, commands.Action{Operator: "admin", Reason: ""}); !errors.Is(err, commands.ErrNotSkippable) {
+		t.Errorf("skip while delivering: %v", err)
+	}
+	b.audit(t)
+}
+
+// TestLaneOnFailureContinue: a failure lets the next one go.
+func TestLaneOnFailureContinue(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.fifoTarget(t, "feed", lifecycle.OnFailureContinue)
+	m1, m2 := b.ingestKeyed(t, "k"), b.ingestKeyed(t, "k")
+	c, err := b.w.Claim(b.ctx, m1.Deliveries[0].ID, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.w.Complete(b.ctx, c.Delivery.ID, c.Token, lifecycle.Failed("400")); err != nil {
+		t.Fatal(err)
+	}
+	b.wantStates(t, map[uuid.UUID]lifecycle.DeliveryState{m1.ID: lifecycle.StateFailed, m2.ID: lifecycle.StateQueued}, m1, m2)
+	// The failed one sent again joins the back, behind m2.
+	m, err := b.w.Redeliver(b.ctx, m1.ID, m1.Deliveries[0].ID, commands.Action{Operator: "admin"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := m.Deliveries[0]; d.State != lifecycle.StateBlocked {
+		t.Errorf("sent again: %s, want blocked", d.State)
+	}
+	b.audit(t)
+}

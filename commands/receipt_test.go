@@ -1,0 +1,228 @@
+package commands_test
+
+import (
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/waybill/waybill/commands"
+	"github.com/waybill/waybill/internal/dbtest"
+	"github.com/waybill/waybill/journal"
+	"github.com/waybill/waybill/lifecycle"
+	"github.com/waybill/waybill/projection"
+)
+
+const gateway = "operator:gateway"
+
+// handOver ingests a message and hands its delivery to target over with
+// the receiver's id, awaiting a receipt.
+func (b *bundle) handOver(t *testing.T, target, id string) projection.Delivery {
+	t.Helper()
+	m, _, err := b.w.Ingest(b.ctx, newMessage())
+	if err != nil {
+		t.Fatal(err)
+	}
+	i := 0
+	for m.Deliveries[i].Target != target {
+		i++
+	}
+	d := m.Deliveries[i]
+	c, err := b.w.Claim(b.ctx, d.ID, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := lifecycle.AwaitingAck("202 Accepted", b.clock.Now().Add(time.Hour))
+	o.ExternalID = id
+	m, err = b.w.Complete(b.ctx, d.ID, c.Token, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return *m.Delivery(d.ID)
+}
+
+func (b *bundle) receiptBy(target, id string, final, positive bool) (*projection.Message, uuid.UUID, error) {
+	return b.w.ReceiptByExternalID(b.ctx, commands.ExternalReceipt{Target: target, ExternalID: id, Final: final,
+		Positive: positive, Status: "UNDELIV", Code: "013", Text: "no such subscriber"}, gateway)
+}
+
+// TestReceiptByExternalID: intermediate receipts are journaled and settle
+// nothing; the first final one settles the delivery with the receiver's
+// status and code, and consumes the id; after it, the id is consumed; an
+// id nobody gave is not found. Neither changes anything.
+func TestReceiptByExternalID(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.targets(t, "sms")
+	d := b.handOver(t, "sms", "SM-1")
+
+	for range 2 {
+		m, id, err := b.receiptBy("sms", "SM-1", false, false)
+		if err != nil || id != d.ID || m.Delivery(d.ID).State != lifecycle.StateAwaitingAck {
+			t.Fatalf("intermediate: %v %v", id, err)
+		}
+	}
+	m, _, err := b.receiptBy("sms", "SM-1", true, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := m.Delivery(d.ID)
+	if got.State != lifecycle.StateFailed || got.LastError != "negative receipt: status UNDELIV, code 013: no such subscriber" {
+		t.Fatalf("settled %+v", got)
+	}
+	before := dbtest.Kinds(t, b.db, d)
+	if _, _, err := b.receiptBy("sms", "SM-1", true, true); !errors.Is(err, commands.ErrCorrelationConsumed) {
+		t.Fatalf("second final receipt: %v", err)
+	}
+	if _, _, err := b.receiptBy("sms", "SM-1", false, true); !errors.Is(err, commands.ErrCorrelationConsumed) {
+		t.Fatalf("intermediate receipt after the final: %v", err)
+	}
+	for _, unknown := range []struct{ target, id string }{{"sms", "SM-2"}, {"mail", "SM-1"}} {
+		if _, _, err := b.receiptBy(unknown.target, unknown.id, true, true); !errors.Is(err, commands.ErrNotFound) {
+			t.Fatalf("receipt by %v: %v", unknown, err)
+		}
+	}
+	after := dbtest.Kinds(t, b.db, d)
+	want := []journal.Kind{journal.KindDeliveryClaimed, journal.KindDeliveryAttempted, journal.KindReceiptIntermediate,
+		journal.KindReceiptIntermediate, journal.KindReceiptReceived}
+	if len(before) != len(after) || len(after) != len(want) {
+		t.Fatalf("kinds %v, then %v, want %v", before, after, want)
+	}
+	for i := range want {
+		if after[i] != want[i] {
+			t.Fatalf("kinds %v, want %v", after, want)
+		}
+	}
+	if _, _, err := b.w.ReceiptByExternalID(b.ctx, commands.ExternalReceipt{Target: "Sms", ExternalID: ""}, gateway); !errors.Is(err, commands.ErrInvalid) {
+		t.Errorf("invalid receipt: %v", err)
+	}
+	dbtest.Audit(t, b.db)
+}
+
+// TestExternalIDIsUniquePerTarget: an id a receiver gives again moves to
+// the newest delivery of its target; another target's delivery with the
+// same id is apart. A final receipt for a delivery that awaits none is
+// refused, journaled, and consumes the id.
+func TestExternalIDIsUniquePerTarget(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.targets(t, "sms", "fax")
+	old := b.handOver(t, "sms", "X")
+	other := b.handOver(t, "fax", "X")
+	newest := b.handOver(t, "sms", "X")
+
+	m, id, err := b.receiptBy("sms", "X", true, true)
+	if err != nil || id != newest.ID || m.Delivery(newest.ID).State != lifecycle.StateDelivered {
+		t.Fatalf("receipt by X of sms settled %v: %v", id, err)
+	}
+	m, id, err = b.receiptBy("fax", "X", true, true)
+	if err != nil || id != other.ID || m.Delivery(other.ID).State != lifecycle.StateDelivered {
+		t.Fatalf("receipt by X of fax settled %v: %v", id, err)
+	}
+	got, err := projection.Load(b.ctx, b.db, old.MessageID)
+	if err != nil || got.Delivery(old.ID).State != lifecycle.StateAwaitingAck {
+		t.Fatalf("the older delivery: %v", err)
+	}
+
+	// A receipt for a delivery no longer awaiting one.
+	late := b.handOver(t, "sms", "L")
+	b.clock.Advance(2 * time.Hour)
+	if kind, err := b.w.TimeoutReceipt(b.ctx, late.ID); err != nil || kind != journal.KindReceiptTimedOut {
+		t.Fatalf("time out: %v %v", kind, err)
+	}
+	_, _, err = b.receiptBy("sms", "L", true, true)
+	var se *commands.StateError
+	if !errors.As(err, &se) || !errors.Is(err, commands.ErrReceiptRefused) || se.State != string(lifecycle.StateFailed) {
+		t.Fatalf("late receipt: %v", err)
+	}
+	if _, _, err := b.receiptBy("sms", "L", true, true); !errors.Is(err, commands.ErrCorrelationConsumed) {
+		t.Fatalf("second late receipt: %v", err)
+	}
+	dbtest.Audit(t, b.db)
+}
+
+// TestConcurrentFinalReceiptsSettleOnce: final receipts by one id at once
+// settle the delivery once; the others find the id consumed.
+func TestConcurrentFinalReceiptsSettleOnce(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.targets(t, "sms")
+	d := b.handOver(t, "sms", "C")
+	var (
+		wg                sync.WaitGroup
+		mu                sync.Mutex
+		settled, consumed int
+	)
+	for i := range 8 {
+		wg.Go(func() {
+			_, _, err := b.receiptBy("sms", "C", true, i%2 == 0)
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case err == nil:
+				settled++
+			case errors.Is(err, commands.ErrCorrelationConsumed):
+				consumed++
+			default:
+				t.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+	if settled != 1 || consumed != 7 {
+		t.Fatalf("%d settled, %d consumed", settled, consumed)
+	}
+	kinds := dbtest.Kinds(t, b.db, d)
+	if n := len(kinds); n != 3 || kinds[2] != journal.KindReceiptReceived {
+		t.Fatalf("kinds %v", kinds)
+	}
+	dbtest.Audit(t, b.db)
+}
+
+// TestReceiptByExternalIDLetsTheLaneGo: the final receipt by id that
+// settles the head of a fifo lane lets the next delivery of the lane go,
+// in the same transaction, as a receipt by delivery does.
+func TestReceiptByExternalIDLetsTheLaneGo(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	if _, err := b.w.CreateTarget(b.ctx, lifecycle.Target{Name: "sms", Kind: "http", Enabled: true, Config: sinkConfig,
+		Ordering: lifecycle.Ordering{Mode: lifecycle.OrderingFIFO}}, admin); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.w.CreateRoute(b.ctx, lifecycle.Route{Source: "erp", From: "*", To: "*", Target: "sms"}, admin); err != nil {
+		t.Fatal(err)
+	}
+	in := newMessage()
+	in.OrderingKey = "patient-7"
+	first, _, err := b.w.Ingest(b.ctx, in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	second, _, err := b.w.Ingest(b.ctx, in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := second.Deliveries[0].State; s != lifecycle.StateBlocked {
+		t.Fatalf("the second of the lane is %s", s)
+	}
+	d := first.Deliveries[0]
+	c, err := b.w.Claim(b.ctx, d.ID, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := lifecycle.AwaitingAck("202 Accepted", b.clock.Now().Add(time.Hour))
+	o.ExternalID = "SM-7"
+	if _, err := b.w.Complete(b.ctx, d.ID, c.Token, o); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := b.receiptBy("sms", "SM-7", true, true); err != nil {
+		t.Fatal(err)
+	}
+	got, err := projection.Load(b.ctx, b.db, second.ID)
+	if err != nil || got.Deliveries[0].State != lifecycle.StateQueued {
+		t.Fatalf("the second after the receipt: %v", err)
+	}
+	dbtest.Audit(t, b.db)
+}

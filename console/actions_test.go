@@ -1,0 +1,397 @@
+package console_test
+
+import (
+	"errors"
+	"fmt"
+	"html"
+	"net/http"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/waybill/waybill/auth"
+	"github.com/waybill/waybill/commands"
+	"github.com/waybill/waybill/httpapi"
+	"github.com/waybill/waybill/lifecycle"
+	"github.com/waybill/waybill/projection"
+)
+
+func TestRedeliverAsksThenActs(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.target(t, "billing")
+	m := b.ingest(t, "hello")
+	d := m.Deliveries[0]
+	b.settle(t, d.ID, lifecycle.Failed("400 Bad Request"))
+	c := b.signedIn(t, b.admin)
+
+	page := "/ui/messages/" + m.ID.String()
+	action := page + "/deliveries/" + d.ID.String() + "/redeliver"
+	c.get(t, page).want(t, http.StatusOK).has(t, `href="`+action+`"`, `aria-label="Redeliver to billing"`)
+	before := b.journalLength(t)
+	c.get(t, action).want(t, http.StatusOK).has(t, "Redeliver message "+m.ID.String()+" to billing?", "is failed after 1 attempt.")
+	if b.journalLength(t) != before {
+		t.Fatal("asking changed the journal")
+	}
+	c.post(t, action, nil).redirects(t, page)
+	got, err := projection.Load(b.ctx, b.db, m.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Deliveries[0].State != lifecycle.StateQueued {
+		t.Fatalf("delivery %s after the redelivery", got.Deliveries[0].State)
+	}
+	c.get(t, page).want(t, http.StatusOK).has(t, "The delivery to billing is queued again.", "operator:alice", "delivery.redelivered")
+	// The notice shows once.
+	c.get(t, page).lacks(t, "The delivery to billing is queued again.")
+
+	// Queued, it is refused with the API's reason, and nothing changes.
+	c.get(t, action).want(t, http.StatusOK)
+	before = b.journalLength(t)
+	a := c.post(t, action, nil).want(t, http.StatusConflict)
+	_, err = b.w.Redeliver(b.ctx, m.ID, d.ID, commands.Action{Operator: "alice"})
+	var state *commands.StateError
+	if !errors.As(err, &state) {
+		t.Fatalf("the Writer's answer %v", err)
+	}
+	_, body := httpapi.Refusal(err)
+	a.has(t, html.EscapeString(body.Message), `role="alert"`)
+	if b.journalLength(t) != before {
+		t.Error("a refused action changed the journal")
+	}
+
+	// A delivered delivery is sent again, behind a stronger confirmation.
+	b.clock.Advance(lifecycle.DispatchBackoff(1))
+	b.settle(t, d.ID, lifecycle.Delivered("200 OK"))
+	c.get(t, page).has(t, `aria-label="Send again to billing"`)
+	c.get(t, action).want(t, http.StatusOK).has(t, "Send message "+m.ID.String()+" again to billing?", `class="danger"`)
+	c.post(t, action, nil).redirects(t, page)
+}
+
+func TestSkipAsksThenActsAndTheLaneMoves(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.fifo(t, "orders")
+	var ms []*projection.Message
+	for _, payload := range []string{"first", "second", "third"} {
+		ms = append(ms, b.ingestKeyed(t, "shop", "order 4711", payload))
+	}
+	head, next, last := ms[0], ms[1], ms[2]
+	c := b.signedIn(t, b.admin)
+	page := "/ui/messages/" + head.ID.String()
+	action := page + "/deliveries/" + head.Deliveries[0].ID.String() + "/skip"
+	c.get(t, page).want(t, http.StatusOK).has(t, `href="`+action+`"`, `aria-label="Skip the delivery to orders"`)
+
+	// One that waits is taken out of its lane; the confirmation says so.
+	waiting := "/ui/messages/" + last.ID.String() + "/deliveries/" + last.Deliveries[0].ID.String() + "/skip"
+	c.get(t, "/ui/messages/"+last.ID.String()).has(t, `href="`+waiting+`"`)
+	c.get(t, waiting).want(t, http.StatusOK).has(t, "It waits at place 3 of the lane of ordering key &#34;order 4711&#34;")
+
+	before := b.journalLength(t)
+	c.get(t, action).want(t, http.StatusOK).has(t,
+		"Skip the delivery of message "+head.ID.String()+" to orders?",
+		"The delivery to orders is queued before any attempt.",
+		"It holds the lane of ordering key &#34;order 4711&#34;: skipping it lets the next delivery of the lane go at once.",
+		`name="reason" value=""`, `class="danger" autofocus>Skip</button>`)
+	if b.journalLength(t) != before {
+		t.Fatal("asking changed the journal")
+	}
+	c.post(t, action, url.Values{"reason": {" cancelled at the till "}}).redirects(t, page)
+	c.get(t, page).want(t, http.StatusOK).has(t, "The delivery to orders is skipped.", "delivery.skipped",
+		"skipped by an operator: cancelled at the till", "operator:alice", `<span class="badge tone-neutral">Skipped</span>`)
+
+	// The lane moved: the next is queued and holds it.
+	got, err := projection.Load(b.ctx, b.db, next.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Deliveries[0].State != lifecycle.StateQueued {
+		t.Errorf("the next of the lane is %s after the skip", got.Deliveries[0].State)
+	}
+	c.get(t, "/ui/targets/orders/lanes").want(t, http.StatusOK).has(t, `href="/ui/messages/`+next.ID.String()+`"`)
+
+	// Skipped, it is refused with the API's reason, the reason kept in its
+	// field, and nothing changes.
+	c.get(t, action).want(t, http.StatusOK)
+	before = b.journalLength(t)
+	a := c.post(t, action, url.Values{"reason": {"again"}}).want(t, http.StatusConflict)
+	_, err = b.w.Skip(b.ctx, head.ID, head.Deliveries[0].ID, commands.Action{Operator: "alice"})
+	if !errors.Is(err, commands.ErrNotSkippable) {
+		t.Fatalf("the Writer's answer %v", err)
+	}
+	_, body := httpapi.Refusal(err)
+	a.has(t, html.EscapeString(body.Message), `role="alert"`, `name="reason" value="again"`)
+	if b.journalLength(t) != before {
+		t.Error("a refused skip changed the journal")
+	}
+	// A skipped delivery may be sent again, and may not be skipped.
+	c.get(t, page).has(t, `aria-label="Send again to orders"`).lacks(t, `href="`+action+`"`)
+
+	// One awaiting its receipt has been handed over; the confirmation
+	// says so.
+	b.target(t, "billing")
+	m := b.ingest(t, "hello")
+	b.settle(t, m.Deliveries[0].ID, lifecycle.AwaitingAck("sent", b.clock.Now().Add(time.Hour)))
+	c.get(t, "/ui/messages/"+m.ID.String()+"/deliveries/"+m.Deliveries[0].ID.String()+"/skip").want(t, http.StatusOK).
+		has(t, "billing has the message and its receipt is awaited.").lacks(t, "lane")
+}
+
+func TestRedispatchAddsWhatTheRoutesNowMatch(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.target(t, "billing")
+	m := b.ingest(t, "hello")
+	b.target(t, "archive")
+	c := b.signedIn(t, b.admin)
+	page := "/ui/messages/" + m.ID.String()
+	c.get(t, page).has(t, `href="`+page+`/redispatch"`)
+	c.get(t, page+"/redispatch").want(t, http.StatusOK).has(t, "Redispatch message "+m.ID.String()+"?", "Its 1 deliveries stay")
+	c.post(t, page+"/redispatch", nil).redirects(t, page)
+	c.get(t, page).has(t, "Redispatched: 1 new delivery.", "archive")
+	c.get(t, page+"/redispatch").want(t, http.StatusOK)
+	c.post(t, page+"/redispatch", nil).redirects(t, page)
+	c.get(t, page).has(t, "Redispatched: every matched target had a delivery already.")
+}
+
+func TestReaderSeesNoActionAndIsRefusedOne(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.target(t, "billing")
+	m := b.ingest(t, "hello")
+	d := m.Deliveries[0]
+	b.settle(t, d.ID, lifecycle.Failed("400 Bad Request"))
+	routes, err := b.w.Routes(b.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	msg := "/ui/messages/" + m.ID.String()
+	actions := []string{
+		msg + "/redispatch",
+		msg + "/resend",
+		msg + "/replay",
+		msg + "/deliveries/" + d.ID.String() + "/redeliver",
+		msg + "/deliveries/" + d.ID.String() + "/skip",
+		"/ui/targets/billing/edit",
+		"/ui/targets/billing/disable",
+		"/ui/targets/billing/enable",
+		"/ui/routes/" + routes[0].ID.String() + "/delete",
+		"/ui/routes",
+		"/ui/settings",
+	}
+
+	c := b.signedIn(t, b.reader)
+	for _, p := range []string{"/ui/", "/ui/messages", msg, "/ui/targets", "/ui/targets/billing", "/ui/targets/billing/lanes",
+		"/ui/routes", "/ui/settings"} {
+		a := c.get(t, p).want(t, http.StatusOK)
+		for _, action := range actions {
+			a.lacks(t, `action="`+action+`"`)
+			if action != "/ui/routes" && action != "/ui/settings" { // pages of their own too
+				a.lacks(t, `href="`+action+`"`)
+			}
+		}
+		a.lacks(t, "Redeliver", "Redispatch", "Resend", "Replay", ">Skip<", ">Edit<", ">Disable<", ">Delete<", "Add the route", `name="delivery.max_dispatches"`)
+	}
+
+	// The server refuses the actions anyway, with the API's reason, and
+	// changes nothing.
+	before := b.journalLength(t)
+	_, body := httpapi.Refusal(httpapi.Forbidden(auth.RoleReader, auth.Administer))
+	for _, action := range actions {
+		if action != "/ui/routes" && action != "/ui/settings" {
+			c.get(t, action).want(t, http.StatusForbidden).has(t, "a token of role reader may not administer")
+		}
+		c.post(t, action, url.Values{"source": {"erp"}, "from": {"*"}, "to": {"*"}, "target": {"billing"},
+			"delivery.max_dispatches": {"3"}, "reason": {"no"}}).want(t, http.StatusForbidden).has(t, body.Message)
+	}
+	if b.journalLength(t) != before {
+		t.Error("a reader's action changed the journal")
+	}
+}
+
+func TestIngestTokenMayNotRead(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	c := b.signedIn(t, b.ingester)
+	c.get(t, "/ui/").want(t, http.StatusForbidden).has(t, "a token of role ingest may not read", "Sign out")
+	c.post(t, "/ui/signout", nil).redirects(t, "/ui/signin")
+}
+
+func TestFormsNeedTheSessionsToken(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.target(t, "billing")
+	m := b.ingest(t, "hello")
+	c := b.signedIn(t, b.admin)
+	before := b.journalLength(t)
+	for _, csrf := range []string{"", "not-the-token", strings.Repeat("0", 64)} {
+		form := url.Values{"csrf": {csrf}, "delivery.max_dispatches": {"3"}}
+		c.post(t, "/ui/settings", form).want(t, http.StatusForbidden).has(t, "not from this session")
+		c.post(t, "/ui/messages/"+m.ID.String()+"/redispatch", form).want(t, http.StatusForbidden)
+	}
+	// Another session's token is no good either.
+	other := b.signedIn(t, b.admin)
+	other.get(t, "/ui/settings")
+	c.post(t, "/ui/settings", url.Values{"csrf": {other.csrf}, "delivery.max_dispatches": {"3"}}).want(t, http.StatusForbidden)
+	if b.journalLength(t) != before {
+		t.Error("a form without the session's token changed the journal")
+	}
+}
+
+func TestUnknownIDsAreNotFound(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.target(t, "billing")
+	m := b.ingest(t, "hello")
+	c := b.signedIn(t, b.admin)
+	for _, p := range []string{
+		"/ui/messages/" + "01a23b49-48df-7e79-b764-a846b1a5c90f",
+		"/ui/messages/not-an-id",
+		"/ui/messages/" + strings.ToUpper(m.ID.String()) + "x",
+		"/ui/messages/01a23b49-48df-7e79-b764-a846b1a5c90f/payload",
+		"/ui/messages/01a23b49-48df-7e79-b764-a846b1a5c90f/live",
+		"/ui/messages/" + m.ID.String() + "/deliveries/01a23b49-48df-7e79-b764-a846b1a5c90f/redeliver",
+		"/ui/messages/" + m.ID.String() + "/deliveries/01a23b49-48df-7e79-b764-a846b1a5c90f/skip",
+		"/ui/messages/01a23b49-48df-7e79-b764-a846b1a5c90f/deliveries/" + m.Deliveries[0].ID.String() + "/skip",
+		"/ui/messages/01a23b49-48df-7e79-b764-a846b1a5c90f/redispatch",
+		"/ui/messages/01a23b49-48df-7e79-b764-a846b1a5c90f/resend",
+		"/ui/messages/01a23b49-48df-7e79-b764-a846b1a5c90f/replay",
+		"/ui/targets/nope",
+		"/ui/targets/Not_A_Name/edit",
+		"/ui/targets/nope/lanes",
+		"/ui/routes/01a23b49-48df-7e79-b764-a846b1a5c90f/delete",
+		"/ui/nothing/here",
+	} {
+		c.get(t, p).want(t, http.StatusNotFound).has(t, "<h1>Not found</h1>", "There is nothing here", "Sign out")
+	}
+	c.get(t, "/ui/static/nothing.js").want(t, http.StatusNotFound).has(t, "<h1>Not found</h1>")
+}
+
+func TestTargetEditEnableAndDisable(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.target(t, "billing")
+	c := b.signedIn(t, b.admin)
+	c.get(t, "/ui/targets").want(t, http.StatusOK).has(t, `href="/ui/targets/billing/disable"`, "Enabled")
+	c.get(t, "/ui/targets/billing").want(t, http.StatusOK).has(t, "http://127.0.0.1:9/", `href="/ui/targets/billing/edit"`)
+
+	// Problems are each named, as the API names the fields, and change
+	// nothing.
+	edit := c.get(t, "/ui/targets/billing/edit").want(t, http.StatusOK).has(t, `name="retry.max_attempts" value="10"`)
+	_ = edit
+	form := url.Values{"enabled": {"on"}, "max_concurrent": {"500"}, "attempt_timeout": {"soon"},
+		"retry.strategy": {"exponential"}, "retry.jitter": {"2"}, "retry.max_attempts": {"three"}, "config": {`{"url": 5}`}}
+	changes := b.changes.Load()
+	c.post(t, "/ui/targets/billing/edit", form).want(t, http.StatusBadRequest).
+		has(t, "<code>attempt_timeout</code>", "<code>retry.max_attempts</code>", `value="soon"`, `aria-invalid="true"`)
+	form.Set("attempt_timeout", "5s")
+	form.Set("retry.max_attempts", "3")
+	c.post(t, "/ui/targets/billing/edit", form).want(t, http.StatusBadRequest).
+		has(t, "<code>max_concurrent</code>", "<code>retry.jitter</code>", "<code>config.url</code>")
+	if b.changes.Load() != changes {
+		t.Fatal("a refused edit announced a change")
+	}
+
+	form = url.Values{"enabled": {"on"}, "max_concurrent": {"7"}, "attempt_timeout": {"5s"}, "retry.strategy": {"linear"},
+		"retry.max_attempts": {"3"}, "receipt.timeout": {"1h"}, "config": {`{"url": "http://127.0.0.1:9/in"}`}}
+	c.post(t, "/ui/targets/billing/edit", form).redirects(t, "/ui/targets/billing")
+	got := c.get(t, "/ui/targets/billing").has(t, "Target billing saved.", "linear", "http://127.0.0.1:9/in", "within 1h0m0s")
+	_ = got
+	if b.changes.Load() != changes+1 {
+		t.Error("a saved edit did not announce the change")
+	}
+
+	// The ordering, named as the API names it, each problem under its
+	// field in the API's words.
+	c.get(t, "/ui/targets/billing/edit").has(t, `<option value="none" selected>`, `<option value="block" selected>`,
+		`name="ordering.head_alert_after" value=""`)
+	form.Set("ordering.mode", "sideways")
+	form.Set("ordering.on_failure", "later")
+	form.Set("ordering.head_alert_after", "10ms")
+	a := c.post(t, "/ui/targets/billing/edit", form).want(t, http.StatusBadRequest)
+	_, body := httpapi.Refusal(fmt.Errorf("%w: %w", commands.ErrInvalid,
+		lifecycle.Ordering{Mode: "sideways", OnFailure: "later", HeadAlertAfter: lifecycle.Duration(10 * time.Millisecond)}.Validate()))
+	if len(body.Details.Errors) != 3 {
+		t.Fatalf("the API's problems %+v", body.Details)
+	}
+	for _, p := range body.Details.Errors {
+		a.has(t, `id="`+p.Field+`-hint"><strong>`+html.EscapeString(p.Problem)+`</strong>`)
+	}
+	a.has(t, `<select id="ordering.mode" name="ordering.mode" aria-describedby="ordering.mode-hint" aria-invalid="true">`)
+	form.Set("ordering.mode", "fifo")
+	form.Set("ordering.on_failure", "continue")
+	form.Set("ordering.head_alert_after", "5m")
+	c.post(t, "/ui/targets/billing/edit", form).redirects(t, "/ui/targets/billing")
+	c.get(t, "/ui/targets/billing").has(t, "<code>fifo</code>", "<code>continue</code>", "waiting for 5m0s",
+		`href="/ui/targets/billing/lanes"`)
+	c.get(t, "/ui/targets/billing/edit").has(t, `<option value="fifo" selected>`, `<option value="continue" selected>`,
+		`name="ordering.head_alert_after" value="5m0s"`)
+	ts, err := b.w.Targets(b.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o := ts[0].Ordering; o.Mode != lifecycle.OrderingFIFO || o.OnFailure != lifecycle.OnFailureContinue || o.HeadAlertAfter.D() != 5*time.Minute {
+		t.Errorf("ordering after the edit %+v", o)
+	}
+
+	c.get(t, "/ui/targets/billing/disable").want(t, http.StatusOK).has(t, "Disable target billing?", "stall")
+	c.post(t, "/ui/targets/billing/disable", nil).redirects(t, "/ui/targets/billing")
+	if ts, err = b.w.Targets(b.ctx); err != nil {
+		t.Fatal(err)
+	}
+	if ts[0].Enabled || ts[0].MaxConcurrent != 7 || !ts[0].Ordering.FIFO() {
+		t.Errorf("after the disable %+v", ts[0])
+	}
+	c.get(t, "/ui/targets").has(t, "Target billing is disabled.", `href="/ui/targets/billing/enable"`, "Disabled")
+	c.post(t, "/ui/targets/billing/enable", nil).redirects(t, "/ui/targets/billing")
+}
+
+func TestRoutesAddAndDelete(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.target(t, "billing")
+	c := b.signedIn(t, b.admin)
+	c.get(t, "/ui/routes").want(t, http.StatusOK).has(t, `<option value="billing"`)
+	c.post(t, "/ui/routes", url.Values{"source": {"Bad Source"}, "from": {"*"}, "to": {""}, "target": {"nope"}}).
+		want(t, http.StatusBadRequest).has(t, "<code>source</code>", "<code>to</code>", `value="Bad Source"`)
+	c.post(t, "/ui/routes", url.Values{"source": {"crm"}, "from": {"*"}, "to": {"*"}, "target": {"nope"}}).
+		want(t, http.StatusBadRequest).has(t, "<code>target</code>")
+	c.post(t, "/ui/routes", url.Values{"source": {"crm"}, "from": {"acme"}, "to": {"*"}, "target": {"billing"}}).
+		redirects(t, "/ui/routes")
+	c.get(t, "/ui/routes").has(t, "Route added: from crm (acme → *) to billing.")
+	routes, err := b.w.Routes(b.ctx)
+	if err != nil || len(routes) != 2 {
+		t.Fatalf("routes %+v, %v", routes, err)
+	}
+	del := fmt.Sprintf("/ui/routes/%s/delete", routes[1].ID)
+	c.get(t, del).want(t, http.StatusOK).has(t, "Delete the route from crm (acme → *) to billing?")
+	c.post(t, del, nil).redirects(t, "/ui/routes")
+	c.get(t, "/ui/routes").has(t, "Route deleted").lacks(t, del)
+	c.post(t, del, nil).want(t, http.StatusNotFound)
+}
+
+func TestSettingsSaveWhatTheAPITakes(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	c := b.signedIn(t, b.admin)
+	c.get(t, "/ui/settings").want(t, http.StatusOK).has(t, `value="5"`)
+	c.post(t, "/ui/settings", url.Values{"delivery.max_dispatches": {"21"}}).want(t, http.StatusBadRequest).
+		has(t, "<code>delivery.max_dispatches</code>: must be from 1 to 20, got 21", `value="21"`)
+	c.post(t, "/ui/settings", url.Values{"delivery.max_dispatches": {"x"}}).want(t, http.StatusBadRequest).
+		has(t, "must be a whole number")
+	// What the form does not show stays as it was: the callbacks'
+	// attempts and retention.
+	week := lifecycle.Duration(7 * 24 * time.Hour)
+	kept := lifecycle.DefaultSettings()
+	kept.CallbackMaxAttempts = 3
+	kept.Retention = lifecycle.Retention{SettledAfter: &week, FailedAfter: &week, ArchiveDir: t.TempDir()}
+	if err := b.w.SetSettings(b.ctx, kept, "operator:test"); err != nil {
+		t.Fatal(err)
+	}
+	c.post(t, "/ui/settings", url.Values{"delivery.max_dispatches": {"9"}}).redirects(t, "/ui/settings")
+	s, err := b.w.Settings(b.ctx)
+	kept.Delivery.MaxDispatches = 9
+	if err != nil || s.Delivery.MaxDispatches != 9 || s.CallbackMaxAttempts != 3 || s.Retention.String() != kept.Retention.String() {
+		t.Errorf("settings %+v, %v", s, err)
+	}
+}

@@ -1,0 +1,202 @@
+package console_test
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/waybill/waybill/projection"
+)
+
+// benchMessages is the size of the benchmark's database; -short makes it
+// 20,000.
+const benchMessages = 1_000_000
+
+// benchDays is the time the messages are spread over, ending at the
+// benchmark's clock: the 24-hour and 7-day figures count 1/30 and 7/30 of
+// them.
+const benchDays = 30
+
+// loadMessages fills the journal by SQL, n messages of 4 to 6 events, and
+// the projections from it with a rebuild, as the projection benchmarks do.
+// Each message goes from erp (crm for one in ten) to archive and billing;
+// archive delivers every one, billing fails one in a hundred, retries one
+// in two hundred, has not tried one in two hundred, and delivers the rest.
+// One in two hundred is a possible duplicate.
+func loadMessages(b *testing.B, bd *bundle, n int) {
+	b.Helper()
+	bd.target(b, "archive")
+	bd.target(b, "billing")
+	end := bd.clock.Now()
+	step := benchDays * 24 * time.Hour / time.Duration(n)
+	const chunk = 100_000
+	for from := 1; from <= n; from += chunk {
+		_, err := bd.db.Exec(bd.ctx, `
+		INSERT INTO journal (recorded_at, stream, version, delivery_id, target, kind, actor, old_state, new_state, payload)
+		SELECT e.at, g.mid::text, e.version, e.did, e.target, e.kind, e.actor, e.old, e.new, e.payload
+		FROM (SELECT i, i % 200 AS k, gen_random_uuid() AS mid, gen_random_uuid() AS a, gen_random_uuid() AS b,
+				gen_random_uuid() AS ta, gen_random_uuid() AS tb,
+				$3::timestamptz - ($4::bigint - i) * $5::interval AS t0
+			FROM generate_series($1::bigint, $2::bigint) AS i) g
+		CROSS JOIN LATERAL (VALUES
+			(1, g.t0, NULL::uuid, NULL, 'message.accepted', 'source:erp', NULL, NULL,
+				jsonb_build_object('source', CASE WHEN g.i % 10 = 0 THEN 'crm' ELSE 'erp' END, 'from', 'acme', 'to', 'globex',
+					'content_type', 'application/json', 'payload_size', 17, 'payload_sha256', repeat('ab', 32)) ||
+				CASE WHEN g.k = 3 THEN jsonb_build_object('duplicate_key', 'INV-' || g.i, 'possible_duplicate_of', gen_random_uuid())
+					ELSE '{}'::jsonb END),
+			(2, g.t0, NULL, NULL, 'message.dispatched', 'source:erp', NULL, NULL,
+				jsonb_build_object('deliveries', jsonb_build_array(
+					jsonb_build_object('id', g.a, 'seq', 1, 'target', 'archive'),
+					jsonb_build_object('id', g.b, 'seq', 2, 'target', 'billing')),
+					'next_due', g.t0 + interval '10 seconds')),
+			(3, g.t0 + interval '1 second', g.a, 'archive', 'delivery.claimed', 'worker:archive', 'queued', 'delivering',
+				jsonb_build_object('token', g.ta, 'attempt', 1, 'lease_end', g.t0 + interval '61 seconds')),
+			(4, g.t0 + interval '2 seconds', g.a, 'archive', 'delivery.attempted', 'worker:archive', 'delivering', 'delivered',
+				jsonb_build_object('token', g.ta, 'attempt', 1, 'outcome', jsonb_build_object('kind', 'delivered', 'text', '200 OK'))),
+			(5, g.t0 + interval '1 second', g.b, 'billing', 'delivery.claimed', 'worker:billing', 'queued', 'delivering',
+				jsonb_build_object('token', g.tb, 'attempt', 1, 'lease_end', g.t0 + interval '61 seconds')),
+			(6, g.t0 + interval '3 seconds', g.b, 'billing', 'delivery.attempted', 'worker:billing', 'delivering',
+				CASE WHEN g.k IN (0, 100) THEN 'failed' WHEN g.k = 1 THEN 'retrying' ELSE 'delivered' END,
+				jsonb_build_object('token', g.tb, 'attempt', 1, 'outcome', CASE
+					WHEN g.k IN (0, 100) THEN jsonb_build_object('kind', 'failed', 'text', '400 Bad Request')
+					WHEN g.k = 1 THEN jsonb_build_object('kind', 'retry', 'text', '503 Service Unavailable',
+						'retry_at', g.t0 + interval '1 minute')
+					ELSE jsonb_build_object('kind', 'delivered', 'text', '200 OK') END))
+		) AS e(version, at, did, target, kind, actor, old, new, payload)
+		WHERE e.version < 5 OR g.k <> 2
+		ORDER BY g.i, e.version`, from, min(from+chunk-1, n), end, n, step)
+		if err != nil {
+			b.Fatal(err)
+		}
+	}
+	loadLanes(b, bd, n/50)
+	if _, err := bd.db.Exec(bd.ctx, `INSERT INTO payloads (message_id, body)
+		SELECT stream::uuid, '{"invoice": 4711}'::bytea FROM journal WHERE version = 1 AND stream <> 'config'`); err != nil {
+		b.Fatal(err)
+	}
+	r, err := projection.Rebuild(bd.ctx, bd.db)
+	if err != nil || len(r.Violations) > 0 {
+		b.Fatal(err, r)
+	}
+	if _, err := bd.db.Exec(bd.ctx, `VACUUM ANALYZE`); err != nil {
+		b.Fatal(err)
+	}
+}
+
+// lanesOf is the number of messages of each ordering key loadLanes loads.
+const lanesOf = 4
+
+// loadLanes adds n messages from shop to orders, a fifo target, by SQL into
+// the journal, spread as loadMessages spreads its own: lanesOf of each
+// ordering key, order-00000 and on, whose first is its lane's head, queued,
+// and the others wait blocked behind it.
+func loadLanes(b *testing.B, bd *bundle, n int) {
+	b.Helper()
+	bd.fifo(b, "orders")
+	end := bd.clock.Now()
+	step := benchDays * 24 * time.Hour / time.Duration(n)
+	_, err := bd.db.Exec(bd.ctx, `
+		INSERT INTO journal (recorded_at, stream, version, kind, actor, payload)
+		SELECT e.at, g.mid::text, e.version, e.kind, 'source:shop', e.payload
+		FROM (SELECT j, gen_random_uuid() AS mid, gen_random_uuid() AS did, j % $4 + 1 AS seq,
+				'order-' || lpad((j / $4)::text, 5, '0') AS key,
+				$1::timestamptz - ($2::bigint - j) * $3::interval AS t0
+			FROM generate_series(0, $2::bigint - 1) AS j) g
+		CROSS JOIN LATERAL (VALUES
+			(1, g.t0, 'message.accepted', jsonb_build_object('source', 'shop', 'from', 'acme', 'to', 'globex',
+				'content_type', 'application/json', 'payload_size', 17, 'payload_sha256', repeat('ab', 32), 'ordering_key', g.key)),
+			(2, g.t0, 'message.dispatched', jsonb_build_object('deliveries', jsonb_build_array(
+				jsonb_build_object('id', g.did, 'seq', 1, 'target', 'orders', 'lane_seq', g.seq, 'blocked', g.seq > 1)),
+				'next_due', g.t0 + interval '10 seconds'))
+		) AS e(version, at, kind, payload)
+		ORDER BY g.j, e.version`, end, n, step, lanesOf)
+	if err != nil {
+		b.Fatal(err)
+	}
+}
+
+// BenchmarkPages builds every page of the console on a database of
+// 1,000,000 messages, in the handler: the server's time, from the session's
+// check to the last byte, without the network. Each page must take less
+// than 50 ms (docs/performance.md).
+func BenchmarkPages(b *testing.B) {
+	n := benchMessages
+	if testing.Short() {
+		n = 20_000
+	}
+	bd := setup(b)
+	bd.clock.Advance(benchDays * 24 * time.Hour)
+	loadMessages(b, bd, n)
+	now := bd.clock.Now()
+	secret, _, err := bd.tokens.StartSession(bd.ctx, bd.admin, now, now.Add(time.Hour))
+	if err != nil {
+		b.Fatal(err)
+	}
+	var failed uuid.UUID
+	if err := bd.db.QueryRow(bd.ctx, `SELECT id FROM messages WHERE status = 'error' ORDER BY created_at DESC LIMIT 1`).Scan(&failed); err != nil {
+		b.Fatal(err)
+	}
+	_, next, err := projection.ListMessages(bd.ctx, bd.db, projection.MessageFilter{Limit: 50})
+	if err != nil || next == nil {
+		b.Fatal(err)
+	}
+	var blockedMessage, blockedDelivery uuid.UUID
+	if err := bd.db.QueryRow(bd.ctx, `SELECT message_id, id FROM deliveries WHERE state = 'blocked' LIMIT 1`).
+		Scan(&blockedMessage, &blockedDelivery); err != nil {
+		b.Fatal(err)
+	}
+	lanes, err := projection.ListLanes(bd.ctx, bd.db, "orders", false, "", 50)
+	if err != nil || len(lanes) < 50 {
+		b.Fatal(err, len(lanes))
+	}
+	day := now.Add(-24 * time.Hour).UTC().Format("2006-01-02T15:04:05")
+	// The dashboard's figures alone: the API's GET /stats reads the same.
+	b.Run("stats", func(b *testing.B) {
+		for b.Loop() {
+			if _, err := projection.ReadStats(bd.ctx, bd.db, now); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.ReportMetric(float64(b.Elapsed().Microseconds())/1000/float64(b.N), "ms/page")
+	})
+	for _, p := range []struct{ name, path string }{
+		{"dashboard", "/ui/"},
+		{"messages", "/ui/messages"},
+		{"messages/page2", "/ui/messages?cursor=" + next.String()},
+		{"messages/status=error", "/ui/messages?status=error"},
+		{"messages/source=crm,24h", "/ui/messages?" + url.Values{"source": {"crm"}, "created_after": {day}}.Encode()},
+		{"messages/target=billing", "/ui/messages?target=billing"},
+		{"messages/ordering_key", "/ui/messages?ordering_key=order-00042"},
+		{"messages/possible_duplicate", "/ui/messages?possible_duplicate=true"},
+		{"message", "/ui/messages/" + failed.String()},
+		{"message/blocked", "/ui/messages/" + blockedMessage.String()},
+		{"redispatch", "/ui/messages/" + failed.String() + "/redispatch"},
+		{"resend", "/ui/messages/" + failed.String() + "/resend"},
+		{"replay", "/ui/messages/" + failed.String() + "/replay"},
+		{"skip", "/ui/messages/" + blockedMessage.String() + "/deliveries/" + blockedDelivery.String() + "/skip"},
+		{"lanes", "/ui/targets/orders/lanes"},
+		{"lanes/page2", "/ui/targets/orders/lanes?cursor=" + projection.LaneCursor(lanes[49].Key)},
+		{"lanes/blocked", "/ui/targets/orders/lanes?blocked=true"},
+		{"targets", "/ui/targets"},
+		{"target", "/ui/targets/billing"},
+		{"routes", "/ui/routes"},
+		{"settings", "/ui/settings"},
+	} {
+		b.Run(p.name, func(b *testing.B) {
+			req := httptest.NewRequest(http.MethodGet, p.path, nil).WithContext(bd.ctx)
+			req.AddCookie(&http.Cookie{Name: "waybill_session", Value: secret})
+			for b.Loop() {
+				rec := httptest.NewRecorder()
+				bd.console.ServeHTTP(rec, req)
+				if rec.Code != http.StatusOK {
+					b.Fatalf("%s: %d\n%s", p.path, rec.Code, rec.Body)
+				}
+			}
+			b.ReportMetric(float64(b.Elapsed().Microseconds())/1000/float64(b.N), "ms/page")
+		})
+	}
+}

@@ -1,0 +1,60 @@
+package console
+
+import (
+	"net/http"
+	"net/url"
+	"time"
+
+	"github.com/waybill/waybill/auth"
+	"github.com/waybill/waybill/lifecycle"
+	"github.com/waybill/waybill/projection"
+)
+
+// dashboardView is the figures of GET /stats and the targets.
+type dashboardView struct {
+	Stats projection.Stats
+	// At is when the figures were read.
+	At      time.Time
+	States  []stateCount
+	Targets []lifecycle.Target
+	// The lists behind the cards.
+	Errors, Stalled, Refused, Week string
+}
+
+// stateCount is one row of the deliveries by state.
+type stateCount struct {
+	State lifecycle.DeliveryState
+	N     int64
+}
+
+// dashboard shows the figures, and refreshes them every few seconds.
+func (c *Console) dashboard(w http.ResponseWriter, r *http.Request, _ *auth.Session) error {
+	now := c.cfg.Now().UTC()
+	stats, err := projection.ReadStats(r.Context(), c.cfg.DB, now)
+	if err != nil {
+		return err
+	}
+	targets, err := c.cfg.Writer.Targets(r.Context())
+	if err != nil {
+		return err
+	}
+	v := dashboardView{Stats: stats, At: now, Targets: targets,
+		Errors:  listURL(url.Values{"status": {string(lifecycle.StatusError)}, "created_after": {formTime(now.Add(-24 * time.Hour))}}),
+		Stalled: listURL(url.Values{"status": {string(lifecycle.StatusStalled)}, "created_after": {formTime(now.Add(-24 * time.Hour))}}),
+		Refused: listURL(url.Values{"status": {string(lifecycle.StatusRefused)}, "created_after": {formTime(now.Add(-24 * time.Hour))}}),
+		Week:    listURL(url.Values{"created_after": {formTime(now.Add(-7 * 24 * time.Hour))}}),
+	}
+	for _, s := range lifecycle.CountedStates {
+		v.States = append(v.States, stateCount{State: s, N: stats.DeliveriesByState[s]})
+	}
+	c.render(w, r, http.StatusOK, "dashboard", page{Title: "Dashboard", Nav: "dashboard", View: v})
+	return nil
+}
+
+// listURL is the messages list with the filters q.
+func listURL(q url.Values) string {
+	if len(q) == 0 {
+		return "/ui/messages"
+	}
+	return "/ui/messages?" + q.Encode()
+}

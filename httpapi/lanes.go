@@ -1,0 +1,86 @@
+package httpapi
+
+import (
+	"fmt"
+	"net/http"
+	"strconv"
+
+	"github.com/google/uuid"
+
+	"github.com/waybill/waybill/commands"
+	"github.com/waybill/waybill/lifecycle"
+	"github.com/waybill/waybill/projection"
+)
+
+// The bounds of a page of lanes.
+const (
+	defaultLaneLimit = 50
+	maxLaneLimit     = 500
+)
+
+// listLanes pages a target's lanes by ordering key; blocked=true keeps
+// those with deliveries waiting.
+func (s *Server) listLanes(w http.ResponseWriter, r *http.Request) error {
+	name := r.PathValue("name")
+	q, err := query(r, "blocked", "limit", "cursor")
+	if err != nil {
+		return err
+	}
+	var errs []error
+	blocked := false
+	if v := q.Get("blocked"); v != "" {
+		if blocked, err = strconv.ParseBool(v); err != nil {
+			errs = append(errs, &lifecycle.FieldError{Field: "blocked", Problem: fmt.Sprintf("%q: allowed are true, false", v)})
+		}
+	}
+	limit, err := limitOf(q, defaultLaneLimit, maxLaneLimit)
+	errs = append(errs, err)
+	after := ""
+	if v := q.Get("cursor"); v != "" {
+		after, err = projection.ParseLaneCursor(v)
+		errs = append(errs, err)
+	}
+	if err := invalid(errs...); err != nil {
+		return err
+	}
+	targets, err := s.cfg.Writer.Targets(r.Context())
+	if err != nil {
+		return err
+	}
+	if !targetExists(targets, name) {
+		return fmt.Errorf("%w: no target %q", commands.ErrNotFound, name)
+	}
+	lanes, err := projection.ListLanes(r.Context(), s.cfg.DB, name, blocked, after, limit+1)
+	if err != nil {
+		return err
+	}
+	out := LaneList{Items: make([]Lane, 0, min(len(lanes), limit))}
+	for i, l := range lanes {
+		if i == limit {
+			next := projection.LaneCursor(lanes[i-1].Key)
+			out.NextCursor = &next
+			break
+		}
+		out.Items = append(out.Items, laneOf(l))
+	}
+	writeJSON(w, http.StatusOK, out)
+	return nil
+}
+
+func targetExists(targets []lifecycle.Target, name string) bool {
+	for _, t := range targets {
+		if t.Name == name {
+			return true
+		}
+	}
+	return false
+}
+
+// laneOf is the resource of a lane.
+func laneOf(l projection.LaneWithHead) Lane {
+	out := Lane{OrderingKey: l.Key, Waiting: l.Waiting, WaitingSince: optionalTime(l.WaitingSince)}
+	if l.Head != uuid.Nil {
+		out.Head = &LaneHead{MessageID: l.HeadMessage, DeliveryID: l.Head, State: l.HeadState, Since: l.HeadSince}
+	}
+	return out
+}

@@ -1,0 +1,97 @@
+package httpapi_test
+
+import (
+	"encoding/json"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/waybill/waybill/httpapi"
+)
+
+func TestSources(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+
+	// Every problem of the configuration at once, by field; nothing made.
+	e := b.admin(t, http.MethodPost, "/sources", map[string]any{"name": "drop", "kind": "directory",
+		"config": map[string]any{"dir": "relative", "after": "keep"}}).fails(t, http.StatusBadRequest, httpapi.CodeInvalidField)
+	fields := map[string]bool{}
+	for _, p := range e.Details.Errors {
+		fields[p.Field] = true
+	}
+	for _, f := range []string{"config.dir", "config.from", "config.to", "config.after"} {
+		if !fields[f] {
+			t.Errorf("%s not reported: %+v", f, e.Details.Errors)
+		}
+	}
+	b.admin(t, http.MethodPost, "/sources", map[string]any{"name": "drop", "kind": "ftp", "config": map[string]any{}}).invalidField(t, "kind")
+	b.admin(t, http.MethodPost, "/sources", map[string]any{"name": "drop", "kind": "directory",
+		"config": map[string]any{"dir": "/in", "from": "a", "to": "b"}, "status": map[string]any{}}).invalidField(t, "status")
+	b.as(t, ingestToken, http.MethodPost, "/sources", map[string]any{"name": "drop"}).fails(t, http.StatusForbidden, httpapi.CodeForbidden)
+
+	// Only the required fields: enabled, every default filled, no status
+	// yet.
+	var created httpapi.Source
+	r := b.admin(t, http.MethodPost, "/sources", map[string]any{"name": "drop", "kind": "directory",
+		"config": map[string]any{"dir": "/var/spool/in", "from": "erp", "to": "billing"}}).want(t, http.StatusCreated, &created)
+	var cfg map[string]any
+	if err := json.Unmarshal(created.Config, &cfg); err != nil || cfg["done_dir"] != "/var/spool/in/done" || cfg["settle"] != "2s" {
+		t.Errorf("config %s", created.Config)
+	}
+	if r.header.Get("Location") != httpapi.Prefix+"/sources/drop" || !created.Enabled || created.Status.Holder != nil ||
+		created.Status.LastPollAt != nil || created.Status.Watermark != nil || created.Status.MarkersOwed != nil {
+		t.Errorf("created %+v", created)
+	}
+	b.admin(t, http.MethodPost, "/sources", map[string]any{"name": "drop", "kind": "directory",
+		"config": map[string]any{"dir": "/in", "from": "a", "to": "b"}}).fails(t, http.StatusConflict, httpapi.CodeAlreadyExists)
+
+	// An inbox shows its watermark and markers; the state a poll records
+	// shows as the status.
+	b.admin(t, http.MethodPost, "/sources", map[string]any{"name": "ciims", "kind": "inbox_table", "enabled": false,
+		"config": map[string]any{"database_url": "postgres://waybill@inbox.example/aodb", "table": "cminmsgs", "id_column": "id",
+			"payload_column": "body", "from_column": "sender", "to_column": "receiver", "processed_column": "date_processed"}}).
+		want(t, http.StatusCreated, nil)
+	at := start.Add(time.Minute)
+	if _, err := b.db.Exec(b.ctx, `UPDATE source_state SET holder = 'host:1:ab', lease_end = $1, last_poll_at = $1,
+		last_error = 'inbox away', last_error_at = $1, backlog = 7, watermark = 41 WHERE name = 'ciims'`, at); err != nil {
+		t.Fatal(err)
+	}
+	var list httpapi.SourceList
+	b.as(t, readerToken, http.MethodGet, "/sources", nil).want(t, http.StatusOK, &list)
+	if len(list.Items) != 2 || list.Items[0].Name != "ciims" || list.Items[1].Name != "drop" {
+		t.Fatalf("list %+v", list)
+	}
+	var got httpapi.Source
+	b.as(t, readerToken, http.MethodGet, "/sources/ciims", nil).want(t, http.StatusOK, &got)
+	st := got.Status
+	if got.Enabled || st.Holder == nil || *st.Holder != "host:1:ab" || !st.LastPollAt.Equal(at) || *st.LastError != "inbox away" ||
+		st.Backlog != 7 || *st.Watermark != 41 || *st.MarkersOwed != 0 {
+		t.Errorf("status %+v", st)
+	}
+
+	// A replace keeps enabled unless it says, takes the path's name and
+	// cannot rename.
+	got = httpapi.Source{}
+	b.admin(t, http.MethodPut, "/sources/drop", map[string]any{"kind": "directory",
+		"config": map[string]any{"dir": "/var/spool/in", "from": "erp", "to": "billing", "after": "delete"}}).want(t, http.StatusOK, &got)
+	if !got.Enabled || got.Name != "drop" {
+		t.Errorf("replaced %+v", got)
+	}
+	b.admin(t, http.MethodPut, "/sources/drop", map[string]any{"name": "other", "kind": "directory",
+		"config": map[string]any{"dir": "/in", "from": "a", "to": "b"}}).invalidField(t, "name")
+	b.admin(t, http.MethodPut, "/sources/ghost", map[string]any{"kind": "directory",
+		"config": map[string]any{"dir": "/in", "from": "a", "to": "b"}}).fails(t, http.StatusNotFound, httpapi.CodeNotFound)
+	b.admin(t, http.MethodGet, "/sources/Bad", nil).invalidField(t, "name")
+
+	b.admin(t, http.MethodDelete, "/sources/ciims", nil).want(t, http.StatusNoContent, nil)
+	b.admin(t, http.MethodGet, "/sources/ciims", nil).fails(t, http.StatusNotFound, httpapi.CodeNotFound)
+	b.admin(t, http.MethodDelete, "/sources/ciims", nil).fails(t, http.StatusNotFound, httpapi.CodeNotFound)
+	var n int
+	if err := b.db.QueryRow(b.ctx, `SELECT count(*) FROM source_state WHERE name = 'ciims'`).Scan(&n); err != nil || n != 0 {
+		t.Errorf("the deleted source's state stays: %d %v", n, err)
+	}
+	if got := b.changes.Load(); got != 4 {
+		t.Errorf("%d configuration changes told, want 4", got)
+	}
+}

@@ -1,0 +1,247 @@
+package intake
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/waybill/waybill/commands"
+	"github.com/waybill/waybill/internal/dbtest"
+	"github.com/waybill/waybill/sources"
+)
+
+// TestDirectoryTakesSettledFiles: a file is taken once its size and time
+// have stayed the same for settle, into a message of the source's parties
+// and content type, and is then moved to the done folder; hidden files,
+// folders and names the pattern does not match stay.
+func TestDirectoryTakesSettledFiles(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	d := f.dirSource(t, "drop", map[string]any{"pattern": "*.xml", "content_type": "application/xml"})
+	dir := d.cfg.Dir
+	write(t, dir, "a.xml", "<a/>")
+	write(t, dir, ".b.xml", "<b/>")
+	write(t, dir, "c.txt", "c")
+	if err := os.Mkdir(filepath.Join(dir, "d.xml"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+
+	rep, err := d.poll(f.ctx)
+	if err != nil || rep.taken != 0 || rep.backlog != 1 {
+		t.Fatalf("first look: %+v %v", rep, err)
+	}
+	f.clock.Advance(time.Second)
+	write(t, dir, "a.xml", "<a>still being written</a>")
+	if rep, err = d.poll(f.ctx); err != nil || rep.taken != 0 || rep.lag != 0 {
+		t.Fatalf("changed: %+v %v", rep, err)
+	}
+	f.clock.Advance(time.Second)
+	if rep, err = d.poll(f.ctx); err != nil || rep.taken != 0 || rep.lag != time.Second {
+		t.Fatalf("not settled: %+v %v", rep, err)
+	}
+	f.clock.Advance(time.Second)
+	if rep, err = d.poll(f.ctx); err != nil || rep.taken != 1 || rep.backlog != 0 {
+		t.Fatalf("settled: %+v %v", rep, err)
+	}
+	ms := f.messages(t, "drop")
+	if len(ms) != 1 {
+		t.Fatalf("%d messages", len(ms))
+	}
+	m := ms[0]
+	if m.From != "acme" || m.To != "globex" || m.ContentType != "application/xml" || f.payload(t, m) != "<a>still being written</a>" ||
+		!strings.HasPrefix(m.IdempotencyKey, "file:") {
+		t.Errorf("message %+v", m)
+	}
+	if got := files(t, dir); !slices.Equal(got, []string{".b.xml", sources.ProcessingFolder, "c.txt", "d.xml", "done"}) {
+		t.Errorf("directory holds %v", got)
+	}
+	if got := files(t, d.cfg.DoneDir); !slices.Equal(got, []string{"a.xml"}) {
+		t.Errorf("done holds %v", got)
+	}
+}
+
+// TestDirectoryCrashWindows: a crash at every point of taking a file, the
+// next process taking over from what is on disk and in the database,
+// makes exactly one message of the file and leaves it once in the done
+// folder: a crash after the claim, before the commit; after the commit,
+// before the move; during a move that copies (another file system), after
+// the copy and after the copy's rename.
+func TestDirectoryCrashWindows(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		point string
+		copy  bool
+	}{{"claimed", false}, {"stored", false}, {"stored", true}, {"copied", true}, {"moved", true}} {
+		name := tc.point
+		if tc.copy {
+			name += " copying"
+		}
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			f := setup(t)
+			d := f.dirSource(t, "drop", map[string]any{"settle": "1ms"})
+			write(t, d.cfg.Dir, "order.csv", "1;2;3")
+			copying := func(from, to string) error {
+				if tc.copy && strings.HasPrefix(to, d.cfg.DoneDir) {
+					return &os.LinkError{Op: "rename", Old: from, New: to, Err: syscall.EXDEV}
+				}
+				return os.Rename(from, to)
+			}
+			d.rename = copying
+			d.crash = func(point string) bool { return point == tc.point }
+			if _, err := d.poll(f.ctx); err != nil {
+				t.Fatal(err)
+			}
+			f.clock.Advance(time.Millisecond)
+			if _, err := d.poll(f.ctx); !errors.Is(err, errCrashed) {
+				t.Fatalf("poll: %v, want the crash", err)
+			}
+
+			after := f.again(d)
+			after.rename = copying
+			rep, err := after.poll(f.ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if created := tc.point == "claimed"; (rep.taken == 1) != created {
+				t.Errorf("taken %d after a crash at %s", rep.taken, tc.point)
+			}
+			if ms := f.messages(t, "drop"); len(ms) != 1 || f.payload(t, ms[0]) != "1;2;3" {
+				t.Fatalf("%d messages", len(ms))
+			}
+			if got := files(t, d.cfg.DoneDir); !slices.Equal(got, []string{"order.csv"}) {
+				t.Errorf("done holds %v", got)
+			}
+			if got := files(t, d.processing()); len(got) != 0 {
+				t.Errorf("processing holds %v", got)
+			}
+		})
+	}
+}
+
+// TestDirectoryCutBeforeCommit: the database goes away while a claimed
+// file's message is being stored; nothing is stored, the file waits in
+// the processing folder, and the poll after the database is back makes
+// one message of it.
+func TestDirectoryCutBeforeCommit(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	proxy := dbtest.NewProxy(t, f.db)
+	d := f.dirSource(t, "drop", map[string]any{"settle": "1ms", "after": "delete"})
+	d.w = f.writer(t, proxy.Pool(t))
+	write(t, d.cfg.Dir, "x", "payload")
+	d.crash = func(point string) bool {
+		if point == "claimed" {
+			proxy.Cut()
+		}
+		return false
+	}
+	if _, err := d.poll(f.ctx); err != nil {
+		t.Fatal(err)
+	}
+	f.clock.Advance(time.Millisecond)
+	if _, err := d.poll(f.ctx); err == nil || errors.Is(err, errCrashed) {
+		t.Fatalf("poll with the database away: %v", err)
+	}
+	if got := files(t, d.processing()); !slices.Equal(got, []string{"x"}) {
+		t.Fatalf("processing holds %v", got)
+	}
+	if ms := f.messages(t, "drop"); len(ms) != 0 {
+		t.Fatalf("%d messages", len(ms))
+	}
+	proxy.Restore()
+	d.crash = nil
+	if rep, err := d.poll(f.ctx); err != nil || rep.taken != 1 {
+		t.Fatalf("%+v %v", rep, err)
+	}
+	if ms := f.messages(t, "drop"); len(ms) != 1 {
+		t.Fatalf("%d messages", len(ms))
+	}
+	if got := append(files(t, d.processing()), files(t, d.cfg.Dir)...); !slices.Equal(got, []string{sources.ProcessingFolder}) {
+		t.Errorf("left %v", got)
+	}
+}
+
+// TestDirectoryFileThatCannotBeTaken goes to the error folder with its
+// reason beside it, and is counted; the others are taken.
+func TestDirectoryFileThatCannotBeTaken(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	d := f.dirSource(t, "drop", map[string]any{"settle": "1ms"})
+	d.maxPayload = 8
+	write(t, d.cfg.Dir, "big", "more than eight bytes")
+	write(t, d.cfg.Dir, "small", "ok")
+	_, _ = d.poll(f.ctx)
+	f.clock.Advance(time.Millisecond)
+	rep, err := d.poll(f.ctx)
+	if err != nil || rep.taken != 1 || rep.failed != 1 || !strings.Contains(rep.problem, "big") {
+		t.Fatalf("%+v %v", rep, err)
+	}
+	errDir := filepath.Join(d.cfg.Dir, sources.ErrorFolder)
+	if got := files(t, errDir); !slices.Equal(got, []string{"big", "big.reason"}) {
+		t.Fatalf("error folder holds %v", got)
+	}
+	reason, _ := os.ReadFile(filepath.Join(errDir, "big.reason"))
+	if !strings.Contains(string(reason), "over the limit of 8") {
+		t.Errorf("reason %q", reason)
+	}
+}
+
+// TestDirectoryKeepsEveryDoneFile: a file of a name the done folder holds
+// already, with other content, is kept beside it under its message's id;
+// and the same file dropped again is found stored by its identity.
+func TestDirectoryKeepsEveryDoneFile(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	d := f.dirSource(t, "drop", map[string]any{"settle": "1ms"})
+	take := func(content string, mtime time.Time) int {
+		t.Helper()
+		write(t, d.cfg.Dir, "daily.csv", content)
+		if err := os.Chtimes(filepath.Join(d.cfg.Dir, "daily.csv"), mtime, mtime); err != nil {
+			t.Fatal(err)
+		}
+		_, _ = d.poll(f.ctx)
+		f.clock.Advance(time.Millisecond)
+		rep, err := d.poll(f.ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return rep.taken
+	}
+	monday := time.Date(2026, 11, 30, 6, 0, 0, 0, time.UTC)
+	if take("monday", monday) != 1 || take("tuesday", monday.Add(24*time.Hour)) != 1 {
+		t.Fatal("a new file was not taken")
+	}
+	ms := f.messages(t, "drop")
+	if got := files(t, d.cfg.DoneDir); len(ms) != 2 || !slices.Equal(got, []string{"daily.csv", "daily.csv." + ms[1].ID.String()}) {
+		t.Fatalf("done holds %v", got)
+	}
+	// Monday's file again, as it was: the same message, and no new file.
+	if n := take("monday", monday); n != 0 {
+		t.Errorf("the same file taken again made %d messages", n)
+	}
+	if got := files(t, d.cfg.DoneDir); len(got) != 2 {
+		t.Errorf("done holds %v", got)
+	}
+}
+
+func TestFileKey(t *testing.T) {
+	t.Parallel()
+	at := time.Date(2026, 1, 2, 3, 4, 5, 6, time.UTC)
+	k := FileKey("a", 1, at, []byte("x"))
+	for _, other := range []string{FileKey("b", 1, at, []byte("x")), FileKey("a", 2, at, []byte("x")),
+		FileKey("a", 1, at.Add(1), []byte("x")), FileKey("a", 1, at, []byte("y"))} {
+		if other == k {
+			t.Error("two identities share a key")
+		}
+	}
+	if k != FileKey("a", 1, at, []byte("x")) || len(k) > 255 {
+		t.Errorf("key %q", k)
+	}
+	var _ = commands.NewMessage{IdempotencyKey: k}
+}

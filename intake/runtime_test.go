@@ -1,0 +1,205 @@
+package intake
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/waybill/waybill/internal/dbtest"
+	"github.com/waybill/waybill/lifecycle"
+	"github.com/waybill/waybill/sources"
+)
+
+// runtime starts a Runtime on db (through which it keeps its leases and
+// takes its messages) named holder.
+func (f *fixture) runtime(t *testing.T, db *pgxpool.Pool, holder string, reg prometheus.Registerer) *Runtime {
+	t.Helper()
+	rt, err := New(Config{Base: f.base, Writer: f.writer(t, db), DB: db, Holder: holder, Metrics: NewMetrics(reg),
+		Resync: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rt.Start(f.ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { rt.Stop(context.Background()) })
+	return rt
+}
+
+// eventually polls cond until it holds, or fails the test after a while.
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func (f *fixture) holder(t *testing.T, source string) string {
+	t.Helper()
+	var h *string
+	if err := f.db.QueryRow(f.ctx, `SELECT holder FROM source_state WHERE name = $1`, source).Scan(&h); err != nil {
+		t.Fatal(err)
+	}
+	if h == nil {
+		return ""
+	}
+	return *h
+}
+
+func (f *fixture) count(t *testing.T, source string) int {
+	t.Helper()
+	var n int
+	if err := f.db.QueryRow(f.ctx, `SELECT count(*) FROM messages WHERE source = $1`, source).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// TestRuntimeHandsASourceOver: of two processes, one polls a source; when
+// it stops it gives the lease back and the other takes the source at once;
+// when it dies (its database away, so nothing is given back) the other
+// takes the source when the lease ends.
+func TestRuntimeHandsASourceOver(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	dir := t.TempDir()
+	f.source(t, "drop", sources.KindDirectory, map[string]any{"dir": dir, "from": "a", "to": "b", "interval": "10ms", "settle": "1ms"})
+	proxy := dbtest.NewProxy(t, f.db)
+	first := f.runtime(t, proxy.Pool(t), "first", nil)
+	eventually(t, "the first process to take the source", func() bool { return f.holder(t, "drop") == "first" })
+	second := f.runtime(t, f.db, "second", nil)
+
+	drop := func(name string, want int) {
+		t.Helper()
+		write(t, dir, name, name)
+		eventually(t, name+" taken", func() bool {
+			f.clock.Advance(time.Millisecond)
+			return f.count(t, "drop") == want
+		})
+	}
+	drop("1", 1)
+	if h := f.holder(t, "drop"); h != "first" {
+		t.Fatalf("holder %q", h)
+	}
+
+	// The first dies: its database is away, its lease stays until it ends.
+	proxy.Cut()
+	first.Stop(context.Background())
+	write(t, dir, "2", "2")
+	f.clock.Advance(29 * time.Second)
+	// The second's next try at the lease, made here: refused until it ends.
+	now := f.clock.Now()
+	if err := f.db.QueryRow(f.ctx, leaseSQL, "drop", "second", now.Add(30*time.Second), now).Scan(new(int64)); err == nil {
+		t.Fatal("the lease was taken before it ended")
+	}
+	if h := f.holder(t, "drop"); h != "first" || f.count(t, "drop") != 1 {
+		t.Fatalf("holder %q before the lease ended, %d messages", h, f.count(t, "drop"))
+	}
+	f.clock.Advance(time.Second)
+	eventually(t, "the second process to take the source", func() bool { return f.holder(t, "drop") == "second" })
+	eventually(t, "2 taken", func() bool { f.clock.Advance(time.Millisecond); return f.count(t, "drop") == 2 })
+
+	// The second stops: it gives the lease back.
+	second.Stop(context.Background())
+	if h := f.holder(t, "drop"); h != "" {
+		t.Fatalf("holder %q after a stop", h)
+	}
+	proxy.Restore()
+	third := f.runtime(t, f.db, "third", nil)
+	eventually(t, "the third process to take the source", func() bool { return f.holder(t, "drop") == "third" })
+	drop("3", 3)
+	third.Stop(context.Background())
+}
+
+// TestRuntimeReportsStatusAndMetrics: every series of a source exists at
+// zero once the runtime knows it; a poll records its time and backlog, a
+// failure its reason and time, in the source's state and in the metrics;
+// a disabled source is let go.
+func TestRuntimeReportsStatusAndMetrics(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	blocked := filepath.Join(t.TempDir(), "file")
+	if err := os.WriteFile(blocked, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(blocked, "in") // under a file: cannot be made
+	f.source(t, "drop", sources.KindDirectory, map[string]any{"dir": dir, "from": "a", "to": "b", "interval": "10ms"})
+	f.source(t, "ciims", sources.KindInboxTable, map[string]any{"database_url": "postgres://nobody@127.0.0.1:1/x",
+		"table": "inbox", "id_column": "id", "payload_column": "body", "from_column": "f", "to_column": "t",
+		"processed_column": "p", "interval": "10ms"})
+	if _, err := f.w.UpdateSource(f.ctx, lifecycle.Source{Name: "ciims", Kind: sources.KindInboxTable, Enabled: false,
+		Config: json.RawMessage(`{"database_url": "postgres://nobody@127.0.0.1:1/x", "table": "inbox", "id_column": "id",
+		"payload_column": "body", "from_column": "f", "to_column": "t", "processed_column": "p"}`)}, admin); err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewRegistry()
+	f.runtime(t, f.db, "only", reg)
+
+	series := gather(t, reg)
+	for _, name := range []string{"waybill_source_messages_total", "waybill_source_errors_total", "waybill_source_backlog",
+		"waybill_source_lag_seconds", "waybill_source_catch_up_seconds"} {
+		for _, source := range []string{"drop", "ciims"} {
+			if _, ok := series[name+"/"+source]; !ok {
+				t.Errorf("%s{source=%q} is missing", name, source)
+			}
+		}
+	}
+	if _, ok := series["waybill_source_markers_owed/ciims"]; !ok {
+		t.Error("the markers owed of the inbox are missing")
+	}
+	if _, ok := series["waybill_source_markers_owed/drop"]; ok {
+		t.Error("a directory has markers owed")
+	}
+
+	var lastError *string
+	var lastPoll, errorAt *time.Time
+	eventually(t, "the failure recorded", func() bool {
+		err := f.db.QueryRow(f.ctx, `SELECT last_error, last_poll_at, last_error_at FROM source_state WHERE name = 'drop'`).
+			Scan(&lastError, &lastPoll, &errorAt)
+		return err == nil && lastError != nil
+	})
+	if !strings.Contains(*lastError, dir) || lastPoll == nil || errorAt == nil || !lastPoll.Equal(f.clock.Now()) {
+		t.Errorf("state: %v %v %v", *lastError, lastPoll, errorAt)
+	}
+	eventually(t, "the errors counted", func() bool { return gather(t, reg)["waybill_source_errors_total/drop"] > 0 })
+	if h := f.holder(t, "ciims"); h != "" {
+		t.Errorf("a disabled source is held by %q", h)
+	}
+}
+
+// gather reads the registry's source series as name/source → value.
+func gather(t *testing.T, reg *prometheus.Registry) map[string]float64 {
+	t.Helper()
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]float64{}
+	for _, fam := range families {
+		for _, m := range fam.GetMetric() {
+			var source string
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "source" {
+					source = l.GetValue()
+				}
+			}
+			v := m.GetGauge().GetValue()
+			if c := m.GetCounter(); c != nil {
+				v = c.GetValue()
+			}
+			out[fam.GetName()+"/"+source] = v
+		}
+	}
+	return out
+}

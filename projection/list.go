@@ -1,0 +1,164 @@
+package projection
+
+import (
+	"context"
+	"encoding/base64"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/waybill/waybill/lifecycle"
+)
+
+// MessageFilter chooses a page of the messages list. The REST API and the
+// console both read the list through it, so they list the same messages on
+// the same indexes. The surfaces check their input; the zero value of a
+// field leaves it out.
+type MessageFilter struct {
+	Status lifecycle.MessageStatus
+	Source string
+	// Target keeps the messages with a delivery to it.
+	Target string
+	// OrderingKey keeps the messages with that ordering key.
+	OrderingKey string
+	// PossibleDuplicate keeps the messages that are possible duplicates of
+	// an earlier one.
+	PossibleDuplicate bool
+	// CreatedAfter and CreatedBefore bound created_at, both exclusive.
+	CreatedAfter, CreatedBefore time.Time
+	// Limit is the page's size; at least 1.
+	Limit int
+	// After continues the list after a page; nil for the first page.
+	After *Cursor
+}
+
+// Cursor is where a page of messages ended: the (created_at, id) of its
+// last message.
+type Cursor struct {
+	CreatedAt time.Time
+	ID        uuid.UUID
+}
+
+// String is the cursor as the lists hand it out: microseconds since 1970
+// and the id, as unpadded base64url, opaque to clients.
+func (c Cursor) String() string {
+	return base64.RawURLEncoding.EncodeToString(fmt.Appendf(nil, "m1:%d:%s", c.CreatedAt.UnixMicro(), c.ID))
+}
+
+// ParseCursor reads a cursor String gave; anything else is a
+// *lifecycle.FieldError on the field cursor.
+func ParseCursor(s string) (Cursor, error) {
+	bad := &lifecycle.FieldError{Field: "cursor", Problem: "is not a cursor of this list: pass next_cursor as it was given"}
+	raw, err := base64.RawURLEncoding.DecodeString(s)
+	if err != nil {
+		return Cursor{}, bad
+	}
+	parts := strings.Split(string(raw), ":")
+	if len(parts) != 3 || parts[0] != "m1" {
+		return Cursor{}, bad
+	}
+	micros, err1 := strconv.ParseInt(parts[1], 10, 64)
+	id, err2 := uuid.Parse(parts[2])
+	if err1 != nil || err2 != nil {
+		return Cursor{}, bad
+	}
+	return Cursor{CreatedAt: time.UnixMicro(micros).UTC(), ID: id}, nil
+}
+
+// TxBeginner is what ListMessages needs of a pool: a transaction of its own.
+type TxBeginner interface {
+	BeginTx(ctx context.Context, opts pgx.TxOptions) (pgx.Tx, error)
+}
+
+// ListMessages reads a page of the messages f chooses, newest first, by
+// (created_at, id) descending, each with all its deliveries, and the
+// cursor of the next page (nil on the last). It walks the messages_created
+// index or, with a status or source, messages_status_created or
+// messages_source_created, with an ordering key
+// messages_ordering_key_created, and of the possible duplicates
+// messages_possible_duplicate_created. With a target it walks that target's deliveries
+// on deliveries_target_message, which holds their messages' (created_at,
+// id), so a target with few messages costs no more than one with many.
+func ListMessages(ctx context.Context, db TxBeginner, f MessageFilter) ([]*Message, *Cursor, error) {
+	var (
+		where []string
+		args  []any
+	)
+	arg := func(v any) string {
+		args = append(args, v)
+		return "$" + strconv.Itoa(len(args))
+	}
+	from, createdAt, id := "messages m", "m.created_at", "m.id"
+	if f.Target != "" {
+		from, createdAt, id = "deliveries d JOIN messages m ON m.id = d.message_id", "d.message_created_at", "d.message_id"
+		where = append(where, "d.target = "+arg(f.Target))
+	}
+	if f.Status != "" {
+		where = append(where, "m.status = "+arg(f.Status))
+	}
+	if f.Source != "" {
+		where = append(where, "m.source = "+arg(f.Source))
+	}
+	if f.OrderingKey != "" {
+		where = append(where, "m.ordering_key = "+arg(f.OrderingKey))
+	}
+	if f.PossibleDuplicate {
+		where = append(where, "m.possible_duplicate_of IS NOT NULL")
+	}
+	if !f.CreatedAfter.IsZero() {
+		where = append(where, createdAt+" > "+arg(f.CreatedAfter))
+	}
+	if !f.CreatedBefore.IsZero() {
+		where = append(where, createdAt+" < "+arg(f.CreatedBefore))
+	}
+	if f.After != nil {
+		where = append(where, "("+createdAt+", "+id+") < ("+arg(f.After.CreatedAt)+", "+arg(f.After.ID)+")")
+	}
+	limit := max(f.Limit, 1)
+	sql := "SELECT m.id FROM " + from
+	if len(where) > 0 {
+		sql += " WHERE " + strings.Join(where, " AND ")
+	}
+	sql += " ORDER BY " + createdAt + " DESC, " + id + " DESC LIMIT " + arg(limit+1)
+
+	var page []*Message
+	// One snapshot for the page and its deliveries, so every item is as it
+	// was when the page was chosen.
+	err := pgx.BeginTxFunc(ctx, db, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly},
+		func(tx pgx.Tx) error {
+			rows, err := tx.Query(ctx, sql, args...)
+			if err != nil {
+				return err
+			}
+			ids, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
+			if err != nil {
+				return err
+			}
+			loaded, err := LoadMany(ctx, tx, ids)
+			if err != nil {
+				return err
+			}
+			byID := make(map[uuid.UUID]*Message, len(loaded))
+			for _, m := range loaded {
+				byID[m.ID] = m
+			}
+			for _, id := range ids {
+				if m := byID[id]; m != nil {
+					page = append(page, m)
+				}
+			}
+			return nil
+		})
+	if err != nil {
+		return nil, nil, fmt.Errorf("list messages: %w", err)
+	}
+	if len(page) <= limit {
+		return page, nil, nil
+	}
+	last := page[limit-1]
+	return page[:limit], &Cursor{CreatedAt: last.CreatedAt, ID: last.ID}, nil
+}

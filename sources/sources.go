@@ -1,0 +1,128 @@
+package sources
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/waybill/waybill/lifecycle"
+	"github.com/waybill/waybill/targets"
+)
+
+// The kinds of source.
+const (
+	KindDirectory  = "directory"
+	KindInboxTable = "inbox_table"
+)
+
+// kinds maps each kind to the check of its configuration: it reads the
+// configuration, fills its defaults and checks it, and returns it with
+// the defaults written in.
+var kinds = map[string]func(json.RawMessage) (json.RawMessage, error){
+	KindDirectory:  checkConfig[DirectoryConfig],
+	KindInboxTable: checkConfig[InboxConfig],
+}
+
+// Names returns the kinds, in name order.
+func Names() []string { return slices.Sorted(maps.Keys(kinds)) }
+
+// Prepare fills the source's defaults, those of its kind's configuration
+// included, and checks all of it; every problem is a *lifecycle.FieldError,
+// joined.
+func Prepare(s lifecycle.Source) (lifecycle.Source, error) {
+	if len(s.Config) == 0 {
+		s.Config = json.RawMessage(`{}`)
+	}
+	check, ok := kinds[s.Kind]
+	if !ok {
+		err := &lifecycle.FieldError{Field: "kind",
+			Problem: fmt.Sprintf("%q is not a source kind: allowed are %s", s.Kind, strings.Join(Names(), ", "))}
+		return s, errors.Join(err, without(s.Validate(), "kind"))
+	}
+	config, err := check(s.Config)
+	if err != nil {
+		return s, errors.Join(without(s.Validate(), "config"), err)
+	}
+	s.Config = config
+	return s, s.Validate()
+}
+
+// config is a kind's configuration: check fills the defaults and returns
+// every problem joined.
+type config interface{ check() error }
+
+// checkConfig reads raw as a C, fills its defaults, checks it and returns
+// it with the defaults written in.
+func checkConfig[C any, P interface {
+	*C
+	config
+}](raw json.RawMessage) (json.RawMessage, error) {
+	c := P(new(C))
+	if err := targets.ReadConfig(raw, c, c.check); err != nil {
+		return nil, err
+	}
+	return json.Marshal(c)
+}
+
+// read decodes a prepared source's configuration.
+func read[C any](s lifecycle.Source, kind string) (C, error) {
+	var c C
+	if s.Kind != kind {
+		return c, fmt.Errorf("source %s is of kind %s, not %s", s.Name, s.Kind, kind)
+	}
+	if err := json.Unmarshal(s.Config, &c); err != nil {
+		return c, fmt.Errorf("source %s: read configuration: %w", s.Name, err)
+	}
+	return c, nil
+}
+
+// without drops the field errors on field from a joined error.
+func without(err error, field string) error {
+	errs := []error{err}
+	if joined, ok := err.(interface{ Unwrap() []error }); ok {
+		errs = joined.Unwrap()
+	}
+	var kept []error
+	for _, e := range errs {
+		if fe, ok := e.(*lifecycle.FieldError); !ok || fe.Field != field {
+			kept = append(kept, e)
+		}
+	}
+	return errors.Join(kept...)
+}
+
+// The bounds of the durations every kind has.
+const (
+	minInterval = 10 * time.Millisecond
+	maxInterval = time.Hour
+)
+
+// DefaultContentType is the content type of a source's messages when its
+// configuration gives none.
+const DefaultContentType = "application/octet-stream"
+
+// checkDuration fills d with def when it is zero and checks it is from lo
+// to hi.
+func checkDuration(field string, d *lifecycle.Duration, def, lo, hi time.Duration) error {
+	if *d == 0 {
+		*d = lifecycle.Duration(def)
+	}
+	if d.D() < lo || d.D() > hi {
+		return &lifecycle.FieldError{Field: "config." + field,
+			Problem: fmt.Sprintf("must be from %s to %s, got %s", lo, hi, d.D())}
+	}
+	return nil
+}
+
+// checkContentType fills ct with DefaultContentType when it is empty and
+// checks it as a message's content type is checked.
+func checkContentType(ct *string) error {
+	if *ct == "" {
+		*ct = DefaultContentType
+	}
+	return lifecycle.CheckParty("config.content_type", *ct)
+}

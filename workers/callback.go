@@ -1,0 +1,313 @@
+package workers
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/waybill/waybill/commands"
+	"github.com/waybill/waybill/lifecycle"
+	"github.com/waybill/waybill/service"
+	"github.com/waybill/waybill/targets"
+)
+
+// CallbackWork is one call of a message's outcome callback: the POST of
+// Body to URL.
+type CallbackWork struct {
+	MessageID uuid.UUID
+	// Seq is the settlement called back for, from 1.
+	Seq int
+	URL string
+	// Body is what the call says: {message_id, status, deliveries, at}.
+	Body []byte
+	// Attempt is the call's number for this settlement, from 1; Since
+	// is when the message settled. The retry policy counts from them.
+	Attempt int
+	Since   time.Time
+}
+
+// callbackBody is what a callback says.
+type callbackBody struct {
+	MessageID  uuid.UUID               `json:"message_id"`
+	Status     lifecycle.MessageStatus `json:"status"`
+	Deliveries []callbackDelivery      `json:"deliveries"`
+	At         time.Time               `json:"at"`
+}
+
+type callbackDelivery struct {
+	Target    string                  `json:"target"`
+	State     lifecycle.DeliveryState `json:"state"`
+	LastError *string                 `json:"last_error"`
+}
+
+// callbackWork is the work of a claimed callback.
+func callbackWork(c commands.CallbackClaim) CallbackWork {
+	cb := c.Callback
+	body := callbackBody{MessageID: cb.MessageID, Status: cb.Status, Deliveries: make([]callbackDelivery, 0, len(cb.Deliveries)), At: cb.SettledAt}
+	for _, d := range cb.Deliveries {
+		var last *string
+		if d.LastError != "" {
+			last = &d.LastError
+		}
+		body.Deliveries = append(body.Deliveries, callbackDelivery{Target: d.Target, State: d.State, LastError: last})
+	}
+	data, _ := json.Marshal(body) // plain values: cannot fail
+	return CallbackWork{MessageID: cb.MessageID, Seq: cb.Seq, URL: cb.URL, Body: data, Attempt: c.Attempt, Since: cb.SettledAt}
+}
+
+// CallbackStore is the Store of the messages' outcome callbacks: the
+// commands of the core, a job's id being its message's.
+type CallbackStore struct {
+	w       *commands.Writer
+	lease   time.Duration
+	metrics *prometheus.CounterVec
+}
+
+var _ Store[CallbackWork] = (*CallbackStore)(nil)
+
+// Claim claims a message's callback for one call.
+func (s *CallbackStore) Claim(ctx context.Context, id uuid.UUID) (Job[CallbackWork], error) {
+	c, err := s.w.ClaimCallback(ctx, id, s.lease)
+	if err != nil {
+		return Job[CallbackWork]{}, err
+	}
+	return Job[CallbackWork]{ID: id, Token: c.Token, LeaseEnd: c.LeaseEnd, Work: callbackWork(c)}, nil
+}
+
+// ClaimDue claims up to n due callbacks.
+func (s *CallbackStore) ClaimDue(ctx context.Context, n int) ([]Job[CallbackWork], error) {
+	claims, err := s.w.ClaimDueCallbacks(ctx, n, s.lease)
+	if err != nil || len(claims) == 0 {
+		return nil, err
+	}
+	jobs := make([]Job[CallbackWork], len(claims))
+	for i, c := range claims {
+		jobs[i] = Job[CallbackWork]{ID: c.Callback.MessageID, Token: c.Token, LeaseEnd: c.LeaseEnd, Work: callbackWork(c)}
+	}
+	return jobs, nil
+}
+
+// Complete records a call's outcome.
+func (s *CallbackStore) Complete(ctx context.Context, job Job[CallbackWork], outcome lifecycle.Outcome) error {
+	if _, err := s.w.CompleteCallback(ctx, job.ID, job.Token, outcome); err != nil {
+		return err
+	}
+	s.metrics.WithLabelValues(string(outcome.Kind)).Inc()
+	return nil
+}
+
+// Release gives a call's claim back.
+func (s *CallbackStore) Release(ctx context.Context, job Job[CallbackWork], started bool, reason string) error {
+	if _, err := s.w.ReleaseCallback(ctx, job.ID, job.Token, started, reason); err != nil {
+		return err
+	}
+	s.metrics.WithLabelValues(callbackReleased).Inc()
+	return nil
+}
+
+const callbackReleased = "released"
+
+// callbackDeliverer makes the calls: a POST of the body, whose answer
+// counts as a target's does (targets.HTTPOutcome), under a retry policy of
+// its own: exponential from 10 s up to an hour, at most
+// callback_max_attempts calls.
+type callbackDeliverer struct {
+	client      *http.Client
+	now         func() time.Time
+	maxAttempts func() int
+}
+
+// callbackRetry is the retry policy of the calls, but for the number of
+// calls, which is a setting.
+var callbackRetry = lifecycle.RetryPolicy{MaxAge: lifecycle.Duration(8760 * time.Hour)}.WithDefaults()
+
+// Deliver makes one call.
+func (d *callbackDeliverer) Deliver(ctx context.Context, work CallbackWork) lifecycle.Outcome {
+	o := d.call(ctx, work)
+	if o.Kind != lifecycle.OutcomeRetry {
+		return o
+	}
+	if max := d.maxAttempts(); work.Attempt >= max {
+		return lifecycle.Failed(fmt.Sprintf("%s; gave up after call %d: callback_max_attempts is %d", o.Text, work.Attempt, max))
+	}
+	now := d.now()
+	at, stop := callbackRetry.Next(work.Attempt, work.Since, now, o.RetryAt, rand.Float64()*2-1)
+	if stop != "" {
+		return lifecycle.Failed(o.Text + "; " + stop)
+	}
+	return lifecycle.Retry(at, o.Text)
+}
+
+func (d *callbackDeliverer) call(ctx context.Context, work CallbackWork) lifecycle.Outcome {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, work.URL, bytes.NewReader(work.Body))
+	if err != nil {
+		return lifecycle.Failed(fmt.Sprintf("build request: %v", err))
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Waybill-Message-Id", work.MessageID.String())
+	req.Header.Set("Waybill-Attempt", strconv.Itoa(work.Attempt))
+	// The same on every call for one settlement, so a receiver can drop
+	// repeats; another settlement's call has another.
+	req.Header.Set("Idempotency-Key", work.MessageID.String()+"/"+strconv.Itoa(work.Seq))
+	resp, err := d.client.Do(req)
+	if err != nil {
+		return lifecycle.Outcome{Kind: lifecycle.OutcomeRetry, Text: err.Error()}
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	return targets.HTTPOutcome(resp, body, time.Now())
+}
+
+// CallbackConfig configures the Callbacks.
+type CallbackConfig struct {
+	// Base's clock decides what is due and reads the leases: give the
+	// Callbacks the Writer's Base.
+	service.Base
+	// Writer is required.
+	Writer *commands.Writer
+	// Interval is how often the due callbacks are looked for. Default 1 s.
+	Interval time.Duration
+	// MaxConcurrent bounds the calls in flight. Default 5.
+	MaxConcurrent int
+	// Timeout bounds one call. Default 30 s.
+	Timeout time.Duration
+	// DrainGrace is how long Stop lets calls in flight finish. Default 5 s.
+	DrainGrace time.Duration
+	// Registerer takes waybill_callbacks_total; nil registers it nowhere.
+	Registerer prometheus.Registerer
+}
+
+// Callbacks makes the messages' outcome callbacks: one Worker over the
+// CallbackStore, which looks for the due callbacks every Interval (a
+// callback has no wake-up of its own), and reads callback_max_attempts
+// from the settings every tenth time.
+type Callbacks struct {
+	cfg         CallbackConfig
+	worker      *Worker[CallbackWork]
+	maxAttempts atomic.Int64
+	metrics     *prometheus.CounterVec
+
+	stop     context.CancelFunc
+	loopDone chan struct{}
+	stopOnce sync.Once
+}
+
+// NewCallbacks returns the Callbacks; Start sets them going.
+func NewCallbacks(cfg CallbackConfig) (*Callbacks, error) {
+	if cfg.Writer == nil {
+		return nil, errors.New("workers: CallbackConfig.Writer is required")
+	}
+	cfg.Base = cfg.Base.WithDefaults()
+	if cfg.Interval <= 0 {
+		cfg.Interval = time.Second
+	}
+	if cfg.MaxConcurrent <= 0 {
+		cfg.MaxConcurrent = 5
+	}
+	if cfg.Timeout <= 0 {
+		cfg.Timeout = lifecycle.DefaultAttemptTimeout
+	}
+	c := &Callbacks{cfg: cfg, loopDone: make(chan struct{})}
+	c.maxAttempts.Store(lifecycle.DefaultCallbackMaxAttempts)
+	c.metrics = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "waybill_callbacks_total",
+		Help: "Calls of the messages' outcome callbacks recorded, by outcome (delivered, retry, failed, released).",
+	}, []string{"outcome"})
+	for _, o := range []lifecycle.OutcomeKind{lifecycle.OutcomeDelivered, lifecycle.OutcomeRetry, lifecycle.OutcomeFailed} {
+		c.metrics.WithLabelValues(string(o))
+	}
+	c.metrics.WithLabelValues(callbackReleased)
+	if cfg.Registerer != nil {
+		if err := cfg.Registerer.Register(c.metrics); err != nil {
+			return nil, fmt.Errorf("workers: register callback metrics: %w", err)
+		}
+	}
+	client := &http.Client{
+		Timeout: cfg.Timeout,
+		// A redirect is the receiver's answer, as for a target.
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+	}
+	w, err := NewWorker(Config[CallbackWork]{
+		Name:           "callbacks",
+		Store:          &CallbackStore{w: cfg.Writer, lease: 2*cfg.Timeout + time.Minute, metrics: c.metrics},
+		Deliverer:      &callbackDeliverer{client: client, now: cfg.Now, maxAttempts: func() int { return int(c.maxAttempts.Load()) }},
+		MaxConcurrent:  cfg.MaxConcurrent,
+		AttemptTimeout: cfg.Timeout,
+		DrainGrace:     cfg.DrainGrace,
+		Base:           cfg.Base,
+	})
+	if err != nil {
+		return nil, err
+	}
+	c.worker = w
+	return c, nil
+}
+
+// Start reads the settings and starts the worker, whose first act is to
+// take what is due; then it looks again every Interval. ctx bounds the
+// start only.
+func (c *Callbacks) Start(ctx context.Context) error {
+	if err := c.readSettings(ctx); err != nil {
+		return err
+	}
+	if err := c.worker.Start(ctx); err != nil {
+		return err
+	}
+	loop, stop := context.WithCancel(context.Background())
+	c.stop = stop
+	go func() {
+		defer close(c.loopDone)
+		t := time.NewTicker(c.cfg.Interval)
+		defer t.Stop()
+		for n := 1; ; n++ {
+			select {
+			case <-loop.Done():
+				return
+			case <-t.C:
+			}
+			if n%10 == 0 {
+				if err := c.readSettings(loop); err != nil && loop.Err() == nil {
+					c.cfg.Logger.Warn("callbacks: read the settings", "err", err)
+				}
+			}
+			c.worker.Poke()
+		}
+	}()
+	return nil
+}
+
+func (c *Callbacks) readSettings(ctx context.Context) error {
+	s, err := c.cfg.Writer.Settings(ctx)
+	if err != nil {
+		return fmt.Errorf("callbacks: %w", err)
+	}
+	c.maxAttempts.Store(int64(s.WithDefaults().CallbackMaxAttempts))
+	return nil
+}
+
+// Stop stops looking, lets the calls in flight finish as Worker.Stop
+// does, and waits within ctx. Safe to call twice, and without Start.
+func (c *Callbacks) Stop(ctx context.Context) {
+	c.stopOnce.Do(func() {
+		if c.stop != nil {
+			c.stop()
+			<-c.loopDone
+		}
+		c.worker.Stop(ctx)
+		if c.cfg.Registerer != nil {
+			c.cfg.Registerer.Unregister(c.metrics)
+		}
+	})
+}
