@@ -101,6 +101,22 @@ type Folded struct {
 	// makes them; nil for one stream.
 	inboxes      map[string]*inboxLedger
 	Correlations map[CorrelationKey]Correlation
+	// explained holds what would be violations if retention had removed
+	// nothing: a lane's rule broken as removed deliveries explain it, a
+	// possible duplicate of a message the journal does not hold. finish
+	// reports them when the journal records no removal.
+	explained []Violation
+	// missingDuplicates are the messages naming as possible duplicate one
+	// whose stream had not begun: finish tells a later one from one the
+	// journal holds nowhere.
+	missingDuplicates []missingDuplicate
+}
+
+// missingDuplicate is a possible duplicate of a message the fold did not
+// hold when the naming message began.
+type missingDuplicate struct {
+	violation Violation
+	of        uuid.UUID
 }
 
 // FoldJournal replays the journal, or one message's stream when message is
@@ -170,8 +186,19 @@ func newFolded() *Folded {
 }
 
 // finish reports, at the end of the journal, the lanes whose head settled
-// without passing the lane on.
+// without passing the lane on, and what only a removal explains when the
+// journal records none.
 func (f *Folded) finish() {
+	for _, d := range f.missingDuplicates {
+		if f.Messages[d.of] != nil {
+			f.Violations = append(f.Violations, d.violation)
+		} else {
+			f.explained = append(f.explained, d.violation)
+		}
+	}
+	if f.Removed.Batches == 0 {
+		f.Violations = append(f.Violations, f.explained...)
+	}
 	for _, l := range f.lanes.Stuck() {
 		f.Violations = append(f.Violations, Violation{MessageID: l.HeadMessage, DeliveryID: l.Head,
 			Problem: fmt.Sprintf("%s: the head settled for the lane, but the %d waiting behind it were not let go", l.LaneID, l.Waiting)})
@@ -243,7 +270,12 @@ func (f *Folded) fold(e journal.Event) error {
 	}
 	if f.lanes != nil {
 		if err := f.lanes.Apply(e, m); err != nil {
-			f.Violations = append(f.Violations, Violation{Position: e.Position, MessageID: id, DeliveryID: e.DeliveryID, Problem: err.Error()})
+			v := Violation{Position: e.Position, MessageID: id, DeliveryID: e.DeliveryID, Problem: err.Error()}
+			if explained, _ := explainedOnly(err); explained != nil {
+				f.explained = append(f.explained, v)
+			} else {
+				f.Violations = append(f.Violations, v)
+			}
 		}
 		if problem := correlate(f.Correlations, e, id); problem != "" {
 			f.Violations = append(f.Violations, Violation{Position: e.Position, MessageID: id, DeliveryID: e.DeliveryID, Problem: problem})
@@ -254,17 +286,26 @@ func (f *Folded) fold(e journal.Event) error {
 
 // checkDuplicate reports a message that names as its possible duplicate a
 // message the journal does not hold before it with the same source and
-// duplicate key.
+// duplicate key. A message the journal holds nowhere is one retention may
+// have removed (the earlier of two settles first): that is reported only
+// when the journal records no removal, and `audit --archive` finds it in
+// the archive.
 func (f *Folded) checkDuplicate(m *Message, e journal.Event) {
 	if m.PossibleDuplicateOf == uuid.Nil {
 		return
 	}
 	earlier := f.Messages[m.PossibleDuplicateOf]
-	if earlier == nil || earlier == m || earlier.Source != m.Source || earlier.DuplicateKey != m.DuplicateKey {
-		f.Violations = append(f.Violations, Violation{Position: e.Position, MessageID: m.ID,
-			Problem: fmt.Sprintf("possible duplicate of %s, which is no earlier message of source %q with duplicate key %q",
-				m.PossibleDuplicateOf, m.Source, m.DuplicateKey)})
+	if earlier != nil && earlier != m && earlier.Source == m.Source && earlier.DuplicateKey == m.DuplicateKey {
+		return
 	}
+	v := Violation{Position: e.Position, MessageID: m.ID,
+		Problem: fmt.Sprintf("possible duplicate of %s, which is no earlier message of source %q with duplicate key %q",
+			m.PossibleDuplicateOf, m.Source, m.DuplicateKey)}
+	if earlier == nil {
+		f.missingDuplicates = append(f.missingDuplicates, missingDuplicate{violation: v, of: m.PossibleDuplicateOf})
+		return
+	}
+	f.Violations = append(f.Violations, v)
 }
 
 // Audit replays the journal (or one message's stream) and checks every

@@ -26,8 +26,10 @@ type batchResult struct {
 	held bool
 }
 
-// removeBatch archives and removes the messages of ids that are due and
-// that every feed group has passed, as one batch (docs/retention.md):
+// removeBatch archives and removes the messages of ids that are due, that
+// every feed group has passed, and that nothing still pins (an outcome
+// callback still to be made, a lane still open), as one batch
+// (docs/retention.md):
 // their streams are read and folded, written to pending files, and
 // removed in one transaction with the record of the batch, which checks
 // the fold against the locked rows; the files take their final names once
@@ -80,6 +82,12 @@ func (r *Retention) removeBatch(ctx context.Context, conn *pgxpool.Conn, a *arch
 			continue
 		}
 		keep = append(keep, m)
+	}
+	keep, err = r.unpinned(ctx, conn, keep)
+	if err != nil {
+		return out, err
+	}
+	for _, m := range keep {
 		if m.Status.Faulted() {
 			faulted++
 		} else {
@@ -126,7 +134,7 @@ func (r *Retention) removeBatch(ctx context.Context, conn *pgxpool.Conn, a *arch
 		LastPosition: archived[len(archived)-1].Position, Settled: settled, Faulted: faulted,
 		SettledAfter: rs.SettledAfter, FailedAfter: rs.FailedAfter}
 	record.Total = total.Add(record)
-	version, committed, err := r.commit(ctx, conn, keep, recordPositions, record)
+	version, committed, err := r.commit(ctx, conn, keep, archived, recordPositions, record)
 	if !committed {
 		// Nothing was removed: the files go, and the messages are chosen
 		// again if still due. A commit whose answer was lost is no
@@ -163,8 +171,8 @@ var errCommitUnknown = errors.New("the commit's outcome is unknown")
 // the older records, the payloads and the rows, and commits. It reports
 // false, with no error, when a message changed (nothing is written), and
 // the record's version in the retention stream when it committed.
-func (r *Retention) commit(ctx context.Context, conn *pgxpool.Conn, keep []*projection.Message, records []int64,
-	record *journal.RetentionArchived) (int, bool, error) {
+func (r *Retention) commit(ctx context.Context, conn *pgxpool.Conn, keep []*projection.Message, archived []journal.Event,
+	records []int64, record *journal.RetentionArchived) (int, bool, error) {
 	ids := make([]uuid.UUID, len(keep))
 	for i, m := range keep {
 		ids[i] = m.ID
@@ -182,18 +190,20 @@ func (r *Retention) commit(ctx context.Context, conn *pgxpool.Conn, keep []*proj
 	if err := tx.SendBatch(ctx, b).Close(); err != nil {
 		return 0, false, fmt.Errorf("lock the batch: %w", err)
 	}
-	locked := read()
 	now := journal.StoredTime(r.cfg.Now())
 	rs := lifecycle.Retention{SettledAfter: record.SettledAfter, FailedAfter: record.FailedAfter}
-	if len(locked) != len(keep) {
-		return 0, false, nil
-	}
 	byID := map[uuid.UUID]*projection.Message{}
 	for _, m := range keep {
 		byID[m.ID] = m
 	}
+	// The lock takes along the messages first waiting in the lanes of the
+	// ones named, as the commands' locks do; those stay.
+	locked := slices.DeleteFunc(read(), func(m *projection.Message) bool { return byID[m.ID] == nil })
+	if len(locked) != len(keep) {
+		return 0, false, nil
+	}
 	for _, m := range locked {
-		if was := byID[m.ID]; was == nil || was.Version != m.Version || !rs.RemovalDue(m.Status, m.UpdatedAt, now) {
+		if was := byID[m.ID]; was.Version != m.Version || !rs.RemovalDue(m.Status, m.UpdatedAt, now) {
 			return 0, false, nil
 		}
 	}
@@ -205,7 +215,7 @@ func (r *Retention) commit(ctx context.Context, conn *pgxpool.Conn, keep []*proj
 	}
 	journal.QueueRemoval(b, streamsOf(ids), records)
 	b.Queue(`DELETE FROM payloads WHERE message_id = ANY($1::uuid[])`, ids)
-	projection.QueueRemove(b, locked)
+	projection.QueueRemove(b, locked, archived)
 	if err := tx.SendBatch(ctx, b).Close(); err != nil {
 		return 0, false, fmt.Errorf("remove the batch: %w", err)
 	}
@@ -213,6 +223,29 @@ func (r *Retention) commit(ctx context.Context, conn *pgxpool.Conn, keep []*proj
 		return 0, false, fmt.Errorf("remove the batch: %w: %w", errCommitUnknown, err)
 	}
 	return version + 1, true, nil
+}
+
+// unpinned keeps of ms, messages due for removal, those nothing pins: a
+// message whose outcome callback is still to be made (queued, delivering,
+// retrying) stays until the call is done, and one with a delivery in a
+// lane that is open (a head, or deliveries waiting) stays until the lane
+// empties. A lane's history is folded from its first event since it last
+// emptied, so removing a message of a lane still open would cut it; the
+// version check of the commit keeps a removed delivery from joining a
+// lane again meanwhile.
+func (r *Retention) unpinned(ctx context.Context, q journal.Querier, ms []*projection.Message) ([]*projection.Message, error) {
+	ms = slices.DeleteFunc(ms, func(m *projection.Message) bool { return m.Callback != nil && !m.Callback.State.Final() })
+	var lanes []projection.LaneID
+	for _, m := range ms {
+		lanes = append(lanes, m.Lanes()...)
+	}
+	open, err := projection.OpenLanes(ctx, q, lanes)
+	if err != nil {
+		return nil, err
+	}
+	return slices.DeleteFunc(ms, func(m *projection.Message) bool {
+		return slices.ContainsFunc(m.Lanes(), func(l projection.LaneID) bool { return open[l] })
+	}), nil
 }
 
 func (r *Retention) cutAt(point string) error {

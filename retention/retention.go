@@ -267,7 +267,7 @@ func (r *Retention) expunge(ctx context.Context, rs lifecycle.Retention, res *Re
 	for _, status := range lifecycle.ExpungeStatuses() {
 		for {
 			began := time.Now()
-			ids, err := due(ctx, r.cfg.DB, expungeSQL[status], r.cfg.Now().Add(-rs.PayloadAfter.D()), r.cfg.Expunges)
+			ids, _, err := due(ctx, r.cfg.DB, expungeSQL[status], r.cfg.Now().Add(-rs.PayloadAfter.D()), r.cfg.Expunges)
 			if err != nil {
 				return err
 			}
@@ -309,7 +309,9 @@ func (r *Retention) expunge(ctx context.Context, rs lifecycle.Retention, res *Re
 }
 
 // remove archives and removes the due messages, status by status, oldest
-// first, a batch at a time.
+// first, a batch at a time. Each batch reads on from where the last ended,
+// so the messages a batch leaves (pinned, changed by an operator, or not
+// folding) are passed over until the next pass.
 func (r *Retention) remove(ctx context.Context, conn *pgxpool.Conn, rs lifecycle.Retention, res *Result) error {
 	a, err := openArchive(ctx, conn, rs.ArchiveDir)
 	if err != nil {
@@ -320,12 +322,14 @@ func (r *Retention) remove(ctx context.Context, conn *pgxpool.Conn, rs lifecycle
 		if !ok {
 			continue
 		}
+		var from cursor
 		for {
 			began := time.Now()
-			ids, err := due(ctx, conn, removalSQL[status], r.cfg.Now().Add(-after), r.cfg.Batch)
+			ids, last, err := due(ctx, conn, removalSQL[status], r.cfg.Now().Add(-after), r.cfg.Batch, from.createdAt, from.id)
 			if err != nil {
 				return err
 			}
+			from = last
 			if len(ids) == 0 {
 				break
 			}
@@ -346,10 +350,10 @@ func (r *Retention) remove(ctx context.Context, conn *pgxpool.Conn, rs lifecycle
 					res.Settled += b.removed
 				}
 			}
-			// A short query is the last; a batch that removed nothing (an
+			// A short query is the last. A batch that removed nothing (an
 			// operator acted on one of its messages) is tried again by
-			// the next pass, the message chosen again only if still due.
-			if len(ids) < r.cfg.Batch || b.removed == 0 {
+			// the next pass, the messages chosen again only if still due.
+			if len(ids) < r.cfg.Batch {
 				break
 			}
 			if err := r.pause(ctx, began); err != nil {

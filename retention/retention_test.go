@@ -205,7 +205,17 @@ func TestSelectionAgreesWithTheRule(t *testing.T) {
 			if !ok {
 				continue
 			}
-			ids, err := pgx.CollectRows(must(b.db.Query(b.ctx, sql, at, len(rows))), pgx.RowTo[uuid.UUID])
+			args := []any{at, len(rows)}
+			if strings.Contains(sql, "$4") {
+				args = append(args, time.Time{}, uuid.Nil) // from the start
+			}
+			ids, err := pgx.CollectRows(must(b.db.Query(b.ctx, sql, args...)), func(row pgx.CollectableRow) (uuid.UUID, error) {
+				var (
+					id uuid.UUID
+					at time.Time
+				)
+				return id, row.Scan(&id, &at)
+			})
 			if err != nil {
 				t.Fatal(err)
 			}

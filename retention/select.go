@@ -21,26 +21,48 @@ import (
 var (
 	// expungeSQL walks messages_payload_held.
 	expungeSQL = bySettledStatus(lifecycle.ExpungeStatuses(), `NOT payload_expunged AND `)
-	// removalSQL walks messages_status_created.
-	removalSQL = bySettledStatus(lifecycle.SettledStatuses(), ``)
+	// removalSQL walks messages_status_created from the cursor ($3, $4:
+	// the created_at and id of the last message a pass considered), so
+	// that messages left for now (pinned, or not folding) do not keep the
+	// pass from those after them.
+	removalSQL = bySettledStatus(lifecycle.SettledStatuses(), `(created_at, id) > ($3::timestamptz, $4::uuid) AND `)
 )
 
 func bySettledStatus(statuses []lifecycle.MessageStatus, more string) map[lifecycle.MessageStatus]string {
 	out := map[lifecycle.MessageStatus]string{}
 	for _, s := range statuses {
-		out[s] = `SELECT id FROM messages WHERE ` + lifecycle.StatusesSQL("status", []lifecycle.MessageStatus{s}) +
+		out[s] = `SELECT id, created_at FROM messages WHERE ` + lifecycle.StatusesSQL("status", []lifecycle.MessageStatus{s}) +
 			` AND ` + more + `created_at <= $1 AND updated_at <= $1 ORDER BY created_at, id LIMIT $2`
 	}
 	return out
 }
 
-// due returns up to limit ids that sql selects at cutoff.
-func due(ctx context.Context, q journal.Querier, sql string, cutoff time.Time, limit int) ([]uuid.UUID, error) {
-	rows, err := q.Query(ctx, sql, cutoff, limit)
+// cursor is a place in the order of created_at and id.
+type cursor struct {
+	createdAt time.Time
+	id        uuid.UUID
+}
+
+// due runs sql, a selection of the messages due (its arguments: the
+// cutoff, the limit and, for removalSQL, the cursor), and returns their ids
+// and the place of the last.
+func due(ctx context.Context, q journal.Querier, sql string, args ...any) ([]uuid.UUID, cursor, error) {
+	rows, err := q.Query(ctx, sql, args...)
 	if err != nil {
-		return nil, err
+		return nil, cursor{}, err
 	}
-	return pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
+	var (
+		ids  []uuid.UUID
+		last cursor
+	)
+	_, err = pgx.ForEachRow(rows, []any{&last.id, &last.createdAt}, func() error {
+		ids = append(ids, last.id)
+		return nil
+	})
+	if err != nil {
+		return nil, cursor{}, fmt.Errorf("select the messages due: %w", err)
+	}
+	return ids, last, nil
 }
 
 // oldestSQL finds the creation of the oldest message in each settled
