@@ -262,7 +262,7 @@ func TestUnknownIDsAreNotFound(t *testing.T) {
 		"/ui/routes/01a23b49-48df-7e79-b764-a846b1a5c90f/delete",
 		"/ui/nothing/here",
 	} {
-		c.get(t, p).want(t, http.StatusNotFound).has(t, "<h1>Not found</h1>", "There is nothing here", "Sign out")
+		c.get(t, p).want(t, http.StatusNotFound).has(t, "<h1>Not found</h1>", "There is nothing here", "retention period", "Sign out")
 	}
 	c.get(t, "/ui/static/nothing.js").want(t, http.StatusNotFound).has(t, "<h1>Not found</h1>")
 }

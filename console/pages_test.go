@@ -222,7 +222,7 @@ func TestExpungedPayload(t *testing.T) {
 	c := b.signedIn(t, b.admin)
 	page := "/ui/messages/" + m.ID.String()
 	c.get(t, page).want(t, http.StatusOK).has(t, "Expunged by retention: 5 bytes", m.PayloadSHA256).
-		lacks(t, "Download the payload", page+"/resend", page+"/replay")
+		lacks(t, "Download the payload", page+"/resend", page+"/replay", page+"/redispatch", "/redeliver")
 	c.get(t, page+"/payload").want(t, http.StatusGone).has(t, "payload expunged by retention")
 }
 
