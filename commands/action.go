@@ -84,29 +84,37 @@ func (w *Writer) Redeliver(ctx context.Context, messageID, deliveryID uuid.UUID,
 			return nil, err
 		}
 		c := newChange(m)
-		d := c.after.Delivery(deliveryID)
-		p := &journal.DeliveryRedelivered{DispatchCount: 1, NextDue: now.Add(lifecycle.DispatchBackoff(1)), Operation: a.Operation}
-		if d.LaneSeq > 0 && lifecycle.RedeliverRule.Admits(d.State) {
-			head, err := lanes.Head(projection.LaneID{Target: d.Target, Key: d.LaneKey}, d.ID)
-			if err != nil {
-				return nil, err
-			}
-			if !head {
-				if p.Lane, err = lanes.Place(d.Target, d.LaneKey); err != nil {
-					return nil, err
-				}
-			}
-		}
-		err := c.record(journal.Event{RecordedAt: now, DeliveryID: deliveryID, Actor: a.actor(), Payload: p})
-		if !p.Blocked {
-			c.wakeups = []Wakeup{{DeliveryID: deliveryID, Target: d.Target}}
-		}
-		return c, refusedToSend(ErrNotRedeliverable, err)
+		return c, refusedToSend(ErrNotRedeliverable, redeliverOn(c, lanes, deliveryID, now, a))
 	})
 	if err != nil {
 		return nil, fmt.Errorf("redeliver delivery %s of message %s: %w", deliveryID, messageID, err)
 	}
 	return m, nil
+}
+
+// redeliverOn records on c the redelivery of one of its message's
+// deliveries, and its wake-up unless it joins the back of a held lane.
+func redeliverOn(c *change, lanes *projection.LaneBook, deliveryID uuid.UUID, now time.Time, a Action) error {
+	d := c.after.Delivery(deliveryID)
+	p := &journal.DeliveryRedelivered{DispatchCount: 1, NextDue: now.Add(lifecycle.DispatchBackoff(1)), Operation: a.Operation}
+	if d.LaneSeq > 0 && lifecycle.RedeliverRule.Admits(d.State) {
+		head, err := lanes.Head(projection.LaneID{Target: d.Target, Key: d.LaneKey}, d.ID)
+		if err != nil {
+			return err
+		}
+		if !head {
+			if p.Lane, err = lanes.Place(d.Target, d.LaneKey); err != nil {
+				return err
+			}
+		}
+	}
+	if err := c.record(journal.Event{RecordedAt: now, DeliveryID: deliveryID, Actor: a.actor(), Payload: p}); err != nil {
+		return err
+	}
+	if !p.Blocked {
+		c.wakeups = append(c.wakeups, Wakeup{DeliveryID: deliveryID, Target: d.Target})
+	}
+	return nil
 }
 
 // Skip settles one delivery of the message without sending it, with the
@@ -127,14 +135,18 @@ func (w *Writer) Skip(ctx context.Context, messageID, deliveryID uuid.UUID, a Ac
 			return nil, err
 		}
 		c := newChange(m)
-		err := c.record(journal.Event{RecordedAt: now, DeliveryID: deliveryID, Actor: a.actor(),
-			Payload: &journal.DeliverySkipped{Reason: a.Reason, Operation: a.Operation}})
-		return c, refused(ErrNotSkippable, err)
+		return c, refused(ErrNotSkippable, skipOn(c, deliveryID, now, a))
 	})
 	if err != nil {
 		return nil, fmt.Errorf("skip delivery %s of message %s: %w", deliveryID, messageID, err)
 	}
 	return m, nil
+}
+
+// skipOn records on c the skip of one of its message's deliveries.
+func skipOn(c *change, deliveryID uuid.UUID, now time.Time, a Action) error {
+	return c.record(journal.Event{RecordedAt: now, DeliveryID: deliveryID, Actor: a.actor(),
+		Payload: &journal.DeliverySkipped{Reason: a.Reason, Operation: a.Operation}})
 }
 
 // Redispatch matches the current routes again and adds a delivery, to the
@@ -175,25 +187,7 @@ func (w *Writer) Resend(ctx context.Context, id uuid.UUID, targets []string, a A
 		return nil, err
 	}
 	m, err := w.resend(ctx, id, a, func(m *projection.Message, _ *configState) ([]string, error) {
-		current := m.CurrentTargets()
-		if len(current) == 0 {
-			return nil, &StateError{Err: ErrNotResendable, State: string(m.Status),
-				Reason: fmt.Sprintf("its generation %d has no targets to send to again: replay it to match the routes afresh", m.Generation)}
-		}
-		if len(targets) == 0 {
-			return current, nil
-		}
-		var errs []error
-		for i, t := range targets {
-			if !slices.Contains(current, t) {
-				errs = append(errs, &lifecycle.FieldError{Field: fmt.Sprintf("targets[%d]", i),
-					Problem: fmt.Sprintf("%q is not a target of the message's generation %d: allowed are %v", t, m.Generation, current)})
-			}
-		}
-		if err := errors.Join(errs...); err != nil {
-			return nil, invalid(err)
-		}
-		return slices.Compact(slices.Sorted(slices.Values(targets))), nil
+		return resendTargets(m, targets)
 	}, false)
 	if err != nil {
 		return nil, fmt.Errorf("resend message %s: %w", id, err)
@@ -218,6 +212,32 @@ func (w *Writer) Replay(ctx context.Context, id uuid.UUID, a Action) (*projectio
 	return m, nil
 }
 
+// resendTargets are the targets a resend of m sends to: those of its
+// current generation, or those of them named in targets (any other is
+// ErrInvalid). A generation with none is ErrNotResendable: a replay
+// matches the routes afresh.
+func resendTargets(m *projection.Message, targets []string) ([]string, error) {
+	current := m.CurrentTargets()
+	if len(current) == 0 {
+		return nil, &StateError{Err: ErrNotResendable, State: string(m.Status),
+			Reason: fmt.Sprintf("its generation %d has no targets to send to again: replay it to match the routes afresh", m.Generation)}
+	}
+	if len(targets) == 0 {
+		return current, nil
+	}
+	var errs []error
+	for i, t := range targets {
+		if !slices.Contains(current, t) {
+			errs = append(errs, &lifecycle.FieldError{Field: fmt.Sprintf("targets[%d]", i),
+				Problem: fmt.Sprintf("%q is not a target of the message's generation %d: allowed are %v", t, m.Generation, current)})
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, invalid(err)
+	}
+	return slices.Compact(slices.Sorted(slices.Values(targets))), nil
+}
+
 // resend records a new generation of the message to the targets chosen.
 func (w *Writer) resend(ctx context.Context, id uuid.UUID, a Action,
 	choose func(*projection.Message, *configState) ([]string, error), replay bool) (*projection.Message, error) {
@@ -225,7 +245,14 @@ func (w *Writer) resend(ctx context.Context, id uuid.UUID, a Action,
 	if err != nil {
 		return nil, err
 	}
-	return w.run(ctx, message(id), func(m *projection.Message, lanes *projection.LaneBook, now time.Time) (*change, error) {
+	return w.run(ctx, message(id), resendDecision(cfg, a, choose, replay))
+}
+
+// resendDecision records a new generation of the message to the targets
+// choose picks, or refuses the message with ErrNotResendable.
+func resendDecision(cfg *configState, a Action, choose func(*projection.Message, *configState) ([]string, error),
+	replay bool) decision {
+	return func(m *projection.Message, lanes *projection.LaneBook, now time.Time) (*change, error) {
 		if err := a.fresh(m); err != nil {
 			return nil, err
 		}
@@ -257,7 +284,7 @@ func (w *Writer) resend(ctx context.Context, id uuid.UUID, a Action,
 		c.touched = append(c.touched, superseded...)
 		c.added(nd.Deliveries)
 		return c, nil
-	})
+	}
 }
 
 // Resendable says why the message cannot be sent again now, a

@@ -207,21 +207,21 @@ func (w *Writer) runBatch(ops []*op) {
 	}
 	ctx, cancel := batchContext(ops)
 	defer cancel()
-	err := w.retry(ctx, ops)
+	err := w.retry(ctx, ops, nil)
 	if (isIdempotencyConflict(err) || errors.Is(err, errLaneSplit)) && len(ops) > 1 {
 		for _, o := range ops {
-			w.fail([]*op{o}, w.retry(ctx, []*op{o}))
+			w.fail([]*op{o}, w.retry(ctx, []*op{o}, nil))
 		}
 		return
 	}
 	w.fail(ops, err)
 }
 
-// retry writes the ops, reading and deciding again after a lost race, up to
-// maxTries.
-func (w *Writer) retry(ctx context.Context, ops []*op) error {
+// retry writes the ops, and side when there is one, reading and deciding
+// again after a lost race, up to maxTries.
+func (w *Writer) retry(ctx context.Context, ops []*op, side *operationSide) error {
 	for try := 1; ; try++ {
-		err := w.writeBatch(ctx, ops)
+		err := w.writeBatch(ctx, ops, side)
 		if !retryable(err) || try == maxTries {
 			return err
 		}
@@ -274,8 +274,10 @@ func batchContext(ops []*op) (context.Context, context.CancelFunc) {
 // messages read nothing: a batch of only those is one round trip, its
 // writes sent as an implicit transaction. A batch whose ops move a lane
 // (see lanes.go) reads and locks those lanes in one more round trip before
-// it decides again.
-func (w *Writer) writeBatch(ctx context.Context, ops []*op) error {
+// it decides again. A batch of a bulk operation (side) also locks and
+// reads the operation's row first, and writes the operation's progress
+// with its ops' changes.
+func (w *Writer) writeBatch(ctx context.Context, ops []*op, side *operationSide) error {
 	// The configuration is read before a connection is taken, so a batch
 	// never waits for a second one while it holds locks.
 	cfg, err := w.config(ctx)
@@ -297,7 +299,7 @@ func (w *Writer) writeBatch(ctx context.Context, ops []*op) error {
 		}
 	}
 	dups := dupKeys(ops)
-	explicit := len(messageIDs)+len(deliveryIDs)+len(dups) > 0
+	explicit := len(messageIDs)+len(deliveryIDs)+len(dups) > 0 || side != nil
 	read := map[uuid.UUID]*projection.Message{}
 	var latest map[dupKey]uuid.UUID
 	if explicit {
@@ -306,6 +308,9 @@ func (w *Writer) writeBatch(ctx context.Context, ops []*op) error {
 		// The reads are built to plan as index lookups whatever the sizes;
 		// a generic plan spares planning them on every call.
 		b.Queue(`SET LOCAL plan_cache_mode = force_generic_plan`)
+		if side != nil {
+			side.queueRead(b)
+		}
 		loaded := projection.LoadLocked(b, messageIDs, deliveryIDs)
 		for _, o := range ops {
 			if o.read != nil {
@@ -348,7 +353,12 @@ func (w *Writer) writeBatch(ctx context.Context, ops []*op) error {
 	if d.err != nil {
 		return d.err
 	}
-	if len(d.changes) == 0 {
+	if side != nil {
+		if err := side.decide(ops, d, now); err != nil {
+			return err
+		}
+	}
+	if len(d.changes) == 0 && len(d.events) == 0 {
 		if explicit {
 			// Nothing to write: end the transaction, which only read.
 			if _, err := conn.Exec(ctx, `COMMIT`); err != nil {
@@ -357,7 +367,7 @@ func (w *Writer) writeBatch(ctx context.Context, ops []*op) error {
 		}
 		return nil
 	}
-	bodies, err := w.commit(ctx, conn, d.changes, d.events, d.lanes, explicit)
+	bodies, err := w.commit(ctx, conn, d.changes, d.events, d.lanes, d.operation, explicit)
 	if err != nil {
 		return err
 	}
@@ -372,12 +382,14 @@ func (w *Writer) writeBatch(ctx context.Context, ops []*op) error {
 // decided is what deciding a batch's ops came to: the changes to write, one
 // per message, all their events in the order they were recorded, and the
 // lanes they moved; or the lanes that must be read first; or an error
-// that fails the batch.
+// that fails the batch. operation queues the write of the batch's bulk
+// operation's row, when it has one; its event follows the ops'.
 type decided struct {
 	changes     []*change
 	events      []journal.Event
 	lanes       []projection.Lane
 	lanesNeeded []projection.LaneID
+	operation   func(*pgx.Batch)
 	err         error
 }
 
@@ -481,9 +493,9 @@ func (w *Writer) decide(ops []*op, read map[uuid.UUID]*projection.Message, lanes
 // by message id, and remembers which message each delivery written belongs
 // to, for the batcher.
 func (w *Writer) commit(ctx context.Context, conn *pgxpool.Conn, changes []*change, events []journal.Event,
-	lanes []projection.Lane, explicit bool) (map[uuid.UUID][]byte, error) {
+	lanes []projection.Lane, operation func(*pgx.Batch), explicit bool) (map[uuid.UUID][]byte, error) {
 	b := &pgx.Batch{}
-	if err := w.queue(b, changes, events, lanes); err != nil {
+	if err := w.queue(b, changes, events, lanes, operation); err != nil {
 		return nil, err
 	}
 	var withBody []uuid.UUID

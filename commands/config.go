@@ -142,6 +142,17 @@ func (w *Writer) Settings(ctx context.Context) (lifecycle.Settings, error) {
 	return c.settings, nil
 }
 
+// CachedSettings returns the settings as the commands decide with them:
+// cached as the routes are (config), so a caller that asks often costs no
+// query each time.
+func (w *Writer) CachedSettings(ctx context.Context) (lifecycle.Settings, error) {
+	c, err := w.config(ctx)
+	if err != nil {
+		return lifecycle.Settings{}, err
+	}
+	return c.settings, nil
+}
+
 // changeConfig runs one configuration command: decide looks at the current
 // configuration and returns the event and the table writes, and both are
 // written in one transaction as the next version of the config stream.
@@ -312,7 +323,8 @@ func (w *Writer) DeleteRoute(ctx context.Context, id uuid.UUID, actor string) er
 	return nil
 }
 
-// SetSettings replaces the settings.
+// SetSettings replaces the settings; optional fields left at zero take
+// their defaults, and the settings stored and journaled have them filled.
 func (w *Writer) SetSettings(ctx context.Context, s lifecycle.Settings, actor string) error {
 	s = s.WithDefaults()
 	if err := s.Validate(); err != nil {

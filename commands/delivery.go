@@ -95,6 +95,14 @@ var claimDueSQL = `SELECT d.id, d.message_id FROM deliveries d JOIN messages m O
 // drain read more of them than the last.
 const claimPlanSQL = `SELECT set_config('enable_bitmapscan', 'off', true), set_config('enable_sort', 'off', true)`
 
+// claimPlanReset gives the rest of the claim's transaction the settings
+// of the server (under claimPlanSQL's, the read of the messages and the
+// writes took seconds on tables never analyzed), and generic plans, as the
+// Writer's batches have: the reads plan as index lookups whatever the
+// sizes, and planning each on every call cost a third of its time.
+var claimPlanReset = []string{`SET LOCAL enable_bitmapscan TO DEFAULT`, `SET LOCAL enable_sort TO DEFAULT`,
+	`SET LOCAL plan_cache_mode = force_generic_plan`}
+
 // ClaimDue claims up to n deliveries of the target that a worker may take
 // now, oldest due first, in one transaction. It skips the rows other
 // workers' claims hold locked (FOR UPDATE SKIP LOCKED on the delivery and
@@ -136,6 +144,9 @@ func (w *Writer) claimDue(ctx context.Context, target string, n int, lease time.
 		})
 		return err
 	})
+	for _, sql := range claimPlanReset {
+		b.Queue(sql)
+	}
 	if err := conn.SendBatch(ctx, b).Close(); err != nil {
 		return nil, err
 	}
@@ -171,7 +182,7 @@ func (w *Writer) claimDue(ctx context.Context, target string, n int, lease time.
 		events = append(events, c.events...)
 	}
 	// A claim moves no lane: only a lane's head is ever claimable.
-	bodies, err := w.commit(ctx, conn, changes, events, nil, true)
+	bodies, err := w.commit(ctx, conn, changes, events, nil, nil, true)
 	if err != nil {
 		return nil, err
 	}

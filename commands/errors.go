@@ -48,6 +48,11 @@ var (
 	// ErrStale: the message moved since the version an action named; the
 	// *StaleError gives the current one.
 	ErrStale = errors.New("message changed")
+	// ErrNotCancellable: the bulk operation has ended already.
+	ErrNotCancellable = errors.New("operation not cancellable")
+	// ErrOperationMoved: the bulk operation moved since it was read (it
+	// was cancelled, or another process took a batch); read it again.
+	ErrOperationMoved = errors.New("operation moved")
 )
 
 // StateError is a command refused for the state of its message or delivery.

@@ -240,15 +240,20 @@ func (w *Writer) release(conn *pgxpool.Conn) {
 
 // queue adds to b the statements of the changes, at most one change per
 // message, and of the lanes they moved: the projection first (its update
-// locks the message rows), then the events in the order recorded, then the
-// bodies of new messages, then the commands' own statements (such as the
+// locks the message rows), with the row of the batch's bulk operation when
+// it has one (operation), then the events in the order recorded, then the
+// bodies of new messages, then the changes' extra statements (such as the
 // deletion of an expunged payload).
-func (w *Writer) queue(b *pgx.Batch, changes []*change, events []journal.Event, lanes []projection.Lane) error {
+func (w *Writer) queue(b *pgx.Batch, changes []*change, events []journal.Event, lanes []projection.Lane,
+	operation func(*pgx.Batch)) error {
 	writes := make([]projection.Write, len(changes))
 	for i, c := range changes {
 		writes[i] = projection.Write{Before: c.before, Message: c.after, Touched: c.touched, Events: c.events}
 	}
 	projection.Queue(b, lanes, writes...)
+	if operation != nil {
+		operation(b)
+	}
 	w.cutAt("projected", b)
 	if err := journal.Queue(b, events...); err != nil {
 		return err

@@ -33,8 +33,9 @@ func (c *Console) settings(w http.ResponseWriter, r *http.Request, s *auth.Sessi
 		if err != nil {
 			err = invalidField("delivery.max_dispatches", fmt.Sprintf("must be a whole number, not %q", v.MaxDispatches))
 		} else {
-			// The settings are replaced whole: what the form does not
-			// show (the callbacks' attempts, retention) stays as it is.
+			// The form changes max_dispatches alone; the other settings
+			// (the callbacks' attempts, the operations' rate, retention)
+			// stay as they are.
 			next := current
 			next.Delivery.MaxDispatches = n
 			err = c.cfg.Writer.SetSettings(r.Context(), next, journal.OperatorActor(s.Name))

@@ -34,6 +34,7 @@ const (
 	CodePreconditionFailed   = "PRECONDITION_FAILED"
 	CodeReceiptRefused       = "RECEIPT_REFUSED"
 	CodePayloadExpunged      = "PAYLOAD_EXPUNGED"
+	CodeNotCancellable       = "NOT_CANCELLABLE"
 	CodeCorrelationConsumed  = "CORRELATION_CONSUMED"
 	CodeConflict             = "CONFLICT"
 	CodePayloadTooLarge      = "PAYLOAD_TOO_LARGE"
@@ -226,6 +227,8 @@ func failureOf(err error) failure {
 			// Gone, as the payload's own resource answers: the action
 			// needs what is no longer there.
 			return f(http.StatusGone, CodePayloadExpunged, ErrorDetails{State: state.State})
+		case commands.ErrNotCancellable:
+			return f(http.StatusConflict, CodeNotCancellable, ErrorDetails{State: state.State, Allowed: state.Allowed})
 		}
 		return f(http.StatusConflict, CodeConflict, ErrorDetails{State: state.State, Allowed: state.Allowed})
 	case errors.Is(err, commands.ErrPayloadExpunged):
@@ -339,6 +342,8 @@ func subjects(r *http.Request) []any {
 			attrs = append(attrs, "delivery_id", id)
 		case strings.Contains(r.Pattern, Prefix+"/routes/"):
 			attrs = append(attrs, "route_id", id)
+		case strings.Contains(r.Pattern, Prefix+"/operations/"):
+			attrs = append(attrs, "operation_id", id)
 		default:
 			attrs = append(attrs, "message_id", id)
 		}

@@ -268,12 +268,14 @@ var (
 	rawType   = reflect.TypeFor[json.RawMessage]()
 	textType  = reflect.TypeFor[encoding.TextMarshaler]()
 	canonical = map[reflect.Type][]string{
-		reflect.TypeFor[lifecycle.MessageStatus](): lifecycle.Strings(lifecycle.MessageStatuses),
-		reflect.TypeFor[lifecycle.MessageStage]():  lifecycle.Strings(lifecycle.MessageStages),
-		reflect.TypeFor[lifecycle.DeliveryState](): lifecycle.Strings(lifecycle.DeliveryStates),
-		reflect.TypeFor[lifecycle.RetryStrategy](): lifecycle.Strings(lifecycle.RetryStrategies),
-		reflect.TypeFor[journal.Kind]():            lifecycle.Strings(journal.Kinds()),
-		reflect.TypeFor[httpapi.ReceiptOutcome]():  {string(httpapi.ReceiptPositive), string(httpapi.ReceiptNegative)},
+		reflect.TypeFor[lifecycle.MessageStatus]():   lifecycle.Strings(lifecycle.MessageStatuses),
+		reflect.TypeFor[lifecycle.MessageStage]():    lifecycle.Strings(lifecycle.MessageStages),
+		reflect.TypeFor[lifecycle.DeliveryState]():   lifecycle.Strings(lifecycle.DeliveryStates),
+		reflect.TypeFor[lifecycle.RetryStrategy]():   lifecycle.Strings(lifecycle.RetryStrategies),
+		reflect.TypeFor[journal.Kind]():              lifecycle.Strings(journal.Kinds()),
+		reflect.TypeFor[httpapi.ReceiptOutcome]():    {string(httpapi.ReceiptPositive), string(httpapi.ReceiptNegative)},
+		reflect.TypeFor[lifecycle.OperationAction](): lifecycle.Strings(lifecycle.OperationActions),
+		reflect.TypeFor[lifecycle.OperationState]():  lifecycle.Strings(lifecycle.OperationStates),
 	}
 	// canonicalKeys are the keys of maps that count only some values of
 	// their key type: a superseded delivery is counted nowhere.

@@ -350,3 +350,77 @@ func nonNil[T any](s []T) []T {
 	}
 	return s
 }
+
+// OperationRequest is the body of POST /operations.
+type OperationRequest struct {
+	Action lifecycle.OperationAction `json:"action"`
+	Filter lifecycle.OperationFilter `json:"filter"`
+	// Reason is journaled with the operation and with each of its skips,
+	// resends and replays.
+	Reason string `json:"reason"`
+	// DryRun counts the messages the filter matches and writes nothing.
+	DryRun bool `json:"dry_run"`
+}
+
+// DryRun is the answer of POST /operations with dry_run: how many
+// messages the operation would take, and the first of them in the order
+// it would take them.
+type DryRun struct {
+	Matched int         `json:"matched"`
+	Sample  []uuid.UUID `json:"sample"`
+}
+
+// Operation is the bulk operation resource.
+type Operation struct {
+	ID     uuid.UUID                 `json:"id"`
+	Action lifecycle.OperationAction `json:"action"`
+	Filter lifecycle.OperationFilter `json:"filter"`
+	// Reason is null when none was given.
+	Reason *string                  `json:"reason"`
+	State  lifecycle.OperationState `json:"state"`
+	// Matched is how many messages the filter matched when the operation
+	// was created; Done how many it has acted on, Refused how many could
+	// not take the action (GET /operations/{id}/refusals says why).
+	Matched int `json:"matched"`
+	Done    int `json:"done"`
+	Refused int `json:"refused"`
+	// CreatedBy is the name of the token that created it.
+	CreatedBy string    `json:"created_by"`
+	StartedAt time.Time `json:"started_at"`
+	UpdatedAt time.Time `json:"updated_at"`
+	// FinishedAt is when it ended: done, cancelled or failed.
+	FinishedAt *time.Time `json:"finished_at"`
+	// Error is why a failed operation failed; null otherwise.
+	Error *string `json:"error"`
+	// Rate is the messages per second it has taken over its latest
+	// batches, and EtaSeconds the time left at that rate; null when it
+	// is not running or no rate is measured yet.
+	Rate       *float64 `json:"rate"`
+	EtaSeconds *int64   `json:"eta_seconds"`
+}
+
+// OperationList is a page of operations, newest first. NextCursor
+// continues the list; null on its last page.
+type OperationList struct {
+	Items      []Operation `json:"items"`
+	NextCursor *string     `json:"next_cursor"`
+}
+
+// CancelRequest is the body of POST /operations/{id}/cancel: none, {}, or
+// a reason.
+type CancelRequest struct {
+	Reason string `json:"reason"`
+}
+
+// OperationRefusal is a message an operation could not act on, and why.
+type OperationRefusal struct {
+	MessageID uuid.UUID `json:"message_id"`
+	Reason    string    `json:"reason"`
+}
+
+// RefusalList is a page of an operation's refusals, in the order it met
+// them. NextCursor continues the list; null on its last page.
+type RefusalList struct {
+	Items      []OperationRefusal `json:"items"`
+	NextCursor *string            `json:"next_cursor"`
+}

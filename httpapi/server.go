@@ -52,6 +52,10 @@ type Config struct {
 	// workers and tell other processes. It runs before the answer is sent,
 	// on the request's goroutine: it should not block for long.
 	OnConfigChange func()
+	// OnOperation, when set, is called after a bulk operation was
+	// created, so the caller can wake its runner. Like OnConfigChange it
+	// runs on the request's goroutine and should not block.
+	OnOperation func()
 }
 
 // Server serves the API. It is an http.Handler for paths under Prefix.

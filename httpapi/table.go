@@ -61,6 +61,12 @@ var routes = []route{
 	{http.MethodGet, "/settings", (*Server).getSettings, nil, lifecycle.Settings{}, http.StatusOK},
 	{http.MethodPut, "/settings", (*Server).putSettings, lifecycle.Settings{}, lifecycle.Settings{}, http.StatusOK},
 
+	{http.MethodPost, "/operations", (*Server).createOperation, OperationRequest{}, Operation{}, http.StatusAccepted},
+	{http.MethodGet, "/operations", (*Server).listOperations, nil, OperationList{}, http.StatusOK},
+	{http.MethodGet, "/operations/{id}", (*Server).getOperation, nil, Operation{}, http.StatusOK},
+	{http.MethodPost, "/operations/{id}/cancel", (*Server).cancelOperation, CancelRequest{}, Operation{}, http.StatusOK},
+	{http.MethodGet, "/operations/{id}/refusals", (*Server).listRefusals, nil, RefusalList{}, http.StatusOK},
+
 	{http.MethodGet, "/stats", (*Server).stats, nil, Stats{}, http.StatusOK},
 	{http.MethodGet, "/journal", (*Server).journal, nil, JournalPage{}, http.StatusOK},
 	{http.MethodGet, "/openapi.json", (*Server).openAPI, nil, nil, http.StatusOK},

@@ -61,6 +61,13 @@ const (
 	KindMessagePayloadExpunged Kind = "message.payload_expunged"
 	KindRetentionArchived      Kind = "retention.archived"
 	KindRetentionPass          Kind = "retention.pass"
+
+	// A bulk operation's (OperationStream).
+	KindOperationCreated    Kind = "operation.created"
+	KindOperationMatched    Kind = "operation.matched"
+	KindOperationProgressed Kind = "operation.progressed"
+	KindOperationCancelled  Kind = "operation.cancelled"
+	KindOperationFinished   Kind = "operation.finished"
 )
 
 // catalogue maps each kind to a constructor of its payload.
@@ -103,6 +110,12 @@ var catalogue = map[Kind]func() Payload{
 	KindMessagePayloadExpunged: func() Payload { return new(MessagePayloadExpunged) },
 	KindRetentionArchived:      func() Payload { return new(RetentionArchived) },
 	KindRetentionPass:          func() Payload { return new(RetentionPass) },
+
+	KindOperationCreated:    func() Payload { return new(OperationCreated) },
+	KindOperationMatched:    func() Payload { return new(OperationMatched) },
+	KindOperationProgressed: func() Payload { return new(OperationProgressed) },
+	KindOperationCancelled:  func() Payload { return new(OperationCancelled) },
+	KindOperationFinished:   func() Payload { return new(OperationFinished) },
 }
 
 // Kinds returns every kind of the catalogue.
@@ -118,12 +131,17 @@ func Kinds() []Kind {
 // carry its id, target and states.
 func (k Kind) Delivery() bool { return strings.HasPrefix(string(k), "delivery.") }
 
+// Operation reports whether events of the kind belong to a bulk
+// operation's stream (OperationStream).
+func (k Kind) Operation() bool { return strings.HasPrefix(string(k), "operation.") }
+
 // Stream is the stream the kind belongs to: RetentionStream for the
 // retention kinds, ConfigStream for the configuration kinds, and "" for
-// message kinds, whose stream is their message's.
+// message and operation kinds, whose stream is their message's or their
+// operation's.
 func (k Kind) Stream() string {
 	switch {
-	case strings.HasPrefix(string(k), "message.") || k.Delivery():
+	case strings.HasPrefix(string(k), "message.") || k.Delivery() || k.Operation():
 		return ""
 	case strings.HasPrefix(string(k), "retention."):
 		return RetentionStream
@@ -798,8 +816,9 @@ type SettingsChanged struct {
 
 func (*SettingsChanged) Kind() Kind { return KindSettingsChanged }
 func (p *SettingsChanged) Text() string {
-	return fmt.Sprintf("settings changed: max_dispatches %d, callback_max_attempts %d; retention: %s",
-		p.Settings.Delivery.MaxDispatches, p.Settings.WithDefaults().CallbackMaxAttempts, p.Settings.Retention)
+	s := p.Settings.WithDefaults()
+	return fmt.Sprintf("settings changed: max_dispatches %d, callback_max_attempts %d, operations rate %d/s; retention: %s",
+		s.Delivery.MaxDispatches, s.CallbackMaxAttempts, s.Operations.Rate, p.Settings.Retention)
 }
 func (p *SettingsChanged) Validate() error { return p.Settings.Validate() }
 

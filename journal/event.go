@@ -17,6 +17,24 @@ const ConfigStream = "config"
 // MessageStream is the stream of one message's events.
 func MessageStream(id uuid.UUID) string { return id.String() }
 
+// operationPrefix starts the name of an operation's stream, which a
+// message id never does.
+const operationPrefix = "operation:"
+
+// OperationStream is the stream of one bulk operation's events.
+func OperationStream(id uuid.UUID) string { return operationPrefix + id.String() }
+
+// OperationOf returns the operation whose stream is stream; false for any
+// other stream.
+func OperationOf(stream string) (uuid.UUID, bool) {
+	rest, ok := strings.CutPrefix(stream, operationPrefix)
+	if !ok || len(rest) != 36 {
+		return uuid.Nil, false
+	}
+	id, err := uuid.Parse(rest)
+	return id, err == nil
+}
+
 // Event is one journal row.
 type Event struct {
 	// Position is the event's place in the whole journal, from 1; set on read.
@@ -62,7 +80,8 @@ func (e Event) CheckEnvelope() error {
 	if err := CheckActor(e.Actor); err != nil {
 		errs = append(errs, err)
 	}
-	if s := k.Stream(); s != "" && e.Stream != s || s == "" && namedStream(e.Stream) {
+	_, opStream := OperationOf(e.Stream)
+	if s := k.Stream(); s != "" && e.Stream != s || s == "" && namedStream(e.Stream) || k.Operation() != opStream {
 		errs = append(errs, fmt.Errorf("kind %s does not belong to stream %q", k, e.Stream))
 	}
 	if k.Delivery() {

@@ -227,7 +227,7 @@ func ReadRecords(ctx context.Context, q Querier, version int, at time.Time, limi
 // journal_removal trigger) unless b's transaction appended before it a
 // RetentionArchived event that counts exactly the events and messages
 // deleted and bounds their positions, and it refuses any event of the
-// config stream. Only retention calls it.
+// config stream or of a bulk operation's. Only retention calls it.
 func QueueRemoval(b *pgx.Batch, streams []string, records []int64) {
 	b.Queue(`DELETE FROM journal WHERE stream = ANY($1::text[])
 		OR stream = '`+RetentionStream+`' AND position = ANY($2::bigint[])`, streams, records)

@@ -21,7 +21,8 @@ import (
 // a transaction that first appended the retention.archived event counting
 // exactly the events and messages it deletes, with their first and last
 // positions; any other DELETE, an UPDATE and a TRUNCATE are refused, and
-// so is a record that would take an event of the config stream.
+// so is a record that would take an event of the config stream or of a
+// bulk operation's.
 func TestJournalRemovalNeedsItsRecord(t *testing.T) {
 	t.Parallel()
 	db := dbtest.Pool(t)
@@ -105,25 +106,31 @@ func TestJournalRemovalNeedsItsRecord(t *testing.T) {
 		t.Fatalf("removal of a record: %v", err)
 	}
 
-	// The config stream never leaves.
-	if err := pgx.BeginFunc(t.Context(), db, func(tx pgx.Tx) error {
-		var b pgx.Batch
-		cfg := journal.Event{RecordedAt: at, Stream: journal.ConfigStream, Version: 1, Actor: "operator:ops",
-			Payload: &journal.SettingsChanged{Settings: lifecycle.DefaultSettings()}}
-		if err := journal.Queue(&b, cfg); err != nil {
-			return err
+	// Neither the config stream nor an operation's ever leaves.
+	operation := journal.OperationStream(uuid.New())
+	for _, e := range []journal.Event{
+		{RecordedAt: at, Stream: journal.ConfigStream, Version: 1, Actor: "operator:ops",
+			Payload: &journal.SettingsChanged{Settings: lifecycle.DefaultSettings()}},
+		{RecordedAt: at, Stream: operation, Version: 1, Actor: "operator:ops",
+			Payload: &journal.OperationCreated{Action: lifecycle.ActionSkip, Filter: lifecycle.OperationFilter{Source: "erp"}}},
+	} {
+		if err := pgx.BeginFunc(t.Context(), db, func(tx pgx.Tx) error {
+			var b pgx.Batch
+			if err := journal.Queue(&b, e); err != nil {
+				return err
+			}
+			return tx.SendBatch(t.Context(), &b).Close()
+		}); err != nil {
+			t.Fatal(err)
 		}
-		return tx.SendBatch(t.Context(), &b).Close()
-	}); err != nil {
-		t.Fatal(err)
+		left, _, err := journal.ReadStreams(t.Context(), db, []string{e.Stream})
+		if err != nil || len(left) != 1 {
+			t.Fatalf("%d events of %s, %v", len(left), e.Stream, err)
+		}
+		streams = []string{e.Stream}
+		p = left[0].Position
+		refused(e.Stream, remove(record(3, 1, 1, p, p)))
 	}
-	config, _, err := journal.ReadStreams(t.Context(), db, []string{journal.ConfigStream})
-	if err != nil || len(config) != 1 {
-		t.Fatal(err)
-	}
-	streams = []string{journal.ConfigStream}
-	p = config[0].Position
-	refused("config", remove(record(3, 1, 1, p, p)))
 }
 
 // TestLineRoundTrips: an event written as a line of GET /journal and of

@@ -203,6 +203,8 @@ type Settings struct {
 	// Retention is how long settled messages are kept; the zero value,
 	// also what a missing "retention" gives, keeps everything.
 	Retention Retention `json:"retention"`
+	// Operations pace the bulk operations.
+	Operations OperationSettings `json:"operations"`
 }
 
 // DeliverySettings bound the dispatch of deliveries.
@@ -227,13 +229,17 @@ const (
 
 // DefaultSettings are the settings of a database nobody configured.
 func DefaultSettings() Settings {
-	return Settings{Delivery: DeliverySettings{MaxDispatches: DefaultMaxDispatches}, CallbackMaxAttempts: DefaultCallbackMaxAttempts}
+	return Settings{Delivery: DeliverySettings{MaxDispatches: DefaultMaxDispatches}}.WithDefaults()
 }
 
 // WithDefaults fills the fields that have a default and are left at zero.
+// max_dispatches has none: it is required.
 func (s Settings) WithDefaults() Settings {
 	if s.CallbackMaxAttempts == 0 {
 		s.CallbackMaxAttempts = DefaultCallbackMaxAttempts
+	}
+	if s.Operations.Rate == 0 {
+		s.Operations.Rate = DefaultOperationRate
 	}
 	return s
 }
@@ -248,6 +254,11 @@ func (s Settings) Validate() error {
 	if n := s.CallbackMaxAttempts; n != 0 && (n < 1 || n > MaxCallbackMaxAttempts) {
 		errs = append(errs, &FieldError{Field: "callback_max_attempts",
 			Problem: fmt.Sprintf("must be from 1 to %d, got %d", MaxCallbackMaxAttempts, n)})
+	}
+	// 0 stands for the default, as in settings saved before it existed.
+	if n := s.Operations.Rate; n != 0 && (n < MinOperationRate || n > MaxOperationRate) {
+		errs = append(errs, &FieldError{Field: "operations.rate",
+			Problem: fmt.Sprintf("must be from %d to %d messages per second, got %d", MinOperationRate, MaxOperationRate, n)})
 	}
 	return errors.Join(append(errs, s.Retention.Validate())...)
 }

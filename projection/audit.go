@@ -19,16 +19,21 @@ import (
 // or a stored row that is not what the journal folds to.
 type Violation struct {
 	// Position is the event's, for an event the fold refused; 0 for a row.
-	Position   int64
-	MessageID  uuid.UUID
-	DeliveryID uuid.UUID
-	Problem    string
+	Position int64
+	// OperationID names the bulk operation, for a violation of one.
+	OperationID uuid.UUID
+	MessageID   uuid.UUID
+	DeliveryID  uuid.UUID
+	Problem     string
 }
 
 func (v Violation) String() string {
 	s := ""
 	if v.Position > 0 {
 		s = fmt.Sprintf("position %d: ", v.Position)
+	}
+	if v.OperationID != uuid.Nil {
+		s += "operation " + v.OperationID.String() + ": "
 	}
 	// A violation of the kept counts names no message.
 	if v.MessageID != uuid.Nil {
@@ -46,6 +51,7 @@ type Report struct {
 	Events     int
 	Messages   int
 	Deliveries int
+	Operations int
 	// Removed is what retention took out of the journal, by its record.
 	Removed    Removal
 	Violations []Violation
@@ -85,7 +91,10 @@ func (r *Removal) add(e journal.Event, p *journal.RetentionArchived) *Violation 
 // Folded is the state of every message stream the journal holds, and of
 // every lane when the whole journal was folded.
 type Folded struct {
-	Messages   map[uuid.UUID]*Message
+	Messages map[uuid.UUID]*Message
+	// Operations are the bulk operations' states, when the whole journal
+	// was folded.
+	Operations map[uuid.UUID]*Operation
 	Events     int
 	Removed    Removal
 	Violations []Violation
@@ -110,6 +119,11 @@ type Folded struct {
 	// whose stream had not begun: finish tells a later one from one the
 	// journal holds nowhere.
 	missingDuplicates []missingDuplicate
+	// opsInOrder holds Operations in the order their streams began;
+	// trails what the audit follows of each beside the fold (nil for one
+	// stream).
+	opsInOrder []*Operation
+	trails     map[uuid.UUID]*opTrail
 }
 
 // missingDuplicate is a possible duplicate of a message the fold did not
@@ -174,7 +188,8 @@ func foldSnapshot(ctx context.Context, s *snapshot, rd reading) (*Folded, error)
 // newFolded returns the fold of a whole journal, lanes included.
 func newFolded() *Folded {
 	f := &Folded{Messages: map[uuid.UUID]*Message{}, ordering: map[string]lifecycle.Ordering{},
-		inboxes: map[string]*inboxLedger{}, Correlations: map[CorrelationKey]Correlation{}}
+		inboxes: map[string]*inboxLedger{}, Correlations: map[CorrelationKey]Correlation{},
+		Operations: map[uuid.UUID]*Operation{}, trails: map[uuid.UUID]*opTrail{}}
 	f.lanes = NewLaneBook(func(target string) lifecycle.Ordering { return f.ordering[target] },
 		func(message, delivery uuid.UUID) *Delivery {
 			if m := f.Messages[message]; m != nil {
@@ -186,8 +201,9 @@ func newFolded() *Folded {
 }
 
 // finish reports, at the end of the journal, the lanes whose head settled
-// without passing the lane on, and what only a removal explains when the
-// journal records none.
+// without passing the lane on, the operations' acts that do not match
+// their counts, and what only a removal explains when the journal records
+// none.
 func (f *Folded) finish() {
 	for _, d := range f.missingDuplicates {
 		if f.Messages[d.of] != nil {
@@ -199,6 +215,7 @@ func (f *Folded) finish() {
 	if f.Removed.Batches == 0 {
 		f.Violations = append(f.Violations, f.explained...)
 	}
+	f.finishOperations()
 	for _, l := range f.lanes.Stuck() {
 		f.Violations = append(f.Violations, Violation{MessageID: l.HeadMessage, DeliveryID: l.Head,
 			Problem: fmt.Sprintf("%s: the head settled for the lane, but the %d waiting behind it were not let go", l.LaneID, l.Waiting)})
@@ -244,6 +261,12 @@ func (f *Folded) fold(e journal.Event) error {
 		}
 		return nil
 	}
+	if id, ok := journal.OperationOf(e.Stream); ok {
+		if f.Operations != nil {
+			f.foldOperation(id, e)
+		}
+		return nil
+	}
 	id, err := uuid.Parse(e.Stream)
 	if err != nil {
 		f.Violations = append(f.Violations, Violation{Position: e.Position, Problem: fmt.Sprintf("stream %q is not a message id", e.Stream)})
@@ -268,6 +291,7 @@ func (f *Folded) fold(e journal.Event) error {
 		f.Violations = append(f.Violations, Violation{Position: e.Position, MessageID: id, DeliveryID: e.DeliveryID, Problem: err.Error()})
 		return nil
 	}
+	f.noteActed(id, e)
 	if f.lanes != nil {
 		if err := f.lanes.Apply(e, m); err != nil {
 			v := Violation{Position: e.Position, MessageID: id, DeliveryID: e.DeliveryID, Problem: err.Error()}
@@ -288,8 +312,7 @@ func (f *Folded) fold(e journal.Event) error {
 // message the journal does not hold before it with the same source and
 // duplicate key. A message the journal holds nowhere is one retention may
 // have removed (the earlier of two settles first): that is reported only
-// when the journal records no removal, and `audit --archive` finds it in
-// the archive.
+// when the journal records no removal.
 func (f *Folded) checkDuplicate(m *Message, e journal.Event) {
 	if m.PossibleDuplicateOf == uuid.Nil {
 		return

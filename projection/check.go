@@ -61,7 +61,12 @@ func checkTables(ctx context.Context, qs []journal.Querier, f *Folded, message u
 		if err != nil {
 			return nil, err
 		}
-		r.Violations = append(append(append(r.Violations, laned...), inboxes...), correlations...)
+		n, operated, err := checkOperations(ctx, qs[0], f)
+		if err != nil {
+			return nil, err
+		}
+		r.Operations = n
+		r.Violations = append(append(append(append(r.Violations, laned...), inboxes...), correlations...), operated...)
 	}
 	return r, nil
 }

@@ -124,7 +124,10 @@ func copyFolded(ctx context.Context, tx pgx.Tx, f *Folded) error {
 	if err := tx.SendBatch(ctx, b).Close(); err != nil {
 		return fmt.Errorf("store delivery counts: %w", err)
 	}
-	return copyLanes(ctx, tx, f.lanes.All())
+	if err := copyLanes(ctx, tx, f.lanes.All()); err != nil {
+		return err
+	}
+	return copyOperations(ctx, tx, f.opsInOrder)
 }
 
 var messageCopyColumns = []string{"id", "version", "source", "from_party", "to_party", "content_type",

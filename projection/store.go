@@ -241,6 +241,7 @@ type Write struct {
 // idempotency key) it has taken before.
 func Queue(b *pgx.Batch, lanes []Lane, writes ...Write) {
 	var created, changed deliveryColumnsOf
+	var updated messageUpdates
 	seen := map[uuid.UUID]bool{}
 	counts := map[lifecycle.DeliveryState]int64{}
 	for _, w := range writes {
@@ -254,8 +255,7 @@ func Queue(b *pgx.Batch, lanes []Lane, writes ...Write) {
 				nullString(string(m.Refusal)), m.Status, m.Error, m.currentDeliveries(), m.AttemptCount,
 				m.CreatedAt, m.UpdatedAt)
 		} else {
-			b.Queue(updateMessageSQL, m.ID, w.Before.Version, m.Version, m.Stage, nullString(string(m.Refusal)),
-				m.Status, m.Error, m.currentDeliveries(), m.AttemptCount, m.UpdatedAt, m.Generation, m.PayloadExpunged)
+			updated.add(w.Before.Version, m)
 		}
 		for _, id := range w.Touched {
 			dl := m.Delivery(id)
@@ -271,6 +271,9 @@ func Queue(b *pgx.Batch, lanes []Lane, writes ...Write) {
 			w.Before.countInto(counts, -1)
 		}
 		m.countInto(counts, 1)
+	}
+	if len(updated.id) > 0 {
+		b.Queue(updateMessagesSQL, updated.args()...)
 	}
 	if len(created.id) > 0 {
 		b.Queue(insertDeliveriesSQL, created.args()...)
@@ -382,13 +385,47 @@ const insertMessageSQL = `INSERT INTO messages (id, version, source, from_party,
 	stage, refusal, status, error, delivery_count, attempt_count, created_at, updated_at)
 	VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21)`
 
-// updateMessageSQL updates one message: one statement per message, as an
-// UPDATE joined to an array of rows is planned anew on every call.
-const updateMessageSQL = `WITH updated AS (
-		UPDATE messages SET version = $3, stage = $4, refusal = $5, status = $6, error = $7,
-			delivery_count = $8, attempt_count = $9, updated_at = $10, generation = $11, payload_expunged = $12
-		WHERE id = $1 AND version = $2 RETURNING id)
-	SELECT projection_expect_row((SELECT count(*) FROM updated), $1::uuid, $2::int)`
+// updateMessagesSQL updates the messages of a batch, each where it is
+// still at the version read, in one statement.
+const updateMessagesSQL = `WITH updated AS (
+		UPDATE messages m SET version = x.version, stage = x.stage, refusal = x.refusal, status = x.status,
+			error = x.error, delivery_count = x.delivery_count, attempt_count = x.attempt_count,
+			updated_at = x.updated_at, generation = x.generation, payload_expunged = x.payload_expunged
+		FROM unnest($1::uuid[], $2::int[], $3::int[], $4::text[], $5::text[], $6::text[], $7::text[], $8::int[],
+			$9::int[], $10::timestamptz[], $11::int[], $12::boolean[])
+			AS x(id, read_version, version, stage, refusal, status, error, delivery_count, attempt_count, updated_at,
+				generation, payload_expunged)
+		WHERE m.id = x.id AND m.version = x.read_version RETURNING m.id)
+	SELECT projection_expect_rows((SELECT count(*) FROM updated), cardinality($1::uuid[]))`
+
+// messageUpdates are the columns of updateMessagesSQL.
+type messageUpdates struct {
+	id                                []uuid.UUID
+	readVersion, version              []int
+	stage, status, error              []string
+	refusal                           []pgtype.Text
+	deliveryCount, attemptCount, gens []int
+	updatedAt                         []time.Time
+	payloadExpunged                   []bool
+}
+
+// add adds m, read at version read.
+func (u *messageUpdates) add(read int, m *Message) {
+	u.id = append(u.id, m.ID)
+	u.readVersion, u.version = append(u.readVersion, read), append(u.version, m.Version)
+	u.stage = append(u.stage, string(m.Stage))
+	u.refusal = append(u.refusal, pgtype.Text{String: string(m.Refusal), Valid: m.Refusal != ""})
+	u.status, u.error = append(u.status, string(m.Status)), append(u.error, m.Error)
+	u.deliveryCount = append(u.deliveryCount, m.currentDeliveries())
+	u.attemptCount, u.gens = append(u.attemptCount, m.AttemptCount), append(u.gens, m.Generation)
+	u.updatedAt = append(u.updatedAt, m.UpdatedAt)
+	u.payloadExpunged = append(u.payloadExpunged, m.PayloadExpunged)
+}
+
+func (u *messageUpdates) args() []any {
+	return []any{u.id, u.readVersion, u.version, u.stage, u.refusal, u.status, u.error, u.deliveryCount,
+		u.attemptCount, u.updatedAt, u.gens, u.payloadExpunged}
+}
 
 const insertDeliveriesSQL = `INSERT INTO deliveries (id, message_id, message_created_at, seq, generation, target,
 	lane_key, lane_seq, lane_continue, state, attempts, dispatch_count, redeliveries, redelivered_at,

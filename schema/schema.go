@@ -76,8 +76,8 @@ CREATE OR REPLACE TRIGGER journal_no_truncate BEFORE TRUNCATE ON journal
 -- when its transaction appended, before it, the retention.archived event
 -- that records exactly what left (the number of events, of messages and of
 -- retention's older records, the first and last position) and where it was
--- archived, and nothing of the config stream leaves. Checked once per
--- statement, over the rows it deleted.
+-- archived, and nothing of the config stream or of a bulk operation's
+-- stream leaves. Checked once per statement, over the rows it deleted.
 CREATE OR REPLACE FUNCTION journal_check_removal() RETURNS trigger LANGUAGE plpgsql AS $$
 DECLARE
 	n bigint;
@@ -90,7 +90,7 @@ DECLARE
 BEGIN
 	SELECT count(*), count(DISTINCT stream) FILTER (WHERE stream <> 'retention'),
 			count(*) FILTER (WHERE stream = 'retention'), min(position), max(position),
-			coalesce(bool_or(stream = 'config'), false)
+			coalesce(bool_or(stream = 'config' OR stream LIKE 'operation:%'), false)
 		INTO n, streams, records, lo, hi, kept FROM removed;
 	IF n = 0 THEN
 		RETURN NULL;
@@ -181,11 +181,11 @@ CREATE TABLE IF NOT EXISTS messages (
 -- A command read the message at a version; finding it at another means a
 -- concurrent writer won, so the transaction fails as a serialization failure
 -- and the command reads again.
-CREATE OR REPLACE FUNCTION projection_expect_row(updated bigint, id uuid, version int) RETURNS void
+CREATE OR REPLACE FUNCTION projection_expect_rows(updated bigint, want int) RETURNS void
 LANGUAGE plpgsql AS $$
 BEGIN
-	IF updated <> 1 THEN
-		RAISE EXCEPTION 'message % is no longer at version %', id, version
+	IF updated <> want THEN
+		RAISE EXCEPTION '% of % messages are no longer at the version read', want - updated, want
 			USING ERRCODE = 'serialization_failure';
 	END IF;
 END $$;
@@ -235,6 +235,27 @@ CREATE TABLE IF NOT EXISTS lanes (
 	waiting          bigint      NOT NULL,
 	waiting_since    timestamptz,
 	held             bool        NOT NULL
+);
+
+-- The bulk operations: what each does to which messages (the ids are in
+-- its journal stream), where it stands and how far it has come. Kept by
+-- the commands from the journal, like messages and deliveries.
+CREATE TABLE IF NOT EXISTS operations (
+	id          uuid        NOT NULL,
+	version     int         NOT NULL,
+	action      text        NOT NULL,
+	filter      jsonb       NOT NULL,
+	reason      text        NOT NULL,
+	created_by  text        NOT NULL,
+	state       text        NOT NULL,
+	matched     int         NOT NULL,
+	listed      int         NOT NULL,
+	done        int         NOT NULL,
+	refused     int         NOT NULL,
+	error       text        NOT NULL,
+	created_at  timestamptz NOT NULL,
+	updated_at  timestamptz NOT NULL,
+	finished_at timestamptz
 );
 
 CREATE TABLE IF NOT EXISTS delivery_counts (
@@ -305,6 +326,9 @@ BEGIN
 	IF NOT EXISTS (SELECT FROM pg_constraint WHERE conrelid = 'correlations'::regclass AND conname = 'correlations_pkey') THEN
 		ALTER TABLE correlations ADD CONSTRAINT correlations_pkey PRIMARY KEY (target, external_id);
 	END IF;
+	IF NOT EXISTS (SELECT FROM pg_constraint WHERE conrelid = 'operations'::regclass AND conname = 'operations_pkey') THEN
+		ALTER TABLE operations ADD CONSTRAINT operations_pkey PRIMARY KEY (id);
+	END IF;
 END $$;
 CREATE INDEX IF NOT EXISTS messages_created ON messages (created_at DESC, id DESC);
 CREATE INDEX IF NOT EXISTS messages_status_created ON messages (status, created_at DESC, id DESC);
@@ -329,6 +353,10 @@ CREATE INDEX IF NOT EXISTS deliveries_lane ON deliveries (target, lane_key, lane
 	WHERE ` + lifecycle.UnblockRule.StatesSQL("") + `;
 -- The lanes with deliveries waiting, for the lanes list and the sweep.
 CREATE INDEX IF NOT EXISTS lanes_waiting ON lanes (target, ordering_key) WHERE waiting > 0;
+-- The operations list, newest first; the running ones, the one that has
+-- waited longest first, for the runner.
+CREATE INDEX IF NOT EXISTS operations_created ON operations (created_at DESC, id DESC);
+CREATE INDEX IF NOT EXISTS operations_running ON operations (updated_at, id) WHERE state = 'running';
 CREATE INDEX IF NOT EXISTS deliveries_due ON deliveries (state, next_due) WHERE next_due IS NOT NULL;
 CREATE INDEX IF NOT EXISTS deliveries_lease ON deliveries (lease_end) WHERE ` + lifecycle.LeaseExpiryRule.StatesSQL("") + `;
 -- A target's messages, newest first, for GET /messages?target=: one
@@ -425,7 +453,7 @@ func RecreateProjections(ctx context.Context, db *pgxpool.Pool, load func(pgx.Tx
 		if err := checkVersion(ctx, tx, PartJournal, JournalVersion); err != nil {
 			return err
 		}
-		if _, err := tx.Exec(ctx, `DROP TABLE IF EXISTS messages, deliveries, delivery_counts, lanes, callbacks, correlations;
+		if _, err := tx.Exec(ctx, `DROP TABLE IF EXISTS messages, deliveries, delivery_counts, lanes, callbacks, correlations, operations;
 			DELETE FROM schema_version WHERE part = 'projections'`); err != nil {
 			return fmt.Errorf("drop projection tables: %w", err)
 		}
@@ -450,7 +478,7 @@ func RecreateProjections(ctx context.Context, db *pgxpool.Pool, load func(pgx.Tx
 // version; the journal, the payloads and the configuration stay. The next
 // Ensure creates them empty, for a rebuild to fill.
 func ResetProjections(ctx context.Context, db *pgxpool.Pool) error {
-	_, err := db.Exec(ctx, `DROP TABLE IF EXISTS messages, deliveries, delivery_counts, lanes, callbacks, correlations;
+	_, err := db.Exec(ctx, `DROP TABLE IF EXISTS messages, deliveries, delivery_counts, lanes, callbacks, correlations, operations;
 		`+versionDDL+`;
 		DELETE FROM schema_version WHERE part = 'projections'`)
 	if err != nil {

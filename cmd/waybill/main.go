@@ -1,9 +1,9 @@
 // Command waybill runs the Waybill service (serve) and its operator
 // commands against its database: audit replays the journal and checks it
 // and the projections; rebuild recreates the projections from the journal;
-// reset drops them; token creates API tokens. messages, lanes and the
-// operator's actions (redeliver, skip, redispatch, resend, replay) talk to a
-// running server's REST API.
+// reset drops them; token creates API tokens. messages, lanes, the
+// operator's actions (redeliver, skip, redispatch, resend, replay) and the
+// bulk operations talk to a running server's REST API.
 package main
 
 import (
@@ -54,6 +54,13 @@ commands that talk to a running server (--server URL, --token T or the data dir'
                                                 the routes match now
   Each action takes --if-version V: it acts only if the message is still at
   the version that messages show printed, else nothing is done.
+  operations create --action A [--status S ...] [--target T] [--source S]
+                    [--created-after T] [--created-before T] [--reason R] [--dry-run]
+                                                act on every message the filter matches, in the background
+                                                (redeliver, resend, replay or skip), with its progress until it ends
+  operations list [--limit N] [--cursor C]      list the bulk operations, newest first
+  operations show ID                            an operation: where it stands and its refusals
+  operations cancel ID [--reason R]             stop an operation before its next batch
 
 audit, rebuild, reset and token take --database-url URL, or --data-dir DIR
 (default ./var) for the embedded PostgreSQL: that of the server running on
@@ -163,6 +170,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return runBench(ctx, args[1:], stdout, stderr)
 	case "messages", "redeliver", "redispatch", "skip", "resend", "replay", "lanes":
 		return runClient(ctx, args, stdout, stderr)
+	case "operations":
+		return runOperations(ctx, args[1:], stdout, stderr)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return 0
@@ -198,8 +207,8 @@ func printReport(w io.Writer, what string, r *projection.Report) int {
 	for _, v := range r.Violations {
 		fmt.Fprintf(w, "violation: %s\n", v)
 	}
-	fmt.Fprintf(w, "%s: %d events, %d messages, %d deliveries checked; %d violations\n",
-		what, r.Events, r.Messages, r.Deliveries, len(r.Violations))
+	fmt.Fprintf(w, "%s: %d events, %d messages, %d deliveries, %d operations checked; %d violations\n",
+		what, r.Events, r.Messages, r.Deliveries, r.Operations, len(r.Violations))
 	if rm := r.Removed; rm.Batches > 0 {
 		fmt.Fprintf(w, "retention removed %d events of %d messages in %d batches (%d after settled_after, %d after failed_after), archived in %s\n",
 			rm.Events, rm.Messages, rm.Batches, rm.Settled, rm.Faulted, rm.Archive)

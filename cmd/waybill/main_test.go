@@ -50,7 +50,7 @@ func TestAuditRebuildReset(t *testing.T) {
 		code := run(ctx, append(args, "--database-url", url), &out, &errOut)
 		return code, out.String() + errOut.String()
 	}
-	if code, out := waybill("audit"); code != 0 || !strings.Contains(out, "4 events, 1 messages, 1 deliveries checked; 0 violations") {
+	if code, out := waybill("audit"); code != 0 || !strings.Contains(out, "4 events, 1 messages, 1 deliveries, 0 operations checked; 0 violations") {
 		t.Fatalf("clean audit: %d %s", code, out)
 	}
 	if _, err := db.Exec(ctx, `UPDATE messages SET status = 'delivered'`); err != nil {
@@ -102,7 +102,8 @@ func TestHelpNamesEveryCommandAndFlag(t *testing.T) {
 	_, help, _ := waybillCLI(t, "help")
 	flagLine := regexp.MustCompile(`(?m)^  -([a-z][a-z-]*)`)
 	for _, cmd := range [][]string{{"serve"}, {"audit"}, {"rebuild"}, {"reset"}, {"token", "create"}, {"token", "list"},
-		{"token", "revoke"}, {"bench"}, {"messages"}, {"messages", "show"}, {"redeliver"}, {"redispatch"}} {
+		{"token", "revoke"}, {"bench"}, {"messages"}, {"messages", "show"}, {"redeliver"}, {"redispatch"},
+		{"operations", "create"}, {"operations", "list"}, {"operations", "show"}, {"operations", "cancel"}} {
 		name := strings.Join(cmd, " ")
 		if !regexp.MustCompile(`(?m)^  ` + strings.Join(cmd, ` +`) + `\b`).MatchString(help) {
 			t.Errorf("waybill help does not list %s", name)

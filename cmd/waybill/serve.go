@@ -25,6 +25,7 @@ import (
 
 	"github.com/waybill/waybill/alerts"
 	"github.com/waybill/waybill/auth"
+	"github.com/waybill/waybill/bulk"
 	"github.com/waybill/waybill/commands"
 	"github.com/waybill/waybill/console"
 	"github.com/waybill/waybill/httpapi"
@@ -195,8 +196,12 @@ func serve(ctx context.Context, cfg *serveConfig, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	runner, err := bulk.New(bulk.Config{Base: base, Writer: w, DB: db, Registerer: reg})
+	if err != nil {
+		return err
+	}
 	api, err := httpapi.New(httpapi.Config{Base: base, Writer: w, DB: db, Auth: tokens, MaxPayload: cfg.maxPayload,
-		Registerer: reg, OnConfigChange: rt.ConfigChanged})
+		Registerer: reg, OnConfigChange: rt.ConfigChanged, OnOperation: runner.Wake})
 	if err != nil {
 		return err
 	}
@@ -240,10 +245,11 @@ func serve(ctx context.Context, cfg *serveConfig, stderr io.Writer) error {
 	}
 
 	// The services start in this order and stop in the reverse: the
-	// sources first, so nothing comes in while the rest stops, then
-	// retention and the sweep, then the workers, each before anything they
-	// use. The sweep's first pass runs after the workers subscribed, so
-	// its wake-ups find them, and so do the sources' first messages.
+	// sources first, so nothing comes in while the rest stops, then the
+	// bulk operations' runner, retention and the sweep, then the workers,
+	// each before anything they use. The sweep's first pass runs
+	// after the workers subscribed, so its wake-ups find them, and so do
+	// the sources' first messages.
 	var services service.List
 	stack.push(func() {
 		ready.Store(false)
@@ -255,7 +261,7 @@ func serve(ctx context.Context, cfg *serveConfig, stderr io.Writer) error {
 		name string
 		s    service.Service
 	}{{"http server", web}, {"alerter", alerter}, {"event stream", events}, {"runtime", rt}, {"callbacks", callbacks}, {"sweep", sw},
-		{"retention", ret}, {"sources", sources}} {
+		{"retention", ret}, {"bulk operations", runner}, {"sources", sources}} {
 		if err := services.Start(ctx, s.name, s.s); err != nil {
 			return err
 		}

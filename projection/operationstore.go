@@ -1,0 +1,384 @@
+package projection
+
+import (
+	"context"
+	"encoding/base64"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/waybill/waybill/journal"
+	"github.com/waybill/waybill/lifecycle"
+)
+
+const operationColumns = `o.id, o.version, o.action, o.filter, o.reason, o.created_by, o.state, o.matched, o.listed,
+	o.done, o.refused, o.error, o.created_at, o.updated_at, o.finished_at`
+
+// operationRow scans an operation.
+type operationRow struct {
+	o        Operation
+	finished pgtype.Timestamptz
+}
+
+func (r *operationRow) dest() []any {
+	o := &r.o
+	return []any{&o.ID, &o.Version, &o.Action, &o.Filter, &o.Reason, &o.CreatedBy, &o.State, &o.Matched, &o.Listed,
+		&o.Done, &o.Refused, &o.Error, &o.CreatedAt, &o.UpdatedAt, &r.finished}
+}
+
+func (r *operationRow) operation() *Operation {
+	o := r.o
+	o.CreatedAt, o.UpdatedAt, o.FinishedAt = o.CreatedAt.UTC(), o.UpdatedAt.UTC(), timeOf(r.finished)
+	o.Filter.CreatedAfter, o.Filter.CreatedBefore = o.Filter.CreatedAfter.UTC(), o.Filter.CreatedBefore.UTC()
+	return &o
+}
+
+func scanOperations(rows pgx.Rows) ([]*Operation, error) {
+	var (
+		r   operationRow
+		out []*Operation
+	)
+	_, err := pgx.ForEachRow(rows, r.dest(), func() error {
+		out = append(out, r.operation())
+		r = operationRow{}
+		return nil
+	})
+	return out, err
+}
+
+// LoadOperation reads an operation; ErrNotFound when there is none.
+func LoadOperation(ctx context.Context, q journal.Querier, id uuid.UUID) (*Operation, error) {
+	rows, err := q.Query(ctx, `SELECT `+operationColumns+` FROM operations o WHERE o.id = $1`, id)
+	var ops []*Operation
+	if err == nil {
+		ops, err = scanOperations(rows)
+	}
+	if err == nil && len(ops) == 0 {
+		err = ErrNotFound
+	}
+	if err != nil {
+		return nil, fmt.Errorf("load operation %s: %w", id, err)
+	}
+	return ops[0], nil
+}
+
+// QueueLoadOperationLocked queues on b, a batch run inside a transaction,
+// the read of an operation with its row locked (FOR UPDATE), so that the
+// transactions that write one operation's stream take turns; the returned
+// function gives it once the batch is read, nil when there is none.
+func QueueLoadOperationLocked(b *pgx.Batch, id uuid.UUID) func() *Operation {
+	var out *Operation
+	b.Queue(`SELECT `+operationColumns+` FROM operations o WHERE o.id = $1 FOR UPDATE`, id).
+		Query(func(rows pgx.Rows) error {
+			ops, err := scanOperations(rows)
+			if len(ops) > 0 {
+				out = ops[0]
+			}
+			return err
+		})
+	return func() *Operation { return out }
+}
+
+// QueueOperation queues on b the write of an operation: an insert of a new
+// one (before nil), else an update where it still has the version read,
+// which fails the transaction as a serialization failure otherwise.
+func QueueOperation(b *pgx.Batch, before, after *Operation) {
+	if before == nil {
+		b.Queue(`INSERT INTO operations (id, version, action, filter, reason, created_by, state, matched, listed,
+			done, refused, error, created_at, updated_at, finished_at)
+			VALUES ($1, $2, $3, $4::jsonb, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)`,
+			after.ID, after.Version, after.Action, after.Filter, after.Reason, after.CreatedBy, after.State, after.Matched,
+			after.Listed, after.Done, after.Refused, after.Error, after.CreatedAt, after.UpdatedAt, pgTime(after.FinishedAt))
+		return
+	}
+	b.Queue(`WITH updated AS (
+			UPDATE operations SET version = $3, state = $4, listed = $5, done = $6, refused = $7, error = $8,
+				updated_at = $9, finished_at = $10
+			WHERE id = $1 AND version = $2 RETURNING id)
+		SELECT projection_expect_rows((SELECT count(*) FROM updated), 1)`,
+		after.ID, before.Version, after.Version, after.State, after.Listed, after.Done, after.Refused, after.Error,
+		after.UpdatedAt, pgTime(after.FinishedAt))
+}
+
+// OperationCursor is where a page of operations ended: the (created_at,
+// id) of its last operation.
+type OperationCursor struct {
+	CreatedAt time.Time
+	ID        uuid.UUID
+}
+
+// String is the cursor as the list hands it out, opaque to clients.
+func (c OperationCursor) String() string {
+	return base64.RawURLEncoding.EncodeToString(fmt.Appendf(nil, "o1:%d:%s", c.CreatedAt.UnixMicro(), c.ID))
+}
+
+// ParseOperationCursor reads a cursor String gave; anything else is a
+// *lifecycle.FieldError on the field cursor.
+func ParseOperationCursor(s string) (OperationCursor, error) {
+	bad := &lifecycle.FieldError{Field: "cursor", Problem: "is not a cursor of this list: pass next_cursor as it was given"}
+	raw, err := base64.RawURLEncoding.DecodeString(s)
+	if err != nil {
+		return OperationCursor{}, bad
+	}
+	parts := strings.Split(string(raw), ":")
+	if len(parts) != 3 || parts[0] != "o1" {
+		return OperationCursor{}, bad
+	}
+	micros, err1 := strconv.ParseInt(parts[1], 10, 64)
+	id, err2 := uuid.Parse(parts[2])
+	if err1 != nil || err2 != nil {
+		return OperationCursor{}, bad
+	}
+	return OperationCursor{CreatedAt: time.UnixMicro(micros).UTC(), ID: id}, nil
+}
+
+// ListOperations reads a page of operations, newest first by (created_at,
+// id), on operations_created, and the cursor of the next page (nil on the
+// last).
+func ListOperations(ctx context.Context, q journal.Querier, limit int, after *OperationCursor) ([]*Operation, *OperationCursor, error) {
+	limit = max(limit, 1)
+	sql := `SELECT ` + operationColumns + ` FROM operations o`
+	args := []any{limit + 1}
+	if after != nil {
+		sql += ` WHERE (o.created_at, o.id) < ($2, $3)`
+		args = append(args, after.CreatedAt, after.ID)
+	}
+	rows, err := q.Query(ctx, sql+` ORDER BY o.created_at DESC, o.id DESC LIMIT $1`, args...)
+	var ops []*Operation
+	if err == nil {
+		ops, err = scanOperations(rows)
+	}
+	if err != nil {
+		return nil, nil, fmt.Errorf("list operations: %w", err)
+	}
+	if len(ops) <= limit {
+		return ops, nil, nil
+	}
+	last := ops[limit-1]
+	return ops[:limit], &OperationCursor{CreatedAt: last.CreatedAt, ID: last.ID}, nil
+}
+
+// NextRunning returns the running operation that has waited longest since
+// it last moved (by updated_at, on operations_running), so that several
+// running operations take their batches in turn; nil when none runs.
+func NextRunning(ctx context.Context, q journal.Querier) (*Operation, error) {
+	rows, err := q.Query(ctx, `SELECT `+operationColumns+` FROM operations o WHERE o.state = $1
+		ORDER BY o.updated_at, o.id LIMIT 1`, lifecycle.OperationRunning)
+	var ops []*Operation
+	if err == nil {
+		ops, err = scanOperations(rows)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("find a running operation: %w", err)
+	}
+	if len(ops) == 0 {
+		return nil, nil
+	}
+	return ops[0], nil
+}
+
+// CountRunning counts the running operations, on operations_running.
+func CountRunning(ctx context.Context, q journal.Querier) (int, error) {
+	rows, err := q.Query(ctx, `SELECT count(*) FROM operations WHERE state = $1`, lifecycle.OperationRunning)
+	n := 0
+	if err == nil {
+		n, err = pgx.CollectExactlyOneRow(rows, pgx.RowTo[int])
+	}
+	if err != nil {
+		return 0, fmt.Errorf("count running operations: %w", err)
+	}
+	return n, nil
+}
+
+// matchSQL is the query of the messages f chooses, oldest first by
+// (created_at, id): the order an operation takes them in, so that a resend
+// of messages with an ordering key keeps their order in the lanes. With a
+// target it keeps the messages with a delivery to it, of any generation,
+// as the messages list does; each message comes once.
+func matchSQL(f lifecycle.OperationFilter, columns string) (string, []any) {
+	var (
+		where []string
+		args  []any
+	)
+	arg := func(v any) string {
+		args = append(args, v)
+		return "$" + strconv.Itoa(len(args))
+	}
+	if len(f.Status) > 0 {
+		where = append(where, "m.status = ANY("+arg(lifecycle.Strings(f.Status))+"::text[])")
+	}
+	if f.Source != "" {
+		where = append(where, "m.source = "+arg(f.Source))
+	}
+	if f.Target != "" {
+		where = append(where, "EXISTS (SELECT FROM deliveries d WHERE d.message_id = m.id AND d.target = "+arg(f.Target)+")")
+	}
+	if !f.CreatedAfter.IsZero() {
+		where = append(where, "m.created_at > "+arg(f.CreatedAfter))
+	}
+	if !f.CreatedBefore.IsZero() {
+		where = append(where, "m.created_at < "+arg(f.CreatedBefore))
+	}
+	sql := "SELECT " + columns + " FROM messages m"
+	if len(where) > 0 {
+		sql += " WHERE " + strings.Join(where, " AND ")
+	}
+	return sql + " ORDER BY m.created_at, m.id", args
+}
+
+// MatchMessages returns the ids of the messages f chooses, oldest first, at
+// most limit of them, in one statement and so one snapshot.
+func MatchMessages(ctx context.Context, q journal.Querier, f lifecycle.OperationFilter, limit int) ([]uuid.UUID, error) {
+	sql, args := matchSQL(f, "m.id")
+	args = append(args, limit)
+	rows, err := q.Query(ctx, sql+" LIMIT $"+strconv.Itoa(len(args)), args...)
+	var ids []uuid.UUID
+	if err == nil {
+		ids, err = pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
+	}
+	if err != nil {
+		return nil, fmt.Errorf("match messages: %w", err)
+	}
+	return ids, nil
+}
+
+// CountMatches returns how many messages f chooses and the first sample of
+// them, oldest first, as an operation would take them.
+func CountMatches(ctx context.Context, q journal.Querier, f lifecycle.OperationFilter, sample int) (int, []uuid.UUID, error) {
+	sql, args := matchSQL(f, "m.id, count(*) OVER ()")
+	args = append(args, sample)
+	rows, err := q.Query(ctx, sql+" LIMIT $"+strconv.Itoa(len(args)), args...)
+	if err != nil {
+		return 0, nil, fmt.Errorf("count matches: %w", err)
+	}
+	var (
+		id    uuid.UUID
+		n     int
+		first []uuid.UUID
+	)
+	if _, err := pgx.ForEachRow(rows, []any{&id, &n}, func() error {
+		first = append(first, id)
+		return nil
+	}); err != nil {
+		return 0, nil, fmt.Errorf("count matches: %w", err)
+	}
+	return n, first, nil
+}
+
+// LoadMatched reads from an operation's stream the ids of the messages at
+// indexes from to from+n-1 of its list (fewer at the list's end).
+func LoadMatched(ctx context.Context, q journal.Querier, o *Operation, from, n int) ([]uuid.UUID, error) {
+	n = min(n, o.Listed-from)
+	if n <= 0 {
+		return nil, nil
+	}
+	lo, hi := MatchedVersion(from), MatchedVersion(from+n-1)
+	rows, err := q.Query(ctx, `SELECT version, payload FROM journal WHERE stream = $1 AND version BETWEEN $2 AND $3
+		ORDER BY version`, journal.OperationStream(o.ID), lo, hi)
+	if err != nil {
+		return nil, fmt.Errorf("read the messages of operation %s: %w", o.ID, err)
+	}
+	var (
+		version int
+		payload []byte
+		ids     []uuid.UUID
+	)
+	_, err = pgx.ForEachRow(rows, []any{&version, &payload}, func() error {
+		p, err := journal.Decode(journal.KindOperationMatched, payload)
+		if err != nil {
+			return fmt.Errorf("version %d: %w", version, err)
+		}
+		ids = append(ids, p.(*journal.OperationMatched).Messages...)
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read the messages of operation %s: %w", o.ID, err)
+	}
+	skip := from - (lo-2)*OperationChunk
+	if len(ids) < skip+n {
+		return nil, fmt.Errorf("read the messages of operation %s: its stream lists %d from index %d, want %d",
+			o.ID, len(ids)-skip, from, n)
+	}
+	return slices.Clip(ids[skip : skip+n]), nil
+}
+
+// recentBatches is how many of an operation's latest batches its rate is
+// measured over.
+const recentBatches = 20
+
+// RecentRate is how many messages per second an operation has taken
+// lately: over its latest batches, or since its start when it has taken
+// one; 0 when that cannot be told yet.
+func RecentRate(ctx context.Context, q journal.Querier, o *Operation) (float64, error) {
+	rows, err := q.Query(ctx, `SELECT recorded_at, jsonb_array_length(payload->'done') + jsonb_array_length(payload->'refused')
+		FROM journal WHERE stream = $1 AND kind = $2 ORDER BY version DESC LIMIT $3`,
+		journal.OperationStream(o.ID), journal.KindOperationProgressed, recentBatches)
+	if err != nil {
+		return 0, fmt.Errorf("rate of operation %s: %w", o.ID, err)
+	}
+	var (
+		at    time.Time
+		n     int
+		times []time.Time
+		taken []int
+	)
+	if _, err := pgx.ForEachRow(rows, []any{&at, &n}, func() error {
+		times, taken = append(times, at), append(taken, n)
+		return nil
+	}); err != nil {
+		return 0, fmt.Errorf("rate of operation %s: %w", o.ID, err)
+	}
+	switch len(times) {
+	case 0:
+		return 0, nil
+	case 1:
+		// One batch: measured from the start.
+		times, taken = append(times, o.CreatedAt), append(taken, 0)
+	}
+	// Newest first: the oldest batch's own messages were taken before
+	// the span starts.
+	span := times[0].Sub(times[len(times)-1]).Seconds()
+	sum := 0
+	for _, k := range taken[:len(taken)-1] {
+		sum += k
+	}
+	if span <= 0 {
+		return 0, nil
+	}
+	return float64(sum) / span, nil
+}
+
+// RefusalAt is a refusal and its place in the operation's stream: the
+// version of its batch's event and its index there, from 1.
+type RefusalAt struct {
+	journal.OperationRefusal
+	Version, N int
+}
+
+// Refusals reads up to limit refusals of an operation from its stream, in
+// the order the operation met them, after the place after (the zero
+// RefusalAt for the first).
+func Refusals(ctx context.Context, q journal.Querier, id uuid.UUID, after RefusalAt, limit int) ([]RefusalAt, error) {
+	rows, err := q.Query(ctx, `SELECT j.version, x.n, (x.r->>'message_id')::uuid, x.r->>'reason'
+		FROM journal j CROSS JOIN LATERAL jsonb_array_elements(j.payload->'refused') WITH ORDINALITY AS x(r, n)
+		WHERE j.stream = $1 AND j.kind = $2 AND j.version >= $3 AND (j.version > $3 OR x.n > $4)
+		ORDER BY j.version, x.n LIMIT $5`,
+		journal.OperationStream(id), journal.KindOperationProgressed, after.Version, after.N, limit)
+	var out []RefusalAt
+	if err == nil {
+		out, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (RefusalAt, error) {
+			var r RefusalAt
+			return r, row.Scan(&r.Version, &r.N, &r.MessageID, &r.Reason)
+		})
+	}
+	if err != nil {
+		return nil, fmt.Errorf("refusals of operation %s: %w", id, err)
+	}
+	return out, nil
+}
