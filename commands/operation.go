@@ -258,6 +258,10 @@ func (s *operationSide) decide(ops []*op, d *decided, now time.Time) error {
 			return o.ctx.Err()
 		case o.err == nil:
 			p.Done = append(p.Done, o.on.messageID)
+		case errors.Is(o.err, ErrNotFound):
+			// Listed when the operation was created, the message has
+			// left since: retention removes settled messages.
+			p.Refused = append(p.Refused, journal.OperationRefusal{MessageID: o.on.messageID, Reason: "the message is gone: retention removed it after the operation listed it"})
 		default:
 			p.Refused = append(p.Refused, journal.OperationRefusal{MessageID: o.on.messageID, Reason: o.err.Error()})
 		}
@@ -325,7 +329,7 @@ func eachDelivery(target string, sentinel error, what string, takes func(*projec
 				continue
 			}
 			if err := act(c, lanes, d.ID, now); err != nil {
-				return c, refused(sentinel, err)
+				return c, refusedToSend(sentinel, err)
 			}
 		}
 		if len(c.events) > 0 {

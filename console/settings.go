@@ -30,7 +30,8 @@ func (c *Console) settings(w http.ResponseWriter, r *http.Request, s *auth.Sessi
 		MinRate: lifecycle.MinOperationRate, MaxRate: lifecycle.MaxOperationRate}
 	status := http.StatusOK
 	if r.Method == http.MethodPost {
-		// A setting the form does not send stays as it is.
+		// A setting the form does not send stays as it is, and so do
+		// those it has no field for (the callbacks' attempts, retention).
 		next := current
 		err := invalid(wholeNumber(r, "delivery.max_dispatches", &v.MaxDispatches, &next.Delivery.MaxDispatches),
 			wholeNumber(r, "operations.rate", &v.Rate, &next.Operations.Rate))

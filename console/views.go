@@ -186,7 +186,8 @@ func problemOf(err error) errorView {
 	if status == http.StatusNotFound {
 		// The API's words name ids and paths; a person wants to know what
 		// is missing and where to go.
-		v.Message = "There is nothing here: the message, delivery, target or route may never have existed, or was deleted."
+		v.Message = "There is nothing here: the message, delivery, target or route may never have existed, or was deleted " +
+			"(a settled message leaves once its retention period has passed)."
 	}
 	return v
 }
