@@ -229,7 +229,7 @@ func (a *Alerter) handleEvent(ctx context.Context, e journal.Event) error {
 // remembered, an event seen again after a failed handle, an event the fold
 // refuses) it forgets the stream and returns nils: fold reads it instead.
 func (a *Alerter) next(e journal.Event) (before, after *projection.Message) {
-	if e.Stream == journal.ConfigStream || e.Kind().Operation() {
+	if e.Kind().Stream() != "" || e.Kind().Operation() {
 		return nil, nil
 	}
 	before = a.states[e.Stream]

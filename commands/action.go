@@ -84,7 +84,7 @@ func (w *Writer) Redeliver(ctx context.Context, messageID, deliveryID uuid.UUID,
 			return nil, err
 		}
 		c := newChange(m)
-		return c, refused(ErrNotRedeliverable, redeliverOn(c, lanes, deliveryID, now, a))
+		return c, refusedToSend(ErrNotRedeliverable, redeliverOn(c, lanes, deliveryID, now, a))
 	})
 	if err != nil {
 		return nil, fmt.Errorf("redeliver delivery %s of message %s: %w", deliveryID, messageID, err)
@@ -165,7 +165,7 @@ func (w *Writer) Redispatch(ctx context.Context, id uuid.UUID, a Action) (*proje
 			return nil, err
 		}
 		c := newChange(m)
-		return c, refused(ErrNotRedispatchable, w.dispatchOn(c, cfg, lanes, now, a.actor(), true, a.Operation))
+		return c, refusedToSend(ErrNotRedispatchable, w.dispatchOn(c, cfg, lanes, now, a.actor(), true, a.Operation))
 	})
 	if err != nil {
 		return nil, fmt.Errorf("redispatch message %s: %w", id, err)
@@ -179,8 +179,8 @@ func (w *Writer) Redispatch(ctx context.Context, id uuid.UUID, a Action) (*proje
 // stalled are superseded; delivered and skipped ones stay as they are. A
 // message with a delivery still in hand (queued, blocked, delivering,
 // retrying, awaiting a receipt), never dispatched, refused, or whose
-// generation has no deliveries (a replay that matched no route) is
-// ErrNotResendable, with the reason; a target not of the current
+// generation has no deliveries (a replay that matched no route), or whose
+// payload retention expunged, is ErrNotResendable, with the reason; a target not of the current
 // generation is ErrInvalid.
 func (w *Writer) Resend(ctx context.Context, id uuid.UUID, targets []string, a Action) (*projection.Message, error) {
 	if err := a.check(); err != nil {
@@ -290,9 +290,14 @@ func resendDecision(cfg *configState, a Action, choose func(*projection.Message,
 // Resendable says why the message cannot be sent again now, a
 // *StateError of ErrNotResendable with the reason, or nil: the rule Resend
 // and Replay act by, for a surface to offer them only when they would be
-// taken.
+// taken. A message whose payload retention expunged has nothing left to
+// send: a state of the message, so ErrNotResendable like the others, not
+// the ErrPayloadExpunged of redeliver and redispatch (docs/retention.md).
 func Resendable(m *projection.Message) error {
 	switch {
+	case m.PayloadExpunged:
+		return &StateError{Err: ErrNotResendable, State: string(m.Status),
+			Reason: fmt.Sprintf("its payload was expunged by retention (%d bytes, sha256 %s): there is nothing left to send", m.PayloadSize, m.PayloadSHA256)}
 	case m.Stage != lifecycle.StageDispatched:
 		return &StateError{Err: ErrNotResendable, State: string(m.Stage), Allowed: []string{string(lifecycle.StageDispatched)},
 			Reason: "only a dispatched message is sent again: this one was " + map[lifecycle.MessageStage]string{

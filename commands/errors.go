@@ -36,6 +36,9 @@ var (
 	ErrNotRedispatchable = errors.New("message not redispatchable")
 	// ErrNotRedeliverable: the delivery is not in a redeliverable state.
 	ErrNotRedeliverable = errors.New("delivery not redeliverable")
+	// ErrPayloadExpunged: retention dropped the message's payload, so it
+	// cannot be sent again (redeliver, redispatch).
+	ErrPayloadExpunged = projection.ErrPayloadExpunged
 	// ErrNotSkippable: the delivery is being attempted, or is delivered or
 	// skipped already.
 	ErrNotSkippable = errors.New("delivery not skippable")
@@ -83,6 +86,15 @@ func refused(sentinel, err error) error {
 		return err
 	}
 	return &StateError{Err: sentinel, State: ill.State, Allowed: ill.Allowed, Reason: ill.Reason}
+}
+
+// refusedToSend is refused for the operator's actions that send the
+// payload again: a refusal for its expunge is ErrPayloadExpunged's.
+func refusedToSend(sentinel, err error) error {
+	if errors.Is(err, ErrPayloadExpunged) {
+		sentinel = ErrPayloadExpunged
+	}
+	return refused(sentinel, err)
 }
 
 // invalid wraps validation problems in ErrInvalid; nil when there are none.

@@ -204,7 +204,7 @@ func (w *Writer) Operate(ctx context.Context, o *projection.Operation, ids []uui
 	if err != nil {
 		return nil, fmt.Errorf("operation %s: %w", o.ID, err)
 	}
-	operator, _ := strings.CutPrefix(o.CreatedBy, "operator:")
+	operator := journal.OperatorName(o.CreatedBy)
 	decide := bulkDecision(cfg, o.Action, o.Filter.Target, Action{Operator: operator, Reason: o.Reason, Operation: o.ID})
 	ops := make([]*op, len(ids))
 	for i, id := range ids {
@@ -258,6 +258,10 @@ func (s *operationSide) decide(ops []*op, d *decided, now time.Time) error {
 			return o.ctx.Err()
 		case o.err == nil:
 			p.Done = append(p.Done, o.on.messageID)
+		case errors.Is(o.err, ErrNotFound):
+			// Listed when the operation was created, the message has
+			// left since: retention removes settled messages.
+			p.Refused = append(p.Refused, journal.OperationRefusal{MessageID: o.on.messageID, Reason: "the message is gone: retention removed it after the operation listed it"})
 		default:
 			p.Refused = append(p.Refused, journal.OperationRefusal{MessageID: o.on.messageID, Reason: o.err.Error()})
 		}
@@ -325,7 +329,7 @@ func eachDelivery(target string, sentinel error, what string, takes func(*projec
 				continue
 			}
 			if err := act(c, lanes, d.ID, now); err != nil {
-				return c, refused(sentinel, err)
+				return c, refusedToSend(sentinel, err)
 			}
 		}
 		if len(c.events) > 0 {

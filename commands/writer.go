@@ -101,7 +101,7 @@ const maxTries = 10
 // touched, the wake-ups to publish after commit, and the error to return
 // once it is committed (a refusal that is journaled). A claim's change asks
 // for the message's body, read in the same transaction into body; a new
-// message's change holds the body to store.
+// message's change holds the body to store; an expunge's drops it.
 type change struct {
 	before   *projection.Message
 	after    *projection.Message
@@ -242,7 +242,8 @@ func (w *Writer) release(conn *pgxpool.Conn) {
 // message, and of the lanes they moved: the projection first (its update
 // locks the message rows), with the row of the batch's bulk operation when
 // it has one (operation), then the events in the order recorded, then the
-// bodies of new messages and the changes' extra statements.
+// bodies of new messages, then the changes' extra statements (such as the
+// deletion of an expunged payload).
 func (w *Writer) queue(b *pgx.Batch, changes []*change, events []journal.Event, lanes []projection.Lane,
 	operation func(*pgx.Batch)) error {
 	writes := make([]projection.Write, len(changes))

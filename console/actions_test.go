@@ -262,7 +262,7 @@ func TestUnknownIDsAreNotFound(t *testing.T) {
 		"/ui/routes/01a23b49-48df-7e79-b764-a846b1a5c90f/delete",
 		"/ui/nothing/here",
 	} {
-		c.get(t, p).want(t, http.StatusNotFound).has(t, "<h1>Not found</h1>", "There is nothing here", "Sign out")
+		c.get(t, p).want(t, http.StatusNotFound).has(t, "<h1>Not found</h1>", "There is nothing here", "retention period", "Sign out")
 	}
 	c.get(t, "/ui/static/nothing.js").want(t, http.StatusNotFound).has(t, "<h1>Not found</h1>")
 }
@@ -374,14 +374,37 @@ func TestSettingsSaveWhatTheAPITakes(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	c := b.signedIn(t, b.admin)
-	c.get(t, "/ui/settings").want(t, http.StatusOK).has(t, `value="5"`)
-	c.post(t, "/ui/settings", url.Values{"delivery.max_dispatches": {"21"}}).want(t, http.StatusBadRequest).
+	c.get(t, "/ui/settings").want(t, http.StatusOK).has(t, `value="5"`, `value="200"`)
+	form := func(dispatches, rate string) url.Values {
+		return url.Values{"delivery.max_dispatches": {dispatches}, "operations.rate": {rate}}
+	}
+	c.post(t, "/ui/settings", form("21", "200")).want(t, http.StatusBadRequest).
 		has(t, "<code>delivery.max_dispatches</code>: must be from 1 to 20, got 21", `value="21"`)
-	c.post(t, "/ui/settings", url.Values{"delivery.max_dispatches": {"x"}}).want(t, http.StatusBadRequest).
+	c.post(t, "/ui/settings", form("x", "200")).want(t, http.StatusBadRequest).
 		has(t, "must be a whole number")
+	c.post(t, "/ui/settings", form("9", "100001")).want(t, http.StatusBadRequest).
+		has(t, "<code>operations.rate</code>", `value="100001"`)
+	if s, err := b.w.Settings(b.ctx); err != nil || s.Delivery.MaxDispatches != 5 {
+		t.Errorf("a refused form changed the settings: %+v, %v", s, err)
+	}
+	// What the form does not show stays as it was: the callbacks'
+	// attempts and retention; and so does a field it does not send.
+	week := lifecycle.Duration(7 * 24 * time.Hour)
+	kept := lifecycle.DefaultSettings()
+	kept.CallbackMaxAttempts = 3
+	kept.Retention = lifecycle.Retention{SettledAfter: &week, FailedAfter: &week, ArchiveDir: t.TempDir()}
+	kept.Operations.Rate = 50
+	if err := b.w.SetSettings(b.ctx, kept, "operator:test"); err != nil {
+		t.Fatal(err)
+	}
 	c.post(t, "/ui/settings", url.Values{"delivery.max_dispatches": {"9"}}).redirects(t, "/ui/settings")
 	s, err := b.w.Settings(b.ctx)
-	if err != nil || s.Delivery.MaxDispatches != 9 {
+	if err != nil || s.Delivery.MaxDispatches != 9 || s.CallbackMaxAttempts != 3 || s.Retention.String() != kept.Retention.String() ||
+		s.Operations.Rate != 50 {
+		t.Errorf("settings %+v, %v", s, err)
+	}
+	c.post(t, "/ui/settings", form("9", "70")).redirects(t, "/ui/settings")
+	if s, err := b.w.Settings(b.ctx); err != nil || s.Operations.Rate != 70 {
 		t.Errorf("settings %+v, %v", s, err)
 	}
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/waybill/waybill/commands"
 	"github.com/waybill/waybill/lifecycle"
 	"github.com/waybill/waybill/projection"
 )
@@ -45,8 +46,7 @@ func loadMessages(b *testing.B, bd *bundle, n int) {
 		_, err := bd.db.Exec(bd.ctx, `
 		INSERT INTO journal (recorded_at, stream, version, delivery_id, target, kind, actor, old_state, new_state, payload)
 		SELECT e.at, g.mid::text, e.version, e.did, e.target, e.kind, e.actor, e.old, e.new, e.payload
-		FROM (SELECT i, i % 200 AS k, CASE WHEN i % 200 = 2 THEN md5('m' || i)::uuid ELSE gen_random_uuid() END AS mid,
-				gen_random_uuid() AS a, gen_random_uuid() AS b,
+		FROM (SELECT i, i % 200 AS k, md5('bench' || i)::uuid AS mid, gen_random_uuid() AS a, gen_random_uuid() AS b,
 				gen_random_uuid() AS ta, gen_random_uuid() AS tb,
 				$3::timestamptz - ($4::bigint - i) * $5::interval AS t0
 			FROM generate_series($1::bigint, $2::bigint) AS i) g
@@ -54,9 +54,8 @@ func loadMessages(b *testing.B, bd *bundle, n int) {
 			(1, g.t0, NULL::uuid, NULL, 'message.accepted', 'source:erp', NULL, NULL,
 				jsonb_build_object('source', CASE WHEN g.i % 10 = 0 THEN 'crm' ELSE 'erp' END, 'from', 'acme', 'to', 'globex',
 					'content_type', 'application/json', 'payload_size', 17, 'payload_sha256', repeat('ab', 32)) ||
-				CASE WHEN g.k = 2 THEN jsonb_build_object('duplicate_key', 'INV-' || g.i)
-					WHEN g.k = 3 THEN jsonb_build_object('duplicate_key', 'INV-' || (g.i - 1),
-						'possible_duplicate_of', md5('m' || (g.i - 1))::uuid)
+				CASE WHEN g.k = 2 THEN jsonb_build_object('duplicate_key', 'INV-' || (g.i + 1))
+					WHEN g.k = 3 THEN jsonb_build_object('duplicate_key', 'INV-' || g.i, 'possible_duplicate_of', md5('bench' || (g.i - 1))::uuid)
 					ELSE '{}'::jsonb END),
 			(2, g.t0, NULL, NULL, 'message.dispatched', 'source:erp', NULL, NULL,
 				jsonb_build_object('deliveries', jsonb_build_array(
@@ -180,6 +179,11 @@ func BenchmarkPages(b *testing.B) {
 	if err != nil || len(lanes) < 50 {
 		b.Fatal(err, len(lanes))
 	}
+	op, err := bd.w.CreateOperation(bd.ctx, commands.OperationSpec{Action: lifecycle.ActionRedeliver,
+		Filter: lifecycle.OperationFilter{Status: []lifecycle.MessageStatus{lifecycle.StatusError}}}, "bench")
+	if err != nil {
+		b.Fatal(err)
+	}
 	day := now.Add(-24 * time.Hour).UTC().Format("2006-01-02T15:04:05")
 	// The dashboard's figures alone: the API's GET /stats reads the same.
 	b.Run("stats", func(b *testing.B) {
@@ -212,6 +216,11 @@ func BenchmarkPages(b *testing.B) {
 		{"target", "/ui/targets/billing"},
 		{"routes", "/ui/routes"},
 		{"settings", "/ui/settings"},
+		{"operations", "/ui/operations"},
+		{"operation", "/ui/operations/" + op.ID.String()},
+		{"operation/new", "/ui/operations/new?filter.status=error"},
+		{"operation/new/counted,24h", "/ui/operations/new?" + url.Values{"action": {"redeliver"}, "filter.status": {"error"},
+			"filter.created_after": {day}}.Encode()},
 	} {
 		b.Run(p.name, func(b *testing.B) {
 			req := httptest.NewRequest(http.MethodGet, p.path, nil).WithContext(bd.ctx)

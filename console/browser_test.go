@@ -17,6 +17,7 @@ import (
 	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/chromedp"
 	"github.com/chromedp/chromedp/kb"
+	"github.com/google/uuid"
 
 	"github.com/waybill/waybill/commands"
 	"github.com/waybill/waybill/lifecycle"
@@ -561,6 +562,44 @@ func TestInTheBrowser(t *testing.T) {
 		if n := eval[int](t, br, `document.querySelectorAll("#messages tbody tr").length`); n != len(lane) {
 			t.Errorf("%d messages of order-4711 listed, want %d", n, len(lane))
 		}
+	})
+
+	t.Run("bulk operation", func(t *testing.T) {
+		// Skip every message of crm, whose target is disabled: the form,
+		// its count, the start, and the progress as the runner takes it.
+		br.open(t, "/ui/operations/new")
+		br.do(t, chromedp.SetValue(chromedp.CSS("#action"), "skip"), chromedp.SendKeys(chromedp.CSS(`input[name="filter.source"]`), "crm"),
+			chromedp.SendKeys(chromedp.CSS("#reason"), "ledger is retired"))
+		br.load(t, chromedp.SendKeys(chromedp.CSS("#reason"), kb.Enter))
+		if got := br.text(t, "#counted"); got != "It takes 1 message" {
+			t.Errorf("the count reads %q", got)
+		}
+		if got := eval[string](t, br, `document.activeElement.textContent`); got != "Start: skip 1 message" {
+			t.Fatalf("the focus is on %q", got)
+		}
+		br.shot(t, "operation-new")
+		br.load(t, chromedp.KeyEvent(kb.Enter))
+		if got := br.text(t, "#progress dd"); got != "Running" {
+			t.Errorf("the new operation's state reads %q", got)
+		}
+		r := b.runner(t)
+		for {
+			res, err := r.Step(b.ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.Ended || res.Operation == uuid.Nil {
+				break
+			}
+		}
+		// The page follows without a reload.
+		br.do(t, chromedp.WaitVisible(chromedp.CSS("#progress .tone-ok")))
+		if got := br.text(t, "#progress"); !strings.Contains(got, "1 of 1 taken (100%): 1 acted on, 0 refused") {
+			t.Errorf("the finished operation reads %q", got)
+		}
+		br.shot(t, "operation")
+		br.open(t, "/ui/operations")
+		br.shot(t, "operations")
 	})
 
 	t.Run("other pages", func(t *testing.T) {

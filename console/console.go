@@ -48,6 +48,9 @@ type Config struct {
 	// OnConfigChange, as the API's: called after a change of a route, a
 	// target or the settings has committed.
 	OnConfigChange func()
+	// OnOperation, as the API's: called after a bulk operation was
+	// created, to wake the runner.
+	OnOperation func()
 }
 
 // Console serves the web console. It is an http.Handler for paths under
@@ -185,6 +188,13 @@ var routeTable = []route{
 	{"POST /ui/routes", administering, (*Console).createRoute},
 	{"GET /ui/routes/{id}/delete", administering, (*Console).deleteRoute},
 	{"POST /ui/routes/{id}/delete", administering, (*Console).deleteRoute},
+
+	{"GET /ui/operations", reading, (*Console).operations},
+	{"GET /ui/operations/new", administering, (*Console).newOperation},
+	{"POST /ui/operations/new", administering, (*Console).newOperation},
+	{"GET /ui/operations/{id}", reading, (*Console).operation},
+	{"GET /ui/operations/{id}/cancel", administering, (*Console).cancelOperation},
+	{"POST /ui/operations/{id}/cancel", administering, (*Console).cancelOperation},
 
 	{"GET /ui/settings", reading, (*Console).settings},
 	{"POST /ui/settings", administering, (*Console).settings},

@@ -68,6 +68,12 @@ func TestEveryLinkInATemplateIsServed(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	// A bulk operation that runs: its page, its cancel, the list.
+	if _, err := b.w.CreateOperation(b.ctx, commands.OperationSpec{Action: lifecycle.ActionRedeliver,
+		Filter: lifecycle.OperationFilter{Target: "billing"}}, "setup"); err != nil {
+		t.Fatal(err)
+	}
+
 	c := b.signedIn(t, b.admin)
 	followed := map[string]bool{}
 	posted := map[string]bool{}

@@ -77,12 +77,15 @@ func (c *Console) message(w http.ResponseWriter, r *http.Request, s *auth.Sessio
 		return err
 	}
 	payload, err := projection.LoadPayload(r.Context(), c.cfg.DB, id, previewLimit)
-	if err != nil {
+	if err != nil && !errors.Is(err, projection.ErrPayloadExpunged) {
 		return err
 	}
 	admin := s.Role.Allows(auth.Administer)
 	v := messageView{Summary: summaryView{Message: m, Admin: admin}, Deliveries: deliveriesView{Message: m, Admin: admin},
-		Events: events, Preview: previewOf(payload)}
+		Events: events}
+	if !m.PayloadExpunged {
+		v.Preview = previewOf(payload)
+	}
 	if len(events) > 0 {
 		v.Version = events[len(events)-1].Version
 	}
@@ -218,7 +221,7 @@ func reasonField(r *http.Request) field {
 
 // navOf is the bar's item of a page of the console.
 func navOf(path string) string {
-	for _, nav := range []string{"messages", "targets", "routes", "settings"} {
+	for _, nav := range []string{"messages", "targets", "routes", "operations", "settings"} {
 		if strings.HasPrefix(path, Prefix+nav) {
 			return nav
 		}

@@ -27,6 +27,9 @@ type messagesView struct {
 	// Next is the next page, First the first; "" when there is none
 	// or this is it.
 	Next, First string
+	// Bulk is the form of a bulk operation on the messages the filter
+	// chooses, "" when one cannot choose them.
+	Bulk string
 }
 
 // filterForm is the filters as the form holds them.
@@ -61,7 +64,7 @@ func (c *Console) messages(w http.ResponseWriter, r *http.Request, _ *auth.Sessi
 	if terr != nil {
 		return terr
 	}
-	v := messagesView{Form: form, Targets: targets}
+	v := messagesView{Form: form, Targets: targets, Bulk: bulkLink(form)}
 	for _, s := range lifecycle.MessageStatuses {
 		v.Statuses = append(v.Statuses, option{Value: string(s), Label: s.Label(), Selected: string(s) == form.Status})
 	}

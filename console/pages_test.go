@@ -205,6 +205,27 @@ func TestPayloadPreview(t *testing.T) {
 		lacks(t, "\uFFFD")
 }
 
+// TestExpungedPayload: the page of a message whose payload retention
+// expunged shows it, with the size and digest kept, offers no download,
+// resend or replay, and the download answers 410 PAYLOAD_EXPUNGED.
+func TestExpungedPayload(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.target(t, "billing")
+	m := b.ingest(t, "hello")
+	b.settle(t, m.Deliveries[0].ID, lifecycle.Delivered("200 OK"))
+	after := lifecycle.Duration(time.Second)
+	b.clock.Advance(time.Second)
+	if done, err := b.w.ExpungePayload(b.ctx, m.ID, lifecycle.Retention{PayloadAfter: &after}); !done || err != nil {
+		t.Fatalf("expunge: %v, %v", done, err)
+	}
+	c := b.signedIn(t, b.admin)
+	page := "/ui/messages/" + m.ID.String()
+	c.get(t, page).want(t, http.StatusOK).has(t, "Expunged by retention: 5 bytes", m.PayloadSHA256).
+		lacks(t, "Download the payload", page+"/resend", page+"/replay", page+"/redispatch", "/redeliver")
+	c.get(t, page+"/payload").want(t, http.StatusGone).has(t, "payload expunged by retention")
+}
+
 func TestLiveHistoryFollowsTheJournal(t *testing.T) {
 	t.Parallel()
 	b := setup(t)

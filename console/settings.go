@@ -13,9 +13,10 @@ import (
 
 // settingsView is the settings and their form.
 type settingsView struct {
-	MaxDispatches string
-	Min, Max      int
-	Problem       *errorView
+	MaxDispatches, Rate string
+	Min, Max            int
+	MinRate, MaxRate    int
+	Problem             *errorView
 }
 
 // settings shows the settings, and saves them (PUT /settings).
@@ -24,23 +25,23 @@ func (c *Console) settings(w http.ResponseWriter, r *http.Request, s *auth.Sessi
 	if err != nil {
 		return err
 	}
-	v := settingsView{MaxDispatches: strconv.Itoa(current.Delivery.MaxDispatches),
-		Min: lifecycle.MinMaxDispatches, Max: lifecycle.MaxMaxDispatches}
+	v := settingsView{MaxDispatches: strconv.Itoa(current.Delivery.MaxDispatches), Rate: strconv.Itoa(current.Operations.Rate),
+		Min: lifecycle.MinMaxDispatches, Max: lifecycle.MaxMaxDispatches,
+		MinRate: lifecycle.MinOperationRate, MaxRate: lifecycle.MaxOperationRate}
 	status := http.StatusOK
 	if r.Method == http.MethodPost {
-		v.MaxDispatches = strings.TrimSpace(r.PostForm.Get("delivery.max_dispatches"))
-		n, err := strconv.Atoi(v.MaxDispatches)
-		if err != nil {
-			err = invalidField("delivery.max_dispatches", fmt.Sprintf("must be a whole number, not %q", v.MaxDispatches))
-		} else {
-			// The form changes max_dispatches alone; the other settings stay.
-			next := current
-			next.Delivery.MaxDispatches = n
+		// A setting the form does not send stays as it is, and so do
+		// those it has no field for (the callbacks' attempts, retention).
+		next := current
+		err := invalid(wholeNumber(r, "delivery.max_dispatches", &v.MaxDispatches, &next.Delivery.MaxDispatches),
+			wholeNumber(r, "operations.rate", &v.Rate, &next.Operations.Rate))
+		if err == nil {
 			err = c.cfg.Writer.SetSettings(r.Context(), next, journal.OperatorActor(s.Name))
 		}
 		if err == nil {
 			c.configChanged()
-			c.log.Info("settings changed", "max_dispatches", n, "operator", s.Name, "via", "console")
+			c.log.Info("settings changed", "max_dispatches", next.Delivery.MaxDispatches, "operations_rate", next.Operations.Rate,
+				"operator", s.Name, "via", "console")
 			c.done(w, r, "/ui/settings", "Settings saved.")
 			return nil
 		}
@@ -51,5 +52,20 @@ func (c *Console) settings(w http.ResponseWriter, r *http.Request, s *auth.Sessi
 		v.Problem, status = &p, p.Status
 	}
 	c.render(w, r, status, "settings", page{Title: "Settings", Nav: "settings", View: v})
+	return nil
+}
+
+// wholeNumber reads the form's field, when it has it, into its text for
+// the form and its number n.
+func wholeNumber(r *http.Request, field string, text *string, n *int) error {
+	if !r.PostForm.Has(field) {
+		return nil
+	}
+	*text = strings.TrimSpace(r.PostForm.Get(field))
+	i, err := strconv.Atoi(*text)
+	if err != nil {
+		return &lifecycle.FieldError{Field: field, Problem: fmt.Sprintf("must be a whole number, not %q", *text)}
+	}
+	*n = i
 	return nil
 }

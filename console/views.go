@@ -22,6 +22,7 @@ import (
 	"github.com/waybill/waybill/auth"
 	"github.com/waybill/waybill/commands"
 	"github.com/waybill/waybill/httpapi"
+	"github.com/waybill/waybill/journal"
 	"github.com/waybill/waybill/lifecycle"
 	"github.com/waybill/waybill/projection"
 )
@@ -87,7 +88,7 @@ func parseViews() (*views, error) {
 type page struct {
 	Title string
 	// Nav names the bar's item of the page: dashboard, messages,
-	// targets, routes or settings.
+	// targets, routes, operations or settings.
 	Nav     string
 	Session *auth.Session
 	// Notice is what the last action did, shown once.
@@ -185,7 +186,8 @@ func problemOf(err error) errorView {
 	if status == http.StatusNotFound {
 		// The API's words name ids and paths; a person wants to know what
 		// is missing and where to go.
-		v.Message = "There is nothing here: the message, delivery, target or route may never have existed, or was deleted."
+		v.Message = "There is nothing here: the message, delivery, target or route may never have existed, or was deleted " +
+			"(a settled message leaves once its retention period has passed)."
 	}
 	return v
 }
@@ -231,26 +233,30 @@ func (v *views) funcs() template.FuncMap {
 			}
 			return t.UTC().Format(timeLayout)
 		},
-		"datetime":    func(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) },
-		"count":       count,
-		"size":        size,
-		"duration":    duration,
-		"statusTone":  statusTone,
-		"stateTone":   stateTone,
-		"redelivery":  redeliveryLabel,
-		"skippable":   lifecycle.SkipRule.Admits,
-		"resendable":  func(m *projection.Message) bool { return commands.Resendable(m) == nil },
-		"known":       func(id uuid.UUID) bool { return id != uuid.Nil },
-		"nextAttempt": nextAttempt,
-		"short":       short,
-		"problemsFor": problemsFor,
-		"fieldOf":     fieldOf,
+		"datetime":      func(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) },
+		"count":         count[int64],
+		"countInt":      count[int],
+		"size":          size,
+		"duration":      duration,
+		"statusTone":    statusTone,
+		"stateTone":     stateTone,
+		"operationTone": operationTone,
+		"filterText":    filterText,
+		"operator":      journal.OperatorName,
+		"redelivery":    redeliveryLabel,
+		"skippable":     lifecycle.SkipRule.Admits,
+		"resendable":    func(m *projection.Message) bool { return commands.Resendable(m) == nil },
+		"known":         func(id uuid.UUID) bool { return id != uuid.Nil },
+		"nextAttempt":   nextAttempt,
+		"short":         short,
+		"problemsFor":   problemsFor,
+		"fieldOf":       fieldOf,
 	}
 }
 
 // count writes n with thousands separators.
-func count(n int64) string {
-	s := strconv.FormatInt(n, 10)
+func count[N int | int64](n N) string {
+	s := strconv.FormatInt(int64(n), 10)
 	neg := strings.HasPrefix(s, "-")
 	s = strings.TrimPrefix(s, "-")
 	var b strings.Builder

@@ -42,6 +42,39 @@ func TestEveryStatusAndStateHasATone(t *testing.T) {
 	}
 }
 
+func TestEveryOperationStateHasAToneAndALabel(t *testing.T) {
+	t.Parallel()
+	want := map[lifecycle.OperationState]string{lifecycle.OperationRunning: "info", lifecycle.OperationDone: "ok",
+		lifecycle.OperationCancelled: "warn", lifecycle.OperationFailed: "bad"}
+	for _, s := range lifecycle.OperationStates {
+		if got := operationTone(s); got != want[s] {
+			t.Errorf("operation state %s: tone %q, want %q", s, got, want[s])
+		}
+		if s.Label() == string(s) {
+			t.Errorf("operation state %s has no label", s)
+		}
+	}
+}
+
+func TestFilterText(t *testing.T) {
+	t.Parallel()
+	at := time.Date(2026, 12, 1, 22, 0, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		f    lifecycle.OperationFilter
+		want string
+	}{
+		{lifecycle.OperationFilter{Target: "billing"}, "a delivery to billing"},
+		{lifecycle.OperationFilter{Status: []lifecycle.MessageStatus{lifecycle.StatusError, lifecycle.StatusStalled}, Source: "erp"},
+			"status Error or Stalled; source erp"},
+		{lifecycle.OperationFilter{CreatedAfter: at, CreatedBefore: at.Add(time.Hour)},
+			"created after 2026-12-01 22:00:00 UTC; created before 2026-12-01 23:00:00 UTC"},
+	} {
+		if got := filterText(tc.f); got != tc.want {
+			t.Errorf("filterText(%+v) = %q, want %q", tc.f, got, tc.want)
+		}
+	}
+}
+
 func TestFigures(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {

@@ -33,6 +33,7 @@ const (
 	CodeNotResendable        = "NOT_RESENDABLE"
 	CodePreconditionFailed   = "PRECONDITION_FAILED"
 	CodeReceiptRefused       = "RECEIPT_REFUSED"
+	CodePayloadExpunged      = "PAYLOAD_EXPUNGED"
 	CodeNotCancellable       = "NOT_CANCELLABLE"
 	CodeCorrelationConsumed  = "CORRELATION_CONSUMED"
 	CodeConflict             = "CONFLICT"
@@ -222,10 +223,16 @@ func failureOf(err error) failure {
 				Reason: state.Reason})
 		case commands.ErrReceiptRefused:
 			return f(http.StatusConflict, CodeReceiptRefused, ErrorDetails{State: state.State, Allowed: state.Allowed})
+		case commands.ErrPayloadExpunged:
+			// Gone, as the payload's own resource answers: the action
+			// needs what is no longer there.
+			return f(http.StatusGone, CodePayloadExpunged, ErrorDetails{State: state.State})
 		case commands.ErrNotCancellable:
 			return f(http.StatusConflict, CodeNotCancellable, ErrorDetails{State: state.State, Allowed: state.Allowed})
 		}
 		return f(http.StatusConflict, CodeConflict, ErrorDetails{State: state.State, Allowed: state.Allowed})
+	case errors.Is(err, commands.ErrPayloadExpunged):
+		return f(http.StatusGone, CodePayloadExpunged, ErrorDetails{})
 	case errors.Is(err, commands.ErrCorrelationConsumed):
 		return f(http.StatusConflict, CodeCorrelationConsumed, ErrorDetails{})
 	case errors.Is(err, commands.ErrExists):

@@ -45,7 +45,7 @@ func (s *Server) journal(w http.ResponseWriter, r *http.Request) error {
 		if err != nil {
 			return fmt.Errorf("encode event %d: %w", e.Position, err)
 		}
-		out.Items[i] = journalEventOf(e, payload)
+		out.Items[i] = JournalEvent(journal.LineOf(e, payload))
 	}
 	if len(marks) > 0 {
 		after = marks[len(marks)-1]

@@ -404,3 +404,48 @@ func TestReceipt(t *testing.T) {
 		t.Errorf("journal ends with %s by %s, %s by %s", events[n-2].Kind(), events[n-2].Actor, events[n-1].Kind(), events[n-1].Actor)
 	}
 }
+
+// TestExpungedPayloadIsGone: once retention dropped a message's payload,
+// the payload answers 410 PAYLOAD_EXPUNGED, redeliver and redispatch are
+// refused the same way with the message's status, resend and replay with
+// 409 NOT_RESENDABLE and the reason, and the message itself says so, its
+// size and digest kept.
+func TestExpungedPayloadIsGone(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.target(t, "billing", nil)
+	m := b.ingest(t, ingestToken, httpapi.IngestRequest{})
+	d := m.Deliveries[0].ID
+	c, err := b.w.Claim(b.ctx, d, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.w.Complete(b.ctx, d, c.Token, lifecycle.Delivered("200")); err != nil {
+		t.Fatal(err)
+	}
+	after := lifecycle.Duration(time.Second)
+	b.clock.Advance(time.Second)
+	if done, err := b.w.ExpungePayload(b.ctx, m.ID, lifecycle.Retention{PayloadAfter: &after}); !done || err != nil {
+		t.Fatalf("expunge: %v, %v", done, err)
+	}
+	path := "/messages/" + m.ID.String()
+	b.as(t, readerToken, http.MethodGet, path+"/payload", nil).fails(t, http.StatusGone, httpapi.CodePayloadExpunged)
+	e := b.admin(t, http.MethodPost, path+"/deliveries/"+d.String()+"/redeliver", nil).fails(t, http.StatusGone, httpapi.CodePayloadExpunged)
+	if e.Details.State != string(lifecycle.StatusDelivered) || !strings.Contains(e.Message, "expunged") {
+		t.Errorf("redeliver refused with %+v", e)
+	}
+	b.admin(t, http.MethodPost, path+"/redispatch", nil).fails(t, http.StatusGone, httpapi.CodePayloadExpunged)
+	// A resend and a replay are refused as any message that cannot be
+	// sent again, with the reason.
+	for _, action := range []string{"/resend", "/replay"} {
+		e := b.admin(t, http.MethodPost, path+action, nil).fails(t, http.StatusConflict, httpapi.CodeNotResendable)
+		if !strings.Contains(e.Details.Reason, "expunged") {
+			t.Errorf("%s refused with %+v", action, e)
+		}
+	}
+	var got httpapi.Message
+	b.as(t, readerToken, http.MethodGet, path, nil).want(t, http.StatusOK, &got)
+	if !got.PayloadExpunged || got.PayloadSize != m.PayloadSize || got.PayloadSHA256 != m.PayloadSHA256 || m.PayloadExpunged {
+		t.Errorf("message %+v, before %+v", got, m)
+	}
+}

@@ -2,13 +2,11 @@ package httpapi
 
 import (
 	"context"
-	"fmt"
 	"math"
 	"net/http"
-	"strconv"
-	"strings"
 
 	"github.com/waybill/waybill/commands"
+	"github.com/waybill/waybill/journal"
 	"github.com/waybill/waybill/lifecycle"
 	"github.com/waybill/waybill/projection"
 )
@@ -155,7 +153,7 @@ func (s *Server) listRefusals(w http.ResponseWriter, r *http.Request) error {
 	var after projection.RefusalAt
 	if v := q.Get("cursor"); v != "" {
 		var err error
-		after, err = parseRefusalCursor(v)
+		after, err = projection.ParseRefusalAt(v)
 		errs = append(errs, err)
 	}
 	if err := invalid(errs...); err != nil {
@@ -171,7 +169,7 @@ func (s *Server) listRefusals(w http.ResponseWriter, r *http.Request) error {
 	out := RefusalList{Items: make([]OperationRefusal, 0, min(len(page), limit))}
 	for i, ra := range page {
 		if i == limit {
-			c := fmt.Sprintf("%d.%d", page[i-1].Version, page[i-1].N)
+			c := page[i-1].String()
 			out.NextCursor = &c
 			break
 		}
@@ -181,23 +179,10 @@ func (s *Server) listRefusals(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-// parseRefusalCursor reads a cursor of the refusals list: the version of
-// the batch's event and the refusal's index in it.
-func parseRefusalCursor(v string) (projection.RefusalAt, error) {
-	bad := &lifecycle.FieldError{Field: "cursor", Problem: "is not a cursor of this list: pass next_cursor as it was given"}
-	a, b, ok := strings.Cut(v, ".")
-	version, err1 := strconv.Atoi(a)
-	n, err2 := strconv.Atoi(b)
-	if !ok || err1 != nil || err2 != nil || version < 1 || n < 1 {
-		return projection.RefusalAt{}, bad
-	}
-	return projection.RefusalAt{Version: version, N: n}, nil
-}
-
 // operationOf is the resource of an operation; a running one's rate and
 // time left are measured over its latest batches.
 func (s *Server) operationOf(ctx context.Context, o *projection.Operation) (Operation, error) {
-	by, _ := strings.CutPrefix(o.CreatedBy, "operator:")
+	by := journal.OperatorName(o.CreatedBy)
 	out := Operation{ID: o.ID, Action: o.Action, Filter: o.Filter, Reason: optional(o.Reason), State: o.State,
 		Matched: o.Matched, Done: o.Done, Refused: o.Refused, CreatedBy: by, StartedAt: o.CreatedAt,
 		UpdatedAt: o.UpdatedAt, FinishedAt: optionalTime(o.FinishedAt), Error: optional(o.Error)}

@@ -1,7 +1,6 @@
 package httpapi
 
 import (
-	"encoding/json"
 	"time"
 
 	"github.com/google/uuid"
@@ -61,6 +60,8 @@ type Message struct {
 	UpdatedAt     time.Time `json:"updated_at"`
 	PayloadSize   int64     `json:"payload_size"`
 	PayloadSHA256 string    `json:"payload_sha256"`
+	// PayloadExpunged is true once retention dropped the payload.
+	PayloadExpunged bool `json:"payload_expunged"`
 	// OrderingKey is the message's ordering key; null when it has none.
 	OrderingKey *string `json:"ordering_key"`
 	// DuplicateKey is the sender's identity of the message; null when none
@@ -268,22 +269,9 @@ type Stats struct {
 	OldestDueSeconds float64 `json:"oldest_due_seconds"`
 }
 
-// JournalEvent is one event of the journal as GET /journal gives it.
-type JournalEvent struct {
-	Position   int64                    `json:"position"`
-	At         time.Time                `json:"at"`
-	Stream     string                   `json:"stream"`
-	Version    int                      `json:"version"`
-	Kind       journal.Kind             `json:"kind"`
-	Actor      string                   `json:"actor"`
-	DeliveryID *uuid.UUID               `json:"delivery_id"`
-	Target     *string                  `json:"target"`
-	OldState   *lifecycle.DeliveryState `json:"old_state"`
-	NewState   *lifecycle.DeliveryState `json:"new_state"`
-	Text       string                   `json:"text"`
-	// Payload is the event's payload as stored (see docs/events.md).
-	Payload json.RawMessage `json:"payload"`
-}
+// JournalEvent is one event of the journal as GET /journal gives it, the
+// form the retention archive keeps too.
+type JournalEvent journal.Line
 
 // JournalPage is a page of the journal in commit order. NextCursor is
 // where the next read continues; it is never null, so an auditor keeps it
@@ -297,7 +285,7 @@ type JournalPage struct {
 func messageOf(m *projection.Message) Message {
 	out := Message{ID: m.ID, Version: m.Version, Source: m.Source, From: m.From, To: m.To, Stage: m.Stage, Status: m.Status,
 		Generation: m.Generation, Error: optional(m.Error), CreatedAt: m.CreatedAt, UpdatedAt: m.UpdatedAt,
-		PayloadSize: m.PayloadSize, PayloadSHA256: m.PayloadSHA256, OrderingKey: optional(m.OrderingKey),
+		PayloadSize: m.PayloadSize, PayloadSHA256: m.PayloadSHA256, PayloadExpunged: m.PayloadExpunged, OrderingKey: optional(m.OrderingKey),
 		DuplicateKey: optional(m.DuplicateKey), Deliveries: make([]Delivery, 0, len(m.Deliveries))}
 	if m.PossibleDuplicateOf != uuid.Nil {
 		out.PossibleDuplicateOf = &m.PossibleDuplicateOf
@@ -336,22 +324,9 @@ func deliveryOf(d projection.Delivery) Delivery {
 
 // historyOf is the history entry of an event.
 func historyOf(e journal.Event) HistoryEntry {
-	j := journalEventOf(e, nil)
+	j := journal.LineOf(e, nil)
 	return HistoryEntry{Position: j.Position, At: j.At, Kind: j.Kind, Actor: j.Actor, DeliveryID: j.DeliveryID,
 		Target: j.Target, OldState: j.OldState, NewState: j.NewState, Text: j.Text}
-}
-
-// journalEventOf is the journal item of an event with its encoded payload.
-func journalEventOf(e journal.Event, payload json.RawMessage) JournalEvent {
-	j := JournalEvent{Position: e.Position, At: e.RecordedAt, Stream: e.Stream, Version: e.Version,
-		Kind: e.Kind(), Actor: e.Actor, Target: optional(e.Target), Text: e.Text(), Payload: payload}
-	if e.DeliveryID != uuid.Nil {
-		j.DeliveryID = &e.DeliveryID
-	}
-	if e.OldState != "" {
-		j.OldState, j.NewState = &e.OldState, &e.NewState
-	}
-	return j
 }
 
 func optional(s string) *string {

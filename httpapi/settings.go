@@ -27,7 +27,7 @@ func (s *Server) putSettings(w http.ResponseWriter, r *http.Request) error {
 	s.configChanged()
 	settings = settings.WithDefaults()
 	s.log.Info("settings changed", "max_dispatches", settings.Delivery.MaxDispatches,
-		"operations_rate", settings.Operations.Rate, "operator", identity(r).Name)
+		"operations_rate", settings.Operations.Rate, "retention", settings.Retention.String(), "operator", identity(r).Name)
 	writeJSON(w, http.StatusOK, settings)
 	return nil
 }

@@ -3,6 +3,7 @@ package httpapi_test
 import (
 	"net/http"
 	"testing"
+	"time"
 
 	"github.com/waybill/waybill/lifecycle"
 )
@@ -23,6 +24,22 @@ func TestSettings(t *testing.T) {
 	b.admin(t, http.MethodPut, "/settings", map[string]any{"delivery": map[string]any{"max_dispatches": "3"}}).
 		invalidField(t, "delivery.max_dispatches")
 	b.admin(t, http.MethodPut, "/settings", map[string]any{}).invalidField(t, "delivery.max_dispatches")
+	delivery := map[string]any{"max_dispatches": 5}
+	for _, tt := range []struct {
+		retention map[string]any
+		field     string
+	}{
+		{map[string]any{"payload_after": "500ms"}, "retention.payload_after"},
+		{map[string]any{"payload_after": 60}, "retention.payload_after"},
+		{map[string]any{"settled_after": "1h", "archive_dir": "/a", "failed_after": "30m"}, "retention.failed_after"},
+		{map[string]any{"failed_after": "1h"}, "retention.failed_after"},
+		{map[string]any{"settled_after": "1h"}, "retention.archive_dir"},
+		{map[string]any{"settled_after": "1h", "archive_dir": "archive"}, "retention.archive_dir"},
+		{map[string]any{"keep": "forever"}, "retention.keep"},
+	} {
+		b.admin(t, http.MethodPut, "/settings", map[string]any{"delivery": delivery, "retention": tt.retention}).
+			invalidField(t, tt.field)
+	}
 	b.unchanged(t, before)
 
 	b.admin(t, http.MethodPut, "/settings", lifecycle.Settings{Delivery: lifecycle.DeliverySettings{MaxDispatches: 20}}).
@@ -33,5 +50,18 @@ func TestSettings(t *testing.T) {
 	b.as(t, readerToken, http.MethodGet, "/settings", nil).want(t, http.StatusOK, &s)
 	if s.Delivery.MaxDispatches != 20 || b.changes.Load() != 1 {
 		t.Errorf("settings %+v after %d changes", s, b.changes.Load())
+	}
+
+	retention := map[string]any{"payload_after": "1h", "settled_after": "72h", "failed_after": nil, "archive_dir": "/var/archive"}
+	b.admin(t, http.MethodPut, "/settings", map[string]any{"delivery": delivery, "retention": retention}).want(t, http.StatusOK, nil)
+	b.as(t, readerToken, http.MethodGet, "/settings", nil).want(t, http.StatusOK, &s)
+	if r := s.Retention; r.PayloadAfter.D() != time.Hour || r.SettledAfter.D() != 72*time.Hour || r.FailedAfter != nil || r.ArchiveDir != "/var/archive" {
+		t.Errorf("retention %+v", r)
+	}
+	// Settings are replaced whole: without retention, nothing is removed.
+	b.admin(t, http.MethodPut, "/settings", map[string]any{"delivery": delivery}).want(t, http.StatusOK, nil)
+	b.as(t, readerToken, http.MethodGet, "/settings", nil).want(t, http.StatusOK, &s)
+	if s.Retention.Enabled() {
+		t.Errorf("retention %+v after a PUT without it", s.Retention)
 	}
 }

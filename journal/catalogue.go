@@ -56,6 +56,13 @@ const (
 	KindSourceDeleted    Kind = "source.deleted"
 	KindSourceHolePassed Kind = "source.hole_passed"
 
+	// Retention's (docs/retention.md): the first belongs to a message's
+	// stream, the others to RetentionStream.
+	KindMessagePayloadExpunged Kind = "message.payload_expunged"
+	KindRetentionArchived      Kind = "retention.archived"
+	KindRetentionPass          Kind = "retention.pass"
+
+	// A bulk operation's (OperationStream).
 	KindOperationCreated    Kind = "operation.created"
 	KindOperationMatched    Kind = "operation.matched"
 	KindOperationProgressed Kind = "operation.progressed"
@@ -99,11 +106,16 @@ var catalogue = map[Kind]func() Payload{
 	KindSourceUpdated:        func() Payload { return new(SourceUpdated) },
 	KindSourceDeleted:        func() Payload { return new(SourceDeleted) },
 	KindSourceHolePassed:     func() Payload { return new(SourceHolePassed) },
-	KindOperationCreated:     func() Payload { return new(OperationCreated) },
-	KindOperationMatched:     func() Payload { return new(OperationMatched) },
-	KindOperationProgressed:  func() Payload { return new(OperationProgressed) },
-	KindOperationCancelled:   func() Payload { return new(OperationCancelled) },
-	KindOperationFinished:    func() Payload { return new(OperationFinished) },
+
+	KindMessagePayloadExpunged: func() Payload { return new(MessagePayloadExpunged) },
+	KindRetentionArchived:      func() Payload { return new(RetentionArchived) },
+	KindRetentionPass:          func() Payload { return new(RetentionPass) },
+
+	KindOperationCreated:    func() Payload { return new(OperationCreated) },
+	KindOperationMatched:    func() Payload { return new(OperationMatched) },
+	KindOperationProgressed: func() Payload { return new(OperationProgressed) },
+	KindOperationCancelled:  func() Payload { return new(OperationCancelled) },
+	KindOperationFinished:   func() Payload { return new(OperationFinished) },
 }
 
 // Kinds returns every kind of the catalogue.
@@ -123,11 +135,16 @@ func (k Kind) Delivery() bool { return strings.HasPrefix(string(k), "delivery.")
 // operation's stream (OperationStream).
 func (k Kind) Operation() bool { return strings.HasPrefix(string(k), "operation.") }
 
-// Stream is ConfigStream for configuration kinds and "" for message and
-// operation kinds, whose stream is their message's or their operation's.
+// Stream is the stream the kind belongs to: RetentionStream for the
+// retention kinds, ConfigStream for the configuration kinds, and "" for
+// message and operation kinds, whose stream is their message's or their
+// operation's.
 func (k Kind) Stream() string {
-	if strings.HasPrefix(string(k), "message.") || k.Delivery() || k.Operation() {
+	switch {
+	case strings.HasPrefix(string(k), "message.") || k.Delivery() || k.Operation():
 		return ""
+	case strings.HasPrefix(string(k), "retention."):
+		return RetentionStream
 	}
 	return ConfigStream
 }
@@ -800,8 +817,8 @@ type SettingsChanged struct {
 func (*SettingsChanged) Kind() Kind { return KindSettingsChanged }
 func (p *SettingsChanged) Text() string {
 	s := p.Settings.WithDefaults()
-	return fmt.Sprintf("settings changed: max_dispatches %d, callback_max_attempts %d, operations rate %d/s",
-		s.Delivery.MaxDispatches, s.CallbackMaxAttempts, s.Operations.Rate)
+	return fmt.Sprintf("settings changed: max_dispatches %d, callback_max_attempts %d, operations rate %d/s; retention: %s",
+		s.Delivery.MaxDispatches, s.CallbackMaxAttempts, s.Operations.Rate, p.Settings.Retention)
 }
 func (p *SettingsChanged) Validate() error { return p.Settings.Validate() }
 

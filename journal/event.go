@@ -81,7 +81,7 @@ func (e Event) CheckEnvelope() error {
 		errs = append(errs, err)
 	}
 	_, opStream := OperationOf(e.Stream)
-	if (k.Stream() == ConfigStream) != (e.Stream == ConfigStream) || k.Operation() != opStream {
+	if s := k.Stream(); s != "" && e.Stream != s || s == "" && namedStream(e.Stream) || k.Operation() != opStream {
 		errs = append(errs, fmt.Errorf("kind %s does not belong to stream %q", k, e.Stream))
 	}
 	if k.Delivery() {
@@ -104,6 +104,8 @@ const (
 	ActorSystem    = "system"
 	ActorSweep     = "sweep"
 	ActorCallbacks = "callbacks"
+	// ActorRetention expunges payloads and removes settled messages.
+	ActorRetention = "retention"
 )
 
 // WorkerActor is the worker of a target.
@@ -112,13 +114,20 @@ func WorkerActor(target string) string { return "worker:" + target }
 // OperatorActor is a person or API client acting by name.
 func OperatorActor(subject string) string { return "operator:" + subject }
 
+// OperatorName is the subject of an operator's actor, as OperatorActor
+// took it; any other actor comes back as it is.
+func OperatorName(actor string) string {
+	name, _ := strings.CutPrefix(actor, "operator:")
+	return name
+}
+
 // SourceActor is a source that brings messages in.
 func SourceActor(name string) string { return "source:" + name }
 
-// CheckActor accepts system, sweep, callbacks, and worker:, operator: or
-// source: with a name after the colon.
+// CheckActor accepts system, sweep, callbacks, retention, and worker:,
+// operator: or source: with a name after the colon.
 func CheckActor(actor string) error {
-	if actor == ActorSystem || actor == ActorSweep || actor == ActorCallbacks {
+	if actor == ActorSystem || actor == ActorSweep || actor == ActorCallbacks || actor == ActorRetention {
 		return nil
 	}
 	for _, prefix := range []string{"worker:", "operator:", "source:"} {
@@ -126,5 +135,5 @@ func CheckActor(actor string) error {
 			return nil
 		}
 	}
-	return fmt.Errorf("actor %q: must be system, sweep, callbacks, worker:<target>, operator:<subject> or source:<name>", actor)
+	return fmt.Errorf("actor %q: must be system, sweep, callbacks, retention, worker:<target>, operator:<subject> or source:<name>", actor)
 }

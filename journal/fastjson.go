@@ -759,3 +759,21 @@ func (p *CallbackLeaseExpired) decodeFast(d *fastDecoder) {
 		}
 	}
 }
+
+func (p *MessagePayloadExpunged) decodeFast(d *fastDecoder) {
+	o := d.begin()
+	for {
+		switch d.field(&o, "payload_size", "payload_sha256", "after") {
+		case 0:
+			if n := d.int64(); !d.failed {
+				p.PayloadSize = n
+			}
+		case 1:
+			d.string(&p.PayloadSHA256)
+		case 2:
+			d.unmarshalText(&p.After)
+		default:
+			return
+		}
+	}
+}

@@ -79,6 +79,8 @@ func fastSamples() []Payload {
 		&CallbackReleased{Seq: 1, Token: tok, Started: true, Reason: "stopping"},
 		&CallbackReleased{Seq: 1, Token: tok, Reason: "stopping"},
 		&CallbackLeaseExpired{Seq: 4, Token: tok, LeaseEnd: at},
+		&MessagePayloadExpunged{PayloadSize: 512, PayloadSHA256: strings.Repeat("ab", 32), After: lifecycle.Duration(36 * time.Hour)},
+		&MessagePayloadExpunged{PayloadSHA256: strings.Repeat("0F", 32), After: lifecycle.Duration(time.Second + time.Millisecond)},
 	}
 }
 

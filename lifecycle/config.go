@@ -200,6 +200,9 @@ type Settings struct {
 	// last that fails for now fails it for good. Default 10, from 1 to
 	// 100; 0 stands for the default (settings saved before it existed).
 	CallbackMaxAttempts int `json:"callback_max_attempts"`
+	// Retention is how long settled messages are kept; the zero value,
+	// also what a missing "retention" gives, keeps everything.
+	Retention Retention `json:"retention"`
 	// Operations pace the bulk operations.
 	Operations OperationSettings `json:"operations"`
 }
@@ -257,7 +260,7 @@ func (s Settings) Validate() error {
 		errs = append(errs, &FieldError{Field: "operations.rate",
 			Problem: fmt.Sprintf("must be from %d to %d messages per second, got %d", MinOperationRate, MaxOperationRate, n)})
 	}
-	return errors.Join(errs...)
+	return errors.Join(append(errs, s.Retention.Validate())...)
 }
 
 // FieldError says which input field is wrong and what is allowed.

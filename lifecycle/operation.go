@@ -52,6 +52,21 @@ const (
 // OperationStates is the canonical set.
 var OperationStates = []OperationState{OperationRunning, OperationDone, OperationCancelled, OperationFailed}
 
+// Label is the state as the console shows it.
+func (s OperationState) Label() string {
+	switch s {
+	case OperationRunning:
+		return "Running"
+	case OperationDone:
+		return "Done"
+	case OperationCancelled:
+		return "Cancelled"
+	case OperationFailed:
+		return "Failed"
+	}
+	return string(s)
+}
+
 // UnmarshalText accepts only a canonical state.
 func (s *OperationState) UnmarshalText(text []byte) error {
 	return unmarshalText("operation state", text, OperationStates, s)

@@ -52,7 +52,40 @@ type Report struct {
 	Messages   int
 	Deliveries int
 	Operations int
+	// Removed is what retention took out of the journal, by its record.
+	Removed    Removal
 	Violations []Violation
+}
+
+// Removal is what retention archived and removed, by the totals of its
+// last batch's record (retention.archived): what left the journal and why.
+// The records of earlier batches leave too, in later batches; those still
+// live must follow each other and add up.
+type Removal struct {
+	// Batches is the number of the last batch, and so of all.
+	Batches int64
+	journal.RetentionTotal
+	// Archive is the archive's id, the name of its directory.
+	Archive uuid.UUID
+}
+
+// add takes the record of the next batch.
+func (r *Removal) add(e journal.Event, p *journal.RetentionArchived) *Violation {
+	var problem string
+	switch {
+	case r.Batches == 0:
+	case p.Batch != r.Batches+1:
+		problem = fmt.Sprintf("retention batch %d follows batch %d", p.Batch, r.Batches)
+	case p.Archive != r.Archive:
+		problem = fmt.Sprintf("retention batch %d is of archive %s, the earlier ones of %s", p.Batch, p.Archive, r.Archive)
+	case p.Total != r.RetentionTotal.Add(p):
+		problem = fmt.Sprintf("the totals of retention batch %d are not those of batch %d and its own", p.Batch, r.Batches)
+	}
+	r.Batches, r.RetentionTotal, r.Archive = p.Batch, p.Total, p.Archive
+	if problem != "" {
+		return &Violation{Position: e.Position, Problem: problem}
+	}
+	return nil
 }
 
 // Folded is the state of every message stream the journal holds, and of
@@ -63,6 +96,7 @@ type Folded struct {
 	// was folded.
 	Operations map[uuid.UUID]*Operation
 	Events     int
+	Removed    Removal
 	Violations []Violation
 	// inOrder holds the messages of Messages in the order their streams
 	// began, which is the order a rebuild writes them in.
@@ -76,11 +110,27 @@ type Folded struct {
 	// makes them; nil for one stream.
 	inboxes      map[string]*inboxLedger
 	Correlations map[CorrelationKey]Correlation
+	// explained holds what would be violations if retention had removed
+	// nothing: a lane's rule broken as removed deliveries explain it, a
+	// possible duplicate of a message the journal does not hold. finish
+	// reports them when the journal records no removal.
+	explained []Violation
+	// missingDuplicates are the messages naming as possible duplicate one
+	// whose stream had not begun: finish tells a later one from one the
+	// journal holds nowhere.
+	missingDuplicates []missingDuplicate
 	// opsInOrder holds Operations in the order their streams began;
 	// trails what the audit follows of each beside the fold (nil for one
 	// stream).
 	opsInOrder []*Operation
 	trails     map[uuid.UUID]*opTrail
+}
+
+// missingDuplicate is a possible duplicate of a message the fold did not
+// hold when the naming message began.
+type missingDuplicate struct {
+	violation Violation
+	of        uuid.UUID
 }
 
 // FoldJournal replays the journal, or one message's stream when message is
@@ -151,9 +201,20 @@ func newFolded() *Folded {
 }
 
 // finish reports, at the end of the journal, the lanes whose head settled
-// without passing the lane on, and the operations' acts that do not match
-// their counts.
+// without passing the lane on, the operations' acts that do not match
+// their counts, and what only a removal explains when the journal records
+// none.
 func (f *Folded) finish() {
+	for _, d := range f.missingDuplicates {
+		if f.Messages[d.of] != nil {
+			f.Violations = append(f.Violations, d.violation)
+		} else {
+			f.explained = append(f.explained, d.violation)
+		}
+	}
+	if f.Removed.Batches == 0 {
+		f.Violations = append(f.Violations, f.explained...)
+	}
 	f.finishOperations()
 	for _, l := range f.lanes.Stuck() {
 		f.Violations = append(f.Violations, Violation{MessageID: l.HeadMessage, DeliveryID: l.Head,
@@ -176,10 +237,18 @@ func (f *Folded) configure(e journal.Event) {
 // fold folds one event; it reports an event Apply refuses and returns nil.
 func (f *Folded) fold(e journal.Event) error {
 	f.Events++
-	if e.Stream == journal.ConfigStream {
+	switch e.Stream {
+	case journal.ConfigStream:
 		if f.lanes != nil {
 			f.configure(e)
 			f.foldSource(e)
+		}
+		return nil
+	case journal.RetentionStream:
+		if p, ok := e.Payload.(*journal.RetentionArchived); ok {
+			if v := f.Removed.add(e, p); v != nil {
+				f.Violations = append(f.Violations, *v)
+			}
 		}
 		return nil
 	}
@@ -216,7 +285,12 @@ func (f *Folded) fold(e journal.Event) error {
 	f.noteActed(id, e)
 	if f.lanes != nil {
 		if err := f.lanes.Apply(e, m); err != nil {
-			f.Violations = append(f.Violations, Violation{Position: e.Position, MessageID: id, DeliveryID: e.DeliveryID, Problem: err.Error()})
+			v := Violation{Position: e.Position, MessageID: id, DeliveryID: e.DeliveryID, Problem: err.Error()}
+			if explained, _ := explainedOnly(err); explained != nil {
+				f.explained = append(f.explained, v)
+			} else {
+				f.Violations = append(f.Violations, v)
+			}
 		}
 		if problem := correlate(f.Correlations, e, id); problem != "" {
 			f.Violations = append(f.Violations, Violation{Position: e.Position, MessageID: id, DeliveryID: e.DeliveryID, Problem: problem})
@@ -227,17 +301,25 @@ func (f *Folded) fold(e journal.Event) error {
 
 // checkDuplicate reports a message that names as its possible duplicate a
 // message the journal does not hold before it with the same source and
-// duplicate key.
+// duplicate key. A message the journal holds nowhere is one retention may
+// have removed (the earlier of two settles first): that is reported only
+// when the journal records no removal.
 func (f *Folded) checkDuplicate(m *Message, e journal.Event) {
 	if m.PossibleDuplicateOf == uuid.Nil {
 		return
 	}
 	earlier := f.Messages[m.PossibleDuplicateOf]
-	if earlier == nil || earlier == m || earlier.Source != m.Source || earlier.DuplicateKey != m.DuplicateKey {
-		f.Violations = append(f.Violations, Violation{Position: e.Position, MessageID: m.ID,
-			Problem: fmt.Sprintf("possible duplicate of %s, which is no earlier message of source %q with duplicate key %q",
-				m.PossibleDuplicateOf, m.Source, m.DuplicateKey)})
+	if earlier != nil && earlier != m && earlier.Source == m.Source && earlier.DuplicateKey == m.DuplicateKey {
+		return
 	}
+	v := Violation{Position: e.Position, MessageID: m.ID,
+		Problem: fmt.Sprintf("possible duplicate of %s, which is no earlier message of source %q with duplicate key %q",
+			m.PossibleDuplicateOf, m.Source, m.DuplicateKey)}
+	if earlier == nil {
+		f.missingDuplicates = append(f.missingDuplicates, missingDuplicate{violation: v, of: m.PossibleDuplicateOf})
+		return
+	}
+	f.Violations = append(f.Violations, v)
 }
 
 // Audit replays the journal (or one message's stream) and checks every
@@ -357,7 +439,8 @@ func sameMessage(a, b *Message) bool {
 		a.PossibleDuplicateOf == b.PossibleDuplicateOf && a.Generation == b.Generation &&
 		a.PayloadSize == b.PayloadSize && a.PayloadSHA256 == b.PayloadSHA256 && a.Stage == b.Stage &&
 		a.Refusal == b.Refusal && a.Status == b.Status && a.Error == b.Error &&
-		a.AttemptCount == b.AttemptCount && a.CreatedAt.Equal(b.CreatedAt) && a.UpdatedAt.Equal(b.UpdatedAt)
+		a.AttemptCount == b.AttemptCount && a.CreatedAt.Equal(b.CreatedAt) && a.UpdatedAt.Equal(b.UpdatedAt) &&
+		a.PayloadExpunged == b.PayloadExpunged
 }
 
 // sameDelivery is diffFields(a, b) finding nothing, without reflection.

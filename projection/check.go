@@ -180,7 +180,7 @@ func (c *tableCheck) delivery(got Delivery) {
 // report adds what the fold holds and the tables do not to what the shares
 // found.
 func report(f *Folded, checks []*tableCheck, shares []share) *Report {
-	r := &Report{Events: f.Events}
+	r := &Report{Events: f.Events, Removed: f.Removed}
 	var found []Violation
 	for _, c := range checks {
 		r.Messages += len(c.stored)

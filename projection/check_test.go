@@ -18,6 +18,8 @@ func change(t *testing.T, name string, v reflect.Value) {
 		v.SetString(v.String() + "x")
 	case v.Kind() == reflect.Int || v.Kind() == reflect.Int64:
 		v.SetInt(v.Int() + 1)
+	case v.Kind() == reflect.Bool:
+		v.SetBool(!v.Bool())
 	case v.Type() == reflect.TypeFor[uuid.UUID]():
 		v.Set(reflect.ValueOf(uuid.New()))
 	case v.Kind() == reflect.Bool:

@@ -21,11 +21,16 @@ type IllegalError struct {
 	// state was what made it illegal.
 	Allowed []string
 	Reason  string
+	// Err is the sentinel of a refusal callers tell apart, such as
+	// ErrPayloadExpunged; nil for the others.
+	Err error
 }
 
 func (e *IllegalError) Error() string {
 	return fmt.Sprintf("%s is illegal in %s: %s", e.Kind, e.State, e.Reason)
 }
+
+func (e *IllegalError) Unwrap() error { return e.Err }
 
 // Apply folds e into m, which is the state of e's stream before it (the zero
 // Message for a new stream). It checks that the event is legal there and, for
@@ -56,12 +61,15 @@ func Record(m *Message, e journal.Event) (journal.Event, error) {
 
 func apply(m *Message, e *journal.Event, stamp bool) error {
 	k := e.Kind()
-	if k.Stream() == journal.ConfigStream {
+	if k.Stream() != "" {
 		return &IllegalError{Kind: k, State: string(m.Stage), Reason: "not a message event"}
 	}
 	if e.Version != m.Version+1 {
 		return &IllegalError{Kind: k, State: string(m.Stage),
 			Reason: fmt.Sprintf("version %d does not follow %d", e.Version, m.Version)}
+	}
+	if err := checkPayloadHeld(m, k); err != nil {
+		return err
 	}
 	if k.Delivery() {
 		return applyDelivery(m, e, stamp)
@@ -70,7 +78,10 @@ func apply(m *Message, e *journal.Event, stamp bool) error {
 	if err := messageStep(&next, e); err != nil {
 		return err
 	}
-	next.Version, next.UpdatedAt = e.Version, e.RecordedAt
+	next.Version = e.Version
+	if k != journal.KindMessagePayloadExpunged {
+		next.UpdatedAt = e.RecordedAt
+	}
 	next.settle()
 	next.armCallback(m.Status, e.RecordedAt)
 	*m = next
@@ -147,6 +158,8 @@ func messageStep(next *Message, e *journal.Event) error {
 			return illegalStage(e, next, "only an accepted message is refused", lifecycle.StageAccepted)
 		}
 		next.Stage, next.Refusal, next.Error = lifecycle.StageRefused, p.Refusal, p.Reason
+	case *journal.MessagePayloadExpunged:
+		return expunge(next, e, p)
 	case *journal.CallbackClaimed, *journal.CallbackAttempted, *journal.CallbackReleased, *journal.CallbackLeaseExpired:
 		return callbackStep(next, e)
 	default:

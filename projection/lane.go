@@ -1,6 +1,7 @@
 package projection
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -92,7 +93,21 @@ type LaneBook struct {
 type laneState struct {
 	Lane
 	waiters []Waiter
+	// removedHead says, in a fold of the whole journal, that a delivery the
+	// journal no longer holds (retention removed its message) held the lane
+	// when the fold met it: the lane has no Head the fold knows.
+	removedHead bool
 }
+
+// removedError is a lane rule an event broke in a fold of the whole
+// journal, which deliveries retention removed would explain: placed behind
+// a head, at a place, or let go after a head the journal no longer holds
+// (docs/retention.md). The book takes the event as they explain it; the
+// audit reports the error only when the journal records no removal.
+type removedError struct{ err error }
+
+func (e *removedError) Error() string { return e.err.Error() }
+func (e *removedError) Unwrap() error { return e.err }
 
 // NewLaneBook returns an empty book. whole says it will see every event
 // of the journal from the start.
@@ -273,7 +288,8 @@ func (b *LaneBook) Apply(e journal.Event, m *Message) error {
 	case *journal.MessageResent:
 		// The new generation joins the back of its lanes, then the old
 		// deliveries it supersedes let their lanes go.
-		if err := b.placeAll(m, p.Deliveries, e.RecordedAt); err != nil {
+		explained, err := explainedOnly(b.placeAll(m, p.Deliveries, e.RecordedAt))
+		if err != nil {
 			return err
 		}
 		for _, id := range p.Superseded {
@@ -285,7 +301,7 @@ func (b *LaneBook) Apply(e journal.Event, m *Message) error {
 				b.settle(l, d, d.State)
 			}
 		}
-		return nil
+		return explained
 	}
 	if !e.Kind().Delivery() {
 		return nil
@@ -348,17 +364,34 @@ func (b *LaneBook) settle(l *laneState, d *Delivery, s lifecycle.DeliveryState) 
 	b.changed[l.LaneID] = true
 }
 
-// placeAll puts the new deliveries of a dispatch in their lanes.
+// placeAll puts the new deliveries of a dispatch in their lanes. A
+// placement that removed deliveries explain does not stop the others; the
+// first such is returned once all are placed.
 func (b *LaneBook) placeAll(m *Message, add []journal.NewDelivery, at time.Time) error {
+	var explained error
 	for _, nd := range add {
 		if nd.LaneSeq == 0 {
 			continue
 		}
-		if err := b.place(LaneID{nd.Target, m.OrderingKey}, nd.Lane, Waiter{Seq: nd.LaneSeq, Delivery: nd.ID, Message: m.ID}, at); err != nil {
+		e, err := explainedOnly(b.place(LaneID{nd.Target, m.OrderingKey}, nd.Lane, Waiter{Seq: nd.LaneSeq, Delivery: nd.ID, Message: m.ID}, at))
+		if err != nil {
 			return err
 		}
+		if explained == nil {
+			explained = e
+		}
 	}
-	return nil
+	return explained
+}
+
+// explainedOnly splits err into a removedError, which the book took, and
+// any other error.
+func explainedOnly(err error) (explained, other error) {
+	var r *removedError
+	if errors.As(err, &r) {
+		return err, nil
+	}
+	return nil, err
 }
 
 // place puts w in lane id at the place p says, checking it is the next
@@ -370,12 +403,22 @@ func (b *LaneBook) place(id LaneID, p journal.Lane, w Waiter, at time.Time) erro
 	if err != nil {
 		return err
 	}
+	var broken error
 	switch {
 	case p.LaneSeq != l.LastSeq+1:
-		return fmt.Errorf("%s: delivery %s is put at %d, the next place is %d", id, w.Delivery, p.LaneSeq, l.LastSeq+1)
+		broken = fmt.Errorf("%s: delivery %s is put at %d, the next place is %d", id, w.Delivery, p.LaneSeq, l.LastSeq+1)
 	case p.Blocked == l.empty():
-		return fmt.Errorf("%s: delivery %s is put in the lane %s, but %s", id, w.Delivery,
+		broken = fmt.Errorf("%s: delivery %s is put in the lane %s, but %s", id, w.Delivery,
 			map[bool]string{true: "blocked", false: "as its head"}[p.Blocked], l.holder())
+	}
+	if broken != nil {
+		if !b.removalExplains(l, p) {
+			return broken
+		}
+		broken = &removedError{broken}
+		if p.Blocked && l.empty() {
+			l.removedHead = true
+		}
 	}
 	l.LastSeq = p.LaneSeq
 	if p.Blocked {
@@ -388,9 +431,29 @@ func (b *LaneBook) place(id LaneID, p journal.Lane, w Waiter, at time.Time) erro
 		}
 	} else {
 		l.Head, l.HeadMessage, l.HeadSince, l.HeadSettled, l.Held = w.Delivery, w.Message, at, false, false
+		l.removedHead = false
 	}
 	b.changed[id] = true
-	return nil
+	return broken
+}
+
+// removalExplains reports whether deliveries the journal no longer holds
+// explain a placement at p that breaks the lane's rules as the fold has
+// them, in a fold of the whole journal: removed deliveries took the places
+// between (a gap); one holds the lane (a delivery put blocked into a lane
+// the fold has empty); or the removed one that held it settled with
+// nothing waiting, and the lane began again (any placement). A placement
+// that contradicts what live deliveries show is never explained.
+func (b *LaneBook) removalExplains(l *laneState, p journal.Lane) bool {
+	switch {
+	case !b.whole:
+		return false
+	case l.removedHead && l.Waiting == 0:
+		return true
+	case p.Blocked && l.empty():
+		return true
+	}
+	return p.Blocked != l.empty() && p.LaneSeq > l.LastSeq+1
 }
 
 // holder says who holds the lane, for errors.
@@ -411,10 +474,18 @@ func (b *LaneBook) unblock(id LaneID, l *laneState, d *Delivery, message uuid.UU
 		}
 		return b.leave(id, l, d.ID)
 	}
+	var broken error
+	if l.Head != p.After {
+		broken = fmt.Errorf("%s: delivery %s is unblocked after %s, but %s holds the lane", id, d.ID, p.After, l.Head)
+		// A removed delivery held the lane, or took it after the head the
+		// fold knows had settled for it, and let this one go.
+		if !b.whole || !l.removedHead && !l.HeadSettled {
+			return broken
+		}
+		broken = &removedError{broken}
+	}
 	switch {
-	case l.Head != p.After:
-		return fmt.Errorf("%s: delivery %s is unblocked after %s, but %s holds the lane", id, d.ID, p.After, l.Head)
-	case !b.headSettled(l):
+	case broken == nil && !b.headSettled(l):
 		return fmt.Errorf("%s: delivery %s is unblocked while %s, ahead of it, has not settled for the lane", id, d.ID, l.Head)
 	case len(l.waiters) == 0:
 		if !b.whole {
@@ -427,13 +498,14 @@ func (b *LaneBook) unblock(id LaneID, l *laneState, d *Delivery, message uuid.UU
 	l.waiters = l.waiters[1:]
 	l.Waiting--
 	l.Head, l.HeadMessage, l.HeadSince, l.HeadSettled, l.Held = d.ID, message, at, false, false
+	l.removedHead = false
 	if l.Waiting > 0 {
 		l.WaitingSince = at
 	} else {
 		l.WaitingSince = time.Time{}
 	}
 	b.changed[id] = true
-	return nil
+	return broken
 }
 
 // leave takes a waiting delivery out of its lane: skipped, or let go by a
@@ -462,6 +534,7 @@ func (b *LaneBook) leave(id LaneID, l *laneState, delivery uuid.UUID) error {
 // free ends the lane's hold: no head, and, with nothing waiting, no row.
 func (b *LaneBook) free(l *laneState) {
 	l.Head, l.HeadMessage, l.HeadSince, l.HeadSettled, l.Held = uuid.Nil, uuid.Nil, time.Time{}, false, false
+	l.removedHead = false
 	if l.Waiting == 0 {
 		// An empty lane has no row; its places start again from 1.
 		l.LastSeq = 0

@@ -361,6 +361,21 @@ type RefusalAt struct {
 	Version, N int
 }
 
+// String is the refusal's place as a list's cursor hands it out.
+func (a RefusalAt) String() string { return fmt.Sprintf("%d.%d", a.Version, a.N) }
+
+// ParseRefusalAt reads a place String gave; anything else is a
+// *lifecycle.FieldError on the field cursor.
+func ParseRefusalAt(s string) (RefusalAt, error) {
+	a, b, ok := strings.Cut(s, ".")
+	version, err1 := strconv.Atoi(a)
+	n, err2 := strconv.Atoi(b)
+	if !ok || err1 != nil || err2 != nil || version < 1 || n < 1 {
+		return RefusalAt{}, &lifecycle.FieldError{Field: "cursor", Problem: "is not a cursor of this list: pass next_cursor as it was given"}
+	}
+	return RefusalAt{Version: version, N: n}, nil
+}
+
 // Refusals reads up to limit refusals of an operation from its stream, in
 // the order the operation met them, after the place after (the zero
 // RefusalAt for the first).

@@ -43,7 +43,12 @@ type Message struct {
 	// AttemptCount is the attempts of all deliveries together.
 	AttemptCount int
 	CreatedAt    time.Time
-	UpdatedAt    time.Time
+	// UpdatedAt is the time of the last event that moved the message (all
+	// but message.payload_expunged): retention's clock counts from it.
+	UpdatedAt time.Time
+	// PayloadExpunged says retention dropped the payload bytes; the size
+	// and SHA-256 stay.
+	PayloadExpunged bool
 	// Deliveries are in Seq order.
 	Deliveries []Delivery
 	// Callback is the message's outcome callback, nil when it has no

@@ -21,7 +21,7 @@ var ErrNotFound = errors.New("not found")
 const messageColumns = `m.id, m.version, m.source, m.from_party, m.to_party, m.content_type,
 	coalesce(m.idempotency_key, ''), coalesce(m.ordering_key, ''), coalesce(m.duplicate_key, ''),
 	coalesce(m.possible_duplicate_of, '00000000-0000-0000-0000-000000000000'), m.generation, m.payload_size, m.payload_sha256, m.stage, coalesce(m.refusal, ''),
-	m.status, m.error, m.attempt_count, m.created_at, m.updated_at`
+	m.status, m.error, m.attempt_count, m.created_at, m.updated_at, m.payload_expunged`
 
 const deliveryColumns = `d.id, d.message_id, d.message_created_at, d.seq, d.generation, d.target, d.lane_key, d.lane_seq,
 	d.lane_continue, d.state, d.attempts,
@@ -165,7 +165,7 @@ func scanAll(rows pgx.Rows) ([]*Message, error) {
 func (m *Message) scanDest() []any {
 	return []any{&m.ID, &m.Version, &m.Source, &m.From, &m.To, &m.ContentType, &m.IdempotencyKey, &m.OrderingKey,
 		&m.DuplicateKey, &m.PossibleDuplicateOf, &m.Generation, &m.PayloadSize, &m.PayloadSHA256, &m.Stage, &m.Refusal, &m.Status, &m.Error, &m.AttemptCount,
-		&m.CreatedAt, &m.UpdatedAt}
+		&m.CreatedAt, &m.UpdatedAt, &m.PayloadExpunged}
 }
 
 // normalize puts read times in UTC, as the fold keeps them.
@@ -373,6 +373,8 @@ func scanCounts(rows pgx.Rows, counts map[lifecycle.DeliveryState]int64) error {
 	return err
 }
 
+// insertMessageSQL leaves payload_expunged to its default, false: a new
+// message has its payload.
 const insertMessageSQL = `INSERT INTO messages (id, version, source, from_party, to_party, content_type,
 	idempotency_key, ordering_key, duplicate_key, possible_duplicate_of, generation, payload_size, payload_sha256,
 	stage, refusal, status, error, delivery_count, attempt_count, created_at, updated_at)
@@ -383,11 +385,11 @@ const insertMessageSQL = `INSERT INTO messages (id, version, source, from_party,
 const updateMessagesSQL = `WITH updated AS (
 		UPDATE messages m SET version = x.version, stage = x.stage, refusal = x.refusal, status = x.status,
 			error = x.error, delivery_count = x.delivery_count, attempt_count = x.attempt_count,
-			updated_at = x.updated_at, generation = x.generation
+			updated_at = x.updated_at, generation = x.generation, payload_expunged = x.payload_expunged
 		FROM unnest($1::uuid[], $2::int[], $3::int[], $4::text[], $5::text[], $6::text[], $7::text[], $8::int[],
-			$9::int[], $10::timestamptz[], $11::int[])
+			$9::int[], $10::timestamptz[], $11::int[], $12::boolean[])
 			AS x(id, read_version, version, stage, refusal, status, error, delivery_count, attempt_count, updated_at,
-				generation)
+				generation, payload_expunged)
 		WHERE m.id = x.id AND m.version = x.read_version RETURNING m.id)
 	SELECT projection_expect_rows((SELECT count(*) FROM updated), cardinality($1::uuid[]))`
 
@@ -399,6 +401,7 @@ type messageUpdates struct {
 	refusal                           []pgtype.Text
 	deliveryCount, attemptCount, gens []int
 	updatedAt                         []time.Time
+	payloadExpunged                   []bool
 }
 
 // add adds m, read at version read.
@@ -411,11 +414,12 @@ func (u *messageUpdates) add(read int, m *Message) {
 	u.deliveryCount = append(u.deliveryCount, m.currentDeliveries())
 	u.attemptCount, u.gens = append(u.attemptCount, m.AttemptCount), append(u.gens, m.Generation)
 	u.updatedAt = append(u.updatedAt, m.UpdatedAt)
+	u.payloadExpunged = append(u.payloadExpunged, m.PayloadExpunged)
 }
 
 func (u *messageUpdates) args() []any {
 	return []any{u.id, u.readVersion, u.version, u.stage, u.refusal, u.status, u.error, u.deliveryCount,
-		u.attemptCount, u.updatedAt, u.gens}
+		u.attemptCount, u.updatedAt, u.gens, u.payloadExpunged}
 }
 
 const insertDeliveriesSQL = `INSERT INTO deliveries (id, message_id, message_created_at, seq, generation, target,

@@ -14,8 +14,8 @@ import (
 // The versions of the two parts this code reads and writes. Raise one when
 // its tables change: a database of the old version then refuses to start.
 const (
-	JournalVersion    = 3
-	ProjectionVersion = 6
+	JournalVersion    = 4
+	ProjectionVersion = 7
 )
 
 // The parts, as recorded in schema_version.
@@ -67,10 +67,54 @@ BEGIN
 	RAISE EXCEPTION 'the journal is append-only: % refused', TG_OP
 		USING ERRCODE = 'restrict_violation';
 END $$;
-CREATE OR REPLACE TRIGGER journal_append_only BEFORE UPDATE OR DELETE ON journal
+CREATE OR REPLACE TRIGGER journal_append_only BEFORE UPDATE ON journal
 	FOR EACH ROW EXECUTE FUNCTION journal_refuse_change();
 CREATE OR REPLACE TRIGGER journal_no_truncate BEFORE TRUNCATE ON journal
 	FOR EACH STATEMENT EXECUTE FUNCTION journal_refuse_change();
+
+-- The one exception, retention's (docs/retention.md): a DELETE stands only
+-- when its transaction appended, before it, the retention.archived event
+-- that records exactly what left (the number of events, of messages and of
+-- retention's older records, the first and last position) and where it was
+-- archived, and nothing of the config stream or of a bulk operation's
+-- stream leaves. Checked once per statement, over the rows it deleted.
+CREATE OR REPLACE FUNCTION journal_check_removal() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE
+	n bigint;
+	streams bigint;
+	records bigint;
+	lo bigint;
+	hi bigint;
+	kept boolean;
+	ledger jsonb;
+BEGIN
+	SELECT count(*), count(DISTINCT stream) FILTER (WHERE stream <> 'retention'),
+			count(*) FILTER (WHERE stream = 'retention'), min(position), max(position),
+			coalesce(bool_or(stream = 'config' OR stream LIKE 'operation:%'), false)
+		INTO n, streams, records, lo, hi, kept FROM removed;
+	IF n = 0 THEN
+		RETURN NULL;
+	END IF;
+	SELECT payload INTO ledger FROM journal
+		WHERE txid = pg_current_xact_id() AND kind = 'retention.archived'
+		ORDER BY position DESC LIMIT 1;
+	IF ledger IS NULL OR kept OR (ledger->>'events')::bigint <> n OR (ledger->>'messages')::bigint <> streams
+			OR (ledger->>'records')::bigint <> records
+			OR (ledger->>'first_position')::bigint <> lo OR (ledger->>'last_position')::bigint <> hi THEN
+		RAISE EXCEPTION 'the journal is append-only: DELETE of % events refused, no retention.archived event of this transaction records them', n
+			USING ERRCODE = 'restrict_violation';
+	END IF;
+	RETURN NULL;
+END $$;
+CREATE OR REPLACE TRIGGER journal_removal AFTER DELETE ON journal
+	REFERENCING OLD TABLE AS removed FOR EACH STATEMENT EXECUTE FUNCTION journal_check_removal();
+
+-- The id of this database's archive, drawn once by retention: the name of
+-- its directory under archive_dir, so two databases never share files.
+CREATE TABLE IF NOT EXISTS retention_archive (
+	singleton bool PRIMARY KEY DEFAULT true CHECK (singleton),
+	id        uuid NOT NULL
+);
 
 CREATE TABLE IF NOT EXISTS payloads (
 	message_id uuid  PRIMARY KEY,
@@ -130,7 +174,8 @@ CREATE TABLE IF NOT EXISTS messages (
 	delivery_count  int         NOT NULL,
 	attempt_count   int         NOT NULL,
 	created_at      timestamptz NOT NULL,
-	updated_at      timestamptz NOT NULL
+	updated_at      timestamptz NOT NULL,
+	payload_expunged boolean     NOT NULL DEFAULT false
 );
 
 -- A command read the message at a version; finding it at another means a
@@ -305,6 +350,11 @@ END $$;
 CREATE INDEX IF NOT EXISTS messages_created ON messages (created_at DESC, id DESC);
 CREATE INDEX IF NOT EXISTS messages_status_created ON messages (status, created_at DESC, id DESC);
 CREATE INDEX IF NOT EXISTS messages_source_created ON messages (source, created_at DESC, id DESC);
+-- Retention's expunge takes, oldest first, the messages that still hold a
+-- payload retention may drop. It holds no updated_at, which every event
+-- changes, so message updates that keep the status stay HOT.
+CREATE INDEX IF NOT EXISTS messages_payload_held ON messages (status, created_at, id)
+	WHERE NOT payload_expunged AND ` + lifecycle.StatusesSQL("status", lifecycle.ExpungeStatuses()) + `;
 CREATE INDEX IF NOT EXISTS messages_ordering_key_created ON messages (ordering_key, created_at DESC, id DESC)
 	WHERE ordering_key IS NOT NULL;
 -- The latest earlier message of a source with a duplicate key, found at

@@ -20,6 +20,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/waybill/waybill/projection"
+	"github.com/waybill/waybill/retention"
 	"github.com/waybill/waybill/schema"
 )
 
@@ -27,7 +28,8 @@ const usage = `usage: waybill <command> [flags]
 
 commands:
   serve    [flags]                              run the service; waybill serve --help lists the flags
-  audit    [--message ID]                       replay the journal and check it against the projections
+  audit    [--message ID] [--archive DIR]       replay the journal and check it against the projections,
+                                                and the retention archive in DIR against the journal
   rebuild                                       recreate the projections from the journal, then audit
   reset    --projections                        drop the projection tables
   token    create --name N --role R             create an API token (admin, ingest, reader or receipt) and print it
@@ -114,6 +116,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	switch args[0] {
 	case "audit":
 		message := fs.String("message", "", "audit only this message's stream")
+		archive := fs.String("archive", "", "also verify the retention archive in this directory (the archive_dir) against the journal")
 		cmd = func(ctx context.Context, db *pgxpool.Pool) (int, error) {
 			id := uuid.Nil
 			if *message != "" {
@@ -126,7 +129,15 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			if err != nil {
 				return 1, err
 			}
-			return printReport(stdout, "audit", r), nil
+			code := printReport(stdout, "audit", r)
+			if *archive == "" {
+				return code, nil
+			}
+			a, err := retention.VerifyArchive(ctx, db, *archive)
+			if err != nil {
+				return 1, err
+			}
+			return max(code, printArchiveReport(stdout, a)), nil
 		}
 	case "rebuild":
 		cmd = func(ctx context.Context, db *pgxpool.Pool) (int, error) {
@@ -198,6 +209,22 @@ func printReport(w io.Writer, what string, r *projection.Report) int {
 	}
 	fmt.Fprintf(w, "%s: %d events, %d messages, %d deliveries, %d operations checked; %d violations\n",
 		what, r.Events, r.Messages, r.Deliveries, r.Operations, len(r.Violations))
+	if rm := r.Removed; rm.Batches > 0 {
+		fmt.Fprintf(w, "retention removed %d events of %d messages in %d batches (%d after settled_after, %d after failed_after), archived in %s\n",
+			rm.Events, rm.Messages, rm.Batches, rm.Settled, rm.Faulted, rm.Archive)
+	}
+	if len(r.Violations) > 0 {
+		return 1
+	}
+	return 0
+}
+
+func printArchiveReport(w io.Writer, r *retention.ArchiveReport) int {
+	for _, v := range r.Violations {
+		fmt.Fprintf(w, "violation: %s\n", v)
+	}
+	fmt.Fprintf(w, "archive %s: %d files, %d events, %d messages checked; %d violations\n",
+		r.Dir, r.Files, r.Events, r.Messages, len(r.Violations))
 	if len(r.Violations) > 0 {
 		return 1
 	}

@@ -33,6 +33,7 @@ import (
 	"github.com/waybill/waybill/internal/securefile"
 	"github.com/waybill/waybill/natsserver"
 	"github.com/waybill/waybill/pgserver"
+	"github.com/waybill/waybill/retention"
 	"github.com/waybill/waybill/schema"
 	"github.com/waybill/waybill/service"
 	"github.com/waybill/waybill/sweep"
@@ -204,7 +205,8 @@ func serve(ctx context.Context, cfg *serveConfig, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	ui, err := console.New(console.Config{Base: base, Writer: w, DB: db, Tokens: tokens, OnConfigChange: rt.ConfigChanged})
+	ui, err := console.New(console.Config{Base: base, Writer: w, DB: db, Tokens: tokens, OnConfigChange: rt.ConfigChanged,
+		OnOperation: runner.Wake})
 	if err != nil {
 		return err
 	}
@@ -235,13 +237,20 @@ func serve(ctx context.Context, cfg *serveConfig, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	// Retention removes an event only once the feed's groups this process
+	// runs have passed it.
+	ret, err := retention.New(retention.Config{Base: base, Writer: w, DB: db, Registerer: reg,
+		FeedGroups: []string{alerts.AlerterGroup, alerts.StreamGroup}})
+	if err != nil {
+		return err
+	}
 
 	// The services start in this order and stop in the reverse: the
 	// sources first, so nothing comes in while the rest stops, then the
-	// bulk operations' runner, the sweep, then the workers, each before
-	// anything they use. The sweep's first pass runs after the workers
-	// subscribed, so its wake-ups find them, and so do the sources' first
-	// messages.
+	// bulk operations' runner, retention and the sweep, then the workers,
+	// each before anything they use. The sweep's first pass runs
+	// after the workers subscribed, so its wake-ups find them, and so do
+	// the sources' first messages.
 	var services service.List
 	stack.push(func() {
 		ready.Store(false)
@@ -253,7 +262,7 @@ func serve(ctx context.Context, cfg *serveConfig, stderr io.Writer) error {
 		name string
 		s    service.Service
 	}{{"http server", web}, {"alerter", alerter}, {"event stream", events}, {"runtime", rt}, {"callbacks", callbacks}, {"sweep", sw},
-		{"bulk operations", runner}, {"sources", sources}} {
+		{"retention", ret}, {"bulk operations", runner}, {"sources", sources}} {
 		if err := services.Start(ctx, s.name, s.s); err != nil {
 			return err
 		}

@@ -1,0 +1,16 @@
+package retention
+
+// SetCut makes r call cut at the named points of a removal batch
+// ("written": the files are written under their pending names; "committed":
+// the batch's transaction committed, the files are not renamed yet); an
+// error stops the pass there, as a crash would.
+func SetCut(r *Retention, cut func(point string) error) { r.cut = cut }
+
+// ExpungeSQL and RemovalSQL are the selections, by status.
+var (
+	ExpungeSQL = expungeSQL
+	RemovalSQL = removalSQL
+)
+
+// Shard is the directory of a batch's files in the archive's.
+var Shard = shard
