@@ -20,9 +20,8 @@ import (
 // (message_counts) and by status and hour of creation
 // (message_hour_counts). Whatever writes the projection tables adds to a
 // tally what it changes and queues the tally in the same transaction:
-// Queue for the commands, the rebuild for the whole journal. Whatever
-// deletes messages must Add each of them with sign -1 and Queue the tally
-// in the transaction that deletes them.
+// Queue for the commands, the rebuild for the whole journal, QueueRemove
+// for the messages retention deletes, each added with sign -1.
 type Tally struct {
 	deliveries map[lifecycle.DeliveryState]int64
 	messages   map[statusHour]int64
