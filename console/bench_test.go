@@ -1,6 +1,7 @@
 package console_test
 
 import (
+	"flag"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -19,9 +20,14 @@ import (
 const benchMessages = 1_000_000
 
 // benchDays is the time the messages are spread over, ending at the
-// benchmark's clock: the 24-hour and 7-day figures count 1/30 and 7/30 of
-// them.
-const benchDays = 30
+// benchmark's clock: with 30 days, the 24-hour and 7-day figures count
+// 1/30 and 7/30 of them; with 7, the 7-day figure counts them all.
+var benchDays = flag.Int("waybill.days", 30, "the days BenchmarkPages spreads its messages over, ending at its clock")
+
+// benchPastHour puts the benchmark's clock this far past the hour, so that
+// the windows of /stats begin a minute into an hour: the kept counts are
+// by hour, and the rest of that hour is counted from the messages.
+const benchPastHour = time.Minute
 
 // loadMessages fills the journal by SQL, n messages of 4 to 6 events, and
 // the projections from it with a rebuild, as the projection benchmarks do.
@@ -34,7 +40,7 @@ func loadMessages(b *testing.B, bd *bundle, n int) {
 	bd.target(b, "archive")
 	bd.target(b, "billing")
 	end := bd.clock.Now()
-	step := benchDays * 24 * time.Hour / time.Duration(n)
+	step := time.Duration(*benchDays) * 24 * time.Hour / time.Duration(n)
 	const chunk = 100_000
 	for from := 1; from <= n; from += chunk {
 		_, err := bd.db.Exec(bd.ctx, `
@@ -85,6 +91,23 @@ func loadMessages(b *testing.B, bd *bundle, n int) {
 	if err != nil || len(r.Violations) > 0 {
 		b.Fatal(err, r)
 	}
+	// The rebuild writes each kept count of messages in one row; the
+	// projector's writers spread them over the shards. Every status (and
+	// "", any status) gets a row in every shard, of every hour loaded: the
+	// figures of /stats sum as many rows as they ever can.
+	if _, err := bd.db.Exec(bd.ctx, `
+		INSERT INTO message_hour_counts (hour, status, shard, n)
+		SELECT h, s, sh, 0 FROM generate_series($1::timestamptz, $2::timestamptz, interval '1 hour') h,
+			unnest($3::text[]) s, generate_series(0, $4 - 1) sh
+		ON CONFLICT DO NOTHING`, end.Add(-time.Duration(*benchDays)*24*time.Hour).Truncate(time.Hour), end,
+		append(lifecycle.Strings(lifecycle.MessageStatuses), ""), projection.MessageCountShards); err != nil {
+		b.Fatal(err)
+	}
+	if _, err := bd.db.Exec(bd.ctx, `INSERT INTO message_counts (shard, status, n)
+		SELECT sh, s, 0 FROM unnest($1::text[]) s, generate_series(0, $2 - 1) sh ON CONFLICT DO NOTHING`,
+		lifecycle.Strings(lifecycle.MessageStatuses), projection.MessageCountShards); err != nil {
+		b.Fatal(err)
+	}
 	if _, err := bd.db.Exec(bd.ctx, `VACUUM ANALYZE`); err != nil {
 		b.Fatal(err)
 	}
@@ -101,7 +124,7 @@ func loadLanes(b *testing.B, bd *bundle, n int) {
 	b.Helper()
 	bd.fifo(b, "orders")
 	end := bd.clock.Now()
-	step := benchDays * 24 * time.Hour / time.Duration(n)
+	step := time.Duration(*benchDays) * 24 * time.Hour / time.Duration(n)
 	_, err := bd.db.Exec(bd.ctx, `
 		INSERT INTO journal (recorded_at, stream, version, kind, actor, payload)
 		SELECT e.at, g.mid::text, e.version, e.kind, 'source:shop', e.payload
@@ -132,7 +155,7 @@ func BenchmarkPages(b *testing.B) {
 		n = 20_000
 	}
 	bd := setup(b)
-	bd.clock.Advance(benchDays * 24 * time.Hour)
+	bd.clock.Advance(time.Duration(*benchDays)*24*time.Hour + benchPastHour)
 	loadMessages(b, bd, n)
 	now := bd.clock.Now()
 	secret, _, err := bd.tokens.StartSession(bd.ctx, bd.admin, now, now.Add(time.Hour))

@@ -234,15 +234,6 @@ func (f *Folded) configure(e journal.Event) {
 	}
 }
 
-// countStates counts the fold's deliveries by state.
-func (f *Folded) countStates() map[lifecycle.DeliveryState]int64 {
-	counts := map[lifecycle.DeliveryState]int64{}
-	for _, m := range f.inOrder {
-		m.countInto(counts, 1)
-	}
-	return counts
-}
-
 // fold folds one event; it reports an event Apply refuses and returns nil.
 func (f *Folded) fold(e journal.Event) error {
 	f.Events++

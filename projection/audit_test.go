@@ -365,6 +365,88 @@ func TestAuditNamesAWrongCountAndRebuildMendsIt(t *testing.T) {
 	}
 }
 
+// TestAuditNamesAWrongMessageCountAndRebuildMendsIt checks the kept counts
+// of messages by status and by status and hour of creation: the commands
+// keep them equal to the rows, the audit names a count that is not (a
+// status's, an hour's, an hour no message was created in), and a rebuild
+// writes them anew.
+func TestAuditNamesAWrongMessageCountAndRebuildMendsIt(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.lifecycles(t, 40, rand.New(rand.NewPCG(7, 8)))
+	lines := func(sql string) []string {
+		t.Helper()
+		rows, err := b.db.Query(b.ctx, sql)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	counted := func() []string {
+		t.Helper()
+		kept := append(lines(`SELECT status || ' ' || n FROM (SELECT status, sum(n) n FROM message_counts GROUP BY status) c
+				WHERE n <> 0 ORDER BY 1`),
+			lines(`SELECT status || ' ' || to_char(hour AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24') || ' ' || n
+				FROM (SELECT status, hour, sum(n) n FROM message_hour_counts GROUP BY status, hour) c
+				WHERE n <> 0 ORDER BY 1`)...)
+		rows := append(lines(`SELECT status || ' ' || count(*) FROM messages GROUP BY status ORDER BY 1`),
+			lines(`SELECT s || ' ' || to_char(h AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24') || ' ' || count(*)
+				FROM messages, LATERAL (SELECT date_trunc('hour', created_at, 'UTC')) AS h(h),
+				LATERAL (VALUES (status), ('')) AS s(s) -- '' counts every status
+				GROUP BY s, h ORDER BY 1`)...)
+		if !slices.Equal(kept, rows) {
+			t.Fatalf("kept counts %v, the rows count %v", kept, rows)
+		}
+		return kept
+	}
+	before := counted()
+	var (
+		delivered, n int64
+		status       string
+		hour         time.Time
+	)
+	if err := b.db.QueryRow(b.ctx, `SELECT count(*) FROM messages WHERE status = 'delivered'`).Scan(&delivered); err != nil {
+		t.Fatal(err)
+	}
+	// A status before received: the audit names counts in the order of
+	// status and hour.
+	if err := b.db.QueryRow(b.ctx, `SELECT status, date_trunc('hour', created_at, 'UTC'), count(*) FROM messages
+		WHERE status < 'received' GROUP BY 1, 2 ORDER BY 2, 1 LIMIT 1`).Scan(&status, &hour, &n); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.db.Exec(b.ctx, `INSERT INTO message_counts VALUES (9999, 'delivered', 2)`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.db.Exec(b.ctx, `INSERT INTO message_hour_counts
+		VALUES ($1, $2, 9999, -1), ('received', '2020-01-01 00:00:00+00', 9999, 1)`, status, hour); err != nil {
+		t.Fatal(err)
+	}
+	r := b.audit(t)
+	want := []string{
+		fmt.Sprintf("the count of delivered messages is %d, the journal makes %d", delivered+2, delivered),
+		fmt.Sprintf("the count of %s messages created in the hour from %s is %d, the journal makes %d",
+			status, hour.UTC().Format(time.RFC3339), n-1, n),
+		"the count of received messages created in the hour from 2020-01-01T00:00:00Z is 1, the journal makes 0",
+	}
+	var got []string
+	for _, v := range r.Violations {
+		got = append(got, v.String())
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("violations\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	if r, err := projection.Rebuild(b.ctx, b.db); err != nil || len(r.Violations) > 0 {
+		t.Fatalf("rebuild: %v, %v", r, err)
+	}
+	if after := counted(); !slices.Equal(after, before) {
+		t.Fatalf("counts after rebuild %v, before %v", after, before)
+	}
+}
+
 // TestAuditNamesAForgedPossibleDuplicate: a message may name as its
 // possible duplicate only an earlier message of its source and key.
 func TestAuditNamesAForgedPossibleDuplicate(t *testing.T) {

@@ -13,7 +13,6 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/waybill/waybill/journal"
-	"github.com/waybill/waybill/lifecycle"
 )
 
 // checkTables compares the stored rows (of one message, unless message is
@@ -69,27 +68,6 @@ func checkTables(ctx context.Context, qs []journal.Querier, f *Folded, message u
 		r.Violations = append(append(append(append(r.Violations, laned...), inboxes...), correlations...), operated...)
 	}
 	return r, nil
-}
-
-// checkCounts compares the kept counts of deliveries by state with the
-// fold's.
-func checkCounts(ctx context.Context, q journal.Querier, f *Folded) ([]Violation, error) {
-	rows, err := q.Query(ctx, countsSQL)
-	if err != nil {
-		return nil, fmt.Errorf("audit delivery counts: %w", err)
-	}
-	stored := map[lifecycle.DeliveryState]int64{}
-	if err := scanCounts(rows, stored); err != nil {
-		return nil, fmt.Errorf("audit delivery counts: %w", err)
-	}
-	want := f.countStates()
-	var out []Violation
-	for _, s := range lifecycle.CountedStates {
-		if got := stored[s]; got != want[s] {
-			out = append(out, Violation{Problem: fmt.Sprintf("the count of %s deliveries is %d, the journal makes %d", s, got, want[s])})
-		}
-	}
-	return out, nil
 }
 
 // share is the part of the tables one connection checks: the messages

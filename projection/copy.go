@@ -18,7 +18,7 @@ import (
 // copyFolded loads the fold into the projection tables, which tx created:
 // the messages, deliveries, correlations and callbacks with COPY FREEZE in PostgreSQL's binary
 // format (the rows need no visibility checks later and are encoded without
-// pgx's per-value work), then the counts of deliveries by state.
+// pgx's per-value work), then the kept counts (Tally).
 func copyFolded(ctx context.Context, tx pgx.Tx, f *Folded) error {
 	// In the order the streams began, as the projector inserts them: the
 	// rows lie in the table as they lie in memory, which keeps reading
@@ -120,9 +120,10 @@ func copyFolded(ctx context.Context, tx pgx.Tx, f *Folded) error {
 		return fmt.Errorf("copy callbacks: %w", err)
 	}
 	b := &pgx.Batch{}
-	queueCounts(b, f.countStates())
+	tally := f.tally()
+	tally.Queue(b)
 	if err := tx.SendBatch(ctx, b).Close(); err != nil {
-		return fmt.Errorf("store delivery counts: %w", err)
+		return fmt.Errorf("store the counts: %w", err)
 	}
 	if err := copyLanes(ctx, tx, f.lanes.All()); err != nil {
 		return err

@@ -150,10 +150,20 @@ func TestAuditSeesOneSnapshot(t *testing.T) {
 	if len(r.Violations) > 0 || r.Events != events || r.Messages != 3 {
 		t.Fatalf("audit: %d events (want %d), %d messages, %v", r.Events, events, r.Messages, r.Violations)
 	}
-	// The late event is there for the next audit, with no row.
+	// The late event is there for the next audit, with no row and out of
+	// the kept counts.
 	r = b.audit(t)
-	if len(r.Violations) != 1 || !strings.Contains(r.Violations[0].Problem, "not in the messages table") || r.Messages != 4 {
+	hour := b.now.Truncate(time.Hour).Format(time.RFC3339)
+	want := []string{"not in the messages table", "the count of received messages is 0, the journal makes 1",
+		"the count of messages created in the hour from " + hour + " is 4, the journal makes 5",
+		"the count of received messages created in the hour from " + hour + " is 0, the journal makes 1"}
+	if len(r.Violations) != len(want) || r.Messages != 4 {
 		t.Fatalf("next audit: %d messages, %v", r.Messages, r.Violations)
+	}
+	for i, v := range r.Violations {
+		if !strings.Contains(v.Problem, want[i]) {
+			t.Fatalf("next audit: %v, want %q", r.Violations, want)
+		}
 	}
 }
 

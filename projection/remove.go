@@ -10,24 +10,23 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/waybill/waybill/journal"
-	"github.com/waybill/waybill/lifecycle"
 )
 
 // QueueRemove queues on b, in a transaction that holds the messages' rows
 // locked, the deletion of the messages and of every row they have in the
-// projections: their deliveries (taken off the counts by state), their
-// outcome callbacks, and the correlations of receivers' ids one of their
-// deliveries holds (a correlation another delivery took since stays).
-// events are the messages' whole streams, which name those ids; ms must be
-// as stored: the counts go down by the states they hold. Retention calls
-// it in the transaction that removes the streams from the journal, so the
-// tables and the journal stay each other's fold.
+// projections: their deliveries, their outcome callbacks, and the
+// correlations of receivers' ids one of their deliveries holds (a
+// correlation another delivery took since stays); and the messages leave
+// the kept counts (Tally). events are the messages' whole streams, which
+// name those ids; ms must be as stored, as the counts hold them. Retention
+// calls it in the transaction that removes the streams from the journal,
+// so the tables and the journal stay each other's fold.
 func QueueRemove(b *pgx.Batch, ms []*Message, events []journal.Event) {
 	ids := make([]uuid.UUID, len(ms))
-	counts := map[lifecycle.DeliveryState]int64{}
+	var tally Tally
 	for i, m := range ms {
 		ids[i] = m.ID
-		m.countInto(counts, -1)
+		tally.Add(m, -1)
 	}
 	keys := map[CorrelationKey]bool{}
 	for _, e := range events {
@@ -48,7 +47,7 @@ func QueueRemove(b *pgx.Batch, ms []*Message, events []journal.Event) {
 			WHERE c.target = k.target AND c.external_id = k.external_id AND c.message_id = ANY($3::uuid[])`,
 			targets, externalIDs, ids)
 	}
-	queueCounts(b, counts)
+	tally.Queue(b)
 }
 
 // OpenLanes reports which of the lanes named have a row: a head, or

@@ -35,14 +35,37 @@ type Stats struct {
 	OldestDue time.Duration
 }
 
-// messageStatsSQL counts ranges of indexes: messages_status_created (by
-// status, then created_at) and messages_created. The statuses are the
-// lifecycle's sets: the unsettled ones, the faulted ones.
+// messageStatsSQL sums the kept counts of messages (Tally): by status for
+// the messages in flight, by status and hour of creation for the windows
+// (by hour alone, anyStatus, for the 7 days). A window ($1 or $3) that
+// begins inside an hour counts that hour's messages from its start to the
+// next whole hour ($2 or $4) from the messages themselves, a range of
+// messages_status_created or messages_created: the kept counts hold whole
+// hours. The statuses are the lifecycle's sets: the unsettled ones, the
+// faulted ones.
 var messageStatsSQL = `SELECT
-	(SELECT count(*) FROM messages WHERE ` + lifecycle.StatusesSQL("status", lifecycle.StatusesWhere(unsettled)) + `),
-	(SELECT count(*) FROM messages WHERE ` + lifecycle.StatusesSQL("status", lifecycle.StatusesWhere(lifecycle.MessageStatus.Faulted)) + ` AND created_at >= $1),
-	(SELECT count(*) FROM messages WHERE ` + lifecycle.StatusesSQL("status", []lifecycle.MessageStatus{lifecycle.StatusRefused}) + ` AND created_at >= $1),
-	(SELECT count(*) FROM messages WHERE created_at >= $2)`
+	(SELECT coalesce(sum(n), 0)::bigint FROM message_counts WHERE ` + lifecycle.StatusesSQL("status", lifecycle.StatusesWhere(unsettled)) + `),
+	(SELECT coalesce(sum(n), 0)::bigint FROM message_hour_counts WHERE hour >= $2 AND ` + faulted + `)
+		+ (SELECT count(*) FROM messages WHERE ` + faulted + ` AND created_at >= $1 AND created_at < $2),
+	(SELECT coalesce(sum(n), 0)::bigint FROM message_hour_counts WHERE hour >= $2 AND ` + refused + `)
+		+ (SELECT count(*) FROM messages WHERE ` + refused + ` AND created_at >= $1 AND created_at < $2),
+	(SELECT coalesce(sum(n), 0)::bigint FROM message_hour_counts WHERE ` + lifecycle.StatusesSQL("status", []lifecycle.MessageStatus{anyStatus}) + ` AND hour >= $4)
+		+ (SELECT count(*) FROM messages WHERE created_at >= $3 AND created_at < $4)`
+
+var (
+	faulted = lifecycle.StatusesSQL("status", lifecycle.StatusesWhere(lifecycle.MessageStatus.Faulted))
+	refused = lifecycle.StatusesSQL("status", []lifecycle.MessageStatus{lifecycle.StatusRefused})
+)
+
+// hourFrom is the first whole hour at or after t: a window from t sums the
+// kept counts from there.
+func hourFrom(t time.Time) time.Time {
+	h := t.Truncate(time.Hour)
+	if h.Before(t) {
+		h = h.Add(time.Hour)
+	}
+	return h
+}
 
 func unsettled(s lifecycle.MessageStatus) bool { return !s.Settled() }
 
@@ -52,13 +75,18 @@ type BatchSender interface {
 }
 
 // ReadStats reads the figures with their windows ending at now, in one
-// round trip. No figure counts a whole table: the message figures are
-// ranges of an index, the deliveries by state the kept counts.
+// round trip. No figure counts more than an hour of messages: the message
+// figures and the deliveries by state sum the kept counts, and a window
+// that begins inside an hour counts the rest of that hour from the
+// messages.
 func ReadStats(ctx context.Context, db BatchSender, now time.Time) (Stats, error) {
-	now = now.UTC()
+	// The database keeps microseconds: the windows begin where its
+	// comparisons put them.
+	now = now.UTC().Truncate(time.Microsecond)
+	day, week := now.Add(-24*time.Hour), now.Add(-7*24*time.Hour)
 	var out Stats
 	b := &pgx.Batch{}
-	b.Queue(messageStatsSQL, now.Add(-24*time.Hour), now.Add(-7*24*time.Hour)).QueryRow(func(row pgx.Row) error {
+	b.Queue(messageStatsSQL, day, hourFrom(day), week, hourFrom(week)).QueryRow(func(row pgx.Row) error {
 		return row.Scan(&out.InFlightMessages, &out.FailedLast24h, &out.RefusedLast24h, &out.MessagesLast7d)
 	})
 	due := QueueDue(b, now)

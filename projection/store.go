@@ -231,19 +231,14 @@ type Write struct {
 // has the version read (which locks it), the touched deliveries of all
 // upserted in one statement, the callbacks and correlations the writes
 // changed, the lanes they moved (upserted, or deleted once empty), and
-// last the changes to the counts of deliveries by state. An update that
-// finds the row at another version
-// fails the transaction with a serialization failure, so a command that
-// read a stale state reads again.
-//
-// The counts come last so that a transaction holds its shard's rows only
-// while it commits: every lock it may wait for (a message row, an
-// idempotency key) it has taken before.
+// last the changes to the kept counts (Tally). An update that finds the
+// row at another version fails the transaction with a serialization
+// failure, so a command that read a stale state reads again.
 func Queue(b *pgx.Batch, lanes []Lane, writes ...Write) {
 	var created, changed deliveryColumnsOf
 	var updated messageUpdates
 	seen := map[uuid.UUID]bool{}
-	counts := map[lifecycle.DeliveryState]int64{}
+	var tally Tally
 	for _, w := range writes {
 		m := w.Message
 		d := &changed
@@ -265,12 +260,12 @@ func Queue(b *pgx.Batch, lanes []Lane, writes ...Write) {
 			seen[id] = true
 			d.add(dl)
 		}
-		// The counts hold the current generation's deliveries: a new
-		// generation takes the last one's out of them.
+		// The message as it was leaves the counts and the message as it is
+		// enters them: its status, its current generation's deliveries.
 		if w.Before != nil {
-			w.Before.countInto(counts, -1)
+			tally.Add(w.Before, -1)
 		}
-		m.countInto(counts, 1)
+		tally.Add(m, 1)
 	}
 	if len(updated.id) > 0 {
 		b.Queue(updateMessagesSQL, updated.args()...)
@@ -284,7 +279,7 @@ func Queue(b *pgx.Batch, lanes []Lane, writes ...Write) {
 	queueCallbacks(b, writes)
 	queueCorrelations(b, writes)
 	queueLanes(b, lanes)
-	queueCounts(b, counts)
+	tally.Queue(b)
 }
 
 // countInto adds sign times the message's current deliveries, by state,
@@ -309,8 +304,8 @@ func (m *Message) currentDeliveries() int {
 }
 
 // queueCounts adds the changes to the counts of deliveries by state to the
-// rows of the backend's shard, in the order of the states, so that two
-// transactions on one shard cannot wait for each other in a cycle.
+// rows of the backend's shard, in the order of the states (see
+// Tally.Queue).
 func queueCounts(b *pgx.Batch, counts map[lifecycle.DeliveryState]int64) {
 	var states []string
 	for s, n := range counts {

@@ -15,7 +15,7 @@ import (
 // its tables change: a database of the old version then refuses to start.
 const (
 	JournalVersion    = 4
-	ProjectionVersion = 6
+	ProjectionVersion = 7
 )
 
 // The parts, as recorded in schema_version.
@@ -215,11 +215,6 @@ CREATE TABLE IF NOT EXISTS deliveries (
 	finished_at          timestamptz
 );
 
--- The number of deliveries in each state, kept by the projector so that no
--- figure has to count the deliveries table. Each transaction adds its
--- changes to the rows of one shard (its backend's), so concurrent writers
--- rarely wait for each other on a row; a state's count is the sum over
--- its shards.
 -- The lanes of fifo targets that hold work: the delivery at the head (the
 -- one a worker may take) and how many wait behind it, blocked. A lane with
 -- no head and nothing waiting has no row. Kept by the projector from the
@@ -258,11 +253,33 @@ CREATE TABLE IF NOT EXISTS operations (
 	finished_at timestamptz
 );
 
+-- The number of deliveries in each state, and of messages in each status
+-- and in each status by the hour (of UTC) they were created in, kept by
+-- the projector so that no figure has to count the deliveries or the
+-- messages. Each transaction adds its changes to the rows of one shard (its
+-- backend's), so concurrent writers rarely wait for each other on a row; a
+-- count is the sum over its shards. The keys are made with the tables: the
+-- rebuild's upserts of the counts need them.
 CREATE TABLE IF NOT EXISTS delivery_counts (
 	shard int    NOT NULL,
 	state text   NOT NULL,
 	n     bigint NOT NULL,
 	PRIMARY KEY (shard, state)
+);
+CREATE TABLE IF NOT EXISTS message_counts (
+	shard  int    NOT NULL,
+	status text   NOT NULL,
+	n      bigint NOT NULL,
+	PRIMARY KEY (shard, status)
+);
+-- The rows of status '' count the messages of their hour whatever their
+-- status. /stats sums a range of the key for each status it reads.
+CREATE TABLE IF NOT EXISTS message_hour_counts (
+	status text        NOT NULL,
+	hour   timestamptz NOT NULL,
+	shard  int         NOT NULL,
+	n      bigint      NOT NULL,
+	PRIMARY KEY (status, hour, shard)
 );
 
 -- A receiver's own id for a message names one delivery per target: the
@@ -453,7 +470,7 @@ func RecreateProjections(ctx context.Context, db *pgxpool.Pool, load func(pgx.Tx
 		if err := checkVersion(ctx, tx, PartJournal, JournalVersion); err != nil {
 			return err
 		}
-		if _, err := tx.Exec(ctx, `DROP TABLE IF EXISTS messages, deliveries, delivery_counts, lanes, callbacks, correlations, operations;
+		if _, err := tx.Exec(ctx, `DROP TABLE IF EXISTS messages, deliveries, delivery_counts, message_counts, message_hour_counts, lanes, callbacks, correlations, operations;
 			DELETE FROM schema_version WHERE part = 'projections'`); err != nil {
 			return fmt.Errorf("drop projection tables: %w", err)
 		}
@@ -478,7 +495,7 @@ func RecreateProjections(ctx context.Context, db *pgxpool.Pool, load func(pgx.Tx
 // version; the journal, the payloads and the configuration stay. The next
 // Ensure creates them empty, for a rebuild to fill.
 func ResetProjections(ctx context.Context, db *pgxpool.Pool) error {
-	_, err := db.Exec(ctx, `DROP TABLE IF EXISTS messages, deliveries, delivery_counts, lanes, callbacks, correlations, operations;
+	_, err := db.Exec(ctx, `DROP TABLE IF EXISTS messages, deliveries, delivery_counts, message_counts, message_hour_counts, lanes, callbacks, correlations, operations;
 		`+versionDDL+`;
 		DELETE FROM schema_version WHERE part = 'projections'`)
 	if err != nil {
