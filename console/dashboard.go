@@ -16,9 +16,16 @@ type dashboardView struct {
 	// At is when the figures were read.
 	At      time.Time
 	States  []stateCount
-	Targets []lifecycle.Target
+	Targets []targetRow
 	// The lists behind the cards.
 	Errors, Stalled, Refused, Week string
+}
+
+// targetRow is a target and its figures (zero for one that has had no
+// delivery).
+type targetRow struct {
+	lifecycle.Target
+	Figures projection.TargetStats
 }
 
 // stateCount is one row of the deliveries by state.
@@ -38,11 +45,18 @@ func (c *Console) dashboard(w http.ResponseWriter, r *http.Request, _ *auth.Sess
 	if err != nil {
 		return err
 	}
-	v := dashboardView{Stats: stats, At: now, Targets: targets,
+	v := dashboardView{Stats: stats, At: now,
 		Errors:  listURL(url.Values{"status": {string(lifecycle.StatusError)}, "created_after": {formTime(now.Add(-24 * time.Hour))}}),
 		Stalled: listURL(url.Values{"status": {string(lifecycle.StatusStalled)}, "created_after": {formTime(now.Add(-24 * time.Hour))}}),
 		Refused: listURL(url.Values{"status": {string(lifecycle.StatusRefused)}, "created_after": {formTime(now.Add(-24 * time.Hour))}}),
 		Week:    listURL(url.Values{"created_after": {formTime(now.Add(-7 * 24 * time.Hour))}}),
+	}
+	figures := make(map[string]projection.TargetStats, len(stats.Targets))
+	for _, f := range stats.Targets {
+		figures[f.Target] = f
+	}
+	for _, t := range targets {
+		v.Targets = append(v.Targets, targetRow{Target: t, Figures: figures[t.Name]})
 	}
 	for _, s := range lifecycle.CountedStates {
 		v.States = append(v.States, stateCount{State: s, N: stats.DeliveriesByState[s]})

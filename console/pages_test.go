@@ -37,7 +37,17 @@ func TestDashboardShowsTheFigures(t *testing.T) {
 		`href="/ui/messages?created_after=2026-11-30T08%3A01%3A00&amp;status=error"`,
 		`<span class="badge tone-bad">Failed</span></td><td class="num">1</td>`,
 		"1 due now, the oldest due for 50s",
-		`href="/ui/targets/billing"`, `hx-trigger="every 5s"`)
+		`href="/ui/targets/billing"`, `hx-trigger="every 5s"`,
+		// billing: "two" in flight and due, "one" failed; orders has had
+		// no delivery.
+		`<td class="num">1</td>
+<td class="num">1</td>
+<td>due for 50s</td>
+<td><a id="figure-messages-billing"`,
+		`<td class="num">0</td>
+<td class="num">0</td>
+<td><span class="muted">none due</span></td>
+<td><a id="figure-messages-orders"`)
 }
 
 func TestMessagesListFiltersAndPages(t *testing.T) {

@@ -267,6 +267,23 @@ type Stats struct {
 	// OldestDueSeconds is how long the most overdue of them has been due;
 	// 0 when none is.
 	OldestDueSeconds float64 `json:"oldest_due_seconds"`
+	// Targets are the figures of each target that has had a delivery, by
+	// name.
+	Targets []TargetStats `json:"targets"`
+}
+
+// TargetStats are the figures of one target in GET /stats.
+type TargetStats struct {
+	Target string `json:"target"`
+	// InFlight are its deliveries queued, blocked, delivering, retrying
+	// or awaiting a receipt.
+	InFlight int64 `json:"in_flight"`
+	// FailedLast24h are its deliveries, of messages created in the last
+	// 24 hours, that are now failed or stalled.
+	FailedLast24h int64 `json:"failed_last_24h"`
+	// OldestDueSeconds is how long its most overdue delivery due for a
+	// wake-up has been due; 0 when none is.
+	OldestDueSeconds float64 `json:"oldest_due_seconds"`
 }
 
 // JournalEvent is one event of the journal as GET /journal gives it, the

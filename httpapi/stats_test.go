@@ -15,7 +15,8 @@ func TestStats(t *testing.T) {
 	b := setup(t)
 	var empty httpapi.Stats
 	b.as(t, readerToken, http.MethodGet, "/stats", nil).want(t, http.StatusOK, &empty)
-	if len(empty.DeliveriesByState) != len(lifecycle.CountedStates) || empty.InFlightMessages != 0 || empty.OldestDueSeconds != 0 {
+	if len(empty.DeliveriesByState) != len(lifecycle.CountedStates) || empty.InFlightMessages != 0 || empty.OldestDueSeconds != 0 ||
+		empty.Targets == nil || len(empty.Targets) != 0 {
 		t.Errorf("stats of nothing %+v", empty)
 	}
 
@@ -86,6 +87,9 @@ func TestStats(t *testing.T) {
 			"awaiting_ack": 0, "delivered": 0, "failed": 3, "stalled": 1, "skipped": 0},
 		DueDeliveries:    1, // the queued one, due 10 s after its dispatch
 		OldestDueSeconds: 10,
+		// In flight the queued and the retrying one; failed the one in
+		// error and the stalled one; the queued one is due.
+		Targets: []httpapi.TargetStats{{Target: "billing", InFlight: 2, FailedLast24h: 2, OldestDueSeconds: 10}},
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("stats\n got %+v\nwant %+v", got, want)

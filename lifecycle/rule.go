@@ -249,7 +249,8 @@ func quoted[T ~string](values []T) string {
 	return strings.Join(parts, ", ")
 }
 
-// StatusesSQL is "<column> IN (…)" over the statuses.
-func StatusesSQL(column string, statuses []MessageStatus) string {
+// StatusesSQL is "<column> IN (…)" over the message statuses or delivery
+// states.
+func StatusesSQL[T MessageStatus | DeliveryState](column string, statuses []T) string {
 	return column + " IN (" + quoted(statuses) + ")"
 }

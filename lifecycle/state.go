@@ -61,6 +61,20 @@ func (s DeliveryState) Final() bool {
 	return s == StateDelivered || s == StateFailed || s == StateSkipped || s == StateSuperseded
 }
 
+// InFlight reports whether Waybill is still at work on the delivery: it is
+// neither final nor stalled, as a message in flight is not settled.
+func (s DeliveryState) InFlight() bool { return !s.Final() && s != StateStalled }
+
+// Faulted reports whether the delivery settled short of delivery: failed,
+// or stalled, as a faulted message is in error or stalled.
+func (s DeliveryState) Faulted() bool { return s == StateFailed || s == StateStalled }
+
+// StatesWhere lists the delivery states for which keep reports true, in
+// canonical order.
+func StatesWhere(keep func(DeliveryState) bool) []DeliveryState {
+	return slices.DeleteFunc(slices.Clone(DeliveryStates), func(s DeliveryState) bool { return !keep(s) })
+}
+
 // Label is the state as a person reads it.
 func (s DeliveryState) Label() string {
 	switch s {

@@ -16,14 +16,14 @@ import (
 
 // Tally is a change to the counts the projector keeps so that no figure
 // counts the messages or the deliveries: the deliveries of each message's
-// current generation by state (delivery_counts), the messages by status
+// current generation by target and state (delivery_counts), the messages by status
 // (message_counts) and by status and hour of creation
 // (message_hour_counts). Whatever writes the projection tables adds to a
 // tally what it changes and queues the tally in the same transaction:
 // Queue for the commands, the rebuild for the whole journal, QueueRemove
 // for the messages retention deletes, each added with sign -1.
 type Tally struct {
-	deliveries map[lifecycle.DeliveryState]int64
+	deliveries map[targetState]int64
 	messages   map[statusHour]int64
 }
 
@@ -51,7 +51,7 @@ func compareStatusHours(a, b statusHour) int {
 // one, in the hour the message was created.
 func (t *Tally) Add(m *Message, sign int64) {
 	if t.deliveries == nil {
-		t.deliveries = map[lifecycle.DeliveryState]int64{}
+		t.deliveries = map[targetState]int64{}
 		t.messages = map[statusHour]int64{}
 	}
 	m.countInto(t.deliveries, sign)
@@ -148,18 +148,24 @@ func (f *Folded) tally() Tally {
 // count that differs is a violation that names no message.
 func checkCounts(ctx context.Context, q journal.Querier, f *Folded) ([]Violation, error) {
 	want := f.tally()
-	stored := map[lifecycle.DeliveryState]int64{}
-	rows, err := q.Query(ctx, countsSQL)
-	if err == nil {
-		err = scanCounts(rows, stored)
-	}
+	stored := map[targetState]int64{}
+	var (
+		target, state string
+		count         int64
+	)
+	err := scanRows(ctx, q, targetCountsSQL, nil, func(rows pgx.Rows) error {
+		err := rows.Scan(&target, &state, &count)
+		stored[targetState{target, lifecycle.DeliveryState(state)}] = count
+		return err
+	})
 	if err != nil {
 		return nil, fmt.Errorf("audit delivery counts: %w", err)
 	}
 	var out []Violation
-	for _, s := range lifecycle.CountedStates {
-		if got := stored[s]; got != want.deliveries[s] {
-			out = append(out, Violation{Problem: fmt.Sprintf("the count of %s deliveries is %d, the journal makes %d", s, got, want.deliveries[s])})
+	for _, k := range slices.SortedFunc(maps.Keys(union(stored, want.deliveries)), compareTargetStates) {
+		if got := stored[k]; got != want.deliveries[k] {
+			out = append(out, Violation{Problem: fmt.Sprintf("the count of %s deliveries to %s is %d, the journal makes %d",
+				k.state, k.target, got, want.deliveries[k])})
 		}
 	}
 	var (

@@ -18,7 +18,7 @@ func counted(status lifecycle.MessageStatus, at time.Time, gen int, deliveries .
 }
 
 func delivery(gen int, state lifecycle.DeliveryState) Delivery {
-	return Delivery{Generation: gen, State: state}
+	return Delivery{Generation: gen, Target: "billing", State: state}
 }
 
 // countStatements lists the upserts of kept counts queued on b, one line
@@ -62,18 +62,18 @@ func TestTallyMovesCountsInTheHourOfCreation(t *testing.T) {
 	}{{
 		name:   "ingest",
 		writes: []Write{{Message: counted("in_progress", at, 1, delivery(1, "queued"), delivery(1, "queued"))}},
-		want: []string{"delivery_counts[[queued] [2]]", "message_counts[[in_progress] [1]]",
+		want: []string{"delivery_counts[[billing] [queued] [2]]", "message_counts[[in_progress] [1]]",
 			"message_hour_counts[[ in_progress] [2026-12-01T08:00:00Z 2026-12-01T08:00:00Z] [1 1]]"},
 	}, {
 		name: "a claim leaves the status",
 		writes: []Write{{Before: counted("in_progress", at, 1, delivery(1, "queued"), delivery(1, "queued")),
 			Message: counted("in_progress", at, 1, delivery(1, "delivering"), delivery(1, "queued"))}},
-		want: []string{"delivery_counts[[delivering queued] [1 -1]]"},
+		want: []string{"delivery_counts[[billing billing] [delivering queued] [1 -1]]"},
 	}, {
 		name: "a change of status counts in the hour of creation",
 		writes: []Write{{Before: counted("in_progress", lastMicro, 1, delivery(1, "delivering")),
 			Message: counted("delivered", lastMicro, 1, delivery(1, "delivered"))}},
-		want: []string{"delivery_counts[[delivered delivering] [1 -1]]", "message_counts[[delivered in_progress] [1 -1]]",
+		want: []string{"delivery_counts[[billing billing] [delivered delivering] [1 -1]]", "message_counts[[delivered in_progress] [1 -1]]",
 			"message_hour_counts[[delivered in_progress] [2026-12-01T07:00:00Z 2026-12-01T07:00:00Z] [1 -1]]"},
 	}, {
 		name:   "the hour is UTC's",
@@ -84,7 +84,7 @@ func TestTallyMovesCountsInTheHourOfCreation(t *testing.T) {
 		name: "a new generation leaves the last one out",
 		writes: []Write{{Before: counted("error", at, 1, delivery(1, "failed"), delivery(1, "delivered")),
 			Message: counted("in_progress", at, 2, delivery(1, "superseded"), delivery(1, "delivered"), delivery(2, "queued"))}},
-		want: []string{"delivery_counts[[delivered failed queued] [-1 -1 1]]", "message_counts[[error in_progress] [-1 1]]",
+		want: []string{"delivery_counts[[billing billing billing] [delivered failed queued] [-1 -1 1]]", "message_counts[[error in_progress] [-1 1]]",
 			"message_hour_counts[[error in_progress] [2026-12-01T08:00:00Z 2026-12-01T08:00:00Z] [-1 1]]"},
 	}, {
 		name: "moves that cancel out write nothing",
@@ -116,7 +116,7 @@ func TestTallyTakesOutADeletedMessage(t *testing.T) {
 		delivery(1, "superseded"), delivery(2, "stalled"), delivery(2, "delivered")), -1)
 	b := &pgx.Batch{}
 	tally.Queue(b)
-	want := []string{"delivery_counts[[delivered stalled] [-1 -1]]", "message_counts[[stalled] [-1]]",
+	want := []string{"delivery_counts[[billing billing] [delivered stalled] [-1 -1]]", "message_counts[[stalled] [-1]]",
 		"message_hour_counts[[ stalled] [2026-12-01T08:00:00Z 2026-12-01T08:00:00Z] [-1 -1]]"}
 	if got := countStatements(b); !slices.Equal(got, want) {
 		t.Errorf("queued\n%s\nwant\n%s", got, want)

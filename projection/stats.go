@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/waybill/waybill/lifecycle"
 )
@@ -33,7 +34,39 @@ type Stats struct {
 	// OldestDue is how long the most overdue of them has been due; 0 when
 	// none is.
 	OldestDue time.Duration
+	// Targets are the figures of each target that has had a delivery, by
+	// name.
+	Targets []TargetStats
 }
+
+// TargetStats are the figures of one target.
+type TargetStats struct {
+	Target string
+	// InFlight are its deliveries Waybill is still at work on
+	// (lifecycle.DeliveryState.InFlight), of the current generations.
+	InFlight int64
+	// FailedLast24h are its deliveries, of messages created in the last
+	// 24 hours, that are now failed or stalled.
+	FailedLast24h int64
+	// OldestDue is how long its most overdue delivery due for a wake-up
+	// has been due; 0 when none is.
+	OldestDue time.Duration
+}
+
+// targetStatsSQL reads each target's figures: in flight, a sum of its kept
+// counts; failed in the last day ($1 on), a range of deliveries_faulted;
+// its oldest due delivery at $2 (lifecycle.WakeRule), the first such entry
+// of deliveries_claimable, which orders the target's queued and retrying
+// deliveries by their next_due. The targets are those the kept counts
+// name: every target that has had a delivery.
+var targetStatsSQL = `SELECT t.target,
+	(SELECT coalesce(sum(c.n), 0)::bigint FROM delivery_counts c WHERE c.target = t.target AND ` +
+	lifecycle.StatusesSQL("c.state", lifecycle.StatesWhere(lifecycle.DeliveryState.InFlight)) + `),
+	(SELECT count(*) FROM deliveries d WHERE d.target = t.target AND ` +
+	lifecycle.StatusesSQL("d.state", lifecycle.StatesWhere(lifecycle.DeliveryState.Faulted)) + ` AND d.message_created_at >= $1),
+	(SELECT d.next_due FROM deliveries d WHERE d.target = t.target AND ` + lifecycle.CatchUpRule.StatesSQL("d") + ` AND ` +
+	lifecycle.WakeRule.SQL("d", "$2") + ` ORDER BY coalesce(d.next_due, d.lease_end, d.updated_at) LIMIT 1)
+	FROM (SELECT DISTINCT target FROM delivery_counts) t ORDER BY t.target`
 
 // messageStatsSQL sums the kept counts of messages (Tally): by status for
 // the messages in flight, by status and hour of creation for the windows
@@ -91,14 +124,32 @@ func ReadStats(ctx context.Context, db BatchSender, now time.Time) (Stats, error
 	})
 	due := QueueDue(b, now)
 	byState := QueueCounts(b)
+	b.Queue(targetStatsSQL, day, now).Query(func(rows pgx.Rows) error {
+		var (
+			t      TargetStats
+			oldest pgtype.Timestamptz
+		)
+		_, err := pgx.ForEachRow(rows, []any{&t.Target, &t.InFlight, &t.FailedLast24h, &oldest}, func() error {
+			t.OldestDue = overdue(now, timeOf(oldest))
+			out.Targets = append(out.Targets, t)
+			return nil
+		})
+		return err
+	})
 	if err := db.SendBatch(ctx, b).Close(); err != nil {
 		return Stats{}, fmt.Errorf("read stats: %w", err)
 	}
 	out.DeliveriesByState = byState()
 	var oldest time.Time
 	out.DueDeliveries, oldest = due()
-	if !oldest.IsZero() {
-		out.OldestDue = max(0, now.Sub(oldest))
-	}
+	out.OldestDue = overdue(now, oldest)
 	return out, nil
+}
+
+// overdue is how long before now due was, 0 for the zero time (none due).
+func overdue(now, due time.Time) time.Duration {
+	if due.IsZero() {
+		return 0
+	}
+	return max(0, now.Sub(due))
 }

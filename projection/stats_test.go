@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"math/rand/v2"
+	"slices"
 	"testing"
 	"time"
 
@@ -49,11 +50,35 @@ func (b *bundle) plainStats(t *testing.T, now time.Time) projection.Stats {
 		})
 		return err
 	})
+	batch.Queue(plainTargetStatsSQL, now.Add(-24*time.Hour), now).Query(func(rows pgx.Rows) error {
+		var (
+			ts     projection.TargetStats
+			oldest *time.Time
+		)
+		_, err := pgx.ForEachRow(rows, []any{&ts.Target, &ts.InFlight, &ts.FailedLast24h, &oldest}, func() error {
+			if oldest != nil {
+				// As ReadStats: the database keeps microseconds.
+				ts.OldestDue = max(0, now.Truncate(time.Microsecond).Sub(*oldest))
+			}
+			out.Targets = append(out.Targets, ts)
+			return nil
+		})
+		return err
+	})
 	if err := b.db.SendBatch(b.ctx, batch).Close(); err != nil {
 		t.Fatal(err)
 	}
 	return out
 }
+
+// plainTargetStatsSQL is each target's figures counted from the rows of
+// the current generations' deliveries.
+var plainTargetStatsSQL = `SELECT d.target,
+	count(*) FILTER (WHERE ` + lifecycle.StatusesSQL("d.state", lifecycle.StatesWhere(lifecycle.DeliveryState.InFlight)) + `),
+	count(*) FILTER (WHERE ` + lifecycle.StatusesSQL("d.state", lifecycle.StatesWhere(lifecycle.DeliveryState.Faulted)) + ` AND m.created_at >= $1),
+	min(d.next_due) FILTER (WHERE ` + lifecycle.WakeRule.SQL("d", "$2") + `)
+	FROM deliveries d JOIN messages m ON m.id = d.message_id WHERE d.generation = m.generation
+	GROUP BY d.target ORDER BY d.target`
 
 // checkStats compares ReadStats with the plain counts at now and at times
 // around it: the windows' starts on an hour, a microsecond either side of
@@ -70,7 +95,7 @@ func (b *bundle) checkStats(t *testing.T, rng *rand.Rand) {
 		want := b.plainStats(t, now)
 		if got.InFlightMessages != want.InFlightMessages || got.FailedLast24h != want.FailedLast24h ||
 			got.RefusedLast24h != want.RefusedLast24h || got.MessagesLast7d != want.MessagesLast7d ||
-			!maps.Equal(got.DeliveriesByState, want.DeliveriesByState) {
+			!maps.Equal(got.DeliveriesByState, want.DeliveriesByState) || !slices.Equal(got.Targets, want.Targets) {
 			t.Fatalf("at %s the stats are\n%+v\nthe rows count\n%+v", now, got, want)
 		}
 	}

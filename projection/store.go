@@ -1,9 +1,11 @@
 package projection
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"time"
 
@@ -284,10 +286,10 @@ func Queue(b *pgx.Batch, lanes []Lane, writes ...Write) {
 
 // countInto adds sign times the message's current deliveries, by state,
 // to counts.
-func (m *Message) countInto(counts map[lifecycle.DeliveryState]int64, sign int64) {
+func (m *Message) countInto(counts map[targetState]int64, sign int64) {
 	for i := range m.Deliveries {
 		if d := &m.Deliveries[i]; m.Current(d) {
-			counts[d.State] += sign
+			counts[targetState{d.Target, d.State}] += sign
 		}
 	}
 }
@@ -303,33 +305,42 @@ func (m *Message) currentDeliveries() int {
 	return n
 }
 
-// queueCounts adds the changes to the counts of deliveries by state to the
-// rows of the backend's shard, in the order of the states (see
-// Tally.Queue).
-func queueCounts(b *pgx.Batch, counts map[lifecycle.DeliveryState]int64) {
-	var states []string
-	for s, n := range counts {
-		if n != 0 {
-			states = append(states, string(s))
-		}
-	}
-	if len(states) == 0 {
-		return
-	}
-	slices.Sort(states)
-	ns := make([]int64, len(states))
-	for i, s := range states {
-		ns[i] = counts[lifecycle.DeliveryState(s)]
-	}
-	b.Queue(addCountsSQL, states, ns, countShards)
+// targetState is the key of a count of deliveries: their target and state.
+type targetState struct {
+	target string
+	state  lifecycle.DeliveryState
 }
 
-// countShards is the number of rows each state's count is spread over.
+// compareTargetStates orders keys as delivery_counts' key does.
+func compareTargetStates(a, b targetState) int {
+	return cmp.Or(cmp.Compare(a.target, b.target), cmp.Compare(a.state, b.state))
+}
+
+// queueCounts adds the changes to the counts of deliveries by target and
+// state to the rows of the backend's shard, in the order of their keys
+// (see Tally.Queue).
+func queueCounts(b *pgx.Batch, counts map[targetState]int64) {
+	var (
+		targets, states []string
+		ns              []int64
+	)
+	for _, k := range slices.SortedFunc(maps.Keys(counts), compareTargetStates) {
+		if n := counts[k]; n != 0 {
+			targets, states, ns = append(targets, k.target), append(states, string(k.state)), append(ns, n)
+		}
+	}
+	if len(ns) > 0 {
+		b.Queue(addCountsSQL, targets, states, ns, countShards)
+	}
+}
+
+// countShards is the number of rows each count of deliveries is spread
+// over.
 const countShards = 64
 
-const addCountsSQL = `INSERT INTO delivery_counts (shard, state, n)
-	SELECT pg_backend_pid() % $3, k.state, k.n FROM unnest($1::text[], $2::bigint[]) AS k(state, n)
-	ON CONFLICT (shard, state) DO UPDATE SET n = delivery_counts.n + excluded.n`
+const addCountsSQL = `INSERT INTO delivery_counts (target, shard, state, n)
+	SELECT k.target, pg_backend_pid() % $4, k.state, k.n FROM unnest($1::text[], $2::text[], $3::bigint[]) AS k(target, state, n)
+	ON CONFLICT (target, shard, state) DO UPDATE SET n = delivery_counts.n + excluded.n`
 
 // QueueCounts queues on b the read of the number of deliveries in each
 // state; the returned function gives them, every state present, once the
@@ -344,6 +355,9 @@ func QueueCounts(b *pgx.Batch) func() map[lifecycle.DeliveryState]int64 {
 }
 
 const countsSQL = `SELECT state, sum(n)::bigint FROM delivery_counts GROUP BY state`
+
+// targetCountsSQL reads the kept counts by target and state.
+const targetCountsSQL = `SELECT target, state, sum(n)::bigint FROM delivery_counts GROUP BY target, state`
 
 // QueueDue queues on b the count of the deliveries due for a wake-up at now
 // (lifecycle.WakeRule) and the oldest due time, a range of deliveries_due;

@@ -15,7 +15,7 @@ import (
 // its tables change: a database of the old version then refuses to start.
 const (
 	JournalVersion    = 4
-	ProjectionVersion = 7
+	ProjectionVersion = 8
 )
 
 // The parts, as recorded in schema_version.
@@ -253,7 +253,7 @@ CREATE TABLE IF NOT EXISTS operations (
 	finished_at timestamptz
 );
 
--- The number of deliveries in each state, and of messages in each status
+-- The number of deliveries to each target in each state, and of messages in each status
 -- and in each status by the hour (of UTC) they were created in, kept by
 -- the projector so that no figure has to count the deliveries or the
 -- messages. Each transaction adds its changes to the rows of one shard (its
@@ -261,10 +261,11 @@ CREATE TABLE IF NOT EXISTS operations (
 -- count is the sum over its shards. The keys are made with the tables: the
 -- rebuild's upserts of the counts need them.
 CREATE TABLE IF NOT EXISTS delivery_counts (
-	shard int    NOT NULL,
-	state text   NOT NULL,
-	n     bigint NOT NULL,
-	PRIMARY KEY (shard, state)
+	target text   NOT NULL,
+	shard  int    NOT NULL,
+	state  text   NOT NULL,
+	n      bigint NOT NULL,
+	PRIMARY KEY (target, shard, state)
 );
 CREATE TABLE IF NOT EXISTS message_counts (
 	shard  int    NOT NULL,
@@ -379,6 +380,10 @@ CREATE INDEX IF NOT EXISTS deliveries_lease ON deliveries (lease_end) WHERE ` + 
 -- A target's messages, newest first, for GET /messages?target=: one
 -- delivery per message and target, in the messages' list order.
 CREATE INDEX IF NOT EXISTS deliveries_target_message ON deliveries (target, message_created_at DESC, message_id DESC);
+-- A target's faulted deliveries by their messages' creation, for its
+-- figure of the last 24 hours: only failed and stalled ones are here.
+CREATE INDEX IF NOT EXISTS deliveries_faulted ON deliveries (target, message_created_at)
+	WHERE ` + lifecycle.StatusesSQL("state", lifecycle.StatesWhere(lifecycle.DeliveryState.Faulted)) + `;
 -- A worker's catch-up takes its target's claimable deliveries oldest due
 -- first: this index walks them in that order and holds only the states a
 -- worker may take, so its size is the work in flight, not the history.
