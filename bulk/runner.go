@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sync"
 	"time"
 
 	"github.com/google/uuid"
@@ -57,12 +56,7 @@ type Runner struct {
 	// Only the loop touches it.
 	lock *pgxpool.Conn
 
-	loop context.Context
-	stop context.CancelFunc
-	done chan struct{}
-
-	mu               sync.Mutex
-	started, stopped bool
+	loop *service.Loop
 }
 
 // New returns a Runner; Start sets it going.
@@ -74,43 +68,23 @@ func New(cfg Config) (*Runner, error) {
 	if cfg.Poll <= 0 {
 		cfg.Poll = time.Second
 	}
-	loop, stop := context.WithCancel(context.Background())
 	return &Runner{cfg: cfg, log: cfg.Logger.With("component", "bulk"), metrics: newMetrics(cfg.Registerer),
-		wake: make(chan struct{}, 1), loop: loop, stop: stop, done: make(chan struct{})}, nil
+		wake: make(chan struct{}, 1), loop: service.NewLoop()}, nil
 }
 
 // Start sets the loop going: it looks for running operations at once, and
 // then as Wake or the poll says.
 func (r *Runner) Start(context.Context) error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.started || r.stopped {
-		return errors.New("bulk: Start after Start or Stop")
+	if err := r.loop.Begin("bulk"); err != nil {
+		return err
 	}
-	r.started = true
-	go r.run()
+	r.loop.Go(r.run)
 	return nil
 }
 
 // Stop ends the loop, cancelling a batch in flight (which commits whole or
 // not at all), gives the lock up and waits within ctx. Safe to call twice.
-func (r *Runner) Stop(ctx context.Context) {
-	r.mu.Lock()
-	started := r.started
-	if r.stopped {
-		r.mu.Unlock()
-		return
-	}
-	r.stopped = true
-	r.mu.Unlock()
-	r.stop()
-	if started {
-		select {
-		case <-r.done:
-		case <-ctx.Done():
-		}
-	}
-}
+func (r *Runner) Stop(ctx context.Context) { r.loop.Stop(ctx) }
 
 // Wake tells the runner an operation was created, so it looks at once
 // rather than at its next poll. It never blocks.
@@ -121,10 +95,8 @@ func (r *Runner) Wake() {
 	}
 }
 
-func (r *Runner) run() {
-	defer close(r.done)
+func (r *Runner) run(ctx context.Context) {
 	defer r.unlock()
-	ctx := r.loop
 	var backoff time.Duration
 	for {
 		wait := r.cfg.Poll

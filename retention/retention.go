@@ -11,7 +11,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -81,12 +80,7 @@ type Retention struct {
 	log     *slog.Logger
 	metrics *metrics
 
-	loop context.Context
-	stop context.CancelFunc
-	done chan struct{}
-
-	mu               sync.Mutex
-	started, stopped bool
+	loop *service.Loop
 
 	// cut, set by tests, is called at the named points of a removal batch;
 	// an error stops the pass there, as a crash would, leaving the files
@@ -115,28 +109,23 @@ func New(cfg Config) (*Retention, error) {
 	if cfg.Pause <= 0 {
 		cfg.Pause = 50 * time.Millisecond
 	}
-	loop, stop := context.WithCancel(context.Background())
 	return &Retention{cfg: cfg, log: cfg.Logger.With("component", "retention"), metrics: newMetrics(cfg.Registerer),
-		loop: loop, stop: stop, done: make(chan struct{})}, nil
+		loop: service.NewLoop()}, nil
 }
 
 // Start sets the loop going: a pass at once, then one every Interval of
 // the settings it read. It returns at once; a first pass over a large
 // backlog may take long, paced as every pass is.
 func (r *Retention) Start(context.Context) error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.started || r.stopped {
-		return errors.New("retention: Start after Start or Stop")
+	if err := r.loop.Begin("retention"); err != nil {
+		return err
 	}
-	r.started = true
-	go func() {
-		defer close(r.done)
+	r.loop.Go(func(ctx context.Context) {
 		for {
 			wait := time.Minute
-			res, settings, err := r.pass(r.loop)
+			res, settings, err := r.pass(ctx)
 			switch {
-			case r.loop.Err() != nil:
+			case ctx.Err() != nil:
 				return
 			case err != nil:
 				r.log.Error("retention pass", "err", err)
@@ -148,35 +137,19 @@ func (r *Retention) Start(context.Context) error {
 				wait = Interval(settings)
 			}
 			select {
-			case <-r.loop.Done():
+			case <-ctx.Done():
 				return
 			case <-time.After(wait):
 			}
 		}
-	}()
+	})
 	return nil
 }
 
 // Stop ends the loop, cancelling a pass in progress (a batch commits whole
 // or not at all, and the next pass settles its files), and waits for it
 // within ctx. Safe to call twice.
-func (r *Retention) Stop(ctx context.Context) {
-	r.mu.Lock()
-	started := r.started
-	if r.stopped {
-		r.mu.Unlock()
-		return
-	}
-	r.stopped = true
-	r.mu.Unlock()
-	r.stop()
-	if started {
-		select {
-		case <-r.done:
-		case <-ctx.Done():
-		}
-	}
-}
+func (r *Retention) Stop(ctx context.Context) { r.loop.Stop(ctx) }
 
 // Interval is the time between passes: a tenth of the shortest period,
 // from a second to a minute; a minute when no period is set.

@@ -123,18 +123,24 @@ func (b *bundle) load(t testing.TB, id uuid.UUID) *projection.Message {
 // with its payload or not, in payloads.
 func (b *bundle) live(t testing.TB, id uuid.UUID) (live, payload bool) {
 	t.Helper()
-	_, loadErr := projection.Load(b.ctx, b.db, id)
+	// One snapshot: a pass that runs meanwhile commits a removal whole.
+	tx, err := b.db.BeginTx(b.ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(b.ctx)
+	_, loadErr := projection.Load(b.ctx, tx, id)
 	if loadErr != nil && !errors.Is(loadErr, projection.ErrNotFound) {
 		t.Fatal(loadErr)
 	}
-	events, err := journal.Stream(b.ctx, b.db, journal.MessageStream(id))
+	events, err := journal.Stream(b.ctx, tx, journal.MessageStream(id))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if (loadErr == nil) != (len(events) > 0) {
 		t.Fatalf("message %s: in the tables %v, %d events", id, loadErr == nil, len(events))
 	}
-	if err := b.db.QueryRow(b.ctx, `SELECT EXISTS (SELECT FROM payloads WHERE message_id = $1)`, id).Scan(&payload); err != nil {
+	if err := tx.QueryRow(b.ctx, `SELECT EXISTS (SELECT FROM payloads WHERE message_id = $1)`, id).Scan(&payload); err != nil {
 		t.Fatal(err)
 	}
 	return len(events) > 0, payload

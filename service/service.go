@@ -81,3 +81,71 @@ func (l *List) Stop(ctx context.Context) {
 		started[i].s.Stop(ctx)
 	}
 }
+
+// Loop is the start and stop of a service that runs one goroutine until
+// it is stopped: a service embeds it, or holds it, and its Start calls
+// Begin, then Go (or Abandon when it fails before its goroutine starts);
+// its Stop is Loop's.
+type Loop struct {
+	ctx  context.Context
+	stop context.CancelFunc
+	// done is closed when the goroutine has ended, or by Abandon.
+	done chan struct{}
+
+	mu               sync.Mutex
+	started, stopped bool
+}
+
+// NewLoop returns a Loop that has not begun.
+func NewLoop() *Loop {
+	ctx, stop := context.WithCancel(context.Background())
+	return &Loop{ctx: ctx, stop: stop, done: make(chan struct{})}
+}
+
+// Context is done once Stop is called: the goroutine's context.
+func (l *Loop) Context() context.Context { return l.ctx }
+
+// Begin marks the loop started, so that Stop waits for it; it fails after
+// a Begin or a Stop, naming the service.
+func (l *Loop) Begin(name string) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.started || l.stopped {
+		return fmt.Errorf("%s: Start after Start or Stop", name)
+	}
+	l.started = true
+	return nil
+}
+
+// Go runs run in a goroutine with the loop's context; Stop waits for it
+// to return. Call it once, after Begin.
+func (l *Loop) Go(run func(ctx context.Context)) {
+	go func() {
+		defer close(l.done)
+		run(l.ctx)
+	}()
+}
+
+// Abandon ends a begun loop whose goroutine will not run: its start
+// failed.
+func (l *Loop) Abandon() { close(l.done) }
+
+// Stop cancels the loop's context and waits for its goroutine while ctx
+// lasts. It is safe to call twice, and before or without Begin.
+func (l *Loop) Stop(ctx context.Context) {
+	l.mu.Lock()
+	started := l.started
+	if l.stopped {
+		l.mu.Unlock()
+		return
+	}
+	l.stopped = true
+	l.mu.Unlock()
+	l.stop()
+	if started {
+		select {
+		case <-l.done:
+		case <-ctx.Done():
+		}
+	}
+}

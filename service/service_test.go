@@ -50,3 +50,39 @@ func TestBaseDefaults(t *testing.T) {
 		t.Errorf("defaults not filled: %+v", b)
 	}
 }
+
+func TestLoopStartsOnceAndStopWaitsForIt(t *testing.T) {
+	t.Parallel()
+	l := service.NewLoop()
+	if err := l.Begin("part"); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Begin("part"); err == nil || err.Error() != "part: Start after Start or Stop" {
+		t.Fatalf("a second Begin: %v", err)
+	}
+	ended := make(chan struct{})
+	l.Go(func(ctx context.Context) {
+		<-ctx.Done()
+		close(ended)
+	})
+	l.Stop(t.Context())
+	select {
+	case <-ended:
+	default:
+		t.Fatal("Stop returned before the goroutine ended")
+	}
+	l.Stop(t.Context()) // twice
+
+	never := service.NewLoop()
+	never.Stop(t.Context()) // without Begin
+	if err := never.Begin("part"); err == nil {
+		t.Fatal("Begin after Stop")
+	}
+
+	failed := service.NewLoop()
+	if err := failed.Begin("part"); err != nil {
+		t.Fatal(err)
+	}
+	failed.Abandon()
+	failed.Stop(t.Context()) // returns: nothing to wait for
+}

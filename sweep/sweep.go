@@ -66,14 +66,7 @@ type Sweeper struct {
 	log     *slog.Logger
 	metrics *metrics
 
-	// loop ends the loop; done is closed when it has ended, or at once
-	// when there is none to end.
-	loop context.Context
-	stop context.CancelFunc
-	done chan struct{}
-
-	mu               sync.Mutex
-	started, stopped bool
+	loop *service.Loop
 }
 
 // New returns a Sweeper; Start sets it going.
@@ -97,62 +90,40 @@ func New(cfg Config) (*Sweeper, error) {
 	if cfg.WakePerTarget <= 0 {
 		cfg.WakePerTarget = 100
 	}
-	loop, stop := context.WithCancel(context.Background())
 	return &Sweeper{cfg: cfg, log: cfg.Logger.With("component", "sweep"), metrics: newMetrics(cfg.Registerer),
-		loop: loop, stop: stop, done: make(chan struct{})}, nil
+		loop: service.NewLoop()}, nil
 }
 
 // Start runs the first pass, then one every Interval until Stop.
 func (s *Sweeper) Start(ctx context.Context) error {
-	s.mu.Lock()
-	if s.started || s.stopped {
-		s.mu.Unlock()
-		return errors.New("sweep: Start after Start or Stop")
-	}
-	s.started = true
-	s.mu.Unlock()
-	if _, err := s.Pass(ctx); err != nil {
-		close(s.done)
+	if err := s.loop.Begin("sweep"); err != nil {
 		return err
 	}
-	go func() {
-		defer close(s.done)
+	if _, err := s.Pass(ctx); err != nil {
+		s.loop.Abandon()
+		return err
+	}
+	s.loop.Go(func(ctx context.Context) {
 		t := time.NewTicker(s.cfg.Interval)
 		defer t.Stop()
 		for {
 			select {
-			case <-s.loop.Done():
+			case <-ctx.Done():
 				return
 			case <-t.C:
-				if _, err := s.Pass(s.loop); err != nil && s.loop.Err() == nil {
+				if _, err := s.Pass(ctx); err != nil && ctx.Err() == nil {
 					s.log.Error("sweep pass", "err", err)
 				}
 			}
 		}
-	}()
+	})
 	return nil
 }
 
 // Stop ends the loop, cancelling a pass in progress (each of its commands
 // commits whole or not at all), and waits for it; a Stop during Start's
 // first pass waits for that pass, within ctx. Safe to call twice.
-func (s *Sweeper) Stop(ctx context.Context) {
-	s.mu.Lock()
-	started := s.started
-	if s.stopped {
-		s.mu.Unlock()
-		return
-	}
-	s.stopped = true
-	s.mu.Unlock()
-	s.stop()
-	if started {
-		select {
-		case <-s.done:
-		case <-ctx.Done():
-		}
-	}
-}
+func (s *Sweeper) Stop(ctx context.Context) { s.loop.Stop(ctx) }
 
 // The steps' queries take the most overdue first, on the deliveries_due,
 // deliveries_lease and deliveries_claimable indexes; each selects by the
