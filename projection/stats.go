@@ -55,18 +55,26 @@ type TargetStats struct {
 
 // targetStatsSQL reads each target's figures: in flight, a sum of its kept
 // counts; failed in the last day ($1 on), a range of deliveries_faulted;
-// its oldest due delivery at $2 (lifecycle.WakeRule), the first such entry
-// of deliveries_claimable, which orders the target's queued and retrying
-// deliveries by their next_due. The targets are those the kept counts
-// name: every target that has had a delivery.
+// and the state and next_due of the delivery lifecycle.WakeRule would wake
+// first: the first of its queued or retrying deliveries in
+// deliveries_claimable, which orders them by their next_due (the fold gives
+// every queued or retrying delivery one). That is one index entry whatever
+// the backlog. A condition on next_due would let the planner walk every
+// due delivery of every target on deliveries_due instead, and sort them,
+// which it did whenever its estimate of a target's share was low. The
+// targets are those the kept counts name: every target that has had a
+// delivery.
 var targetStatsSQL = `SELECT t.target,
 	(SELECT coalesce(sum(c.n), 0)::bigint FROM delivery_counts c WHERE c.target = t.target AND ` +
 	lifecycle.StatusesSQL("c.state", lifecycle.StatesWhere(lifecycle.DeliveryState.InFlight)) + `),
 	(SELECT count(*) FROM deliveries d WHERE d.target = t.target AND ` +
 	lifecycle.StatusesSQL("d.state", lifecycle.StatesWhere(lifecycle.DeliveryState.Faulted)) + ` AND d.message_created_at >= $1),
-	(SELECT d.next_due FROM deliveries d WHERE d.target = t.target AND ` + lifecycle.CatchUpRule.StatesSQL("d") + ` AND ` +
-	lifecycle.WakeRule.SQL("d", "$2") + ` ORDER BY coalesce(d.next_due, d.lease_end, d.updated_at) LIMIT 1)
-	FROM (SELECT DISTINCT target FROM delivery_counts) t ORDER BY t.target`
+	first.state, first.next_due
+	FROM (SELECT DISTINCT target FROM delivery_counts) t
+	LEFT JOIN LATERAL (SELECT d.state, d.next_due FROM deliveries d WHERE d.target = t.target AND ` +
+	lifecycle.WakeRule.StatesSQL("d") + `
+		ORDER BY coalesce(d.next_due, d.lease_end, d.updated_at) LIMIT 1) first ON true
+	ORDER BY t.target`
 
 // messageStatsSQL sums the kept counts of messages (Tally): by status for
 // the messages in flight, by status and hour of creation for the windows
@@ -124,13 +132,17 @@ func ReadStats(ctx context.Context, db BatchSender, now time.Time) (Stats, error
 	})
 	due := QueueDue(b, now)
 	byState := QueueCounts(b)
-	b.Queue(targetStatsSQL, day, now).Query(func(rows pgx.Rows) error {
+	b.Queue(targetStatsSQL, day).Query(func(rows pgx.Rows) error {
 		var (
-			t      TargetStats
-			oldest pgtype.Timestamptz
+			t     TargetStats
+			state pgtype.Text
+			next  pgtype.Timestamptz
 		)
-		_, err := pgx.ForEachRow(rows, []any{&t.Target, &t.InFlight, &t.FailedLast24h, &oldest}, func() error {
-			t.OldestDue = overdue(now, timeOf(oldest))
+		_, err := pgx.ForEachRow(rows, []any{&t.Target, &t.InFlight, &t.FailedLast24h, &state, &next}, func() error {
+			t.OldestDue = 0
+			if f := (lifecycle.Facts{State: lifecycle.DeliveryState(state.String), NextDue: timeOf(next)}); lifecycle.WakeRule.Holds(f, now) {
+				t.OldestDue = overdue(now, f.NextDue)
+			}
 			out.Targets = append(out.Targets, t)
 			return nil
 		})
