@@ -56,11 +56,18 @@ type op struct {
 	// both may come before either is read.
 	done chan bool
 	led  bool
+	// claimNext, for a worker's outcome, is the lease of a claim of the
+	// delivery the outcome lets go in its lane: the batch takes it in the
+	// same transaction, for the same worker (next, on its message's change
+	// nextC), instead of waking it for a claim of its own.
+	claimNext time.Duration
 	// Set by the batch: the message as read, the change written (nil when
-	// decide wrote nothing) or the error.
-	m   *projection.Message
-	c   *change
-	err error
+	// decide wrote nothing) or the error; and the claim of claimNext.
+	m     *projection.Message
+	c     *change
+	err   error
+	next  *Claim
+	nextC *change
 }
 
 // Batching bounds: the commands in one transaction, and the transactions
@@ -375,6 +382,9 @@ func (w *Writer) writeBatch(ctx context.Context, ops []*op, side *operationSide)
 		if o.c != nil && o.c.readBody {
 			o.c.body = bodies[o.c.after.ID]
 		}
+		if o.next != nil {
+			o.next.Message, o.next.Payload = o.nextC.after, bodies[o.nextC.after.ID]
+		}
 	}
 	return nil
 }
@@ -429,7 +439,7 @@ func (w *Writer) decide(ops []*op, read map[uuid.UUID]*projection.Message, lanes
 		d.changes = append(d.changes, all)
 	}
 	for _, o := range ops {
-		o.m, o.c, o.err = nil, nil, nil
+		o.m, o.c, o.err, o.next, o.nextC = nil, nil, nil, nil, nil
 		if err := o.ctx.Err(); err != nil {
 			o.err = err
 			continue
@@ -475,6 +485,9 @@ func (w *Writer) decide(ops []*op, read map[uuid.UUID]*projection.Message, lanes
 		}
 		if o.dup != nil {
 			latest[o.dup.dupKey] = c.after.ID
+		}
+		if o.claimNext > 0 {
+			o.next, o.nextC = claimFreed(follow, c.after.Delivery(o.on.deliveryID).Target, o.claimNext, now)
 		}
 		keep(c)
 		for _, f := range follow {

@@ -126,8 +126,18 @@ func TestLaneProperty(t *testing.T) {
 					lifecycle.Retry(at.Add(5*time.Minute), "503"),
 					lifecycle.Failed("400"),
 				}).Draw(rt, "outcome")
-				_, err := writer().Complete(b.ctx, d.ID, token(d.ID), outcome)
+				if !rapid.Bool().Draw(rt, "claim next") {
+					_, err := writer().Complete(b.ctx, d.ID, token(d.ID), outcome)
+					expected(err, commands.ErrClaimLost)
+					return
+				}
+				// As a worker does: the delivery the outcome frees in its
+				// lane is claimed in the same transaction.
+				_, next, err := writer().CompleteAndClaimNext(b.ctx, d.ID, token(d.ID), outcome, time.Minute)
 				expected(err, commands.ErrClaimLost)
+				if next != nil {
+					claims[next.Delivery.ID] = next.Token
+				}
 			},
 			"release": func() {
 				if d, ok := pick(); ok {

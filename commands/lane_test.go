@@ -8,6 +8,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/waybill/waybill/commands"
+	"github.com/waybill/waybill/journal"
 	"github.com/waybill/waybill/lifecycle"
 	"github.com/waybill/waybill/projection"
 )
@@ -154,6 +155,66 @@ func TestLaneOnFailureContinue(t *testing.T) {
 	}
 	if d := m.Deliveries[0]; d.State != lifecycle.StateBlocked {
 		t.Errorf("sent again: %s, want blocked", d.State)
+	}
+	b.audit(t)
+}
+
+// TestCompleteClaimsTheDeliveryItFrees: a worker's outcome that lets its
+// lane go on claims the next delivery in the same transaction, for the
+// same worker, with its payload; nobody is woken for it. An outcome that
+// frees nothing, and a lane of another target, claim nothing.
+func TestCompleteClaimsTheDeliveryItFrees(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.fifoTarget(t, "hl7", lifecycle.OnFailureBlock)
+	a1, a2, a3 := b.ingestKeyed(t, "patient-1"), b.ingestKeyed(t, "patient-1"), b.ingestKeyed(t, "patient-1")
+	b.wake.take()
+	c, err := b.w.Claim(b.ctx, a1.Deliveries[0].ID, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := b.w.CompleteAndClaimNext(b.ctx, a1.Deliveries[0].ID, c.Token, lifecycle.Delivered("200"), 0); !errors.Is(err, commands.ErrInvalid) {
+		t.Fatalf("a lease of 0: %v", err)
+	}
+
+	// A retry frees nothing: the head keeps its lane.
+	m, next, err := b.w.CompleteAndClaimNext(b.ctx, a1.Deliveries[0].ID, c.Token, lifecycle.Retry(b.clock.Now(), "503"), time.Minute)
+	if err != nil || next != nil || m.Deliveries[0].State != lifecycle.StateRetrying {
+		t.Fatalf("a retry: %v, next %v", err, next)
+	}
+	c, err = b.w.Claim(b.ctx, a1.Deliveries[0].ID, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, next, err = b.w.CompleteAndClaimNext(b.ctx, a1.Deliveries[0].ID, c.Token, lifecycle.Delivered("200"), time.Minute)
+	if err != nil || next == nil {
+		t.Fatalf("the head delivered: %v, next %v", err, next)
+	}
+	if next.Delivery.ID != a2.Deliveries[0].ID || next.Delivery.State != lifecycle.StateDelivering || next.Attempt != 1 ||
+		next.Message.ID != a2.ID || string(next.Payload) != string(newMessage().Payload) || !next.LeaseEnd.Equal(b.clock.Now().Add(time.Minute)) {
+		t.Fatalf("the next claim %+v", next)
+	}
+	if got := b.wake.take(); len(got) != 0 {
+		t.Errorf("wake-ups for a delivery claimed already: %v", got)
+	}
+	b.wantStates(t, map[uuid.UUID]lifecycle.DeliveryState{a1.ID: lifecycle.StateDelivered, a2.ID: lifecycle.StateDelivering,
+		a3.ID: lifecycle.StateBlocked}, a1, a2, a3)
+	events, err := journal.Stream(b.ctx, b.db, journal.MessageStream(a2.ID))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := len(events); n < 2 || events[n-2].Kind() != "delivery.unblocked" || events[n-1].Kind() != "delivery.claimed" {
+		t.Fatalf("the next delivery's events %v", events)
+	}
+
+	// The claim is the worker's like any other: its outcome frees the third.
+	_, next, err = b.w.CompleteAndClaimNext(b.ctx, next.Delivery.ID, next.Token, lifecycle.Delivered("200"), time.Minute)
+	if err != nil || next == nil || next.Delivery.ID != a3.Deliveries[0].ID {
+		t.Fatalf("the second delivered: %v, next %v", err, next)
+	}
+	// The last of its lane frees nothing.
+	if _, next, err = b.w.CompleteAndClaimNext(b.ctx, next.Delivery.ID, next.Token, lifecycle.Delivered("200"), time.Minute); err != nil || next != nil {
+		t.Fatalf("the last delivered: %v, next %v", err, next)
 	}
 	b.audit(t)
 }

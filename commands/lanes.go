@@ -165,3 +165,27 @@ func laneError(err error) error {
 	}
 	return errLaneRace
 }
+
+// claimFreed claims, with lease, the first delivery to target that follow
+// lets go of its lane, for the worker whose outcome let it go; its wake-up
+// is dropped, as nobody else is to claim it. It returns the claim and the
+// change that holds it, or nil when follow frees none that may be claimed.
+func claimFreed(follow []*change, target string, lease time.Duration, now time.Time) (*Claim, *change) {
+	for _, f := range follow {
+		for i, wk := range f.wakeups {
+			if wk.Target != target {
+				continue
+			}
+			claim, err := f.claim(wk.DeliveryID, lease, now)
+			if err != nil {
+				// Not claimable after all: left to its wake-up.
+				continue
+			}
+			f.wakeups = slices.Delete(f.wakeups, i, i+1)
+			f.readBody = true
+			claim.Delivery = *f.after.Delivery(wk.DeliveryID)
+			return &claim, f
+		}
+	}
+	return nil, nil
+}

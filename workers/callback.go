@@ -100,12 +100,12 @@ func (s *CallbackStore) ClaimDue(ctx context.Context, n int) ([]Job[CallbackWork
 }
 
 // Complete records a call's outcome.
-func (s *CallbackStore) Complete(ctx context.Context, job Job[CallbackWork], outcome lifecycle.Outcome) error {
+func (s *CallbackStore) Complete(ctx context.Context, job Job[CallbackWork], outcome lifecycle.Outcome) (*Job[CallbackWork], error) {
 	if _, err := s.w.CompleteCallback(ctx, job.ID, job.Token, outcome); err != nil {
-		return err
+		return nil, err
 	}
 	s.metrics.WithLabelValues(string(outcome.Kind)).Inc()
-	return nil
+	return nil, nil
 }
 
 // Release gives a call's claim back.

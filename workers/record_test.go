@@ -61,8 +61,8 @@ func (s *flakyStore) record(work, as string) error {
 	return nil
 }
 
-func (s *flakyStore) Complete(_ context.Context, job workers.Job[string], _ lifecycle.Outcome) error {
-	return s.record(job.Work, job.Work)
+func (s *flakyStore) Complete(_ context.Context, job workers.Job[string], _ lifecycle.Outcome) (*workers.Job[string], error) {
+	return nil, s.record(job.Work, job.Work)
 }
 
 func (s *flakyStore) Release(_ context.Context, job workers.Job[string], _ bool, _ string) error {

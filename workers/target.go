@@ -45,10 +45,14 @@ func (s *DeliveryStore) ClaimDue(ctx context.Context, n int) ([]Job[targets.Atte
 	return s.jobs(claims), nil
 }
 
-// Complete records the outcome of the job's attempt.
-func (s *DeliveryStore) Complete(ctx context.Context, job Job[targets.Attempt], outcome lifecycle.Outcome) error {
-	_, err := s.w.Complete(ctx, job.ID, job.Token, outcome)
-	return err
+// Complete records the outcome of the job's attempt and claims, with the
+// target's lease, the delivery it lets go in its lane, as the next job.
+func (s *DeliveryStore) Complete(ctx context.Context, job Job[targets.Attempt], outcome lifecycle.Outcome) (*Job[targets.Attempt], error) {
+	_, next, err := s.w.CompleteAndClaimNext(ctx, job.ID, job.Token, outcome, s.target.Lease())
+	if err != nil || next == nil {
+		return nil, err
+	}
+	return &s.jobs([]commands.Claim{*next})[0], nil
 }
 
 // Release gives the job's claim back.

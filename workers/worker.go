@@ -40,8 +40,10 @@ type Store[T any] interface {
 	ClaimDue(ctx context.Context, n int) ([]Job[T], error)
 	// Complete records an attempt's outcome; commands.ErrClaimLost when the
 	// claim is no longer the job's. It may be called again for the same
-	// job after an error that commands.Transient reports as passing.
-	Complete(ctx context.Context, job Job[T], outcome lifecycle.Outcome) error
+	// job after an error that commands.Transient reports as passing. next
+	// is a job the store claimed for this worker in the same write (the
+	// delivery the outcome let go in its lane), nil when there is none.
+	Complete(ctx context.Context, job Job[T], outcome lifecycle.Outcome) (next *Job[T], err error)
 	// Release gives a claim back: started says whether the attempt had
 	// begun its I/O. It may be called again as Complete may.
 	Release(ctx context.Context, job Job[T], started bool, reason string) error
@@ -317,14 +319,24 @@ func (w *Worker[T]) claimAndRun(id uuid.UUID) {
 	w.run(job)
 }
 
-// run attempts a claimed job and records what came of it; the slot is held.
+// run attempts a claimed job and records what came of it, then the jobs
+// its outcomes claimed in turn; the slot is held.
 func (w *Worker[T]) run(job Job[T]) {
 	defer w.attempts.Done()
 	defer w.releaseSlot()
+	for next := &job; next != nil; {
+		next = w.attempt(*next)
+	}
+}
+
+// attempt attempts a claimed job and records what came of it. It returns
+// the job the outcome claimed for this worker, nil when there is none or
+// the worker is stopping (the job is then given back).
+func (w *Worker[T]) attempt(job Job[T]) *Job[T] {
 	log := w.log.With("delivery_id", job.ID)
 	if w.hard.Err() != nil {
 		w.giveBack(log, job, false, "the worker stopped before the attempt began")
-		return
+		return nil
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), w.cfg.AttemptTimeout)
 	stop := context.AfterFunc(w.hard, cancel)
@@ -336,14 +348,29 @@ func (w *Worker[T]) run(job Job[T]) {
 	if w.hard.Err() != nil {
 		// The stop cut the attempt short: give it back rather than count it.
 		w.giveBack(log, job, true, "the worker stopped during the attempt")
-		return
+		return nil
 	}
 	log = log.With("outcome", outcome.Kind)
-	complete := func(ctx context.Context) error { return w.cfg.Store.Complete(ctx, job, outcome) }
+	var next *Job[T]
+	complete := func(ctx context.Context) (err error) {
+		next, err = w.cfg.Store.Complete(ctx, job, outcome)
+		return err
+	}
 	if w.record(log, job, "outcome", complete) != nil {
-		return
+		return nil
 	}
 	w.metrics.attempts.WithLabelValues(w.cfg.Name, string(outcome.Kind)).Inc()
+	if next == nil {
+		return nil
+	}
+	w.metrics.claims.WithLabelValues(w.cfg.Name, claimClaimed).Inc()
+	if w.soft.Err() != nil {
+		// A stopping worker claims nothing new: the drain is for the
+		// attempts it had begun.
+		w.giveBack(w.log.With("delivery_id", next.ID), *next, false, "the worker stopped before the attempt began")
+		return nil
+	}
+	return next
 }
 
 func (w *Worker[T]) giveBack(log *slog.Logger, job Job[T], started bool, reason string) {

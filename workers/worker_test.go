@@ -21,6 +21,8 @@ type skippingStore struct {
 	batches  [][]workers.Job[string]
 	done     chan string
 	claimDue int
+	// follow names the job an outcome claims next, by work.
+	follow map[string]string
 }
 
 func (s *skippingStore) Claim(context.Context, uuid.UUID) (workers.Job[string], error) {
@@ -39,9 +41,12 @@ func (s *skippingStore) ClaimDue(_ context.Context, n int) ([]workers.Job[string
 	return jobs, nil
 }
 
-func (s *skippingStore) Complete(_ context.Context, job workers.Job[string], _ lifecycle.Outcome) error {
+func (s *skippingStore) Complete(_ context.Context, job workers.Job[string], _ lifecycle.Outcome) (*workers.Job[string], error) {
 	s.done <- job.Work
-	return nil
+	if next, ok := s.follow[job.Work]; ok {
+		return &workers.Job[string]{ID: uuid.New(), Work: next}, nil
+	}
+	return nil, nil
 }
 
 func (s *skippingStore) Release(context.Context, workers.Job[string], bool, string) error { return nil }
@@ -50,6 +55,33 @@ type okDeliverer struct{}
 
 func (okDeliverer) Deliver(context.Context, string) lifecycle.Outcome {
 	return lifecycle.Delivered("ok")
+}
+
+// TestAnOutcomeHandsTheSlotToTheJobItClaimed: the job an outcome claimed
+// runs next in the same slot, with no catch-up of its own.
+func TestAnOutcomeHandsTheSlotToTheJobItClaimed(t *testing.T) {
+	t.Parallel()
+	store := &skippingStore{done: make(chan string, 3), batches: [][]workers.Job[string]{{{ID: uuid.New(), Work: "head"}}},
+		follow: map[string]string{"head": "second", "second": "third"}}
+	w, err := workers.NewWorker(workers.Config[string]{Base: service.Base{Logger: quiet}, Name: "test", Store: store, Deliverer: okDeliverer{},
+		MaxConcurrent: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop(context.Background())
+	for _, want := range []string{"head", "second", "third"} {
+		select {
+		case got := <-store.done:
+			if got != want {
+				t.Fatalf("completed %q, want %q", got, want)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("%q not completed", want)
+		}
+	}
 }
 
 // TestShortCatchUpRunsAgain: a catch-up that came back short but claimed
