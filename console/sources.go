@@ -32,14 +32,19 @@ func readSourceForm(form url.Values) sourceForm {
 		Enabled: form.Get("enabled") == "on", Config: form.Get("config")}
 }
 
-// definition is the source the form describes, as a POST or PUT of the
-// API would carry it: an empty configuration is the kind's defaults.
+// definition is the source the form describes, as a POST of the API
+// would carry it.
 func (f sourceForm) definition() lifecycle.Source {
-	s := lifecycle.Source{Name: f.Name, Kind: f.Kind, Enabled: f.Enabled}
-	if strings.TrimSpace(f.Config) != "" {
-		s.Config = json.RawMessage(f.Config)
+	return lifecycle.Source{Name: f.Name, Kind: f.Kind, Enabled: f.Enabled, Config: f.config()}
+}
+
+// config is the form's configuration; none, the kind's defaults, when it
+// is left empty.
+func (f sourceForm) config() json.RawMessage {
+	if strings.TrimSpace(f.Config) == "" {
+		return nil
 	}
-	return s
+	return json.RawMessage(f.Config)
 }
 
 // sourcesView is the list of sources and the form that adds one.
@@ -155,8 +160,8 @@ func (c *Console) editSource(w http.ResponseWriter, r *http.Request, s *auth.Ses
 	status := http.StatusOK
 	if r.Method == http.MethodPost {
 		f := readSourceForm(r.PostForm)
-		next := lifecycle.Source{Name: src.Name, Kind: src.Kind, Enabled: f.Enabled, Config: f.definition().Config}
-		next.Config, err = keepPassword(next.Config, src.Config)
+		next := lifecycle.Source{Name: src.Name, Kind: src.Kind, Enabled: f.Enabled}
+		next.Config, err = keepPassword(f.config(), src.Config)
 		if err == nil {
 			_, err = c.cfg.Writer.UpdateSource(r.Context(), next, journal.OperatorActor(s.Name))
 		}
