@@ -161,6 +161,7 @@ func TestReaderSeesNoActionAndIsRefusedOne(t *testing.T) {
 	m := b.ingest(t, "hello")
 	d := m.Deliveries[0]
 	b.settle(t, d.ID, lifecycle.Failed("400 Bad Request"))
+	b.inbox(t, "aodb")
 	routes, err := b.w.Routes(b.ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -176,21 +177,30 @@ func TestReaderSeesNoActionAndIsRefusedOne(t *testing.T) {
 		"/ui/targets/billing/disable",
 		"/ui/targets/billing/enable",
 		"/ui/routes/" + routes[0].ID.String() + "/delete",
+		"/ui/sources/aodb/edit",
+		"/ui/sources/aodb/disable",
+		"/ui/sources/aodb/enable",
+		"/ui/sources/aodb/delete",
 		"/ui/routes",
+		"/ui/sources",
 		"/ui/settings",
+	}
+	pageToo := func(action string) bool {
+		return action == "/ui/routes" || action == "/ui/sources" || action == "/ui/settings"
 	}
 
 	c := b.signedIn(t, b.reader)
 	for _, p := range []string{"/ui/", "/ui/messages", msg, "/ui/targets", "/ui/targets/billing", "/ui/targets/billing/lanes",
-		"/ui/routes", "/ui/settings"} {
+		"/ui/routes", "/ui/sources", "/ui/sources/aodb", "/ui/settings"} {
 		a := c.get(t, p).want(t, http.StatusOK)
 		for _, action := range actions {
 			a.lacks(t, `action="`+action+`"`)
-			if action != "/ui/routes" && action != "/ui/settings" { // pages of their own too
+			if !pageToo(action) { // pages of their own too
 				a.lacks(t, `href="`+action+`"`)
 			}
 		}
-		a.lacks(t, "Redeliver", "Redispatch", "Resend", "Replay", ">Skip<", ">Edit<", ">Disable<", ">Delete<", "Add the route", `name="delivery.max_dispatches"`)
+		a.lacks(t, "Redeliver", "Redispatch", "Resend", "Replay", ">Skip<", ">Edit<", ">Disable<", ">Delete<", "Add the route",
+			"Add the source", `name="delivery.max_dispatches"`, `name="retention.settled_after"`, "s3cret")
 	}
 
 	// The server refuses the actions anyway, with the API's reason, and
@@ -198,11 +208,12 @@ func TestReaderSeesNoActionAndIsRefusedOne(t *testing.T) {
 	before := b.journalLength(t)
 	_, body := httpapi.Refusal(httpapi.Forbidden(auth.RoleReader, auth.Administer))
 	for _, action := range actions {
-		if action != "/ui/routes" && action != "/ui/settings" {
+		if !pageToo(action) {
 			c.get(t, action).want(t, http.StatusForbidden).has(t, "a token of role reader may not administer")
 		}
 		c.post(t, action, url.Values{"source": {"erp"}, "from": {"*"}, "to": {"*"}, "target": {"billing"},
-			"delivery.max_dispatches": {"3"}, "reason": {"no"}}).want(t, http.StatusForbidden).has(t, body.Message)
+			"delivery.max_dispatches": {"3"}, "retention.payload_after": {"1h"}, "reason": {"no"}, "name": {"drop"}, "kind": {"directory"},
+			"config": {`{"dir": "/in", "from": "a", "to": "b"}`}}).want(t, http.StatusForbidden).has(t, body.Message)
 	}
 	if b.journalLength(t) != before {
 		t.Error("a reader's action changed the journal")
@@ -260,6 +271,11 @@ func TestUnknownIDsAreNotFound(t *testing.T) {
 		"/ui/targets/Not_A_Name/edit",
 		"/ui/targets/nope/lanes",
 		"/ui/routes/01a23b49-48df-7e79-b764-a846b1a5c90f/delete",
+		"/ui/sources/nope",
+		"/ui/sources/nope/edit",
+		"/ui/sources/nope/enable",
+		"/ui/sources/nope/disable",
+		"/ui/sources/Not_A_Name/delete",
 		"/ui/nothing/here",
 	} {
 		c.get(t, p).want(t, http.StatusNotFound).has(t, "<h1>Not found</h1>", "There is nothing here", "retention period", "Sign out")
@@ -406,5 +422,51 @@ func TestSettingsSaveWhatTheAPITakes(t *testing.T) {
 	c.post(t, "/ui/settings", form("9", "70")).redirects(t, "/ui/settings")
 	if s, err := b.w.Settings(b.ctx); err != nil || s.Operations.Rate != 70 {
 		t.Errorf("settings %+v, %v", s, err)
+	}
+}
+
+func TestSettingsRetention(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	reader := b.signedIn(t, b.reader)
+	reader.get(t, "/ui/settings").want(t, http.StatusOK).has(t, "<dd>never (<code>retention.settled_after</code>)", "<dd>none (<code>retention.archive_dir</code>)")
+	c := b.signedIn(t, b.admin)
+	c.get(t, "/ui/settings").want(t, http.StatusOK).has(t, `name="retention.payload_after" value=""`, `name="retention.archive_dir" value=""`)
+	all := func(payload, settled, failed, dir string) url.Values {
+		return url.Values{"delivery.max_dispatches": {"5"}, "operations.rate": {"200"}, "retention.payload_after": {payload},
+			"retention.settled_after": {settled}, "retention.failed_after": {failed}, "retention.archive_dir": {dir}}
+	}
+
+	// Refused as the API refuses it, each problem under its field, and
+	// nothing written.
+	before := b.journalLength(t)
+	a := c.post(t, "/ui/settings", all("soon", "1ms", "1h", "archive")).want(t, http.StatusBadRequest).
+		has(t, `value="soon"`, `value="archive"`, `id="retention.payload_after-hint"><strong>`)
+	a.has(t, "<code>retention.payload_after</code>")
+	c.post(t, "/ui/settings", all("", "168h", "24h", "")).want(t, http.StatusBadRequest).
+		has(t, html.EscapeString("retention.failed_after: must not be shorter than retention.settled_after (168h0m0s)")[len("retention.failed_after: "):],
+			`id="retention.archive_dir-hint"><strong>is required while retention.settled_after is set`)
+	if b.journalLength(t) != before {
+		t.Fatal("a refused form changed the journal")
+	}
+
+	// Saved: the periods as the API writes them, empty for never.
+	dir := t.TempDir()
+	c.post(t, "/ui/settings", all(" 24h ", "168h", "", dir)).redirects(t, "/ui/settings")
+	b.lastChange(t, "settings.changed", "operator:alice")
+	s, err := b.w.Settings(b.ctx)
+	if err != nil || s.Retention.String() != "payload after 24h0m0s, settled after 168h0m0s, failed after never, archived in "+dir {
+		t.Fatalf("retention %s, %v", s.Retention, err)
+	}
+	c.get(t, "/ui/settings").has(t, "Settings saved.", `name="retention.payload_after" value="24h0m0s"`,
+		`name="retention.settled_after" value="168h0m0s"`, `name="retention.failed_after" value=""`)
+	reader.get(t, "/ui/settings").has(t, "<dd>24h0m0s (<code>retention.payload_after</code>)", "<dd>never (<code>retention.failed_after</code>)")
+
+	// A field the form does not send keeps its value; one sent empty is
+	// never.
+	c.post(t, "/ui/settings", url.Values{"retention.payload_after": {""}}).redirects(t, "/ui/settings")
+	if s, err := b.w.Settings(b.ctx); err != nil || s.Retention.PayloadAfter != nil || s.Retention.SettledAfter == nil ||
+		s.Retention.ArchiveDir != dir {
+		t.Errorf("retention %s, %v", s.Retention, err)
 	}
 }

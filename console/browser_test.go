@@ -249,6 +249,9 @@ func setScene(t *testing.T, b *bundle) scene {
 		t.Fatal(err)
 	}
 	b.fifo(t, "orders") // its messages come with the test of its lanes
+	b.inbox(t, "aodb")
+	b.source(t, "drop", "directory", true, `{"dir": "/var/spool/erp", "pattern": "*.json", "from": "globex", "to": "acme",
+		"content_type": "application/json"}`)
 	var sc scene
 	ingestKeyed := func(source, contentType, payload, duplicateKey string) *projection.Message {
 		b.clock.Advance(7 * time.Minute)
@@ -607,6 +610,8 @@ func TestInTheBrowser(t *testing.T) {
 			{"/ui/targets", "Targets", "targets"},
 			{"/ui/targets/billing/edit", "Edit target billing", "target-edit"},
 			{"/ui/routes", "Routes", "routes"},
+			{"/ui/sources", "Sources", "sources"},
+			{"/ui/sources/aodb", "Source aodb", "source"},
 			{"/ui/settings", "Settings", "settings"},
 		} {
 			br.open(t, p.path)

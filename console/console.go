@@ -184,6 +184,18 @@ var routeTable = []route{
 	{"GET /ui/targets/{name}/disable", administering, (*Console).enableTarget},
 	{"POST /ui/targets/{name}/disable", administering, (*Console).enableTarget},
 
+	{"GET /ui/sources", reading, (*Console).sourcesPage},
+	{"POST /ui/sources", administering, (*Console).createSource},
+	{"GET /ui/sources/{name}", reading, (*Console).source},
+	{"GET /ui/sources/{name}/edit", administering, (*Console).editSource},
+	{"POST /ui/sources/{name}/edit", administering, (*Console).editSource},
+	{"GET /ui/sources/{name}/enable", administering, (*Console).enableSource},
+	{"POST /ui/sources/{name}/enable", administering, (*Console).enableSource},
+	{"GET /ui/sources/{name}/disable", administering, (*Console).enableSource},
+	{"POST /ui/sources/{name}/disable", administering, (*Console).enableSource},
+	{"GET /ui/sources/{name}/delete", administering, (*Console).deleteSource},
+	{"POST /ui/sources/{name}/delete", administering, (*Console).deleteSource},
+
 	{"GET /ui/routes", reading, (*Console).routesPage},
 	{"POST /ui/routes", administering, (*Console).createRoute},
 	{"GET /ui/routes/{id}/delete", administering, (*Console).deleteRoute},

@@ -68,6 +68,10 @@ func TestEveryLinkInATemplateIsServed(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	// Sources, one of them disabled: their pages and actions.
+	b.inbox(t, "aodb")
+	b.source(t, "drop", "directory", false, `{"dir": "/var/spool/in", "from": "acme", "to": "globex"}`)
+
 	// A bulk operation that runs: its page, its cancel, the list.
 	if _, err := b.w.CreateOperation(b.ctx, commands.OperationSpec{Action: lifecycle.ActionRedeliver,
 		Filter: lifecycle.OperationFilter{Target: "billing"}}, "setup"); err != nil {

@@ -16,7 +16,9 @@ type settingsView struct {
 	MaxDispatches, Rate string
 	Min, Max            int
 	MinRate, MaxRate    int
-	Problem             *errorView
+	// The retention, as the API writes it: a period empty for never.
+	PayloadAfter, SettledAfter, FailedAfter, ArchiveDir string
+	Problem                                             *errorView
 }
 
 // settings shows the settings, and saves them (PUT /settings).
@@ -27,21 +29,30 @@ func (c *Console) settings(w http.ResponseWriter, r *http.Request, s *auth.Sessi
 	}
 	v := settingsView{MaxDispatches: strconv.Itoa(current.Delivery.MaxDispatches), Rate: strconv.Itoa(current.Operations.Rate),
 		Min: lifecycle.MinMaxDispatches, Max: lifecycle.MaxMaxDispatches,
-		MinRate: lifecycle.MinOperationRate, MaxRate: lifecycle.MaxOperationRate}
+		MinRate: lifecycle.MinOperationRate, MaxRate: lifecycle.MaxOperationRate,
+		PayloadAfter: period(current.Retention.PayloadAfter), SettledAfter: period(current.Retention.SettledAfter),
+		FailedAfter: period(current.Retention.FailedAfter), ArchiveDir: current.Retention.ArchiveDir}
 	status := http.StatusOK
 	if r.Method == http.MethodPost {
 		// A setting the form does not send stays as it is, and so do
-		// those it has no field for (the callbacks' attempts, retention).
+		// those it has no field for (the callbacks' attempts).
 		next := current
 		err := invalid(wholeNumber(r, "delivery.max_dispatches", &v.MaxDispatches, &next.Delivery.MaxDispatches),
-			wholeNumber(r, "operations.rate", &v.Rate, &next.Operations.Rate))
+			wholeNumber(r, "operations.rate", &v.Rate, &next.Operations.Rate),
+			retentionPeriod(r, "retention.payload_after", &v.PayloadAfter, &next.Retention.PayloadAfter),
+			retentionPeriod(r, "retention.settled_after", &v.SettledAfter, &next.Retention.SettledAfter),
+			retentionPeriod(r, "retention.failed_after", &v.FailedAfter, &next.Retention.FailedAfter))
+		if r.PostForm.Has("retention.archive_dir") {
+			v.ArchiveDir = strings.TrimSpace(r.PostForm.Get("retention.archive_dir"))
+			next.Retention.ArchiveDir = v.ArchiveDir
+		}
 		if err == nil {
 			err = c.cfg.Writer.SetSettings(r.Context(), next, journal.OperatorActor(s.Name))
 		}
 		if err == nil {
 			c.configChanged()
 			c.log.Info("settings changed", "max_dispatches", next.Delivery.MaxDispatches, "operations_rate", next.Operations.Rate,
-				"operator", s.Name, "via", "console")
+				"retention", next.Retention.String(), "operator", s.Name, "via", "console")
 			c.done(w, r, "/ui/settings", "Settings saved.")
 			return nil
 		}
@@ -67,5 +78,32 @@ func wholeNumber(r *http.Request, field string, text *string, n *int) error {
 		return &lifecycle.FieldError{Field: field, Problem: fmt.Sprintf("must be a whole number, not %q", *text)}
 	}
 	*n = i
+	return nil
+}
+
+// period is a retention period as the API writes it; "" for never (null).
+func period(d *lifecycle.Duration) string {
+	if d == nil {
+		return ""
+	}
+	return d.String()
+}
+
+// retentionPeriod reads the form's period field, when it has it, into its
+// text for the form and the period p: empty is never, as the API's null.
+func retentionPeriod(r *http.Request, field string, text *string, p **lifecycle.Duration) error {
+	if !r.PostForm.Has(field) {
+		return nil
+	}
+	*text = strings.TrimSpace(r.PostForm.Get(field))
+	if *text == "" {
+		*p = nil
+		return nil
+	}
+	var d lifecycle.Duration
+	if err := d.UnmarshalText([]byte(*text)); err != nil {
+		return &lifecycle.FieldError{Field: field, Problem: err.Error() + `, or leave it empty for never`}
+	}
+	*p = &d
 	return nil
 }

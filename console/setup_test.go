@@ -315,3 +315,29 @@ func (a *answer) redirects(t testing.TB, location string) *answer {
 	}
 	return a
 }
+
+// source creates a source of the kind with its configuration.
+func (b *bundle) source(t testing.TB, name, kind string, enabled bool, config string) {
+	t.Helper()
+	if _, err := b.w.CreateSource(b.ctx, lifecycle.Source{Name: name, Kind: kind, Enabled: enabled, Config: json.RawMessage(config)},
+		"operator:setup"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// inboxURL is the database_url of the tests' inbox sources, password and
+// all: no page may show the password.
+const inboxURL = "postgres://waybill:s3cret-pw@inbox.example:5432/aodb"
+
+// inbox creates an inbox_table source reading inboxURL, and records for it
+// what a process polling it would.
+func (b *bundle) inbox(t testing.TB, name string) {
+	t.Helper()
+	b.source(t, name, "inbox_table", true, `{"database_url": "`+inboxURL+`", "table": "cminmsgs", "id_column": "id",
+		"payload_column": "body", "from_column": "sender", "to_column": "receiver", "processed_column": "date_processed"}`)
+	if _, err := b.db.Exec(b.ctx, `UPDATE source_state SET holder = 'waybill-1', lease_end = $2, watermark = 4711,
+		last_poll_at = $3, backlog = 12, last_error = 'inbox database: connection refused', last_error_at = $4 WHERE name = $1`,
+		name, b.clock.Now().Add(30*time.Second), b.clock.Now(), b.clock.Now().Add(-time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+}

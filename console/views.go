@@ -88,7 +88,7 @@ func parseViews() (*views, error) {
 type page struct {
 	Title string
 	// Nav names the bar's item of the page: dashboard, messages,
-	// targets, routes, operations or settings.
+	// sources, targets, routes, operations or settings.
 	Nav     string
 	Session *auth.Session
 	// Notice is what the last action did, shown once.
@@ -186,7 +186,7 @@ func problemOf(err error) errorView {
 	if status == http.StatusNotFound {
 		// The API's words name ids and paths; a person wants to know what
 		// is missing and where to go.
-		v.Message = "There is nothing here: the message, delivery, target or route may never have existed, or was deleted " +
+		v.Message = "There is nothing here: the message, delivery, source, target or route may never have existed, or was deleted " +
 			"(a settled message leaves once its retention period has passed)."
 	}
 	return v

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/waybill/waybill/commands"
 	"github.com/waybill/waybill/lifecycle"
@@ -65,12 +66,18 @@ const sourceStatusSQL = `SELECT st.name, st.holder, st.lease_end, st.last_poll_a
 	st.backlog, st.watermark, (SELECT count(*) FROM inbox_markers m WHERE m.source = st.name)
 	FROM source_state st WHERE $1::text IS NULL OR st.name = $1`
 
-// sourcesOf answers the sources with their status.
-func (s *Server) sourcesOf(ctx context.Context, defs []lifecycle.Source, one *string) ([]Source, error) {
+// SourcesOf is the resource of each source of defs: its definition with
+// its status. The console reads them here too, so it shows what the API
+// answers.
+func SourcesOf(ctx context.Context, db *pgxpool.Pool, defs []lifecycle.Source) ([]Source, error) {
 	status := map[string]SourceStatus{}
 	watermarks := map[string]int64{}
 	owed := map[string]int64{}
-	rows, err := s.cfg.DB.Query(ctx, sourceStatusSQL, one)
+	var one *string // one source's state is one row to read
+	if len(defs) == 1 {
+		one = &defs[0].Name
+	}
+	rows, err := db.Query(ctx, sourceStatusSQL, one)
 	if err != nil {
 		return nil, fmt.Errorf("read the sources' state: %w", err)
 	}
@@ -110,7 +117,7 @@ func (s *Server) listSources(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	items, err := s.sourcesOf(r.Context(), defs, nil)
+	items, err := SourcesOf(r.Context(), s.cfg.DB, defs)
 	if err != nil {
 		return err
 	}
@@ -128,7 +135,7 @@ func (s *Server) source(w http.ResponseWriter, r *http.Request, status int, name
 	if i < 0 {
 		return fmt.Errorf("source %s: %w", name, commands.ErrNotFound)
 	}
-	items, err := s.sourcesOf(r.Context(), defs[i:i+1], &name)
+	items, err := SourcesOf(r.Context(), s.cfg.DB, defs[i:i+1])
 	if err != nil {
 		return err
 	}

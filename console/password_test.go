@@ -1,0 +1,79 @@
+package console
+
+import (
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/waybill/waybill/commands"
+)
+
+func TestMaskPassword(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ dsn, want string }{
+		{"postgres://waybill:s3cret@db:5432/inbox?sslmode=disable", "postgres://waybill:xxxxx@db:5432/inbox?sslmode=disable"},
+		{"postgresql://u:p%40ss@db/x", "postgresql://u:xxxxx@db/x"},
+		{"postgres://u:p@ss@db/x", "postgres://u:xxxxx@db/x"},
+		{"postgres://u@db/x?password=s3cret&sslmode=require", "postgres://u@db/x?password=xxxxx&sslmode=require"},
+		{"postgres://u:one@db/x?password=two", "postgres://u:xxxxx@db/x?password=xxxxx"},
+		{"postgres://waybill@db/inbox", "postgres://waybill@db/inbox"},
+		{"postgres://u:@db/x", "postgres://u:@db/x"},
+		{"postgres://db/x?user=u", "postgres://db/x?user=u"},
+		{"host=db user=u password=s3cret dbname=x", "host=db user=u password=xxxxx dbname=x"},
+		{"host=db password = 's3 cr\\'et' dbname=x", "host=db password = xxxxx dbname=x"},
+		{"password=s3cret", "password=xxxxx"},
+		{"host=db mypassword=x dbname=x", "host=db mypassword=x dbname=x"},
+		{"host=db dbname=x", "host=db dbname=x"},
+		{"", ""},
+	} {
+		if got := maskPassword(tc.dsn); got != tc.want {
+			t.Errorf("maskPassword(%q) = %q, want %q", tc.dsn, got, tc.want)
+		}
+		if strings.Contains(tc.want, passwordMask) != holdsMask(tc.want) {
+			t.Errorf("holdsMask(%q) = %t", tc.want, holdsMask(tc.want))
+		}
+	}
+}
+
+func TestShowConfigMasksTheDatabaseURL(t *testing.T) {
+	t.Parallel()
+	got := showConfig(json.RawMessage(`{"database_url":"postgres://u:s3cret@db/x","table":"inbox"}`))
+	if strings.Contains(got, "s3cret") || !strings.Contains(got, `"postgres://u:xxxxx@db/x"`) || !strings.Contains(got, `"table": "inbox"`) {
+		t.Errorf("showConfig: %s", got)
+	}
+	// Without a password, the configuration is shown as it is.
+	if got := showConfig(json.RawMessage(`{"dir":"/in","from":"a"}`)); got != "{\n  \"dir\": \"/in\",\n  \"from\": \"a\"\n}" {
+		t.Errorf("showConfig: %s", got)
+	}
+	if got := showConfig(json.RawMessage(`not json`)); got != "not json" {
+		t.Errorf("showConfig: %s", got)
+	}
+}
+
+func TestKeepPassword(t *testing.T) {
+	t.Parallel()
+	stored := json.RawMessage(`{"database_url":"postgres://u:s3cret@db/x","table":"inbox"}`)
+	for _, tc := range []struct {
+		name, sent, want string
+		refused          bool
+	}{
+		{"left as shown", `{"database_url":"postgres://u:xxxxx@db/x","table":"other"}`,
+			`{"database_url":"postgres://u:s3cret@db/x","table":"other"}`, false},
+		{"written whole", `{"database_url":"postgres://u:new@db2/x","table":"inbox"}`,
+			`{"database_url":"postgres://u:new@db2/x","table":"inbox"}`, false},
+		{"changed around the mask", `{"database_url":"postgres://u:xxxxx@db2/x"}`, "", true},
+		{"without a password", `{"database_url":"postgres://u@db/x"}`, `{"database_url":"postgres://u@db/x"}`, false},
+		{"not json", `{`, `{`, false},
+	} {
+		got, err := keepPassword(json.RawMessage(tc.sent), stored)
+		switch {
+		case tc.refused:
+			if !errors.Is(err, commands.ErrInvalid) || !strings.Contains(err.Error(), "config.database_url") {
+				t.Errorf("%s: %s, %v", tc.name, got, err)
+			}
+		case err != nil || string(got) != tc.want:
+			t.Errorf("%s: %s, %v; want %s", tc.name, got, err, tc.want)
+		}
+	}
+}

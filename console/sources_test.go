@@ -1,0 +1,167 @@
+package console_test
+
+import (
+	"html"
+	"net/http"
+	"net/url"
+	"strings"
+	"testing"
+
+	"github.com/waybill/waybill/httpapi"
+	"github.com/waybill/waybill/journal"
+	"github.com/waybill/waybill/lifecycle"
+)
+
+func TestSourcesPagesShowTheStatusAndNoPassword(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.inbox(t, "aodb")
+	b.source(t, "drop", "directory", false, `{"dir": "/var/spool/in", "from": "acme", "to": "globex"}`)
+	for _, token := range []string{b.admin, b.reader} {
+		c := b.signedIn(t, token)
+		c.get(t, "/ui/sources").want(t, http.StatusOK).has(t, `href="/ui/sources/aodb"`, `href="/ui/sources/drop"`, "inbox_table",
+			"directory", "waybill-1", "2026-12-01 08:00:00", ">12<", "inbox database: connection refused", "Disabled",
+			`aria-current="page">Sources`).lacks(t, "s3cret")
+		c.get(t, "/ui/sources/aodb").want(t, http.StatusOK).has(t, "<h1>Source aodb</h1>", "waybill-1", "2026-12-01 08:00:30",
+			"4711: every id up to it", "Markers owed</dt><dd>0", "at 2026-12-01 07:00:00",
+			html.EscapeString(`"postgres://waybill:xxxxx@inbox.example:5432/aodb"`), html.EscapeString(`"batch": 500`),
+			`href="/ui/messages?source=aodb"`).lacks(t, "s3cret")
+		c.get(t, "/ui/sources/drop").want(t, http.StatusOK).has(t, "no process holds its lease", "Last poll</dt><dd>never",
+			html.EscapeString(`"dir": "/var/spool/in"`)).lacks(t, "Watermark")
+	}
+	// The API gives the same status.
+	c := b.signedIn(t, b.admin)
+	defs, err := b.w.Sources(b.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	items, err := httpapi.SourcesOf(b.ctx, b.db, defs)
+	if err != nil || len(items) != 2 || *items[0].Status.Holder != "waybill-1" || items[0].Status.Backlog != 12 {
+		t.Fatalf("the API's sources %+v, %v", items, err)
+	}
+	c.get(t, "/ui/sources/aodb/edit").want(t, http.StatusOK).lacks(t, "s3cret")
+}
+
+func TestSourceAddEditEnableDisableDelete(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	c := b.signedIn(t, b.admin)
+	c.get(t, "/ui/sources").want(t, http.StatusOK).has(t, "No sources yet", `action="/ui/sources"`, `<option value="inbox_table">`)
+
+	// Added: each problem named as the API names it, under its field, and
+	// nothing written.
+	before, changes := b.journalLength(t), b.changes.Load()
+	c.post(t, "/ui/sources", url.Values{"name": {"Bad Name"}, "kind": {"ftp"}, "config": {"{}"}}).want(t, http.StatusBadRequest).
+		has(t, "<code>name</code>", "<code>kind</code>", `value="Bad Name"`, `id="name-hint"><strong>`)
+	a := c.post(t, "/ui/sources", url.Values{"name": {"drop"}, "kind": {"directory"}, "enabled": {"on"},
+		"config": {`{"dir": "in", "from": "acme"}`}}).want(t, http.StatusBadRequest).
+		has(t, "<code>config.dir</code>", "<code>config.to</code>", `<textarea id="config" name="config" spellcheck="false" aria-describedby="config-hint" aria-invalid="true">`)
+	a.has(t, `id="config-hint"><strong>config.dir: `)
+	c.post(t, "/ui/sources", url.Values{"name": {"in"}, "kind": {"inbox_table"}, "config": {`{"database_url": "` + inboxURL + `", "table": "t"}`}}).
+		want(t, http.StatusBadRequest).has(t, "<code>config.id_column</code>", "xxxxx").lacks(t, "s3cret")
+	if b.journalLength(t) != before || b.changes.Load() != changes {
+		t.Fatal("a refused source changed the journal")
+	}
+	c.post(t, "/ui/sources", url.Values{"name": {"drop"}, "kind": {"directory"}, "enabled": {"on"},
+		"config": {`{"dir": "/var/spool/in", "from": "acme", "to": "globex"}`}}).redirects(t, "/ui/sources/drop")
+	c.get(t, "/ui/sources/drop").has(t, "Source drop added.", "Enabled", html.EscapeString(`"settle": "2s"`))
+	b.lastChange(t, "source.created", "operator:alice")
+	// Its name is taken now: the API's words.
+	c.post(t, "/ui/sources", url.Values{"name": {"drop"}, "kind": {"directory"}, "config": {`{"dir": "/x", "from": "a", "to": "b"}`}}).
+		want(t, http.StatusConflict)
+
+	// Edited: the whole definition replaced, its kind kept.
+	c.get(t, "/ui/sources/drop/edit").want(t, http.StatusOK).has(t, `name="enabled" checked`, html.EscapeString(`"pattern": "*"`))
+	c.post(t, "/ui/sources/drop/edit", url.Values{"config": {`{"dir": "/var/spool/in", "from": "acme", "to": "globex", "after": "burn"}`}}).
+		want(t, http.StatusBadRequest).has(t, "<code>config.after</code>", html.EscapeString(`"after": "burn"`))
+	c.post(t, "/ui/sources/drop/edit", url.Values{"enabled": {"on"}, "config": {`{"dir": "/var/spool/in", "from": "acme", "to": "globex", "pattern": "*.xml"}`}}).
+		redirects(t, "/ui/sources/drop")
+	c.get(t, "/ui/sources/drop").has(t, "Source drop saved.", html.EscapeString(`"pattern": "*.xml"`))
+	if b.changes.Load() != changes+2 {
+		t.Errorf("%d changes announced, want 2", b.changes.Load()-changes)
+	}
+
+	// Disabled and enabled again, each asked first.
+	before = b.journalLength(t)
+	c.get(t, "/ui/sources/drop/disable").want(t, http.StatusOK).has(t, "Disable source drop?", `class="danger" autofocus>Disable</button>`)
+	if b.journalLength(t) != before {
+		t.Fatal("asking changed the journal")
+	}
+	c.post(t, "/ui/sources/drop/disable", nil).redirects(t, "/ui/sources/drop")
+	b.lastChange(t, "source.updated", "operator:alice")
+	c.get(t, "/ui/sources").has(t, "Source drop is disabled.", `href="/ui/sources/drop/enable"`)
+	if s := b.sourceNamed(t, "drop"); s.Enabled || !strings.Contains(string(s.Config), `"*.xml"`) {
+		t.Errorf("after the disable %+v", s)
+	}
+	c.get(t, "/ui/sources/drop/enable").want(t, http.StatusOK).has(t, "Enable source drop?")
+	c.post(t, "/ui/sources/drop/enable", nil).redirects(t, "/ui/sources/drop")
+	if !b.sourceNamed(t, "drop").Enabled {
+		t.Error("not enabled")
+	}
+
+	// Deleted, after its confirmation; then it is not found.
+	c.get(t, "/ui/sources/drop/delete").want(t, http.StatusOK).has(t, "Delete source drop?", "never written")
+	c.post(t, "/ui/sources/drop/delete", nil).redirects(t, "/ui/sources")
+	c.get(t, "/ui/sources").has(t, "Source drop deleted.", "No sources yet")
+	c.post(t, "/ui/sources/drop/delete", nil).want(t, http.StatusNotFound)
+	b.lastChange(t, "source.deleted", "operator:alice")
+}
+
+func TestSourceEditKeepsTheHiddenPassword(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.inbox(t, "aodb")
+	c := b.signedIn(t, b.admin)
+	form := c.get(t, "/ui/sources/aodb/edit").want(t, http.StatusOK).lacks(t, "s3cret").body
+	config := html.UnescapeString(strings.SplitN(strings.SplitN(form, `aria-describedby="config-hint">`, 2)[1], "</textarea>", 2)[0])
+
+	// Sent back as shown, with a change beside it: the password stays.
+	c.post(t, "/ui/sources/aodb/edit", url.Values{"enabled": {"on"}, "config": {strings.Replace(config, `"batch": 500`, `"batch": 100`, 1)}}).
+		redirects(t, "/ui/sources/aodb")
+	if s := b.sourceNamed(t, "aodb"); !strings.Contains(string(s.Config), inboxURL) || !strings.Contains(string(s.Config), `"batch": 100`) {
+		t.Fatalf("after the edit %s", s.Config)
+	}
+	// The URL changed around the hidden password: refused, nothing written.
+	before := b.journalLength(t)
+	c.post(t, "/ui/sources/aodb/edit", url.Values{"config": {strings.Replace(config, "inbox.example", "inbox2.example", 1)}}).
+		want(t, http.StatusBadRequest).has(t, "<code>config.database_url</code>: holds the hidden password").lacks(t, "s3cret")
+	if b.journalLength(t) != before {
+		t.Error("a refused edit changed the journal")
+	}
+	// Written whole, the new one is taken, and not shown either.
+	c.post(t, "/ui/sources/aodb/edit", url.Values{"config": {strings.Replace(config, "waybill:xxxxx@inbox.example", "waybill:n3w-pw@inbox2.example", 1)}}).
+		redirects(t, "/ui/sources/aodb")
+	if s := b.sourceNamed(t, "aodb"); !strings.Contains(string(s.Config), "waybill:n3w-pw@inbox2.example") || s.Enabled {
+		t.Fatalf("after the edit %+v", s)
+	}
+	c.get(t, "/ui/sources/aodb").has(t, "inbox2.example").lacks(t, "n3w-pw")
+}
+
+// lastChange fails the test unless the configuration's last event is of
+// the kind, by the actor.
+func (b *bundle) lastChange(t testing.TB, kind journal.Kind, actor string) {
+	t.Helper()
+	events, err := journal.Stream(b.ctx, b.db, journal.ConfigStream)
+	if err != nil || len(events) == 0 {
+		t.Fatalf("the config stream: %d events, %v", len(events), err)
+	}
+	if e := events[len(events)-1]; e.Kind() != kind || e.Actor != actor {
+		t.Errorf("the last change is %s by %s, want %s by %s", e.Kind(), e.Actor, kind, actor)
+	}
+}
+
+// sourceNamed is the stored source of that name.
+func (b *bundle) sourceNamed(t testing.TB, name string) lifecycle.Source {
+	t.Helper()
+	ss, err := b.w.Sources(b.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range ss {
+		if s.Name == name {
+			return s
+		}
+	}
+	t.Fatalf("no source %s", name)
+	return lifecycle.Source{}
+}
