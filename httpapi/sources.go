@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/waybill/waybill/auth"
 	"github.com/waybill/waybill/commands"
 	"github.com/waybill/waybill/lifecycle"
 	"github.com/waybill/waybill/sources"
@@ -121,8 +122,22 @@ func (s *Server) listSources(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, SourceList{Items: items})
+	writeJSON(w, http.StatusOK, SourceList{Items: forCaller(r, items)})
 	return nil
+}
+
+// forCaller is the sources as the request's token may see them: a token
+// that may not administer sees each database_url with its password
+// masked (sources.MaskPassword); an admin, who writes the definitions,
+// sees them as stored.
+func forCaller(r *http.Request, items []Source) []Source {
+	if identity(r).Role.Allows(auth.Administer) {
+		return items
+	}
+	for i := range items {
+		items[i].Config, _ = sources.MaskConfig(items[i].Config)
+	}
+	return items
 }
 
 // source answers one source as stored, with its status.
@@ -139,7 +154,7 @@ func (s *Server) source(w http.ResponseWriter, r *http.Request, status int, name
 	if err != nil {
 		return err
 	}
-	writeJSON(w, status, items[0])
+	writeJSON(w, status, forCaller(r, items)[0])
 	return nil
 }
 

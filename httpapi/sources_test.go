@@ -3,6 +3,7 @@ package httpapi_test
 import (
 	"encoding/json"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -49,7 +50,7 @@ func TestSources(t *testing.T) {
 	// An inbox shows its watermark and markers; the state a poll records
 	// shows as the status.
 	b.admin(t, http.MethodPost, "/sources", map[string]any{"name": "ciims", "kind": "inbox_table", "enabled": false,
-		"config": map[string]any{"database_url": "postgres://waybill@inbox.example/aodb", "table": "cminmsgs", "id_column": "id",
+		"config": map[string]any{"database_url": "postgres://waybill:s3cret@inbox.example/aodb", "table": "cminmsgs", "id_column": "id",
 			"payload_column": "body", "from_column": "sender", "to_column": "receiver", "processed_column": "date_processed"}}).
 		want(t, http.StatusCreated, nil)
 	at := start.Add(time.Minute)
@@ -64,6 +65,18 @@ func TestSources(t *testing.T) {
 	}
 	var got httpapi.Source
 	b.as(t, readerToken, http.MethodGet, "/sources/ciims", nil).want(t, http.StatusOK, &got)
+	// A reader sees where an inbox connects, not its password; an admin,
+	// who writes the definition, sees it whole.
+	for _, cfg := range []json.RawMessage{list.Items[0].Config, got.Config} {
+		if strings.Contains(string(cfg), "s3cret") || !strings.Contains(string(cfg), "postgres://waybill:xxxxx@inbox.example/aodb") {
+			t.Errorf("a reader sees the config %s", cfg)
+		}
+	}
+	var whole httpapi.Source
+	b.admin(t, http.MethodGet, "/sources/ciims", nil).want(t, http.StatusOK, &whole)
+	if !strings.Contains(string(whole.Config), "s3cret") {
+		t.Errorf("an admin sees the config %s", whole.Config)
+	}
 	st := got.Status
 	if got.Enabled || st.Holder == nil || *st.Holder != "host:1:ab" || !st.LastPollAt.Equal(at) || *st.LastError != "inbox away" ||
 		st.Backlog != 7 || *st.Watermark != 41 || *st.MarkersOwed != 0 {
