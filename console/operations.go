@@ -122,7 +122,7 @@ type newOperationView struct {
 	Sample  []uuid.UUID
 	// Hidden is the counted form, which the confirmation posts.
 	Hidden url.Values
-	// Too many: the filter matches more than one operation takes.
+	// Most is how many messages one operation takes at most.
 	Most int
 }
 
@@ -170,7 +170,7 @@ func (c *Console) newOperation(w http.ResponseWriter, r *http.Request, s *auth.S
 			}
 			c.log.Info("bulk operation created", "operation_id", o.ID, "action", o.Action, "matched", o.Matched,
 				"operator", s.Name, "via", "console")
-			c.done(w, r, "/ui/operations/"+o.ID.String(), fmt.Sprintf("Operation started: it takes %s messages.", count(o.Matched)))
+			c.done(w, r, "/ui/operations/"+o.ID.String(), fmt.Sprintf("Operation started: it takes %s.", messageCount(o.Matched)))
 			return nil
 		}
 		if err := problem(err); err != nil {
@@ -225,6 +225,14 @@ func (v operationView) Percent() int {
 		return 100
 	}
 	return v.Next() * 100 / v.Matched
+}
+
+// messageCount is n messages in words.
+func messageCount(n int) string {
+	if n == 1 {
+		return "1 message"
+	}
+	return count(n) + " messages"
 }
 
 // operationTone is the badge colour of an operation's state, by the rule
@@ -326,7 +334,7 @@ func (c *Console) cancelOperation(w http.ResponseWriter, r *http.Request, s *aut
 		}
 		c.log.Info("bulk operation cancelled", "operation_id", o.ID, "done", after.Done, "refused", after.Refused,
 			"operator", s.Name, "via", "console")
-		return fmt.Sprintf("Operation cancelled after %s of %s messages.", count(after.Next()), count(after.Matched)), nil
+		return fmt.Sprintf("Operation cancelled after %s of %s.", count(after.Next()), messageCount(after.Matched)), nil
 	})
 }
 
