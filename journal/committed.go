@@ -31,12 +31,22 @@ const committedSQL = `SELECT txid::text AS txid_text, ` + columns + ` FROM journ
 // event written by a transaction open now comes in a later read, after it
 // ends.
 func ReadCommitted(ctx context.Context, q Querier, after Mark, limit int) ([]Event, []Mark, error) {
+	events, marks, err := scanMarked(ctx, q, committedSQL, strconv.FormatUint(after.TxID, 10), after.Position, limit)
+	if err != nil {
+		return nil, nil, fmt.Errorf("read journal after %d/%d: %w", after.TxID, after.Position, err)
+	}
+	return events, marks, nil
+}
+
+// scanMarked runs sql, whose first column is the text of each event's
+// txid, and returns the events with the mark of each.
+func scanMarked(ctx context.Context, q Querier, sql string, args ...any) ([]Event, []Mark, error) {
 	var (
 		events []Event
 		marks  []Mark
 		txid   string
 	)
-	err := scan(ctx, q, committedSQL, []any{strconv.FormatUint(after.TxID, 10), after.Position, limit}, func(e Event) error {
+	err := scan(ctx, q, sql, args, func(e Event) error {
 		id, err := strconv.ParseUint(txid, 10, 64)
 		if err != nil {
 			return fmt.Errorf("position %d: txid %q: %w", e.Position, txid, err)
@@ -45,8 +55,5 @@ func ReadCommitted(ctx context.Context, q Querier, after Mark, limit int) ([]Eve
 		marks = append(marks, Mark{TxID: id, Position: e.Position})
 		return nil
 	}, &txid)
-	if err != nil {
-		return nil, nil, fmt.Errorf("read journal after %d/%d: %w", after.TxID, after.Position, err)
-	}
-	return events, marks, nil
+	return events, marks, err
 }

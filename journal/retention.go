@@ -172,20 +172,7 @@ const streamsSQL = `SELECT txid::text AS txid_text, ` + columns + ` FROM journal
 // ReadStreams returns every event of the streams, in position order, and
 // the mark of each, so a caller can tell which a feed group has passed.
 func ReadStreams(ctx context.Context, q Querier, streams []string) ([]Event, []Mark, error) {
-	var (
-		events []Event
-		marks  []Mark
-		txid   string
-	)
-	err := scan(ctx, q, streamsSQL, []any{streams}, func(e Event) error {
-		id, err := strconv.ParseUint(txid, 10, 64)
-		if err != nil {
-			return fmt.Errorf("position %d: txid %q: %w", e.Position, txid, err)
-		}
-		events = append(events, e)
-		marks = append(marks, Mark{TxID: id, Position: e.Position})
-		return nil
-	}, &txid)
+	events, marks, err := scanMarked(ctx, q, streamsSQL, streams)
 	if err != nil {
 		return nil, nil, fmt.Errorf("read %d streams: %w", len(streams), err)
 	}

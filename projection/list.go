@@ -45,28 +45,39 @@ type Cursor struct {
 
 // String is the cursor as the lists hand it out: microseconds since 1970
 // and the id, as unpadded base64url, opaque to clients.
-func (c Cursor) String() string {
-	return base64.RawURLEncoding.EncodeToString(fmt.Appendf(nil, "m1:%d:%s", c.CreatedAt.UnixMicro(), c.ID))
-}
+func (c Cursor) String() string { return encodeCursor("m1", c.CreatedAt, c.ID) }
 
 // ParseCursor reads a cursor String gave; anything else is a
 // *lifecycle.FieldError on the field cursor.
 func ParseCursor(s string) (Cursor, error) {
+	at, id, err := parseCursor("m1", s)
+	return Cursor{CreatedAt: at, ID: id}, err
+}
+
+// encodeCursor is a list's cursor at (at, id); tag names the list, so a
+// cursor of one list is refused by another.
+func encodeCursor(tag string, at time.Time, id uuid.UUID) string {
+	return base64.RawURLEncoding.EncodeToString(fmt.Appendf(nil, "%s:%d:%s", tag, at.UnixMicro(), id))
+}
+
+// parseCursor reads a cursor encodeCursor gave for the list tag; anything
+// else is a *lifecycle.FieldError on the field cursor.
+func parseCursor(tag, s string) (time.Time, uuid.UUID, error) {
 	bad := &lifecycle.FieldError{Field: "cursor", Problem: "is not a cursor of this list: pass next_cursor as it was given"}
 	raw, err := base64.RawURLEncoding.DecodeString(s)
 	if err != nil {
-		return Cursor{}, bad
+		return time.Time{}, uuid.Nil, bad
 	}
 	parts := strings.Split(string(raw), ":")
-	if len(parts) != 3 || parts[0] != "m1" {
-		return Cursor{}, bad
+	if len(parts) != 3 || parts[0] != tag {
+		return time.Time{}, uuid.Nil, bad
 	}
 	micros, err1 := strconv.ParseInt(parts[1], 10, 64)
 	id, err2 := uuid.Parse(parts[2])
 	if err1 != nil || err2 != nil {
-		return Cursor{}, bad
+		return time.Time{}, uuid.Nil, bad
 	}
-	return Cursor{CreatedAt: time.UnixMicro(micros).UTC(), ID: id}, nil
+	return time.UnixMicro(micros).UTC(), id, nil
 }
 
 // TxBeginner is what ListMessages needs of a pool: a transaction of its own.

@@ -2,7 +2,6 @@ package projection
 
 import (
 	"context"
-	"encoding/base64"
 	"fmt"
 	"slices"
 	"strconv"
@@ -114,28 +113,13 @@ type OperationCursor struct {
 }
 
 // String is the cursor as the list hands it out, opaque to clients.
-func (c OperationCursor) String() string {
-	return base64.RawURLEncoding.EncodeToString(fmt.Appendf(nil, "o1:%d:%s", c.CreatedAt.UnixMicro(), c.ID))
-}
+func (c OperationCursor) String() string { return encodeCursor("o1", c.CreatedAt, c.ID) }
 
 // ParseOperationCursor reads a cursor String gave; anything else is a
 // *lifecycle.FieldError on the field cursor.
 func ParseOperationCursor(s string) (OperationCursor, error) {
-	bad := &lifecycle.FieldError{Field: "cursor", Problem: "is not a cursor of this list: pass next_cursor as it was given"}
-	raw, err := base64.RawURLEncoding.DecodeString(s)
-	if err != nil {
-		return OperationCursor{}, bad
-	}
-	parts := strings.Split(string(raw), ":")
-	if len(parts) != 3 || parts[0] != "o1" {
-		return OperationCursor{}, bad
-	}
-	micros, err1 := strconv.ParseInt(parts[1], 10, 64)
-	id, err2 := uuid.Parse(parts[2])
-	if err1 != nil || err2 != nil {
-		return OperationCursor{}, bad
-	}
-	return OperationCursor{CreatedAt: time.UnixMicro(micros).UTC(), ID: id}, nil
+	at, id, err := parseCursor("o1", s)
+	return OperationCursor{CreatedAt: at, ID: id}, err
 }
 
 // ListOperations reads a page of operations, newest first by (created_at,
