@@ -432,13 +432,7 @@ func listMessages(ctx context.Context, c *client, w io.Writer, status string, du
 		q.Set("possible_duplicate", "true")
 		again = append(again, "--possible-duplicates")
 	}
-	if limit > 0 {
-		q.Set("limit", fmt.Sprint(limit))
-		again = append(again, "--limit", fmt.Sprint(limit))
-	}
-	if cursor != "" {
-		q.Set("cursor", cursor)
-	}
+	again = pageFlags(q, again, limit, cursor)
 	var page messagePage
 	if err := c.do(ctx, http.MethodGet, "messages", q, nil, &page); err != nil {
 		return err
@@ -452,10 +446,29 @@ func listMessages(ctx context.Context, c *client, w io.Writer, status string, du
 		}
 		t.flush()
 	}
-	if page.NextCursor != nil && *page.NextCursor != "" {
-		fmt.Fprintf(w, "\nnext page: waybill messages %s\n", strings.Join(append(again, "--cursor", shellQuote(*page.NextCursor)), " "))
-	}
+	printNextPage(w, "waybill messages", again, page.NextCursor)
 	return nil
+}
+
+// pageFlags adds a list's --limit and --cursor to its query, and --limit to
+// again, the flags that ask the list for its next page.
+func pageFlags(q url.Values, again []string, limit int, cursor string) []string {
+	if limit > 0 {
+		q.Set("limit", fmt.Sprint(limit))
+		again = append(again, "--limit", fmt.Sprint(limit))
+	}
+	if cursor != "" {
+		q.Set("cursor", cursor)
+	}
+	return again
+}
+
+// printNextPage prints the command that reads the next page, when there
+// is one.
+func printNextPage(w io.Writer, command string, again []string, next *string) {
+	if next != nil && *next != "" {
+		fmt.Fprintf(w, "\nnext page: %s\n", strings.Join(append(append([]string{command}, again...), "--cursor", shellQuote(*next)), " "))
+	}
 }
 
 func showMessage(ctx context.Context, c *client, w io.Writer, id string) error {
@@ -489,18 +502,12 @@ func showMessage(ctx context.Context, c *client, w io.Writer, id string) error {
 // listLanes prints a page of a target's lanes.
 func listLanes(ctx context.Context, c *client, w io.Writer, target string, blocked bool, limit int, cursor string) error {
 	q := url.Values{}
-	again := []string{"waybill", "lanes", target}
+	var again []string
 	if blocked {
 		q.Set("blocked", "true")
 		again = append(again, "--blocked")
 	}
-	if limit > 0 {
-		q.Set("limit", fmt.Sprint(limit))
-		again = append(again, "--limit", fmt.Sprint(limit))
-	}
-	if cursor != "" {
-		q.Set("cursor", cursor)
-	}
+	again = pageFlags(q, again, limit, cursor)
 	var page lanePage
 	if err := c.do(ctx, http.MethodGet, "targets/"+url.PathEscape(target)+"/lanes", q, nil, &page); err != nil {
 		return err
@@ -518,9 +525,7 @@ func listLanes(ctx context.Context, c *client, w io.Writer, target string, block
 		t.row(l.OrderingKey, msg, dl, state, timeCell(since), fmt.Sprint(l.Waiting), timeCell(str(l.WaitingSince)))
 	}
 	t.flush()
-	if page.NextCursor != nil {
-		fmt.Fprintf(w, "\nmore: %s --cursor %s\n", strings.Join(again, " "), *page.NextCursor)
-	}
+	printNextPage(w, "waybill lanes "+shellQuote(target), again, page.NextCursor)
 	return nil
 }
 

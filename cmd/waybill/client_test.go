@@ -245,7 +245,7 @@ func TestSkipAndLanes(t *testing.T) {
 patient-42    ` + msgID + `  ` + dlvID + `  failed  2025-03-04 10:11:12Z  3        2025-03-04 10:11:13Z
 patient-7     -                                     -                                     -       -                     0        -
 
-more: waybill lanes billing --blocked --cursor cGF0aWVudC03
+next page: waybill lanes billing --blocked --cursor cGF0aWVudC03
 `
 	if code != 0 || out != want {
 		t.Fatalf("lanes: exit %d\n%s\nwant\n%s%s", code, out, want, errOut)

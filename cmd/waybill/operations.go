@@ -308,14 +308,7 @@ func isTerminal(w io.Writer) bool {
 
 func listOperations(ctx context.Context, c *client, w io.Writer, limit int, cursor string) error {
 	q := url.Values{}
-	var again []string
-	if limit > 0 {
-		q.Set("limit", fmt.Sprint(limit))
-		again = append(again, "--limit", fmt.Sprint(limit))
-	}
-	if cursor != "" {
-		q.Set("cursor", cursor)
-	}
+	again := pageFlags(q, nil, limit, cursor)
 	var page operationPage
 	if err := c.do(ctx, http.MethodGet, "operations", q, nil, &page); err != nil {
 		return err
@@ -330,9 +323,7 @@ func listOperations(ctx context.Context, c *client, w io.Writer, limit int, curs
 		}
 		t.flush()
 	}
-	if page.NextCursor != nil {
-		fmt.Fprintf(w, "\nnext page: waybill operations list %s\n", strings.Join(append(again, "--cursor", shellQuote(*page.NextCursor)), " "))
-	}
+	printNextPage(w, "waybill operations list", again, page.NextCursor)
 	return nil
 }
 
