@@ -206,6 +206,8 @@ func TestCompleteClaimsTheDeliveryItFrees(t *testing.T) {
 	if n := len(events); n < 2 || events[n-2].Kind() != "delivery.unblocked" || events[n-1].Kind() != "delivery.claimed" {
 		t.Fatalf("the next delivery's events %v", events)
 	}
+	// Audited in flight: one delivering, one blocked behind it.
+	b.audit(t)
 
 	// The claim is the worker's like any other: its outcome frees the third.
 	_, next, err = b.w.CompleteAndClaimNext(b.ctx, next.Delivery.ID, next.Token, lifecycle.Delivered("200"), time.Minute)
