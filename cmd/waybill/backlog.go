@@ -117,6 +117,9 @@ type countingSink struct {
 	seen  map[string]bool
 	twice int
 	count atomic.Int64
+	// last is when the latest new delivery arrived: the drain's end is
+	// read from it, not from the polling loop that waits for it.
+	last time.Time
 }
 
 func (s *countingSink) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -127,6 +130,7 @@ func (s *countingSink) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.twice++
 	} else {
 		s.seen[key] = true
+		s.last = time.Now()
 		s.count.Add(1)
 	}
 	s.mu.Unlock()
@@ -267,7 +271,6 @@ func backlog(ctx context.Context, cfg backlogConfig, stderr io.Writer) (*backlog
 	if err := c.waitSettled(ctx); err != nil {
 		return nil, err
 	}
-	r.drain = time.Since(enabled)
 	serverAfter, _ := cpustat.ProcessTree(server.Process.Pid)
 	r.serverCPU = serverAfter - serverBefore
 	if pgAfter, ok := cpustat.ProcessTree(pgPID); ok && pgOK {
@@ -276,6 +279,7 @@ func backlog(ctx context.Context, cfg backlogConfig, stderr io.Writer) (*backlog
 	r.peakRSS = residentBytes(server.Process.Pid, "VmHWM")
 	sink.mu.Lock()
 	r.sentTwice = sink.twice
+	r.drain = sink.last.Sub(enabled)
 	sink.mu.Unlock()
 	if r.claimToOutcome, err = claimToOutcome(ctx, db, startPosition); err != nil {
 		return nil, err
