@@ -8,8 +8,10 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/waybill/waybill/auth"
 	"github.com/waybill/waybill/journal"
 	"github.com/waybill/waybill/lifecycle"
+	"github.com/waybill/waybill/sources"
 )
 
 // The bounds of a page of the journal.
@@ -41,7 +43,7 @@ func (s *Server) journal(w http.ResponseWriter, r *http.Request) error {
 	}
 	out := JournalPage{Items: make([]JournalEvent, len(events))}
 	for i, e := range events {
-		payload, err := json.Marshal(e.Payload)
+		payload, err := json.Marshal(payloadForCaller(r, e))
 		if err != nil {
 			return fmt.Errorf("encode event %d: %w", e.Position, err)
 		}
@@ -53,6 +55,26 @@ func (s *Server) journal(w http.ResponseWriter, r *http.Request) error {
 	out.NextCursor = encodeJournalCursor(after)
 	writeJSON(w, http.StatusOK, out)
 	return nil
+}
+
+// payloadForCaller is e's payload as the request's token may see it: a
+// source's definition with its database_url password masked unless the
+// token may administer, as forCaller shows the sources themselves.
+func payloadForCaller(r *http.Request, e journal.Event) journal.Payload {
+	if identity(r).Role.Allows(auth.Administer) {
+		return e.Payload
+	}
+	switch p := e.Payload.(type) {
+	case *journal.SourceCreated:
+		masked := *p
+		masked.Source.Config, _ = sources.MaskConfig(p.Source.Config)
+		return &masked
+	case *journal.SourceUpdated:
+		masked := *p
+		masked.Source.Config, _ = sources.MaskConfig(p.Source.Config)
+		return &masked
+	}
+	return e.Payload
 }
 
 // A journal cursor is the mark of the last event read, as unpadded

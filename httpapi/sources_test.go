@@ -3,11 +3,13 @@ package httpapi_test
 import (
 	"encoding/json"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/waybill/waybill/httpapi"
+	"github.com/waybill/waybill/journal"
 )
 
 func TestSources(t *testing.T) {
@@ -76,6 +78,22 @@ func TestSources(t *testing.T) {
 	b.admin(t, http.MethodGet, "/sources/ciims", nil).want(t, http.StatusOK, &whole)
 	if !strings.Contains(string(whole.Config), "s3cret") {
 		t.Errorf("an admin sees the config %s", whole.Config)
+	}
+	// The journal's source.created holds the definition; a reader sees it
+	// masked there too, an admin whole.
+	for token, want := range map[string]bool{readerToken: false, adminToken: true} {
+		var page httpapi.JournalPage
+		b.as(t, token, http.MethodGet, "/journal?limit=1000", nil).want(t, http.StatusOK, &page)
+		i := slices.IndexFunc(page.Items, func(e httpapi.JournalEvent) bool {
+			return e.Kind == journal.KindSourceCreated && strings.Contains(string(e.Payload), "inbox.example")
+		})
+		if i < 0 {
+			t.Fatalf("no source.created of ciims in the journal")
+		}
+		if got := page.Items[i].Payload; strings.Contains(string(got), "s3cret") != want ||
+			!want && !strings.Contains(string(got), "postgres://waybill:xxxxx@inbox.example/aodb") {
+			t.Errorf("%s sees the journal's source.created as %s", token, got)
+		}
 	}
 	st := got.Status
 	if got.Enabled || st.Holder == nil || *st.Holder != "host:1:ab" || !st.LastPollAt.Equal(at) || *st.LastError != "inbox away" ||
