@@ -6,6 +6,7 @@ type metrics struct {
 	expunged     prometheus.Counter
 	removed      *prometheus.CounterVec
 	archiveBytes prometheus.Counter
+	alerts       prometheus.Counter
 	oldest       *prometheus.GaugeVec
 	passSeconds  prometheus.Histogram
 }
@@ -21,6 +22,9 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		archiveBytes: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "waybill_retention_archive_bytes_total", Help: "Bytes of archive files retention wrote.",
 		}),
+		alerts: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "waybill_retention_alerts_removed_total", Help: "Sent alerts retention deleted.",
+		}),
 		oldest: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "waybill_retention_oldest_settled_seconds", Help: "Age of the oldest settled message still live, by its creation and class (settled, or faulted); 0 when there is none.",
 		}, []string{"class"}),
@@ -34,7 +38,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		m.oldest.WithLabelValues(class)
 	}
 	if reg != nil {
-		reg.MustRegister(m.expunged, m.removed, m.archiveBytes, m.oldest, m.passSeconds)
+		reg.MustRegister(m.expunged, m.removed, m.archiveBytes, m.alerts, m.oldest, m.passSeconds)
 	}
 	return m
 }

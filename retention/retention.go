@@ -65,6 +65,8 @@ type Result struct {
 	Settled, Faulted int
 	Batches          int
 	ArchiveBytes     int64
+	// Alerts are the sent alerts the pass deleted (see pruneAlerts).
+	Alerts int
 	// HeldByFeed says removals waited for a feed group.
 	HeldByFeed bool
 	// Skipped says another process holds the lease.
@@ -129,9 +131,10 @@ func (r *Retention) Start(context.Context) error {
 				return
 			case err != nil:
 				r.log.Error("retention pass", "err", err)
-			case res.Expunged+res.Removed() > 0:
+			case res.Expunged+res.Removed()+res.Alerts > 0:
 				r.log.Info("retention pass", "expunged", res.Expunged, "settled", res.Settled, "faulted", res.Faulted,
-					"batches", res.Batches, "archive_bytes", res.ArchiveBytes, "held_by_feed", res.HeldByFeed)
+					"batches", res.Batches, "archive_bytes", res.ArchiveBytes, "alerts", res.Alerts,
+					"held_by_feed", res.HeldByFeed)
 			}
 			if err == nil {
 				wait = Interval(settings)
@@ -225,6 +228,9 @@ func (r *Retention) run(ctx context.Context, rs lifecycle.Retention, res *Result
 	if rs.SettledAfter != nil {
 		if err := r.remove(ctx, conn, rs, res); err != nil {
 			return fmt.Errorf("remove: %w", err)
+		}
+		if err := r.pruneAlerts(ctx, conn, rs, res); err != nil {
+			return fmt.Errorf("prune alerts: %w", err)
 		}
 	}
 	if res.Expunged+res.Removed() > 0 {
@@ -336,6 +342,42 @@ func (r *Retention) remove(ctx context.Context, conn *pgxpool.Conn, rs lifecycle
 	}
 	return nil
 }
+
+// pruneAlerts deletes, a batch at a time, the alerts raised longer ago
+// than the longest removal period that every channel owed has taken. A
+// sent alert is kept only so that its event, handled again after a crash
+// of the alerter, raises nothing twice; by then its event is long behind
+// the alerter, and its message removed or about to be. An alert still
+// owed to a channel stays until it is sent.
+func (r *Retention) pruneAlerts(ctx context.Context, conn *pgxpool.Conn, rs lifecycle.Retention, res *Result) error {
+	var longest time.Duration
+	for _, status := range lifecycle.SettledStatuses() {
+		if after, ok := rs.RemovalAfter(status); ok {
+			longest = max(longest, after)
+		}
+	}
+	for {
+		began := time.Now()
+		tag, err := conn.Exec(ctx, pruneAlertsSQL, r.cfg.Now().Add(-longest), r.cfg.Batch)
+		if err != nil {
+			return err
+		}
+		n := int(tag.RowsAffected())
+		res.Alerts += n
+		r.metrics.alerts.Add(float64(n))
+		if n < r.cfg.Batch {
+			return nil
+		}
+		if err := r.pause(ctx, began); err != nil {
+			return err
+		}
+	}
+}
+
+const pruneAlertsSQL = `DELETE FROM alerts WHERE id IN (
+	SELECT id FROM alerts
+	WHERE raised_at < $1 AND nats_sent_at IS NOT NULL AND (NOT webhook OR webhook_sent_at IS NOT NULL)
+	ORDER BY raised_at LIMIT $2)`
 
 // pause waits so that the work since began is Share of the time, and at
 // least Pause: a pass takes at most that share of a connection and a core.

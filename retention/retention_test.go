@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -685,5 +686,62 @@ func TestShard(t *testing.T) {
 		if got := retention.Shard(batch); got != want {
 			t.Errorf("batch %d in %s, want %s", batch, got, want)
 		}
+	}
+}
+
+// TestSentAlertsLeaveAfterTheLongestPeriod: a pass deletes the alerts
+// raised longer ago than the longest removal period once every channel
+// owed has taken them, a batch at a time; the others stay.
+func TestSentAlertsLeaveAfterTheLongestPeriod(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.retain(t, 0, time.Hour, 2*time.Hour)
+	now := b.clock.Now()
+	for _, a := range []struct {
+		id                     string
+		age                    time.Duration
+		webhook, nats, webSent bool
+	}{
+		{"old-sent", 3 * time.Hour, false, true, false},
+		{"old-webhook-sent", 3 * time.Hour, true, true, true},
+		{"old-webhook-owed", 3 * time.Hour, true, true, false},
+		{"old-nats-owed", 3 * time.Hour, false, false, false},
+		{"within-failed-after", 90 * time.Minute, false, true, false},
+	} {
+		sent := func(yes bool) *time.Time {
+			if !yes {
+				return nil
+			}
+			return &now
+		}
+		if _, err := b.db.Exec(b.ctx, `INSERT INTO alerts (id, code, severity, key, position, raised_at, body, webhook,
+			nats_sent_at, webhook_sent_at) VALUES ($1, 'message_failed', 'error', 'k', 1, $2, '{}', $3, $4, $5)`,
+			a.id, now.Add(-a.age), a.webhook, sent(a.nats), sent(a.webSent)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	reg := prometheus.NewRegistry()
+	r, err := retention.New(retention.Config{Base: service.Base{Now: b.clock.Now, Logger: quiet}, Writer: b.w, DB: b.db,
+		Batch: 1, Pause: time.Millisecond, Registerer: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := r.Pass(b.ctx)
+	if err != nil || res.Alerts != 2 {
+		t.Fatalf("pass: %+v, %v", res, err)
+	}
+	rows, err := b.db.Query(b.ctx, `SELECT id FROM alerts ORDER BY id`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	left, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"old-nats-owed", "old-webhook-owed", "within-failed-after"}; !slices.Equal(left, want) {
+		t.Errorf("alerts left %v, want %v", left, want)
+	}
+	if got := metric(t, reg, "waybill_retention_alerts_removed_total"); got != 2 {
+		t.Errorf("metric %v", got)
 	}
 }

@@ -21,4 +21,6 @@ CREATE TABLE IF NOT EXISTS alerts (
 );
 CREATE INDEX IF NOT EXISTS alerts_nats_pending ON alerts (position) WHERE nats_sent_at IS NULL;
 CREATE INDEX IF NOT EXISTS alerts_webhook_pending ON alerts (position) WHERE webhook AND webhook_sent_at IS NULL;
+-- Retention deletes the sent alerts oldest first.
+CREATE INDEX IF NOT EXISTS alerts_raised ON alerts (raised_at);
 `
