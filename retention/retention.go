@@ -38,8 +38,9 @@ type Config struct {
 	// here with no place yet holds every removal.
 	FeedGroups []string
 	// Batch is how many messages one removal batch, one archive file,
-	// takes. Default 250: a batch is a burst of work (50 to 100 ms here),
-	// and the commands that run beside it wait for the CPU it takes.
+	// takes, and how many sent alerts one deletion takes. Default 250: a
+	// batch is a burst of work (50 to 100 ms here), and the commands that
+	// run beside it wait for the CPU it takes.
 	Batch int
 	// Expunges is how many payloads one query of the expunge takes.
 	// Default 500.
