@@ -10,6 +10,7 @@ import (
 	"slices"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -496,6 +497,20 @@ func TestEventStreamPublishesEachEventOnceInOrder(t *testing.T) {
 	start()
 	e.notRouted(t)
 	check()
+
+	// A source's definition goes out with its password masked.
+	if _, err := e.w.CreateSource(e.ctx, lifecycle.Source{Name: "ciims", Kind: "inbox_table", Enabled: false,
+		Config: json.RawMessage(`{"database_url": "postgres://waybill:s3cret@inbox.example/aodb", "table": "cminmsgs",
+			"id_column": "id", "payload_column": "body", "from_column": "sender", "to_column": "receiver",
+			"processed_column": "date_processed"}`)}, admin); err != nil {
+		t.Fatal(err)
+	}
+	check()
+	msgs := got.all()
+	if last := string(msgs[len(msgs)-1].Data); strings.Contains(last, "s3cret") ||
+		!strings.Contains(last, "postgres://waybill:xxxxx@inbox.example/aodb") {
+		t.Errorf("source.created published as %s", last)
+	}
 }
 
 // counter reads the counter name{label} of reg.

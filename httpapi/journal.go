@@ -58,23 +58,13 @@ func (s *Server) journal(w http.ResponseWriter, r *http.Request) error {
 }
 
 // payloadForCaller is e's payload as the request's token may see it: a
-// source's definition with its database_url password masked unless the
-// token may administer, as forCaller shows the sources themselves.
+// source's database_url password masked unless the token may administer,
+// as forCaller shows the sources themselves.
 func payloadForCaller(r *http.Request, e journal.Event) journal.Payload {
 	if identity(r).Role.Allows(auth.Administer) {
 		return e.Payload
 	}
-	switch p := e.Payload.(type) {
-	case *journal.SourceCreated:
-		masked := *p
-		masked.Source.Config, _ = sources.MaskConfig(p.Source.Config)
-		return &masked
-	case *journal.SourceUpdated:
-		masked := *p
-		masked.Source.Config, _ = sources.MaskConfig(p.Source.Config)
-		return &masked
-	}
-	return e.Payload
+	return sources.MaskPayload(e.Payload)
 }
 
 // A journal cursor is the mark of the last event read, as unpadded

@@ -5,6 +5,8 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+
+	"github.com/waybill/waybill/journal"
 )
 
 // PasswordMask stands for a password a reader is not shown.
@@ -94,4 +96,21 @@ func MaskConfig(raw json.RawMessage) (json.RawMessage, bool) {
 		return raw, false
 	}
 	return out, true
+}
+
+// MaskPayload is p with a source definition's database_url password
+// masked (MaskConfig), for readers of the journal who do not write the
+// definitions; any other payload comes back as it is.
+func MaskPayload(p journal.Payload) journal.Payload {
+	switch p := p.(type) {
+	case *journal.SourceCreated:
+		masked := *p
+		masked.Source.Config, _ = MaskConfig(p.Source.Config)
+		return &masked
+	case *journal.SourceUpdated:
+		masked := *p
+		masked.Source.Config, _ = MaskConfig(p.Source.Config)
+		return &masked
+	}
+	return p
 }
