@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"slices"
 	"sync"
 	"time"
 
@@ -196,23 +197,61 @@ const maxStates = 4096
 // on the feed consumer's goroutine, one event at a time in feed order, which
 // is version order within a stream.
 func (a *Alerter) handle(ctx context.Context, events []journal.Event) error {
+	read, err := journal.Streams(ctx, a.db, a.unknown(events))
+	if err != nil {
+		return fmt.Errorf("alerts: fold position %d: %w", events[0].Position, err)
+	}
 	for _, e := range events {
-		if err := a.handleEvent(ctx, e); err != nil {
+		if err := a.handleEvent(ctx, e, read); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-func (a *Alerter) handleEvent(ctx context.Context, e journal.Event) error {
+// unknown lists the message streams of events whose state before their
+// first event here the alerter does not hold, and of which an event may
+// raise an alert: handleEvent would fold each from its stream, so handle
+// reads them all at once.
+func (a *Alerter) unknown(events []journal.Event) []string {
+	var out []string
+	first := map[string]int{}
+	for _, e := range events {
+		if e.Kind().Stream() != "" || e.Kind().Operation() {
+			continue
+		}
+		if _, ok := first[e.Stream]; !ok {
+			first[e.Stream] = e.Version
+		}
+		if !MayRaise(e) || slices.Contains(out, e.Stream) {
+			continue
+		}
+		v := first[e.Stream]
+		if m := a.states[e.Stream]; v != 1 && (m == nil || m.Version != v-1) {
+			out = append(out, e.Stream)
+		}
+	}
+	return out
+}
+
+// handleEvent derives and records the alerts of e, folding its stream from
+// read, or from a read of its own when read does not hold it (the fold of
+// an event the remembered state refused).
+func (a *Alerter) handleEvent(ctx context.Context, e journal.Event, read map[string][]journal.Event) error {
 	before, after := a.next(e)
 	if !MayRaise(e) {
 		return nil
 	}
 	if after == nil {
-		var err error
-		if before, after, err = a.fold(ctx, e); err != nil || after == nil {
-			return err
+		events, ok := read[e.Stream]
+		if !ok {
+			var err error
+			if events, err = journal.Stream(ctx, a.db, e.Stream); err != nil {
+				return fmt.Errorf("alerts: fold position %d: %w", e.Position, err)
+			}
+		}
+		if before, after = a.fold(e, events); after == nil {
+			return nil
 		}
 		a.remember(e.Stream, after)
 	}
@@ -263,14 +302,11 @@ func (a *Alerter) remember(stream string, m *projection.Message) {
 	a.states[stream] = m
 }
 
-// fold returns the state of e's message before e and after it. An event the
-// fold refuses is logged and raises nothing (after is nil): the audit
-// reports it, and alerts must not stop behind it.
-func (a *Alerter) fold(ctx context.Context, e journal.Event) (before, after *projection.Message, err error) {
-	events, err := journal.Stream(ctx, a.db, e.Stream)
-	if err != nil {
-		return nil, nil, fmt.Errorf("alerts: fold position %d: %w", e.Position, err)
-	}
+// fold returns the state of e's message before e and after it, from the
+// events of its stream. An event the fold refuses is logged and raises
+// nothing (after is nil): the audit reports it, and alerts must not stop
+// behind it.
+func (a *Alerter) fold(e journal.Event, events []journal.Event) (before, after *projection.Message) {
 	before = &projection.Message{}
 	for _, x := range events {
 		if x.Version >= e.Version {
@@ -282,9 +318,9 @@ func (a *Alerter) fold(ctx context.Context, e journal.Event) (before, after *pro
 	after = before.Clone()
 	if err := projection.Apply(after, e); err != nil {
 		a.log.Error("journal event refused by the fold; no alert derived from it", "position", e.Position, "err", err)
-		return nil, nil, nil
+		return nil, nil
 	}
-	return before, after, nil
+	return before, after
 }
 
 const insertSQL = `INSERT INTO alerts (id, code, severity, key, position, raised_at, body, webhook)

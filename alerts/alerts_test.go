@@ -392,6 +392,43 @@ func TestEachAlertOnceAcrossARestart(t *testing.T) {
 	}
 }
 
+// TestAStreamBegunBeforeTheStart: an alerter that starts in the middle of
+// a message's stream, which it never saw from its start, reads the stream
+// to fold it and raises the alert of its next event.
+func TestAStreamBegunBeforeTheStart(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	got := e.subscribe(t, "waybill.alerts.>")
+	reg := prometheus.NewRegistry()
+	a := e.alerter(t, reg)
+	e.route(t)
+	m, _, err := e.w.Ingest(e.ctx, commands.NewMessage{Source: "erp", From: "acme", To: "globex", Payload: []byte("hi")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	claim, err := e.w.Claim(e.ctx, m.Deliveries[0].ID, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the alerter to catch up", func() bool { return caughtUp(t, reg, alerts.AlerterGroup) })
+	a.Stop(e.ctx)
+
+	reg2 := prometheus.NewRegistry()
+	e.alerter(t, reg2)
+	if _, err := e.w.Complete(e.ctx, m.Deliveries[0].ID, claim.Token, lifecycle.Failed("410 Gone")); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the alert sent", func() bool { return len(got.all()) == 1 && e.allSent(t, 1) })
+	var al alerts.Alert
+	if err := json.Unmarshal(got.all()[0].Data, &al); err != nil {
+		t.Fatal(err)
+	}
+	if al.Code != alerts.CodeMessageFailed || al.MessageID != m.ID || counter(t, reg2, "waybill_alerts_raised_total",
+		string(alerts.CodeMessageFailed)) != 1 {
+		t.Errorf("alert %+v", al)
+	}
+}
+
 func TestFailedWebhookIsRetriedUntilTaken(t *testing.T) {
 	t.Parallel()
 	e := setup(t)

@@ -122,6 +122,27 @@ func StreamAfter(ctx context.Context, q Querier, stream string, after int) ([]Ev
 	return events, nil
 }
 
+// Streams returns the events of several streams, each in version order, in
+// one read: the histories of the messages a reader needs together.
+func Streams(ctx context.Context, q Querier, streams []string) (map[string][]Event, error) {
+	out := make(map[string][]Event, len(streams))
+	if len(streams) == 0 {
+		return out, nil
+	}
+	// One walk of the (stream, version) key per stream, whatever the
+	// planner guesses of an array's length.
+	err := scan(ctx, q, `SELECT j.* FROM unnest($1::text[]) AS s(stream),
+		LATERAL (SELECT `+columns+` FROM journal WHERE stream = s.stream ORDER BY version) j`, []any{streams},
+		func(e Event) error {
+			out[e.Stream] = append(out[e.Stream], e)
+			return nil
+		})
+	if err != nil {
+		return nil, fmt.Errorf("read %d streams: %w", len(streams), err)
+	}
+	return out, nil
+}
+
 // Scan calls fn with every event from position from on, in position order,
 // streaming the rows; it stops at fn's first error and returns it.
 func Scan(ctx context.Context, q Querier, from int64, fn func(Event) error) error {

@@ -349,3 +349,33 @@ func TestStreamAfterReadsTheVersionsAfter(t *testing.T) {
 		}
 	}
 }
+
+// TestStreamsReadsEachWhole: Streams gives each stream asked for, whole and
+// in version order, as Stream does, and nothing for a stream with no event.
+func TestStreamsReadsEachWhole(t *testing.T) {
+	t.Parallel()
+	db := dbtest.Pool(t)
+	ids := []uuid.UUID{uuid.New(), uuid.New(), uuid.New()}
+	appendEvents(t, db, ids[:2], 1, 4, time.Date(2026, 12, 1, 8, 0, 0, 0, time.UTC))
+	none, err := journal.Streams(t.Context(), db, nil)
+	if err != nil || len(none) != 0 {
+		t.Fatalf("no streams: %v, %v", none, err)
+	}
+	asked := []string{journal.MessageStream(ids[1]), journal.MessageStream(ids[2]), journal.MessageStream(ids[0])}
+	got, err := journal.Streams(t.Context(), db, asked)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 2 || got[asked[1]] != nil {
+		t.Fatalf("streams read: %d, the empty one %v", len(got), got[asked[1]])
+	}
+	for _, id := range ids[:2] {
+		want, err := journal.Stream(t.Context(), db, journal.MessageStream(id))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(got[journal.MessageStream(id)], want) {
+			t.Errorf("stream %s: %+v, want %+v", id, got[journal.MessageStream(id)], want)
+		}
+	}
+}
