@@ -160,77 +160,39 @@ func callbackStep(next *Message, e *journal.Event) error {
 	return nil
 }
 
-// callbackColumns are a callbacks row, read.
-const callbackColumns = `c.message_id, c.url, c.seq, coalesce(c.status, ''), c.settled_at, c.deliveries,
-	coalesce(c.state, ''), c.attempts, c.next_due, c.claim_token, c.lease_end, c.last_error, c.updated_at, c.finished_at`
-
-// loadCallbacksSQL reads the callbacks of the messages of lockedIDs.
-var loadCallbacksSQL = lockedIDs + `SELECT r.* FROM ids, LATERAL (SELECT ` + callbackColumns + `
-		FROM callbacks c WHERE c.message_id = ids.id OFFSET 0) r`
+// callbackColumns are a callbacks row, read; as the messages' reads join
+// it with LEFT JOIN, a message with no callback reads a row whose
+// message_id is NULL, and the columns a Callback holds as plain values
+// are coalesced.
+const callbackColumns = `c.message_id, coalesce(c.url, ''), coalesce(c.seq, 0), coalesce(c.status, ''), c.settled_at,
+	c.deliveries, coalesce(c.state, ''), coalesce(c.attempts, 0), c.next_due, c.claim_token, c.lease_end,
+	coalesce(c.last_error, ''), c.updated_at, c.finished_at`
 
 // callbackRow scans a callbacks row.
 type callbackRow struct {
-	cb                                       Callback
-	deliveries                               []byte
-	settledAt, nextDue, leaseEnd, finishedAt pgtype.Timestamptz
-	token                                    pgtype.UUID
+	cb                                                  Callback
+	messageID, token                                    pgtype.UUID
+	deliveries                                          []byte
+	settledAt, nextDue, leaseEnd, finishedAt, updatedAt pgtype.Timestamptz
 }
 
 func (r *callbackRow) scanDest() []any {
 	c := &r.cb
-	return []any{&c.MessageID, &c.URL, &c.Seq, &c.Status, &r.settledAt, &r.deliveries, &c.State, &c.Attempts,
-		&r.nextDue, &r.token, &r.leaseEnd, &c.LastError, &c.UpdatedAt, &r.finishedAt}
+	return []any{&r.messageID, &c.URL, &c.Seq, &c.Status, &r.settledAt, &r.deliveries, &c.State, &c.Attempts,
+		&r.nextDue, &r.token, &r.leaseEnd, &c.LastError, &r.updatedAt, &r.finishedAt}
 }
 
 func (r *callbackRow) callback() (*Callback, error) {
 	c := r.cb
+	c.MessageID = r.messageID.Bytes
 	c.SettledAt, c.NextDue, c.LeaseEnd, c.FinishedAt = timeOf(r.settledAt), timeOf(r.nextDue), timeOf(r.leaseEnd), timeOf(r.finishedAt)
-	c.ClaimToken, c.UpdatedAt = r.token.Bytes, c.UpdatedAt.UTC()
+	c.ClaimToken, c.UpdatedAt = r.token.Bytes, timeOf(r.updatedAt)
 	if r.deliveries != nil {
 		if err := json.Unmarshal(r.deliveries, &c.Deliveries); err != nil {
 			return nil, fmt.Errorf("read callback of message %s: %w", c.MessageID, err)
 		}
 	}
 	return &c, nil
-}
-
-// attachCallbacks reads the rows of a query of callbackColumns onto the
-// messages they belong to, and closes them.
-func attachCallbacks(rows pgx.Rows, ms []*Message) error {
-	byID := make(map[uuid.UUID]*Message, len(ms))
-	for _, m := range ms {
-		byID[m.ID] = m
-	}
-	var r callbackRow
-	dest := r.scanDest()
-	_, err := pgx.ForEachRow(rows, dest, func() error {
-		cb, err := r.callback()
-		if err != nil {
-			return err
-		}
-		if m := byID[cb.MessageID]; m != nil {
-			m.Callback = cb
-		}
-		r = callbackRow{}
-		return nil
-	})
-	return err
-}
-
-// loadCallbacks reads the callbacks of ms onto them.
-func loadCallbacks(ctx context.Context, q journal.Querier, ms []*Message) error {
-	if len(ms) == 0 {
-		return nil
-	}
-	ids := make([]uuid.UUID, len(ms))
-	for i, m := range ms {
-		ids[i] = m.ID
-	}
-	rows, err := q.Query(ctx, loadCallbacksSQL, ids, []uuid.UUID{}, false)
-	if err != nil {
-		return err
-	}
-	return attachCallbacks(rows, ms)
 }
 
 // callbackColumnsOf holds callbacks column by column, for unnest.

@@ -32,14 +32,9 @@ const deliveryColumns = `d.id, d.message_id, d.message_created_at, d.seq, d.gene
 
 // Load reads a message and its deliveries; ErrNotFound when there is none.
 func Load(ctx context.Context, q journal.Querier, id uuid.UUID) (*Message, error) {
-	ms, err := loadAll(ctx, q, `SELECT `+messageColumns+`, `+deliveryColumns+`
-		FROM messages m LEFT JOIN deliveries d ON d.message_id = m.id
-		WHERE m.id = $1 ORDER BY d.seq`, id)
+	ms, err := loadAll(ctx, q, `SELECT `+joinedColumns+joinedTables+`WHERE m.id = $1 ORDER BY d.seq`, id)
 	if err == nil && len(ms) == 0 {
 		err = ErrNotFound
-	}
-	if err == nil {
-		err = loadCallbacks(ctx, q, ms)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("load message %s: %w", id, err)
@@ -51,9 +46,6 @@ func Load(ctx context.Context, q journal.Querier, id uuid.UUID) (*Message, error
 // in id order; ids with no message are left out.
 func LoadMany(ctx context.Context, q journal.Querier, ids []uuid.UUID) ([]*Message, error) {
 	ms, err := loadAll(ctx, q, loadManySQL, ids, []uuid.UUID{}, false)
-	if err == nil {
-		err = loadCallbacks(ctx, q, ms)
-	}
 	if err != nil {
 		return nil, fmt.Errorf("load %d messages: %w", len(ids), err)
 	}
@@ -82,7 +74,6 @@ func LoadLocked(b *pgx.Batch, messageIDs, deliveryIDs []uuid.UUID) func() []*Mes
 		ms, err = scanAll(rows)
 		return err
 	})
-	b.Queue(loadCallbacksSQL, messageIDs, deliveryIDs, true).Query(func(rows pgx.Rows) error { return attachCallbacks(rows, ms) })
 	return func() []*Message { return ms }
 }
 
@@ -119,14 +110,21 @@ var lockedIDs = `WITH ids AS MATERIALIZED (
 var firstWaiting = `SELECT n.message_id FROM deliveries n WHERE n.target = w.target AND n.lane_key = w.lane_key
 					AND ` + laneWaitingSQL + ` ORDER BY n.lane_seq LIMIT 1`
 
-// loadManySQL reads the messages of lockedIDs with their deliveries, in id
-// and then sequence order.
-var loadManySQL = lockedIDs + `SELECT r.* FROM ids, LATERAL (SELECT ` + messageColumns + `, ` + deliveryColumns + `
-		FROM messages m LEFT JOIN deliveries d ON d.message_id = m.id
+// joinedColumns and joinedTables read a message with its deliveries, a
+// row each, and its callback, if any, on every row.
+const (
+	joinedColumns = messageColumns + `, ` + deliveryColumns + `, ` + callbackColumns
+	joinedTables  = `
+		FROM messages m LEFT JOIN deliveries d ON d.message_id = m.id LEFT JOIN callbacks c ON c.message_id = m.id `
+)
+
+// loadManySQL reads the messages of lockedIDs with their deliveries and
+// callbacks, in id and then sequence order.
+var loadManySQL = lockedIDs + `SELECT r.* FROM ids, LATERAL (SELECT ` + joinedColumns + joinedTables + `
 		WHERE m.id = ids.id ORDER BY d.seq OFFSET 0) r`
 
-// loadAll reads rows of a message joined to its deliveries, ordered by
-// message, into one Message per message.
+// loadAll reads rows of joinedColumns, ordered by message, into one
+// Message per message.
 func loadAll(ctx context.Context, q journal.Querier, sql string, args ...any) ([]*Message, error) {
 	rows, err := q.Query(ctx, sql, args...)
 	if err != nil {
@@ -143,13 +141,21 @@ func scanAll(rows pgx.Rows) ([]*Message, error) {
 		var (
 			row Message
 			d   deliveryRow
+			c   callbackRow
 		)
-		dest := append(row.scanDest(), d.scanDest()...)
+		dest := append(append(row.scanDest(), d.scanDest()...), c.scanDest()...)
 		if err := rows.Scan(dest...); err != nil {
 			return nil, err
 		}
 		if len(ms) == 0 || ms[len(ms)-1].ID != row.ID {
 			row.normalize()
+			if c.messageID.Valid {
+				cb, err := c.callback()
+				if err != nil {
+					return nil, err
+				}
+				row.Callback = cb
+			}
 			ms = append(ms, &row)
 		}
 		if d.id.Valid {
