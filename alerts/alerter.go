@@ -235,8 +235,9 @@ func (a *Alerter) unknown(events []journal.Event) []string {
 }
 
 // handleEvent derives and records the alerts of e, folding its stream from
-// read, or from a read of its own when read does not hold it (the fold of
-// an event the remembered state refused).
+// read, or from a read of its own when read does not hold it: the
+// remembered state refused e, or the stream was forgotten by an earlier
+// event of the same transaction (its message settled).
 func (a *Alerter) handleEvent(ctx context.Context, e journal.Event, read map[string][]journal.Event) error {
 	before, after := a.next(e)
 	if !MayRaise(e) {

@@ -40,7 +40,8 @@ type StreamConfig struct {
 // EventStream publishes every journal event on NATS, for consumers outside
 // Waybill, in feed order, on waybill.events.<kind>, with the position as
 // Nats-Msg-Id; a source's database_url password is masked, as for a
-// reader of GET /journal. An event is published again after a crash before its ack.
+// reader of GET /journal. An event is published again after a crash before
+// its ack.
 type EventStream struct {
 	nc       *nats.Conn
 	consumer *feed.Consumer
