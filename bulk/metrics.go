@@ -20,7 +20,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}),
 		messages: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "waybill_operation_messages_total",
-			Help: "Messages this process's runner took for bulk operations, by result: done (acted on) or refused.",
+			Help: "Messages this process's runner took for bulk operations, by result: done (acted on) or refused; a batch whose commit went unconfirmed is not counted.",
 		}, []string{"result"}),
 	}
 	// Both series exist from the start, at zero.

@@ -501,8 +501,10 @@ func TestOutageLosesNothing(t *testing.T) {
 			t.Errorf("message %s: %d events carry the operation", id, acted[id])
 		}
 	}
-	if n := taken(t, reg, "done"); n != float64(len(ids)) {
-		t.Errorf("waybill_operation_messages_total{result=done} %v", n)
+	// The cut may fall between a batch's commit and its reply: the runner
+	// then cannot count that batch, though the operation does.
+	if n := taken(t, reg, "done"); n > float64(len(ids)) || n < float64(len(ids)-bulk.BatchSize(40)) {
+		t.Errorf("waybill_operation_messages_total{result=done} %v, want %d less at most one batch", n, len(ids))
 	}
 	dbtest.Audit(t, b.db)
 }
