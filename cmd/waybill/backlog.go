@@ -66,6 +66,27 @@ type backlogResult struct {
 	// sentTwice counts deliveries the sink received more than once.
 	sentTwice  int
 	statements []statementCost
+	// batches are the drain's transactions in commit order, with the
+	// claims and outcomes each recorded.
+	batches []batch
+}
+
+// batch is one transaction of the drain, as its journal events show it.
+type batch struct{ claims, outcomes int }
+
+// batchMeans is the mean number of claims per transaction that claimed and
+// of outcomes per transaction that recorded one, over bs.
+func batchMeans(bs []batch) (claims, outcomes float64) {
+	var c, ct, o, ot int
+	for _, b := range bs {
+		if b.claims > 0 {
+			c, ct = c+b.claims, ct+1
+		}
+		if b.outcomes > 0 {
+			o, ot = o+b.outcomes, ot+1
+		}
+	}
+	return float64(c) / float64(max(ct, 1)), float64(o) / float64(max(ot, 1))
 }
 
 type statementCost struct {
@@ -93,6 +114,17 @@ func (r *backlogResult) print(w io.Writer) {
 	}
 	fmt.Fprintln(w)
 	fmt.Fprintf(w, "  claim to outcome: p50 %s  p99 %s\n", percentile(r.claimToOutcome, 50), percentile(r.claimToOutcome, 99))
+	if len(r.batches) > 0 {
+		// The batches' sizes by tenth of the drain show whether they grew
+		// or shrank as it went, and with them the cost of a delivery.
+		claims, outcomes := batchMeans(r.batches)
+		fmt.Fprintf(w, "  per transaction: %.1f claims, %.1f outcomes; by tenth of the drain:", claims, outcomes)
+		for i := range 10 {
+			c, o := batchMeans(r.batches[i*len(r.batches)/10 : (i+1)*len(r.batches)/10])
+			fmt.Fprintf(w, " %.0f/%.0f", c, o)
+		}
+		fmt.Fprintln(w)
+	}
 	fmt.Fprintf(w, "  feed lag during the drain: at most %.1fs\n", r.feedLag)
 	if len(r.rssDuring) > 0 {
 		fmt.Fprintf(w, "  server RSS: peak %d MB; during the drain %d to %d MB\n", r.peakRSS>>20,
@@ -284,6 +316,9 @@ func backlog(ctx context.Context, cfg backlogConfig, stderr io.Writer) (*backlog
 	if r.claimToOutcome, err = claimToOutcome(ctx, db, startPosition); err != nil {
 		return nil, err
 	}
+	if r.batches, err = drainBatches(ctx, db, startPosition); err != nil {
+		return nil, err
+	}
 	if cfg.statements {
 		if r.statements, err = topStatements(ctx, db); err != nil {
 			return nil, err
@@ -351,6 +386,29 @@ func claimToOutcome(ctx context.Context, db interface {
 		} else if c, ok := claimed[id]; ok {
 			out = append(out, at.Sub(c))
 			delete(claimed, id)
+		}
+		return nil
+	})
+	return out, err
+}
+
+// drainBatches reads, from the journal after position from, each
+// transaction's claims and outcomes, in the order the transactions began
+// writing.
+func drainBatches(ctx context.Context, db interface {
+	Query(context.Context, string, ...any) (pgx.Rows, error)
+}, from int64) ([]batch, error) {
+	rows, err := db.Query(ctx, `SELECT count(*) FILTER (WHERE kind = $2), count(*) FILTER (WHERE kind = $3)
+		FROM journal WHERE position > $1 GROUP BY txid ORDER BY min(position)`,
+		from, journal.KindDeliveryClaimed, journal.KindDeliveryAttempted)
+	if err != nil {
+		return nil, err
+	}
+	var out []batch
+	var b batch
+	_, err = pgx.ForEachRow(rows, []any{&b.claims, &b.outcomes}, func() error {
+		if b.claims > 0 || b.outcomes > 0 {
+			out = append(out, b)
 		}
 		return nil
 	})
