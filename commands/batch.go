@@ -74,7 +74,7 @@ type op struct {
 // one Writer has open at once.
 const (
 	maxBatch   = 64
-	maxLeaders = 3
+	maxLeaders = 2
 )
 
 // batcher gathers the commands that arrive while earlier ones are being
@@ -109,6 +109,10 @@ func (g *batcher) do(o *op, run func([]*op)) {
 	if lead {
 		o.led = true
 		g.leaders++
+	} else if g.freed != nil {
+		// A leader may be waiting for held messages to be freed: o may be
+		// on a free one, and is taken at once rather than after them.
+		g.freed.Broadcast()
 	}
 	g.mu.Unlock()
 	if !lead && !<-o.done {
@@ -132,7 +136,7 @@ func (g *batcher) do(o *op, run func([]*op)) {
 				break
 			}
 			// Every waiting command's message is held by a batch being
-			// written, whose end signals freed.
+			// written, whose end signals freed, as does a new command.
 			g.freed.Wait()
 		}
 		g.mu.Unlock()
