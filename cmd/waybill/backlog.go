@@ -66,8 +66,8 @@ type backlogResult struct {
 	// sentTwice counts deliveries the sink received more than once.
 	sentTwice  int
 	statements []statementCost
-	// batches are the drain's transactions in commit order, with the
-	// claims and outcomes each recorded.
+	// batches are the drain's transactions in the order they began writing
+	// events, with the claims and outcomes each recorded.
 	batches []batch
 }
 
