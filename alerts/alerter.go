@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"slices"
 	"sync"
 	"time"
 
@@ -216,6 +215,7 @@ func (a *Alerter) handle(ctx context.Context, events []journal.Event) error {
 func (a *Alerter) unknown(events []journal.Event) []string {
 	var out []string
 	first := map[string]int{}
+	asked := map[string]bool{}
 	for _, e := range events {
 		if e.Kind().Stream() != "" || e.Kind().Operation() {
 			continue
@@ -223,12 +223,13 @@ func (a *Alerter) unknown(events []journal.Event) []string {
 		if _, ok := first[e.Stream]; !ok {
 			first[e.Stream] = e.Version
 		}
-		if !MayRaise(e) || slices.Contains(out, e.Stream) {
+		if !MayRaise(e) || asked[e.Stream] {
 			continue
 		}
 		v := first[e.Stream]
 		if m := a.states[e.Stream]; v != 1 && (m == nil || m.Version != v-1) {
 			out = append(out, e.Stream)
+			asked[e.Stream] = true
 		}
 	}
 	return out

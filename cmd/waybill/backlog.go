@@ -313,10 +313,7 @@ func backlog(ctx context.Context, cfg backlogConfig, stderr io.Writer) (*backlog
 	r.sentTwice = sink.twice
 	r.drain = sink.last.Sub(enabled)
 	sink.mu.Unlock()
-	if r.claimToOutcome, err = claimToOutcome(ctx, db, startPosition); err != nil {
-		return nil, err
-	}
-	if r.batches, err = drainBatches(ctx, db, startPosition); err != nil {
+	if r.claimToOutcome, r.batches, err = readDrain(ctx, db, startPosition); err != nil {
 		return nil, err
 	}
 	if cfg.statements {
@@ -363,56 +360,45 @@ func ingestAll(c *benchClient, n, clients, keys int) error {
 	return nil
 }
 
-// claimToOutcome reads, from the journal after position from, the time
-// from each claim to the outcome of its attempt.
-func claimToOutcome(ctx context.Context, db interface {
+// readDrain reads, from the journal after position from, the claims and
+// outcomes of the drain: the time from each claim to the outcome of its
+// attempt, and each transaction's claims and outcomes, in the order the
+// transactions began writing events.
+func readDrain(ctx context.Context, db interface {
 	Query(context.Context, string, ...any) (pgx.Rows, error)
-}, from int64) ([]time.Duration, error) {
-	rows, err := db.Query(ctx, `SELECT delivery_id::text, kind, recorded_at FROM journal
+}, from int64) (claimToOutcome []time.Duration, batches []batch, err error) {
+	rows, err := db.Query(ctx, `SELECT delivery_id::text, kind, recorded_at, txid::text FROM journal
 		WHERE position > $1 AND kind IN ($2, $3) ORDER BY position`,
 		from, journal.KindDeliveryClaimed, journal.KindDeliveryAttempted)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	claimed := map[string]time.Time{}
-	var out []time.Duration
+	batchOf := map[string]int{}
 	var (
-		id, kind string
-		at       time.Time
+		id, kind, txid string
+		at             time.Time
 	)
-	_, err = pgx.ForEachRow(rows, []any{&id, &kind, &at}, func() error {
+	_, err = pgx.ForEachRow(rows, []any{&id, &kind, &at, &txid}, func() error {
+		i, ok := batchOf[txid]
+		if !ok {
+			i = len(batches)
+			batchOf[txid] = i
+			batches = append(batches, batch{})
+		}
 		if journal.Kind(kind) == journal.KindDeliveryClaimed {
+			batches[i].claims++
 			claimed[id] = at
-		} else if c, ok := claimed[id]; ok {
-			out = append(out, at.Sub(c))
+			return nil
+		}
+		batches[i].outcomes++
+		if c, ok := claimed[id]; ok {
+			claimToOutcome = append(claimToOutcome, at.Sub(c))
 			delete(claimed, id)
 		}
 		return nil
 	})
-	return out, err
-}
-
-// drainBatches reads, from the journal after position from, each
-// transaction's claims and outcomes, in the order the transactions began
-// writing.
-func drainBatches(ctx context.Context, db interface {
-	Query(context.Context, string, ...any) (pgx.Rows, error)
-}, from int64) ([]batch, error) {
-	rows, err := db.Query(ctx, `SELECT count(*) FILTER (WHERE kind = $2), count(*) FILTER (WHERE kind = $3)
-		FROM journal WHERE position > $1 GROUP BY txid ORDER BY min(position)`,
-		from, journal.KindDeliveryClaimed, journal.KindDeliveryAttempted)
-	if err != nil {
-		return nil, err
-	}
-	var out []batch
-	var b batch
-	_, err = pgx.ForEachRow(rows, []any{&b.claims, &b.outcomes}, func() error {
-		if b.claims > 0 || b.outcomes > 0 {
-			out = append(out, b)
-		}
-		return nil
-	})
-	return out, err
+	return claimToOutcome, batches, err
 }
 
 // topStatements reads the ten statements that took the most time.
