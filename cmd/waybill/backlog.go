@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -52,8 +53,12 @@ type backlogResult struct {
 	ingest, drain time.Duration
 	// serverCPU and pgCPU are the CPU seconds of the server process and of
 	// the PostgreSQL server during the drain; pgCPU is 0 when the server
-	// is not this bench's own.
-	serverCPU, pgCPU float64
+	// is not this bench's own. selfCPU is this process's (the sink's and
+	// the bench's). idle is the share of the machine's cores left idle
+	// from the enabling to the last delivery, what the drain did not use
+	// (negative when /proc/stat could not be read).
+	serverCPU, pgCPU, selfCPU float64
+	idle                      float64
 	// claimToOutcome are, per delivery, the time from its claim to its
 	// recorded outcome.
 	claimToOutcome []time.Duration
@@ -112,6 +117,10 @@ func (r *backlogResult) print(w io.Writer) {
 	if r.pgCPU > 0 {
 		fmt.Fprintf(w, ", PostgreSQL %.3f ms", 1000*r.pgCPU/n)
 	}
+	fmt.Fprintf(w, ", the bench and its sink %.3f ms", 1000*r.selfCPU/n)
+	if r.idle >= 0 {
+		fmt.Fprintf(w, "; the machine's cores %.0f %% idle", 100*r.idle)
+	}
 	fmt.Fprintln(w)
 	fmt.Fprintf(w, "  claim to outcome: p50 %s  p99 %s\n", percentile(r.claimToOutcome, 50), percentile(r.claimToOutcome, 99))
 	if len(r.batches) > 0 {
@@ -150,8 +159,12 @@ type countingSink struct {
 	twice int
 	count atomic.Int64
 	// last is when the latest new delivery arrived: the drain's end is
-	// read from it, not from the polling loop that waits for it.
-	last time.Time
+	// read from it, not from the polling loop that waits for it. busyAtEnd
+	// is the machine's busy CPU time when the want-th one arrived, so that
+	// the share of idle cores is the drain's, without the wait after it.
+	last      time.Time
+	want      int64
+	busyAtEnd float64
 }
 
 func (s *countingSink) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -163,7 +176,9 @@ func (s *countingSink) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	} else {
 		s.seen[key] = true
 		s.last = time.Now()
-		s.count.Add(1)
+		if s.count.Add(1) == s.want {
+			s.busyAtEnd, _ = cpustat.HostBusy()
+		}
 	}
 	s.mu.Unlock()
 }
@@ -214,7 +229,7 @@ func backlog(ctx context.Context, cfg backlogConfig, stderr io.Writer) (*backlog
 		pgPID = readPostmasterPID(pgDir)
 	}
 
-	sink := &countingSink{seen: make(map[string]bool, cfg.messages)}
+	sink := &countingSink{seen: make(map[string]bool, cfg.messages), want: int64(cfg.messages)}
 	sinkServer := httptest.NewServer(sink)
 	stack.push(sinkServer.Close)
 
@@ -260,7 +275,7 @@ func backlog(ctx context.Context, cfg backlogConfig, stderr io.Writer) (*backlog
 		return nil, fmt.Errorf("create the route: %w", err)
 	}
 
-	r := &backlogResult{cfg: cfg}
+	r := &backlogResult{cfg: cfg, idle: -1}
 	began := time.Now()
 	if err := ingestAll(c, cfg.messages, cfg.clients, cfg.keys); err != nil {
 		return nil, err
@@ -278,6 +293,8 @@ func backlog(ctx context.Context, cfg backlogConfig, stderr io.Writer) (*backlog
 	}
 	serverBefore, _ := cpustat.ProcessTree(server.Process.Pid)
 	pgBefore, pgOK := cpustat.ProcessTree(pgPID)
+	selfBefore := cpustat.Self()
+	hostBefore, hostOK := cpustat.HostBusy()
 	target["enabled"] = true
 	enabled := time.Now()
 	if err := c.put("/targets/backlog", target); err != nil {
@@ -305,6 +322,7 @@ func backlog(ctx context.Context, cfg backlogConfig, stderr io.Writer) (*backlog
 	}
 	serverAfter, _ := cpustat.ProcessTree(server.Process.Pid)
 	r.serverCPU = serverAfter - serverBefore
+	r.selfCPU = cpustat.Self() - selfBefore
 	if pgAfter, ok := cpustat.ProcessTree(pgPID); ok && pgOK {
 		r.pgCPU = pgAfter - pgBefore
 	}
@@ -312,6 +330,9 @@ func backlog(ctx context.Context, cfg backlogConfig, stderr io.Writer) (*backlog
 	sink.mu.Lock()
 	r.sentTwice = sink.twice
 	r.drain = sink.last.Sub(enabled)
+	if hostOK && sink.busyAtEnd > 0 {
+		r.idle = max(0, 1-(sink.busyAtEnd-hostBefore)/(r.drain.Seconds()*float64(runtime.NumCPU())))
+	}
 	sink.mu.Unlock()
 	if r.claimToOutcome, r.batches, err = readDrain(ctx, db, startPosition); err != nil {
 		return nil, err
