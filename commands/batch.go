@@ -57,10 +57,12 @@ type op struct {
 	done chan bool
 	led  bool
 	// claimNext, for a worker's outcome, is the lease of a claim of the
-	// delivery the outcome lets go in its lane: the batch takes it in the
-	// same transaction, for the same worker (next, on its message's change
-	// nextC), instead of waking it for a claim of its own.
+	// delivery the outcome lets go in its lane or, with claimDue on a
+	// target without lanes, of the target's oldest due delivery: the batch
+	// takes it in the same transaction, for the same worker (next, on its
+	// message's change nextC), instead of a claim of its own.
 	claimNext time.Duration
+	claimDue  bool
 	// Set by the batch: the message as read, the change written (nil when
 	// decide wrote nothing) or the error; and the claim of claimNext.
 	m     *projection.Message
@@ -280,7 +282,8 @@ func batchContext(ops []*op) (context.Context, context.CancelFunc) {
 // writeBatch runs the ops in one transaction on a connection of its own.
 // With ops on existing messages it takes two round trips: BEGIN with the
 // read, which locks the message rows, then the writes of all the changes
-// with COMMIT. Ops on one message are decided in turn, each on the state the
+// with COMMIT. Outcomes that claim a due delivery next choose it with the
+// read (queueChooseDue) and read its message in one more round trip. Ops on one message are decided in turn, each on the state the
 // one before left, and their changes are written as one. Ops that make new
 // messages read nothing: a batch of only those is one round trip, its
 // writes sent as an implicit transaction. A batch whose ops move a lane
@@ -312,7 +315,10 @@ func (w *Writer) writeBatch(ctx context.Context, ops []*op, side *operationSide)
 	dups := dupKeys(ops)
 	explicit := len(messageIDs)+len(deliveryIDs)+len(dups) > 0 || side != nil
 	read := map[uuid.UUID]*projection.Message{}
-	var latest map[dupKey]uuid.UUID
+	var (
+		latest map[dupKey]uuid.UUID
+		due    chosen
+	)
 	if explicit {
 		b := &pgx.Batch{}
 		b.Queue(`BEGIN`)
@@ -329,13 +335,24 @@ func (w *Writer) writeBatch(ctx context.Context, ops []*op, side *operationSide)
 			}
 		}
 		found := queueDuplicates(b, dups)
+		choice := w.queueChooseDue(b, ops, cfg)
 		if err := conn.SendBatch(ctx, b).Close(); err != nil {
 			return fmt.Errorf("read: %w", err)
 		}
 		for _, m := range loaded() {
 			read[m.ID] = m
 		}
-		latest = found()
+		latest, due = found(), choice(read)
+		if len(due.unread) > 0 {
+			// Locked by the choice already: a read is enough.
+			ms, err := projection.LoadMany(ctx, conn, due.unread)
+			if err != nil {
+				return fmt.Errorf("read the chosen deliveries: %w", err)
+			}
+			for _, m := range ms {
+				read[m.ID] = m
+			}
+		}
 	}
 
 	now := w.now()
@@ -344,7 +361,7 @@ func (w *Writer) writeBatch(ctx context.Context, ops []*op, side *operationSide)
 		d     *decided
 	)
 	for {
-		d = w.decide(ops, read, lanes, latest, cfg, now)
+		d = w.decide(ops, read, lanes, latest, due.byTarget, cfg, now)
 		if len(d.lanesNeeded) == 0 {
 			break
 		}
@@ -410,8 +427,8 @@ type decided struct {
 // decide decides every op, in order, on the messages and lanes as read,
 // each on the state the ops before it left, and keeps the lanes in step.
 func (w *Writer) decide(ops []*op, read map[uuid.UUID]*projection.Message, lanes []projection.LaneRead,
-	latest map[dupKey]uuid.UUID, cfg *configState, now time.Time) *decided {
-	latest = maps.Clone(latest)
+	latest map[dupKey]uuid.UUID, due map[string][]uuid.UUID, cfg *configState, now time.Time) *decided {
+	latest, due = maps.Clone(latest), maps.Clone(due)
 	d := &decided{}
 	state := make(map[uuid.UUID]*projection.Message, len(read))
 	maps.Copy(state, read)
@@ -499,8 +516,95 @@ func (w *Writer) decide(ops []*op, read map[uuid.UUID]*projection.Message, lanes
 			c.wakeups = append(c.wakeups, f.wakeups...)
 			keep(f)
 		}
+		if o.claimDue && o.next == nil {
+			if o.next, o.nextC = claimDue(due, state, owner, c.after.Delivery(o.on.deliveryID).Target, o.claimNext, now); o.nextC != nil {
+				keep(o.nextC)
+			}
+		}
 	}
 	return d
+}
+
+// chosen is what queueChooseDue chose: by target, the deliveries the
+// batch's outcomes may claim, oldest due first; and the messages of those
+// the batch has not read.
+type chosen struct {
+	byTarget map[string][]uuid.UUID
+	unread   []uuid.UUID
+}
+
+// queueChooseDue queues on b, after the locks and reads of the batch's
+// messages, the choice of a due delivery for each outcome among ops that
+// claims a due one (claimDue) on an enabled target without lanes, whose
+// target the Writer knows: as many of the target's deliveries as a worker
+// may take now, oldest due first, locked and skipping those other
+// transactions hold, as ClaimDue chooses them. Queued after the locks, it
+// leaves the transaction waiting for no lock once it holds those it chose.
+// The returned function gives the choice once the batch is read, given
+// the messages read.
+func (w *Writer) queueChooseDue(b *pgx.Batch, ops []*op, cfg *configState) func(map[uuid.UUID]*projection.Message) chosen {
+	want := map[string]int{}
+	for _, o := range ops {
+		if !o.claimDue {
+			continue
+		}
+		if t, ok := cfg.targets[w.owner(o.on.deliveryID).target]; ok && t.Enabled && !t.Ordering.FIFO() {
+			want[t.Name]++
+		}
+	}
+	c := chosen{byTarget: map[string][]uuid.UUID{}}
+	if len(want) == 0 {
+		return func(map[uuid.UUID]*projection.Message) chosen { return c }
+	}
+	var messageIDs []uuid.UUID
+	now := w.now()
+	b.Queue(claimPlanSQL)
+	for _, target := range slices.Sorted(maps.Keys(want)) {
+		b.Queue(claimDueSQL, target, now, want[target]).Query(func(rows pgx.Rows) error {
+			var deliveryID, messageID uuid.UUID
+			_, err := pgx.ForEachRow(rows, []any{&deliveryID, &messageID}, func() error {
+				c.byTarget[target] = append(c.byTarget[target], deliveryID)
+				messageIDs = append(messageIDs, messageID)
+				return nil
+			})
+			return err
+		})
+	}
+	for _, sql := range claimPlanReset {
+		b.Queue(sql)
+	}
+	return func(read map[uuid.UUID]*projection.Message) chosen {
+		for _, id := range messageIDs {
+			if read[id] == nil && !slices.Contains(c.unread, id) {
+				c.unread = append(c.unread, id)
+			}
+		}
+		return c
+	}
+}
+
+// claimDue claims for an outcome the first of the target's deliveries in
+// due, chosen by chooseDue, that the fold finds claimable on the state the
+// batch has come to, and takes it out of due.
+func claimDue(due map[string][]uuid.UUID, state map[uuid.UUID]*projection.Message, owner map[uuid.UUID]uuid.UUID,
+	target string, lease time.Duration, now time.Time) (*Claim, *change) {
+	for len(due[target]) > 0 {
+		id := due[target][0]
+		due[target] = due[target][1:]
+		m := state[owner[id]]
+		if m == nil {
+			continue
+		}
+		c := newChange(m)
+		c.readBody = true
+		claim, err := c.claim(id, lease, now)
+		if err != nil {
+			continue
+		}
+		claim.Delivery = *c.after.Delivery(id)
+		return &claim, c
+	}
+	return nil, nil
 }
 
 // commit is the write round trip of a transaction on conn: the changes,

@@ -273,3 +273,101 @@ func TestClaimDueWalksTheIndex(t *testing.T) {
 		t.Errorf("the claim's plan:\n%s", p)
 	}
 }
+
+// TestCompleteClaimsTheOldestDueDelivery: on a target without lanes, a
+// worker's outcome that asks for it claims the target's oldest due
+// delivery in the same transaction, as ClaimDue would, for the same
+// worker, with its payload; none when nothing is due, when the target is
+// disabled, when the outcome does not ask for one, or when the Writer has
+// not written the delivery and so does not know its target.
+func TestCompleteClaimsTheOldestDueDelivery(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.targets(t, "alpha", "beta")
+	var ms []*projection.Message
+	for range 3 {
+		ms = append(ms, b.ingest(t))
+		b.clock.Advance(time.Second)
+	}
+	delivery := func(m *projection.Message, target string) uuid.UUID {
+		for _, d := range m.Deliveries {
+			if d.Target == target {
+				return d.ID
+			}
+		}
+		t.Fatalf("message %s has no delivery to %s", m.ID, target)
+		return uuid.Nil
+	}
+	b.wake.take()
+	c, err := b.w.Claim(b.ctx, delivery(ms[0], "alpha"), time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, next, err := b.w.CompleteAndClaimNext(b.ctx, c.Delivery.ID, c.Token, lifecycle.Delivered("200"), time.Minute, true)
+	if err != nil || next == nil {
+		t.Fatalf("the first delivered: %v, next %v", err, next)
+	}
+	if next.Delivery.ID != delivery(ms[1], "alpha") || next.Delivery.State != lifecycle.StateDelivering || next.Attempt != 1 ||
+		next.Delivery.ClaimToken != next.Token || string(next.Payload) != string(newMessage().Payload) ||
+		!next.LeaseEnd.Equal(b.clock.Now().Add(time.Minute)) {
+		t.Fatalf("the next claim %+v", next)
+	}
+	stored, err := projection.Load(b.ctx, b.db, ms[1].ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v := projection.Compare(stored, next.Message); len(v) > 0 {
+		t.Errorf("stored differs from the claim's message: %v", v)
+	}
+	events, err := journal.Stream(b.ctx, b.db, journal.MessageStream(ms[1].ID))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if last := events[len(events)-1]; last.Kind() != "delivery.claimed" || last.Actor != journal.WorkerActor("alpha") {
+		t.Fatalf("the next delivery's last event %s by %s", last.Kind(), last.Actor)
+	}
+	if got := b.wake.take(); len(got) != 0 {
+		t.Errorf("wake-ups for a delivery claimed already: %v", got)
+	}
+
+	// A retry due later claims the next all the same; once nothing is due,
+	// an outcome claims nothing.
+	_, next, err = b.w.CompleteAndClaimNext(b.ctx, next.Delivery.ID, next.Token, lifecycle.Retry(b.clock.Now().Add(time.Hour), "503"), time.Minute, true)
+	if err != nil || next == nil || next.Delivery.ID != delivery(ms[2], "alpha") {
+		t.Fatalf("a retry: %v, next %v", err, next)
+	}
+	if _, next, err = b.w.CompleteAndClaimNext(b.ctx, next.Delivery.ID, next.Token, lifecycle.Delivered("200"), time.Minute, true); err != nil || next != nil {
+		t.Fatalf("nothing due: %v, next %v", err, next)
+	}
+
+	// beta's deliveries are all due: a Writer that has not written the
+	// delivery claims none next, and neither does a disabled target.
+	c, err = b.w.Claim(b.ctx, delivery(ms[0], "beta"), time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := newWriter(b, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, next, err = other.CompleteAndClaimNext(b.ctx, c.Delivery.ID, c.Token, lifecycle.Retry(b.clock.Now(), "503"), time.Minute, true); err != nil || next != nil {
+		t.Fatalf("a Writer that has not written the delivery: %v, next %v", err, next)
+	}
+	if c, err = b.w.Claim(b.ctx, delivery(ms[0], "beta"), time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	// Nor does an outcome that does not ask for a due one.
+	if _, next, err = b.w.CompleteAndClaimNext(b.ctx, c.Delivery.ID, c.Token, lifecycle.Retry(b.clock.Now(), "503"), time.Minute, false); err != nil || next != nil {
+		t.Fatalf("no due one asked for: %v, next %v", err, next)
+	}
+	if c, err = b.w.Claim(b.ctx, delivery(ms[0], "beta"), time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.w.UpdateTarget(b.ctx, lifecycle.Target{Name: "beta", Kind: "http", Config: sinkConfig}, admin); err != nil {
+		t.Fatal(err)
+	}
+	if _, next, err = b.w.CompleteAndClaimNext(b.ctx, c.Delivery.ID, c.Token, lifecycle.Delivered("200"), time.Minute, true); err != nil || next != nil {
+		t.Fatalf("a disabled target: %v, next %v", err, next)
+	}
+	b.audit(t)
+}

@@ -80,11 +80,17 @@ func (c *change) claim(deliveryID uuid.UUID, lease time.Duration, now time.Time)
 var claimableSQL = lifecycle.CatchUpRule.SQL("d", "$2")
 
 // claimDueSQL chooses and locks up to $3 deliveries of target $1 that a
-// worker may take at $2, oldest due first.
+// worker may take at $2, oldest due first. It locks each message before
+// its delivery (the order of FOR UPDATE OF): a candidate whose message
+// another transaction holds is then skipped with nothing locked. Locking
+// the delivery first would keep it locked while skipping its message, and
+// the holder of the message, which writes its deliveries, would wait on a
+// row it has every right to: with an outcome's batch choosing after its
+// own locks (queueChooseDue), two such batches deadlocked.
 var claimDueSQL = `SELECT d.id, d.message_id FROM deliveries d JOIN messages m ON m.id = d.message_id
 	WHERE d.target = $1 AND ` + claimableSQL + `
 	ORDER BY coalesce(d.next_due, d.lease_end, d.updated_at) LIMIT $3
-	FOR UPDATE OF d, m SKIP LOCKED`
+	FOR UPDATE OF m, d SKIP LOCKED`
 
 // claimPlanSQL, run in the claim's transaction before claimDueSQL, makes
 // it walk deliveries_claimable in its order and stop at the limit,
@@ -196,34 +202,40 @@ func (w *Writer) claimDue(ctx context.Context, target string, n int, lease time.
 // claim: a token that is no longer the delivery's gets ErrClaimLost and
 // changes nothing.
 func (w *Writer) Complete(ctx context.Context, deliveryID, token uuid.UUID, outcome lifecycle.Outcome) (*projection.Message, error) {
-	m, _, err := w.complete(ctx, deliveryID, token, outcome, 0)
+	m, _, err := w.complete(ctx, deliveryID, token, outcome, 0, false)
 	return m, err
 }
 
-// CompleteAndClaimNext records an attempt's outcome as Complete does and,
-// when the outcome lets the next delivery of the delivery's lane go, claims
-// that one with lease in the same transaction, for the worker to attempt
-// next in the same slot: one transaction and no wake-up where a claim of
-// its own would take both. next is nil when the outcome frees none.
+// CompleteAndClaimNext records an attempt's outcome as Complete does and
+// claims, with lease in the same transaction, a delivery for the worker to
+// attempt next in the same slot: on a fifo target the next delivery of the
+// delivery's lane, when the outcome lets it go; with due, on a target
+// without lanes, the target's oldest due delivery, as ClaimDue would claim
+// it, when the target is enabled and this Writer has written the delivery
+// (so it knows the target before the read). One transaction where a claim
+// of its own would take another, and no slot left idle in between; a
+// worker asks for a due one while it has a backlog, since otherwise the
+// choice would mostly find nothing, or take what a wake-up is bringing it.
+// next is nil when there is none to claim.
 func (w *Writer) CompleteAndClaimNext(ctx context.Context, deliveryID, token uuid.UUID, outcome lifecycle.Outcome,
-	lease time.Duration) (m *projection.Message, next *Claim, err error) {
+	lease time.Duration, due bool) (m *projection.Message, next *Claim, err error) {
 	if lease <= 0 {
 		return nil, nil, invalid(&lifecycle.FieldError{Field: "lease", Problem: "must be positive"})
 	}
-	return w.complete(ctx, deliveryID, token, outcome, lease)
+	return w.complete(ctx, deliveryID, token, outcome, lease, due)
 }
 
-// complete records the outcome, claiming the delivery it frees with
-// lease when lease is positive.
+// complete records the outcome, claiming the delivery it frees, or with
+// due a due one, with lease when lease is positive.
 func (w *Writer) complete(ctx context.Context, deliveryID, token uuid.UUID, outcome lifecycle.Outcome,
-	lease time.Duration) (*projection.Message, *Claim, error) {
+	lease time.Duration, due bool) (*projection.Message, *Claim, error) {
 	if err := outcome.Validate(); err != nil {
 		return nil, nil, invalid(err)
 	}
 	if outcome.Kind == lifecycle.OutcomeAwaitingAck && !outcome.Deadline.After(w.now()) {
 		return nil, nil, invalid(&lifecycle.FieldError{Field: "outcome.deadline", Problem: "must be in the future"})
 	}
-	o := &op{ctx: ctx, on: delivery(deliveryID), claimNext: lease,
+	o := &op{ctx: ctx, on: delivery(deliveryID), claimNext: lease, claimDue: due && lease > 0,
 		decide: attempted(deliveryID, func(d *projection.Delivery) journal.Payload {
 			return &journal.DeliveryAttempted{Token: token, Attempt: d.Attempts, Outcome: outcome}
 		})}

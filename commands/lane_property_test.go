@@ -133,7 +133,7 @@ func TestLaneProperty(t *testing.T) {
 				}
 				// As a worker does: the delivery the outcome frees in its
 				// lane is claimed in the same transaction.
-				_, next, err := writer().CompleteAndClaimNext(b.ctx, d.ID, token(d.ID), outcome, time.Minute)
+				_, next, err := writer().CompleteAndClaimNext(b.ctx, d.ID, token(d.ID), outcome, time.Minute, false)
 				expected(err, commands.ErrClaimLost)
 				if next != nil {
 					claims[next.Delivery.ID] = next.Token

@@ -173,12 +173,12 @@ func TestCompleteClaimsTheDeliveryItFrees(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := b.w.CompleteAndClaimNext(b.ctx, a1.Deliveries[0].ID, c.Token, lifecycle.Delivered("200"), 0); !errors.Is(err, commands.ErrInvalid) {
+	if _, _, err := b.w.CompleteAndClaimNext(b.ctx, a1.Deliveries[0].ID, c.Token, lifecycle.Delivered("200"), 0, false); !errors.Is(err, commands.ErrInvalid) {
 		t.Fatalf("a lease of 0: %v", err)
 	}
 
 	// A retry frees nothing: the head keeps its lane.
-	m, next, err := b.w.CompleteAndClaimNext(b.ctx, a1.Deliveries[0].ID, c.Token, lifecycle.Retry(b.clock.Now(), "503"), time.Minute)
+	m, next, err := b.w.CompleteAndClaimNext(b.ctx, a1.Deliveries[0].ID, c.Token, lifecycle.Retry(b.clock.Now(), "503"), time.Minute, false)
 	if err != nil || next != nil || m.Deliveries[0].State != lifecycle.StateRetrying {
 		t.Fatalf("a retry: %v, next %v", err, next)
 	}
@@ -186,7 +186,7 @@ func TestCompleteClaimsTheDeliveryItFrees(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, next, err = b.w.CompleteAndClaimNext(b.ctx, a1.Deliveries[0].ID, c.Token, lifecycle.Delivered("200"), time.Minute)
+	_, next, err = b.w.CompleteAndClaimNext(b.ctx, a1.Deliveries[0].ID, c.Token, lifecycle.Delivered("200"), time.Minute, false)
 	if err != nil || next == nil {
 		t.Fatalf("the head delivered: %v, next %v", err, next)
 	}
@@ -210,12 +210,12 @@ func TestCompleteClaimsTheDeliveryItFrees(t *testing.T) {
 	b.audit(t)
 
 	// The claim is the worker's like any other: its outcome frees the third.
-	_, next, err = b.w.CompleteAndClaimNext(b.ctx, next.Delivery.ID, next.Token, lifecycle.Delivered("200"), time.Minute)
+	_, next, err = b.w.CompleteAndClaimNext(b.ctx, next.Delivery.ID, next.Token, lifecycle.Delivered("200"), time.Minute, false)
 	if err != nil || next == nil || next.Delivery.ID != a3.Deliveries[0].ID {
 		t.Fatalf("the second delivered: %v, next %v", err, next)
 	}
 	// The last of its lane frees nothing.
-	if _, next, err = b.w.CompleteAndClaimNext(b.ctx, next.Delivery.ID, next.Token, lifecycle.Delivered("200"), time.Minute); err != nil || next != nil {
+	if _, next, err = b.w.CompleteAndClaimNext(b.ctx, next.Delivery.ID, next.Token, lifecycle.Delivered("200"), time.Minute, false); err != nil || next != nil {
 		t.Fatalf("the last delivered: %v, next %v", err, next)
 	}
 	b.audit(t)

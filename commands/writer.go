@@ -59,11 +59,12 @@ type Writer struct {
 	// batches gathers the message commands into transactions.
 	batches batcher
 	// owners maps the deliveries the Writer has written to their
-	// messages, so that a command on a delivery is known to be on its
-	// message before it is read (see batcher); up to maxOwners, then it
-	// starts over.
+	// messages and targets, so that a command on a delivery is known to be
+	// on its message before it is read (see batcher), and an outcome's
+	// batch knows whose due deliveries to choose (chooseDue); up to
+	// maxOwners, then it starts over.
 	ownersMu sync.Mutex
-	owners   map[uuid.UUID]uuid.UUID
+	owners   map[uuid.UUID]owner
 
 	// cut, set by tests, may queue statements at the named points of a
 	// command's batch (to end the session there, as a crash would).
@@ -175,7 +176,7 @@ func (w *Writer) runReading(ctx context.Context, on subject, read func(*pgx.Batc
 func (w *Writer) runOp(o *op) (*projection.Message, error) {
 	o.done, o.key = make(chan bool, 2), o.on.messageID
 	if o.on.deliveryID != uuid.Nil {
-		o.key = w.owner(o.on.deliveryID)
+		o.key = w.owner(o.on.deliveryID).message
 	}
 	w.batches.do(o, w.runBatch)
 	if o.err != nil {
@@ -191,24 +192,30 @@ func (w *Writer) runOp(o *op) (*projection.Message, error) {
 // maxOwners bounds Writer.owners.
 const maxOwners = 1 << 16
 
-// owner returns the message of a delivery the Writer has written, else
-// uuid.Nil.
-func (w *Writer) owner(deliveryID uuid.UUID) uuid.UUID {
+// owner is a delivery's message and target.
+type owner struct {
+	message uuid.UUID
+	target  string
+}
+
+// owner returns the message and target of a delivery the Writer has
+// written, else the zero owner.
+func (w *Writer) owner(deliveryID uuid.UUID) owner {
 	w.ownersMu.Lock()
 	defer w.ownersMu.Unlock()
 	return w.owners[deliveryID]
 }
 
-// learnOwners remembers the messages of the deliveries of ms.
+// learnOwners remembers the messages and targets of the deliveries of ms.
 func (w *Writer) learnOwners(ms ...*projection.Message) {
 	w.ownersMu.Lock()
 	defer w.ownersMu.Unlock()
 	if w.owners == nil || len(w.owners) >= maxOwners {
-		w.owners = make(map[uuid.UUID]uuid.UUID)
+		w.owners = make(map[uuid.UUID]owner)
 	}
 	for _, m := range ms {
 		for _, d := range m.Deliveries {
-			w.owners[d.ID] = m.ID
+			w.owners[d.ID] = owner{message: m.ID, target: d.Target}
 		}
 	}
 }

@@ -100,7 +100,7 @@ func (s *CallbackStore) ClaimDue(ctx context.Context, n int) ([]Job[CallbackWork
 }
 
 // Complete records a call's outcome.
-func (s *CallbackStore) Complete(ctx context.Context, job Job[CallbackWork], outcome lifecycle.Outcome) (*Job[CallbackWork], error) {
+func (s *CallbackStore) Complete(ctx context.Context, job Job[CallbackWork], outcome lifecycle.Outcome, _ Next) (*Job[CallbackWork], error) {
 	if _, err := s.w.CompleteCallback(ctx, job.ID, job.Token, outcome); err != nil {
 		return nil, err
 	}

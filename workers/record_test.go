@@ -61,7 +61,7 @@ func (s *flakyStore) record(work, as string) error {
 	return nil
 }
 
-func (s *flakyStore) Complete(_ context.Context, job workers.Job[string], _ lifecycle.Outcome) (*workers.Job[string], error) {
+func (s *flakyStore) Complete(_ context.Context, job workers.Job[string], _ lifecycle.Outcome, _ workers.Next) (*workers.Job[string], error) {
 	return nil, s.record(job.Work, job.Work)
 }
 

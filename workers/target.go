@@ -46,9 +46,15 @@ func (s *DeliveryStore) ClaimDue(ctx context.Context, n int) ([]Job[targets.Atte
 }
 
 // Complete records the outcome of the job's attempt and claims, with the
-// target's lease, the delivery it lets go in its lane, as the next job.
-func (s *DeliveryStore) Complete(ctx context.Context, job Job[targets.Attempt], outcome lifecycle.Outcome) (*Job[targets.Attempt], error) {
-	_, next, err := s.w.CompleteAndClaimNext(ctx, job.ID, job.Token, outcome, s.target.Lease())
+// target's lease, the next job as claim asks: the delivery the outcome
+// lets go in its lane, or with NextDue on a target without lanes its
+// oldest due delivery.
+func (s *DeliveryStore) Complete(ctx context.Context, job Job[targets.Attempt], outcome lifecycle.Outcome, claim Next) (*Job[targets.Attempt], error) {
+	if claim == NextNone {
+		_, err := s.w.Complete(ctx, job.ID, job.Token, outcome)
+		return nil, err
+	}
+	_, next, err := s.w.CompleteAndClaimNext(ctx, job.ID, job.Token, outcome, s.target.Lease(), claim == NextDue)
 	if err != nil || next == nil {
 		return nil, err
 	}

@@ -29,6 +29,23 @@ type Job[T any] struct {
 	Work     T
 }
 
+// Next is what a worker's outcome may claim, in the same write, for the
+// worker to attempt next in the same slot.
+type Next int
+
+// The Nexts a worker asks for.
+const (
+	// NextNone claims nothing: the worker is stopping.
+	NextNone Next = iota
+	// NextFreed claims the job the outcome lets go, if any: the delivery
+	// next in its lane.
+	NextFreed
+	// NextDue claims that or else the oldest due job, as ClaimDue would:
+	// the worker has a backlog, so a slot is not left idle until a
+	// catch-up's claim returns.
+	NextDue
+)
+
 // Store keeps a worker's jobs. Every method is conditional on the claim, so
 // several workers, in one process or many, may share a store.
 type Store[T any] interface {
@@ -41,9 +58,9 @@ type Store[T any] interface {
 	// Complete records an attempt's outcome; commands.ErrClaimLost when the
 	// claim is no longer the job's. It may be called again for the same
 	// job after an error that commands.Transient reports as passing. next
-	// is a job the store claimed for this worker in the same write (the
-	// delivery the outcome let go in its lane), nil when there is none.
-	Complete(ctx context.Context, job Job[T], outcome lifecycle.Outcome) (next *Job[T], err error)
+	// is a job the store claimed for this worker in the same write, as
+	// claim asks, nil when there is none.
+	Complete(ctx context.Context, job Job[T], outcome lifecycle.Outcome, claim Next) (next *Job[T], err error)
 	// Release gives a claim back: started says whether the attempt had
 	// begun its I/O. It may be called again as Complete may.
 	Release(ctx context.Context, job Job[T], started bool, reason string) error
@@ -103,6 +120,10 @@ type Worker[T any] struct {
 	// in a row that claimed nothing (the loop's own).
 	dropped atomic.Bool
 	empty   int
+	// backlog is set when a catch-up claims all it asked for, so more may
+	// be due, and cleared when one comes back short or an outcome asking
+	// for a due job finds none: while it is set, outcomes ask for NextDue.
+	backlog atomic.Bool
 	// slots holds one token per attempt in flight.
 	slots chan struct{}
 
@@ -273,6 +294,7 @@ func (w *Worker[T]) catchUp() {
 			w.log.Error("catch-up", "err", err)
 		}
 		w.metrics.claims.WithLabelValues(w.cfg.Name, claimClaimed).Add(float64(len(jobs)))
+		w.backlog.Store(err == nil && len(jobs) == n)
 		for _, job := range jobs {
 			w.attempts.Add(1)
 			go w.run(job)
@@ -351,13 +373,23 @@ func (w *Worker[T]) attempt(job Job[T]) *Job[T] {
 		return nil
 	}
 	log = log.With("outcome", outcome.Kind)
+	claim := NextFreed
+	switch {
+	case w.soft.Err() != nil:
+		claim = NextNone
+	case w.backlog.Load():
+		claim = NextDue
+	}
 	var next *Job[T]
 	complete := func(ctx context.Context) (err error) {
-		next, err = w.cfg.Store.Complete(ctx, job, outcome)
+		next, err = w.cfg.Store.Complete(ctx, job, outcome, claim)
 		return err
 	}
 	if w.record(log, job, "outcome", complete) != nil {
 		return nil
+	}
+	if claim == NextDue && next == nil {
+		w.backlog.Store(false)
 	}
 	w.metrics.attempts.WithLabelValues(w.cfg.Name, string(outcome.Kind)).Inc()
 	if next == nil {
@@ -366,7 +398,8 @@ func (w *Worker[T]) attempt(job Job[T]) *Job[T] {
 	w.metrics.claims.WithLabelValues(w.cfg.Name, claimClaimed).Inc()
 	if w.soft.Err() != nil {
 		// A stopping worker claims nothing new: the drain is for the
-		// attempts it had begun.
+		// attempts it had begun. The stop came while the outcome was
+		// written.
 		w.giveBack(w.log.With("delivery_id", next.ID), *next, false, "the worker stopped before the attempt began")
 		return nil
 	}

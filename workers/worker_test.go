@@ -41,7 +41,7 @@ func (s *skippingStore) ClaimDue(_ context.Context, n int) ([]workers.Job[string
 	return jobs, nil
 }
 
-func (s *skippingStore) Complete(_ context.Context, job workers.Job[string], _ lifecycle.Outcome) (*workers.Job[string], error) {
+func (s *skippingStore) Complete(_ context.Context, job workers.Job[string], _ lifecycle.Outcome, _ workers.Next) (*workers.Job[string], error) {
 	s.done <- job.Work
 	if next, ok := s.follow[job.Work]; ok {
 		return &workers.Job[string]{ID: uuid.New(), Work: next}, nil
