@@ -283,8 +283,9 @@ func batchContext(ops []*op) (context.Context, context.CancelFunc) {
 // With ops on existing messages it takes two round trips: BEGIN with the
 // read, which locks the message rows, then the writes of all the changes
 // with COMMIT. Outcomes that claim a due delivery next choose it with the
-// read (queueChooseDue) and read its message in one more round trip. Ops on one message are decided in turn, each on the state the
-// one before left, and their changes are written as one. Ops that make new
+// read (queueChooseDue) and read its message in one more round trip. Ops
+// on one message are decided in turn, each on the state the one before
+// left, and their changes are written as one. Ops that make new
 // messages read nothing: a batch of only those is one round trip, its
 // writes sent as an implicit transaction. A batch whose ops move a lane
 // (see lanes.go) reads and locks those lanes in one more round trip before
@@ -538,8 +539,10 @@ type chosen struct {
 // claims a due one (claimDue) on an enabled target without lanes, whose
 // target the Writer knows: as many of the target's deliveries as a worker
 // may take now, oldest due first, locked and skipping those other
-// transactions hold, as ClaimDue chooses them. Queued after the locks, it
-// leaves the transaction waiting for no lock once it holds those it chose.
+// transactions hold, as ClaimDue chooses them (at a clock reading of its
+// own: what is due then is due at the batch's later one). Queued after the
+// locks, it leaves the transaction waiting for no lock once it holds those
+// it chose.
 // The returned function gives the choice once the batch is read, given
 // the messages read.
 func (w *Writer) queueChooseDue(b *pgx.Batch, ops []*op, cfg *configState) func(map[uuid.UUID]*projection.Message) chosen {
@@ -584,8 +587,8 @@ func (w *Writer) queueChooseDue(b *pgx.Batch, ops []*op, cfg *configState) func(
 }
 
 // claimDue claims for an outcome the first of the target's deliveries in
-// due, chosen by chooseDue, that the fold finds claimable on the state the
-// batch has come to, and takes it out of due.
+// due, chosen by queueChooseDue, that the fold finds claimable on the state
+// the batch has come to, and takes it out of due.
 func claimDue(due map[string][]uuid.UUID, state map[uuid.UUID]*projection.Message, owner map[uuid.UUID]uuid.UUID,
 	target string, lease time.Duration, now time.Time) (*Claim, *change) {
 	for len(due[target]) > 0 {

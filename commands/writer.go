@@ -61,7 +61,7 @@ type Writer struct {
 	// owners maps the deliveries the Writer has written to their
 	// messages and targets, so that a command on a delivery is known to be
 	// on its message before it is read (see batcher), and an outcome's
-	// batch knows whose due deliveries to choose (chooseDue); up to
+	// batch knows whose due deliveries to choose (queueChooseDue); up to
 	// maxOwners, then it starts over.
 	ownersMu sync.Mutex
 	owners   map[uuid.UUID]owner

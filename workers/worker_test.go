@@ -23,6 +23,8 @@ type skippingStore struct {
 	claimDue int
 	// follow names the job an outcome claims next, by work.
 	follow map[string]string
+	// asked is what each job's outcome asked to claim next, by work.
+	asked map[string]workers.Next
 }
 
 func (s *skippingStore) Claim(context.Context, uuid.UUID) (workers.Job[string], error) {
@@ -41,7 +43,13 @@ func (s *skippingStore) ClaimDue(_ context.Context, n int) ([]workers.Job[string
 	return jobs, nil
 }
 
-func (s *skippingStore) Complete(_ context.Context, job workers.Job[string], _ lifecycle.Outcome, _ workers.Next) (*workers.Job[string], error) {
+func (s *skippingStore) Complete(_ context.Context, job workers.Job[string], _ lifecycle.Outcome, claim workers.Next) (*workers.Job[string], error) {
+	s.mu.Lock()
+	if s.asked == nil {
+		s.asked = map[string]workers.Next{}
+	}
+	s.asked[job.Work] = claim
+	s.mu.Unlock()
 	s.done <- job.Work
 	if next, ok := s.follow[job.Work]; ok {
 		return &workers.Job[string]{ID: uuid.New(), Work: next}, nil
@@ -126,5 +134,64 @@ func TestShortCatchUpRunsAgain(t *testing.T) {
 	time.Sleep(1500 * time.Millisecond) // longer than the next wait would be
 	if n := calls(); n != 2+1+6 {
 		t.Errorf("ClaimDue called %d times, want 9", n)
+	}
+}
+
+// heldDeliverer holds each attempt until the test lets its work go.
+type heldDeliverer map[string]chan struct{}
+
+func (d heldDeliverer) Deliver(_ context.Context, work string) lifecycle.Outcome {
+	<-d[work]
+	return lifecycle.Delivered("ok")
+}
+
+// TestABacklogAsksForTheNextDue: while the last catch-up claimed all it
+// asked for, outcomes ask for the oldest due job next; the first that
+// finds none ends it, and outcomes after ask only for the job they free.
+func TestABacklogAsksForTheNextDue(t *testing.T) {
+	t.Parallel()
+	store := &skippingStore{done: make(chan string, 3), follow: map[string]string{"a": "c"},
+		batches: [][]workers.Job[string]{{{ID: uuid.New(), Work: "a"}, {ID: uuid.New(), Work: "b"}}}}
+	held := heldDeliverer{"a": make(chan struct{}), "b": make(chan struct{}), "c": make(chan struct{})}
+	w, err := workers.NewWorker(workers.Config[string]{Base: service.Base{Logger: quiet}, Name: "test", Store: store, Deliverer: held,
+		MaxConcurrent: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop(context.Background())
+	completed := func(want string) {
+		t.Helper()
+		select {
+		case got := <-store.done:
+			if got != want {
+				t.Fatalf("completed %q, want %q", got, want)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("%q not completed", want)
+		}
+	}
+	// The catch-up claimed both it asked for: a backlog.
+	close(held["a"])
+	completed("a") // claims c next, in a's slot
+	close(held["b"])
+	completed("b") // finds none due: the backlog ends
+	// b's slot goes back to the catch-up, which finds nothing due.
+	waitFor(t, "a catch-up after the backlog ended", func() bool {
+		store.mu.Lock()
+		defer store.mu.Unlock()
+		return store.claimDue >= 2
+	})
+	close(held["c"])
+	completed("c")
+	store.mu.Lock()
+	defer store.mu.Unlock()
+	want := map[string]workers.Next{"a": workers.NextDue, "b": workers.NextDue, "c": workers.NextFreed}
+	for work, next := range want {
+		if store.asked[work] != next {
+			t.Errorf("%s asked for %d, want %d", work, store.asked[work], next)
+		}
 	}
 }
