@@ -65,24 +65,27 @@ func (okDeliverer) Deliver(context.Context, string) lifecycle.Outcome {
 	return lifecycle.Delivered("ok")
 }
 
-// TestAnOutcomeHandsTheSlotToTheJobItClaimed: the job an outcome claimed
-// runs next in the same slot, with no catch-up of its own.
-func TestAnOutcomeHandsTheSlotToTheJobItClaimed(t *testing.T) {
-	t.Parallel()
-	store := &skippingStore{done: make(chan string, 3), batches: [][]workers.Job[string]{{{ID: uuid.New(), Work: "head"}}},
-		follow: map[string]string{"head": "second", "second": "third"}}
-	w, err := workers.NewWorker(workers.Config[string]{Base: service.Base{Logger: quiet}, Name: "test", Store: store, Deliverer: okDeliverer{},
-		MaxConcurrent: 1})
+// startSkipping starts a worker of maxConcurrent slots on the store,
+// stopped when the test ends.
+func startSkipping(t *testing.T, store *skippingStore, d workers.Deliverer[string], maxConcurrent int) {
+	t.Helper()
+	w, err := workers.NewWorker(workers.Config[string]{Base: service.Base{Logger: quiet}, Name: "test", Store: store, Deliverer: d,
+		MaxConcurrent: maxConcurrent})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := w.Start(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	defer w.Stop(context.Background())
-	for _, want := range []string{"head", "second", "third"} {
+	t.Cleanup(func() { w.Stop(context.Background()) })
+}
+
+// completed waits for the outcomes of the works named, in that order.
+func (s *skippingStore) completed(t *testing.T, works ...string) {
+	t.Helper()
+	for _, want := range works {
 		select {
-		case got := <-store.done:
+		case got := <-s.done:
 			if got != want {
 				t.Fatalf("completed %q, want %q", got, want)
 			}
@@ -90,6 +93,16 @@ func TestAnOutcomeHandsTheSlotToTheJobItClaimed(t *testing.T) {
 			t.Fatalf("%q not completed", want)
 		}
 	}
+}
+
+// TestAnOutcomeHandsTheSlotToTheJobItClaimed: the job an outcome claimed
+// runs next in the same slot, with no catch-up of its own.
+func TestAnOutcomeHandsTheSlotToTheJobItClaimed(t *testing.T) {
+	t.Parallel()
+	store := &skippingStore{done: make(chan string, 3), batches: [][]workers.Job[string]{{{ID: uuid.New(), Work: "head"}}},
+		follow: map[string]string{"head": "second", "second": "third"}}
+	startSkipping(t, store, okDeliverer{}, 1)
+	store.completed(t, "head", "second", "third")
 }
 
 // TestShortCatchUpRunsAgain: a catch-up that came back short but claimed
@@ -101,25 +114,8 @@ func TestShortCatchUpRunsAgain(t *testing.T) {
 		{{ID: uuid.New(), Work: "first"}},
 		{{ID: uuid.New(), Work: "skipped"}},
 	}}
-	w, err := workers.NewWorker(workers.Config[string]{Base: service.Base{Logger: quiet}, Name: "test", Store: store, Deliverer: okDeliverer{},
-		MaxConcurrent: 4})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := w.Start(t.Context()); err != nil {
-		t.Fatal(err)
-	}
-	defer w.Stop(context.Background())
-	for _, want := range []string{"first", "skipped"} {
-		select {
-		case got := <-store.done:
-			if got != want {
-				t.Fatalf("completed %q, want %q", got, want)
-			}
-		case <-time.After(5 * time.Second):
-			t.Fatalf("%q not completed", want)
-		}
-	}
+	startSkipping(t, store, okDeliverer{}, 4)
+	store.completed(t, "first", "skipped")
 	// The chain ends after six catch-ups in a row that claim nothing, each
 	// waiting twice as long as the one before (20 ms to 640 ms).
 	calls := func() int {
@@ -153,31 +149,12 @@ func TestABacklogAsksForTheNextDue(t *testing.T) {
 	store := &skippingStore{done: make(chan string, 3), follow: map[string]string{"a": "c"},
 		batches: [][]workers.Job[string]{{{ID: uuid.New(), Work: "a"}, {ID: uuid.New(), Work: "b"}}}}
 	held := heldDeliverer{"a": make(chan struct{}), "b": make(chan struct{}), "c": make(chan struct{})}
-	w, err := workers.NewWorker(workers.Config[string]{Base: service.Base{Logger: quiet}, Name: "test", Store: store, Deliverer: held,
-		MaxConcurrent: 2})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := w.Start(t.Context()); err != nil {
-		t.Fatal(err)
-	}
-	defer w.Stop(context.Background())
-	completed := func(want string) {
-		t.Helper()
-		select {
-		case got := <-store.done:
-			if got != want {
-				t.Fatalf("completed %q, want %q", got, want)
-			}
-		case <-time.After(5 * time.Second):
-			t.Fatalf("%q not completed", want)
-		}
-	}
+	startSkipping(t, store, held, 2)
 	// The catch-up claimed both it asked for: a backlog.
 	close(held["a"])
-	completed("a") // claims c next, in a's slot
+	store.completed(t, "a") // claims c next, in a's slot
 	close(held["b"])
-	completed("b") // finds none due: the backlog ends
+	store.completed(t, "b") // finds none due: the backlog ends
 	// b's slot goes back to the catch-up, which finds nothing due.
 	waitFor(t, "a catch-up after the backlog ended", func() bool {
 		store.mu.Lock()
@@ -185,7 +162,7 @@ func TestABacklogAsksForTheNextDue(t *testing.T) {
 		return store.claimDue >= 2
 	})
 	close(held["c"])
-	completed("c")
+	store.completed(t, "c")
 	store.mu.Lock()
 	defer store.mu.Unlock()
 	want := map[string]workers.Next{"a": workers.NextDue, "b": workers.NextDue, "c": workers.NextFreed}
