@@ -329,6 +329,8 @@ func TestCompleteClaimsTheOldestDueDelivery(t *testing.T) {
 	if got := b.wake.take(); len(got) != 0 {
 		t.Errorf("wake-ups for a delivery claimed already: %v", got)
 	}
+	// Audited in flight: one delivered, one delivering, the rest queued.
+	b.audit(t)
 
 	// A retry due later claims the next all the same; once nothing is due,
 	// an outcome claims nothing.
