@@ -316,10 +316,8 @@ func (w *Writer) writeBatch(ctx context.Context, ops []*op, side *operationSide)
 	dups := dupKeys(ops)
 	explicit := len(messageIDs)+len(deliveryIDs)+len(dups) > 0 || side != nil
 	read := map[uuid.UUID]*projection.Message{}
-	var (
-		latest map[dupKey]uuid.UUID
-		due    chosen
-	)
+	var latest map[dupKey]uuid.UUID
+	due := &chosen{}
 	if explicit {
 		b := &pgx.Batch{}
 		b.Queue(`BEGIN`)
@@ -336,17 +334,23 @@ func (w *Writer) writeBatch(ctx context.Context, ops []*op, side *operationSide)
 			}
 		}
 		found := queueDuplicates(b, dups)
-		choice := w.queueChooseDue(b, ops, cfg)
+		due = w.queueChooseDue(b, ops, cfg)
 		if err := conn.SendBatch(ctx, b).Close(); err != nil {
 			return fmt.Errorf("read: %w", err)
 		}
 		for _, m := range loaded() {
 			read[m.ID] = m
 		}
-		latest, due = found(), choice(read)
-		if len(due.unread) > 0 {
+		latest = found()
+		var unread []uuid.UUID
+		for id := range due.messages {
+			if read[id] == nil {
+				unread = append(unread, id)
+			}
+		}
+		if len(unread) > 0 {
 			// Locked by the choice already: a read is enough.
-			ms, err := projection.LoadMany(ctx, conn, due.unread)
+			ms, err := projection.LoadMany(ctx, conn, unread)
 			if err != nil {
 				return fmt.Errorf("read the chosen deliveries: %w", err)
 			}
@@ -518,7 +522,7 @@ func (w *Writer) decide(ops []*op, read map[uuid.UUID]*projection.Message, lanes
 			keep(f)
 		}
 		if o.claimDue && o.next == nil {
-			if o.next, o.nextC = claimDue(due, state, owner, c.after.Delivery(o.on.deliveryID).Target, o.claimNext, now); o.nextC != nil {
+			if o.next, o.nextC = claimChosen(due, state, owner, c.after.Delivery(o.on.deliveryID).Target, o.claimNext, now); o.nextC != nil {
 				keep(o.nextC)
 			}
 		}
@@ -526,12 +530,12 @@ func (w *Writer) decide(ops []*op, read map[uuid.UUID]*projection.Message, lanes
 	return d
 }
 
-// chosen is what queueChooseDue chose: by target, the deliveries the
-// batch's outcomes may claim, oldest due first; and the messages of those
-// the batch has not read.
+// chosen is what queueChooseDue chose, once the batch is read: by target,
+// the deliveries the batch's outcomes may claim, oldest due first, and the
+// messages they are on.
 type chosen struct {
 	byTarget map[string][]uuid.UUID
-	unread   []uuid.UUID
+	messages map[uuid.UUID]bool
 }
 
 // queueChooseDue queues on b, after the locks and reads of the batch's
@@ -543,9 +547,8 @@ type chosen struct {
 // own: what is due then is due at the batch's later one). Queued after the
 // locks, it leaves the transaction waiting for no lock once it holds those
 // it chose.
-// The returned function gives the choice once the batch is read, given
-// the messages read.
-func (w *Writer) queueChooseDue(b *pgx.Batch, ops []*op, cfg *configState) func(map[uuid.UUID]*projection.Message) chosen {
+func (w *Writer) queueChooseDue(b *pgx.Batch, ops []*op, cfg *configState) *chosen {
+	c := &chosen{byTarget: map[string][]uuid.UUID{}, messages: map[uuid.UUID]bool{}}
 	want := map[string]int{}
 	for _, o := range ops {
 		if !o.claimDue {
@@ -555,41 +558,19 @@ func (w *Writer) queueChooseDue(b *pgx.Batch, ops []*op, cfg *configState) func(
 			want[t.Name]++
 		}
 	}
-	c := chosen{byTarget: map[string][]uuid.UUID{}}
-	if len(want) == 0 {
-		return func(map[uuid.UUID]*projection.Message) chosen { return c }
-	}
-	var messageIDs []uuid.UUID
-	now := w.now()
-	b.Queue(claimPlanSQL)
-	for _, target := range slices.Sorted(maps.Keys(want)) {
-		b.Queue(claimDueSQL, target, now, want[target]).Query(func(rows pgx.Rows) error {
-			var deliveryID, messageID uuid.UUID
-			_, err := pgx.ForEachRow(rows, []any{&deliveryID, &messageID}, func() error {
-				c.byTarget[target] = append(c.byTarget[target], deliveryID)
-				messageIDs = append(messageIDs, messageID)
-				return nil
-			})
-			return err
+	if len(want) > 0 {
+		queueChoice(b, w.now(), want, func(target string, deliveryID, messageID uuid.UUID) {
+			c.byTarget[target] = append(c.byTarget[target], deliveryID)
+			c.messages[messageID] = true
 		})
 	}
-	for _, sql := range claimPlanReset {
-		b.Queue(sql)
-	}
-	return func(read map[uuid.UUID]*projection.Message) chosen {
-		for _, id := range messageIDs {
-			if read[id] == nil && !slices.Contains(c.unread, id) {
-				c.unread = append(c.unread, id)
-			}
-		}
-		return c
-	}
+	return c
 }
 
-// claimDue claims for an outcome the first of the target's deliveries in
-// due, chosen by queueChooseDue, that the fold finds claimable on the state
-// the batch has come to, and takes it out of due.
-func claimDue(due map[string][]uuid.UUID, state map[uuid.UUID]*projection.Message, owner map[uuid.UUID]uuid.UUID,
+// claimChosen claims for an outcome the first of the target's deliveries
+// in due, chosen by queueChooseDue, that the fold finds claimable on the
+// state the batch has come to, and takes it out of due.
+func claimChosen(due map[string][]uuid.UUID, state map[uuid.UUID]*projection.Message, owner map[uuid.UUID]uuid.UUID,
 	target string, lease time.Duration, now time.Time) (*Claim, *change) {
 	for len(due[target]) > 0 {
 		id := due[target][0]
@@ -598,14 +579,9 @@ func claimDue(due map[string][]uuid.UUID, state map[uuid.UUID]*projection.Messag
 		if m == nil {
 			continue
 		}
-		c := newChange(m)
-		c.readBody = true
-		claim, err := c.claim(id, lease, now)
-		if err != nil {
-			continue
+		if claim, c, err := claimOn(m, id, lease, now); err == nil {
+			return &claim, c
 		}
-		claim.Delivery = *c.after.Delivery(id)
-		return &claim, c
 	}
 	return nil, nil
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"time"
 
 	"github.com/google/uuid"
@@ -42,10 +44,8 @@ func (w *Writer) Claim(ctx context.Context, deliveryID uuid.UUID, lease time.Dur
 		c     *change
 	)
 	m, err := w.run(ctx, delivery(deliveryID), func(m *projection.Message, _ *projection.LaneBook, now time.Time) (*change, error) {
-		c = newChange(m)
-		c.readBody = true
 		var err error
-		claim, err = c.claim(deliveryID, lease, now)
+		claim, c, err = claimOn(m, deliveryID, lease, now)
 		return c, err
 	})
 	if err != nil {
@@ -53,6 +53,19 @@ func (w *Writer) Claim(ctx context.Context, deliveryID uuid.UUID, lease time.Dur
 	}
 	claim.Message, claim.Delivery, claim.Payload = m, *m.Delivery(deliveryID), c.body
 	return claim, nil
+}
+
+// claimOn claims the delivery of m on a change of its own, which reads the
+// message's body for the attempt.
+func claimOn(m *projection.Message, deliveryID uuid.UUID, lease time.Duration, now time.Time) (Claim, *change, error) {
+	c := newChange(m)
+	c.readBody = true
+	claim, err := c.claim(deliveryID, lease, now)
+	if err != nil {
+		return Claim{}, nil, err
+	}
+	claim.Message, claim.Delivery = c.after, *c.after.Delivery(deliveryID)
+	return claim, c, nil
 }
 
 // claim records the claim of one delivery on the change, the expiry of the
@@ -101,6 +114,27 @@ var claimDueSQL = `SELECT d.id, d.message_id FROM deliveries d JOIN messages m O
 // drain read more of them than the last.
 const claimPlanSQL = `SELECT set_config('enable_bitmapscan', 'off', true), set_config('enable_sort', 'off', true)`
 
+// queueChoice queues on b the choice of up to want[target] deliveries of
+// each target that a worker may take at now (claimDueSQL, under
+// claimPlanSQL, then claimPlanReset), locking them; add gets each chosen
+// one, in its target's due order, once the batch is read.
+func queueChoice(b *pgx.Batch, now time.Time, want map[string]int, add func(target string, deliveryID, messageID uuid.UUID)) {
+	b.Queue(claimPlanSQL)
+	for _, target := range slices.Sorted(maps.Keys(want)) {
+		b.Queue(claimDueSQL, target, now, want[target]).Query(func(rows pgx.Rows) error {
+			var deliveryID, messageID uuid.UUID
+			_, err := pgx.ForEachRow(rows, []any{&deliveryID, &messageID}, func() error {
+				add(target, deliveryID, messageID)
+				return nil
+			})
+			return err
+		})
+	}
+	for _, sql := range claimPlanReset {
+		b.Queue(sql)
+	}
+}
+
 // claimPlanReset gives the rest of the claim's transaction the settings
 // of the server (under claimPlanSQL's, the read of the messages and the
 // writes took seconds on tables never analyzed), and generic plans, as the
@@ -140,19 +174,10 @@ func (w *Writer) claimDue(ctx context.Context, target string, n int, lease time.
 	var messageIDs []uuid.UUID
 	b := &pgx.Batch{}
 	b.Queue(`BEGIN`)
-	b.Queue(claimPlanSQL)
-	b.Queue(claimDueSQL, target, now, n).Query(func(rows pgx.Rows) error {
-		var deliveryID, messageID uuid.UUID
-		_, err := pgx.ForEachRow(rows, []any{&deliveryID, &messageID}, func() error {
-			byMessage[messageID] = deliveryID
-			messageIDs = append(messageIDs, messageID)
-			return nil
-		})
-		return err
+	queueChoice(b, now, map[string]int{target: n}, func(_ string, deliveryID, messageID uuid.UUID) {
+		byMessage[messageID] = deliveryID
+		messageIDs = append(messageIDs, messageID)
 	})
-	for _, sql := range claimPlanReset {
-		b.Queue(sql)
-	}
 	if err := conn.SendBatch(ctx, b).Close(); err != nil {
 		return nil, err
 	}
@@ -167,16 +192,13 @@ func (w *Writer) claimDue(ctx context.Context, target string, n int, lease time.
 	changes := make([]*change, 0, len(messages))
 	for _, m := range messages {
 		id := byMessage[m.ID]
-		c := newChange(m)
-		c.readBody = true
-		claim, err := c.claim(id, lease, now)
+		claim, c, err := claimOn(m, id, lease, now)
 		if err != nil {
 			// The query and the fold disagree; leave this one to a claim
 			// by its wake-up, which reports why.
 			w.log.Warn("due delivery not claimable", "delivery_id", id, "err", err)
 			continue
 		}
-		claim.Message, claim.Delivery = c.after, *c.after.Delivery(id)
 		claims = append(claims, claim)
 		changes = append(changes, c)
 	}
