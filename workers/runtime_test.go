@@ -78,6 +78,42 @@ func TestCatchUpTakesTheBacklog(t *testing.T) {
 	b.audit(t)
 }
 
+// TestABacklogDrainsThroughItsOutcomes: a target that starts to a backlog
+// larger than its slots takes the rest with its outcomes, each outcome's
+// transaction claiming the next due delivery. Audited with attempts in
+// flight and the rest queued, and again once all is delivered.
+func TestABacklogDrainsThroughItsOutcomes(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	spec := b.httpTarget("web")
+	spec.MaxConcurrent = 2
+	b.target(t, spec)
+	release := make(chan struct{})
+	b.sink.setAnswer(func(_ int, _ http.ResponseWriter, r *http.Request) int {
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		}
+		return http.StatusOK
+	})
+	ms := b.ingest(t, 10) // no worker listens yet: the wake-ups are lost
+	b.runtime(t, 0)
+	// The catch-up claimed as many as it asked for, one per slot: a backlog.
+	waitFor(t, "both slots attempting", func() bool { return b.sink.requests() == 2 })
+	b.audit(t)
+	close(release)
+	b.waitStatus(t, lifecycle.StatusDelivered, ms...)
+	var both int
+	if err := b.db.QueryRow(b.ctx, `SELECT count(*) FROM (SELECT txid FROM journal GROUP BY txid
+		HAVING bool_or(kind = 'delivery.attempted') AND bool_or(kind = 'delivery.claimed')) x`).Scan(&both); err != nil {
+		t.Fatal(err)
+	}
+	if both == 0 {
+		t.Error("no outcome's transaction claimed the next due delivery")
+	}
+	b.audit(t)
+}
+
 // TestOverflowDropsWakeupsNotDeliveries floods a target that takes one
 // attempt at a time: the worker drops the wake-ups it has no room for, and
 // everything is delivered all the same.
