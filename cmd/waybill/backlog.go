@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -24,6 +25,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/waybill/waybill/internal/cpustat"
 	"github.com/waybill/waybill/journal"
@@ -142,13 +144,7 @@ func (r *backlogResult) print(w io.Writer) {
 	if r.sentTwice > 0 {
 		fmt.Fprintf(w, "  %d deliveries reached the sink more than once\n", r.sentTwice)
 	}
-	if len(r.statements) > 0 {
-		fmt.Fprintln(w, "  statements by total time during the drain:")
-		for _, s := range r.statements {
-			fmt.Fprintf(w, "    %9.0f ms %7.0f plan ms %8d calls %9d rows %8d reads  %s\n", s.totalMS, s.planMS, s.calls, s.rows,
-				s.sharedReads, s.query)
-		}
-	}
+	printStatements(w, "the drain", r.statements)
 }
 
 // countingSink answers 200 at once and counts what it receives, by
@@ -203,9 +199,7 @@ func backlog(ctx context.Context, cfg backlogConfig, stderr io.Writer) (*backlog
 	if cfg.dbURL == "" {
 		settings := map[string]string{"max_connections": "200"}
 		if cfg.statements {
-			settings["shared_preload_libraries"] = "pg_stat_statements"
-			settings["pg_stat_statements.max"] = "1000"
-			settings["pg_stat_statements.track_planning"] = "on"
+			maps.Copy(settings, statementsSettings)
 		}
 		srv, err := pgserver.Start(ctx, pgserver.Config{DataDir: filepath.Join(dir, "pg"), Logger: log, Settings: settings})
 		if err != nil {
@@ -287,8 +281,8 @@ func backlog(ctx context.Context, cfg backlogConfig, stderr io.Writer) (*backlog
 		return nil, err
 	}
 	if cfg.statements {
-		if _, err := db.Exec(ctx, `CREATE EXTENSION IF NOT EXISTS pg_stat_statements; SELECT pg_stat_statements_reset()`); err != nil {
-			return nil, fmt.Errorf("pg_stat_statements: %w", err)
+		if err := resetStatements(ctx, db); err != nil {
+			return nil, err
 		}
 	}
 	serverBefore, _ := cpustat.ProcessTree(server.Process.Pid)
@@ -422,7 +416,33 @@ func readDrain(ctx context.Context, db interface {
 	return claimToOutcome, batches, err
 }
 
-// topStatements reads the ten statements that took the most time.
+// statementsSettings are the server settings --statements adds to the
+// embedded PostgreSQL.
+var statementsSettings = map[string]string{"shared_preload_libraries": "pg_stat_statements",
+	"pg_stat_statements.max": "1000", "pg_stat_statements.track_planning": "on"}
+
+// resetStatements loads pg_stat_statements into db's database, if need be,
+// and forgets what it counted so far.
+func resetStatements(ctx context.Context, db *pgxpool.Pool) error {
+	if _, err := db.Exec(ctx, `CREATE EXTENSION IF NOT EXISTS pg_stat_statements; SELECT pg_stat_statements_reset()`); err != nil {
+		return fmt.Errorf("pg_stat_statements: %w", err)
+	}
+	return nil
+}
+
+// printStatements prints what topStatements read during what.
+func printStatements(w io.Writer, what string, statements []statementCost) {
+	if len(statements) == 0 {
+		return
+	}
+	fmt.Fprintf(w, "  statements by total time during %s:\n", what)
+	for _, s := range statements {
+		fmt.Fprintf(w, "    %9.0f ms %7.0f plan ms %8d calls %9d rows %8d reads  %s\n", s.totalMS, s.planMS, s.calls, s.rows,
+			s.sharedReads, s.query)
+	}
+}
+
+// topStatements reads the statements that took the most time.
 func topStatements(ctx context.Context, db interface {
 	Query(context.Context, string, ...any) (pgx.Rows, error)
 }) ([]statementCost, error) {

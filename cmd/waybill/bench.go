@@ -27,7 +27,7 @@ import (
 	"github.com/waybill/waybill/workers"
 )
 
-const benchUsage = `usage: waybill bench [--http] [--messages N] [--clients C] [--rate R] [--database-url URL] [--cpuprofile FILE]
+const benchUsage = `usage: waybill bench [--http] [--messages N] [--clients C] [--rate R] [--statements] [--database-url URL] [--cpuprofile FILE]
        waybill bench --backlog N [--clients C] [--concurrency K] [--keys K] [--statements] [--database-url URL]
 
 Runs a whole Waybill in this process (its own embedded PostgreSQL in a
@@ -43,9 +43,11 @@ ingested through the REST API, then enabled; it reports the drain rate, the
 CPU per delivery of the server and of PostgreSQL, claim-to-outcome times,
 the feed's lag and the server's memory. --keys K makes the target fifo and
 gives the messages K ordering keys in turn, so each key's lane drains one
-delivery at a time. --statements loads
-pg_stat_statements into the embedded PostgreSQL and prints the costliest
-statements of the drain.
+delivery at a time.
+
+--statements loads pg_stat_statements into the embedded PostgreSQL and
+prints the costliest statements of the measured run: the ingest and
+delivery, or the drain.
 `
 
 // runBench runs `waybill bench`.
@@ -65,7 +67,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	backlogN := fs.Int("backlog", 0, "measure the drain of a backlog of this many deliveries instead")
 	concurrency := fs.Int("concurrency", 100, "with --backlog: the target's max_concurrent")
 	keys := fs.Int("keys", 0, "with --backlog: make the target fifo and spread the messages over this many ordering keys")
-	statements := fs.Bool("statements", false, "with --backlog: print the costliest statements of the drain (pg_stat_statements)")
+	statements := fs.Bool("statements", false, "print the costliest statements of the measured run (pg_stat_statements; the embedded PostgreSQL only)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
@@ -87,7 +89,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		return 0
 	}
 	r, err := bench(ctx, benchConfig{http: *viaHTTP, messages: *n, clients: *clients, rate: *rate, dbURL: *dbURL,
-		cpuProfile: *cpuProfile}, stderr)
+		cpuProfile: *cpuProfile, statements: *statements}, stderr)
 	if err != nil {
 		fmt.Fprintf(stderr, "waybill bench: %v\n", err)
 		return 1
@@ -103,6 +105,9 @@ type benchConfig struct {
 	rate       float64
 	dbURL      string
 	cpuProfile string
+	// statements loads pg_stat_statements into the embedded PostgreSQL and
+	// prints the statements that took the most time during the run.
+	statements bool
 }
 
 type benchResult struct {
@@ -114,6 +119,7 @@ type benchResult struct {
 	// whole machine (PostgreSQL included) during the run; cpuHost is 0
 	// where /proc/stat is not readable.
 	cpuSelf, cpuHost float64
+	statements       []statementCost
 }
 
 func (r *benchResult) print(w io.Writer) {
@@ -137,6 +143,7 @@ func (r *benchResult) print(w io.Writer) {
 	if r.errors > 0 {
 		fmt.Fprintf(w, "  %d ingest calls failed\n", r.errors)
 	}
+	printStatements(w, "the run", r.statements)
 }
 
 func percentile(ds []time.Duration, p int) time.Duration {
@@ -185,7 +192,11 @@ func bench(ctx context.Context, cfg benchConfig, stderr io.Writer) (*benchResult
 	var stack stopStack
 	defer stack.run()
 	if cfg.dbURL == "" {
-		pg, url, err := startEmbeddedPostgres(ctx, filepath.Join(dir, "var"), log)
+		var settings map[string]string
+		if cfg.statements {
+			settings = statementsSettings
+		}
+		pg, url, err := startEmbeddedPostgres(ctx, filepath.Join(dir, "var"), settings, log)
 		if err != nil {
 			return nil, err
 		}
@@ -238,12 +249,12 @@ func bench(ctx context.Context, cfg benchConfig, stderr io.Writer) (*benchResult
 		return c.post("/messages", map[string]any{"source": "bench", "from": "a", "to": "b",
 			"content_type": "text/plain", "payload": fmt.Sprintf("message %d", i)})
 	}
+	db, err := openDB(ctx, cfg.dbURL)
+	if err != nil {
+		return nil, err
+	}
+	stack.push(db.Close)
 	if !cfg.http {
-		db, err := openDB(ctx, cfg.dbURL)
-		if err != nil {
-			return nil, err
-		}
-		stack.push(db.Close)
 		nc, err := ns.Connect()
 		if err != nil {
 			return nil, err
@@ -280,6 +291,11 @@ func bench(ctx context.Context, cfg benchConfig, stderr io.Writer) (*benchResult
 			return nil, err
 		}
 		defer pprof.StopCPUProfile()
+	}
+	if cfg.statements {
+		if err := resetStatements(ctx, db); err != nil {
+			return nil, err
+		}
 	}
 	began, selfBefore := time.Now(), cpustat.Self()
 	hostBefore, hostOK := cpustat.HostBusy()
@@ -329,6 +345,11 @@ func bench(ctx context.Context, cfg benchConfig, stderr io.Writer) (*benchResult
 	r.cpuSelf = cpustat.Self() - selfBefore
 	if hostAfter, ok := cpustat.HostBusy(); ok && hostOK {
 		r.cpuHost = hostAfter - hostBefore
+	}
+	if cfg.statements {
+		if r.statements, err = topStatements(ctx, db); err != nil {
+			return nil, err
+		}
 	}
 	sink.mu.Lock()
 	defer sink.mu.Unlock()

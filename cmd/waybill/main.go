@@ -35,7 +35,7 @@ commands:
   token    create --name N --role R             create an API token (admin, ingest, reader or receipt) and print it
   token    list                                 list the API tokens: id, name, role, created
   token    revoke ID                            revoke an API token (not the last admin token)
-  bench    [--http] [--messages N] [--clients C] [--rate R] [--cpuprofile FILE]
+  bench    [--http] [--messages N] [--clients C] [--rate R] [--statements] [--cpuprofile FILE]
                                                 measure ingest-to-delivered throughput and latency
   bench    --backlog N [--clients C] [--concurrency K] [--keys K] [--statements]
                                                 measure the drain of a backlog of N deliveries

@@ -138,7 +138,7 @@ func serve(ctx context.Context, cfg *serveConfig, stderr io.Writer) error {
 
 	dbURL := cfg.databaseURL
 	if dbURL == "" {
-		pg, url, err := startEmbeddedPostgres(ctx, cfg.dataDir, log)
+		pg, url, err := startEmbeddedPostgres(ctx, cfg.dataDir, nil, log)
 		if err != nil {
 			return err
 		}
@@ -300,11 +300,11 @@ func (s *stopStack) run() {
 // psql.
 const databaseURLFile = "database.url"
 
-// startEmbeddedPostgres starts the PostgreSQL of the data directory, or
-// adopts the one already running on it, and returns it with the URL of its
-// waybill database, created on first use. On an error it stops a server
-// it started.
-func startEmbeddedPostgres(ctx context.Context, dataDir string, log *slog.Logger) (_ *pgserver.Server, _ string, err error) {
+// startEmbeddedPostgres starts the PostgreSQL of the data directory, with
+// settings as extra server settings (nil for none), or adopts the one
+// already running on it, and returns it with the URL of its waybill
+// database, created on first use. On an error it stops a server it started.
+func startEmbeddedPostgres(ctx context.Context, dataDir string, settings map[string]string, log *slog.Logger) (_ *pgserver.Server, _ string, err error) {
 	dir, err := filepath.Abs(dataDir)
 	if err != nil {
 		return nil, "", err
@@ -312,7 +312,7 @@ func startEmbeddedPostgres(ctx context.Context, dataDir string, log *slog.Logger
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, "", fmt.Errorf("data dir: %w", err)
 	}
-	srv, err := pgserver.Start(ctx, pgserver.Config{DataDir: filepath.Join(dir, "pg"), Logger: log})
+	srv, err := pgserver.Start(ctx, pgserver.Config{DataDir: filepath.Join(dir, "pg"), Logger: log, Settings: settings})
 	if errors.Is(err, pgserver.ErrNoBinaries) {
 		return nil, "", fmt.Errorf("no database: %w; install the PostgreSQL server binaries (initdb, postgres) or pass --database-url (env WAYBILL_DATABASE_URL)", err)
 	}

@@ -179,7 +179,7 @@ func openCommandDB(ctx context.Context, url, dataDir string, stderr io.Writer) (
 		return nil, nil, fmt.Errorf("data dir: %w", err)
 	}
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	pg, url, err := startEmbeddedPostgres(ctx, dataDir, log)
+	pg, url, err := startEmbeddedPostgres(ctx, dataDir, nil, log)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -159,7 +159,7 @@ func TestTokenCreateEmbedded(t *testing.T) {
 	}
 
 	// A PostgreSQL this test started: the command uses it and leaves it.
-	pg, url, err := startEmbeddedPostgres(ctx, dir, quiet)
+	pg, url, err := startEmbeddedPostgres(ctx, dir, nil, quiet)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -185,7 +185,7 @@ func TestTokenCreateEmbedded(t *testing.T) {
 	}
 
 	// The next start finds both tokens.
-	pg, url, err = startEmbeddedPostgres(ctx, dir, quiet)
+	pg, url, err = startEmbeddedPostgres(ctx, dir, nil, quiet)
 	if err != nil {
 		t.Fatal(err)
 	}
