@@ -249,6 +249,8 @@ func bench(ctx context.Context, cfg benchConfig, stderr io.Writer) (*benchResult
 		return c.post("/messages", map[string]any{"source": "bench", "from": "a", "to": "b",
 			"content_type": "text/plain", "payload": fmt.Sprintf("message %d", i)})
 	}
+	// The commands' clients write through db; --statements reads it in
+	// either mode.
 	db, err := openDB(ctx, cfg.dbURL)
 	if err != nil {
 		return nil, err
