@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
@@ -17,6 +18,7 @@ import (
 	"github.com/waybill/waybill/feed"
 	"github.com/waybill/waybill/journal"
 	"github.com/waybill/waybill/projection"
+	"github.com/waybill/waybill/schema"
 	"github.com/waybill/waybill/service"
 )
 
@@ -196,24 +198,27 @@ const maxStates = 4096
 // on the feed consumer's goroutine, one event at a time in feed order, which
 // is version order within a stream.
 func (a *Alerter) handle(ctx context.Context, events []journal.Event) error {
-	read, err := journal.Streams(ctx, a.db, a.unknown(events))
+	read, clean, err := a.unknown(ctx, events)
 	if err != nil {
 		return fmt.Errorf("alerts: fold position %d: %w", events[0].Position, err)
 	}
 	for _, e := range events {
-		if err := a.handleEvent(ctx, e, read); err != nil {
+		if err := a.handleEvent(ctx, e, read, clean); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// unknown lists the message streams of events whose state before their
+// unknown reads the message streams of events whose state before their
 // first event here the alerter does not hold, and of which an event may
-// raise an alert: handleEvent would fold each from its stream, so handle
-// reads them all at once.
-func (a *Alerter) unknown(events []journal.Event) []string {
-	var out []string
+// raise an alert: handleEvent would fold each from its stream, so they are
+// read all at once. A stream whose event can raise an alert only beside a
+// failure (NeedsFailure) is read only if the journal holds one before it;
+// clean gives the version of such an event, which raises nothing.
+func (a *Alerter) unknown(ctx context.Context, events []journal.Event) (read map[string][]journal.Event, clean map[string]int, err error) {
+	var streams, probed []string
+	var versions []int
 	first := map[string]int{}
 	asked := map[string]bool{}
 	for _, e := range events {
@@ -228,23 +233,68 @@ func (a *Alerter) unknown(events []journal.Event) []string {
 		}
 		v := first[e.Stream]
 		if m := a.states[e.Stream]; v != 1 && (m == nil || m.Version != v-1) {
-			out = append(out, e.Stream)
 			asked[e.Stream] = true
+			if NeedsFailure(e) {
+				probed, versions = append(probed, e.Stream), append(versions, e.Version)
+			} else {
+				streams = append(streams, e.Stream)
+			}
 		}
 	}
-	return out
+	failed, err := failedBefore(ctx, a.db, probed, versions)
+	if err != nil {
+		return nil, nil, err
+	}
+	clean = make(map[string]int, len(probed)-len(failed))
+	for i, s := range probed {
+		if failed[s] {
+			streams = append(streams, s)
+		} else {
+			clean[s] = versions[i]
+		}
+	}
+	read, err = journal.Streams(ctx, a.db, streams)
+	return read, clean, err
+}
+
+// failedBefore returns which of streams hold an event of journal_failures
+// below the version given for each. LATERAL … LIMIT 1 makes it one probe
+// of the index per stream, however many failures it holds.
+func failedBefore(ctx context.Context, db *pgxpool.Pool, streams []string, versions []int) (map[string]bool, error) {
+	out := map[string]bool{}
+	if len(streams) == 0 {
+		return out, nil
+	}
+	rows, err := db.Query(ctx, `SELECT s.stream FROM unnest($1::text[], $2::int[]) AS s(stream, version),
+		LATERAL (SELECT FROM journal j WHERE j.stream = s.stream AND j.version < s.version AND `+schema.FailuresSQL+`
+			LIMIT 1) f`, streams, versions)
+	if err != nil {
+		return nil, fmt.Errorf("find failures in %d streams: %w", len(streams), err)
+	}
+	failed, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("find failures in %d streams: %w", len(streams), err)
+	}
+	for _, s := range failed {
+		out[s] = true
+	}
+	return out, nil
 }
 
 // handleEvent derives and records the alerts of e, folding its stream from
 // read, or from a read of its own when read does not hold it: the
 // remembered state refused e, or the stream was forgotten by an earlier
-// event of the same transaction (its message settled).
-func (a *Alerter) handleEvent(ctx context.Context, e journal.Event, read map[string][]journal.Event) error {
+// event of the same transaction (its message settled). An event clean
+// names raises nothing and is not folded.
+func (a *Alerter) handleEvent(ctx context.Context, e journal.Event, read map[string][]journal.Event, clean map[string]int) error {
 	before, after := a.next(e)
 	if !MayRaise(e) {
 		return nil
 	}
 	if after == nil {
+		if v, ok := clean[e.Stream]; ok && v == e.Version {
+			return nil
+		}
 		events, ok := read[e.Stream]
 		if !ok {
 			var err error

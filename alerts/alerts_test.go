@@ -429,6 +429,67 @@ func TestAStreamBegunBeforeTheStart(t *testing.T) {
 	}
 }
 
+// TestAFailureBeforeTheStart: an alerter that starts after one delivery of
+// a message failed beside another still in flight raises message_failed
+// when the other settles, and nothing for a message whose deliveries all
+// succeed, though it holds the state of neither.
+func TestAFailureBeforeTheStart(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	got := e.subscribe(t, "waybill.alerts.>")
+	reg := prometheus.NewRegistry()
+	a := e.alerter(t, reg)
+	e.route(t)
+	target := lifecycle.Target{Name: "beta", Kind: "http", Enabled: true, Config: json.RawMessage(`{"url":"http://127.0.0.1:9/"}`)}
+	if _, err := e.w.CreateTarget(e.ctx, target, admin); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.w.CreateRoute(e.ctx, lifecycle.Route{Source: "erp", From: "*", To: "*", Target: "beta"}, admin); err != nil {
+		t.Fatal(err)
+	}
+	var claims [2][2]commands.Claim
+	var msgs [2]*projection.Message
+	for i := range msgs {
+		m, _, err := e.w.Ingest(e.ctx, commands.NewMessage{Source: "erp", From: "acme", To: "globex", Payload: []byte("hi")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		msgs[i] = m
+		for j, d := range m.Deliveries {
+			if claims[i][j], err = e.w.Claim(e.ctx, d.ID, time.Minute); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	failing, fine := msgs[0], msgs[1]
+	if _, err := e.w.Complete(e.ctx, failing.Deliveries[0].ID, claims[0][0].Token, lifecycle.Failed("410 Gone")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.w.Complete(e.ctx, fine.Deliveries[0].ID, claims[1][0].Token, lifecycle.Delivered("200")); err != nil {
+		t.Fatal(err)
+	}
+
+	// The next alerter goes on from this one's place, holding no state.
+	waitFor(t, "the alerter to catch up", func() bool { return caughtUp(t, reg, alerts.AlerterGroup) })
+	a.Stop(e.ctx)
+	reg = prometheus.NewRegistry()
+	e.alerter(t, reg)
+	for i, m := range msgs {
+		if _, err := e.w.Complete(e.ctx, m.Deliveries[1].ID, claims[i][1].Token, lifecycle.Delivered("200")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, "the alerter to catch up", func() bool { return caughtUp(t, reg, alerts.AlerterGroup) })
+	waitFor(t, "the alert sent", func() bool { return len(got.all()) == 1 && e.allSent(t, 1) })
+	var al alerts.Alert
+	if err := json.Unmarshal(got.all()[0].Data, &al); err != nil {
+		t.Fatal(err)
+	}
+	if al.Code != alerts.CodeMessageFailed || al.MessageID != failing.ID {
+		t.Errorf("alert %+v, want %s of %s", al, alerts.CodeMessageFailed, failing.ID)
+	}
+}
+
 func TestFailedWebhookIsRetriedUntilTaken(t *testing.T) {
 	t.Parallel()
 	e := setup(t)

@@ -2,6 +2,7 @@ package alerts
 
 import (
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/google/uuid"
@@ -137,3 +138,22 @@ func MayRaise(e journal.Event) bool {
 	}
 	return e.Kind().Delivery() && lifecycle.MayBecome(e.OldState, e.NewState, lifecycle.StatusError)
 }
+
+// NeedsFailure reports whether e, for which MayRaise holds, can raise an
+// alert only if its message holds a delivery in a state giving status
+// error already (lifecycle.StatesGiving): a delivery's outcome that gives
+// no such state itself, such as the delivery of one of two targets. A
+// delivery enters such a state only by an event that records it as its
+// new state, so a stream with no such event before e raises nothing at e:
+// the alerter asks the journal's index of them (schema.FailuresSQL)
+// instead of folding the stream.
+func NeedsFailure(e journal.Event) bool {
+	switch e.Payload.(type) {
+	case *journal.DeliveryStalled, *journal.DeliveryLaneHeld:
+		return false
+	}
+	return e.Kind().Delivery() && MayRaise(e) && !slices.Contains(failureStates, e.NewState)
+}
+
+// failureStates are the delivery states giving status error.
+var failureStates = lifecycle.StatesGiving(lifecycle.StatusError)

@@ -129,6 +129,10 @@ func TestDerive(t *testing.T) {
 		{"in error already", func(s *story) *story {
 			return s.dispatch("alpha").claim("alpha").attempt("alpha", failed).refusedReceipt("alpha")
 		}, nil},
+		{"both delivered", func(s *story) *story {
+			return s.dispatch("alpha", "beta").claim("alpha").attempt("alpha", lifecycle.Delivered("200")).
+				claim("beta").attempt("beta", lifecycle.Delivered("200"))
+		}, nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -143,7 +147,28 @@ func TestDerive(t *testing.T) {
 			if len(got) > 0 && !alerts.MayRaise(s.last) {
 				t.Errorf("MayRaise is false for %s, which raised %v", s.last.Kind(), got)
 			}
+			checkNeedsFailure(t, s)
 		})
+	}
+}
+
+// checkNeedsFailure checks, at every event of the story, what the
+// alerter's probe of the journal relies on: an event NeedsFailure names
+// may raise (MayRaise), and raises nothing unless an earlier event of the
+// stream moved a delivery to a state giving status error.
+func checkNeedsFailure(t *testing.T, s *story) {
+	t.Helper()
+	failure := false
+	for _, st := range s.steps {
+		if alerts.NeedsFailure(st.e) {
+			if !alerts.MayRaise(st.e) {
+				t.Errorf("%s v%d: NeedsFailure but not MayRaise", st.e.Kind(), st.e.Version)
+			}
+			if got := alerts.Derive(st.e, st.before, st.after); !failure && len(got) > 0 {
+				t.Errorf("%s v%d raises %v with no failure before it", st.e.Kind(), st.e.Version, got)
+			}
+		}
+		failure = failure || slices.Contains(lifecycle.StatesGiving(lifecycle.StatusError), st.e.NewState)
 	}
 }
 

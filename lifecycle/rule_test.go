@@ -96,7 +96,8 @@ func TestStatusRanksCoverEveryState(t *testing.T) {
 // TestMayBecomeAgreesWithDeriveStatus moves one delivery of every
 // combination of up to three others from every state to every other and
 // checks that whenever the status turns into one it was not, MayBecome
-// said it could.
+// said it could, and that a delivery then gives it (StatesGiving): the
+// moved one, or another.
 func TestMayBecomeAgreesWithDeriveStatus(t *testing.T) {
 	var others [][]DeliveryState
 	var grow func(prefix []DeliveryState, n int)
@@ -117,6 +118,11 @@ func TestMayBecomeAgreesWithDeriveStatus(t *testing.T) {
 				after := DeriveStatus(StageDispatched, "", append(slices.Clone(rest), next))
 				if before != after && !MayBecome(old, next, after) {
 					t.Fatalf("%v + %s -> %s turns %s into %s, but MayBecome says it cannot", rest, old, next, before, after)
+				}
+				giving := StatesGiving(after)
+				if before != after && !slices.Contains(giving, next) &&
+					!slices.ContainsFunc(rest, func(s DeliveryState) bool { return slices.Contains(giving, s) }) {
+					t.Fatalf("%v + %s -> %s turns %s into %s with no delivery in %v", rest, old, next, before, after, giving)
 				}
 			}
 		}

@@ -135,6 +135,18 @@ func statusRank(status MessageStatus) int {
 	return -1
 }
 
+// StatesGiving lists the delivery states that give a dispatched message
+// status when they rank highest among its deliveries; none for a status
+// no delivery state gives. A delivery event that moves to none of them
+// turns the message into status only if another of its deliveries is in
+// one already: the alerter asks the journal that (schema.FailuresSQL)
+// rather than folding the stream.
+func StatesGiving(status MessageStatus) []DeliveryState {
+	return StatesWhere(func(s DeliveryState) bool {
+		return DeriveStatus(StageDispatched, "", []DeliveryState{s}) == status
+	})
+}
+
 // DeriveStatus is the one rule for the status of a message: received while
 // accepted; refused or error (by the refusal's class) when refused; not
 // routed when dispatched to nothing; otherwise the status of the highest
