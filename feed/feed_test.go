@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -251,6 +252,35 @@ func TestLagGauges(t *testing.T) {
 	c.Stop(t.Context())
 	if mfs, err := reg.Gather(); err != nil || len(mfs) != 0 {
 		t.Fatalf("after Stop the registry still has %v (%v)", mfs, err)
+	}
+}
+
+// TestLagWalksTheIndex: the lag's query walks journal_txid from the
+// group's place whatever the journal holds; a scan of the journal made
+// every scrape cost the whole journal.
+func TestLagWalksTheIndex(t *testing.T) {
+	t.Parallel()
+	db := dbtest.Pool(t)
+	appendEvents(t, db, 3)
+	start(t, feed.Config{DB: db, Group: "planned", Handle: (&recorder{}).handle})
+	var plan []string
+	err := pgx.BeginFunc(t.Context(), db, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(t.Context(), feed.LagPlan); err != nil {
+			return err
+		}
+		rows, err := tx.Query(t.Context(), "EXPLAIN "+feed.LagSQL, "planned")
+		if err != nil {
+			return err
+		}
+		plan, err = pgx.CollectRows(rows, pgx.RowTo[string])
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := strings.Join(plan, "\n")
+	if strings.Contains(text, "Seq Scan on journal") || strings.Count(text, "journal_txid") != 2 {
+		t.Fatalf("the lag's plan does not walk journal_txid for both figures:\n%s", text)
 	}
 }
 
