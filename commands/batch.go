@@ -559,7 +559,7 @@ func (w *Writer) queueChooseDue(b *pgx.Batch, ops []*op, cfg *configState) *chos
 		}
 	}
 	if len(want) > 0 {
-		queueChoice(b, w.now(), want, func(target string, deliveryID, messageID uuid.UUID) {
+		w.queueChoice(b, w.now(), want, func(target string, deliveryID, messageID uuid.UUID) {
 			c.byTarget[target] = append(c.byTarget[target], deliveryID)
 			c.messages[messageID] = true
 		})

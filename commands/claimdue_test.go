@@ -9,6 +9,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/waybill/waybill/commands"
 	"github.com/waybill/waybill/internal/dbtest"
@@ -260,18 +261,76 @@ func TestClaimDueWalksTheIndex(t *testing.T) {
 	if _, err := tx.Exec(b.ctx, commands.ClaimPlanSQL); err != nil {
 		t.Fatal(err)
 	}
-	rows, err := tx.Query(b.ctx, `EXPLAIN `+commands.ClaimDueSQL, "alpha", b.clock.Now(), 10)
-	if err != nil {
-		t.Fatal(err)
+	// From the index's start, and from a cursor.
+	for _, from := range []pgtype.Timestamptz{{InfinityModifier: pgtype.NegativeInfinity, Valid: true},
+		{Time: b.clock.Now().Add(-time.Minute), Valid: true}} {
+		rows, err := tx.Query(b.ctx, `EXPLAIN `+commands.ClaimDueSQL, "alpha", b.clock.Now(), 10, from)
+		if err != nil {
+			t.Fatal(err)
+		}
+		lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The bound starts the walk: it is a condition of the index.
+		if p := strings.Join(lines, "\n"); !strings.Contains(p, "Index Scan using deliveries_claimable") ||
+			!strings.Contains(p, "Index Cond: ((target = 'alpha'::text) AND (COALESCE(") ||
+			strings.Contains(p, "Sort") || strings.Contains(p, "Bitmap") {
+			t.Errorf("the claim's plan from %v:\n%s", from, p)
+		}
 	}
-	lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		t.Fatal(err)
+}
+
+// TestClaimDueFindsWhatItsCursorPassed: a choice starts at the due key at
+// which the target's last full choice began, and what it so passes over,
+// here a delivery skipped while another transaction held its message, the
+// next choice from the index's start claims: once claimRescan has passed,
+// or after a choice that came up short.
+func TestClaimDueFindsWhatItsCursorPassed(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.targets(t, "alpha")
+	ingest := func(n int) []uuid.UUID {
+		var ids []uuid.UUID
+		for range n {
+			ids = append(ids, b.ingest(t).Deliveries[0].ID)
+			b.clock.Advance(time.Second)
+		}
+		return ids
 	}
-	if p := strings.Join(lines, "\n"); !strings.Contains(p, "Index Scan using deliveries_claimable") ||
-		strings.Contains(p, "Sort") || strings.Contains(p, "Bitmap") {
-		t.Errorf("the claim's plan:\n%s", p)
+	// claimHeld claims n while the message of held is locked, as another
+	// batch would hold it.
+	claimHeld := func(held uuid.UUID, n int) []uuid.UUID {
+		t.Helper()
+		tx, err := b.db.Begin(b.ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tx.Rollback(b.ctx)
+		if _, err := tx.Exec(b.ctx, `SELECT FROM messages m JOIN deliveries d ON d.message_id = m.id
+			WHERE d.id = $1 FOR UPDATE OF m`, held); err != nil {
+			t.Fatal(err)
+		}
+		return claimed(b.claimDue(t, "alpha", n, time.Minute))
 	}
+	check := func(what string, got []uuid.UUID, want ...uuid.UUID) {
+		t.Helper()
+		if !slices.Equal(got, want) {
+			t.Fatalf("%s: claimed %v, want %v", what, got, want)
+		}
+	}
+
+	d := ingest(4)
+	check("beside the held message", claimHeld(d[0], 1), d[1])
+	check("from the cursor", claimed(b.claimDue(t, "alpha", 1, time.Minute)), d[2])
+	b.clock.Advance(commands.ClaimRescan)
+	check("from the start, after claimRescan", claimed(b.claimDue(t, "alpha", 1, time.Minute)), d[0])
+	check("from the new cursor", claimed(b.claimDue(t, "alpha", 1, time.Minute)), d[3])
+
+	e := ingest(3)
+	check("beside the held message", claimHeld(e[0], 1), e[1])
+	check("from the cursor, short", claimed(b.claimDue(t, "alpha", 2, time.Minute)), e[2])
+	check("from the start, after the short choice", claimed(b.claimDue(t, "alpha", 2, time.Minute)), e[0])
 }
 
 // TestCompleteClaimsTheOldestDueDelivery: on a target without lanes, a

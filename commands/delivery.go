@@ -6,10 +6,12 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/waybill/waybill/journal"
 	"github.com/waybill/waybill/lifecycle"
@@ -100,10 +102,14 @@ var claimableSQL = lifecycle.CatchUpRule.SQL("d", "$2")
 // the holder of the message, which writes its deliveries, would wait on a
 // row it has every right to: with an outcome's batch choosing after its
 // own locks (queueChooseDue), two such batches deadlocked.
-var claimDueSQL = `SELECT d.id, d.message_id FROM deliveries d JOIN messages m ON m.id = d.message_id
-	WHERE d.target = $1 AND ` + claimableSQL + `
-	ORDER BY coalesce(d.next_due, d.lease_end, d.updated_at) LIMIT $3
+// It starts at the due key $4 (claimCursors) and returns each one's key.
+var claimDueSQL = `SELECT d.id, d.message_id, ` + claimKeySQL + ` FROM deliveries d JOIN messages m ON m.id = d.message_id
+	WHERE d.target = $1 AND ` + claimableSQL + ` AND ` + claimKeySQL + ` >= $4
+	ORDER BY ` + claimKeySQL + ` LIMIT $3
 	FOR UPDATE OF m, d SKIP LOCKED`
+
+// claimKeySQL is the due key of deliveries_claimable.
+const claimKeySQL = `coalesce(d.next_due, d.lease_end, d.updated_at)`
 
 // claimPlanSQL, run in the claim's transaction before claimDueSQL, makes
 // it walk deliveries_claimable in its order and stop at the limit,
@@ -115,24 +121,94 @@ var claimDueSQL = `SELECT d.id, d.message_id FROM deliveries d JOIN messages m O
 const claimPlanSQL = `SELECT set_config('enable_bitmapscan', 'off', true), set_config('enable_sort', 'off', true)`
 
 // queueChoice queues on b the choice of up to want[target] deliveries of
-// each target that a worker may take at now (claimDueSQL, under
-// claimPlanSQL, then claimPlanReset), locking them; add gets each chosen
-// one, in its target's due order, once the batch is read.
-func queueChoice(b *pgx.Batch, now time.Time, want map[string]int, add func(target string, deliveryID, messageID uuid.UUID)) {
+// each target that a worker may take at now (claimDueSQL from the target's
+// cursor, under claimPlanSQL, then claimPlanReset), locking them; add gets
+// each chosen one, in its target's due order, once the batch is read.
+func (w *Writer) queueChoice(b *pgx.Batch, now time.Time, want map[string]int, add func(target string, deliveryID, messageID uuid.UUID)) {
 	b.Queue(claimPlanSQL)
 	for _, target := range slices.Sorted(maps.Keys(want)) {
-		b.Queue(claimDueSQL, target, now, want[target]).Query(func(rows pgx.Rows) error {
-			var deliveryID, messageID uuid.UUID
-			_, err := pgx.ForEachRow(rows, []any{&deliveryID, &messageID}, func() error {
+		from, cursor := w.cursors.start(target, now)
+		bound := pgtype.Timestamptz{Time: from, Valid: true}
+		if !cursor {
+			bound.InfinityModifier = pgtype.NegativeInfinity
+		}
+		b.Queue(claimDueSQL, target, now, want[target], bound).Query(func(rows pgx.Rows) error {
+			var (
+				deliveryID, messageID uuid.UUID
+				key                   time.Time
+				keys                  []time.Time
+			)
+			_, err := pgx.ForEachRow(rows, []any{&deliveryID, &messageID, &key}, func() error {
+				keys = append(keys, key)
 				add(target, deliveryID, messageID)
 				return nil
 			})
+			if err == nil {
+				w.cursors.chose(target, cursor, want[target], keys, now)
+			}
 			return err
 		})
 	}
 	for _, sql := range claimPlanReset {
 		b.Queue(sql)
 	}
+}
+
+// claimRescan is how long a target's choices may start at its cursor
+// before one walks deliveries_claimable from its start again.
+const claimRescan = time.Second
+
+// claimCursors keeps, by target, the due key at which the last full choice
+// of its deliveries began. A claimed or settled delivery's entry stays in
+// deliveries_claimable, dead, until a vacuum removes it: a choice from the
+// index's start walks all those of the deliveries already drained, up to
+// a fifth of the table between two autovacuum passes, so a drain's choices
+// cost more the larger the tables. A choice starts at its target's cursor
+// instead. What a cursor passes over (a delivery skipped while another
+// batch held its message, a stalled one, a lease run out long ago, a retry
+// due before the key of a delivery queued later) the next choice from the
+// start takes: after any choice that came up short, and at least every
+// claimRescan.
+type claimCursors struct {
+	mu sync.Mutex
+	by map[string]claimCursor
+}
+
+type claimCursor struct {
+	from    time.Time // the first key of the last full choice
+	scanned time.Time // when a choice last started at the index's start
+}
+
+// start returns the key at which target's next choice starts, and false
+// when it starts at the index's start.
+func (c *claimCursors) start(target string, now time.Time) (time.Time, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	cur, ok := c.by[target]
+	if !ok || now.Sub(cur.scanned) >= claimRescan {
+		return time.Time{}, false
+	}
+	return cur.from, true
+}
+
+// chose records a choice of target that asked for want deliveries and got
+// those of keys, in due order, starting at its cursor or not.
+func (c *claimCursors) chose(target string, cursor bool, want int, keys []time.Time, now time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(keys) < want {
+		delete(c.by, target)
+		return
+	}
+	if c.by == nil {
+		c.by = map[string]claimCursor{}
+	}
+	cur := c.by[target]
+	if !cursor {
+		cur.scanned = now
+	}
+	cur.from = keys[0]
+	c.by[target] = cur
 }
 
 // claimPlanReset gives the rest of the claim's transaction the settings
@@ -174,7 +250,7 @@ func (w *Writer) claimDue(ctx context.Context, target string, n int, lease time.
 	var messageIDs []uuid.UUID
 	b := &pgx.Batch{}
 	b.Queue(`BEGIN`)
-	queueChoice(b, now, map[string]int{target: n}, func(_ string, deliveryID, messageID uuid.UUID) {
+	w.queueChoice(b, now, map[string]int{target: n}, func(_ string, deliveryID, messageID uuid.UUID) {
 		byMessage[messageID] = deliveryID
 		messageIDs = append(messageIDs, messageID)
 	})

@@ -29,3 +29,6 @@ var (
 	ClaimDueSQL  = claimDueSQL
 	ClaimPlanSQL = claimPlanSQL
 )
+
+// ClaimRescan is how long choices of due deliveries start at a cursor.
+const ClaimRescan = claimRescan

@@ -65,6 +65,8 @@ type Writer struct {
 	// maxOwners, then it starts over.
 	ownersMu sync.Mutex
 	owners   map[uuid.UUID]owner
+	// cursors keeps where each target's choices of due deliveries start.
+	cursors claimCursors
 
 	// cut, set by tests, may queue statements at the named points of a
 	// command's batch (to end the session there, as a crash would).
