@@ -265,13 +265,13 @@ func failedBefore(ctx context.Context, db *pgxpool.Pool, streams []string, versi
 	if len(streams) == 0 {
 		return out, nil
 	}
+	var failed []string
 	rows, err := db.Query(ctx, `SELECT s.stream FROM unnest($1::text[], $2::int[]) AS s(stream, version),
 		LATERAL (SELECT FROM journal j WHERE j.stream = s.stream AND j.version < s.version AND `+schema.FailuresSQL+`
 			LIMIT 1) f`, streams, versions)
-	if err != nil {
-		return nil, fmt.Errorf("find failures in %d streams: %w", len(streams), err)
+	if err == nil {
+		failed, err = pgx.CollectRows(rows, pgx.RowTo[string])
 	}
-	failed, err := pgx.CollectRows(rows, pgx.RowTo[string])
 	if err != nil {
 		return nil, fmt.Errorf("find failures in %d streams: %w", len(streams), err)
 	}
