@@ -198,7 +198,7 @@ const maxStates = 4096
 // on the feed consumer's goroutine, one event at a time in feed order, which
 // is version order within a stream.
 func (a *Alerter) handle(ctx context.Context, events []journal.Event) error {
-	read, clean, err := a.unknown(ctx, events)
+	read, clean, err := a.readUnknown(ctx, events)
 	if err != nil {
 		return fmt.Errorf("alerts: fold position %d: %w", events[0].Position, err)
 	}
@@ -210,13 +210,13 @@ func (a *Alerter) handle(ctx context.Context, events []journal.Event) error {
 	return nil
 }
 
-// unknown reads the message streams of events whose state before their
+// readUnknown reads the message streams of events whose state before their
 // first event here the alerter does not hold, and of which an event may
 // raise an alert: handleEvent would fold each from its stream, so they are
 // read all at once. A stream whose event can raise an alert only beside a
 // failure (NeedsFailure) is read only if the journal holds one before it;
 // clean gives the version of such an event, which raises nothing.
-func (a *Alerter) unknown(ctx context.Context, events []journal.Event) (read map[string][]journal.Event, clean map[string]int, err error) {
+func (a *Alerter) readUnknown(ctx context.Context, events []journal.Event) (read map[string][]journal.Event, clean map[string]int, err error) {
 	var streams, probed []string
 	var versions []int
 	first := map[string]int{}

@@ -183,11 +183,17 @@ const admin = "operator:admin"
 // route creates target alpha and a route to it for source erp.
 func (e *env) route(t *testing.T) {
 	t.Helper()
-	target := lifecycle.Target{Name: "alpha", Kind: "http", Enabled: true, Config: json.RawMessage(`{"url":"http://127.0.0.1:9/"}`)}
+	e.routeTo(t, "alpha")
+}
+
+// routeTo creates the http target name and a route to it for source erp.
+func (e *env) routeTo(t *testing.T, name string) {
+	t.Helper()
+	target := lifecycle.Target{Name: name, Kind: "http", Enabled: true, Config: json.RawMessage(`{"url":"http://127.0.0.1:9/"}`)}
 	if _, err := e.w.CreateTarget(e.ctx, target, admin); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.w.CreateRoute(e.ctx, lifecycle.Route{Source: "erp", From: "*", To: "*", Target: "alpha"}, admin); err != nil {
+	if _, err := e.w.CreateRoute(e.ctx, lifecycle.Route{Source: "erp", From: "*", To: "*", Target: name}, admin); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -440,13 +446,7 @@ func TestAFailureBeforeTheStart(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	a := e.alerter(t, reg)
 	e.route(t)
-	target := lifecycle.Target{Name: "beta", Kind: "http", Enabled: true, Config: json.RawMessage(`{"url":"http://127.0.0.1:9/"}`)}
-	if _, err := e.w.CreateTarget(e.ctx, target, admin); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := e.w.CreateRoute(e.ctx, lifecycle.Route{Source: "erp", From: "*", To: "*", Target: "beta"}, admin); err != nil {
-		t.Fatal(err)
-	}
+	e.routeTo(t, "beta")
 	var claims [2][2]commands.Claim
 	var msgs [2]*projection.Message
 	for i := range msgs {
