@@ -63,6 +63,12 @@ type op struct {
 	// message's change nextC), instead of a claim of its own.
 	claimNext time.Duration
 	claimDue  bool
+	// handOff, for an ingest, claims the deliveries the op wakes for the
+	// Writer's Taker (handOff); slots are the slots reserved, by target,
+	// and handed the claims made in them, for handOver once the batch ends.
+	handOff bool
+	slots   map[string]Slot
+	handed  []handed
 	// Set by the batch: the message as read, the change written (nil when
 	// decide wrote nothing) or the error; and the claim of claimNext.
 	m     *projection.Message
@@ -465,7 +471,7 @@ func (w *Writer) decide(ops []*op, read map[uuid.UUID]*projection.Message, lanes
 		d.changes = append(d.changes, all)
 	}
 	for _, o := range ops {
-		o.m, o.c, o.err, o.next, o.nextC = nil, nil, nil, nil, nil
+		o.m, o.c, o.err, o.next, o.nextC, o.handed = nil, nil, nil, nil, nil, nil
 		if err := o.ctx.Err(); err != nil {
 			o.err = err
 			continue
@@ -514,6 +520,9 @@ func (w *Writer) decide(ops []*op, read map[uuid.UUID]*projection.Message, lanes
 		}
 		if o.claimNext > 0 {
 			o.next, o.nextC = claimFreed(follow, c.after.Delivery(o.on.deliveryID).Target, o.claimNext, now)
+		}
+		if o.handOff {
+			w.handOff(o, c, now)
 		}
 		keep(c)
 		for _, f := range follow {

@@ -67,9 +67,11 @@ func MatchRoutes(routes []lifecycle.Route, source, from, to string) []string {
 }
 
 // Ingest stores a message and dispatches it in one transaction, so an
-// ingested message never exists undispatched. It returns the message and
-// whether it was stored now; false means its idempotency key was seen
-// before and the message returned is the one already held.
+// ingested message never exists undispatched; in the same transaction it
+// claims the deliveries whose workers have a slot free (SetTaker). It
+// returns the message and whether it was stored now; false means its
+// idempotency key was seen before and the message returned is the one
+// already held.
 func (w *Writer) Ingest(ctx context.Context, in NewMessage) (*projection.Message, bool, error) {
 	m, created, err := w.accept(ctx, in, true)
 	if err != nil {
@@ -120,7 +122,7 @@ func (w *Writer) acceptance(ctx context.Context, in NewMessage, cfg *configState
 	if err := accepted.Validate(); err != nil {
 		return nil, invalid(err)
 	}
-	o := &op{ctx: ctx}
+	o := &op{ctx: ctx, handOff: cfg != nil}
 	if in.DuplicateKey != "" {
 		o.dup = &dupLookup{dupKey: dupKey{in.Source, in.DuplicateKey}}
 	}
@@ -217,6 +219,7 @@ func (w *Writer) IngestMany(ctx context.Context, ins []NewMessage) []Ingested {
 		for k, o := range ops {
 			i := index[k]
 			var m *projection.Message
+			o.handOver()
 			if o.err == nil {
 				m = o.c.after
 				w.notify(o.c.wakeups)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -67,6 +68,8 @@ type Writer struct {
 	owners   map[uuid.UUID]owner
 	// cursors keeps where each target's choices of due deliveries start.
 	cursors claimCursors
+	// taker, when set, takes the deliveries ingests dispatch (SetTaker).
+	taker atomic.Pointer[Taker]
 
 	// cut, set by tests, may queue statements at the named points of a
 	// command's batch (to end the session there, as a crash would).
@@ -181,6 +184,7 @@ func (w *Writer) runOp(o *op) (*projection.Message, error) {
 		o.key = w.owner(o.on.deliveryID).message
 	}
 	w.batches.do(o, w.runBatch)
+	o.handOver()
 	if o.err != nil {
 		return nil, o.err
 	}

@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"reflect"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -51,6 +53,9 @@ type Runtime struct {
 	mu      sync.Mutex
 	running map[string]*targetWorker
 	stopped bool
+	// taking is running as Reserve reads it, without waiting for mu,
+	// which a Sync holds while it stops workers.
+	taking atomic.Pointer[map[string]*targetWorker]
 
 	stopLoop context.CancelFunc
 	loopDone chan struct{}
@@ -58,6 +63,7 @@ type Runtime struct {
 
 type targetWorker struct {
 	spec   lifecycle.Target
+	store  *DeliveryStore
 	worker *Worker[targets.Attempt]
 }
 
@@ -93,6 +99,7 @@ func (r *Runtime) Start(ctx context.Context) error {
 		_ = sub.Unsubscribe()
 		return err
 	}
+	r.cfg.Writer.SetTaker(r)
 	loopCtx, cancel := context.WithCancel(context.Background())
 	r.stopLoop = cancel
 	go func() {
@@ -171,17 +178,45 @@ func (r *Runtime) Sync(ctx context.Context) error {
 		}
 		r.running[name] = tw
 	}
+	r.taking.Store(new(maps.Clone(r.running)))
 	return errors.Join(errs...)
 }
+
+var _ commands.Taker = (*Runtime)(nil)
+
+// Reserve holds a free slot of the target's worker for a claim the Writer
+// makes as it dispatches (commands.Taker): the Runtime is its Writer's
+// Taker from Start to Stop.
+func (r *Runtime) Reserve(target string) (commands.Slot, bool) {
+	running := r.taking.Load()
+	if running == nil {
+		return nil, false
+	}
+	tw := (*running)[target]
+	if tw == nil || !tw.worker.reserve() {
+		return nil, false
+	}
+	return slot{tw}, true
+}
+
+// slot is a slot of a target's worker that Reserve held.
+type slot struct{ tw *targetWorker }
+
+func (s slot) Lease() time.Duration { return s.tw.spec.Lease() }
+
+func (s slot) Run(c commands.Claim) { s.tw.worker.runReserved(s.tw.store.jobs([]commands.Claim{c})[0]) }
+
+func (s slot) Free() { s.tw.worker.free() }
 
 func (r *Runtime) startWorker(ctx context.Context, t lifecycle.Target) (*targetWorker, error) {
 	kind, err := targets.New(t)
 	if err != nil {
 		return nil, fmt.Errorf("target %s: %w", t.Name, err)
 	}
+	store := NewDeliveryStore(r.cfg.Writer, t)
 	w, err := NewWorker(Config[targets.Attempt]{
 		Name:           t.Name,
-		Store:          NewDeliveryStore(r.cfg.Writer, t),
+		Store:          store,
 		Deliverer:      &policyDeliverer{target: t, kind: kind, now: r.cfg.Now},
 		NATS:           r.cfg.NATS,
 		Subject:        DeliverySubject(t.Name),
@@ -198,7 +233,7 @@ func (r *Runtime) startWorker(ctx context.Context, t lifecycle.Target) (*targetW
 		return nil, fmt.Errorf("target %s: %w", t.Name, err)
 	}
 	r.log.Info("worker started", "target", t.Name, "kind", t.Kind, "max_concurrent", t.MaxConcurrent)
-	return &targetWorker{spec: t, worker: w}, nil
+	return &targetWorker{spec: t, store: store, worker: w}, nil
 }
 
 // Stop stops every worker at once, each draining as Worker.Stop does, and
@@ -212,7 +247,9 @@ func (r *Runtime) Stop(ctx context.Context) {
 	r.stopped = true
 	running := r.running
 	r.running = nil
+	r.taking.Store(nil)
 	r.mu.Unlock()
+	r.cfg.Writer.SetTaker(nil)
 	if r.sub != nil {
 		_ = r.sub.Unsubscribe()
 	}

@@ -126,6 +126,9 @@ type Worker[T any] struct {
 	backlog atomic.Bool
 	// slots holds one token per attempt in flight.
 	slots chan struct{}
+	// reserving orders reserve before the end of claiming (soft), so no
+	// slot is reserved once Stop waits for the attempts.
+	reserving sync.Mutex
 
 	// soft ends claiming; hard cancels the attempts in flight.
 	soft, hard             context.Context
@@ -256,6 +259,37 @@ func (w *Worker[T]) acquire() bool {
 }
 
 func (w *Worker[T]) releaseSlot() { <-w.slots }
+
+// reserve holds a free slot for a job claimed for the worker elsewhere
+// (commands.Taker), which run or free then ends. Only when nothing waits
+// for a slot: no wake-up queued or dropped, no backlog, so the work
+// already due keeps its turn.
+func (w *Worker[T]) reserve() bool {
+	w.reserving.Lock()
+	defer w.reserving.Unlock()
+	if w.soft.Err() != nil || w.backlog.Load() || w.dropped.Load() || len(w.wake) > 0 {
+		return false
+	}
+	select {
+	case w.slots <- struct{}{}:
+		w.attempts.Add(1)
+		return true
+	default:
+		return false
+	}
+}
+
+// runReserved attempts a job claimed for a slot reserve held.
+func (w *Worker[T]) runReserved(job Job[T]) {
+	w.metrics.claims.WithLabelValues(w.cfg.Name, claimClaimed).Inc()
+	go w.run(job)
+}
+
+// free gives back a slot reserve held, unused.
+func (w *Worker[T]) free() {
+	w.releaseSlot()
+	w.attempts.Done()
+}
 
 // A catch-up that comes back short is followed by another catchUpAgain
 // later, and each that claims nothing doubles the wait, up to emptyCatchUps
@@ -427,7 +461,9 @@ func (w *Worker[T]) Stop(ctx context.Context) {
 				w.log.Warn("unsubscribe", "err", err)
 			}
 		}
+		w.reserving.Lock()
 		w.cancelSoft()
+		w.reserving.Unlock()
 		w.startOnce.Do(func() { close(w.loopDone) })
 		<-w.loopDone
 		drained := make(chan struct{})

@@ -1,0 +1,98 @@
+package commands
+
+import (
+	"time"
+
+	"github.com/google/uuid"
+)
+
+// Taker holds slots of the workers of this process, so that an ingest can
+// claim the deliveries it dispatches for them in its own transaction: the
+// worker attempts each once it commits, with no wake-up and no claim
+// transaction in between. workers.Runtime is the Taker of its Writer.
+type Taker interface {
+	// Reserve holds a free slot of the target's worker, or reports false
+	// when it has none free or work is waiting for one. It must not block:
+	// the batch that calls it holds its rows locked.
+	Reserve(target string) (Slot, bool)
+}
+
+// Slot is a worker's slot that Taker.Reserve held for one claim. Exactly
+// one of Run and Free is called on it.
+type Slot interface {
+	// Lease is the lease of the claim made for the slot.
+	Lease() time.Duration
+	// Run attempts the claim, which is committed.
+	Run(Claim)
+	// Free gives the slot back unused.
+	Free()
+}
+
+// SetTaker makes t the taker of the deliveries this Writer's ingests
+// dispatch; nil ends it, leaving every delivery to its wake-up.
+func (w *Writer) SetTaker(t Taker) {
+	if t == nil {
+		w.taker.Store(nil)
+		return
+	}
+	w.taker.Store(&t)
+}
+
+// handed is a claim an op made for the slot it reserved of the target's
+// worker.
+type handed struct {
+	target     string
+	deliveryID uuid.UUID
+	claim      Claim
+}
+
+// handOff claims, on c, each delivery c wakes whose target's worker in
+// this process has a slot free (Taker), instead of waking it. The op keeps
+// the slots it reserved for a later decision of the same batch, as a
+// batch may decide again.
+func (w *Writer) handOff(o *op, c *change, now time.Time) {
+	t := w.taker.Load()
+	if t == nil {
+		return
+	}
+	var woken []Wakeup
+	for _, wk := range c.wakeups {
+		s, ok := o.slots[wk.Target]
+		if !ok {
+			if s, ok = (*t).Reserve(wk.Target); !ok {
+				woken = append(woken, wk)
+				continue
+			}
+			if o.slots == nil {
+				o.slots = map[string]Slot{}
+			}
+			o.slots[wk.Target] = s
+		}
+		claim, err := c.claim(wk.DeliveryID, s.Lease(), now)
+		if err != nil {
+			// Not claimable after all (blocked in its lane): left to its
+			// wake-up.
+			woken = append(woken, wk)
+			continue
+		}
+		o.handed = append(o.handed, handed{target: wk.Target, deliveryID: wk.DeliveryID, claim: claim})
+	}
+	c.wakeups = woken
+}
+
+// handOver runs, once o's batch has ended, the claims it committed in
+// their slots, and gives every other slot it reserved back.
+func (o *op) handOver() {
+	if o.err == nil && o.c != nil {
+		for _, h := range o.handed {
+			claim := h.claim
+			claim.Message, claim.Delivery, claim.Payload = o.c.after, *o.c.after.Delivery(h.deliveryID), o.c.body
+			o.slots[h.target].Run(claim)
+			delete(o.slots, h.target)
+		}
+	}
+	for _, s := range o.slots {
+		s.Free()
+	}
+	o.slots, o.handed = nil, nil
+}
