@@ -63,6 +63,22 @@ func TestLifecycleProperty(t *testing.T) {
 				expected(err)
 				messages = append(messages, m.ID)
 			},
+			// An ingest whose targets' workers have slots free claims for them.
+			"ingest to idle workers": func(rt *rapid.T) {
+				k := &taker{free: map[string]int{}, lease: time.Duration(rapid.IntRange(1, 10).Draw(rt, "lease")) * time.Minute}
+				for _, target := range []string{"alpha", "beta", "gamma"} {
+					k.free[target] = rapid.IntRange(0, 1).Draw(rt, "free "+target)
+				}
+				b.w.SetTaker(k)
+				defer b.w.SetTaker(nil)
+				m, _, err := b.w.Ingest(b.ctx, newMessage())
+				expected(err)
+				messages = append(messages, m.ID)
+				ran, _ := k.take()
+				for _, c := range ran {
+					claims[c.Delivery.ID] = c.Token
+				}
+			},
 			"claim": func(rt *rapid.T) {
 				if _, id, ok := pickDelivery(); ok {
 					c, err := b.w.Claim(b.ctx, id, time.Duration(rapid.IntRange(1, 10).Draw(rt, "lease"))*time.Minute)
