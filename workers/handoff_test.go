@@ -2,7 +2,6 @@ package workers_test
 
 import (
 	"context"
-	"net/http"
 	"testing"
 
 	"github.com/waybill/waybill/lifecycle"
@@ -52,13 +51,7 @@ func TestIngestsGoStraightToIdleWorkers(t *testing.T) {
 	// The one slot is busy: the next delivery is woken, and claimed once
 	// the slot is free.
 	release := make(chan struct{})
-	b.sink.setAnswer(func(_ int, _ http.ResponseWriter, r *http.Request) int {
-		select {
-		case <-release:
-		case <-r.Context().Done():
-		}
-		return http.StatusOK
-	})
+	b.sink.hold(release)
 	waitFor(t, "an idle worker", idle)
 	busy := b.ingest(t, 2)
 	if published := sum(t, b, "waybill_wakeups_published_total") - before; published != 1 {

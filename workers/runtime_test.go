@@ -89,13 +89,7 @@ func TestABacklogDrainsThroughItsOutcomes(t *testing.T) {
 	spec.MaxConcurrent = 2
 	b.target(t, spec)
 	release := make(chan struct{})
-	b.sink.setAnswer(func(_ int, _ http.ResponseWriter, r *http.Request) int {
-		select {
-		case <-release:
-		case <-r.Context().Done():
-		}
-		return http.StatusOK
-	})
+	b.sink.hold(release)
 	ms := b.ingest(t, 10) // no worker listens yet: the wake-ups are lost
 	b.runtime(t, 0)
 	// The catch-up claimed as many as it asked for, one per slot: a backlog.

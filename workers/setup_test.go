@@ -249,6 +249,18 @@ func (s *sink) setAnswer(f func(n int, w http.ResponseWriter, r *http.Request) i
 	s.mu.Unlock()
 }
 
+// hold makes the sink answer 200 only once release is closed (or the
+// request is given up).
+func (s *sink) hold(release <-chan struct{}) {
+	s.setAnswer(func(_ int, _ http.ResponseWriter, r *http.Request) int {
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		}
+		return http.StatusOK
+	})
+}
+
 func (s *sink) count(key string) int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
