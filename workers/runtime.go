@@ -202,10 +202,13 @@ func (r *Runtime) Reserve(target string) (commands.Slot, bool) {
 // slot is a slot of a target's worker that Reserve held.
 type slot struct{ tw *targetWorker }
 
+// Lease is the target's lease, as its worker's own claims take.
 func (s slot) Lease() time.Duration { return s.tw.spec.Lease() }
 
+// Run attempts the claim in the slot, as a job of the worker's store.
 func (s slot) Run(c commands.Claim) { s.tw.worker.runReserved(s.tw.store.jobs([]commands.Claim{c})[0]) }
 
+// Free gives the slot back to the worker.
 func (s slot) Free() { s.tw.worker.free() }
 
 func (r *Runtime) startWorker(ctx context.Context, t lifecycle.Target) (*targetWorker, error) {
