@@ -88,6 +88,8 @@ func TestIngestHandsDeliveriesToFreeSlots(t *testing.T) {
 	if alpha.State != lifecycle.StateDelivering || beta.State != lifecycle.StateQueued {
 		t.Fatalf("after the ingest: alpha %s, beta %s", alpha.State, beta.State)
 	}
+	// The claim is in flight, made in the dispatch's transaction.
+	b.audit(t)
 	if got := b.wake.take(); len(got) != 1 || got[0].DeliveryID != beta.ID {
 		t.Fatalf("wake-ups: %v", got)
 	}
@@ -140,6 +142,8 @@ func TestHandOffGivesUnusedSlotsBack(t *testing.T) {
 	if first.Deliveries[1].State != lifecycle.StateDelivering || second.Deliveries[1].State != lifecycle.StateBlocked {
 		t.Fatalf("hl7 deliveries: %s then %s", first.Deliveries[1].State, second.Deliveries[1].State)
 	}
+	// A lane's head in flight, claimed at its dispatch, and one blocked.
+	b.audit(t)
 	ran, free := k.take()
 	if len(ran) != 3 || free["alpha"] != 8 || free["hl7"] != 9 {
 		t.Fatalf("claims run %d, free slots %v", len(ran), free)

@@ -57,6 +57,9 @@ func TestIngestsGoStraightToIdleWorkers(t *testing.T) {
 	if published := sum(t, b, "waybill_wakeups_published_total") - before; published != 1 {
 		t.Fatalf("wake-ups published with the slot busy: %v", published)
 	}
+	// One attempt held at the sink, claimed at its ingest; one woken,
+	// waiting for the slot.
+	b.audit(t)
 	close(release)
 	b.waitStatus(t, lifecycle.StatusDelivered, busy...)
 
