@@ -167,6 +167,19 @@ func (br *browser) open(t *testing.T, path string) {
 	br.load(t, chromedp.Navigate(br.base+path))
 }
 
+// focus waits until the element with the focus reads want, as autofocus
+// gives it once the page has rendered (which may come after its load),
+// and fails the test when it never does.
+func (br *browser) focus(t *testing.T, want string) {
+	t.Helper()
+	quoted, _ := json.Marshal(want)
+	ctx, cancel := context.WithTimeout(br.ctx, 10*time.Second)
+	defer cancel()
+	if _, err := chromedp.Run(ctx, chromedp.Poll[bool](`document.activeElement?.textContent === `+string(quoted))); err != nil {
+		t.Fatalf("the focus is on %q, want %q: %v", eval[string](t, br, `document.activeElement.textContent`), want, err)
+	}
+}
+
 // eval is the value of a JavaScript expression on the page.
 func eval[T any](t *testing.T, br *browser, expr string) T {
 	t.Helper()
@@ -418,9 +431,7 @@ func TestInTheBrowser(t *testing.T) {
 		}
 		br.shot(t, "confirm")
 		// The confirming button has the focus: Enter does it.
-		if got := eval[string](t, br, `document.activeElement.textContent`); got != "Redeliver" {
-			t.Fatalf("the focus is on %q", got)
-		}
+		br.focus(t, "Redeliver")
 		br.load(t, chromedp.KeyEvent(kb.Enter))
 		if got := br.text(t, ".notice"); got != "The delivery to billing is queued again." {
 			t.Errorf("the notice reads %q", got)
@@ -489,15 +500,14 @@ func TestInTheBrowser(t *testing.T) {
 		}
 		fresh := m.NewestFirst()[0]
 		br.load(t, chromedp.Click(chromedp.CSS(`#delivery-`+fresh.ID.String()+` a[aria-label="Skip the delivery to billing"]`)))
+		br.focus(t, "Skip")
 		// Billing's worker delivers while the operator reads the question.
 		b.settle(t, fresh.ID, lifecycle.Delivered("200 OK"))
 		br.loadStatus(t, 412, chromedp.KeyEvent(kb.Enter))
 		if got := br.text(t, ".alert"); !strings.Contains(got, "This message changed since you opened it") {
 			t.Errorf("the answer reads %q", got)
 		}
-		if got := eval[string](t, br, `document.activeElement.textContent`); got != "Look again at the message" {
-			t.Fatalf("the focus is on %q", got)
-		}
+		br.focus(t, "Look again at the message")
 		br.shot(t, "stale")
 		br.load(t, chromedp.KeyEvent(kb.Enter))
 		if got := br.text(t, "#delivery-"+fresh.ID.String()); !strings.Contains(got, "Delivered") {
@@ -540,9 +550,7 @@ func TestInTheBrowser(t *testing.T) {
 		if got := br.text(t, "h1"); got != "Skip the delivery of message "+head.ID.String()+" to orders?" {
 			t.Errorf("the confirmation asks %q", got)
 		}
-		if got := eval[string](t, br, `document.activeElement.textContent`); got != "Skip" {
-			t.Fatalf("the focus is on %q", got)
-		}
+		br.focus(t, "Skip")
 		br.do(t, chromedp.SendKeys(chromedp.CSS("#reason"), "order 4711 was cancelled at the till"))
 		br.shot(t, "skip")
 		br.load(t, chromedp.SendKeys(chromedp.CSS("#reason"), kb.Enter))
@@ -577,9 +585,7 @@ func TestInTheBrowser(t *testing.T) {
 		if got := br.text(t, "#counted"); got != "It takes 1 message" {
 			t.Errorf("the count reads %q", got)
 		}
-		if got := eval[string](t, br, `document.activeElement.textContent`); got != "Start: skip 1 message" {
-			t.Fatalf("the focus is on %q", got)
-		}
+		br.focus(t, "Start: skip 1 message")
 		br.shot(t, "operation-new")
 		br.load(t, chromedp.KeyEvent(kb.Enter))
 		if got := br.text(t, "#progress dd"); got != "Running" {
