@@ -327,9 +327,7 @@ func (w *Writer) writeBatch(ctx context.Context, ops []*op, side *operationSide)
 	if explicit {
 		b := &pgx.Batch{}
 		b.Queue(`BEGIN`)
-		// The reads are built to plan as index lookups whatever the sizes;
-		// a generic plan spares planning them on every call.
-		b.Queue(`SET LOCAL plan_cache_mode = force_generic_plan`)
+		b.Queue(projection.LookupPlanSQL)
 		if side != nil {
 			side.queueRead(b)
 		}
@@ -381,6 +379,7 @@ func (w *Writer) writeBatch(ctx context.Context, ops []*op, side *operationSide)
 		b := &pgx.Batch{}
 		if !explicit {
 			b.Queue(`BEGIN`)
+			b.Queue(projection.LookupPlanSQL)
 			explicit = true
 		}
 		more := queueLanes(b, d.lanesNeeded)

@@ -100,6 +100,7 @@ func (w *Writer) claimDueCallbacks(ctx context.Context, n int, lease time.Durati
 	var ids []uuid.UUID
 	b := &pgx.Batch{}
 	b.Queue(`BEGIN`)
+	b.Queue(projection.LookupPlanSQL)
 	b.Queue(callbackDueSQL, now, n).Query(func(rows pgx.Rows) error {
 		var err error
 		ids, err = pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])

@@ -213,11 +213,11 @@ func (c *claimCursors) chose(target string, cursor bool, want int, keys []time.T
 
 // claimPlanReset gives the rest of the claim's transaction the settings
 // of the server (under claimPlanSQL's, the read of the messages and the
-// writes took seconds on tables never analyzed), and generic plans, as the
-// Writer's batches have: the reads plan as index lookups whatever the
-// sizes, and planning each on every call cost a third of its time.
+// writes took seconds on tables never analyzed), then the Writer's
+// (projection.LookupPlanSQL), as the batches have: planning the reads on
+// every call cost a third of their time.
 var claimPlanReset = []string{`SET LOCAL enable_bitmapscan TO DEFAULT`, `SET LOCAL enable_sort TO DEFAULT`,
-	`SET LOCAL plan_cache_mode = force_generic_plan`}
+	projection.LookupPlanSQL}
 
 // ClaimDue claims up to n deliveries of the target that a worker may take
 // now, oldest due first, in one transaction. It skips the rows other

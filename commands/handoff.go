@@ -29,13 +29,15 @@ type Slot interface {
 }
 
 // SetTaker makes t the taker of the deliveries this Writer's ingests
-// dispatch; nil ends it, leaving every delivery to its wake-up.
-func (w *Writer) SetTaker(t Taker) {
-	if t == nil {
-		w.taker.Store(nil)
-		return
+// dispatch, in place of any other.
+func (w *Writer) SetTaker(t Taker) { w.taker.Store(&t) }
+
+// DropTaker ends t's taking, leaving every delivery to its wake-up, if t
+// is still the taker: one that another replaced has nothing to end.
+func (w *Writer) DropTaker(t Taker) {
+	if p := w.taker.Load(); p != nil && *p == t {
+		w.taker.CompareAndSwap(p, nil)
 	}
-	w.taker.Store(&t)
 }
 
 // handed is a claim an op made for the slot it reserved of the target's

@@ -188,3 +188,28 @@ func TestHandOffGivesUnusedSlotsBack(t *testing.T) {
 	}
 	b.audit(t)
 }
+
+// TestDropTakerEndsOnlyItsOwn: a taker that another replaced drops nothing
+// when it stops; the one in place takes until it drops itself.
+func TestDropTakerEndsOnlyItsOwn(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.targets(t, "alpha")
+	first := &taker{free: map[string]int{"alpha": 10}, lease: time.Minute}
+	second := &taker{free: map[string]int{"alpha": 10}, lease: time.Minute}
+	b.w.SetTaker(first)
+	b.w.SetTaker(second)
+	b.w.DropTaker(first)
+	b.ingest(t)
+	if ran, _ := second.take(); len(ran) != 1 || len(b.wake.take()) != 0 {
+		t.Fatalf("the taker in place ran %d claims", len(ran))
+	}
+	b.w.DropTaker(second)
+	b.ingest(t)
+	if ran, _ := second.take(); len(ran) != 0 || len(b.wake.take()) != 1 {
+		t.Fatalf("a dropped taker ran %d claims", len(ran))
+	}
+	if ran, _ := first.take(); len(ran) != 0 {
+		t.Fatalf("the replaced taker ran %d claims", len(ran))
+	}
+}

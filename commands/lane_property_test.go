@@ -101,7 +101,7 @@ func TestLaneProperty(t *testing.T) {
 				}
 				w.SetTaker(k)
 				m, _, err := w.Ingest(b.ctx, in)
-				w.SetTaker(nil)
+				w.DropTaker(k)
 				expected(err)
 				messages = append(messages, m.ID)
 				ran, _ := k.take()

@@ -70,7 +70,7 @@ func TestLifecycleProperty(t *testing.T) {
 					k.free[target] = rapid.IntRange(0, 1).Draw(rt, "free "+target)
 				}
 				b.w.SetTaker(k)
-				defer b.w.SetTaker(nil)
+				defer b.w.DropTaker(k)
 				m, _, err := b.w.Ingest(b.ctx, newMessage())
 				expected(err)
 				messages = append(messages, m.ID)

@@ -115,7 +115,7 @@ func (c *Consumer) Start(ctx context.Context) error {
 	}
 	// Watermill's info is chatter at our level: its starts and stops.
 	logger := watermill.NewSlogLoggerWithLevelMapping(c.log, map[slog.Level]slog.Level{slog.LevelInfo: slog.LevelDebug})
-	sub, err := wsql.NewSubscriber(wsql.BeginnerFromPgx(c.db), cfg, logger)
+	sub, err := wsql.NewSubscriber(wsql.BeginnerFromPgx(walkingPool{c.db}), cfg, logger)
 	if err != nil {
 		return fmt.Errorf("feed: group %s: %w", c.group, err)
 	}

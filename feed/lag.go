@@ -19,7 +19,7 @@ const lagTimeout = 5 * time.Second
 // therefore shows as lag. Both walk journal_txid from the place, so a
 // scrape costs what the group lags, not what the journal holds; with the
 // place in a join, or the planner's guess of a third of the journal for the
-// range, the count scanned the whole journal, so lagPlan turns scans that
+// range, the count scanned the whole journal, so walkPlan turns scans that
 // do not walk an index off for it.
 const lagSQL = `SELECT
 	(SELECT count(*) FROM journal j WHERE (j.txid, j.position) > (o.last_processed_transaction_id, o.offset_acked)),
@@ -27,8 +27,10 @@ const lagSQL = `SELECT
 		ORDER BY j.txid, j.position LIMIT 1)
 	FROM ` + offsetsTable + ` o WHERE o.consumer_group = $1`
 
-// lagPlan runs before lagSQL in its transaction.
-const lagPlan = `SELECT set_config('enable_seqscan', 'off', true), set_config('enable_bitmapscan', 'off', true)`
+// walkPlan turns off, for the rest of its transaction, the scans that do
+// not walk an index in its order: the feed's reads must walk journal_txid
+// from a group's place whatever the planner guesses of the range's size.
+const walkPlan = `SELECT set_config('enable_seqscan', 'off', true), set_config('enable_bitmapscan', 'off', true)`
 
 // lag is the collector of one group's lag, measured when scraped.
 type lag struct {
@@ -65,7 +67,7 @@ func (l *lag) Collect(ch chan<- prometheus.Metric) {
 	)
 	b := &pgx.Batch{}
 	b.Queue(`BEGIN READ ONLY`)
-	b.Queue(lagPlan)
+	b.Queue(walkPlan)
 	b.Queue(lagSQL, l.group).QueryRow(func(row pgx.Row) error {
 		// A group without a place has consumed nothing yet, from nothing.
 		if err := row.Scan(&n, &oldest); err != nil && !errors.Is(err, pgx.ErrNoRows) {

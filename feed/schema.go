@@ -1,15 +1,19 @@
 package feed
 
 import (
+	"context"
 	stdsql "database/sql"
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	wsql "github.com/ThreeDotsLabs/watermill-sql/v4/pkg/sql"
 	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // topic is the one topic of the feed: the journal. The subscriber checks its
@@ -86,6 +90,32 @@ func (journalSchema) SelectQuery(p wsql.SelectQueryParams) (wsql.Query, error) {
 	GROUP BY txid
 	ORDER BY txid`
 	return wsql.Query{Query: q, Args: next.Args}, nil
+}
+
+// walkingPool begins the subscriber's transactions, in which it reads the
+// journal with SelectQuery, under walkPlan, in the round trip of the BEGIN.
+// The read's place comes from a subquery, so the planner guesses the
+// range's size: when it guessed a few thousand rows and the group lagged
+// more, it fetched every lagging event by a bitmap scan and sorted them
+// for the first 500, 4 to 17 ms a read where the walk takes 0.5.
+type walkingPool struct{ *pgxpool.Pool }
+
+// BeginTx implements wsql.Conn.
+func (p walkingPool) BeginTx(ctx context.Context, opts pgx.TxOptions) (pgx.Tx, error) {
+	begin := []string{"BEGIN"}
+	if opts.IsoLevel != "" {
+		begin = append(begin, "ISOLATION LEVEL", string(opts.IsoLevel))
+	}
+	if opts.AccessMode != "" {
+		begin = append(begin, string(opts.AccessMode))
+	}
+	if opts.DeferrableMode != "" {
+		begin = append(begin, string(opts.DeferrableMode))
+	}
+	// Without arguments pgx sends the query by the simple protocol, which
+	// takes both statements at once.
+	opts.BeginQuery = strings.Join(begin, " ") + "; " + walkPlan
+	return p.Pool.BeginTx(ctx, opts)
 }
 
 // UnmarshalMessage turns the row of a transaction into a message: its

@@ -18,3 +18,9 @@ func AuditReading(ctx context.Context, db *pgxpool.Pool, connections int, chunk 
 func RebuildReading(ctx context.Context, db *pgxpool.Pool, connections int, chunk int64) (*Report, error) {
 	return rebuild(ctx, db, reading{connections: connections, chunk: chunk})
 }
+
+// UpdateMessagesSQL, DeleteLanesSQL, LockSQL and LoadManySQL are
+// statements of the Writer's transactions, which run under LookupPlanSQL.
+const UpdateMessagesSQL, DeleteLanesSQL = updateMessagesSQL, deleteLanesSQL
+
+var LockSQL, LoadManySQL = lockSQL, loadManySQL

@@ -78,6 +78,10 @@ func QueueLoadLanes(b *pgx.Batch, targets, keys []string) func() []LaneRead {
 // deliveries_lane index, whose predicate is the same.
 var laneWaitingSQL = lifecycle.UnblockRule.StatesSQL("n")
 
+// deleteLanesSQL deletes the lanes of the targets ($1) and keys ($2).
+const deleteLanesSQL = `DELETE FROM lanes l USING unnest($1::text[], $2::text[]) AS k(target, key)
+	WHERE l.target = k.target AND l.ordering_key = k.key`
+
 // queueLanes queues the writes of the lanes changed: an upsert of those
 // that hold work and a delete of those that are empty now.
 func queueLanes(b *pgx.Batch, lanes []Lane) {
@@ -91,8 +95,7 @@ func queueLanes(b *pgx.Batch, lanes []Lane) {
 		up.add(l)
 	}
 	if len(goneTargets) > 0 {
-		b.Queue(`DELETE FROM lanes l USING unnest($1::text[], $2::text[]) AS k(target, key)
-			WHERE l.target = k.target AND l.ordering_key = k.key`, goneTargets, goneKeys)
+		b.Queue(deleteLanesSQL, goneTargets, goneKeys)
 	}
 	if len(up.target) > 0 {
 		b.Queue(`INSERT INTO lanes (target, ordering_key, last_seq, head_delivery_id, head_message_id, head_since,

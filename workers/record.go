@@ -32,8 +32,11 @@ const (
 // record any other attempt either, and its claims fail alike, so freeing
 // the slot would only start attempts whose outcomes would wait too.
 //
-// It logs what became of the recording and returns the last error.
-func (w *Worker[T]) record(log *slog.Logger, job Job[T], what string, write func(context.Context) error) error {
+// It logs what became of the recording, with the job's delivery id and
+// attrs, and returns the last error. The logger is built only to log: a
+// recording that succeeds at once, nearly every one, costs no formatting.
+func (w *Worker[T]) record(job Job[T], what string, write func(context.Context) error, attrs ...any) error {
+	log := func() *slog.Logger { return w.log.With(append([]any{"delivery_id", job.ID}, attrs...)...) }
 	wait := recordBackoff
 	for tries := 1; ; tries++ {
 		ctx, cancel := context.WithTimeout(context.Background(), recordTimeout)
@@ -44,21 +47,21 @@ func (w *Worker[T]) record(log *slog.Logger, job Job[T], what string, write func
 		switch {
 		case err == nil:
 			if tries > 1 {
-				log.Info(what+" recorded", "tries", tries)
+				log().Info(what+" recorded", "tries", tries)
 			}
 			return nil
 		case errors.Is(err, commands.ErrClaimLost):
 			// After a try that failed, the claim may be "lost" to that
 			// try itself, whose commit only the answer missed.
-			log.Warn(what+" not recorded: claim lost", "tries", tries)
+			log().Warn(what+" not recorded: claim lost", "tries", tries)
 			return err
 		case w.quit.Err() == nil && !commands.Transient(err):
-			log.Error(what+" not recorded", "err", err)
+			log().Error(what+" not recorded", "err", err)
 			return err
 		}
 		if w.leased(job) {
 			if tries == 1 {
-				log.Warn(what+" not recorded yet; trying again until the lease ends", "lease_end", job.LeaseEnd, "err", err)
+				log().Warn(what+" not recorded yet; trying again until the lease ends", "lease_end", job.LeaseEnd, "err", err)
 			}
 			timer := time.NewTimer(wait/2 + rand.N(wait/2+1))
 			select {
@@ -69,7 +72,7 @@ func (w *Worker[T]) record(log *slog.Logger, job Job[T], what string, write func
 			wait = min(2*wait, maxRecordBackoff)
 		}
 		if !w.leased(job) {
-			log.Error(what+" not recorded; the lease will bring the job back", "tries", tries, "lease_end", job.LeaseEnd, "err", err)
+			log().Error(what+" not recorded; the lease will bring the job back", "tries", tries, "lease_end", job.LeaseEnd, "err", err)
 			return err
 		}
 	}

@@ -252,7 +252,7 @@ func (r *Runtime) Stop(ctx context.Context) {
 	r.running = nil
 	r.taking.Store(nil)
 	r.mu.Unlock()
-	r.cfg.Writer.SetTaker(nil)
+	r.cfg.Writer.DropTaker(r)
 	if r.sub != nil {
 		_ = r.sub.Unsubscribe()
 	}

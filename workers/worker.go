@@ -389,9 +389,8 @@ func (w *Worker[T]) run(job Job[T]) {
 // the job the outcome claimed for this worker, nil when there is none or
 // the worker is stopping (the job is then given back).
 func (w *Worker[T]) attempt(job Job[T]) *Job[T] {
-	log := w.log.With("delivery_id", job.ID)
 	if w.hard.Err() != nil {
-		w.giveBack(log, job, false, "the worker stopped before the attempt began")
+		w.giveBack(job, false, "the worker stopped before the attempt began")
 		return nil
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), w.cfg.AttemptTimeout)
@@ -403,10 +402,9 @@ func (w *Worker[T]) attempt(job Job[T]) *Job[T] {
 	w.metrics.attemptSeconds.WithLabelValues(w.cfg.Name).Observe(time.Since(began).Seconds())
 	if w.hard.Err() != nil {
 		// The stop cut the attempt short: give it back rather than count it.
-		w.giveBack(log, job, true, "the worker stopped during the attempt")
+		w.giveBack(job, true, "the worker stopped during the attempt")
 		return nil
 	}
-	log = log.With("outcome", outcome.Kind)
 	claim := NextFreed
 	switch {
 	case w.soft.Err() != nil:
@@ -419,7 +417,7 @@ func (w *Worker[T]) attempt(job Job[T]) *Job[T] {
 		next, err = w.cfg.Store.Complete(ctx, job, outcome, claim)
 		return err
 	}
-	if w.record(log, job, "outcome", complete) != nil {
+	if w.record(job, "outcome", complete, "outcome", outcome.Kind) != nil {
 		return nil
 	}
 	if claim == NextDue && next == nil {
@@ -434,15 +432,15 @@ func (w *Worker[T]) attempt(job Job[T]) *Job[T] {
 		// A stopping worker claims nothing new: the drain is for the
 		// attempts it had begun. The stop came while the outcome was
 		// written.
-		w.giveBack(w.log.With("delivery_id", next.ID), *next, false, "the worker stopped before the attempt began")
+		w.giveBack(*next, false, "the worker stopped before the attempt began")
 		return nil
 	}
 	return next
 }
 
-func (w *Worker[T]) giveBack(log *slog.Logger, job Job[T], started bool, reason string) {
+func (w *Worker[T]) giveBack(job Job[T], started bool, reason string) {
 	release := func(ctx context.Context) error { return w.cfg.Store.Release(ctx, job, started, reason) }
-	if w.record(log, job, "release", release) != nil {
+	if w.record(job, "release", release) != nil {
 		return
 	}
 	w.metrics.attempts.WithLabelValues(w.cfg.Name, "released").Inc()
