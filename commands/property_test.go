@@ -195,6 +195,11 @@ func TestLifecycleProperty(t *testing.T) {
 					if m.Current(&d) {
 						states = append(states, d.State)
 					}
+					// The count of due deliveries relies on this (WaitRule).
+					if lifecycle.WakeRule.Admits(d.State) && (d.NextDue.IsZero() || !m.Current(&d)) {
+						rt.Fatalf("after %s: delivery %s is %s with next_due %v in generation %d of %d",
+							name, d.ID, d.State, d.NextDue, d.Generation, m.Generation)
+					}
 				}
 				if want := lifecycle.DeriveStatus(m.Stage, m.Refusal, states); m.Status != want {
 					rt.Fatalf("after %s: message %s stored %s, derived %s", name, id, m.Status, want)

@@ -37,6 +37,8 @@ const (
 	Woken
 	// LeaseOver: lease_end is set and not after now.
 	LeaseOver
+	// Pending: next_due is set and after now.
+	Pending
 )
 
 // Facts are the fields of a delivery that rules read.
@@ -68,6 +70,12 @@ var (
 	// delivery.stalled).
 	WakeRule = Rule{Name: "due for a wake-up", cases: []ruleCase{
 		{StateQueued, []Cond{Due}}, {StateRetrying, []Cond{Due}},
+	}}
+	// WaitRule: an unclaimed delivery whose wake-up is not due yet. The
+	// fold gives every delivery in WakeRule's states a next_due, so each
+	// is in one of the two rules at any time.
+	WaitRule = Rule{Name: "waiting for a wake-up", cases: []ruleCase{
+		{StateQueued, []Cond{Pending}}, {StateRetrying, []Cond{Pending}},
 	}}
 	// ReceiptTimeoutRule: a delivery whose receipt deadline has passed
 	// fails (delivery.receipt_timed_out).
@@ -122,8 +130,8 @@ var (
 
 // Rules lists every rule, for the tests that hold the SQL and the fold to
 // them.
-var Rules = []Rule{ClaimRule, LeaseExpiryRule, CatchUpRule, WakeRule, ReceiptTimeoutRule, RedeliverRule, SkipRule,
-	UnblockRule, InHandRule, SupersedeRule, CallbackClaimRule, CallbackCatchUpRule}
+var Rules = []Rule{ClaimRule, LeaseExpiryRule, CatchUpRule, WakeRule, WaitRule, ReceiptTimeoutRule, RedeliverRule,
+	SkipRule, UnblockRule, InHandRule, SupersedeRule, CallbackClaimRule, CallbackCatchUpRule}
 
 // Or is a rule that admits what r or o admits. They must not share a
 // state.
@@ -183,6 +191,8 @@ func (c Cond) holds(f Facts, now time.Time) bool {
 		return f.DispatchCount > 0
 	case LeaseOver:
 		return !f.LeaseEnd.IsZero() && !f.LeaseEnd.After(now)
+	case Pending:
+		return !f.NextDue.IsZero() && f.NextDue.After(now)
 	}
 	return false
 }
@@ -191,6 +201,18 @@ func (c Cond) holds(f Facts, now time.Time) bool {
 // predicate of a partial index of what the rule may admit.
 func (r Rule) StatesSQL(alias string) string {
 	return col(alias, "state") + " IN (" + quoted(r.States()) + ")"
+}
+
+// StateSQL is the rule's predicate for its deliveries in state s alone,
+// which an index on (state, …) reads as one range; "false" when the rule
+// does not admit s.
+func (r Rule) StateSQL(s DeliveryState, alias, now string) string {
+	for _, c := range r.cases {
+		if c.state == s {
+			return Rule{cases: []ruleCase{c}}.SQL(alias, now)
+		}
+	}
+	return "false"
 }
 
 // SQL is the rule as a predicate on the deliveries table seen as alias,
@@ -228,6 +250,8 @@ func (c Cond) sql(alias, now string) string {
 		return col(alias, "dispatch_count") + " > 0"
 	case LeaseOver:
 		return col(alias, "lease_end") + " <= " + now
+	case Pending:
+		return col(alias, "next_due") + " > " + now
 	}
 	panic(fmt.Sprintf("lifecycle: condition %d has no SQL", c))
 }

@@ -32,6 +32,10 @@ func TestRuleHolds(t *testing.T) {
 		{WakeRule, Facts{State: StateQueued, NextDue: future}, false},
 		{WakeRule, Facts{State: StateQueued}, false},
 		{WakeRule, Facts{State: StateAwaitingAck, NextDue: past}, false},
+		{WaitRule, Facts{State: StateQueued, NextDue: future}, true},
+		{WaitRule, Facts{State: StateRetrying, NextDue: now}, false},
+		{WaitRule, Facts{State: StateRetrying}, false},
+		{WaitRule, Facts{State: StateAwaitingAck, NextDue: future}, false},
 		{ReceiptTimeoutRule, Facts{State: StateAwaitingAck, NextDue: past}, true},
 		{ReceiptTimeoutRule, Facts{State: StateAwaitingAck, NextDue: future}, false},
 		{RedeliverRule, Facts{State: StateDelivered}, true},
@@ -40,6 +44,24 @@ func TestRuleHolds(t *testing.T) {
 	for _, tt := range tests {
 		if got := tt.rule.Holds(tt.f, now); got != tt.want {
 			t.Errorf("%s.Holds(%+v) = %v, want %v", tt.rule.Name, tt.f, got, tt.want)
+		}
+	}
+}
+
+// TestWakeAndWaitSplitTheirStates: a delivery in WakeRule's states with a
+// next_due is in exactly one of WakeRule and WaitRule at any time, which
+// the count of due deliveries relies on.
+func TestWakeAndWaitSplitTheirStates(t *testing.T) {
+	if !slices.Equal(WakeRule.States(), WaitRule.States()) {
+		t.Fatalf("WakeRule's states %v, WaitRule's %v", WakeRule.States(), WaitRule.States())
+	}
+	now := time.Date(2026, 12, 1, 8, 0, 0, 0, time.UTC)
+	for _, s := range WakeRule.States() {
+		for _, due := range []time.Time{now.Add(-time.Second), now, now.Add(time.Microsecond), now.Add(time.Hour)} {
+			f := Facts{State: s, NextDue: due}
+			if WakeRule.Holds(f, now) == WaitRule.Holds(f, now) {
+				t.Errorf("%s due %s: both or neither", s, due)
+			}
 		}
 	}
 }

@@ -2,8 +2,10 @@ package projection
 
 import (
 	"context"
+	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -24,3 +26,14 @@ func RebuildReading(ctx context.Context, db *pgxpool.Pool, connections int, chun
 const UpdateMessagesSQL, DeleteLanesSQL = updateMessagesSQL, deleteLanesSQL
 
 var LockSQL, LoadManySQL = lockSQL, loadManySQL
+
+// ReadDue runs the count of QueueDue at now reading at most exact entries
+// of deliveries_due on each side of now.
+func ReadDue(ctx context.Context, db *pgxpool.Pool, now time.Time, exact int) (int64, time.Time, error) {
+	var (
+		n      int64
+		oldest pgtype.Timestamptz
+	)
+	err := db.QueryRow(ctx, dueSQL, now, exact).Scan(&n, &oldest)
+	return n, timeOf(oldest), err
+}

@@ -50,6 +50,17 @@ func (b *bundle) plainStats(t *testing.T, now time.Time) projection.Stats {
 		})
 		return err
 	})
+	batch.Queue(`SELECT count(*), min(d.next_due) FROM deliveries d WHERE `+lifecycle.WakeRule.SQL("d", "$1"), now).
+		QueryRow(func(row pgx.Row) error {
+			var oldest *time.Time
+			if err := row.Scan(&out.DueDeliveries, &oldest); err != nil {
+				return err
+			}
+			if oldest != nil {
+				out.OldestDue = overdue(now, *oldest)
+			}
+			return nil
+		})
 	batch.Queue(plainTargetStatsSQL, now.Add(-24*time.Hour), now).Query(func(rows pgx.Rows) error {
 		var (
 			ts     projection.TargetStats
@@ -95,10 +106,31 @@ func (b *bundle) checkStats(t *testing.T, rng *rand.Rand) {
 		want := b.plainStats(t, now)
 		if got.InFlightMessages != want.InFlightMessages || got.FailedLast24h != want.FailedLast24h ||
 			got.RefusedLast24h != want.RefusedLast24h || got.MessagesLast7d != want.MessagesLast7d ||
-			!maps.Equal(got.DeliveriesByState, want.DeliveriesByState) || !slices.Equal(got.Targets, want.Targets) {
+			!maps.Equal(got.DeliveriesByState, want.DeliveriesByState) || !slices.Equal(got.Targets, want.Targets) ||
+			got.DueDeliveries != want.DueDeliveries || got.OldestDue != want.OldestDue {
 			t.Fatalf("at %s the stats are\n%+v\nthe rows count\n%+v", now, got, want)
 		}
+		// The due count read each way: counted, the kept counts less the
+		// waiting ones, counted past both bounds.
+		for _, exact := range []int{1, 3, 10_000} {
+			n, oldest, err := projection.ReadDue(b.ctx, b.db, now, exact)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n != want.DueDeliveries || overdue(now, oldest) != want.OldestDue {
+				t.Fatalf("at %s, reading at most %d entries a side: %d due, oldest %s ago; the rows count %d, %s",
+					now, exact, n, overdue(now, oldest), want.DueDeliveries, want.OldestDue)
+			}
+		}
 	}
+}
+
+// overdue is how long before now t was, as ReadStats gives it.
+func overdue(now, t time.Time) time.Duration {
+	if t.IsZero() {
+		return 0
+	}
+	return max(0, now.Truncate(time.Microsecond).Sub(t))
 }
 
 // TestStatsEqualPlainCounts runs messages through random lives over nine

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -381,19 +382,50 @@ const countsSQL = `SELECT state, sum(n)::bigint FROM delivery_counts GROUP BY st
 const targetCountsSQL = `SELECT target, state, sum(n)::bigint FROM delivery_counts GROUP BY target, state`
 
 // QueueDue queues on b the count of the deliveries due for a wake-up at now
-// (lifecycle.WakeRule) and the oldest due time, a range of deliveries_due;
-// the returned function gives them once the batch is read, the time zero
-// when none is due.
+// (lifecycle.WakeRule) and the oldest due time (dueSQL); the returned
+// function gives them once the batch is read, the time zero when none is
+// due.
 func QueueDue(b *pgx.Batch, now time.Time) func() (int64, time.Time) {
 	var (
 		n      int64
 		oldest pgtype.Timestamptz
 	)
-	b.Queue(dueSQL, now).QueryRow(func(row pgx.Row) error { return row.Scan(&n, &oldest) })
+	b.Queue(dueSQL, now, dueExact).QueryRow(func(row pgx.Row) error { return row.Scan(&n, &oldest) })
 	return func() (int64, time.Time) { return n, timeOf(oldest) }
 }
 
-var dueSQL = `SELECT count(*), min(next_due) FROM deliveries WHERE ` + lifecycle.WakeRule.SQL("", "$1")
+// dueExact is how many entries of deliveries_due dueSQL reads at most on
+// each side of now before it counts the other way.
+const dueExact = 10_000
+
+// dueSQL counts the deliveries due at $1 at a cost bounded by the smaller
+// side of deliveries_due: the due ones (lifecycle.WakeRule) or those in
+// the same states waiting for their time (lifecycle.WaitRule). It counts up
+// to $2 due; past that, and short of $2 waiting, the due ones are the kept
+// counts of the states less the waiting ones. That holds as every
+// delivery in those states has a next_due and is of its message's current
+// generation, so counted; the property test of the lifecycle checks both.
+// Past $2 on both sides it counts the due ones whole. The oldest due time
+// is the least of each state's first due entry.
+var dueSQL = `WITH due AS (SELECT count(*) AS n FROM (SELECT FROM deliveries d WHERE ` +
+	lifecycle.WakeRule.SQL("d", "$1") + ` LIMIT $2) x),
+	waiting AS (SELECT count(*) AS n FROM (SELECT FROM deliveries d WHERE ` + lifecycle.WaitRule.SQL("d", "$1") + ` LIMIT $2) x)
+	SELECT CASE
+		WHEN (SELECT n FROM due) < $2 THEN (SELECT n FROM due)
+		WHEN (SELECT n FROM waiting) < $2 THEN (SELECT coalesce(sum(c.n), 0)::bigint FROM delivery_counts c WHERE ` +
+	lifecycle.WakeRule.StatesSQL("c") + `) - (SELECT n FROM waiting)
+		ELSE (SELECT count(*) FROM deliveries d WHERE ` + lifecycle.WakeRule.SQL("d", "$1") + `)
+	END, least(` + oldestDueSQL() + `)`
+
+// oldestDueSQL is the first due entry of each of lifecycle.WakeRule's
+// states, each one index lookup.
+func oldestDueSQL() string {
+	var firsts []string
+	for _, s := range lifecycle.WakeRule.States() {
+		firsts = append(firsts, `(SELECT min(d.next_due) FROM deliveries d WHERE `+lifecycle.WakeRule.StateSQL(s, "d", "$1")+`)`)
+	}
+	return strings.Join(firsts, ", ")
+}
 
 // scanCounts reads the rows of countsSQL into counts and closes them.
 func scanCounts(rows pgx.Rows, counts map[lifecycle.DeliveryState]int64) error {
