@@ -331,7 +331,7 @@ func (w *Writer) writeBatch(ctx context.Context, ops []*op, side *operationSide)
 		if side != nil {
 			side.queueRead(b)
 		}
-		loaded := projection.LoadLocked(b, messageIDs, deliveryIDs)
+		loaded := projection.LoadLocked(b, messageIDs, deliveryIDs, w.writtenOf(messageIDs, deliveryIDs))
 		for _, o := range ops {
 			if o.read != nil {
 				o.read(b)
@@ -342,7 +342,11 @@ func (w *Writer) writeBatch(ctx context.Context, ops []*op, side *operationSide)
 		if err := conn.SendBatch(ctx, b).Close(); err != nil {
 			return fmt.Errorf("read: %w", err)
 		}
-		for _, m := range loaded() {
+		ms, err := loaded()
+		if err != nil {
+			return fmt.Errorf("read: %w", err)
+		}
+		for _, m := range ms {
 			read[m.ID] = m
 		}
 		latest = found()
@@ -626,7 +630,7 @@ func (w *Writer) commit(ctx context.Context, conn *pgxpool.Conn, changes []*chan
 	for i, c := range changes {
 		written[i] = c.after
 	}
-	w.learnOwners(written...)
+	w.learn(written...)
 	return bodies, nil
 }
 

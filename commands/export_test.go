@@ -1,6 +1,11 @@
 package commands
 
-import "github.com/jackc/pgx/v5"
+import (
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/waybill/waybill/projection"
+)
 
 // SetCut makes the Writer queue statements at the named points of every
 // command's batch: "projected" (after the projection writes) and "appended"
@@ -32,3 +37,11 @@ var (
 
 // ClaimRescan is how long choices of due deliveries start at a cursor.
 const ClaimRescan = claimRescan
+
+// Written is the message as the Writer last wrote it, nil when it holds
+// none.
+func (w *Writer) Written(id uuid.UUID) *projection.Message {
+	w.ownersMu.Lock()
+	defer w.ownersMu.Unlock()
+	return w.written[id]
+}

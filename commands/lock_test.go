@@ -465,3 +465,33 @@ func TestIngestsQueuedTogetherKeepTheirIdempotency(t *testing.T) {
 	}
 	lb.audit(t)
 }
+
+// TestAWriterReadsWhatAnotherWrote: a Writer that holds a message as it
+// wrote it reads it again once another Writer has moved it, and decides
+// on what the other wrote.
+func TestAWriterReadsWhatAnotherWrote(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.targets(t, "alpha")
+	m := b.ingest(t)
+	d := m.Deliveries[0].ID
+	if b.w.Written(m.ID) == nil {
+		t.Fatal("the Writer holds nothing of the message it ingested")
+	}
+	other, err := newWriter(b, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := other.Claim(b.ctx, d, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.w.Claim(b.ctx, d, time.Minute); !errors.Is(err, commands.ErrNotClaimable) {
+		t.Fatalf("a claim of what the other Writer claimed: %v", err)
+	}
+	after, err := b.w.Complete(b.ctx, d, c.Token, lifecycle.Delivered("200"))
+	if err != nil || after.Status != lifecycle.StatusDelivered {
+		t.Fatalf("the outcome of the other Writer's claim: %v, %v", after, err)
+	}
+	b.audit(t)
+}

@@ -201,6 +201,13 @@ func TestLifecycleProperty(t *testing.T) {
 							name, d.ID, d.State, d.NextDue, d.Generation, m.Generation)
 					}
 				}
+				// What the Writer holds of a message at its version is the
+				// message: a batch's read leaves it out and uses that.
+				if h := b.w.Written(id); h != nil && h.Version == m.Version {
+					for _, v := range projection.Compare(m, h) {
+						rt.Fatalf("after %s: the Writer holds message %s otherwise: %s", name, id, v)
+					}
+				}
 				if want := lifecycle.DeriveStatus(m.Stage, m.Refusal, states); m.Status != want {
 					rt.Fatalf("after %s: message %s stored %s, derived %s", name, id, m.Status, want)
 				}

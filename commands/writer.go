@@ -63,9 +63,12 @@ type Writer struct {
 	// messages and targets, so that a command on a delivery is known to be
 	// on its message before it is read (see batcher), and an outcome's
 	// batch knows whose due deliveries to choose (queueChooseDue); up to
-	// maxOwners, then it starts over.
+	// maxOwners, then it starts over. written keeps the messages it wrote as
+	// it wrote them, so that a batch's read leaves out those still at that
+	// version (projection.LoadLocked); up to maxWritten, then it starts over.
 	ownersMu sync.Mutex
 	owners   map[uuid.UUID]owner
+	written  map[uuid.UUID]*projection.Message
 	// cursors keeps where each target's choices of due deliveries start.
 	cursors claimCursors
 	// taker, when set, takes the deliveries ingests dispatch (SetTaker).
@@ -198,6 +201,10 @@ func (w *Writer) runOp(o *op) (*projection.Message, error) {
 // maxOwners bounds Writer.owners.
 const maxOwners = 1 << 16
 
+// maxWritten bounds Writer.written: a message lives in the runtime for tens of
+// milliseconds, a few thousand at most in flight at once.
+const maxWritten = 1 << 13
+
 // owner is a delivery's message and target.
 type owner struct {
 	message uuid.UUID
@@ -212,18 +219,44 @@ func (w *Writer) owner(deliveryID uuid.UUID) owner {
 	return w.owners[deliveryID]
 }
 
-// learnOwners remembers the messages and targets of the deliveries of ms.
-func (w *Writer) learnOwners(ms ...*projection.Message) {
+// learn remembers the messages ms, as a commit wrote them: the messages
+// and targets of their deliveries, and a clone of each.
+func (w *Writer) learn(ms ...*projection.Message) {
 	w.ownersMu.Lock()
 	defer w.ownersMu.Unlock()
 	if w.owners == nil || len(w.owners) >= maxOwners {
 		w.owners = make(map[uuid.UUID]owner)
 	}
+	if w.written == nil || len(w.written) >= maxWritten {
+		w.written = make(map[uuid.UUID]*projection.Message)
+	}
 	for _, m := range ms {
 		for _, d := range m.Deliveries {
 			w.owners[d.ID] = owner{message: m.ID, target: d.Target}
 		}
+		w.written[m.ID] = m.Clone()
 	}
+}
+
+// writtenOf is the messages the Writer wrote last of those named by id or by one
+// of their deliveries' ids.
+func (w *Writer) writtenOf(messageIDs, deliveryIDs []uuid.UUID) map[uuid.UUID]*projection.Message {
+	w.ownersMu.Lock()
+	defer w.ownersMu.Unlock()
+	out := make(map[uuid.UUID]*projection.Message, len(messageIDs)+len(deliveryIDs))
+	for _, id := range messageIDs {
+		if m := w.written[id]; m != nil {
+			out[id] = m
+		}
+	}
+	for _, id := range deliveryIDs {
+		if o, ok := w.owners[id]; ok {
+			if m := w.written[o.message]; m != nil {
+				out[o.message] = m
+			}
+		}
+	}
+	return out
 }
 
 // rollbackTimeout bounds the rollback of a failed command, which runs even

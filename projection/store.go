@@ -60,21 +60,61 @@ func LoadMany(ctx context.Context, q journal.Querier, ids []uuid.UUID) ([]*Messa
 // them, callbacks included. The returned function gives the messages, in id
 // order, once the batch is read; ids with no message are left out.
 //
+// held are messages as the caller last knew them, by id. The read leaves
+// out each one the lock finds at the version held, and the function gives
+// a clone of the one held instead: a message's state at a version is the
+// fold of its stream up to it, which only one transaction ever commits.
+//
 // The lock and the read are two statements. In READ COMMITTED each takes
 // its own snapshot, so the read, which starts once the locks are held, sees
 // all that a writer it waited for committed. A read locking the rows itself
 // would not: after the wait PostgreSQL returns the locked message row as the
 // other writer left it, but joined to the delivery rows of the snapshot
 // taken before the wait.
-func LoadLocked(b *pgx.Batch, messageIDs, deliveryIDs []uuid.UUID) func() []*Message {
-	var ms []*Message
-	b.Queue(lockSQL, messageIDs, deliveryIDs, true)
-	b.Queue(loadManySQL, messageIDs, deliveryIDs, true).Query(func(rows pgx.Rows) error {
+func LoadLocked(b *pgx.Batch, messageIDs, deliveryIDs []uuid.UUID, held map[uuid.UUID]*Message) func() ([]*Message, error) {
+	heldIDs, heldVersions := make([]uuid.UUID, 0, len(held)), make([]int, 0, len(held))
+	for id, m := range held {
+		heldIDs, heldVersions = append(heldIDs, id), append(heldVersions, m.Version)
+	}
+	var (
+		locked []lockedRow
+		read   []*Message
+	)
+	b.Queue(lockSQL, messageIDs, deliveryIDs, true).Query(func(rows pgx.Rows) error {
 		var err error
-		ms, err = scanAll(rows)
+		locked, err = pgx.CollectRows(rows, pgx.RowToStructByPos[lockedRow])
 		return err
 	})
-	return func() []*Message { return ms }
+	b.Queue(loadLockedSQL, messageIDs, deliveryIDs, true, heldIDs, heldVersions).Query(func(rows pgx.Rows) error {
+		var err error
+		read, err = scanAll(rows)
+		return err
+	})
+	return func() ([]*Message, error) {
+		byID := make(map[uuid.UUID]*Message, len(read))
+		for _, m := range read {
+			byID[m.ID] = m
+		}
+		ms := make([]*Message, 0, len(locked))
+		for _, l := range locked {
+			if m := byID[l.ID]; m != nil {
+				ms = append(ms, m)
+				continue
+			}
+			m := held[l.ID]
+			if m == nil || m.Version != l.Version {
+				return nil, fmt.Errorf("message %s: locked at version %d, neither read nor held", l.ID, l.Version)
+			}
+			ms = append(ms, m.Clone())
+		}
+		return ms, nil
+	}
+}
+
+// lockedRow is a row of lockSQL.
+type lockedRow struct {
+	ID      uuid.UUID
+	Version int
 }
 
 // LookupPlanSQL makes the plans of the rest of its transaction generic
@@ -131,8 +171,16 @@ const (
 		FROM messages m LEFT JOIN deliveries d ON d.message_id = m.id LEFT JOIN callbacks c ON c.message_id = m.id `
 )
 
-// lockSQL locks the messages of lockedIDs.
-var lockSQL = lockedIDs + `SELECT FROM ids, LATERAL (SELECT FROM messages m WHERE m.id = ids.id FOR UPDATE) l`
+// lockSQL locks the messages of lockedIDs and gives their ids and
+// versions.
+var lockSQL = lockedIDs + `SELECT ids.id, l.version FROM ids, LATERAL (SELECT m.version FROM messages m WHERE m.id = ids.id FOR UPDATE) l`
+
+// loadLockedSQL reads the messages of lockedIDs as loadManySQL does, but
+// for those at the versions held ($4 ids, $5 versions).
+var loadLockedSQL = lockedIDs + `SELECT r.* FROM ids, LATERAL (SELECT ` + joinedColumns + joinedTables + `
+		WHERE m.id = ids.id AND NOT EXISTS (SELECT FROM unnest($4::uuid[], $5::int[]) AS h(id, version)
+			WHERE h.id = m.id AND h.version = m.version)
+		ORDER BY d.seq OFFSET 0) r`
 
 // loadManySQL reads the messages of lockedIDs with their deliveries and
 // callbacks, in id and then sequence order.

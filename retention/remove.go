@@ -183,7 +183,7 @@ func (r *Retention) commit(ctx context.Context, conn *pgxpool.Conn, keep []*proj
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx))
 	b := &pgx.Batch{}
-	read := projection.LoadLocked(b, ids, []uuid.UUID{})
+	read := projection.LoadLocked(b, ids, []uuid.UUID{}, nil)
 	var version int
 	b.Queue(`SELECT coalesce(max(version), 0) FROM journal WHERE stream = $1`, journal.RetentionStream).
 		QueryRow(func(row pgx.Row) error { return row.Scan(&version) })
@@ -198,7 +198,11 @@ func (r *Retention) commit(ctx context.Context, conn *pgxpool.Conn, keep []*proj
 	}
 	// The lock takes along the messages first waiting in the lanes of the
 	// ones named, as the commands' locks do; those stay.
-	locked := slices.DeleteFunc(read(), func(m *projection.Message) bool { return byID[m.ID] == nil })
+	ms, err := read()
+	if err != nil {
+		return 0, false, fmt.Errorf("lock the batch: %w", err)
+	}
+	locked := slices.DeleteFunc(ms, func(m *projection.Message) bool { return byID[m.ID] == nil })
 	if len(locked) != len(keep) {
 		return 0, false, nil
 	}
