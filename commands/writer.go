@@ -63,9 +63,10 @@ type Writer struct {
 	// messages and targets, so that a command on a delivery is known to be
 	// on its message before it is read (see batcher), and an outcome's
 	// batch knows whose due deliveries to choose (queueChooseDue); up to
-	// maxOwners, then it starts over. written keeps the messages it wrote as
-	// it wrote them, so that a batch's read leaves out those still at that
-	// version (projection.LoadLocked); up to maxWritten, then it starts over.
+	// maxOwners, then it starts over. written holds the messages it wrote,
+	// as it wrote them, so that a batch's read leaves out those still at
+	// that version (projection.LoadLocked); up to maxWritten, then it
+	// starts over.
 	ownersMu sync.Mutex
 	owners   map[uuid.UUID]owner
 	written  map[uuid.UUID]*projection.Message
@@ -201,8 +202,8 @@ func (w *Writer) runOp(o *op) (*projection.Message, error) {
 // maxOwners bounds Writer.owners.
 const maxOwners = 1 << 16
 
-// maxWritten bounds Writer.written: a message lives in the runtime for tens of
-// milliseconds, a few thousand at most in flight at once.
+// maxWritten bounds Writer.written: a message lives in the runtime for
+// tens of milliseconds, a few thousand at most in flight at once.
 const maxWritten = 1 << 13
 
 // owner is a delivery's message and target.
@@ -238,7 +239,7 @@ func (w *Writer) learn(ms ...*projection.Message) {
 	}
 }
 
-// writtenOf is the messages the Writer wrote last of those named by id or by one
+// writtenOf is what the Writer holds of the messages named by id or by one
 // of their deliveries' ids.
 func (w *Writer) writtenOf(messageIDs, deliveryIDs []uuid.UUID) map[uuid.UUID]*projection.Message {
 	w.ownersMu.Lock()

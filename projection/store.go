@@ -172,8 +172,9 @@ const (
 )
 
 // lockSQL locks the messages of lockedIDs and gives their ids and
-// versions.
-var lockSQL = lockedIDs + `SELECT ids.id, l.version FROM ids, LATERAL (SELECT m.version FROM messages m WHERE m.id = ids.id FOR UPDATE) l`
+// versions, in id order.
+var lockSQL = lockedIDs + `SELECT ids.id, l.version FROM ids,
+	LATERAL (SELECT m.version FROM messages m WHERE m.id = ids.id FOR UPDATE) l ORDER BY ids.id`
 
 // loadLockedSQL reads the messages of lockedIDs as loadManySQL does, but
 // for those at the versions held ($4 ids, $5 versions).
