@@ -116,6 +116,7 @@ func (w *Writer) claimDueCallbacks(ctx context.Context, n int, lease time.Durati
 	if err != nil {
 		return nil, err
 	}
+	now = w.now() // once the rows are locked, as in claimDue
 	var (
 		claims  []CallbackClaim
 		changes []*change

@@ -16,6 +16,7 @@ import (
 	"github.com/waybill/waybill/journal"
 	"github.com/waybill/waybill/lifecycle"
 	"github.com/waybill/waybill/projection"
+	"github.com/waybill/waybill/service"
 )
 
 // claimDue claims up to n due deliveries of the target and checks that
@@ -429,6 +430,44 @@ func TestCompleteClaimsTheOldestDueDelivery(t *testing.T) {
 	}
 	if _, next, err = b.w.CompleteAndClaimNext(b.ctx, c.Delivery.ID, c.Token, lifecycle.Delivered("200"), time.Minute, true); err != nil || next != nil {
 		t.Fatalf("a disabled target: %v, next %v", err, next)
+	}
+	b.audit(t)
+}
+
+// TestClaimDueTakesTheClockOnceLocked: the clock a catch-up's claims are
+// recorded at is read once their rows are locked, not when the choice
+// began. An operator's redelivery recorded in between at a later time
+// (here the clock moves on between the two readings) is never followed on
+// its stream by a claim with an earlier time and a lease already over.
+func TestClaimDueTakesTheClockOnceLocked(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.targets(t, "alpha")
+	m := b.ingest(t)
+	var (
+		mu    sync.Mutex
+		reads int
+	)
+	later := b.clock.Now().Add(100 * time.Hour)
+	// The first reading is the choice's; every one after it is later.
+	moving := func() time.Time {
+		mu.Lock()
+		defer mu.Unlock()
+		if reads++; reads == 1 {
+			return b.clock.Now()
+		}
+		return later
+	}
+	w, err := commands.New(commands.Config{Base: service.Base{Now: moving}, DB: b.db})
+	if err != nil {
+		t.Fatal(err)
+	}
+	claims, err := w.ClaimDue(b.ctx, "alpha", 1, time.Minute)
+	if err != nil || len(claims) != 1 {
+		t.Fatalf("claims %v, %v", claims, err)
+	}
+	if c := claims[0]; c.Delivery.ID != m.Deliveries[0].ID || !c.LeaseEnd.Equal(later.Add(time.Minute)) {
+		t.Fatalf("the claim's lease ends %s, want %s", c.LeaseEnd, later.Add(time.Minute))
 	}
 	b.audit(t)
 }

@@ -264,6 +264,11 @@ func (w *Writer) claimDue(ctx context.Context, target string, n int, lease time.
 	if err != nil {
 		return nil, err
 	}
+	// The claims take the clock once the rows are locked, as a batch's
+	// decisions do: a reading from before the choice can be older than an
+	// event another writer recorded on a message meanwhile. What was due
+	// at the first reading is due at this one.
+	now = w.now()
 	claims := make([]Claim, 0, len(messages))
 	changes := make([]*change, 0, len(messages))
 	for _, m := range messages {
