@@ -342,11 +342,7 @@ func (w *Writer) writeBatch(ctx context.Context, ops []*op, side *operationSide)
 		if err := conn.SendBatch(ctx, b).Close(); err != nil {
 			return fmt.Errorf("read: %w", err)
 		}
-		ms, err := loaded()
-		if err != nil {
-			return fmt.Errorf("read: %w", err)
-		}
-		for _, m := range ms {
+		for _, m := range loaded() {
 			read[m.ID] = m
 		}
 		latest = found()

@@ -1,6 +1,7 @@
 package projection
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"errors"
@@ -71,7 +72,7 @@ func LoadMany(ctx context.Context, q journal.Querier, ids []uuid.UUID) ([]*Messa
 // would not: after the wait PostgreSQL returns the locked message row as the
 // other writer left it, but joined to the delivery rows of the snapshot
 // taken before the wait.
-func LoadLocked(b *pgx.Batch, messageIDs, deliveryIDs []uuid.UUID, held map[uuid.UUID]*Message) func() ([]*Message, error) {
+func LoadLocked(b *pgx.Batch, messageIDs, deliveryIDs []uuid.UUID, held map[uuid.UUID]*Message) func() []*Message {
 	heldIDs, heldVersions := make([]uuid.UUID, 0, len(held)), make([]int, 0, len(held))
 	for id, m := range held {
 		heldIDs, heldVersions = append(heldIDs, id), append(heldVersions, m.Version)
@@ -90,24 +91,22 @@ func LoadLocked(b *pgx.Batch, messageIDs, deliveryIDs []uuid.UUID, held map[uuid
 		read, err = scanAll(rows)
 		return err
 	})
-	return func() ([]*Message, error) {
-		byID := make(map[uuid.UUID]*Message, len(read))
+	return func() []*Message {
+		ms := read
+		wasRead := make(map[uuid.UUID]bool, len(read))
 		for _, m := range read {
-			byID[m.ID] = m
+			wasRead[m.ID] = true
 		}
-		ms := make([]*Message, 0, len(locked))
 		for _, l := range locked {
-			if m := byID[l.ID]; m != nil {
-				ms = append(ms, m)
-				continue
+			// The read names its messages anew, so one whose lane another
+			// writer moved in between may be in one statement and not the
+			// other: the batch finds the lanes changed and reads again.
+			if m := held[l.ID]; m != nil && m.Version == l.Version && !wasRead[l.ID] {
+				ms = append(ms, m.Clone())
 			}
-			m := held[l.ID]
-			if m == nil || m.Version != l.Version {
-				return nil, fmt.Errorf("message %s: locked at version %d, neither read nor held", l.ID, l.Version)
-			}
-			ms = append(ms, m.Clone())
 		}
-		return ms, nil
+		slices.SortFunc(ms, func(a, b *Message) int { return bytes.Compare(a.ID[:], b.ID[:]) })
+		return ms
 	}
 }
 

@@ -198,11 +198,7 @@ func (r *Retention) commit(ctx context.Context, conn *pgxpool.Conn, keep []*proj
 	}
 	// The lock takes along the messages first waiting in the lanes of the
 	// ones named, as the commands' locks do; those stay.
-	ms, err := read()
-	if err != nil {
-		return 0, false, fmt.Errorf("lock the batch: %w", err)
-	}
-	locked := slices.DeleteFunc(ms, func(m *projection.Message) bool { return byID[m.ID] == nil })
+	locked := slices.DeleteFunc(read(), func(m *projection.Message) bool { return byID[m.ID] == nil })
 	if len(locked) != len(keep) {
 		return 0, false, nil
 	}
