@@ -13,6 +13,7 @@ import (
 
 	"github.com/waybill/waybill/commands"
 	"github.com/waybill/waybill/internal/dbtest"
+	"github.com/waybill/waybill/internal/testclock"
 	"github.com/waybill/waybill/journal"
 	"github.com/waybill/waybill/lifecycle"
 	"github.com/waybill/waybill/projection"
@@ -444,21 +445,8 @@ func TestClaimDueTakesTheClockOnceLocked(t *testing.T) {
 	b := setup(t)
 	b.targets(t, "alpha")
 	m := b.ingest(t)
-	var (
-		mu    sync.Mutex
-		reads int
-	)
 	later := b.clock.Now().Add(100 * time.Hour)
-	// The first reading is the choice's; every one after it is later.
-	moving := func() time.Time {
-		mu.Lock()
-		defer mu.Unlock()
-		if reads++; reads == 1 {
-			return b.clock.Now()
-		}
-		return later
-	}
-	w, err := commands.New(commands.Config{Base: service.Base{Now: moving}, DB: b.db})
+	w, err := commands.New(commands.Config{Base: service.Base{Now: testclock.AfterFirstRead(b.clock.Now(), later)}, DB: b.db})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,9 +10,11 @@ import (
 
 	"github.com/waybill/waybill/commands"
 	"github.com/waybill/waybill/internal/dbtest"
+	"github.com/waybill/waybill/internal/testclock"
 	"github.com/waybill/waybill/journal"
 	"github.com/waybill/waybill/lifecycle"
 	"github.com/waybill/waybill/projection"
+	"github.com/waybill/waybill/service"
 )
 
 // TestCallbackFollowsEverySettlement: a message with a callback URL gets
@@ -147,4 +149,39 @@ func TestCallbackRulesAgreeInSQLAndFold(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestCallbackClaimsTakeTheClockOnceLocked: a callback catch-up's claims
+// are recorded at the clock read once their rows are locked, not at the
+// one its choice read (here the clock moves on between the two).
+func TestCallbackClaimsTakeTheClockOnceLocked(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	m, _, err := b.w.Ingest(b.ctx, commands.NewMessage{Source: "erp", From: "a", To: "b", Payload: []byte("x"),
+		CallbackURL: "https://erp.example/outcome"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range m.Deliveries {
+		c, err := b.w.Claim(b.ctx, d.ID, time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := b.w.Complete(b.ctx, d.ID, c.Token, lifecycle.Delivered("200")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	later := b.now.Add(100 * time.Hour)
+	w, err := commands.New(commands.Config{Base: service.Base{Now: testclock.AfterFirstRead(b.now, later)}, DB: b.db})
+	if err != nil {
+		t.Fatal(err)
+	}
+	claims, err := w.ClaimDueCallbacks(b.ctx, 5, time.Minute)
+	if err != nil || len(claims) != 1 {
+		t.Fatalf("claims %v, %v", claims, err)
+	}
+	if !claims[0].LeaseEnd.Equal(later.Add(time.Minute)) {
+		t.Fatalf("the call's lease ends %s, want %s", claims[0].LeaseEnd, later.Add(time.Minute))
+	}
+	dbtest.Audit(t, b.db)
 }

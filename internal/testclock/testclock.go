@@ -29,3 +29,21 @@ func (c *Clock) Advance(d time.Duration) {
 	c.t = c.t.Add(d)
 	c.mu.Unlock()
 }
+
+// AfterFirstRead returns a clock whose first reading is first and every
+// reading after it later: time that passes inside a command, between two
+// of its readings.
+func AfterFirstRead(first, later time.Time) func() time.Time {
+	var (
+		mu    sync.Mutex
+		reads int
+	)
+	return func() time.Time {
+		mu.Lock()
+		defer mu.Unlock()
+		if reads++; reads == 1 {
+			return first
+		}
+		return later
+	}
+}
