@@ -211,13 +211,11 @@ func (c *claimCursors) chose(target string, cursor bool, want int, keys []time.T
 	c.by[target] = cur
 }
 
-// claimPlanReset gives the rest of the claim's transaction the settings
-// of the server (under claimPlanSQL's, the read of the messages and the
-// writes took seconds on tables never analyzed), then the Writer's
-// (projection.LookupPlanSQL), as the batches have: planning the reads on
-// every call cost a third of their time.
-var claimPlanReset = []string{`SET LOCAL enable_bitmapscan TO DEFAULT`, `SET LOCAL enable_sort TO DEFAULT`,
-	projection.LookupPlanSQL}
+// claimPlanReset gives the rest of the claim's transaction back the
+// settings it began with, the Writer's (projection.LookupPlanSQL): under
+// claimPlanSQL's, the read of the messages and the writes took seconds on
+// tables never analyzed.
+var claimPlanReset = []string{`SET LOCAL enable_bitmapscan TO DEFAULT`, `SET LOCAL enable_sort TO DEFAULT`}
 
 // ClaimDue claims up to n deliveries of the target that a worker may take
 // now, oldest due first, in one transaction. It skips the rows other
@@ -250,6 +248,7 @@ func (w *Writer) claimDue(ctx context.Context, target string, n int, lease time.
 	var messageIDs []uuid.UUID
 	b := &pgx.Batch{}
 	b.Queue(`BEGIN`)
+	b.Queue(projection.LookupPlanSQL)
 	w.queueChoice(b, now, map[string]int{target: n}, func(_ string, deliveryID, messageID uuid.UUID) {
 		byMessage[messageID] = deliveryID
 		messageIDs = append(messageIDs, messageID)

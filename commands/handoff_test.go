@@ -204,6 +204,7 @@ func TestDropTakerEndsOnlyItsOwn(t *testing.T) {
 	if ran, _ := second.take(); len(ran) != 1 || len(b.wake.take()) != 0 {
 		t.Fatalf("the taker in place ran %d claims", len(ran))
 	}
+	b.audit(t) // its claim in flight
 	b.w.DropTaker(second)
 	b.ingest(t)
 	if ran, _ := second.take(); len(ran) != 0 || len(b.wake.take()) != 1 {

@@ -486,6 +486,7 @@ func TestAWriterReadsWhatAnotherWrote(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	b.audit(t) // the other Writer's claim in flight
 	if _, err := b.w.Claim(b.ctx, d, time.Minute); !errors.Is(err, commands.ErrNotClaimable) {
 		t.Fatalf("a claim of what the other Writer claimed: %v", err)
 	}

@@ -38,3 +38,7 @@ func ReadDue(ctx context.Context, db *pgxpool.Pool, now time.Time, exact int) (i
 	err := db.QueryRow(ctx, dueSQL, now, exact).Scan(&n, &oldest)
 	return n, timeOf(oldest), err
 }
+
+// Overdue is how long before now due was, as ReadStats gives it: the
+// database keeps microseconds.
+func Overdue(now, due time.Time) time.Duration { return overdue(now.Truncate(time.Microsecond), due) }

@@ -57,7 +57,7 @@ func (b *bundle) plainStats(t *testing.T, now time.Time) projection.Stats {
 				return err
 			}
 			if oldest != nil {
-				out.OldestDue = overdue(now, *oldest)
+				out.OldestDue = projection.Overdue(now, *oldest)
 			}
 			return nil
 		})
@@ -117,20 +117,12 @@ func (b *bundle) checkStats(t *testing.T, rng *rand.Rand) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if n != want.DueDeliveries || overdue(now, oldest) != want.OldestDue {
+			if n != want.DueDeliveries || projection.Overdue(now, oldest) != want.OldestDue {
 				t.Fatalf("at %s, reading at most %d entries a side: %d due, oldest %s ago; the rows count %d, %s",
-					now, exact, n, overdue(now, oldest), want.DueDeliveries, want.OldestDue)
+					now, exact, n, projection.Overdue(now, oldest), want.DueDeliveries, want.OldestDue)
 			}
 		}
 	}
-}
-
-// overdue is how long before now t was, as ReadStats gives it.
-func overdue(now, t time.Time) time.Duration {
-	if t.IsZero() {
-		return 0
-	}
-	return max(0, now.Truncate(time.Microsecond).Sub(t))
 }
 
 // TestStatsEqualPlainCounts runs messages through random lives over nine

@@ -118,8 +118,8 @@ type lockedRow struct {
 
 // LookupPlanSQL makes the plans of the rest of its transaction generic
 // and leaves them one way to find rows: by an index (no sequential scan,
-// no hash or merge join). The Writer's transactions run their reads
-// (LoadLocked, LoadMany) and writes (Queue) under it. They find each row
+// no hash or merge join). Every transaction of the Writer begins with
+// it: its reads (LoadLocked, LoadMany) and writes (Queue) find each row
 // by a key, and generic plans spare planning them on every call; but a
 // generic plan is made once per connection. Made on a table never
 // analyzed, as on a new database, the messages' update hashed the whole
