@@ -287,9 +287,11 @@ func batchContext(ops []*op) (context.Context, context.CancelFunc) {
 
 // writeBatch runs the ops in one transaction on a connection of its own.
 // With ops on existing messages it takes two round trips: BEGIN with the
-// read, which locks the message rows, then the writes of all the changes
-// with COMMIT. Outcomes that claim a due delivery next choose it with the
-// read (queueChooseDue) and read its message in one more round trip. Ops
+// lock of the message rows, then the writes of all the changes with COMMIT.
+// Outcomes that claim a due delivery next choose and lock it with the lock
+// (queueChooseDue). The messages locked that the Writer does not hold at
+// the version locked (see Writer.written), and those of the deliveries
+// chosen, it reads in one more round trip between the two. Ops
 // on one message are decided in turn, each on the state the one before
 // left, and their changes are written as one. Ops that make new
 // messages read nothing: a batch of only those is one round trip, its
@@ -331,7 +333,8 @@ func (w *Writer) writeBatch(ctx context.Context, ops []*op, side *operationSide)
 		if side != nil {
 			side.queueRead(b)
 		}
-		loaded := projection.LoadLocked(b, messageIDs, deliveryIDs, w.writtenOf(messageIDs, deliveryIDs))
+		held := w.writtenOf(messageIDs, deliveryIDs)
+		locked := projection.Lock(b, messageIDs, deliveryIDs)
 		for _, o := range ops {
 			if o.read != nil {
 				o.read(b)
@@ -342,21 +345,26 @@ func (w *Writer) writeBatch(ctx context.Context, ops []*op, side *operationSide)
 		if err := conn.SendBatch(ctx, b).Close(); err != nil {
 			return fmt.Errorf("read: %w", err)
 		}
-		for _, m := range loaded() {
-			read[m.ID] = m
+		var unread []uuid.UUID
+		for _, l := range locked() {
+			if m := held[l.ID]; m != nil && m.Version == l.Version {
+				read[l.ID] = m.Clone()
+			} else {
+				unread = append(unread, l.ID)
+			}
 		}
 		latest = found()
-		var unread []uuid.UUID
 		for id := range due.messages {
-			if read[id] == nil {
+			if read[id] == nil && !slices.Contains(unread, id) {
 				unread = append(unread, id)
 			}
 		}
 		if len(unread) > 0 {
-			// Locked by the choice already: a read is enough.
+			// Locked already, by the lock or the choice: a read in a
+			// statement of its own sees the rows as they are.
 			ms, err := projection.LoadMany(ctx, conn, unread)
 			if err != nil {
-				return fmt.Errorf("read the chosen deliveries: %w", err)
+				return fmt.Errorf("read the locked messages: %w", err)
 			}
 			for _, m := range ms {
 				read[m.ID] = m
@@ -632,7 +640,7 @@ func (w *Writer) commit(ctx context.Context, conn *pgxpool.Conn, changes []*chan
 
 // queueBodies queues, at the end of a batch, the read of the messages'
 // bodies into the map it returns, which is filled when the batch is closed.
-// It looks each id up on its own, as projection.LoadLocked does, so a
+// It looks each id up on its own, as projection.Lock does, so a
 // generic plan cannot scan the table.
 func queueBodies(b *pgx.Batch, messageIDs []uuid.UUID) map[uuid.UUID][]byte {
 	bodies := make(map[uuid.UUID][]byte, len(messageIDs))

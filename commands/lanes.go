@@ -27,7 +27,7 @@ import (
 // batch that needs more lanes after its first read may, and then
 // PostgreSQL ends one of them and it runs again. The messages of the
 // deliveries first waiting in the lanes of the deliveries an op names are
-// locked with the op's own (projection.LoadLocked), so a head's settling
+// locked with the op's own (projection.Lock), so a head's settling
 // finds the next one's message locked and read.
 
 // laneLockClass is the first key of the advisory locks of lanes.

@@ -64,8 +64,8 @@ type Writer struct {
 	// on its message before it is read (see batcher), and an outcome's
 	// batch knows whose due deliveries to choose (queueChooseDue); up to
 	// maxOwners, then it starts over. written holds the messages it wrote,
-	// as it wrote them, so that a batch's read leaves out those still at
-	// that version (projection.LoadLocked); up to maxWritten, then it
+	// as it wrote them, so that a batch need not read those its lock finds
+	// still at that version (projection.Lock); up to maxWritten, then it
 	// starts over.
 	ownersMu sync.Mutex
 	owners   map[uuid.UUID]owner

@@ -21,12 +21,12 @@ func RebuildReading(ctx context.Context, db *pgxpool.Pool, connections int, chun
 	return rebuild(ctx, db, reading{connections: connections, chunk: chunk})
 }
 
-// UpdateMessagesSQL, DeleteLanesSQL, LockSQL, LoadLockedSQL and
-// LoadManySQL are statements of the Writer's transactions, which run under
+// UpdateMessagesSQL, DeleteLanesSQL, LockSQL and LoadManySQL are
+// statements of the Writer's transactions, which run under
 // LookupPlanSQL.
 const UpdateMessagesSQL, DeleteLanesSQL = updateMessagesSQL, deleteLanesSQL
 
-var LockSQL, LoadLockedSQL, LoadManySQL = lockSQL, loadLockedSQL, loadManySQL
+var LockSQL, LoadManySQL = lockSQL, loadManySQL
 
 // ReadDue runs the count of QueueDue at now reading at most exact entries
 // of deliveries_due on each side of now.

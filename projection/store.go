@@ -1,7 +1,6 @@
 package projection
 
 import (
-	"bytes"
 	"cmp"
 	"context"
 	"errors"
@@ -54,64 +53,34 @@ func LoadMany(ctx context.Context, q journal.Querier, ids []uuid.UUID) ([]*Messa
 	return ms, nil
 }
 
-// LoadLocked queues on b, a batch run inside a transaction, the lock of the
+// Lock queues on b, a batch run inside a transaction, the lock of the
 // rows of the messages named by id or by one of their deliveries' ids (FOR
 // UPDATE, in id order, so two transactions locking overlapping sets never
-// wait for each other in a cycle), and then their read as LoadMany reads
-// them, callbacks included. The returned function gives the messages, in id
-// order, once the batch is read; ids with no message are left out.
+// wait for each other in a cycle). The returned function gives the locked
+// messages' ids and versions, in id order, once the batch is read; ids with
+// no message are left out.
 //
-// held are messages as the caller last knew them, by id. The read leaves
-// out each one the lock finds at the version held, and the function gives
-// a clone of the one held instead: a message's state at a version is the
-// fold of its stream up to it, which only one transaction ever commits.
-//
-// The lock and the read are two statements. In READ COMMITTED each takes
-// its own snapshot, so the read, which starts once the locks are held, sees
-// all that a writer it waited for committed. A read locking the rows itself
-// would not: after the wait PostgreSQL returns the locked message row as the
-// other writer left it, but joined to the delivery rows of the snapshot
-// taken before the wait.
-func LoadLocked(b *pgx.Batch, messageIDs, deliveryIDs []uuid.UUID, held map[uuid.UUID]*Message) func() []*Message {
-	heldIDs, heldVersions := make([]uuid.UUID, 0, len(held)), make([]int, 0, len(held))
-	for id, m := range held {
-		heldIDs, heldVersions = append(heldIDs, id), append(heldVersions, m.Version)
-	}
-	var (
-		locked []lockedRow
-		read   []*Message
-	)
+// The caller reads what it needs of them afterwards (LoadMany), or takes a
+// copy it holds at the version locked: a message's state at a version is
+// the fold of its stream up to it, which only one transaction ever
+// commits. The read must be a statement of its own, sent once the lock is
+// read: in READ COMMITTED it then takes a snapshot that holds all that a
+// writer the lock waited for committed. A read locking the rows itself
+// would not: after the wait PostgreSQL returns the locked message row as
+// the other writer left it, but joined to the delivery rows of the
+// snapshot taken before the wait.
+func Lock(b *pgx.Batch, messageIDs, deliveryIDs []uuid.UUID) func() []Locked {
+	var locked []Locked
 	b.Queue(lockSQL, messageIDs, deliveryIDs, true).Query(func(rows pgx.Rows) error {
 		var err error
-		locked, err = pgx.CollectRows(rows, pgx.RowToStructByPos[lockedRow])
+		locked, err = pgx.CollectRows(rows, pgx.RowToStructByPos[Locked])
 		return err
 	})
-	b.Queue(loadLockedSQL, messageIDs, deliveryIDs, true, heldIDs, heldVersions).Query(func(rows pgx.Rows) error {
-		var err error
-		read, err = scanAll(rows)
-		return err
-	})
-	return func() []*Message {
-		ms := read
-		wasRead := make(map[uuid.UUID]bool, len(read))
-		for _, m := range read {
-			wasRead[m.ID] = true
-		}
-		for _, l := range locked {
-			// The read names its messages anew, so one whose lane another
-			// writer moved in between may be in one statement and not the
-			// other: the batch finds the lanes changed and reads again.
-			if m := held[l.ID]; m != nil && m.Version == l.Version && !wasRead[l.ID] {
-				ms = append(ms, m.Clone())
-			}
-		}
-		slices.SortFunc(ms, func(a, b *Message) int { return bytes.Compare(a.ID[:], b.ID[:]) })
-		return ms
-	}
+	return func() []Locked { return locked }
 }
 
-// lockedRow is a row of lockSQL.
-type lockedRow struct {
+// Locked is a message row Lock locked, at the version it holds.
+type Locked struct {
 	ID      uuid.UUID
 	Version int
 }
@@ -119,7 +88,7 @@ type lockedRow struct {
 // LookupPlanSQL makes the plans of the rest of its transaction generic
 // and leaves them one way to find rows: by an index (no sequential scan,
 // no hash or merge join). Every transaction of the Writer begins with
-// it: its reads (LoadLocked, LoadMany) and writes (Queue) find each row
+// it: its reads (Lock, LoadMany) and writes (Queue) find each row
 // by a key, and generic plans spare planning them on every call; but a
 // generic plan is made once per connection. Made on a table never
 // analyzed, as on a new database, the messages' update hashed the whole
@@ -174,13 +143,6 @@ const (
 // versions, in id order.
 var lockSQL = lockedIDs + `SELECT ids.id, l.version FROM ids,
 	LATERAL (SELECT m.version FROM messages m WHERE m.id = ids.id FOR UPDATE) l ORDER BY ids.id`
-
-// loadLockedSQL reads the messages of lockedIDs as loadManySQL does, but
-// for those at the versions held ($4 ids, $5 versions).
-var loadLockedSQL = lockedIDs + `SELECT r.* FROM ids, LATERAL (SELECT ` + joinedColumns + joinedTables + `
-		WHERE m.id = ids.id AND NOT EXISTS (SELECT FROM unnest($4::uuid[], $5::int[]) AS h(id, version)
-			WHERE h.id = m.id AND h.version = m.version)
-		ORDER BY d.seq OFFSET 0) r`
 
 // loadManySQL reads the messages of lockedIDs with their deliveries and
 // callbacks, in id and then sequence order.

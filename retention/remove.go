@@ -183,7 +183,7 @@ func (r *Retention) commit(ctx context.Context, conn *pgxpool.Conn, keep []*proj
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx))
 	b := &pgx.Batch{}
-	read := projection.LoadLocked(b, ids, []uuid.UUID{}, nil)
+	lock := projection.Lock(b, ids, []uuid.UUID{})
 	var version int
 	b.Queue(`SELECT coalesce(max(version), 0) FROM journal WHERE stream = $1`, journal.RetentionStream).
 		QueryRow(func(row pgx.Row) error { return row.Scan(&version) })
@@ -197,13 +197,15 @@ func (r *Retention) commit(ctx context.Context, conn *pgxpool.Conn, keep []*proj
 		byID[m.ID] = m
 	}
 	// The lock takes along the messages first waiting in the lanes of the
-	// ones named, as the commands' locks do; those stay.
-	locked := slices.DeleteFunc(read(), func(m *projection.Message) bool { return byID[m.ID] == nil })
+	// ones named, as the commands' locks do; those stay. A message locked
+	// at the version read is as it was read, so only the versions need
+	// comparing.
+	locked := slices.DeleteFunc(lock(), func(l projection.Locked) bool { return byID[l.ID] == nil })
 	if len(locked) != len(keep) {
 		return 0, false, nil
 	}
-	for _, m := range locked {
-		if was := byID[m.ID]; was.Version != m.Version || !rs.RemovalDue(m.Status, m.UpdatedAt, now) {
+	for _, l := range locked {
+		if was := byID[l.ID]; was.Version != l.Version || !rs.RemovalDue(was.Status, was.UpdatedAt, now) {
 			return 0, false, nil
 		}
 	}
@@ -215,7 +217,7 @@ func (r *Retention) commit(ctx context.Context, conn *pgxpool.Conn, keep []*proj
 	}
 	journal.QueueRemoval(b, streamsOf(ids), records)
 	b.Queue(`DELETE FROM payloads WHERE message_id = ANY($1::uuid[])`, ids)
-	projection.QueueRemove(b, locked, archived)
+	projection.QueueRemove(b, keep, archived)
 	if err := tx.SendBatch(ctx, b).Close(); err != nil {
 		return 0, false, fmt.Errorf("remove the batch: %w", err)
 	}
