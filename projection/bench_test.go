@@ -11,16 +11,21 @@ import (
 
 // journalOf fills the journal with messages × 4 events (accepted, dispatched
 // to one target, claimed, delivered), written by SQL for speed, and fills
-// the projections from it with a rebuild.
+// the projections from it with a rebuild. The messages' and deliveries' ids
+// are of version 7, from the message's time, as the Writer makes them.
 func journalOf(b *testing.B, messages int) (*bundle, uuid.UUID) {
 	b.Helper()
 	bd := setup(b)
 	_, err := bd.db.Exec(bd.ctx, `
 	INSERT INTO journal (recorded_at, stream, version, delivery_id, target, kind, actor, old_state, new_state, payload)
 	SELECT e.at, g.mid::text, e.version, e.did, e.target, e.kind, e.actor, e.old, e.new, e.payload
-	FROM (SELECT i, gen_random_uuid() AS mid, gen_random_uuid() AS did, gen_random_uuid() AS tok,
-			timestamptz '2026-01-01 00:00:00+00' + i * interval '1 millisecond' AS t0
-		FROM generate_series(1, $1) AS i) g
+	FROM (SELECT i, t0, tok,
+			encode(ms || set_byte(substring(r1 FROM 7), 0, (get_byte(r1, 6) & 15) | 112), 'hex')::uuid AS mid,
+			encode(ms || set_byte(substring(r2 FROM 7), 0, (get_byte(r2, 6) & 15) | 112), 'hex')::uuid AS did
+		FROM (SELECT i, t0, gen_random_uuid() AS tok, uuid_send(gen_random_uuid()) AS r1, uuid_send(gen_random_uuid()) AS r2,
+				substring(int8send((extract(epoch FROM t0) * 1000)::bigint) FROM 3) AS ms
+			FROM (SELECT i, timestamptz '2026-01-01 00:00:00+00' + i * interval '1 millisecond' AS t0
+				FROM generate_series(1, $1) AS i) t) r) g
 	CROSS JOIN LATERAL (VALUES
 		(1, g.t0, NULL::uuid, NULL, 'message.accepted', 'source:erp', NULL, NULL,
 			jsonb_build_object('source', 'erp', 'from', 'acme', 'to', 'globex', 'content_type', 'text/plain',

@@ -71,31 +71,36 @@ func checkTables(ctx context.Context, qs []journal.Querier, f *Folded, message u
 }
 
 // share is the part of the tables one connection checks: the messages
-// whose id's first byte is in [lo, hi), and their deliveries.
+// whose id's last byte is in [lo, hi), and their deliveries. The last byte
+// is random in the ids Waybill makes; the first bytes of a version 7 id
+// are its time, the same for every message of decades.
 type share struct {
 	lo, hi               int
 	messages, deliveries string // the WHERE clauses
 	args                 []any
 }
 
-// shareIDs cuts the ids into n shares by their first byte.
+// shareIDs cuts the ids into n shares by their last byte.
 func shareIDs(n int) []share {
 	out := make([]share, n)
 	for i := range out {
 		sh := share{lo: i * 256 / n, hi: (i + 1) * 256 / n}
-		sh.messages, sh.deliveries = " WHERE m.id >= $1", " WHERE d.message_id >= $1"
-		sh.args = []any{uuid.UUID{byte(sh.lo)}}
+		sh.messages, sh.deliveries = ` WHERE `+lastByte("m.id")+` >= $1`, ` WHERE `+lastByte("d.message_id")+` >= $1`
+		sh.args = []any{sh.lo}
 		if sh.hi < 256 {
-			sh.messages += " AND m.id < $2"
-			sh.deliveries += " AND d.message_id < $2"
-			sh.args = append(sh.args, uuid.UUID{byte(sh.hi)})
+			sh.messages += ` AND ` + lastByte("m.id") + ` < $2`
+			sh.deliveries += ` AND ` + lastByte("d.message_id") + ` < $2`
+			sh.args = append(sh.args, sh.hi)
 		}
 		out[i] = sh
 	}
 	return out
 }
 
-func (sh share) holds(id uuid.UUID) bool { return int(id[0]) >= sh.lo && int(id[0]) < sh.hi }
+// lastByte is the SQL of the last byte of the uuid column.
+func lastByte(column string) string { return `get_byte(uuid_send(` + column + `), 15)` }
+
+func (sh share) holds(id uuid.UUID) bool { return int(id[15]) >= sh.lo && int(id[15]) < sh.hi }
 
 // tableCheck compares the stored rows of one share with the fold, one row
 // at a time: first every message row, then every delivery row.

@@ -84,26 +84,3 @@ func TestSameFieldsCoverEveryField(t *testing.T) {
 		}
 	}
 }
-
-// TestSharesCoverEveryIDOnce checks that the shares of the tables hold
-// every first byte of an id once, as their SQL bounds say.
-func TestSharesCoverEveryIDOnce(t *testing.T) {
-	for n := 1; n <= 7; n++ {
-		shares := shareIDs(n)
-		for b := range 256 {
-			held := 0
-			for _, sh := range shares {
-				if sh.holds(uuid.UUID{byte(b)}) {
-					held++
-					from := sh.args[0].(uuid.UUID)
-					if int(from[0]) > b || len(sh.args) == 2 && int(sh.args[1].(uuid.UUID)[0]) <= b {
-						t.Errorf("%d shares: byte %d held by %v", n, b, sh.args)
-					}
-				}
-			}
-			if held != 1 {
-				t.Errorf("%d shares: byte %d held %d times", n, b, held)
-			}
-		}
-	}
-}

@@ -42,3 +42,20 @@ func ReadDue(ctx context.Context, db *pgxpool.Pool, now time.Time, exact int) (i
 // Overdue is how long before now due was, as ReadStats gives it: the
 // database keeps microseconds.
 func Overdue(now, due time.Time) time.Duration { return overdue(now.Truncate(time.Microsecond), due) }
+
+// Share is a share of the tables' check (shareIDs).
+type Share struct {
+	// Where selects the share's messages, m, with Args.
+	Where string
+	Args  []any
+	Holds func(uuid.UUID) bool
+}
+
+// ShareIDs are the n shares of the tables' check.
+func ShareIDs(n int) []Share {
+	var out []Share
+	for _, sh := range shareIDs(n) {
+		out = append(out, Share{Where: sh.messages, Args: sh.args, Holds: sh.holds})
+	}
+	return out
+}
