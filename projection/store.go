@@ -63,9 +63,9 @@ func LoadMany(ctx context.Context, q journal.Querier, ids []uuid.UUID) ([]*Messa
 // The caller reads what it needs of them afterwards (LoadMany), or takes a
 // copy it holds at the version locked: a message's state at a version is
 // the fold of its stream up to it, which only one transaction ever
-// commits. The read must be a statement of its own, sent once the lock is
-// read: in READ COMMITTED it then takes a snapshot that holds all that a
-// writer the lock waited for committed. A read locking the rows itself
+// commits. The read must be a statement of its own, after the lock's: in
+// READ COMMITTED it then takes a snapshot that holds all that a writer the
+// lock waited for committed. A read locking the rows itself
 // would not: after the wait PostgreSQL returns the locked message row as
 // the other writer left it, but joined to the delivery rows of the
 // snapshot taken before the wait.
