@@ -333,7 +333,6 @@ func (w *Writer) writeBatch(ctx context.Context, ops []*op, side *operationSide)
 		if side != nil {
 			side.queueRead(b)
 		}
-		held := w.writtenOf(messageIDs, deliveryIDs)
 		locked := projection.Lock(b, messageIDs, deliveryIDs)
 		for _, o := range ops {
 			if o.read != nil {
@@ -345,13 +344,9 @@ func (w *Writer) writeBatch(ctx context.Context, ops []*op, side *operationSide)
 		if err := conn.SendBatch(ctx, b).Close(); err != nil {
 			return fmt.Errorf("read: %w", err)
 		}
-		var unread []uuid.UUID
-		for _, l := range locked() {
-			if m := held[l.ID]; m != nil && m.Version == l.Version {
-				read[l.ID] = m.Clone()
-			} else {
-				unread = append(unread, l.ID)
-			}
+		held, unread := w.heldAt(locked())
+		for id, m := range held {
+			read[id] = m.Clone()
 		}
 		latest = found()
 		for id := range due.messages {

@@ -239,25 +239,22 @@ func (w *Writer) learn(ms ...*projection.Message) {
 	}
 }
 
-// writtenOf is what the Writer holds of the messages named by id or by one
-// of their deliveries' ids.
-func (w *Writer) writtenOf(messageIDs, deliveryIDs []uuid.UUID) map[uuid.UUID]*projection.Message {
+// heldAt splits the messages a batch locked into those the Writer holds
+// at the version locked, by id, and the ids of the others, which the batch
+// reads.
+func (w *Writer) heldAt(locked []projection.Locked) (map[uuid.UUID]*projection.Message, []uuid.UUID) {
 	w.ownersMu.Lock()
 	defer w.ownersMu.Unlock()
-	out := make(map[uuid.UUID]*projection.Message, len(messageIDs)+len(deliveryIDs))
-	for _, id := range messageIDs {
-		if m := w.written[id]; m != nil {
-			out[id] = m
+	held := make(map[uuid.UUID]*projection.Message, len(locked))
+	var unread []uuid.UUID
+	for _, l := range locked {
+		if m := w.written[l.ID]; m != nil && m.Version == l.Version {
+			held[l.ID] = m
+		} else {
+			unread = append(unread, l.ID)
 		}
 	}
-	for _, id := range deliveryIDs {
-		if o, ok := w.owners[id]; ok {
-			if m := w.written[o.message]; m != nil {
-				out[o.message] = m
-			}
-		}
-	}
-	return out
+	return held, unread
 }
 
 // rollbackTimeout bounds the rollback of a failed command, which runs even
