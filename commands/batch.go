@@ -344,10 +344,8 @@ func (w *Writer) writeBatch(ctx context.Context, ops []*op, side *operationSide)
 		if err := conn.SendBatch(ctx, b).Close(); err != nil {
 			return fmt.Errorf("read: %w", err)
 		}
-		held, unread := w.heldAt(locked())
-		for id, m := range held {
-			read[id] = m.Clone()
-		}
+		var unread []uuid.UUID
+		read, unread = w.heldAt(locked())
 		latest = found()
 		for id := range due.messages {
 			if read[id] == nil && !slices.Contains(unread, id) {

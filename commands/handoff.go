@@ -33,7 +33,9 @@ type Slot interface {
 func (w *Writer) SetTaker(t Taker) { w.taker.Store(&t) }
 
 // DropTaker ends t's taking, leaving every delivery to its wake-up, if t
-// is still the taker: one that another replaced has nothing to end.
+// is still the taker: one that another replaced has nothing to end. Takers
+// are compared with ==, so t's dynamic type must be comparable (a pointer,
+// as a Runtime is).
 func (w *Writer) DropTaker(t Taker) {
 	if p := w.taker.Load(); p != nil && *p == t {
 		w.taker.CompareAndSwap(p, nil)

@@ -240,8 +240,8 @@ func (w *Writer) learn(ms ...*projection.Message) {
 }
 
 // heldAt splits the messages a batch locked into those the Writer holds
-// at the version locked, by id, and the ids of the others, which the batch
-// reads.
+// at the version locked, a clone of each by id, and the ids of the others,
+// which the batch reads.
 func (w *Writer) heldAt(locked []projection.Locked) (map[uuid.UUID]*projection.Message, []uuid.UUID) {
 	w.ownersMu.Lock()
 	defer w.ownersMu.Unlock()
@@ -249,7 +249,7 @@ func (w *Writer) heldAt(locked []projection.Locked) (map[uuid.UUID]*projection.M
 	var unread []uuid.UUID
 	for _, l := range locked {
 		if m := w.written[l.ID]; m != nil && m.Version == l.Version {
-			held[l.ID] = m
+			held[l.ID] = m.Clone()
 		} else {
 			unread = append(unread, l.ID)
 		}

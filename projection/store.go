@@ -65,10 +65,10 @@ func LoadMany(ctx context.Context, q journal.Querier, ids []uuid.UUID) ([]*Messa
 // the fold of its stream up to it, which only one transaction ever
 // commits. The read must be a statement of its own, after the lock's: in
 // READ COMMITTED it then takes a snapshot that holds all that a writer the
-// lock waited for committed. A read locking the rows itself
-// would not: after the wait PostgreSQL returns the locked message row as
-// the other writer left it, but joined to the delivery rows of the
-// snapshot taken before the wait.
+// lock waited for committed. A read locking the rows itself would not:
+// after the wait PostgreSQL returns the locked message row as the other
+// writer left it, but joined to the delivery rows of the snapshot taken
+// before the wait.
 func Lock(b *pgx.Batch, messageIDs, deliveryIDs []uuid.UUID) func() []Locked {
 	var locked []Locked
 	b.Queue(lockSQL, messageIDs, deliveryIDs, true).Query(func(rows pgx.Rows) error {
