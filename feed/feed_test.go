@@ -3,6 +3,7 @@ package feed_test
 import (
 	"context"
 	"errors"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -347,6 +348,45 @@ func lag(t *testing.T, reg *prometheus.Registry) (events, seconds float64) {
 		}
 	}
 	return events, seconds
+}
+
+// TestReadsCommitWithoutWaitingForTheDisk: the subscriber's transactions,
+// whose commits only save a group's place, turn off synchronous_commit for
+// themselves, whatever the session's setting, and leave it as it was.
+func TestReadsCommitWithoutWaitingForTheDisk(t *testing.T) {
+	t.Parallel()
+	cfg := dbtest.Pool(t).Config()
+	cfg.ConnConfig.RuntimeParams = maps.Clone(cfg.ConnConfig.RuntimeParams)
+	cfg.ConnConfig.RuntimeParams["synchronous_commit"] = "on"
+	cfg.MaxConns = 1 // the check after the read is on the read's session
+	db, err := pgxpool.NewWithConfig(t.Context(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	setting := func(q interface {
+		QueryRow(context.Context, string, ...any) pgx.Row
+	}) string {
+		t.Helper()
+		var v string
+		if err := q.QueryRow(t.Context(), `SHOW synchronous_commit`).Scan(&v); err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	tx, err := feed.BeginRead(t.Context(), db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := setting(tx); got != "off" {
+		t.Errorf("synchronous_commit in the read's transaction = %s, want off", got)
+	}
+	if err := tx.Commit(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if got := setting(db); got != "on" {
+		t.Errorf("synchronous_commit after the read = %s, want the session's on", got)
+	}
 }
 
 func TestNewConsumerChecksConfig(t *testing.T) {
