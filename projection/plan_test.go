@@ -28,7 +28,7 @@ func TestWriterStatementsLookUpEachRow(t *testing.T) {
 		name, sql, args string
 	}{
 		{"the lock", projection.LockSQL, `'{}', '{}', true`},
-		{"the read", projection.LoadManySQL, `'{}', '{}', true`},
+		{"the read", projection.LoadManySQL, `'{}'`},
 		{"the messages' update", projection.UpdateMessagesSQL, strings.Repeat(`'{}', `, 11) + `'{}'`},
 		{"the lanes' delete", projection.DeleteLanesSQL, `'{}', '{}'`},
 	} {

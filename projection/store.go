@@ -46,7 +46,7 @@ func Load(ctx context.Context, q journal.Querier, id uuid.UUID) (*Message, error
 // LoadMany reads the messages with the ids, each with all its deliveries,
 // in id order; ids with no message are left out.
 func LoadMany(ctx context.Context, q journal.Querier, ids []uuid.UUID) ([]*Message, error) {
-	ms, err := loadAll(ctx, q, loadManySQL, ids, []uuid.UUID{}, false)
+	ms, err := loadAll(ctx, q, loadManySQL, ids)
 	if err != nil {
 		return nil, fmt.Errorf("load %d messages: %w", len(ids), err)
 	}
@@ -144,9 +144,11 @@ const (
 var lockSQL = lockedIDs + `SELECT ids.id, l.version FROM ids,
 	LATERAL (SELECT m.version FROM messages m WHERE m.id = ids.id FOR UPDATE) l ORDER BY ids.id`
 
-// loadManySQL reads the messages of lockedIDs with their deliveries and
-// callbacks, in id and then sequence order.
-var loadManySQL = lockedIDs + `SELECT r.* FROM ids, LATERAL (SELECT ` + joinedColumns + joinedTables + `
+// loadManySQL reads the messages with the ids $1 with their deliveries
+// and callbacks, in id and then sequence order: a lookup of each id, as
+// lockSQL's are.
+var loadManySQL = `WITH ids AS MATERIALIZED (SELECT DISTINCT id FROM unnest($1::uuid[]) AS k(id) ORDER BY id)
+	SELECT r.* FROM ids, LATERAL (SELECT ` + joinedColumns + joinedTables + `
 		WHERE m.id = ids.id ORDER BY d.seq OFFSET 0) r`
 
 // loadAll reads rows of joinedColumns, ordered by message, into one
