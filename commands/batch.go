@@ -288,10 +288,11 @@ func batchContext(ops []*op) (context.Context, context.CancelFunc) {
 // writeBatch runs the ops in one transaction on a connection of its own.
 // With ops on existing messages it takes two round trips: BEGIN with the
 // lock of the message rows, then the writes of all the changes with COMMIT.
-// Outcomes that claim a due delivery next choose and lock it with the lock
-// (queueChooseDue). The messages locked that the Writer does not hold at
-// the version locked (see Writer.written), and those of the deliveries
-// chosen, it reads in one more round trip between the two. Ops
+// Outcomes that claim a due delivery next choose, lock and read it with
+// the lock (queueChooseDue). The messages locked that the Writer does not
+// hold at the version locked (see Writer.written), and those the choice
+// read at another version than it locked, it reads in one more round trip
+// between the two. Ops
 // on one message are decided in turn, each on the state the one before
 // left, and their changes are written as one. Ops that make new
 // messages read nothing: a batch of only those is one round trip, its
@@ -347,8 +348,13 @@ func (w *Writer) writeBatch(ctx context.Context, ops []*op, side *operationSide)
 		var unread []uuid.UUID
 		read, unread = w.heldAt(locked())
 		latest = found()
-		for id := range due.messages {
-			if read[id] == nil && !slices.Contains(unread, id) {
+		for id, m := range due.messages {
+			switch {
+			case read[id] != nil:
+			case m != nil:
+				read[id] = m
+				unread = slices.DeleteFunc(unread, func(u uuid.UUID) bool { return u == id })
+			case !slices.Contains(unread, id):
 				unread = append(unread, id)
 			}
 		}
@@ -541,10 +547,11 @@ func (w *Writer) decide(ops []*op, read map[uuid.UUID]*projection.Message, lanes
 
 // chosen is what queueChooseDue chose, once the batch is read: by target,
 // the deliveries the batch's outcomes may claim, oldest due first, and the
-// messages they are on.
+// messages they are on, as the choice read them (nil for one it read at
+// another version than it locked).
 type chosen struct {
 	byTarget map[string][]uuid.UUID
-	messages map[uuid.UUID]bool
+	messages map[uuid.UUID]*projection.Message
 }
 
 // queueChooseDue queues on b, after the locks and reads of the batch's
@@ -557,7 +564,7 @@ type chosen struct {
 // locks, it leaves the transaction waiting for no lock once it holds those
 // it chose.
 func (w *Writer) queueChooseDue(b *pgx.Batch, ops []*op, cfg *configState) *chosen {
-	c := &chosen{byTarget: map[string][]uuid.UUID{}, messages: map[uuid.UUID]bool{}}
+	c := &chosen{byTarget: map[string][]uuid.UUID{}, messages: map[uuid.UUID]*projection.Message{}}
 	want := map[string]int{}
 	for _, o := range ops {
 		if !o.claimDue {
@@ -568,9 +575,9 @@ func (w *Writer) queueChooseDue(b *pgx.Batch, ops []*op, cfg *configState) *chos
 		}
 	}
 	if len(want) > 0 {
-		w.queueChoice(b, w.now(), want, func(target string, deliveryID, messageID uuid.UUID) {
-			c.byTarget[target] = append(c.byTarget[target], deliveryID)
-			c.messages[messageID] = true
+		w.queueChoice(b, w.now(), want, func(target string, ch projection.Chosen) {
+			c.byTarget[target] = append(c.byTarget[target], ch.DeliveryID)
+			c.messages[ch.MessageID] = ch.Message
 		})
 	}
 	return c

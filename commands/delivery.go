@@ -95,18 +95,20 @@ func (c *change) claim(deliveryID uuid.UUID, lease time.Duration, now time.Time)
 var claimableSQL = lifecycle.CatchUpRule.SQL("d", "$2")
 
 // claimDueSQL chooses and locks up to $3 deliveries of target $1 that a
-// worker may take at $2, oldest due first. It locks each message before
-// its delivery (the order of FOR UPDATE OF): a candidate whose message
-// another transaction holds is then skipped with nothing locked. Locking
-// the delivery first would keep it locked while skipping its message, and
-// the holder of the message, which writes its deliveries, would wait on a
-// row it has every right to: with an outcome's batch choosing after its
-// own locks (queueChooseDue), two such batches deadlocked.
+// worker may take at $2, oldest due first, and reads their messages
+// (projection.ChooseSQL). It locks each message before its delivery (the
+// order of FOR UPDATE OF): a candidate whose message another transaction
+// holds is then skipped with nothing locked. Locking the delivery first
+// would keep it locked while skipping its message, and the holder of the
+// message, which writes its deliveries, would wait on a row it has every
+// right to: with an outcome's batch choosing after its own locks
+// (queueChooseDue), two such batches deadlocked.
 // It starts at the due key $4 (claimCursors) and returns each one's key.
-var claimDueSQL = `SELECT d.id, d.message_id, ` + claimKeySQL + ` FROM deliveries d JOIN messages m ON m.id = d.message_id
+var claimDueSQL = projection.ChooseSQL(`SELECT d.id, d.message_id, ` + claimKeySQL + `, m.version
+	FROM deliveries d JOIN messages m ON m.id = d.message_id
 	WHERE d.target = $1 AND ` + claimableSQL + ` AND ` + claimKeySQL + ` >= $4
 	ORDER BY ` + claimKeySQL + ` LIMIT $3
-	FOR UPDATE OF m, d SKIP LOCKED`
+	FOR UPDATE OF m, d SKIP LOCKED`)
 
 // claimKeySQL is the due key of deliveries_claimable.
 const claimKeySQL = `coalesce(d.next_due, d.lease_end, d.updated_at)`
@@ -122,9 +124,10 @@ const claimPlanSQL = `SELECT set_config('enable_bitmapscan', 'off', true), set_c
 
 // queueChoice queues on b the choice of up to want[target] deliveries of
 // each target that a worker may take at now (claimDueSQL from the target's
-// cursor, under claimPlanSQL, then claimPlanReset), locking them; add gets
-// each chosen one, in its target's due order, once the batch is read.
-func (w *Writer) queueChoice(b *pgx.Batch, now time.Time, want map[string]int, add func(target string, deliveryID, messageID uuid.UUID)) {
+// cursor, under claimPlanSQL, then claimPlanReset), locking them and
+// reading their messages; add gets each chosen one, in its target's due
+// order, once the batch is read.
+func (w *Writer) queueChoice(b *pgx.Batch, now time.Time, want map[string]int, add func(target string, c projection.Chosen)) {
 	b.Queue(claimPlanSQL)
 	for _, target := range slices.Sorted(maps.Keys(want)) {
 		from, cursor := w.cursors.start(target, now)
@@ -133,20 +136,17 @@ func (w *Writer) queueChoice(b *pgx.Batch, now time.Time, want map[string]int, a
 			bound.InfinityModifier = pgtype.NegativeInfinity
 		}
 		b.Queue(claimDueSQL, target, now, want[target], bound).Query(func(rows pgx.Rows) error {
-			var (
-				deliveryID, messageID uuid.UUID
-				key                   time.Time
-				keys                  []time.Time
-			)
-			_, err := pgx.ForEachRow(rows, []any{&deliveryID, &messageID, &key}, func() error {
-				keys = append(keys, key)
-				add(target, deliveryID, messageID)
-				return nil
-			})
-			if err == nil {
-				w.cursors.chose(target, cursor, want[target], keys, now)
+			chosen, err := projection.ScanChosen(rows)
+			if err != nil {
+				return err
 			}
-			return err
+			keys := make([]time.Time, len(chosen))
+			for i, c := range chosen {
+				keys[i] = c.Key
+				add(target, c)
+			}
+			w.cursors.chose(target, cursor, want[target], keys, now)
+			return nil
 		})
 	}
 	for _, sql := range claimPlanReset {
@@ -234,9 +234,11 @@ func (w *Writer) ClaimDue(ctx context.Context, target string, n int, lease time.
 	return claims, nil
 }
 
-// claimDue runs in one transaction on a connection of its own, in three
+// claimDue runs in one transaction on a connection of its own, in two
 // round trips: BEGIN with the choice of the deliveries, which locks them and
-// their messages; the read of the messages; the writes with COMMIT.
+// their messages and reads the messages; the writes with COMMIT. A message
+// the choice read at another version than it locked is read again in a
+// round trip between the two.
 func (w *Writer) claimDue(ctx context.Context, target string, n int, lease time.Duration) ([]Claim, error) {
 	conn, err := w.db.Acquire(ctx)
 	if err != nil {
@@ -244,39 +246,57 @@ func (w *Writer) claimDue(ctx context.Context, target string, n int, lease time.
 	}
 	defer w.release(conn)
 	now := w.now()
-	byMessage := map[uuid.UUID]uuid.UUID{}
-	var messageIDs []uuid.UUID
+	// A message's first chosen delivery, its oldest due, is the one claimed.
+	var chosen []projection.Chosen
+	var unread []uuid.UUID
+	seen := map[uuid.UUID]bool{}
 	b := &pgx.Batch{}
 	b.Queue(`BEGIN`)
 	b.Queue(projection.LookupPlanSQL)
-	w.queueChoice(b, now, map[string]int{target: n}, func(_ string, deliveryID, messageID uuid.UUID) {
-		byMessage[messageID] = deliveryID
-		messageIDs = append(messageIDs, messageID)
+	w.queueChoice(b, now, map[string]int{target: n}, func(_ string, c projection.Chosen) {
+		if seen[c.MessageID] {
+			return
+		}
+		seen[c.MessageID] = true
+		chosen = append(chosen, c)
+		if c.Message == nil {
+			unread = append(unread, c.MessageID)
+		}
 	})
 	if err := conn.SendBatch(ctx, b).Close(); err != nil {
 		return nil, err
 	}
-	if len(messageIDs) == 0 {
+	if len(chosen) == 0 {
 		return nil, nil // release ends the transaction
 	}
-	messages, err := projection.LoadMany(ctx, conn, messageIDs)
-	if err != nil {
-		return nil, err
+	if len(unread) > 0 {
+		messages, err := projection.LoadMany(ctx, conn, unread)
+		if err != nil {
+			return nil, err
+		}
+		byID := make(map[uuid.UUID]*projection.Message, len(messages))
+		for _, m := range messages {
+			byID[m.ID] = m
+		}
+		for i := range chosen {
+			if chosen[i].Message == nil {
+				chosen[i].Message = byID[chosen[i].MessageID]
+			}
+		}
 	}
 	// The claims take the clock once the rows are locked, as a batch's
 	// decisions do: a reading from before the choice can be older than an
 	// event another writer recorded on a message meanwhile. What was due
 	// at the first reading is due at this one.
 	now = w.now()
-	claims := make([]Claim, 0, len(messages))
-	changes := make([]*change, 0, len(messages))
-	for _, m := range messages {
-		id := byMessage[m.ID]
-		claim, c, err := claimOn(m, id, lease, now)
+	claims := make([]Claim, 0, len(chosen))
+	changes := make([]*change, 0, len(chosen))
+	for _, ch := range chosen {
+		claim, c, err := claimOn(ch.Message, ch.DeliveryID, lease, now)
 		if err != nil {
 			// The query and the fold disagree; leave this one to a claim
 			// by its wake-up, which reports why.
-			w.log.Warn("due delivery not claimable", "delivery_id", id, "err", err)
+			w.log.Warn("due delivery not claimable", "delivery_id", ch.DeliveryID, "err", err)
 			continue
 		}
 		claims = append(claims, claim)

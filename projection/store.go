@@ -166,35 +166,122 @@ func scanAll(rows pgx.Rows) ([]*Message, error) {
 	defer rows.Close()
 	var ms []*Message
 	for rows.Next() {
-		var (
-			row Message
-			d   deliveryRow
-			c   callbackRow
-		)
-		dest := append(append(row.scanDest(), d.scanDest()...), c.scanDest()...)
-		if err := rows.Scan(dest...); err != nil {
+		var r joinedRow
+		if err := rows.Scan(r.scanDest()...); err != nil {
 			return nil, err
 		}
-		if len(ms) == 0 || ms[len(ms)-1].ID != row.ID {
-			row.normalize()
-			if c.messageID.Valid {
-				cb, err := c.callback()
-				if err != nil {
-					return nil, err
-				}
-				row.Callback = cb
+		if len(ms) == 0 || ms[len(ms)-1].ID != r.m.ID {
+			m, err := r.message()
+			if err != nil {
+				return nil, err
 			}
-			ms = append(ms, &row)
+			ms = append(ms, m)
 		}
-		if d.id.Valid {
-			m := ms[len(ms)-1]
-			m.Deliveries = append(m.Deliveries, d.delivery())
-		}
+		r.addTo(ms[len(ms)-1])
 	}
 	if err := rows.Err(); err != nil {
 		return nil, err
 	}
 	return ms, nil
+}
+
+// joinedRow is a row of joinedColumns: a message, and one of its
+// deliveries and its callback, each of which a LEFT JOIN may leave NULL.
+type joinedRow struct {
+	m Message
+	d deliveryRow
+	c callbackRow
+}
+
+func (r *joinedRow) scanDest() []any {
+	return append(append(r.m.scanDest(), r.d.scanDest()...), r.c.scanDest()...)
+}
+
+// message is the message of the first of its rows, with its callback.
+func (r *joinedRow) message() (*Message, error) {
+	m := r.m
+	m.normalize()
+	if r.c.messageID.Valid {
+		cb, err := r.c.callback()
+		if err != nil {
+			return nil, err
+		}
+		m.Callback = cb
+	}
+	return &m, nil
+}
+
+// addTo adds the row's delivery, if any, to m, its message.
+func (r *joinedRow) addTo(m *Message) {
+	if r.d.id.Valid {
+		m.Deliveries = append(m.Deliveries, r.d.delivery())
+	}
+}
+
+// ChooseSQL wraps choice, a statement that chooses deliveries, locks them
+// with their messages (FOR UPDATE OF m, d) and returns for each the
+// delivery's id, its message's id, a due key and the message's version,
+// so that the same statement reads each chosen delivery's message with its
+// deliveries and callback, as LoadMany would in a round trip of its own.
+// ScanChosen reads its rows.
+//
+// The read sees the rows as the statement's snapshot holds them, and that
+// snapshot is taken before the locks (see Lock): a message that another
+// writer committed in between is locked at a later version than it is
+// read, and ScanChosen leaves it for a read of its own.
+func ChooseSQL(choice string) string {
+	return `WITH chosen AS MATERIALIZED (` + choice + `)
+	SELECT ch.*, r.* FROM chosen ch, LATERAL (SELECT ` + joinedColumns + joinedTables + `
+		WHERE m.id = ch.message_id ORDER BY d.seq OFFSET 0) r`
+}
+
+// Chosen is a delivery a ChooseSQL statement chose and locked.
+type Chosen struct {
+	DeliveryID, MessageID uuid.UUID
+	// Key is the due key the choice returned.
+	Key time.Time
+	// Message is the delivery's message as the statement read it, or nil
+	// when it read another version than the one locked: the caller reads
+	// it again in a statement of its own (LoadMany).
+	Message *Message
+}
+
+// ScanChosen reads the rows of a ChooseSQL statement, in the choice's
+// order, and closes them.
+func ScanChosen(rows pgx.Rows) ([]Chosen, error) {
+	defer rows.Close()
+	var (
+		chosen []Chosen
+		locked []int
+	)
+	for rows.Next() {
+		var (
+			c       Chosen
+			version int
+			r       joinedRow
+		)
+		if err := rows.Scan(append([]any{&c.DeliveryID, &c.MessageID, &c.Key, &version}, r.scanDest()...)...); err != nil {
+			return nil, err
+		}
+		// The lateral join gives each chosen delivery's rows together.
+		if len(chosen) == 0 || chosen[len(chosen)-1].DeliveryID != c.DeliveryID {
+			var err error
+			if c.Message, err = r.message(); err != nil {
+				return nil, err
+			}
+			chosen, locked = append(chosen, c), append(locked, version)
+		}
+		r.addTo(chosen[len(chosen)-1].Message)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	for i := range chosen {
+		if chosen[i].Message.Version != locked[i] {
+			chosen[i].Message = nil
+		}
+	}
+	return chosen, nil
 }
 
 // scanDest lists the fields in messageColumns order.
