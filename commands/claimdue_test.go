@@ -113,6 +113,7 @@ func TestClaimDueTakesWhatAWorkerMay(t *testing.T) {
 	if got, want := claimed(first), []uuid.UUID{queued.ID, stalled.ID, retryDue.ID, expired.ID}; !sameSet(got, want) {
 		t.Errorf("first claims %v, want %v", got, want)
 	}
+	b.audit(t) // four claimed, the rest retrying, awaiting a receipt or leased
 	rest := b.claimDue(t, "alpha", 100, lease)
 	if got, want := claimed(rest), []uuid.UUID{retryWoken.ID, fresh.ID}; !sameSet(got, want) {
 		t.Errorf("then %v, want %v", got, want)
