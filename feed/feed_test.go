@@ -234,6 +234,24 @@ func TestEveryGroupSeesEverything(t *testing.T) {
 	}
 }
 
+// TestReadsAJournalOfJSONB reads a journal whose payload column is jsonb,
+// as an earlier build created it: the events decode as from json.
+func TestReadsAJournalOfJSONB(t *testing.T) {
+	t.Parallel()
+	db := dbtest.Pool(t)
+	if _, err := db.Exec(t.Context(), `ALTER TABLE journal ALTER COLUMN payload TYPE jsonb USING payload::jsonb`); err != nil {
+		t.Fatal(err)
+	}
+	want := appendEvents(t, db, 3)
+	r := &recorder{}
+	c := start(t, feed.Config{DB: db, Group: "jsonb", Handle: r.handle})
+	waitFor(t, "every event", func() bool { return len(r.streams()) >= len(want) })
+	c.settle(t)
+	if got := r.streams(); !slices.Equal(got, want) {
+		t.Errorf("group saw %v, want %v", got, want)
+	}
+}
+
 func TestLagGauges(t *testing.T) {
 	t.Parallel()
 	db := dbtest.Pool(t)

@@ -158,16 +158,20 @@ type Payload interface {
 	Text() string
 }
 
-// Encode returns the payload as JSON after validating it.
+// Encode returns the payload as JSON after validating it. It leaves <, >
+// and & as they are rather than escape them for HTML: the journal keeps
+// the text as written, and the fast decoder reads no escapes.
 func Encode(p Payload) ([]byte, error) {
 	if err := p.Validate(); err != nil {
 		return nil, fmt.Errorf("encode %s: %w", p.Kind(), err)
 	}
-	data, err := json.Marshal(p)
-	if err != nil {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(p); err != nil {
 		return nil, fmt.Errorf("encode %s: %w", p.Kind(), err)
 	}
-	return data, nil
+	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
 }
 
 // ErrUnknownKind is returned for a kind outside the catalogue.

@@ -1,6 +1,7 @@
 package journal
 
 import (
+	"bytes"
 	"encoding/hex"
 	"errors"
 	"strings"
@@ -58,6 +59,12 @@ func TestEveryKindRoundTrips(t *testing.T) {
 	}
 	if _, err := Encode(&DeliveryStalled{}); err == nil {
 		t.Error("Encode accepted an invalid payload")
+	}
+	// The journal keeps the text as written; the fast decoder reads no
+	// escapes, so none is written for HTML.
+	in = &DeliveryStalled{WakeUps: 5, Reason: "<b>R&D</b>"}
+	if data, err = Encode(in); err != nil || !bytes.Contains(data, []byte(`"<b>R&D</b>"`)) || !DecodesFast(KindDeliveryStalled, data) {
+		t.Errorf("Encode(%+v) = %s, %v; want the reason unescaped and read by the fast decoder", in, data, err)
 	}
 }
 

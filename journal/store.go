@@ -36,7 +36,7 @@ func IsVersionConflict(err error) bool {
 // order of the arrays: the identity is drawn as the sorted rows are inserted.
 const insertSQL = `INSERT INTO journal
 	(recorded_at, stream, version, delivery_id, target, kind, actor, old_state, new_state, payload)
-	SELECT recorded_at, stream, version, delivery_id, target, kind, actor, old_state, new_state, payload::jsonb
+	SELECT recorded_at, stream, version, delivery_id, target, kind, actor, old_state, new_state, payload::json
 	FROM unnest($1::timestamptz[], $2::text[], $3::int[], $4::uuid[], $5::text[], $6::text[], $7::text[],
 		$8::text[], $9::text[], $10::text[]) WITH ORDINALITY
 		AS e(recorded_at, stream, version, delivery_id, target, kind, actor, old_state, new_state, payload, n)
@@ -287,9 +287,9 @@ func scan(ctx context.Context, q Querier, sql string, args []any, fn func(Event)
 }
 
 // The columns of selectSQL, by their type: rawColumns wants the fixed-size
-// ones in binary; text and jsonb may come either way.
+// ones in binary; text and json may come either way, as both are the text.
 var selectColumns = []uint32{pgtype.Int8OID, pgtype.TimestamptzOID, pgtype.TextOID, pgtype.Int4OID, pgtype.UUIDOID,
-	pgtype.TextOID, pgtype.TextOID, pgtype.TextOID, pgtype.TextOID, pgtype.TextOID, pgtype.JSONBOID}
+	pgtype.TextOID, pgtype.TextOID, pgtype.TextOID, pgtype.TextOID, pgtype.TextOID, pgtype.JSONOID}
 
 // rawColumns reports whether rowReader.decode can read the rows of
 // selectSQL as they come: with the simple protocol, for one, every column
@@ -300,14 +300,16 @@ func rawColumns(fds []pgconn.FieldDescription) bool {
 	}
 	for i, fd := range fds {
 		switch oid := selectColumns[i]; {
-		case fd.DataTypeOID != oid:
-			return false
-		case oid != pgtype.TextOID && oid != pgtype.JSONBOID && fd.Format != pgtype.BinaryFormatCode:
-			return false
-		case oid == pgtype.JSONBOID:
-			if fd.Format == pgtype.BinaryFormatCode {
+		case oid == pgtype.JSONOID && fd.DataTypeOID == pgtype.JSONBOID:
+			// A payload column created as jsonb (schema.journalDDL): its
+			// text is the JSON, its binary form a version byte and the text.
+			if fd.Format != pgtype.TextFormatCode {
 				return false
 			}
+		case fd.DataTypeOID != oid:
+			return false
+		case oid != pgtype.TextOID && oid != pgtype.JSONOID && fd.Format != pgtype.BinaryFormatCode:
+			return false
 		}
 	}
 	return true

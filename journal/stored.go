@@ -19,9 +19,10 @@ func StoredTime(t time.Time) time.Time {
 	return t.UTC().Truncate(Precision)
 }
 
-// StoredText returns s as both the journal's jsonb and the tables' text
-// keep it: valid UTF-8 (each invalid run becomes U+FFFD, as encoding/json
-// would write it) with no NUL, which neither type can hold.
+// StoredText returns s as the tables' text and the journal's payloads keep
+// it: valid UTF-8 (each invalid run becomes U+FFFD, as encoding/json would
+// write it) with no NUL, which text cannot hold, nor jsonb (the payloads
+// of a journal created before they were json).
 func StoredText(s string) string {
 	if utf8.ValidString(s) && strings.IndexByte(s, 0) < 0 {
 		return s

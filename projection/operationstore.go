@@ -300,7 +300,9 @@ const recentBatches = 20
 // lately: over its latest batches, or since its start when it has taken
 // one; 0 when that cannot be told yet.
 func RecentRate(ctx context.Context, q journal.Querier, o *Operation) (float64, error) {
-	rows, err := q.Query(ctx, `SELECT recorded_at, jsonb_array_length(payload->'done') + jsonb_array_length(payload->'refused')
+	// payload::json, for a journal whose payload column is jsonb
+	// (schema.journalDDL).
+	rows, err := q.Query(ctx, `SELECT recorded_at, json_array_length(payload::json->'done') + json_array_length(payload::json->'refused')
 		FROM journal WHERE stream = $1 AND kind = $2 ORDER BY version DESC LIMIT $3`,
 		journal.OperationStream(o.ID), journal.KindOperationProgressed, recentBatches)
 	if err != nil {
@@ -365,7 +367,7 @@ func ParseRefusalAt(s string) (RefusalAt, error) {
 // RefusalAt for the first).
 func Refusals(ctx context.Context, q journal.Querier, id uuid.UUID, after RefusalAt, limit int) ([]RefusalAt, error) {
 	rows, err := q.Query(ctx, `SELECT j.version, x.n, (x.r->>'message_id')::uuid, x.r->>'reason'
-		FROM journal j CROSS JOIN LATERAL jsonb_array_elements(j.payload->'refused') WITH ORDINALITY AS x(r, n)
+		FROM journal j CROSS JOIN LATERAL json_array_elements(j.payload::json->'refused') WITH ORDINALITY AS x(r, n)
 		WHERE j.stream = $1 AND j.kind = $2 AND j.version >= $3 AND (j.version > $3 OR x.n > $4)
 		ORDER BY j.version, x.n LIMIT $5`,
 		journal.OperationStream(id), journal.KindOperationProgressed, after.Version, after.N, limit)

@@ -43,6 +43,14 @@ const versionDDL = `CREATE TABLE IF NOT EXISTS schema_version (
 	version int  NOT NULL
 )`
 
+// journalDDL creates the journal. Its payload is json, the text as
+// journal.Encode wrote it: appending only checks it, and reading sends it
+// as it is, where jsonb is parsed into its own form on the way in and
+// printed back on every read (the feed's groups, the history, the audit
+// and the rebuild read each payload again). Fields stay reachable with
+// -> and ->>. A journal created before holds jsonb, which every statement
+// here reads and writes as well (docs/operations.md, "The journal's
+// payload column").
 const journalDDL = `
 
 CREATE TABLE IF NOT EXISTS journal (
@@ -57,7 +65,7 @@ CREATE TABLE IF NOT EXISTS journal (
 	actor       text        NOT NULL,
 	old_state   text,
 	new_state   text,
-	payload     jsonb       NOT NULL,
+	payload     json        NOT NULL,
 	CONSTRAINT journal_stream_version_key UNIQUE (stream, version)
 );
 CREATE INDEX IF NOT EXISTS journal_txid ON journal (txid, position);
@@ -95,7 +103,7 @@ BEGIN
 	IF n = 0 THEN
 		RETURN NULL;
 	END IF;
-	SELECT payload INTO ledger FROM journal
+	SELECT payload::jsonb INTO ledger FROM journal
 		WHERE txid = pg_current_xact_id() AND kind = 'retention.archived'
 		ORDER BY position DESC LIMIT 1;
 	IF ledger IS NULL OR kept OR (ledger->>'events')::bigint <> n OR (ledger->>'messages')::bigint <> streams
