@@ -200,6 +200,42 @@ func TestRebuildEqualsTheTablesBefore(t *testing.T) {
 	}
 }
 
+// TestAuditAndRebuildReadAJournalOfJSONB runs the Writer, the audit and
+// the rebuild on a journal whose payload column is jsonb, as an earlier
+// build created it: the audit is clean with a claim in flight beside
+// retrying, awaiting and settled deliveries, and after the rebuild.
+func TestAuditAndRebuildReadAJournalOfJSONB(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	if _, err := b.db.Exec(b.ctx, `ALTER TABLE journal ALTER COLUMN payload TYPE jsonb USING payload::jsonb`); err != nil {
+		t.Fatal(err)
+	}
+	b.lifecycles(t, 40, rand.New(rand.NewPCG(3, 4)))
+	m, _, err := b.w.Ingest(b.ctx, commands.NewMessage{Source: "erp", From: "a", To: "b", Payload: []byte("in flight")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := b.w.Claim(b.ctx, m.Deliveries[0].ID, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := b.audit(t); len(r.Violations) > 0 || r.Messages != 41 {
+		t.Fatalf("audit with a claim in flight: %d messages, %v", r.Messages, r.Violations)
+	}
+	if _, err := b.w.Complete(b.ctx, m.Deliveries[0].ID, c.Token, lifecycle.Delivered("200")); err != nil {
+		t.Fatal(err)
+	}
+	r, err := projection.Rebuild(b.ctx, b.db)
+	if err != nil || len(r.Violations) > 0 || r.Messages != 41 {
+		t.Fatalf("rebuild: %v, %+v", err, r)
+	}
+	var column string
+	if err := b.db.QueryRow(b.ctx, `SELECT atttypid::regtype::text FROM pg_attribute
+		WHERE attrelid = 'journal'::regclass AND attname = 'payload'`).Scan(&column); err != nil || column != "jsonb" {
+		t.Fatalf("the payload column is %q (%v), want jsonb still", column, err)
+	}
+}
+
 func TestRebuildRefusesWhileAServerRuns(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
