@@ -12,6 +12,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go"
+
+	"github.com/waybill/waybill/schema"
 )
 
 const (
@@ -26,18 +28,16 @@ const (
 	sendBatch = 100
 )
 
-// sendLock is the advisory lock of a channel's send loop: one loop per
-// channel sends at a time, whatever the number of processes, so two of them
-// never send the same alert at once.
-const sendLock = 0x77617962696c6c10
-
 // errBusy says another process holds the channel's send lock.
 var errBusy = errors.New("another process is sending")
 
 // channel is one way out for alerts, with the SQL of its column.
 type channel struct {
 	name string
-	lock int64
+	// lease is held by the send loop while it sends: one loop per channel
+	// sends at a time, whatever the number of processes, so two of them
+	// never send the same alert at once.
+	lease *schema.Lease
 	// pending selects the unsent alerts in journal order; mark sets one sent.
 	pending string
 	mark    string
@@ -56,10 +56,15 @@ type pending struct {
 	body []byte
 }
 
+// lease makes the lease of a channel's send loop.
+func (a *Alerter) lease(key schema.LockKey, loop string) *schema.Lease {
+	return schema.NewLease(a.db, key, loop, a.log, a.metrics)
+}
+
 func (a *Alerter) natsChannel() *channel {
 	return &channel{
 		name:    "nats",
-		lock:    sendLock,
+		lease:   a.lease(schema.KeyAlertsNATS, "alerts_nats"),
 		pending: `SELECT id, code, body FROM alerts WHERE nats_sent_at IS NULL ORDER BY position, id LIMIT $1`,
 		mark:    `UPDATE alerts SET nats_sent_at = $2 WHERE id = $1`,
 		send: func(ctx context.Context, p pending) error {
@@ -75,7 +80,7 @@ func (a *Alerter) natsChannel() *channel {
 func (a *Alerter) webhookChannel() *channel {
 	return &channel{
 		name:    "webhook",
-		lock:    sendLock + 1,
+		lease:   a.lease(schema.KeyAlertsWebhook, "alerts_webhook"),
 		pending: `SELECT id, code, body FROM alerts WHERE webhook AND webhook_sent_at IS NULL ORDER BY position, id LIMIT $1`,
 		mark:    `UPDATE alerts SET webhook_sent_at = $2 WHERE id = $1`,
 		send:    a.post,
@@ -119,26 +124,15 @@ func (a *Alerter) sendLoop(ctx context.Context, ch *channel) {
 // each as it goes, and stops at the first failure so none overtakes another.
 // It holds the channel's lock on one connection, which the marks use too.
 func (a *Alerter) sendPending(ctx context.Context, ch *channel) error {
-	conn, err := a.db.Acquire(ctx)
+	mine, err := ch.lease.Take(ctx)
 	if err != nil {
 		return fmt.Errorf("send alerts by %s: %w", ch.name, err)
-	}
-	defer conn.Release()
-	var mine bool
-	if err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock($1)`, ch.lock).Scan(&mine); err != nil {
-		return fmt.Errorf("send alerts by %s: lock: %w", ch.name, err)
 	}
 	if !mine {
 		return errBusy
 	}
-	defer func() {
-		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), sendTimeout)
-		defer cancel()
-		if _, err := conn.Exec(uctx, `SELECT pg_advisory_unlock($1)`, ch.lock); err != nil {
-			// Ending the session drops the lock.
-			_ = conn.Conn().Close(uctx)
-		}
-	}()
+	defer ch.lease.Release()
+	conn := ch.lease.Conn()
 	for {
 		rows, _ := conn.Query(ctx, ch.pending, sendBatch)
 		batch, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (pending, error) {

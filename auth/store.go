@@ -18,6 +18,7 @@ import (
 
 	"github.com/waybill/waybill/internal/securefile"
 	"github.com/waybill/waybill/lifecycle"
+	"github.com/waybill/waybill/schema"
 )
 
 // A token is "wb_<id>_<secret>": id is 8 random bytes and secret 32, both
@@ -40,10 +41,6 @@ const AdminTokenFile = "admin.token"
 
 // AdminName is the name of the token EnsureAdminToken creates.
 const AdminName = "admin"
-
-// adminLock serialises EnsureAdminToken across processes, so servers that
-// start together on one database create one admin token between them.
-const adminLock = 0x77617962696c6c20
 
 // Store keeps the tokens in the api_tokens table, which schema.Ensure
 // creates. It remembers the rows it has read for CacheTTL, so a client
@@ -175,7 +172,7 @@ func (s *Store) Revoke(ctx context.Context, id string) (Token, error) {
 	err = pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
 		// The admin lock makes two revocations of the last two admin
 		// tokens take turns, so one of them is refused.
-		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, int64(adminLock)); err != nil {
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, int64(schema.KeyAdminToken)); err != nil {
 			return err
 		}
 		err := tx.QueryRow(ctx, `DELETE FROM api_tokens WHERE id = $1 RETURNING name, role, created_at`, id).
@@ -291,7 +288,7 @@ func isLowerHex(s string) bool {
 // database create one token between them.
 func (s *Store) EnsureAdminToken(ctx context.Context, path string) (created bool, err error) {
 	err = pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, int64(adminLock)); err != nil {
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, int64(schema.KeyAdminToken)); err != nil {
 			return err
 		}
 		var exists bool

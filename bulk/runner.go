@@ -13,16 +13,9 @@ import (
 
 	"github.com/waybill/waybill/commands"
 	"github.com/waybill/waybill/projection"
+	"github.com/waybill/waybill/schema"
 	"github.com/waybill/waybill/service"
 )
-
-// runnerLock is the advisory lock whose holder runs the bulk operations:
-// one process at a time. It is held on a connection of its own for as long
-// as the runner runs; a process that dies drops it with its connection, so
-// another takes over at its next look, with no lease to wait out. The
-// lock only keeps the work in one place, paced once: that no message is
-// acted on twice never depends on it (see commands.Writer.Operate).
-const runnerLock = 0x77617962696c6c30
 
 // Config configures a Runner.
 type Config struct {
@@ -52,9 +45,13 @@ type Runner struct {
 	log     *slog.Logger
 	metrics *metrics
 	wake    chan struct{}
-	// lock is the connection that holds runnerLock; nil while not held.
-	// Only the loop touches it.
-	lock *pgxpool.Conn
+	// lease is held by the one process that runs the operations, for as
+	// long as its runner runs; a process that dies drops it with its
+	// connection, so another takes over at its next look. It only keeps the
+	// work in one place, paced once: that no message is acted on twice
+	// never depends on it (see commands.Writer.Operate). Only the loop
+	// touches it.
+	lease *schema.Lease
 
 	loop *service.Loop
 }
@@ -68,8 +65,9 @@ func New(cfg Config) (*Runner, error) {
 	if cfg.Poll <= 0 {
 		cfg.Poll = time.Second
 	}
-	return &Runner{cfg: cfg, log: cfg.Logger.With("component", "bulk"), metrics: newMetrics(cfg.Registerer),
-		wake: make(chan struct{}, 1), loop: service.NewLoop()}, nil
+	log := cfg.Logger.With("component", "bulk")
+	return &Runner{cfg: cfg, log: log, metrics: newMetrics(cfg.Registerer), wake: make(chan struct{}, 1),
+		lease: schema.NewLease(cfg.DB, schema.KeyBulk, "bulk", log, cfg.Registerer), loop: service.NewLoop()}, nil
 }
 
 // Start sets the loop going: it looks for running operations at once, and
@@ -96,14 +94,14 @@ func (r *Runner) Wake() {
 }
 
 func (r *Runner) run(ctx context.Context) {
-	defer r.unlock()
+	defer r.lease.Release()
 	var backoff time.Duration
 	for {
 		wait := r.cfg.Poll
 		if n, err := projection.CountRunning(ctx, r.cfg.DB); err == nil {
 			r.metrics.running.Set(float64(n))
 		}
-		if r.hold(ctx) {
+		if mine, err := r.lease.Take(ctx); err == nil && mine {
 			start := r.cfg.Now()
 			res, err := r.Step(ctx)
 			switch {
@@ -134,55 +132,6 @@ func (r *Runner) run(ctx context.Context) {
 		case <-t.C:
 		}
 	}
-}
-
-// hold reports whether this runner holds the lock, taking it when it is
-// free. A held lock is checked on its connection: a session that ended
-// has dropped it.
-func (r *Runner) hold(ctx context.Context) bool {
-	if r.lock != nil {
-		if _, err := r.lock.Exec(ctx, `SELECT 1`); err == nil {
-			return true
-		}
-		r.log.Warn("bulk operations: the runner's lock was lost with its connection")
-		r.dropLock()
-	}
-	conn, err := r.cfg.DB.Acquire(ctx)
-	if err != nil {
-		return false
-	}
-	var mine bool
-	if err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock($1)`, int64(runnerLock)).Scan(&mine); err != nil || !mine {
-		conn.Release()
-		return false
-	}
-	r.lock = conn
-	r.log.Info("bulk operations: this process runs them")
-	return true
-}
-
-// unlock gives the lock up; ending the session drops it when the unlock
-// cannot be sent.
-func (r *Runner) unlock() {
-	if r.lock == nil {
-		return
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	if _, err := r.lock.Exec(ctx, `SELECT pg_advisory_unlock($1)`, int64(runnerLock)); err != nil {
-		_ = r.lock.Conn().Close(ctx)
-	}
-	r.lock.Release()
-	r.lock = nil
-}
-
-// dropLock ends the session of a lock whose connection failed.
-func (r *Runner) dropLock() {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	_ = r.lock.Conn().Close(ctx)
-	r.lock.Release()
-	r.lock = nil
 }
 
 // Result is what one Step did.

@@ -5,6 +5,8 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+
+	"github.com/waybill/waybill/schema"
 )
 
 // A message ingested with a duplicate key (a sender's control id) is a
@@ -13,9 +15,6 @@ import (
 // transaction-level advisory lock on the source and key, so two ingests of
 // one key, in one batch or in two processes, see each other in the order
 // they commit.
-
-// dupLockClass is the first key of the advisory locks of duplicate keys.
-const dupLockClass = 0x77647570
 
 // dupKey is a source and a duplicate key.
 type dupKey struct{ source, key string }
@@ -58,7 +57,7 @@ func queueDuplicates(b *pgx.Batch, keys []dupKey) func() map[dupKey]uuid.UUID {
 	}
 	b.Queue(`SELECT pg_advisory_xact_lock($3::int, h) FROM (
 			SELECT DISTINCT hashtext(s || chr(31) || k) AS h FROM unnest($1::text[], $2::text[]) AS x(s, k)
-			ORDER BY h OFFSET 0) l`, sources, names, dupLockClass)
+			ORDER BY h OFFSET 0) l`, sources, names, int32(schema.ClassDuplicate))
 	b.Queue(`SELECT x.s, x.k, m.id FROM unnest($1::text[], $2::text[]) AS x(s, k),
 		LATERAL (SELECT id FROM messages WHERE source = x.s AND duplicate_key = x.k
 			ORDER BY created_at DESC, id DESC LIMIT 1) m`, sources, names).Query(func(rows pgx.Rows) error {

@@ -11,6 +11,7 @@ import (
 	"github.com/waybill/waybill/journal"
 	"github.com/waybill/waybill/lifecycle"
 	"github.com/waybill/waybill/projection"
+	"github.com/waybill/waybill/schema"
 )
 
 // A batch keeps the lanes of fifo targets in step with the deliveries its
@@ -29,9 +30,6 @@ import (
 // deliveries first waiting in the lanes of the deliveries an op names are
 // locked with the op's own (projection.Lock), so a head's settling
 // finds the next one's message locked and read.
-
-// laneLockClass is the first key of the advisory locks of lanes.
-const laneLockClass = 0x77616c6e
 
 // Errors that end a batch's decision on lanes.
 var (
@@ -77,7 +75,7 @@ func queueLanes(b *pgx.Batch, ids []projection.LaneID) func() []projection.LaneR
 	}
 	b.Queue(`SELECT pg_advisory_xact_lock($3::int, h) FROM (
 			SELECT DISTINCT hashtext(t || chr(31) || k) AS h FROM unnest($1::text[], $2::text[]) AS x(t, k)
-			ORDER BY h OFFSET 0) l`, targets, keys, laneLockClass)
+			ORDER BY h OFFSET 0) l`, targets, keys, int32(schema.ClassLane))
 	return projection.QueueLoadLanes(b, targets, keys)
 }
 

@@ -14,6 +14,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/waybill/waybill/schema"
 )
 
 // topic is the one topic of the feed: the journal. The subscriber checks its
@@ -27,10 +29,6 @@ const offsetsTable = "feed_offsets"
 // once per read, so a crash redelivers at most this many.
 const batchSize = 500
 
-// initLock serialises the creation of the offsets table by consumers starting
-// at once, as DefaultPostgreSQLSchema does with its own lock.
-const initLock = 0x77617962696c6c03
-
 // errReadOnly is the refusal of every insert: only the commands write the
 // journal, together with the projections.
 var errReadOnly = errors.New("feed: the journal is written only by the commands, never through the feed")
@@ -43,7 +41,7 @@ type journalSchema struct{}
 // SchemaInitializingQueries only takes the lock: schema.Ensure owns the
 // journal. The offsets adapter adds its own table after it.
 func (journalSchema) SchemaInitializingQueries(wsql.SchemaInitializingQueriesParams) ([]wsql.Query, error) {
-	return []wsql.Query{{Query: fmt.Sprintf("SELECT pg_advisory_xact_lock(%d)", int64(initLock))}}, nil
+	return []wsql.Query{{Query: fmt.Sprintf("SELECT pg_advisory_xact_lock(%d)", int64(schema.KeyFeedInit))}}, nil
 }
 
 // RequiresTransaction makes the subscriber initialise in a transaction, so the

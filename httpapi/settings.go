@@ -20,7 +20,6 @@ func (s *Server) putSettings(w http.ResponseWriter, r *http.Request) error {
 	if err := s.readJSON(w, r, &settings, false); err != nil {
 		return err
 	}
-	settings = settings.WithDefaults()
 	if err := s.cfg.Writer.SetSettings(r.Context(), settings, actor(r)); err != nil {
 		return err
 	}

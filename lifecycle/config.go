@@ -229,12 +229,15 @@ const (
 
 // DefaultSettings are the settings of a database nobody configured.
 func DefaultSettings() Settings {
-	return Settings{Delivery: DeliverySettings{MaxDispatches: DefaultMaxDispatches}}.WithDefaults()
+	return Settings{}.WithDefaults()
 }
 
-// WithDefaults fills the fields that have a default and are left at zero.
-// max_dispatches has none: it is required.
+// WithDefaults fills the fields left at zero with their defaults, so a
+// PUT of the retention alone keeps the rest as a new database has it.
 func (s Settings) WithDefaults() Settings {
+	if s.Delivery.MaxDispatches == 0 {
+		s.Delivery.MaxDispatches = DefaultMaxDispatches
+	}
 	if s.CallbackMaxAttempts == 0 {
 		s.CallbackMaxAttempts = DefaultCallbackMaxAttempts
 	}

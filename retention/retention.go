@@ -23,6 +23,7 @@ import (
 	"github.com/waybill/waybill/commands"
 	"github.com/waybill/waybill/journal"
 	"github.com/waybill/waybill/lifecycle"
+	"github.com/waybill/waybill/schema"
 	"github.com/waybill/waybill/service"
 )
 
@@ -83,7 +84,10 @@ type Retention struct {
 	log     *slog.Logger
 	metrics *metrics
 
-	loop *service.Loop
+	// lease is held by the process that runs a pass, for the pass.
+	lease *schema.Lease
+	loop  *service.Loop
+	wake  chan struct{}
 
 	// cut, set by tests, is called at the named points of a removal batch;
 	// an error stops the pass there, as a crash would, leaving the files
@@ -112,12 +116,14 @@ func New(cfg Config) (*Retention, error) {
 	if cfg.Pause <= 0 {
 		cfg.Pause = 50 * time.Millisecond
 	}
-	return &Retention{cfg: cfg, log: cfg.Logger.With("component", "retention"), metrics: newMetrics(cfg.Registerer),
-		loop: service.NewLoop()}, nil
+	log := cfg.Logger.With("component", "retention")
+	return &Retention{cfg: cfg, log: log, metrics: newMetrics(cfg.Registerer),
+		lease: schema.NewLease(cfg.DB, schema.KeyRetention, "retention", log, cfg.Registerer), loop: service.NewLoop(),
+		wake: make(chan struct{}, 1)}, nil
 }
 
 // Start sets the loop going: a pass at once, then one every Interval of
-// the settings it read. It returns at once; a first pass over a large
+// the settings it read, or at once after Wake. It returns at once; a first pass over a large
 // backlog may take long, paced as every pass is.
 func (r *Retention) Start(context.Context) error {
 	if err := r.loop.Begin("retention"); err != nil {
@@ -140,14 +146,28 @@ func (r *Retention) Start(context.Context) error {
 			if err == nil {
 				wait = Interval(settings)
 			}
+			t := time.NewTimer(wait)
 			select {
 			case <-ctx.Done():
+				t.Stop()
 				return
-			case <-time.After(wait):
+			case <-r.wake:
+				t.Stop()
+			case <-t.C:
 			}
 		}
 	})
 	return nil
+}
+
+// Wake tells the loop the settings changed, so it passes at once with the
+// new periods rather than after the interval of the old ones (a minute
+// while retention was off). It never blocks.
+func (r *Retention) Wake() {
+	select {
+	case r.wake <- struct{}{}:
+	default:
+	}
 }
 
 // Stop ends the loop, cancelling a pass in progress (a batch commits whole
@@ -164,9 +184,6 @@ func Interval(r lifecycle.Retention) time.Duration {
 	}
 	return min(max(d, time.Second), time.Minute)
 }
-
-// lockKey is the session advisory lock a pass holds: the lease.
-const lockKey = 0x77617962696c6c30
 
 // Pass reads the settings, measures, and, when this process gets the
 // lease, expunges what is due, then removes what is due batch by batch.
@@ -199,28 +216,16 @@ func (r *Retention) run(ctx context.Context, rs lifecycle.Retention, res *Result
 	if !rs.Enabled() {
 		return nil
 	}
-	conn, err := r.cfg.DB.Acquire(ctx)
+	leased, err := r.lease.Take(ctx)
 	if err != nil {
 		return err
-	}
-	defer conn.Release()
-	var leased bool
-	if err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock($1)`, int64(lockKey)).Scan(&leased); err != nil {
-		return fmt.Errorf("take the lease: %w", err)
 	}
 	if !leased {
 		res.Skipped = true
 		return nil
 	}
-	defer func() {
-		// A context of its own: the pass's may be done. Should the unlock
-		// fail, the connection goes, and the lock with its session.
-		uctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		if _, uerr := conn.Exec(uctx, `SELECT pg_advisory_unlock($1)`, int64(lockKey)); uerr != nil {
-			conn.Conn().Close(uctx)
-		}
-	}()
+	defer r.lease.Release()
+	conn := r.lease.Conn()
 	if rs.PayloadAfter != nil {
 		if err := r.expunge(ctx, rs, res); err != nil {
 			return fmt.Errorf("expunge: %w", err)

@@ -4,15 +4,52 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
-// serverLock is the advisory lock that tells servers and rebuilds apart:
-// every server holds it shared for as long as it runs; a rebuild needs it
-// alone.
-const serverLock = 0x77617962696c6c02
+// LockKey is an advisory-lock key of a single bigint. Every key Waybill
+// takes is declared in the block below, so two parts never share one by
+// mistake (TestLockKeysDistinct holds them apart).
+type LockKey int64
+
+// The advisory-lock keys: "waybill" in ASCII and a byte of its own each.
+const (
+	// KeyEnsure serialises schema.Ensure across processes starting at once.
+	KeyEnsure LockKey = 0x77617962696c6c01
+	// KeyServer is held shared by every running server and alone by a
+	// rebuild or a reset.
+	KeyServer LockKey = 0x77617962696c6c02
+	// KeyFeedInit serialises the feed's creation of its offsets table.
+	KeyFeedInit LockKey = 0x77617962696c6c03
+	// KeyAlertsNATS and KeyAlertsWebhook are the leases of the alerts'
+	// send loops, one per channel.
+	KeyAlertsNATS    LockKey = 0x77617962696c6c10
+	KeyAlertsWebhook LockKey = 0x77617962696c6c11
+	// KeyAdminToken serialises the creation of the first admin token.
+	KeyAdminToken LockKey = 0x77617962696c6c20
+	// KeyRetention is the lease of a retention pass.
+	KeyRetention LockKey = 0x77617962696c6c30
+	// KeyBulk is the lease of the bulk operations' runner.
+	KeyBulk LockKey = 0x77617962696c6c31
+)
+
+// LockClass is the first key of an advisory lock of two int keys, whose
+// second key is a hash of what it locks. PostgreSQL keeps the two-key
+// locks apart from the one-key ones, so classes only differ among
+// themselves.
+type LockClass int32
+
+// The classes of two-key advisory locks.
+const (
+	// ClassLane locks a fifo target's lane ("waln").
+	ClassLane LockClass = 0x77616c6e
+	// ClassDuplicate locks a source's duplicate key ("wdup").
+	ClassDuplicate LockClass = 0x77647570
+)
 
 // ErrDatabaseInUse is returned when the lock is held the other way: a rebuild
 // while a server runs, or a server while a rebuild runs.
@@ -44,7 +81,7 @@ func lock(ctx context.Context, db *pgxpool.Pool, sql, unlock, inUse string) (*Lo
 		return nil, fmt.Errorf("lock database: %w", err)
 	}
 	var ok bool
-	if err := conn.QueryRow(ctx, sql, int64(serverLock)).Scan(&ok); err != nil {
+	if err := conn.QueryRow(ctx, sql, int64(KeyServer)).Scan(&ok); err != nil {
 		conn.Release()
 		return nil, fmt.Errorf("lock database: %w", err)
 	}
@@ -60,12 +97,142 @@ func (l *Lock) Release() {
 	if l.conn == nil {
 		return
 	}
+	releaseConn(l.conn, l.unlock, KeyServer)
+	l.conn = nil
+}
+
+// releaseConn unlocks key on conn and gives the connection back; should the
+// unlock fail, it ends the session, which drops every lock it holds.
+func releaseConn(conn *pgxpool.Conn, unlock string, key LockKey) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if _, err := l.conn.Exec(ctx, l.unlock, int64(serverLock)); err != nil {
-		// Ending the session drops every advisory lock it holds.
-		_ = l.conn.Conn().Close(ctx)
+	if _, err := conn.Exec(ctx, unlock, int64(key)); err != nil {
+		_ = conn.Conn().Close(ctx)
 	}
+	conn.Release()
+}
+
+// Lease is a loop's session advisory lock, held on a connection of its own:
+// the process that holds it does the loop's work, one process at a time. A
+// process that dies drops it with its session, so another takes over at
+// its next try, with no lease to wait out. Whether this process holds it
+// shows in the gauge waybill_lease_held{loop}, and the log says the first
+// time it holds it and the first time it stands by (later changes at debug
+// level), so a loop that stands by never does so silently. A Lease is used by one
+// goroutine, its loop's.
+type Lease struct {
+	loop string
+	key  LockKey
+	db   *pgxpool.Pool
+	log  *slog.Logger
+	held prometheus.Gauge
+	conn *pgxpool.Conn
+	// mine is the last answer of Take; toldHeld and toldStandby say whether
+	// the log has said each once.
+	mine, toldHeld, toldStandby bool
+}
+
+// NewLease makes the lease of the loop named loop on key. Its gauge is
+// registered with reg (nil: nowhere); the leases of a process share one
+// vector.
+func NewLease(db *pgxpool.Pool, key LockKey, loop string, log *slog.Logger, reg prometheus.Registerer) *Lease {
+	return &Lease{loop: loop, key: key, db: db, log: log, held: leaseGauge(reg).WithLabelValues(loop)}
+}
+
+// leaseGauge is the process's waybill_lease_held vector on reg: the first
+// lease registers it, the others find it there.
+func leaseGauge(reg prometheus.Registerer) *prometheus.GaugeVec {
+	vec := prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "waybill_lease_held",
+		Help: "1 while this process holds the loop's lease and does its work, 0 while another process does.",
+	}, []string{"loop"})
+	if reg == nil {
+		return vec
+	}
+	if err := reg.Register(vec); err != nil {
+		var already prometheus.AlreadyRegisteredError
+		if errors.As(err, &already) {
+			return already.ExistingCollector.(*prometheus.GaugeVec)
+		}
+		panic(fmt.Sprintf("register waybill_lease_held: %v", err))
+	}
+	return vec
+}
+
+// Take reports whether this process holds the lease, taking it when it is
+// free. A lease already held is checked on its connection: a session that
+// ended has dropped it, and it is taken again if it can be.
+func (l *Lease) Take(ctx context.Context) (bool, error) {
+	if l.conn != nil {
+		if _, err := l.conn.Exec(ctx, `SELECT 1`); err == nil {
+			return true, nil
+		}
+		l.log.Warn("lease lost with its connection", "loop", l.loop)
+		l.dropConn()
+	}
+	conn, err := l.db.Acquire(ctx)
+	if err != nil {
+		return false, fmt.Errorf("take the %s lease: %w", l.loop, err)
+	}
+	var mine bool
+	if err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock($1)`, int64(l.key)).Scan(&mine); err != nil {
+		conn.Release()
+		return false, fmt.Errorf("take the %s lease: %w", l.loop, err)
+	}
+	if !mine {
+		conn.Release()
+	} else {
+		l.conn = conn
+	}
+	l.tell(mine)
+	return mine, nil
+}
+
+// Conn is the connection that holds the lease, for work that must run
+// under it; nil while the lease is not held.
+func (l *Lease) Conn() *pgxpool.Conn { return l.conn }
+
+// Release gives the lease up; safe to call when it is not held.
+func (l *Lease) Release() {
+	if l.conn == nil {
+		return
+	}
+	releaseConn(l.conn, `SELECT pg_advisory_unlock($1)`, l.key)
+	l.conn = nil
+	l.held.Set(0)
+}
+
+// dropConn ends the session of a lease whose connection failed.
+func (l *Lease) dropConn() {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = l.conn.Conn().Close(ctx)
 	l.conn.Release()
 	l.conn = nil
+	l.held.Set(0)
+}
+
+// tell sets the gauge and logs a change of the answer: at info level the
+// first time of each, at debug level after that.
+func (l *Lease) tell(mine bool) {
+	if mine {
+		l.held.Set(1)
+	} else {
+		l.held.Set(0)
+	}
+	if l.mine == mine && (l.toldHeld || l.toldStandby) {
+		return
+	}
+	l.mine = mine
+	level := slog.LevelDebug
+	msg := "another process holds the lease; this one stands by"
+	if mine {
+		msg = "this process holds the lease and does the loop's work"
+		if !l.toldHeld {
+			level, l.toldHeld = slog.LevelInfo, true
+		}
+	} else if !l.toldStandby {
+		level, l.toldStandby = slog.LevelInfo, true
+	}
+	l.log.Log(context.Background(), level, msg, "loop", l.loop)
 }

@@ -403,15 +403,11 @@ CREATE INDEX IF NOT EXISTS callbacks_due ON callbacks ((coalesce(next_due, lease
 	WHERE ` + lifecycle.CallbackCatchUpRule.StatesSQL("") + `;
 `
 
-// ensureLock serialises concurrent Ensure calls: CREATE … IF NOT EXISTS
-// is not safe against a second process creating the same table at once.
-const ensureLock = 0x77617962696c6c01
-
 // Ensure creates whatever is missing and checks that the stored versions are
 // this code's. It changes nothing else, so it is safe at every start.
 func Ensure(ctx context.Context, db *pgxpool.Pool) error {
 	err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, int64(ensureLock)); err != nil {
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, int64(KeyEnsure)); err != nil {
 			return err
 		}
 		if _, err := tx.Exec(ctx, versionDDL); err != nil {
@@ -474,7 +470,7 @@ func checkVersion(ctx context.Context, tx pgx.Tx, part string, code int) error {
 // code's version.
 func RecreateProjections(ctx context.Context, db *pgxpool.Pool, load func(pgx.Tx) error) error {
 	err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, int64(ensureLock)); err != nil {
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, int64(KeyEnsure)); err != nil {
 			return err
 		}
 		if _, err := tx.Exec(ctx, versionDDL); err != nil {

@@ -245,6 +245,15 @@ func serve(ctx context.Context, cfg *serveConfig, stderr io.Writer) error {
 		return err
 	}
 
+	// A change of the settings, made by any process, may set or shorten
+	// retention's periods: its next pass should not wait for the interval
+	// of the old ones.
+	sub, err := nc.Subscribe(workers.ConfigSubject, func(*nats.Msg) { ret.Wake() })
+	if err != nil {
+		return fmt.Errorf("subscribe to configuration changes: %w", err)
+	}
+	stack.push(func() { _ = sub.Unsubscribe() })
+
 	// The services start in this order and stop in the reverse: the
 	// sources first, so nothing comes in while the rest stops, then the
 	// bulk operations' runner, retention and the sweep, then the workers,

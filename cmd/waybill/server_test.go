@@ -1,0 +1,219 @@
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// TestEveryLoopInOneServer runs two `waybill serve` processes on one
+// database and one NATS, with every background loop on, and checks that
+// each loop does its work beside the others: the workers deliver, a
+// callback is made, a directory source takes a file in, an alert goes to
+// the webhook, a bulk operation redelivers what failed, the sweep passes,
+// and retention expunges payloads, then archives and removes the settled
+// messages. Each lease is held by exactly one of the two processes. The
+// audit finds the journal, the projections and the archive in agreement.
+func TestEveryLoopInOneServer(t *testing.T) {
+	_, dbURL, ns := shared(t)
+	bin := buildBinary(t)
+	dir := t.TempDir()
+
+	var (
+		mu        sync.Mutex
+		delivered = map[string]int{}
+		refuse    atomic.Bool
+	)
+	refuse.Store(true)
+	sink := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		if string(body) == "refused until fixed" && refuse.Load() {
+			http.Error(w, "not yet", http.StatusBadRequest)
+			return
+		}
+		mu.Lock()
+		delivered[string(body)]++
+		mu.Unlock()
+	}))
+	defer sink.Close()
+	var callbacks, alerts atomic.Int32
+	hooks := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var body struct{ Status, Code string }
+		_ = json.NewDecoder(r.Body).Decode(&body)
+		switch {
+		case r.URL.Path == "/callback" && body.Status == "delivered":
+			callbacks.Add(1)
+		case r.URL.Path == "/alert" && body.Code == "message_not_routed":
+			alerts.Add(1)
+		}
+	}))
+	defer hooks.Close()
+
+	servers := make([]*server, 2)
+	for i := range servers {
+		servers[i] = startServer(t, bin, "--database-url", dbURL, "--nats-url", ns.ClientURL(),
+			"--data-dir", filepath.Join(dir, "var"+strconv.Itoa(i)), "--alert-webhook", hooks.URL+"/alert")
+	}
+	token, err := os.ReadFile(filepath.Join(dir, "var0", "admin.token"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := &api{t: t, base: "http://" + servers[0].addr + "/api/v1", token: strings.TrimSpace(string(token))}
+	b := &api{t: t, base: "http://" + servers[1].addr + "/api/v1", token: a.token}
+
+	a.call("POST", "/targets", map[string]any{"name": "sink", "kind": "http", "config": map[string]any{"url": sink.URL}},
+		http.StatusCreated, nil)
+	for _, source := range []string{"erp", "drop"} {
+		a.call("POST", "/routes", map[string]any{"source": source, "from": "*", "to": "*", "target": "sink"},
+			http.StatusCreated, nil)
+	}
+	spool := filepath.Join(dir, "spool")
+	a.call("POST", "/sources", map[string]any{"name": "drop", "kind": "directory", "config": map[string]any{
+		"dir": spool, "from": "acme", "to": "globex", "interval": "50ms", "settle": "50ms"}}, http.StatusCreated, nil)
+
+	type message struct{ ID, Status string }
+	ingest := func(c *api, source, payload string, extra map[string]any) string {
+		body := map[string]any{"source": source, "from": "acme", "to": "globex", "payload": payload}
+		for k, v := range extra {
+			body[k] = v
+		}
+		var m message
+		c.call("POST", "/messages", body, http.StatusCreated, &m)
+		return m.ID
+	}
+	status := func(id string) string {
+		var m message
+		a.call("GET", "/messages/"+id, nil, http.StatusOK, &m)
+		return m.Status
+	}
+	ids := []string{
+		ingest(a, "erp", "with a callback", map[string]any{"callback_url": hooks.URL + "/callback"}),
+		ingest(b, "erp", "refused until fixed", nil),
+		ingest(b, "nowhere", "routed nowhere", nil),
+	}
+	if err := os.MkdirAll(spool, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(spool, "order.txt"), []byte("from a file"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+
+	eventually(t, "the workers deliver, the callback is made, the file is taken in, the alert is sent", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return delivered["with a callback"] == 1 && delivered["from a file"] == 1 && callbacks.Load() == 1 &&
+			alerts.Load() == 1 && status(ids[1]) == "error" && status(ids[2]) == "not_routed"
+	})
+
+	// The bulk runner redelivers what failed, once the receiver takes it.
+	refuse.Store(false)
+	var op struct{ ID, State string }
+	a.call("POST", "/operations", map[string]any{"action": "redeliver", "filter": map[string]any{"status": []string{"error"}}},
+		http.StatusAccepted, &op)
+	eventually(t, "the bulk operation redelivers the failed message", func() bool {
+		var got struct {
+			State string
+			Done  int
+		}
+		a.call("GET", "/operations/"+op.ID, nil, http.StatusOK, &got)
+		return got.State == "done" && got.Done == 1 && status(ids[1]) == "delivered"
+	})
+
+	// Retention expunges the payloads, then archives and removes every
+	// settled message.
+	archive := filepath.Join(dir, "archive")
+	a.call("PUT", "/settings", map[string]any{"retention": map[string]any{
+		"payload_after": "1s", "settled_after": "3s", "archive_dir": archive}}, http.StatusOK, nil)
+	eventually(t, "retention removes every message", func() bool {
+		var page struct{ Items []message }
+		a.call("GET", "/messages", nil, http.StatusOK, &page)
+		return len(page.Items) == 0
+	})
+
+	leases := map[string]float64{}
+	var expunged, removed, sweeps float64
+	for _, s := range servers {
+		m := scrape(t, s.addr)
+		for _, loop := range []string{"bulk", "retention", "alerts_webhook"} {
+			leases[loop] += m[`waybill_lease_held{loop="`+loop+`"}`]
+		}
+		expunged += m["waybill_retention_expunged_total"]
+		removed += m[`waybill_retention_removed_total{class="settled"}`]
+		sweeps += m["waybill_sweep_pass_duration_seconds_count"]
+	}
+	// Retention and the alerts hold their leases only while they work.
+	if leases["bulk"] != 1 || leases["retention"] > 1 || leases["alerts_webhook"] > 1 {
+		t.Errorf("leases held across the two processes: %v; want bulk by one, the others by one at most", leases)
+	}
+	if expunged < 1 || removed != 4 || sweeps < 2 {
+		t.Errorf("retention expunged %v payloads and removed %v messages, the sweeps passed %v times; want ≥ 1, 4, ≥ 2",
+			expunged, removed, sweeps)
+	}
+	if files, _ := filepath.Glob(filepath.Join(archive, "*", "*", "*.jsonl.gz")); len(files) == 0 {
+		t.Error("retention archived nothing")
+	}
+
+	for _, s := range servers {
+		if err := s.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.cmd.Wait(); err != nil {
+			t.Fatalf("serve exited with %v", err)
+		}
+	}
+	out, err := exec.Command(bin, "audit", "--database-url", dbURL, "--archive", archive).CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "0 violations") {
+		t.Fatalf("audit: %v\n%s", err, out)
+	}
+}
+
+// eventually polls cond until it holds, failing the test with what after
+// a minute.
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(time.Minute); !cond(); time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("not within a minute: %s", what)
+		}
+	}
+}
+
+// scrape reads a server's metrics: each sample's name with its labels, as
+// the text format writes them, and its value.
+func scrape(t *testing.T, addr string) map[string]float64 {
+	t.Helper()
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	samples := map[string]float64{}
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		line := sc.Text()
+		if strings.HasPrefix(line, "#") {
+			continue
+		}
+		i := strings.LastIndexByte(line, ' ')
+		if i < 0 {
+			continue
+		}
+		v, err := strconv.ParseFloat(line[i+1:], 64)
+		if err == nil {
+			samples[line[:i]] = v
+		}
+	}
+	return samples
+}
