@@ -20,12 +20,16 @@ import (
 
 // subject names the message a command acts on: by its id, or by the id of
 // one of its deliveries; the zero subject is a message the command makes.
+// named tells the first two from it whatever the id, so that the nil UUID,
+// which no message or delivery has, is not found rather than taken for a
+// new message.
 type subject struct {
 	messageID, deliveryID uuid.UUID
+	named                 bool
 }
 
-func message(id uuid.UUID) subject  { return subject{messageID: id} }
-func delivery(id uuid.UUID) subject { return subject{deliveryID: id} }
+func message(id uuid.UUID) subject  { return subject{messageID: id, named: true} }
+func delivery(id uuid.UUID) subject { return subject{deliveryID: id, named: true} }
 
 func (s subject) String() string {
 	if s.deliveryID != uuid.Nil {
@@ -483,9 +487,9 @@ func (w *Writer) decide(ops []*op, read map[uuid.UUID]*projection.Message, lanes
 			continue
 		}
 		var m *projection.Message
-		if o.on != (subject{}) {
+		if o.on.named {
 			id := o.on.messageID
-			if id == uuid.Nil {
+			if o.on.deliveryID != uuid.Nil {
 				id = owner[o.on.deliveryID]
 			}
 			if m = state[id]; m == nil {
