@@ -222,8 +222,8 @@ func (g *batcher) handOff() {
 // runBatch writes the ops as one transaction, reading again after a lost
 // race. An op whose decide failed keeps its own error; when the transaction
 // fails, every other op gets its error. A batch that fails on an
-// idempotency key is written again one op at a time, so that only the
-// message whose key is taken fails.
+// idempotency key, or panics, is written again one op at a time, so that
+// only the message whose key is taken, or the op that panics, fails.
 func (w *Writer) runBatch(ops []*op) {
 	if w.batched != nil {
 		w.batched(len(ops))
@@ -231,7 +231,8 @@ func (w *Writer) runBatch(ops []*op) {
 	ctx, cancel := batchContext(ops)
 	defer cancel()
 	err := w.retry(ctx, ops, nil)
-	if (isIdempotencyConflict(err) || errors.Is(err, errLaneSplit)) && len(ops) > 1 {
+	var p *panicError
+	if (isIdempotencyConflict(err) || errors.Is(err, errLaneSplit) || errors.As(err, &p)) && len(ops) > 1 {
 		for _, o := range ops {
 			w.fail([]*op{o}, w.retry(ctx, []*op{o}, nil))
 		}
@@ -241,10 +242,11 @@ func (w *Writer) runBatch(ops []*op) {
 }
 
 // retry writes the ops, and side when there is one, reading and deciding
-// again after a lost race, up to maxTries.
+// again after a lost race, up to maxTries. A panic in a try is its error,
+// not tried again.
 func (w *Writer) retry(ctx context.Context, ops []*op, side *operationSide) error {
 	for try := 1; ; try++ {
-		err := w.writeBatch(ctx, ops, side)
+		err := w.tryBatch(ctx, ops, side)
 		if !retryable(err) || try == maxTries {
 			return err
 		}
@@ -252,6 +254,15 @@ func (w *Writer) retry(ctx context.Context, ops []*op, side *operationSide) erro
 			w.lost(err)
 		}
 	}
+}
+
+// tryBatch is writeBatch with a panic turned into its error (recovered),
+// so that the panic fails the batch's commands rather than the goroutine
+// that leads it, whose caller would never hand the lead on nor free the
+// batch's messages (batcher), wedging the Writer.
+func (w *Writer) tryBatch(ctx context.Context, ops []*op, side *operationSide) (err error) {
+	defer w.recovered(&err, "a batch of commands")
+	return w.writeBatch(ctx, ops, side)
 }
 
 // fail gives err, when there is one, to the ops that have no error of their

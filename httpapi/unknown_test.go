@@ -2,13 +2,17 @@ package httpapi_test
 
 import (
 	"context"
+	"encoding/json"
 	"net/http"
+	"net/http/httptest"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
 
+	"github.com/waybill/waybill/auth"
 	"github.com/waybill/waybill/httpapi"
+	"github.com/waybill/waybill/service"
 )
 
 // TestUnknownIDsAreNotFound: every command the API runs on a message or a
@@ -50,4 +54,53 @@ func TestUnknownIDsAreNotFound(t *testing.T) {
 	}
 	b.unchanged(t, before)
 	b.ingest(t, ingestToken, httpapi.IngestRequest{})
+}
+
+// panicky is an Authenticator that panics on the token "panic".
+type panicky struct{ tokens }
+
+func (p panicky) Authenticate(ctx context.Context, token string) (auth.Identity, error) {
+	if token == "panic" {
+		panic("boom")
+	}
+	return p.tokens.Authenticate(ctx, token)
+}
+
+// TestHandlerPanicIsInternal: a panic while serving a request is answered
+// with one 500 INTERNAL envelope, not a dropped connection, and the server
+// serves on.
+func TestHandlerPanicIsInternal(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	api, err := httpapi.New(httpapi.Config{Writer: b.w, DB: b.db, Auth: panicky{testTokens}, Base: service.Base{Logger: quiet}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(api)
+	defer srv.Close()
+	get := func(token string) (int, httpapi.ErrorResponse) {
+		req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, srv.URL+httpapi.Prefix+"/targets", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Authorization", "Bearer "+token)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var e httpapi.ErrorResponse
+		if resp.StatusCode != http.StatusOK {
+			if err := json.NewDecoder(resp.Body).Decode(&e); err != nil {
+				t.Fatalf("status %d: %v", resp.StatusCode, err)
+			}
+		}
+		return resp.StatusCode, e
+	}
+	if status, e := get("panic"); status != http.StatusInternalServerError || e.Error.Code != httpapi.CodeInternal {
+		t.Fatalf("status %d, %+v: want 500 %s", status, e, httpapi.CodeInternal)
+	}
+	if status, e := get(readerToken); status != http.StatusOK {
+		t.Fatalf("status %d after a panic: %+v", status, e)
+	}
 }
