@@ -20,12 +20,16 @@ import (
 
 // subject names the message a command acts on: by its id, or by the id of
 // one of its deliveries; the zero subject is a message the command makes.
+// named tells the first two from it whatever the id, so that the nil UUID,
+// which no message or delivery has, is not found rather than taken for a
+// new message.
 type subject struct {
 	messageID, deliveryID uuid.UUID
+	named                 bool
 }
 
-func message(id uuid.UUID) subject  { return subject{messageID: id} }
-func delivery(id uuid.UUID) subject { return subject{deliveryID: id} }
+func message(id uuid.UUID) subject  { return subject{messageID: id, named: true} }
+func delivery(id uuid.UUID) subject { return subject{deliveryID: id, named: true} }
 
 func (s subject) String() string {
 	if s.deliveryID != uuid.Nil {
@@ -218,8 +222,8 @@ func (g *batcher) handOff() {
 // runBatch writes the ops as one transaction, reading again after a lost
 // race. An op whose decide failed keeps its own error; when the transaction
 // fails, every other op gets its error. A batch that fails on an
-// idempotency key is written again one op at a time, so that only the
-// message whose key is taken fails.
+// idempotency key, or panics, is written again one op at a time, so that
+// only the message whose key is taken, or the op that panics, fails.
 func (w *Writer) runBatch(ops []*op) {
 	if w.batched != nil {
 		w.batched(len(ops))
@@ -227,7 +231,8 @@ func (w *Writer) runBatch(ops []*op) {
 	ctx, cancel := batchContext(ops)
 	defer cancel()
 	err := w.retry(ctx, ops, nil)
-	if (isIdempotencyConflict(err) || errors.Is(err, errLaneSplit)) && len(ops) > 1 {
+	var p *panicError
+	if (isIdempotencyConflict(err) || errors.Is(err, errLaneSplit) || errors.As(err, &p)) && len(ops) > 1 {
 		for _, o := range ops {
 			w.fail([]*op{o}, w.retry(ctx, []*op{o}, nil))
 		}
@@ -237,10 +242,11 @@ func (w *Writer) runBatch(ops []*op) {
 }
 
 // retry writes the ops, and side when there is one, reading and deciding
-// again after a lost race, up to maxTries.
+// again after a lost race, up to maxTries. A panic in a try is its error,
+// not tried again.
 func (w *Writer) retry(ctx context.Context, ops []*op, side *operationSide) error {
 	for try := 1; ; try++ {
-		err := w.writeBatch(ctx, ops, side)
+		err := w.tryBatch(ctx, ops, side)
 		if !retryable(err) || try == maxTries {
 			return err
 		}
@@ -248,6 +254,15 @@ func (w *Writer) retry(ctx context.Context, ops []*op, side *operationSide) erro
 			w.lost(err)
 		}
 	}
+}
+
+// tryBatch is writeBatch with a panic turned into its error (recovered),
+// so that the panic fails the batch's commands rather than the goroutine
+// that leads it, whose caller would never hand the lead on nor free the
+// batch's messages (batcher), wedging the Writer.
+func (w *Writer) tryBatch(ctx context.Context, ops []*op, side *operationSide) (err error) {
+	defer w.recovered(&err, "a batch of commands")
+	return w.writeBatch(ctx, ops, side)
 }
 
 // fail gives err, when there is one, to the ops that have no error of their
@@ -483,9 +498,9 @@ func (w *Writer) decide(ops []*op, read map[uuid.UUID]*projection.Message, lanes
 			continue
 		}
 		var m *projection.Message
-		if o.on != (subject{}) {
+		if o.on.named {
 			id := o.on.messageID
-			if id == uuid.Nil {
+			if o.on.deliveryID != uuid.Nil {
 				id = owner[o.on.deliveryID]
 			}
 			if m = state[id]; m == nil {

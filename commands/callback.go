@@ -90,7 +90,8 @@ func (w *Writer) ClaimDueCallbacks(ctx context.Context, n int, lease time.Durati
 	return claims, nil
 }
 
-func (w *Writer) claimDueCallbacks(ctx context.Context, n int, lease time.Duration) ([]CallbackClaim, error) {
+func (w *Writer) claimDueCallbacks(ctx context.Context, n int, lease time.Duration) (_ []CallbackClaim, err error) {
+	defer w.recovered(&err, "a claim of due callbacks")
 	conn, err := w.db.Acquire(ctx)
 	if err != nil {
 		return nil, err

@@ -239,7 +239,8 @@ func (w *Writer) ClaimDue(ctx context.Context, target string, n int, lease time.
 // their messages and reads the messages; the writes with COMMIT. A message
 // the choice read at another version than it locked is read again in a
 // round trip between the two.
-func (w *Writer) claimDue(ctx context.Context, target string, n int, lease time.Duration) ([]Claim, error) {
+func (w *Writer) claimDue(ctx context.Context, target string, n int, lease time.Duration) (_ []Claim, err error) {
+	defer w.recovered(&err, "a claim of due deliveries")
 	conn, err := w.db.Acquire(ctx)
 	if err != nil {
 		return nil, err

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -279,6 +280,24 @@ func (w *Writer) release(conn *pgxpool.Conn) {
 	if _, err := conn.Exec(ctx, `ROLLBACK`); err != nil || pg.TxStatus() != 'I' {
 		w.log.Warn("closing a connection left in a transaction", "err", err)
 		conn.Conn().Close(ctx)
+	}
+}
+
+// panicError is the error of a command that panicked: a bug, logged with
+// its stack where it was recovered.
+type panicError struct{ value any }
+
+func (e *panicError) Error() string { return fmt.Sprintf("command panicked: %v", e.value) }
+
+// recovered, deferred by a function that runs a transaction, turns a panic
+// in it into its error, a *panicError, and logs the panic with its stack:
+// a bug fails the commands of that transaction alone. The function's own
+// deferred release has rolled the transaction back and returned its
+// connection by then. what names the function in the log.
+func (w *Writer) recovered(err *error, what string) {
+	if v := recover(); v != nil {
+		w.log.Error(what+" panicked", "panic", v, "stack", string(debug.Stack()))
+		*err = &panicError{value: v}
 	}
 }
 
