@@ -688,3 +688,59 @@ func journalLength(t *testing.T, b *bundle) int {
 	}
 	return n
 }
+
+// TestDryRunAgreesWithTheRunOnLanes: on a fifo target, where an action
+// moves lanes (a failed head redelivered in place, a resend to the back),
+// the dry run counts what the run does.
+func TestDryRunAgreesWithTheRunOnLanes(t *testing.T) {
+	t.Parallel()
+	for _, action := range lifecycle.OperationActions {
+		t.Run(string(action), func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			if _, err := b.w.CreateTarget(b.ctx, lifecycle.Target{Name: "orders", Kind: "http", Enabled: true,
+				Config:   json.RawMessage(`{"url":"http://127.0.0.1:9/"}`),
+				Ordering: lifecycle.Ordering{Mode: lifecycle.OrderingFIFO, OnFailure: lifecycle.OnFailureBlock}}, admin); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := b.w.CreateRoute(b.ctx, lifecycle.Route{Source: "erp", From: "*", To: "*", Target: "orders"}, admin); err != nil {
+				t.Fatal(err)
+			}
+			keyed := func(key string) *projection.Message {
+				m, _, err := b.w.Ingest(b.ctx, commands.NewMessage{Source: "erp", From: "a", To: "b", Payload: []byte("x"), OrderingKey: key})
+				if err != nil {
+					t.Fatal(err)
+				}
+				b.clock.Advance(time.Millisecond)
+				return m
+			}
+			for _, key := range []string{"k1", "k2", "k3"} {
+				head := keyed(key)
+				keyed(key) // blocked behind the head
+				b.settle(t, head, "orders", lifecycle.Failed("400"))
+			}
+			b.settle(t, keyed("k4"), "orders", lifecycle.Delivered("200"))
+			keyed("k4") // the head of its lane, in hand
+
+			spec := commands.OperationSpec{Action: action, Filter: lifecycle.OperationFilter{Source: "erp"}}
+			before := journalLength(t, b)
+			pv, err := b.w.PreviewOperation(b.ctx, spec, "alice", 20)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n := journalLength(t, b); n != before {
+				t.Fatalf("the dry run wrote %d events", n-before)
+			}
+			o := b.run(t, b.r, b.create(t, spec))
+			refused := 0
+			for _, c := range pv.Refused {
+				refused += c.Count
+			}
+			if pv.Matched != o.Matched || pv.Done != o.Done || refused != o.Refused {
+				t.Fatalf("dry run: matched %d, done %d, refused %d; the run: matched %d, done %d, refused %d",
+					pv.Matched, pv.Done, refused, o.Matched, o.Done, o.Refused)
+			}
+			dbtest.Audit(t, b.db)
+		})
+	}
+}
