@@ -593,3 +593,154 @@ func TestAuditFindsActsOutsideTheBatches(t *testing.T) {
 		t.Errorf("violations:\n%s", all)
 	}
 }
+
+// TestDryRunAgreesWithTheRun: for each action, the dry run
+// (Writer.PreviewOperation) counts what the run then does: the messages
+// acted on, and those refused, by class; and it writes nothing. The
+// messages fill more than one page of the dry run.
+func TestDryRunAgreesWithTheRun(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name   string
+		action lifecycle.OperationAction
+		filter lifecycle.OperationFilter
+	}{
+		{"redeliver", lifecycle.ActionRedeliver, lifecycle.OperationFilter{Source: "erp"}},
+		{"redeliver to beta", lifecycle.ActionRedeliver, lifecycle.OperationFilter{Source: "erp", Target: "beta"}},
+		{"redeliver delivered", lifecycle.ActionRedeliver,
+			lifecycle.OperationFilter{Status: []lifecycle.MessageStatus{lifecycle.StatusDelivered}}},
+		{"skip", lifecycle.ActionSkip, lifecycle.OperationFilter{Source: "erp"}},
+		{"resend", lifecycle.ActionResend, lifecycle.OperationFilter{Source: "erp"}},
+		{"replay", lifecycle.ActionReplay, lifecycle.OperationFilter{Source: "erp"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			b.targets(t, "alpha", "beta")
+			const rounds = 21 // 5 messages a round: more than a page of 100
+			for range rounds {
+				m := b.ingest(t)
+				b.settle(t, m, "alpha", lifecycle.Failed("503"))
+				b.settle(t, m, "beta", lifecycle.Failed("503"))
+				m = b.ingest(t)
+				b.settle(t, m, "alpha", lifecycle.Delivered("200"))
+				b.settle(t, m, "beta", lifecycle.Failed("503"))
+				m = b.ingest(t)
+				b.settle(t, m, "alpha", lifecycle.Delivered("200"))
+				b.settle(t, m, "beta", lifecycle.Delivered("200"))
+				m = b.ingest(t)
+				if _, err := b.w.Skip(b.ctx, m.ID, m.Deliveries[0].ID, commands.Action{Operator: "bob"}); err != nil {
+					t.Fatal(err)
+				}
+				b.ingest(t) // in hand
+			}
+			spec := commands.OperationSpec{Action: tc.action, Filter: tc.filter, Reason: "dry"}
+			before := journalLength(t, b)
+			pv, err := b.w.PreviewOperation(b.ctx, spec, "alice", 5)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n := journalLength(t, b); n != before {
+				t.Fatalf("the dry run wrote %d events", n-before)
+			}
+			o := b.run(t, b.r, b.create(t, spec))
+			refused := 0
+			for _, c := range pv.Refused {
+				refused += c.Count
+			}
+			if pv.Matched != o.Matched || pv.Done != o.Done || refused != o.Refused || len(pv.Sample) != min(5, o.Matched) {
+				t.Fatalf("dry run: matched %d, done %d, refused %d, sample %d; the run: matched %d, done %d, refused %d",
+					pv.Matched, pv.Done, refused, len(pv.Sample), o.Matched, o.Done, o.Refused)
+			}
+			if tc.name == "redeliver delivered" && (pv.Done != 0 || pv.Matched != rounds) {
+				t.Errorf("redeliver of delivered messages: dry run says %d of %d done", pv.Done, pv.Matched)
+			}
+			// Each class counts the run's refusals of its sentinel.
+			reasons, err := projection.Refusals(b.ctx, b.db, o.ID, projection.RefusalAt{}, o.Refused+1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, c := range pv.Refused {
+				var se *commands.StateError
+				if !errors.As(c.Err, &se) {
+					t.Fatalf("class %v is not a refusal of the message's state", c.Err)
+				}
+				n := 0
+				for _, r := range reasons {
+					if strings.HasPrefix(r.Reason, se.Err.Error()+": ") {
+						n++
+					}
+				}
+				if n != c.Count || !strings.HasPrefix(c.Reason, se.Err.Error()+": ") {
+					t.Errorf("class %v (%q): dry run %d, the run %d", se.Err, c.Reason, c.Count, n)
+				}
+			}
+		})
+	}
+}
+
+func journalLength(t *testing.T, b *bundle) int {
+	t.Helper()
+	var n int
+	if err := b.db.QueryRow(b.ctx, `SELECT count(*) FROM journal`).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// TestDryRunAgreesWithTheRunOnLanes: on a fifo target, where an action
+// moves lanes (a failed head redelivered in place, a resend to the back),
+// the dry run counts what the run does.
+func TestDryRunAgreesWithTheRunOnLanes(t *testing.T) {
+	t.Parallel()
+	for _, action := range lifecycle.OperationActions {
+		t.Run(string(action), func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			if _, err := b.w.CreateTarget(b.ctx, lifecycle.Target{Name: "orders", Kind: "http", Enabled: true,
+				Config:   json.RawMessage(`{"url":"http://127.0.0.1:9/"}`),
+				Ordering: lifecycle.Ordering{Mode: lifecycle.OrderingFIFO, OnFailure: lifecycle.OnFailureBlock}}, admin); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := b.w.CreateRoute(b.ctx, lifecycle.Route{Source: "erp", From: "*", To: "*", Target: "orders"}, admin); err != nil {
+				t.Fatal(err)
+			}
+			keyed := func(key string) *projection.Message {
+				m, _, err := b.w.Ingest(b.ctx, commands.NewMessage{Source: "erp", From: "a", To: "b", Payload: []byte("x"), OrderingKey: key})
+				if err != nil {
+					t.Fatal(err)
+				}
+				b.clock.Advance(time.Millisecond)
+				return m
+			}
+			for _, key := range []string{"k1", "k2", "k3"} {
+				head := keyed(key)
+				keyed(key) // blocked behind the head
+				b.settle(t, head, "orders", lifecycle.Failed("400"))
+			}
+			b.settle(t, keyed("k4"), "orders", lifecycle.Delivered("200"))
+			keyed("k4") // the head of its lane, in hand
+
+			spec := commands.OperationSpec{Action: action, Filter: lifecycle.OperationFilter{Source: "erp"}}
+			before := journalLength(t, b)
+			pv, err := b.w.PreviewOperation(b.ctx, spec, "alice", 20)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n := journalLength(t, b); n != before {
+				t.Fatalf("the dry run wrote %d events", n-before)
+			}
+			o := b.run(t, b.r, b.create(t, spec))
+			refused := 0
+			for _, c := range pv.Refused {
+				refused += c.Count
+			}
+			if pv.Matched != o.Matched || pv.Done != o.Done || refused != o.Refused {
+				t.Fatalf("dry run: matched %d, done %d, refused %d; the run: matched %d, done %d, refused %d",
+					pv.Matched, pv.Done, refused, o.Matched, o.Done, o.Refused)
+			}
+			dbtest.Audit(t, b.db)
+		})
+	}
+}

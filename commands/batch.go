@@ -315,7 +315,8 @@ func batchContext(ops []*op) (context.Context, context.CancelFunc) {
 // (see lanes.go) reads and locks those lanes in one more round trip before
 // it decides again. A batch of a bulk operation (side) also locks and
 // reads the operation's row first, and writes the operation's progress
-// with its ops' changes.
+// with its ops' changes; a preview's (a side without an operation) rolls
+// back once its ops are decided.
 func (w *Writer) writeBatch(ctx context.Context, ops []*op, side *operationSide) error {
 	// The configuration is read before a connection is taken, so a batch
 	// never waits for a second one while it holds locks.
@@ -416,6 +417,14 @@ func (w *Writer) writeBatch(ctx context.Context, ops []*op, side *operationSide)
 	if side != nil {
 		if err := side.decide(ops, d, now); err != nil {
 			return err
+		}
+		if side.want == nil {
+			// A preview's batch writes nothing: end the transaction, which
+			// only locked and read.
+			if _, err := conn.Exec(ctx, `ROLLBACK`); err != nil {
+				return fmt.Errorf("roll back: %w", err)
+			}
+			return nil
 		}
 	}
 	if len(d.changes) == 0 && len(d.events) == 0 {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -73,9 +74,7 @@ func (w *Writer) CreateOperation(ctx context.Context, spec OperationSpec, operat
 			return err
 		}
 		if len(ids) > lifecycle.MaxOperationMessages {
-			return invalid(&lifecycle.FieldError{Field: "filter", Problem: fmt.Sprintf(
-				"matches more than %d messages, the most one operation takes: narrow it (created_after, created_before)",
-				lifecycle.MaxOperationMessages)})
+			return tooManyMessages()
 		}
 		now := w.now()
 		o = &projection.Operation{}
@@ -200,18 +199,9 @@ func (w *Writer) Operate(ctx context.Context, o *projection.Operation, ids []uui
 	if len(ids) == 0 {
 		return nil, fmt.Errorf("operation %s: %w", o.ID, invalid(errors.New("a batch takes at least one message")))
 	}
-	cfg, err := w.config(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("operation %s: %w", o.ID, err)
-	}
 	operator := journal.OperatorName(o.CreatedBy)
-	decide := bulkDecision(cfg, o.Action, o.Filter.Target, Action{Operator: operator, Reason: o.Reason, Operation: o.ID})
-	ops := make([]*op, len(ids))
-	for i, id := range ids {
-		ops[i] = &op{ctx: ctx, on: message(id), decide: decide, key: id}
-	}
 	side := &operationSide{want: o}
-	err = w.retry(ctx, ops, side)
+	ops, err := w.bulkBatch(ctx, o.Action, o.Filter.Target, Action{Operator: operator, Reason: o.Reason, Operation: o.ID}, ids, side)
 	if errors.Is(err, errLaneSplit) && len(ids) > 1 {
 		return w.Operate(ctx, o, ids[:1])
 	}
@@ -226,9 +216,29 @@ func (w *Writer) Operate(ctx context.Context, o *projection.Operation, ids []uui
 	return side.after, nil
 }
 
+// bulkBatch decides the messages ids as one batch of a bulk operation
+// doing action (to target, when it is given) as a, in one transaction with
+// side, and returns its ops: each with its change, or the error that
+// refused it.
+func (w *Writer) bulkBatch(ctx context.Context, action lifecycle.OperationAction, target string, a Action,
+	ids []uuid.UUID, side *operationSide) ([]*op, error) {
+	cfg, err := w.config(ctx)
+	if err != nil {
+		return nil, err
+	}
+	decide := bulkDecision(cfg, action, target, a)
+	ops := make([]*op, len(ids))
+	for i, id := range ids {
+		ops[i] = &op{ctx: ctx, on: message(id), decide: decide, key: id}
+	}
+	return ops, w.retry(ctx, ops, side)
+}
+
 // operationSide is the part of a batch that belongs to its bulk
 // operation: the read of the operation's row, locked, before the messages,
-// and its progress, recorded once the batch's messages are decided.
+// and its progress, recorded once the batch's messages are decided. A side
+// without an operation (want nil) is a preview's: its batch decides and
+// writes nothing.
 type operationSide struct {
 	want  *projection.Operation
 	read  func() *projection.Operation
@@ -236,7 +246,9 @@ type operationSide struct {
 }
 
 func (s *operationSide) queueRead(b *pgx.Batch) {
-	s.read = projection.QueueLoadOperationLocked(b, s.want.ID)
+	if s.want != nil {
+		s.read = projection.QueueLoadOperationLocked(b, s.want.ID)
+	}
 }
 
 // decide records the batch's progress on the operation as read: every op
@@ -244,6 +256,14 @@ func (s *operationSide) queueRead(b *pgx.Batch) {
 // reason. It fails the batch when the operation is gone or has moved, or
 // when an op's context ended.
 func (s *operationSide) decide(ops []*op, d *decided, now time.Time) error {
+	for _, o := range ops {
+		if err := o.ctx.Err(); err != nil {
+			return err
+		}
+	}
+	if s.want == nil {
+		return nil
+	}
 	cur := s.read()
 	switch {
 	case cur == nil:
@@ -253,17 +273,10 @@ func (s *operationSide) decide(ops []*op, d *decided, now time.Time) error {
 	}
 	p := &journal.OperationProgressed{From: cur.Next(), Done: []uuid.UUID{}, Refused: []journal.OperationRefusal{}}
 	for _, o := range ops {
-		switch {
-		case o.ctx.Err() != nil:
-			return o.ctx.Err()
-		case o.err == nil:
+		if o.err == nil {
 			p.Done = append(p.Done, o.on.messageID)
-		case errors.Is(o.err, ErrNotFound):
-			// Listed when the operation was created, the message has
-			// left since: retention removes settled messages.
-			p.Refused = append(p.Refused, journal.OperationRefusal{MessageID: o.on.messageID, Reason: "the message is gone: retention removed it after the operation listed it"})
-		default:
-			p.Refused = append(p.Refused, journal.OperationRefusal{MessageID: o.on.messageID, Reason: o.err.Error()})
+		} else {
+			p.Refused = append(p.Refused, journal.OperationRefusal{MessageID: o.on.messageID, Reason: refusalReason(o.err)})
 		}
 	}
 	next := *cur
@@ -275,6 +288,134 @@ func (s *operationSide) decide(ops []*op, d *decided, now time.Time) error {
 	d.operation = func(b *pgx.Batch) { projection.QueueOperation(b, cur, &next) }
 	s.after = &next
 	return nil
+}
+
+// refusalReason is why a bulk operation could not act on a message, as it
+// records the refusal: err, the error the message's action met.
+func refusalReason(err error) string {
+	if errors.Is(err, ErrNotFound) {
+		// Listed when the operation was created, the message has left
+		// since: retention removes settled messages.
+		return "the message is gone: retention removed it after the operation listed it"
+	}
+	return err.Error()
+}
+
+// refusalClass is what a refusal is counted under in a preview: the
+// sentinel of err, the error the message's action met.
+func refusalClass(err error) error {
+	var se *StateError
+	if errors.As(err, &se) {
+		return se.Err
+	}
+	for _, sentinel := range []error{ErrNotFound, ErrStale, ErrPayloadExpunged, ErrInvalid} {
+		if errors.Is(err, sentinel) {
+			return sentinel
+		}
+	}
+	return err
+}
+
+// previewPage is how many messages a preview decides in one transaction:
+// as many as a batch of the runner takes at most.
+const previewPage = 100
+
+// Preview is what a bulk operation would do if it ran now.
+type Preview struct {
+	// Matched counts the messages the filter chooses, Sample the first of
+	// them in the order the operation would take them.
+	Matched int
+	Sample  []uuid.UUID
+	// Done counts those the action would be taken on; Refused those that
+	// could not take it, by class, the most numerous first.
+	Done    int
+	Refused []RefusalClass
+}
+
+// RefusalClass counts the refusals of one kind.
+type RefusalClass struct {
+	// Err is the first of them met, in the order the operation would take
+	// its messages; its sentinel (ErrNotRedeliverable, ErrNotResendable,
+	// ...) is the class.
+	Err error
+	// Reason is Err as the operation would record it.
+	Reason string
+	Count  int
+}
+
+// PreviewOperation says what the bulk operation spec would do if operator
+// started it now, and changes nothing: it decides each message the filter
+// chooses exactly as the run does (Operate), in pages of previewPage
+// messages, oldest first, each page one transaction that locks and reads
+// what a batch of the run would and then rolls back; sample bounds
+// Preview.Sample. A filter that matches more than
+// lifecycle.MaxOperationMessages is ErrInvalid, as CreateOperation has it.
+// The pages are read one after another, so a message that changes
+// meanwhile is seen as it is when its page is read.
+func (w *Writer) PreviewOperation(ctx context.Context, spec OperationSpec, operator string, sample int) (*Preview, error) {
+	spec, err := CheckOperation(spec)
+	if err == nil {
+		err = Action{Operator: operator}.check()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("preview operation: %w", err)
+	}
+	a := Action{Operator: operator, Reason: spec.Reason}
+	pv := &Preview{}
+	class := map[string]int{} // by the class's text: an error's type need not be comparable
+	var at projection.MatchAt
+	for {
+		ids, last, err := projection.MatchPage(ctx, w.db, spec.Filter, at, previewPage)
+		if err != nil {
+			return nil, fmt.Errorf("preview operation: %w", err)
+		}
+		if len(ids) == 0 {
+			break
+		}
+		at = last
+		if pv.Matched += len(ids); pv.Matched > lifecycle.MaxOperationMessages {
+			return nil, fmt.Errorf("preview operation: %w", tooManyMessages())
+		}
+		pv.Sample = append(pv.Sample, ids[:min(len(ids), sample-len(pv.Sample))]...)
+		for from := 0; from < len(ids); {
+			ops, err := w.bulkBatch(ctx, spec.Action, spec.Filter.Target, a, ids[from:], &operationSide{})
+			if errors.Is(err, errLaneSplit) && len(ids)-from > 1 {
+				// As Operate, which then takes the first message alone.
+				ops, err = w.bulkBatch(ctx, spec.Action, spec.Filter.Target, a, ids[from:from+1], &operationSide{})
+			}
+			if err != nil {
+				return nil, fmt.Errorf("preview operation: from message %d: %w", pv.Matched-len(ids)+from, err)
+			}
+			from += len(ops)
+			for _, o := range ops {
+				if o.err == nil {
+					pv.Done++
+					continue
+				}
+				k := refusalClass(o.err).Error()
+				i, ok := class[k]
+				if !ok {
+					i = len(pv.Refused)
+					class[k] = i
+					pv.Refused = append(pv.Refused, RefusalClass{Err: o.err, Reason: refusalReason(o.err)})
+				}
+				pv.Refused[i].Count++
+			}
+		}
+		if len(ids) < previewPage {
+			break
+		}
+	}
+	slices.SortStableFunc(pv.Refused, func(x, y RefusalClass) int { return y.Count - x.Count })
+	return pv, nil
+}
+
+// tooManyMessages refuses a filter that matches more messages than one
+// operation takes.
+func tooManyMessages() error {
+	return invalid(&lifecycle.FieldError{Field: "filter", Problem: fmt.Sprintf(
+		"matches more than %d messages, the most one operation takes: narrow it (created_after, created_before)",
+		lifecycle.MaxOperationMessages)})
 }
 
 // bulkDecision is what an operation's action does to one message:

@@ -9,10 +9,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/google/uuid"
-
 	"github.com/waybill/waybill/auth"
 	"github.com/waybill/waybill/commands"
+	"github.com/waybill/waybill/httpapi"
 	"github.com/waybill/waybill/lifecycle"
 	"github.com/waybill/waybill/projection"
 )
@@ -116,14 +115,12 @@ type newOperationView struct {
 	Targets  []lifecycle.Target
 	Problem  *errorView
 	// Counted is set once the form was counted without a problem: the
-	// page then asks to start the operation.
+	// page then asks to start the operation. Dry is what it would do, as
+	// the API's dry run answers it.
 	Counted bool
-	Matched int
-	Sample  []uuid.UUID
+	Dry     httpapi.DryRun
 	// Hidden is the counted form, which the confirmation posts.
 	Hidden url.Values
-	// Most is how many messages one operation takes at most.
-	Most int
 }
 
 // actionHint says what each action does to a message.
@@ -133,8 +130,9 @@ const actionHint = "redeliver: queue again each failed or stalled delivery of th
 	"replay: a new generation to the targets the routes match now."
 
 // newOperation shows the form of a bulk operation. Counting it (a GET with
-// an action) reads how many messages it would take and the first of them,
-// changing nothing, and asks to start it; starting it posts the counted
+// an action) is the API's dry run: how many messages it would take, act
+// on and refuse (by code), and the first of them, changing nothing; then
+// it asks to start it; starting it posts the counted
 // form (POST /operations), and leads to its page.
 func (c *Console) newOperation(w http.ResponseWriter, r *http.Request, s *auth.Session) error {
 	form := operationFormOf(r.URL.Query())
@@ -145,7 +143,7 @@ func (c *Console) newOperation(w http.ResponseWriter, r *http.Request, s *auth.S
 	if err != nil {
 		return err
 	}
-	v := newOperationView{Form: form, Targets: targets, Most: lifecycle.MaxOperationMessages}
+	v := newOperationView{Form: form, Targets: targets}
 	status := http.StatusOK
 	problem := func(err error) error {
 		p := problemOf(err)
@@ -177,11 +175,12 @@ func (c *Console) newOperation(w http.ResponseWriter, r *http.Request, s *auth.S
 			return err
 		}
 	default:
-		v.Matched, v.Sample, err = projection.CountMatches(r.Context(), c.cfg.DB, spec.Filter, drySample)
-		if err != nil {
+		pv, err := c.cfg.Writer.PreviewOperation(r.Context(), spec, s.Name, drySample)
+		if err == nil {
+			v.Dry, v.Counted, v.Hidden = httpapi.DryRunOf(pv), true, form.values()
+		} else if err := problem(err); err != nil {
 			return err
 		}
-		v.Counted, v.Hidden = true, form.values()
 	}
 	v.Action = choiceOf("action", "Action", form.Action, actionHint, lifecycle.OperationActions, v.Problem)
 	v.Statuses = checks{Name: "filter.status", Legend: "Status", Hint: "Messages in any of the statuses chosen; none chosen leaves status out."}

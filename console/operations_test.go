@@ -56,7 +56,8 @@ func TestBulkOperationFromTheListToItsEnd(t *testing.T) {
 	c.get(t, form).want(t, http.StatusOK).has(t, `value="error" checked`, `value="billing"`).lacks(t, "It takes")
 	before := b.journalLength(t)
 	q := url.Values{"action": {"redeliver"}, "filter.status": {"error"}, "filter.target": {"billing"}, "reason": {"billing was down"}}
-	counted := c.get(t, "/ui/operations/new?"+q.Encode()).want(t, http.StatusOK).has(t, "It takes 3 messages", "Start: redeliver 3 messages")
+	counted := c.get(t, "/ui/operations/new?"+q.Encode()).want(t, http.StatusOK).has(t, "It takes 3 messages",
+		"would be taken on 3 of them and 0 would be refused", "Start: redeliver 3 messages").lacks(t, "Would be refused")
 	for _, m := range failed {
 		counted.has(t, `href="/ui/messages/`+m.ID.String()+`"`)
 	}
@@ -81,6 +82,12 @@ func TestBulkOperationFromTheListToItsEnd(t *testing.T) {
 	if _, err := b.w.Redeliver(b.ctx, failed[1].ID, failed[1].Deliveries[0].ID, commands.Action{Operator: "bob"}); err != nil {
 		t.Fatal(err)
 	}
+	// Counted on every message to billing, the form applies the run's
+	// rules: the one redelivered and the one delivered would be refused.
+	all := url.Values{"action": {"redeliver"}, "filter.target": {"billing"}}
+	c.get(t, "/ui/operations/new?"+all.Encode()).want(t, http.StatusOK).has(t, "It takes 4 messages",
+		"would be taken on 2 of them and 2 would be refused", "Would be refused, by reason", "NOT_REDELIVERABLE",
+		"no delivery of generation 1 to billing is failed or stalled")
 	r := b.runner(t)
 	for {
 		res, err := r.Step(b.ctx)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"math"
 	"net/http"
+	"slices"
 
 	"github.com/waybill/waybill/commands"
 	"github.com/waybill/waybill/journal"
@@ -20,8 +21,8 @@ const (
 	maxOperationLimit     = 500
 )
 
-// createOperation starts a bulk operation (202), or with dry_run counts
-// what it would take and writes nothing (200). Every field is checked
+// createOperation starts a bulk operation (202), or with dry_run decides
+// what it would do to each message and writes nothing (200). Every field is checked
 // before anything is read.
 func (s *Server) createOperation(w http.ResponseWriter, r *http.Request) error {
 	var req OperationRequest
@@ -33,11 +34,12 @@ func (s *Server) createOperation(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	if req.DryRun {
-		n, sample, err := projection.CountMatches(r.Context(), s.cfg.DB, spec.Filter, drySample)
+		pv, err := s.cfg.Writer.PreviewOperation(r.Context(), spec, identity(r).Name, drySample)
 		if err != nil {
 			return err
 		}
-		writeJSON(w, http.StatusOK, DryRun{Matched: n, Sample: nonNil(sample)})
+		out := DryRunOf(pv)
+		writeJSON(w, http.StatusOK, out)
 		return nil
 	}
 	o, err := s.cfg.Writer.CreateOperation(r.Context(), spec, identity(r).Name)
@@ -56,6 +58,26 @@ func (s *Server) createOperation(w http.ResponseWriter, r *http.Request) error {
 	w.Header().Set("Location", Prefix+"/operations/"+o.ID.String())
 	writeJSON(w, http.StatusAccepted, out)
 	return nil
+}
+
+// DryRunOf is the answer of a dry run that came to pv: its refusal
+// classes counted by the code each answers.
+func DryRunOf(pv *commands.Preview) DryRun {
+	out := DryRun{Matched: pv.Matched, Sample: nonNil(pv.Sample), Done: pv.Done, Refusals: []DryRunRefusals{}}
+	at := map[string]int{}
+	for _, c := range pv.Refused {
+		out.Refused += c.Count
+		// Classes are sentinels; two may answer one code.
+		_, body := Refusal(c.Err)
+		if i, ok := at[body.Code]; ok {
+			out.Refusals[i].Count += c.Count
+			continue
+		}
+		at[body.Code] = len(out.Refusals)
+		out.Refusals = append(out.Refusals, DryRunRefusals{Code: body.Code, Count: c.Count, Example: c.Reason})
+	}
+	slices.SortStableFunc(out.Refusals, func(x, y DryRunRefusals) int { return y.Count - x.Count })
+	return out
 }
 
 // listOperations pages the operations, newest first.

@@ -76,6 +76,44 @@ func TestOperationValidation(t *testing.T) {
 	}
 }
 
+// TestDryRunAppliesTheRunsRules: a dry run of redeliver on delivered
+// messages says it would act on none and refuse each, with the code the
+// run refuses them with; an answer read as before (matched, sample) still
+// reads.
+func TestDryRunAppliesTheRunsRules(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.target(t, "billing", nil)
+	m := b.ingest(t, ingestToken, httpapi.IngestRequest{})
+	c, err := b.w.Claim(b.ctx, m.Deliveries[0].ID, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.w.Complete(b.ctx, m.Deliveries[0].ID, c.Token, lifecycle.Delivered("200 OK")); err != nil {
+		t.Fatal(err)
+	}
+	before := b.counts(t)
+	var dry struct {
+		Matched  int         `json:"matched"`
+		Sample   []uuid.UUID `json:"sample"`
+		Done     int         `json:"done"`
+		Refused  int         `json:"refused"`
+		Refusals []struct {
+			Code    string `json:"code"`
+			Count   int    `json:"count"`
+			Example string `json:"example"`
+		} `json:"refusals"`
+	}
+	b.admin(t, http.MethodPost, "/operations", opBody("redeliver", map[string]any{"status": []string{"delivered"}},
+		map[string]any{"dry_run": true})).want(t, http.StatusOK, &dry)
+	if dry.Matched != 1 || len(dry.Sample) != 1 || dry.Sample[0] != m.ID || dry.Done != 0 || dry.Refused != 1 ||
+		len(dry.Refusals) != 1 || dry.Refusals[0].Code != "NOT_REDELIVERABLE" || dry.Refusals[0].Count != 1 ||
+		!strings.Contains(dry.Refusals[0].Example, "no delivery of generation 1 is failed or stalled") {
+		t.Fatalf("dry run %+v", dry)
+	}
+	b.unchanged(t, before)
+}
+
 // TestOperationLifecycle creates, dry-runs, lists, shows and cancels
 // operations over the API, and runs one to its end with the runner.
 func TestOperationLifecycle(t *testing.T) {
@@ -97,7 +135,9 @@ func TestOperationLifecycle(t *testing.T) {
 	var dry httpapi.DryRun
 	b.admin(t, http.MethodPost, "/operations", opBody("resend", map[string]any{"status": []string{"error", "in_progress"}},
 		map[string]any{"dry_run": true})).want(t, http.StatusOK, &dry)
-	if dry.Matched != 4 || len(dry.Sample) != 4 || dry.Sample[0] != failed[0].ID || dry.Sample[3] != inFlight.ID {
+	if dry.Matched != 4 || len(dry.Sample) != 4 || dry.Sample[0] != failed[0].ID || dry.Sample[3] != inFlight.ID ||
+		dry.Done != 3 || dry.Refused != 1 || len(dry.Refusals) != 1 || dry.Refusals[0].Code != httpapi.CodeNotResendable ||
+		dry.Refusals[0].Count != 1 || !strings.Contains(dry.Refusals[0].Example, "in hand") {
 		t.Fatalf("dry run %+v", dry)
 	}
 	b.unchanged(t, before)

@@ -375,16 +375,32 @@ type OperationRequest struct {
 	// Reason is journaled with the operation and with each of its skips,
 	// resends and replays.
 	Reason string `json:"reason"`
-	// DryRun counts the messages the filter matches and writes nothing.
+	// DryRun decides each message the filter matches as the operation
+	// would, and writes nothing.
 	DryRun bool `json:"dry_run"`
 }
 
 // DryRun is the answer of POST /operations with dry_run: how many
-// messages the operation would take, and the first of them in the order
-// it would take them.
+// messages the operation would take, the first of them in the order it
+// would take them, and how each would come out if it ran now (Done and
+// Refused as the operation resource would count them).
 type DryRun struct {
 	Matched int         `json:"matched"`
 	Sample  []uuid.UUID `json:"sample"`
+	Done    int         `json:"done"`
+	Refused int         `json:"refused"`
+	// Refusals counts the refusals by code, the most numerous first.
+	Refusals []DryRunRefusals `json:"refusals"`
+}
+
+// DryRunRefusals counts the refusals of a dry run that share a code: the
+// error code the action answers for such a message (NOT_REDELIVERABLE,
+// NOT_RESENDABLE, ...), with the reason of the first of them, as the
+// operation's refusals would record it.
+type DryRunRefusals struct {
+	Code    string `json:"code"`
+	Count   int    `json:"count"`
+	Example string `json:"example"`
 }
 
 // Operation is the bulk operation resource.

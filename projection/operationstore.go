@@ -184,8 +184,9 @@ func CountRunning(ctx context.Context, q journal.Querier) (int, error) {
 // (created_at, id): the order an operation takes them in, so that a resend
 // of messages with an ordering key keeps their order in the lanes. With a
 // target it keeps the messages with a delivery to it, of any generation,
-// as the messages list does; each message comes once.
-func matchSQL(f lifecycle.OperationFilter, columns string) (string, []any) {
+// as the messages list does; each message comes once. A non-zero after
+// keeps only the messages after it in that order; limit bounds them.
+func matchSQL(f lifecycle.OperationFilter, after MatchAt, limit int) (string, []any) {
 	var (
 		where []string
 		args  []any
@@ -209,50 +210,50 @@ func matchSQL(f lifecycle.OperationFilter, columns string) (string, []any) {
 	if !f.CreatedBefore.IsZero() {
 		where = append(where, "m.created_at < "+arg(f.CreatedBefore))
 	}
-	sql := "SELECT " + columns + " FROM messages m"
+	if after != (MatchAt{}) {
+		where = append(where, "(m.created_at, m.id) > ("+arg(after.CreatedAt)+"::timestamptz, "+arg(after.ID)+"::uuid)")
+	}
+	sql := "SELECT m.id, m.created_at FROM messages m"
 	if len(where) > 0 {
 		sql += " WHERE " + strings.Join(where, " AND ")
 	}
-	return sql + " ORDER BY m.created_at, m.id", args
+	return sql + " ORDER BY m.created_at, m.id LIMIT " + arg(limit), args
+}
+
+// MatchAt is a place in the messages a filter chooses, in the order an
+// operation takes them: the message's creation time and id.
+type MatchAt struct {
+	CreatedAt time.Time
+	ID        uuid.UUID
 }
 
 // MatchMessages returns the ids of the messages f chooses, oldest first, at
 // most limit of them, in one statement and so one snapshot.
 func MatchMessages(ctx context.Context, q journal.Querier, f lifecycle.OperationFilter, limit int) ([]uuid.UUID, error) {
-	sql, args := matchSQL(f, "m.id")
-	args = append(args, limit)
-	rows, err := q.Query(ctx, sql+" LIMIT $"+strconv.Itoa(len(args)), args...)
-	var ids []uuid.UUID
-	if err == nil {
-		ids, err = pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
-	}
-	if err != nil {
-		return nil, fmt.Errorf("match messages: %w", err)
-	}
-	return ids, nil
+	ids, _, err := MatchPage(ctx, q, f, MatchAt{}, limit)
+	return ids, err
 }
 
-// CountMatches returns how many messages f chooses and the first sample of
-// them, oldest first, as an operation would take them.
-func CountMatches(ctx context.Context, q journal.Querier, f lifecycle.OperationFilter, sample int) (int, []uuid.UUID, error) {
-	sql, args := matchSQL(f, "m.id, count(*) OVER ()")
-	args = append(args, sample)
-	rows, err := q.Query(ctx, sql+" LIMIT $"+strconv.Itoa(len(args)), args...)
+// MatchPage returns the ids of at most limit of the messages f chooses
+// after the place after (from the first when it is zero), oldest first,
+// and the place of the last of them, to page on from.
+func MatchPage(ctx context.Context, q journal.Querier, f lifecycle.OperationFilter, after MatchAt, limit int) ([]uuid.UUID, MatchAt, error) {
+	sql, args := matchSQL(f, after, limit)
+	rows, err := q.Query(ctx, sql, args...)
 	if err != nil {
-		return 0, nil, fmt.Errorf("count matches: %w", err)
+		return nil, MatchAt{}, fmt.Errorf("match messages: %w", err)
 	}
 	var (
-		id    uuid.UUID
-		n     int
-		first []uuid.UUID
+		at  MatchAt
+		ids []uuid.UUID
 	)
-	if _, err := pgx.ForEachRow(rows, []any{&id, &n}, func() error {
-		first = append(first, id)
+	if _, err := pgx.ForEachRow(rows, []any{&at.ID, &at.CreatedAt}, func() error {
+		ids = append(ids, at.ID)
 		return nil
 	}); err != nil {
-		return 0, nil, fmt.Errorf("count matches: %w", err)
+		return nil, MatchAt{}, fmt.Errorf("match messages: %w", err)
 	}
-	return n, first, nil
+	return ids, at, nil
 }
 
 // LoadMatched reads from an operation's stream the ids of the messages at

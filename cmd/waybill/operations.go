@@ -86,7 +86,7 @@ func runOperations(ctx context.Context, args []string, stdout, stderr io.Writer)
 		fs.StringVar(&after, "created-after", "", "only messages created after this RFC 3339 time")
 		fs.StringVar(&before, "created-before", "", "only messages created before this RFC 3339 time")
 		fs.StringVar(&reason, "reason", "", "why, kept in the journal with the operation and its actions")
-		fs.BoolVar(&dryRun, "dry-run", false, "count the messages the operation would take and change nothing")
+		fs.BoolVar(&dryRun, "dry-run", false, "say how many messages the operation would act on and refuse, by reason, and change nothing")
 	case "list":
 		fs.usage = "waybill operations list [--limit N] [--cursor C]"
 		fs.IntVar(&limit, "limit", 0, "at most this many operations (the server's default when 0)")
@@ -188,15 +188,32 @@ func runOperations(ctx context.Context, args []string, stdout, stderr io.Writer)
 	return code
 }
 
+// dryRunOperation prints what the operation would do if it ran now: how
+// many messages it would act on and refuse, the refusals by code, and the
+// first messages.
 func dryRunOperation(ctx context.Context, c *client, w io.Writer, body map[string]any) error {
 	var dry struct {
-		Matched int      `json:"matched"`
-		Sample  []string `json:"sample"`
+		Matched  int      `json:"matched"`
+		Sample   []string `json:"sample"`
+		Done     int      `json:"done"`
+		Refused  int      `json:"refused"`
+		Refusals []struct {
+			Code    string `json:"code"`
+			Count   int    `json:"count"`
+			Example string `json:"example"`
+		} `json:"refusals"`
 	}
 	if err := c.do(ctx, http.MethodPost, "operations", nil, body, &dry); err != nil {
 		return err
 	}
-	fmt.Fprintf(w, "dry run: %s would take %d messages; nothing was changed\n", body["action"], dry.Matched)
+	fmt.Fprintf(w, "dry run: %s matches %s: it would act on %s and refuse %d; nothing was changed\n",
+		body["action"], messageCount(dry.Matched), messageCount(dry.Done), dry.Refused)
+	if len(dry.Refusals) > 0 {
+		fmt.Fprintln(w, "refused, by reason:")
+		for _, r := range dry.Refusals {
+			fmt.Fprintf(w, "  %d  %s  e.g. %s\n", r.Count, r.Code, shorten(oneLine(r.Example), 160))
+		}
+	}
 	if len(dry.Sample) > 0 {
 		fmt.Fprintf(w, "the first %d, in the order it would take them:\n", len(dry.Sample))
 		for _, id := range dry.Sample {
@@ -204,6 +221,14 @@ func dryRunOperation(ctx context.Context, c *client, w io.Writer, body map[strin
 		}
 	}
 	return nil
+}
+
+// messageCount is n messages in words.
+func messageCount(n int) string {
+	if n == 1 {
+		return "1 message"
+	}
+	return fmt.Sprintf("%d messages", n)
 }
 
 // watchOperation shows the operation's progress until it ends: a bar

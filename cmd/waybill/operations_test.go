@@ -115,7 +115,8 @@ func TestOperationsCreateEndsFailed(t *testing.T) {
 func TestOperationsDryRunListShowCancel(t *testing.T) {
 	t.Parallel()
 	api := newFakeAPI(t, map[string]answer{
-		"POST /api/v1/operations":        {200, `{"matched":2,"sample":["` + msgID + `","` + msgID2 + `"]}`},
+		"POST /api/v1/operations": {200, `{"matched":2,"sample":["` + msgID + `","` + msgID2 + `"],"done":1,"refused":1,
+			"refusals":[{"code":"NOT_SKIPPABLE","count":1,"example":"delivery not skippable: no delivery of generation 1 is that may be skipped (its deliveries: billing delivered)"}]}`},
 		"GET /api/v1/operations":         {200, `{"items":[` + opJSON("running", 2, 0, "1.5", "2") + `],"next_cursor":"abc"}`},
 		"GET /api/v1/operations/" + opID: {200, opJSON("done", 3, 1, "null", "null")},
 		"GET /api/v1/operations/" + opID + "/refusals": {200, `{"items":[{"message_id":"` + msgID + `",
@@ -126,8 +127,10 @@ func TestOperationsDryRunListShowCancel(t *testing.T) {
 
 	code, out, errOut := waybillCLI(t, append([]string{"operations", "create", "--action", "skip", "--source", "erp",
 		"--created-before", "2026-12-01T00:00:00Z", "--dry-run"}, srv...)...)
-	if code != 0 || out != "dry run: skip would take 2 messages; nothing was changed\nthe first 2, in the order it would take them:\n  "+
-		msgID+"\n  "+msgID2+"\n" {
+	if code != 0 || out != "dry run: skip matches 2 messages: it would act on 1 message and refuse 1; nothing was changed\n"+
+		"refused, by reason:\n"+
+		"  1  NOT_SKIPPABLE  e.g. delivery not skippable: no delivery of generation 1 is that may be skipped (its deliveries: billing delivered)\n"+
+		"the first 2, in the order it would take them:\n  "+msgID+"\n  "+msgID2+"\n" {
 		t.Errorf("dry run: exit %d\n%s%s", code, out, errOut)
 	}
 
