@@ -18,7 +18,8 @@ var (
 	ErrInvalid = errors.New("invalid input")
 	// ErrInvalidTarget: a route names a target that does not exist.
 	ErrInvalidTarget = errors.New("invalid target")
-	// ErrExists: a route or target with that id or name exists already.
+	// ErrExists: a route, target or source with that id or name exists
+	// already; an *ExistsError says which field.
 	ErrExists = errors.New("already exists")
 	// ErrTargetInUse: a target that routes still name cannot be deleted.
 	ErrTargetInUse = errors.New("target in use")
@@ -77,6 +78,20 @@ func (e *StateError) Error() string {
 }
 
 func (e *StateError) Unwrap() error { return e.Err }
+
+// ExistsError is ErrExists for the field whose value is taken.
+type ExistsError struct {
+	// Kind is what was to be created: target, source or route.
+	Kind string
+	// Field and Value are the field and its value that another has.
+	Field, Value string
+}
+
+func (e *ExistsError) Error() string {
+	return fmt.Sprintf("a %s with %s %q exists already", e.Kind, e.Field, e.Value)
+}
+
+func (e *ExistsError) Unwrap() error { return ErrExists }
 
 // refused turns a fold's refusal into sentinel's StateError; other errors
 // pass through.

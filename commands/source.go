@@ -63,7 +63,7 @@ func (w *Writer) changeSource(ctx context.Context, s lifecycle.Source, actor str
 		_, exists := c.sources[s.Name]
 		switch {
 		case create && exists:
-			return nil, nil, ErrExists
+			return nil, nil, &ExistsError{Kind: "source", Field: "name", Value: s.Name}
 		case create:
 			return &journal.SourceCreated{Source: s}, func(b *pgx.Batch) {
 				b.Queue(`INSERT INTO sources (name, spec, created_at, updated_at) VALUES ($1, $2, $3, $3)`, s.Name, spec, now)

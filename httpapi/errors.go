@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -66,7 +67,8 @@ type ErrorDetails struct {
 	Problem string `json:"problem,omitempty"`
 	// Errors lists every wrong field when there are several (INVALID_FIELD).
 	Errors []FieldProblem `json:"errors,omitempty"`
-	// Value is what was given (INVALID_STATUS, UNSUPPORTED_MEDIA_TYPE).
+	// Value is what was given (INVALID_STATUS, UNSUPPORTED_MEDIA_TYPE,
+	// ALREADY_EXISTS).
 	Value string `json:"value,omitempty"`
 	// Stage or State is what the message or delivery is in (the 409s).
 	Stage string `json:"stage,omitempty"`
@@ -185,6 +187,7 @@ func failureOf(err error) failure {
 		status   *statusError
 		state    *commands.StateError
 		stale    *commands.StaleError
+		exists   *commands.ExistsError
 	)
 	f := func(code int, c string, details ErrorDetails) failure {
 		return failure{status: code, body: ErrorBody{Code: c, Message: err.Error(), Details: details}}
@@ -235,8 +238,8 @@ func failureOf(err error) failure {
 		return f(http.StatusGone, CodePayloadExpunged, ErrorDetails{})
 	case errors.Is(err, commands.ErrCorrelationConsumed):
 		return f(http.StatusConflict, CodeCorrelationConsumed, ErrorDetails{})
-	case errors.Is(err, commands.ErrExists):
-		return f(http.StatusConflict, CodeAlreadyExists, ErrorDetails{})
+	case errors.As(err, &exists):
+		return f(http.StatusConflict, CodeAlreadyExists, ErrorDetails{Field: exists.Field, Value: exists.Value})
 	case errors.Is(err, commands.ErrTargetInUse):
 		return f(http.StatusConflict, CodeTargetInUse, ErrorDetails{})
 	case errors.Is(err, errNotStored) || unavailable(err):
@@ -361,9 +364,22 @@ func subjects(r *http.Request) []any {
 	return attrs
 }
 
+// marshal encodes v as JSON as the API answers it: without escaping <, >
+// and & for HTML, which no client of a JSON API needs, so a message reads
+// "Bearer <token>" rather than "Bearer \u003ctoken\u003e".
+func marshal(v any) ([]byte, error) {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return nil, err
+	}
+	return bytes.TrimSuffix(b.Bytes(), []byte("\n")), nil
+}
+
 // writeJSON answers v as JSON with the status.
 func writeJSON(w http.ResponseWriter, status int, v any) {
-	data, err := json.Marshal(v)
+	data, err := marshal(v)
 	if err != nil {
 		status = http.StatusInternalServerError
 		data = []byte(`{"error":{"code":"INTERNAL","message":"internal error: the answer could not be encoded","details":{}}}`)

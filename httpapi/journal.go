@@ -2,7 +2,6 @@ package httpapi
 
 import (
 	"encoding/base64"
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"strconv"
@@ -43,7 +42,7 @@ func (s *Server) journal(w http.ResponseWriter, r *http.Request) error {
 	}
 	out := JournalPage{Items: make([]JournalEvent, len(events))}
 	for i, e := range events {
-		payload, err := json.Marshal(payloadForCaller(r, e))
+		payload, err := marshal(payloadForCaller(r, e))
 		if err != nil {
 			return fmt.Errorf("encode event %d: %w", e.Position, err)
 		}

@@ -3,6 +3,7 @@ package httpapi
 import (
 	"fmt"
 	"net/http"
+	"slices"
 	"strconv"
 
 	"github.com/google/uuid"
@@ -47,14 +48,16 @@ func (s *Server) listLanes(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	if !targetExists(targets, name) {
+	i := slices.IndexFunc(targets, func(t lifecycle.Target) bool { return t.Name == name })
+	if i < 0 {
 		return fmt.Errorf("%w: no target %q", commands.ErrNotFound, name)
 	}
 	lanes, err := projection.ListLanes(r.Context(), s.cfg.DB, name, blocked, after, limit+1)
 	if err != nil {
 		return err
 	}
-	out := LaneList{Items: make([]Lane, 0, min(len(lanes), limit))}
+	out := LaneList{Items: make([]Lane, 0, min(len(lanes), limit)),
+		OrderingMode: targets[i].Ordering.WithDefaults().Mode}
 	for i, l := range lanes {
 		if i == limit {
 			next := projection.LaneCursor(lanes[i-1].Key)
@@ -65,15 +68,6 @@ func (s *Server) listLanes(w http.ResponseWriter, r *http.Request) error {
 	}
 	writeJSON(w, http.StatusOK, out)
 	return nil
-}
-
-func targetExists(targets []lifecycle.Target, name string) bool {
-	for _, t := range targets {
-		if t.Name == name {
-			return true
-		}
-	}
-	return false
 }
 
 // laneOf is the resource of a lane.

@@ -297,9 +297,10 @@ func TestRedispatch(t *testing.T) {
 		t.Errorf("409 details %+v", e.Details)
 	}
 	b.admin(t, http.MethodPost, "/messages/"+uuid.NewString()+"/redispatch", nil).fails(t, http.StatusNotFound, httpapi.CodeNotFound)
-	// A body, or a body of the wrong type, is refused before anything.
+	// A body of an unknown field, or one not sent as JSON, is refused
+	// before anything; no body at all needs no content type.
 	b.admin(t, http.MethodPost, "/messages/"+m.ID.String()+"/redispatch", `{"force":true}`).invalidField(t, "force")
-	b.send(t, adminToken, http.MethodPost, "/messages/"+m.ID.String()+"/redispatch", "", nil).
+	b.send(t, adminToken, http.MethodPost, "/messages/"+m.ID.String()+"/redispatch", "text/plain", []byte("{}")).
 		fails(t, http.StatusUnsupportedMediaType, httpapi.CodeUnsupportedMediaType)
 	b.unchanged(t, before)
 }

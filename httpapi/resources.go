@@ -158,10 +158,13 @@ type Lane struct {
 }
 
 // LaneList is a page of a target's lanes, by ordering key. NextCursor
-// continues the list; null on its last page.
+// continues the list; null on its last page. OrderingMode is the target's
+// ordering.mode, so an empty page of a target that keeps no order says
+// why it is empty.
 type LaneList struct {
-	Items      []Lane  `json:"items"`
-	NextCursor *string `json:"next_cursor"`
+	Items        []Lane                 `json:"items"`
+	NextCursor   *string                `json:"next_cursor"`
+	OrderingMode lifecycle.OrderingMode `json:"ordering_mode"`
 }
 
 // MessageList is a page of messages, newest first. NextCursor continues

@@ -23,7 +23,6 @@ func TestSettings(t *testing.T) {
 		invalidField(t, "delivery.max_attempts")
 	b.admin(t, http.MethodPut, "/settings", map[string]any{"delivery": map[string]any{"max_dispatches": "3"}}).
 		invalidField(t, "delivery.max_dispatches")
-	b.admin(t, http.MethodPut, "/settings", map[string]any{}).invalidField(t, "delivery.max_dispatches")
 	delivery := map[string]any{"max_dispatches": 5}
 	for _, tt := range []struct {
 		retention map[string]any
@@ -63,5 +62,10 @@ func TestSettings(t *testing.T) {
 	b.as(t, readerToken, http.MethodGet, "/settings", nil).want(t, http.StatusOK, &s)
 	if s.Retention.Enabled() {
 		t.Errorf("retention %+v after a PUT without it", s.Retention)
+	}
+	// A field left out takes its default: an empty PUT restores them all.
+	b.admin(t, http.MethodPut, "/settings", map[string]any{}).want(t, http.StatusOK, &s)
+	if s != lifecycle.DefaultSettings() {
+		t.Errorf("an empty PUT answered %+v, want the defaults", s)
 	}
 }

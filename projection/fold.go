@@ -392,7 +392,7 @@ func deliveryStep(d *Delivery, e *journal.Event) error {
 		}
 		d.State, d.DispatchCount, d.NextDue = lifecycle.StateQueued, p.DispatchCount, p.NextDue
 	case *journal.DeliverySkipped:
-		if err := against(lifecycle.SkipRule, "a delivery being attempted, delivered or skipped is not skipped", "", time.Time{}); err != nil {
+		if err := against(lifecycle.SkipRule, "only a delivery that waits or has failed may be skipped", "", time.Time{}); err != nil {
 			return err
 		}
 		d.State, d.NextDue, d.DispatchCount, d.FinishedAt = lifecycle.StateSkipped, time.Time{}, 0, at

@@ -185,7 +185,8 @@ type lanePage struct {
 		Waiting      int64   `json:"waiting"`
 		WaitingSince *string `json:"waiting_since"`
 	} `json:"items"`
-	NextCursor *string `json:"next_cursor"`
+	NextCursor   *string `json:"next_cursor"`
+	OrderingMode string  `json:"ordering_mode"`
 }
 
 type messagePage struct {
@@ -513,6 +514,10 @@ func listLanes(ctx context.Context, c *client, w io.Writer, target string, block
 		return err
 	}
 	if len(page.Items) == 0 {
+		if page.OrderingMode == "none" {
+			fmt.Fprintf(w, "no lanes: target %s keeps no order (its ordering.mode is none; fifo keeps lanes)\n", target)
+			return nil
+		}
 		fmt.Fprintln(w, "no lanes")
 		return nil
 	}
