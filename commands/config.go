@@ -58,8 +58,7 @@ func (w *Writer) loadConfig(ctx context.Context) (*configState, error) {
 	c := &configState{targets: map[string]lifecycle.Target{}, sources: map[string]lifecycle.Source{},
 		settings: lifecycle.DefaultSettings(), loaded: w.clock()}
 	b := &pgx.Batch{}
-	b.Queue(`SELECT coalesce(max(version), 0) FROM journal WHERE stream = $1`, journal.ConfigStream).
-		QueryRow(func(row pgx.Row) error { return row.Scan(&c.version) })
+	journal.QueueStreamVersion(b, journal.ConfigStream, &c.version)
 	b.Queue(`SELECT id, source, from_pattern, to_pattern, target FROM routes ORDER BY created_at, id`).
 		Query(func(rows pgx.Rows) error {
 			var err error
@@ -221,7 +220,7 @@ func (w *Writer) changeTarget(ctx context.Context, t lifecycle.Target, actor str
 		_, exists := c.targets[t.Name]
 		switch {
 		case create && exists:
-			return nil, nil, ErrExists
+			return nil, nil, &ExistsError{Kind: "target", Field: "name", Value: t.Name}
 		case create:
 			return &journal.TargetCreated{Target: t}, func(b *pgx.Batch) {
 				b.Queue(`INSERT INTO targets (name, spec, created_at, updated_at) VALUES ($1, $2, $3, $3)`, t.Name, spec, now)
@@ -290,7 +289,7 @@ func (w *Writer) changeRoute(ctx context.Context, r lifecycle.Route, actor strin
 		exists := slices.ContainsFunc(c.routes, func(o lifecycle.Route) bool { return o.ID == r.ID })
 		switch {
 		case create && exists:
-			return nil, nil, ErrExists
+			return nil, nil, &ExistsError{Kind: "route", Field: "id", Value: r.ID.String()}
 		case create:
 			return &journal.RouteCreated{Route: r}, func(b *pgx.Batch) {
 				b.Queue(`INSERT INTO routes (id, source, from_pattern, to_pattern, target, created_at, updated_at)

@@ -447,7 +447,7 @@ func bulkDecision(cfg *configState, action lifecycle.OperationAction, target str
 				return redeliverOn(c, lanes, d, now, a)
 			})
 	}
-	return eachDelivery(target, ErrNotSkippable, "that may be skipped",
+	return eachDelivery(target, ErrNotSkippable, "waiting or failed",
 		func(d *projection.Delivery) bool { return lifecycle.SkipRule.Admits(d.State) },
 		func(c *change, _ *projection.LaneBook, d uuid.UUID, now time.Time) error { return skipOn(c, d, now, a) })
 }

@@ -152,10 +152,59 @@ func Scan(ctx context.Context, q Querier, from int64, fn func(Event) error) erro
 	return nil
 }
 
+// Latest returns a stream's last limit events of kind, newest first.
+func Latest(ctx context.Context, q Querier, stream string, kind Kind, limit int) ([]Event, error) {
+	var events []Event
+	err := scan(ctx, q, selectSQL+`WHERE stream = $1 AND kind = $2 ORDER BY version DESC LIMIT $3`,
+		[]any{stream, kind, limit}, func(e Event) error {
+			events = append(events, e)
+			return nil
+		})
+	if err != nil {
+		return nil, fmt.Errorf("read the latest %s of stream %s: %w", kind, stream, err)
+	}
+	return events, nil
+}
+
+// streamVersionSQL reads a stream's last version, 0 for a stream with no
+// event yet.
+const streamVersionSQL = `SELECT coalesce(max(version), 0) FROM journal WHERE stream = $1`
+
+// QueueStreamVersion queues the read of a stream's last version into dst
+// (0 for a stream with no event yet): the version its next event follows,
+// for a writer of a named stream in the batch that locks what it writes.
+func QueueStreamVersion(b *pgx.Batch, stream string, dst *int) {
+	b.Queue(streamVersionSQL, stream).QueryRow(func(row pgx.Row) error { return row.Scan(dst) })
+}
+
+// StreamVersion returns a stream's last version, 0 for a stream with no
+// event yet.
+func StreamVersion(ctx context.Context, q Querier, stream string) (int, error) {
+	rows, err := q.Query(ctx, streamVersionSQL, stream)
+	var version int
+	if err == nil {
+		version, err = pgx.CollectExactlyOneRow(rows, pgx.RowTo[int])
+	}
+	if err != nil {
+		return 0, fmt.Errorf("read the version of stream %s: %w", stream, err)
+	}
+	return version, nil
+}
+
+// lastPositionSQL reads the position of the last event, 0 for an empty
+// journal.
+const lastPositionSQL = `SELECT coalesce(max(position), 0) FROM journal`
+
+// QueueLastPosition queues the read of the last event's position into dst
+// (0 for an empty journal), for a reader that reads it with others.
+func QueueLastPosition(b *pgx.Batch, dst *int64) {
+	b.Queue(lastPositionSQL).QueryRow(func(row pgx.Row) error { return row.Scan(dst) })
+}
+
 // LastPosition returns the position of the last event, 0 for an empty journal.
 func LastPosition(ctx context.Context, q Querier) (int64, error) {
 	var last int64
-	rows, err := q.Query(ctx, `SELECT coalesce(max(position), 0) FROM journal`)
+	rows, err := q.Query(ctx, lastPositionSQL)
 	if err == nil {
 		last, err = pgx.CollectExactlyOneRow(rows, pgx.RowTo[int64])
 	}

@@ -301,25 +301,13 @@ const recentBatches = 20
 // lately: over its latest batches, or since its start when it has taken
 // one; 0 when that cannot be told yet.
 func RecentRate(ctx context.Context, q journal.Querier, o *Operation) (float64, error) {
-	// payload::json, for a journal whose payload column is jsonb
-	// (schema.journalDDL).
-	rows, err := q.Query(ctx, `SELECT recorded_at, json_array_length(payload::json->'done') + json_array_length(payload::json->'refused')
-		FROM journal WHERE stream = $1 AND kind = $2 ORDER BY version DESC LIMIT $3`,
-		journal.OperationStream(o.ID), journal.KindOperationProgressed, recentBatches)
+	events, err := journal.Latest(ctx, q, journal.OperationStream(o.ID), journal.KindOperationProgressed, recentBatches)
 	if err != nil {
 		return 0, fmt.Errorf("rate of operation %s: %w", o.ID, err)
 	}
-	var (
-		at    time.Time
-		n     int
-		times []time.Time
-		taken []int
-	)
-	if _, err := pgx.ForEachRow(rows, []any{&at, &n}, func() error {
-		times, taken = append(times, at), append(taken, n)
-		return nil
-	}); err != nil {
-		return 0, fmt.Errorf("rate of operation %s: %w", o.ID, err)
+	times, taken := make([]time.Time, len(events)), make([]int, len(events))
+	for i, e := range events {
+		times[i], taken[i] = e.RecordedAt, e.Payload.(*journal.OperationProgressed).Taken()
 	}
 	switch len(times) {
 	case 0:

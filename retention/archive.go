@@ -100,34 +100,14 @@ const archiveIDSQL = `WITH drawn AS (
 		INSERT INTO retention_archive (id) VALUES (gen_random_uuid()) ON CONFLICT (singleton) DO NOTHING RETURNING id)
 	SELECT id FROM drawn UNION ALL SELECT id FROM retention_archive LIMIT 1`
 
-// lastArchivedSQL reads the last batch the journal records.
-var lastArchivedSQL = `SELECT version, payload FROM journal WHERE stream = '` + journal.RetentionStream +
-	`' AND kind = '` + string(journal.KindRetentionArchived) + `' ORDER BY version DESC LIMIT 1`
-
 // lastArchived returns the last retention.archived event and its version,
 // nil when there is none.
 func lastArchived(ctx context.Context, q journal.Querier) (*journal.RetentionArchived, int, error) {
-	rows, err := q.Query(ctx, lastArchivedSQL)
-	if err != nil {
+	events, err := journal.Latest(ctx, q, journal.RetentionStream, journal.KindRetentionArchived, 1)
+	if err != nil || len(events) == 0 {
 		return nil, 0, err
 	}
-	var (
-		version int
-		raw     []byte
-		found   bool
-	)
-	_, err = pgx.ForEachRow(rows, []any{&version, &raw}, func() error {
-		found = true
-		return nil
-	})
-	if err != nil || !found {
-		return nil, 0, err
-	}
-	p, err := journal.Decode(journal.KindRetentionArchived, raw)
-	if err != nil {
-		return nil, 0, err
-	}
-	return p.(*journal.RetentionArchived), version, nil
+	return events[0].Payload.(*journal.RetentionArchived), events[0].Version, nil
 }
 
 // path is where a final file of a batch lies in the archive's directory.

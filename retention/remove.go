@@ -185,8 +185,7 @@ func (r *Retention) commit(ctx context.Context, conn *pgxpool.Conn, keep []*proj
 	b := &pgx.Batch{}
 	lock := projection.Lock(b, ids, []uuid.UUID{})
 	var version int
-	b.Queue(`SELECT coalesce(max(version), 0) FROM journal WHERE stream = $1`, journal.RetentionStream).
-		QueryRow(func(row pgx.Row) error { return row.Scan(&version) })
+	journal.QueueStreamVersion(b, journal.RetentionStream, &version)
 	if err := tx.SendBatch(ctx, b).Close(); err != nil {
 		return 0, false, fmt.Errorf("lock the batch: %w", err)
 	}

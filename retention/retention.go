@@ -400,13 +400,12 @@ func (r *Retention) pause(ctx context.Context, began time.Time) error {
 
 // journalPass appends the pass's counts to the retention stream.
 func (r *Retention) journalPass(ctx context.Context, conn *pgxpool.Conn, res *Result) error {
-	var version int
-	if err := conn.QueryRow(ctx, `SELECT coalesce(max(version), 0) FROM journal WHERE stream = $1`,
-		journal.RetentionStream).Scan(&version); err != nil {
+	version, err := journal.StreamVersion(ctx, conn, journal.RetentionStream)
+	if err != nil {
 		return fmt.Errorf("journal the pass: %w", err)
 	}
 	b := &pgx.Batch{}
-	err := journal.Queue(b, journal.Event{RecordedAt: journal.StoredTime(r.cfg.Now()), Stream: journal.RetentionStream,
+	err = journal.Queue(b, journal.Event{RecordedAt: journal.StoredTime(r.cfg.Now()), Stream: journal.RetentionStream,
 		Version: version + 1, Actor: journal.ActorRetention, Payload: &journal.RetentionPass{Expunged: res.Expunged,
 			Removed: res.Removed(), Batches: res.Batches, ArchiveBytes: res.ArchiveBytes}})
 	if err == nil {

@@ -287,7 +287,7 @@ func (s *Sweeper) measure(ctx context.Context) error {
 	b := &pgx.Batch{}
 	counts := projection.QueueCounts(b)
 	due := projection.QueueDue(b, now)
-	b.Queue(`SELECT coalesce(max(position), 0) FROM journal`).QueryRow(func(row pgx.Row) error { return row.Scan(&position) })
+	journal.QueueLastPosition(b, &position)
 	if err := s.cfg.DB.SendBatch(ctx, b).Close(); err != nil {
 		return fmt.Errorf("measure: %w", err)
 	}

@@ -614,7 +614,7 @@ func timeCell(s string) string {
 	if err != nil {
 		return s
 	}
-	return t.UTC().Format("2006-01-02 15:04:05Z")
+	return t.UTC().Format(time.RFC3339)
 }
 
 // oneLine keeps text from breaking a table's rows and columns.

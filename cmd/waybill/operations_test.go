@@ -116,7 +116,7 @@ func TestOperationsDryRunListShowCancel(t *testing.T) {
 	t.Parallel()
 	api := newFakeAPI(t, map[string]answer{
 		"POST /api/v1/operations": {200, `{"matched":2,"sample":["` + msgID + `","` + msgID2 + `"],"done":1,"refused":1,
-			"refusals":[{"code":"NOT_SKIPPABLE","count":1,"example":"delivery not skippable: no delivery of generation 1 is that may be skipped (its deliveries: billing delivered)"}]}`},
+			"refusals":[{"code":"NOT_SKIPPABLE","count":1,"example":"delivery not skippable: no delivery of generation 1 is waiting or failed (its deliveries: billing delivered)"}]}`},
 		"GET /api/v1/operations":         {200, `{"items":[` + opJSON("running", 2, 0, "1.5", "2") + `],"next_cursor":"abc"}`},
 		"GET /api/v1/operations/" + opID: {200, opJSON("done", 3, 1, "null", "null")},
 		"GET /api/v1/operations/" + opID + "/refusals": {200, `{"items":[{"message_id":"` + msgID + `",
@@ -129,14 +129,14 @@ func TestOperationsDryRunListShowCancel(t *testing.T) {
 		"--created-before", "2026-12-01T00:00:00Z", "--dry-run"}, srv...)...)
 	if code != 0 || out != "dry run: skip matches 2 messages: it would act on 1 message and refuse 1; nothing was changed\n"+
 		"refused, by reason:\n"+
-		"  1  NOT_SKIPPABLE  e.g. delivery not skippable: no delivery of generation 1 is that may be skipped (its deliveries: billing delivered)\n"+
+		"  1  NOT_SKIPPABLE  e.g. delivery not skippable: no delivery of generation 1 is waiting or failed (its deliveries: billing delivered)\n"+
 		"the first 2, in the order it would take them:\n  "+msgID+"\n  "+msgID2+"\n" {
 		t.Errorf("dry run: exit %d\n%s%s", code, out, errOut)
 	}
 
 	code, out, errOut = waybillCLI(t, append([]string{"operations", "list", "--limit", "1"}, srv...)...)
 	wantList := `ID                                    STARTED               ACTION     STATE    TAKEN  DONE  REFUSED  BY
-` + opID + `  2026-12-01 08:00:00Z  redeliver  running  2/4    2     0        alice
+` + opID + `  2026-12-01T08:00:00Z  redeliver  running  2/4    2     0        alice
 
 next page: waybill operations list --limit 1 --cursor abc
 `
