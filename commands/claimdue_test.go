@@ -89,14 +89,14 @@ func TestClaimDueTakesWhatAWorkerMay(t *testing.T) {
 		t.Fatalf("stall: %q %v", kind, err)
 	}
 	complete(claim(retryDue, time.Minute), lifecycle.Retry(b.clock.Now().Add(5*time.Second), "503"))
-	complete(claim(retryWoken, time.Minute), lifecycle.Retry(b.clock.Now().Add(5*time.Second), "503"))
+	complete(claim(retryWoken, time.Minute), lifecycle.Retry(b.clock.Now().Add(5*time.Second-lifecycle.WakeGrace), "503"))
 	complete(claim(retryLater, time.Minute), lifecycle.Retry(b.clock.Now().Add(time.Hour), "503"))
 	oldClaim := claim(expired, 5*time.Second)
 	complete(claim(awaiting, time.Minute), lifecycle.AwaitingAck("sent", b.clock.Now().Add(time.Hour)))
 	complete(claim(delivered, time.Minute), lifecycle.Delivered("200"))
 	b.clock.Advance(5 * time.Second) // t2
-	// Woken at its retry time, it is due again only in 10 s, but a worker
-	// may take it at once.
+	// Woken by the sweep once lifecycle.WakeGrace past its retry time, it
+	// is due again only in 10 s, but a worker may take it at once.
 	if kind, err := b.w.Wake(b.ctx, retryWoken.ID); err != nil || kind != journal.KindDeliveryWoken {
 		t.Fatalf("wake: %q %v", kind, err)
 	}

@@ -20,18 +20,25 @@ import (
 // one database at once and every row changes once.
 
 // ExpireLease turns a delivering delivery whose lease has run out into a
-// retrying one, due now.
+// retrying one, due now, and wakes it in the same write
+// (delivery.woken, published after commit): no worker's timer will, and
+// lifecycle.SweepWakeRule would leave a retry due now alone for
+// lifecycle.WakeGrace. It returns journal.KindDeliveryLeaseExpired.
 func (w *Writer) ExpireLease(ctx context.Context, deliveryID uuid.UUID) (journal.Kind, error) {
 	return w.sweepStep(ctx, "expire lease of", deliveryID, func(d *projection.Delivery, _ *configState, _ *projection.LaneBook, now time.Time) (journal.Payload, error) {
 		return &journal.DeliveryLeaseExpired{Token: d.ClaimToken, LeaseEnd: d.LeaseEnd}, nil
 	})
 }
 
-// Wake counts an unclaimed wake-up of a due delivery and sets the next one
-// by lifecycle.DispatchBackoff; the wake-up is published after commit. A
+// Wake counts an unclaimed wake-up of a delivery the sweep is to wake
+// (lifecycle.SweepWakeRule) and sets the next one by
+// lifecycle.DispatchBackoff; the wake-up is published after commit. A
 // delivery woken max_dispatches times already stalls instead.
 func (w *Writer) Wake(ctx context.Context, deliveryID uuid.UUID) (journal.Kind, error) {
 	return w.sweepStep(ctx, "wake", deliveryID, func(d *projection.Delivery, cfg *configState, _ *projection.LaneBook, now time.Time) (journal.Payload, error) {
+		if !lifecycle.SweepWakeRule.Holds(d.Facts(), now) {
+			return nil, nil
+		}
 		if n := d.DispatchCount; n >= cfg.settings.Delivery.MaxDispatches {
 			return &journal.DeliveryStalled{WakeUps: n,
 				Reason: fmt.Sprintf("not claimed by %s after %d wake-ups", d.Target, n)}, nil
@@ -105,7 +112,14 @@ func (w *Writer) sweepStep(ctx context.Context, verb string, deliveryID uuid.UUI
 		if err != nil {
 			return nil, err
 		}
-		if k := p.Kind(); k == journal.KindDeliveryWoken || k == journal.KindDeliveryUnblocked {
+		if p.Kind() == journal.KindDeliveryLeaseExpired {
+			n := c.after.Delivery(deliveryID).DispatchCount + 1
+			woken := &journal.DeliveryWoken{DispatchCount: n, NextDue: now.Add(lifecycle.DispatchBackoff(n))}
+			if err := c.record(journal.Event{RecordedAt: now, DeliveryID: deliveryID, Actor: journal.ActorSweep, Payload: woken}); err != nil {
+				return nil, err
+			}
+		}
+		if k := p.Kind(); k == journal.KindDeliveryWoken || k == journal.KindDeliveryUnblocked || k == journal.KindDeliveryLeaseExpired {
 			c.wakeups = []Wakeup{{DeliveryID: deliveryID, Target: d.Target}}
 		}
 		kind = p.Kind()

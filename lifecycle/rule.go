@@ -39,7 +39,16 @@ const (
 	LeaseOver
 	// Pending: next_due is set and after now.
 	Pending
+	// Overdue: next_due is set and at least WakeGrace before now.
+	Overdue
 )
+
+// WakeGrace is how long the sweep leaves a retry that has come due to the
+// process that recorded it, whose timer claims it on time: it covers that
+// process's lateness under load and the clock skew between hosts, and is
+// well under the sweep's interval. Past it, the process is taken to be gone
+// and the sweep wakes the retry (SweepWakeRule).
+const WakeGrace = 2 * time.Second
 
 // Facts are the fields of a delivery that rules read.
 type Facts struct {
@@ -70,6 +79,14 @@ var (
 	// delivery.stalled).
 	WakeRule = Rule{Name: "due for a wake-up", cases: []ruleCase{
 		{StateQueued, []Cond{Due}}, {StateRetrying, []Cond{Due}},
+	}}
+	// SweepWakeRule is what the sweep wakes: a queued delivery once due,
+	// for its dispatch or last wake-up was published and went unanswered;
+	// a retrying one once WakeGrace overdue, for until then the process
+	// that recorded the retry claims it by its own timer. It admits only
+	// what WakeRule admits.
+	SweepWakeRule = Rule{Name: "woken by the sweep", cases: []ruleCase{
+		{StateQueued, []Cond{Due}}, {StateRetrying, []Cond{Overdue}},
 	}}
 	// WaitRule: an unclaimed delivery whose wake-up is not due yet. The
 	// fold gives every delivery in WakeRule's states a next_due, so each
@@ -130,7 +147,7 @@ var (
 
 // Rules lists every rule, for the tests that hold the SQL and the fold to
 // them.
-var Rules = []Rule{ClaimRule, LeaseExpiryRule, CatchUpRule, WakeRule, WaitRule, ReceiptTimeoutRule, RedeliverRule,
+var Rules = []Rule{ClaimRule, LeaseExpiryRule, CatchUpRule, WakeRule, SweepWakeRule, WaitRule, ReceiptTimeoutRule, RedeliverRule,
 	SkipRule, UnblockRule, InHandRule, SupersedeRule, CallbackClaimRule, CallbackCatchUpRule}
 
 // Or is a rule that admits what r or o admits. They must not share a
@@ -193,6 +210,8 @@ func (c Cond) holds(f Facts, now time.Time) bool {
 		return !f.LeaseEnd.IsZero() && !f.LeaseEnd.After(now)
 	case Pending:
 		return !f.NextDue.IsZero() && f.NextDue.After(now)
+	case Overdue:
+		return !f.NextDue.IsZero() && !f.NextDue.After(now.Add(-WakeGrace))
 	}
 	return false
 }
@@ -252,6 +271,8 @@ func (c Cond) sql(alias, now string) string {
 		return col(alias, "lease_end") + " <= " + now
 	case Pending:
 		return col(alias, "next_due") + " > " + now
+	case Overdue:
+		return col(alias, "next_due") + " <= " + now + "::timestamptz - " + fmt.Sprintf("interval '%d microseconds'", WakeGrace.Microseconds())
 	}
 	panic(fmt.Sprintf("lifecycle: condition %d has no SQL", c))
 }

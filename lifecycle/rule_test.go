@@ -32,6 +32,11 @@ func TestRuleHolds(t *testing.T) {
 		{WakeRule, Facts{State: StateQueued, NextDue: future}, false},
 		{WakeRule, Facts{State: StateQueued}, false},
 		{WakeRule, Facts{State: StateAwaitingAck, NextDue: past}, false},
+		{SweepWakeRule, Facts{State: StateQueued, NextDue: now}, true},
+		{SweepWakeRule, Facts{State: StateRetrying, NextDue: past}, false},
+		{SweepWakeRule, Facts{State: StateRetrying, NextDue: now.Add(-WakeGrace)}, true},
+		{SweepWakeRule, Facts{State: StateRetrying, NextDue: now.Add(-WakeGrace), DispatchCount: 1}, true},
+		{SweepWakeRule, Facts{State: StateRetrying}, false},
 		{WaitRule, Facts{State: StateQueued, NextDue: future}, true},
 		{WaitRule, Facts{State: StateRetrying, NextDue: now}, false},
 		{WaitRule, Facts{State: StateRetrying}, false},
@@ -66,6 +71,22 @@ func TestWakeAndWaitSplitTheirStates(t *testing.T) {
 	}
 }
 
+// TestSweepWakesOnlyWhatIsDue: whatever the sweep wakes, the fold lets it
+// wake.
+func TestSweepWakesOnlyWhatIsDue(t *testing.T) {
+	now := time.Date(2026, 12, 1, 8, 0, 0, 0, time.UTC)
+	for _, s := range DeliveryStates {
+		for _, due := range []time.Time{{}, now.Add(-time.Hour), now.Add(-WakeGrace), now.Add(-time.Second), now, now.Add(time.Second)} {
+			for _, woken := range []int{0, 1} {
+				f := Facts{State: s, NextDue: due, DispatchCount: woken}
+				if SweepWakeRule.Holds(f, now) && !WakeRule.Holds(f, now) {
+					t.Errorf("%+v: the sweep wakes what is not due", f)
+				}
+			}
+		}
+	}
+}
+
 func TestRuleSQL(t *testing.T) {
 	for _, tt := range []struct {
 		rule Rule
@@ -74,6 +95,7 @@ func TestRuleSQL(t *testing.T) {
 		{ClaimRule, `d.state IN ('queued', 'stalled', 'retrying') AND (d.state IN ('queued', 'stalled') OR d.state = 'retrying' AND (d.next_due <= $2 OR d.dispatch_count > 0))`},
 		{LeaseExpiryRule, `d.state IN ('delivering') AND (d.state = 'delivering' AND (d.lease_end <= $2))`},
 		{RedeliverRule, `d.state IN ('retrying', 'failed', 'stalled', 'delivered', 'skipped')`},
+		{SweepWakeRule, `d.state IN ('queued', 'retrying') AND (d.state = 'queued' AND (d.next_due <= $2) OR d.state = 'retrying' AND (d.next_due <= $2::timestamptz - interval '2000000 microseconds'))`},
 	} {
 		if got := tt.rule.SQL("d", "$2"); got != tt.want {
 			t.Errorf("%s.SQL =\n%s\nwant\n%s", tt.rule.Name, got, tt.want)

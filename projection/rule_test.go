@@ -24,7 +24,7 @@ func TestRulesAgreeInSQLAndFold(t *testing.T) {
 	t.Parallel()
 	db := dbtest.Pool(t)
 	now := time.Date(2026, 12, 1, 8, 0, 0, 0, time.UTC)
-	times := []time.Time{{}, now.Add(-time.Second), now, now.Add(time.Second)}
+	times := []time.Time{{}, now.Add(-lifecycle.WakeGrace), now.Add(-time.Second), now, now.Add(time.Second)}
 	var cases []projection.Delivery
 	for _, state := range lifecycle.DeliveryStates {
 		for _, due := range times {

@@ -1,6 +1,7 @@
 // Package sweep runs the recovery loop every server process has: it expires
 // the leases of attempts whose worker went away, wakes due deliveries again
-// (so a lost wake-up costs time, never a delivery) and stalls those woken
+// (so a lost wake-up, or a retry whose process went away, costs time, never
+// a delivery) and stalls those woken
 // max_dispatches times unclaimed, fails deliveries whose receipt is
 // overdue, and measures the deliveries for the metrics. Each step is a
 // command of the core, conditional on the state it finds, so any number of
@@ -132,8 +133,9 @@ var (
 	expiredSQL = `SELECT id FROM deliveries WHERE ` + lifecycle.LeaseExpiryRule.SQL("", "$1") + ` ORDER BY lease_end LIMIT $2`
 	// dueSQL takes, for each target with deliveries a worker may claim
 	// (found by skipping along deliveries_claimable from one target to the
-	// next), its $2 most overdue deliveries due for a wake-up at $1, in
-	// the order the claim takes them.
+	// next), its $2 most overdue deliveries the sweep is to wake at $1
+	// (lifecycle.SweepWakeRule: a retry only once its own process has had
+	// lifecycle.WakeGrace to claim it), in the order the claim takes them.
 	dueSQL = `WITH RECURSIVE t(name) AS (
 			(SELECT target FROM deliveries WHERE ` + lifecycle.CatchUpRule.StatesSQL("") + ` ORDER BY target LIMIT 1)
 			UNION ALL
@@ -141,7 +143,7 @@ var (
 				ORDER BY target LIMIT 1)
 			FROM t WHERE t.name IS NOT NULL)
 		SELECT d.id FROM t, LATERAL (SELECT id FROM deliveries d
-			WHERE d.target = t.name AND ` + lifecycle.CatchUpRule.StatesSQL("d") + ` AND ` + lifecycle.WakeRule.SQL("d", "$1") + `
+			WHERE d.target = t.name AND ` + lifecycle.CatchUpRule.StatesSQL("d") + ` AND ` + lifecycle.SweepWakeRule.SQL("d", "$1") + `
 			ORDER BY coalesce(d.next_due, d.lease_end, d.updated_at) LIMIT $2) d
 		WHERE t.name IS NOT NULL`
 	receiptSQL = `SELECT id FROM deliveries WHERE ` + lifecycle.ReceiptTimeoutRule.SQL("", "$1") + ` ORDER BY next_due LIMIT $2`
@@ -243,7 +245,9 @@ func (s *Sweeper) step(ctx context.Context, name string, once bool, query func()
 				defer mu.Unlock()
 				switch kind {
 				case journal.KindDeliveryLeaseExpired:
+					// ExpireLease wakes the delivery in the same write.
 					r.Expired++
+					r.Woken++
 				case journal.KindDeliveryWoken:
 					r.Woken++
 				case journal.KindDeliveryStalled:

@@ -4,7 +4,10 @@
 // delivery a wake-up names with a lease, makes the attempt through the
 // target's Deliverer and records the outcome. A wake-up is only a hint: a
 // lost one costs time, never a delivery, since the sweep wakes every due
-// delivery again and a worker's catch-up claims whatever is due.
+// delivery again and a worker's catch-up claims whatever is due. A retry
+// is claimed when it comes due by the worker that recorded it, whose timer
+// asks for a catch-up then; the sweep wakes it only when that worker is
+// gone (lifecycle.SweepWakeRule).
 //
 // Worker is generic over its jobs (a Store keeps them, a Deliverer attempts
 // one), so jobs other than a target's deliveries can reuse it. Runtime runs

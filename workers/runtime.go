@@ -161,10 +161,14 @@ func (r *Runtime) Sync(ctx context.Context) error {
 	}
 	r.cfg.Metrics.Track(names)
 	var errs []error
+	// A restarted worker takes over the retries its predecessor recorded,
+	// so a change to a target does not leave them to the sweep.
+	retries := map[string][]time.Time{}
 	for name, tw := range r.running {
 		if spec, ok := want[name]; !ok || !reflect.DeepEqual(spec, tw.spec) {
 			tw.worker.Stop(ctx)
 			delete(r.running, name)
+			retries[name] = tw.worker.retries.left()
 		}
 	}
 	for name, spec := range want {
@@ -176,6 +180,7 @@ func (r *Runtime) Sync(ctx context.Context) error {
 			errs = append(errs, err)
 			continue
 		}
+		tw.worker.retries.add(retries[name]...)
 		r.running[name] = tw
 	}
 	r.taking.Store(new(maps.Clone(r.running)))

@@ -244,8 +244,8 @@ func TestStopLetsAnAttemptFinishWithinGrace(t *testing.T) {
 }
 
 // TestRetryPolicy answers 503 with a Retry-After, then 200: the delivery
-// retries at the time the policy and the header give, and the sweep's
-// wake-up at that time gets it delivered.
+// retries at the time the policy and the header give, and the worker's
+// timer claims it once the clock reaches that time, no sweep running.
 func TestRetryPolicy(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
@@ -272,9 +272,6 @@ func TestRetryPolicy(t *testing.T) {
 		t.Errorf("last error %q does not name the status", d.LastError)
 	}
 	b.clock.Advance(time.Minute)
-	if _, err := b.sweeper(t).Pass(b.ctx); err != nil {
-		t.Fatal(err)
-	}
 	b.waitStatus(t, lifecycle.StatusDelivered, m)
 	b.audit(t)
 }
@@ -292,15 +289,13 @@ func TestRetryBoundsFailForGood(t *testing.T) {
 	b.sink.setAnswer(func(n int, _ http.ResponseWriter, _ *http.Request) int { return http.StatusInternalServerError })
 	b.runtime(t, 0)
 	m := b.ingest(t, 1)[0]
-	// retryThenFail waits for the first failure's retry, sweeps its
-	// wake-up, and returns the delivery once the second failure ends it.
+	// retryThenFail waits for the first failure's retry, moves the clock
+	// past it for the worker's timer to claim it, and returns the delivery
+	// once the second failure ends it.
 	retryThenFail := func() projection.Delivery {
 		t.Helper()
 		b.waitState(t, m.Deliveries[0].ID, lifecycle.StateRetrying)
 		b.clock.Advance(2 * time.Second)
-		if _, err := b.sweeper(t).Pass(b.ctx); err != nil {
-			t.Fatal(err)
-		}
 		b.waitStatus(t, lifecycle.StatusError, m)
 		return b.load(t, m.ID).Deliveries[0]
 	}

@@ -55,7 +55,7 @@ type bundle struct {
 	sink    *sink
 }
 
-func setup(t *testing.T) *bundle {
+func setup(t testing.TB) *bundle {
 	t.Helper()
 	b := &bundle{ctx: t.Context(), clock: testclock.New(time.Date(2026, 12, 1, 8, 0, 0, 0, time.UTC)),
 		reg: prometheus.NewRegistry(), sink: newSink(t)}
@@ -75,7 +75,7 @@ func setup(t *testing.T) *bundle {
 	return b
 }
 
-func (b *bundle) writer(t *testing.T, n commands.Notifier) *commands.Writer {
+func (b *bundle) writer(t testing.TB, n commands.Notifier) *commands.Writer {
 	t.Helper()
 	w, err := commands.New(commands.Config{Base: service.Base{Now: b.clock.Now, Logger: quiet}, DB: b.db, Notifier: n})
 	if err != nil {
@@ -109,7 +109,7 @@ func (b *bundle) sweeper(t *testing.T) *sweep.Sweeper {
 }
 
 // target creates a target and a route to it from source "erp".
-func (b *bundle) target(t *testing.T, spec lifecycle.Target) {
+func (b *bundle) target(t testing.TB, spec lifecycle.Target) {
 	t.Helper()
 	if _, err := b.w.CreateTarget(b.ctx, spec, admin); err != nil {
 		t.Fatal(err)
@@ -218,7 +218,7 @@ type sink struct {
 	n      int
 }
 
-func newSink(t *testing.T) *sink {
+func newSink(t testing.TB) *sink {
 	s := &sink{got: map[string]int{}}
 	s.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		// Reading the body lets the server notice a client that hangs up.

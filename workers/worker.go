@@ -105,7 +105,8 @@ const flushTimeout = 10 * time.Second
 const recordTimeout = 10 * time.Second
 
 // Worker claims jobs as wake-ups name them, attempts each within a slot of
-// MaxConcurrent and records the outcome.
+// MaxConcurrent and records the outcome. An outcome that retries the job
+// sets the worker's timer: when the retry comes due, a catch-up claims it.
 type Worker[T any] struct {
 	cfg     Config[T]
 	log     *slog.Logger
@@ -137,6 +138,9 @@ type Worker[T any] struct {
 	loopDone               chan struct{}
 	attempts               sync.WaitGroup
 	startOnce, stopOnce    sync.Once
+
+	// retries pokes the loop when a retry the worker recorded comes due.
+	retries *retryTimer
 
 	// quit ends the recordings still being tried, leaving their jobs to
 	// their leases.
@@ -170,6 +174,7 @@ func NewWorker[T any](cfg Config[T]) (*Worker[T], error) {
 		loopDone: make(chan struct{}),
 		empty:    emptyCatchUps,
 	}
+	w.retries = newRetryTimer(cfg.Now, w.Poke)
 	w.soft, w.cancelSoft = context.WithCancel(context.Background())
 	w.hard, w.cancelHard = context.WithCancel(context.Background())
 	w.quit, w.cancelQuit = context.WithCancel(context.Background())
@@ -423,6 +428,9 @@ func (w *Worker[T]) attempt(job Job[T]) *Job[T] {
 	if claim == NextDue && next == nil {
 		w.backlog.Store(false)
 	}
+	if outcome.Kind == lifecycle.OutcomeRetry {
+		w.retries.add(outcome.RetryAt)
+	}
 	w.metrics.attempts.WithLabelValues(w.cfg.Name, string(outcome.Kind)).Inc()
 	if next == nil {
 		return nil
@@ -446,10 +454,10 @@ func (w *Worker[T]) giveBack(job Job[T], started bool, reason string) {
 	w.metrics.attempts.WithLabelValues(w.cfg.Name, "released").Inc()
 }
 
-// Stop stops claiming (unsubscribes, ends the loop and its catch-up), lets
-// the attempts in flight finish, and their outcomes be recorded, for
-// DrainGrace or until ctx is done, then cancels the rest, which are
-// released. Recordings that still fail for a reason that can pass go on
+// Stop stops claiming (unsubscribes, ends the loop, its catch-up and the
+// retries' timer), lets the attempts in flight finish, and their outcomes
+// be recorded, for DrainGrace or until ctx is done, then cancels the rest,
+// which are released. Recordings that still fail for a reason that can pass go on
 // for recordTimeout more at most, or until ctx is done; their jobs are then
 // left to their leases. Safe to call twice.
 func (w *Worker[T]) Stop(ctx context.Context) {
@@ -462,6 +470,7 @@ func (w *Worker[T]) Stop(ctx context.Context) {
 		w.reserving.Lock()
 		w.cancelSoft()
 		w.reserving.Unlock()
+		w.retries.stop()
 		w.startOnce.Do(func() { close(w.loopDone) })
 		<-w.loopDone
 		drained := make(chan struct{})
