@@ -64,9 +64,10 @@ commands that talk to a running server (--server URL, --token T or the data dir'
 
 audit, rebuild, reset and token take --database-url URL, or --data-dir DIR
 (default ./var) for the embedded PostgreSQL: that of the server running on
-the directory, or, with none running, started for the time of the command.
-rebuild and reset need every server stopped (Ctrl-C or SIGTERM to waybill
-serve); audit and token run beside servers.
+the directory, or, with none running, started for the time of the command,
+which owns the directory meanwhile. rebuild and reset need every server
+stopped (Ctrl-C or SIGTERM to waybill serve); audit and token run beside
+servers. A data directory has one server: a second serve on it is refused.
 
 Every --database-url defaults to $WAYBILL_DATABASE_URL, --data-dir to
 $WAYBILL_DATA_DIR, --server to
@@ -182,7 +183,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if err := fs.Parse(args[1:]); err != nil {
 		return 2
 	}
-	db, done, err := openCommandDB(ctx, *dbURL, *dataDir, stderr)
+	db, done, err := openCommandDB(ctx, *dbURL, *dataDir, args[0], stderr)
 	if err != nil {
 		fmt.Fprintf(stderr, "waybill %s: %v\n", args[0], err)
 		return 1
