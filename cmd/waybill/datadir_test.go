@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -99,8 +100,9 @@ func TestSecondServeRefused(t *testing.T) {
 }
 
 // TestServeTakesOverStaleLock kills a server with SIGKILL, which leaves the
-// data directory's lock file and database.url behind: the next server
-// takes the directory over, and its stop removes database.url.
+// data directory's lock file and the URL files behind: the next server
+// takes the directory over, writes its own address, and the client commands
+// find it there on its non-default port. Its stop removes the URL files.
 func TestServeTakesOverStaleLock(t *testing.T) {
 	bin := buildBinary(t)
 	dataDir := embeddedDataDir(t)
@@ -111,10 +113,42 @@ func TestServeTakesOverStaleLock(t *testing.T) {
 	_ = first.cmd.Wait()
 
 	next := startServer(t, bin, "--data-dir", dataDir)
-	stopServer(t, next)
-	if _, err := os.Stat(filepath.Join(dataDir, databaseURLFile)); !errors.Is(err, os.ErrNotExist) {
-		t.Errorf("%s after the stop: %v, want it removed", databaseURLFile, err)
+	serverURL := filepath.Join(dataDir, serverURLFile)
+	data, err := os.ReadFile(serverURL)
+	if err != nil || strings.TrimSpace(string(data)) != "http://"+next.addr {
+		t.Fatalf("%s: %q, %v; want http://%s", serverURL, data, err, next.addr)
 	}
+	if info, err := os.Stat(serverURL); err != nil || info.Mode().Perm() != 0o600 {
+		t.Fatalf("%s: %v, %v; want mode 0600", serverURL, info, err)
+	}
+
+	// The client finds the server through the data directory, with the
+	// admin token found there too.
+	messages := exec.Command(bin, "messages", "--data-dir", dataDir)
+	messages.Env = withoutEnv("WAYBILL_SERVER", "WAYBILL_TOKEN")
+	if out, err := messages.CombinedOutput(); err != nil {
+		t.Fatalf("waybill messages --data-dir: %v\n%s", err, out)
+	}
+
+	stopServer(t, next)
+	for _, name := range []string{serverURLFile, databaseURLFile} {
+		if _, err := os.Stat(filepath.Join(dataDir, name)); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("%s after the stop: %v, want it removed", name, err)
+		}
+	}
+}
+
+// withoutEnv is the environment of this process without the named
+// variables.
+func withoutEnv(names ...string) []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		name, _, _ := strings.Cut(kv, "=")
+		if !slices.Contains(names, name) {
+			env = append(env, kv)
+		}
+	}
+	return env
 }
 
 func TestDialURL(t *testing.T) {

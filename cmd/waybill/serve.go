@@ -59,7 +59,7 @@ type serveConfig struct {
 func serveFlags(fs *flag.FlagSet) *serveConfig {
 	c := &serveConfig{}
 	fs.StringVar(&c.dataDir, "data-dir", "./var",
-		"directory of the embedded PostgreSQL (in <dir>/pg) and the admin token; one server per directory (env WAYBILL_DATA_DIR)")
+		"directory of the embedded PostgreSQL (in <dir>/pg), the admin token and the server's URL; one server per directory (env WAYBILL_DATA_DIR)")
 	fs.StringVar(&c.databaseURL, "database-url", "",
 		"PostgreSQL URL to use instead of the embedded server (env WAYBILL_DATABASE_URL)")
 	fs.StringVar(&c.natsURL, "nats-url", "",
@@ -154,7 +154,8 @@ func serve(ctx context.Context, cfg *serveConfig, stderr io.Writer) error {
 		return fmt.Errorf("listen on %s: %w", cfg.listen, err)
 	}
 	stack.push(func() { _ = l.Close() })
-	owner.URL = dialURL(l.Addr().(*net.TCPAddr))
+	serverURL := dialURL(l.Addr().(*net.TCPAddr))
+	owner.URL = serverURL
 	if err := dirLock.Record(owner); err != nil {
 		return err
 	}
@@ -281,6 +282,11 @@ func serve(ctx context.Context, cfg *serveConfig, stderr io.Writer) error {
 		}
 	}
 
+	// The client commands on this data directory find the server through
+	// this file, there once the server is ready.
+	if err := writeRunFile(cfg.dataDir, serverURLFile, serverURL, "the server's URL", log, &stack); err != nil {
+		return err
+	}
 	ready.Store(true)
 	log.Info("waybill serving", "api", "http://"+web.addr()+"/api/v1", "console", "http://"+web.addr()+console.Prefix,
 		"metrics", "http://"+web.addr()+"/metrics")
@@ -307,11 +313,18 @@ func (s *stopStack) run() {
 	}
 }
 
-// databaseURLFile, in the data directory, holds the URL of the embedded
-// PostgreSQL's waybill database while a server runs on it, readable only
-// by the owner: the operator's commands connect through it, and so can
-// psql.
-const databaseURLFile = "database.url"
+const (
+	// databaseURLFile, in the data directory, holds the URL of the
+	// embedded PostgreSQL's waybill database while a server runs on it,
+	// readable only by the owner: the operator's commands connect through
+	// it, and so can psql.
+	databaseURLFile = "database.url"
+
+	// serverURLFile, in the data directory, holds the URL the server
+	// running on it answers at, from the moment it is ready: the client
+	// commands find it through this file.
+	serverURLFile = "server.url"
+)
 
 // writeRunFile writes value and a newline to the file name in dataDir,
 // readable only by the owner, and pushes its removal on stack: the file
