@@ -130,6 +130,8 @@ func TestRestartKeepsData(t *testing.T) {
 	}
 }
 
+// TestAdopt: a second Start on the data directory adopts the running
+// server, and its Stop leaves it running: only the first Start stops it.
 func TestAdopt(t *testing.T) {
 	t.Parallel()
 	dataDir := testDataDir(t)
@@ -148,15 +150,22 @@ func TestAdopt(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	// Stopping the adopted server leaves it running for the process that
+	// started it.
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 	defer cancel()
 	if err := adopted.Stop(ctx); err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case <-first.exited:
-	case <-ctx.Done():
-		t.Fatal("adopted server's process did not exit")
+	if !first.running() {
+		t.Fatal("Stop of the adopted server stopped it")
+	}
+	if err := connect(t, first.URL("postgres")).QueryRow(t.Context(), "SELECT 1").Scan(&one); err != nil {
+		t.Fatalf("the server after the adopter's Stop: %v", err)
+	}
+
+	if err := first.Stop(ctx); err != nil {
+		t.Fatal(err)
 	}
 	if _, err := os.Stat(filepath.Join(dataDir, "postmaster.pid")); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("postmaster.pid after Stop: %v", err)

@@ -103,8 +103,9 @@ type Server struct {
 // Start starts a PostgreSQL server on cfg.DataDir and waits until it
 // accepts connections. When a server from an earlier process is still
 // running on the data directory, Start adopts it instead; it keeps the port
-// and settings it was started with. The server keeps running after ctx
-// ends; ctx bounds only the start. Call Stop to stop it.
+// and settings it was started with, and Stop leaves it running. The server
+// keeps running after ctx ends; ctx bounds only the start. Call Stop to
+// stop it.
 func Start(ctx context.Context, cfg Config) (*Server, error) {
 	if cfg.DataDir == "" {
 		return nil, errors.New("start postgres: Config.DataDir is empty")
@@ -282,9 +283,8 @@ func freePort() (int, error) {
 }
 
 // Adopted reports whether Start found the server already running on the
-// data directory rather than starting it. A caller that did not start a
-// server may still Stop it, but should only when the server is its own:
-// another process may be using it.
+// data directory rather than starting it. Stop leaves an adopted server
+// running: another process started it and may be using it.
 func (s *Server) Adopted() bool { return s.proc == nil }
 
 // URL returns a postgres URL for database on the server at 127.0.0.1, with
@@ -300,10 +300,12 @@ func (s *Server) URL(database string) string {
 	return u.String()
 }
 
-// Stop shuts the server down with a fast shutdown (SIGINT), which aborts
-// open transactions, and waits for it to exit. When it has not exited by
-// ctx's end, Stop sends SIGQUIT, and SIGKILL if even that does not work,
-// and reports the timeout. Calls after the first do nothing and return nil.
+// Stop shuts down a server that Start started with a fast shutdown
+// (SIGINT), which aborts open transactions, and waits for it to exit. When
+// it has not exited by ctx's end, Stop sends SIGQUIT, and SIGKILL if even
+// that does not work, and reports the timeout. An adopted server is left
+// running: a process never stops a server it did not start. Calls after the
+// first do nothing and return nil.
 func (s *Server) Stop(ctx context.Context) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -312,6 +314,10 @@ func (s *Server) Stop(ctx context.Context) error {
 	}
 	s.stopped = true
 	s.watching.Store(false)
+	if s.Adopted() {
+		s.logger.Info("left running postgres it did not start", "data_dir", s.dataDir, "pid", s.pid)
+		return nil
+	}
 
 	if err := s.signal(syscall.SIGINT); err != nil {
 		return fmt.Errorf("stop postgres: %w", err)
@@ -336,16 +342,11 @@ func (s *Server) Stop(ctx context.Context) error {
 	return fmt.Errorf("stop postgres: pid %d still running after SIGKILL", s.pid)
 }
 
-// signal sends sig to the server, treating a server that is already gone as
-// success.
+// signal sends sig to the server we started, treating a server that is
+// already gone as success. It goes through os.Process, which cannot hit a
+// reused PID.
 func (s *Server) signal(sig syscall.Signal) error {
-	var err error
-	if s.proc != nil {
-		// Through os.Process, which cannot hit a reused PID.
-		err = s.proc.Signal(sig)
-	} else {
-		err = syscall.Kill(s.pid, sig)
-	}
+	err := s.proc.Signal(sig)
 	if err == nil || errors.Is(err, os.ErrProcessDone) || errors.Is(err, syscall.ESRCH) {
 		return nil
 	}

@@ -102,7 +102,7 @@ func (c *client) doIfMatch(ctx context.Context, method, path string, query url.V
 	}
 	resp, err := c.http.Do(req)
 	if err != nil {
-		return fmt.Errorf("cannot reach the server at %s (is `waybill serve` running? --server, env WAYBILL_SERVER): %w", c.base, err)
+		return fmt.Errorf("cannot reach the server at %s (is `waybill serve` running? --server, env WAYBILL_SERVER, or the --data-dir it runs on): %w", c.base, err)
 	}
 	defer resp.Body.Close()
 	answer, err := io.ReadAll(io.LimitReader(resp.Body, maxResponse))
@@ -217,23 +217,38 @@ type clientConfig struct {
 	dataDir string
 }
 
+// defaultServer is the server of the client commands when neither
+// --server, WAYBILL_SERVER nor the data directory names one.
+const defaultServer = "http://127.0.0.1:8080"
+
 func clientFlags(fs *flagSet) *clientConfig {
 	c := &clientConfig{}
-	fs.StringVar(&c.server, "server", env("WAYBILL_SERVER", "http://127.0.0.1:8080"),
-		"URL of the Waybill server (env WAYBILL_SERVER)")
+	fs.StringVar(&c.server, "server", env("WAYBILL_SERVER", ""),
+		"URL of the Waybill server (env WAYBILL_SERVER); without one, the "+serverURLFile+
+			" the server running on --data-dir wrote, else "+defaultServer)
 	fs.StringVar(&c.token, "token", env("WAYBILL_TOKEN", ""),
 		"API token (env WAYBILL_TOKEN); without one, the admin token file of --data-dir")
 	fs.StringVar(&c.dataDir, "data-dir", env("WAYBILL_DATA_DIR", "./var"),
-		"the server's data directory, for its "+auth.AdminTokenFile+" (env WAYBILL_DATA_DIR)")
+		"the server's data directory, for its "+serverURLFile+" and "+auth.AdminTokenFile+" (env WAYBILL_DATA_DIR)")
 	return c
 }
 
-// newClient checks the server URL and finds the token: the flag or the
-// variable, otherwise the admin token file the server wrote.
+// newClient finds the server and the token, and checks the server's URL.
+// The server is the flag's or the variable's, otherwise the one whose
+// address the data directory holds, otherwise defaultServer; the token is
+// the flag's or the variable's, otherwise the admin token file the server
+// wrote.
 func (c *clientConfig) newClient() (*client, error) {
-	u, err := url.Parse(c.server)
+	server, from := c.server, "--server"
+	if server == "" {
+		var err error
+		if server, from, err = c.dataDirServer(); err != nil {
+			return nil, err
+		}
+	}
+	u, err := url.Parse(server)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, fmt.Errorf("--server: %q is not an http:// or https:// URL", c.server)
+		return nil, fmt.Errorf("%s: %q is not an http:// or https:// URL", from, server)
 	}
 	cl := &client{base: u, token: strings.TrimSpace(c.token), tokenFrom: "--token or WAYBILL_TOKEN",
 		http: &http.Client{Timeout: 30 * time.Second}}
@@ -252,6 +267,21 @@ func (c *clientConfig) newClient() (*client, error) {
 		}
 	}
 	return cl, nil
+}
+
+// dataDirServer returns the URL of the server running on the data
+// directory, from the file it keeps there, and the file's path; without
+// the file, defaultServer.
+func (c *clientConfig) dataDirServer() (server, from string, err error) {
+	path := filepath.Join(c.dataDir, serverURLFile)
+	b, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return defaultServer, "the default server", nil
+	}
+	if err != nil {
+		return "", "", fmt.Errorf("read the server's URL: %w", err)
+	}
+	return strings.TrimSpace(string(b)), path, nil
 }
 
 // runClient runs one of the commands that talk to a server: messages,

@@ -392,3 +392,42 @@ func TestClientServerDown(t *testing.T) {
 		t.Fatalf("exit %d: %s", code, errOut)
 	}
 }
+
+// TestClientServerSources: the server is --server's, else WAYBILL_SERVER's,
+// else the one whose URL the data directory's server.url holds.
+func TestClientServerSources(t *testing.T) {
+	// Not parallel: it sets the environment.
+	page := map[string]answer{"GET /api/v1/messages": {200, `{"items":[],"next_cursor":null}`}}
+	fromFile, fromEnv, fromFlag := newFakeAPI(t, page), newFakeAPI(t, page), newFakeAPI(t, page)
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "server.url"), []byte(fromFile.URL+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("WAYBILL_SERVER", "")
+	t.Setenv("WAYBILL_DATA_DIR", dir)
+	if code, _, errOut := waybillCLI(t, "messages", "--token", "t"); code != 0 {
+		t.Fatalf("server from the data directory: exit %d: %s", code, errOut)
+	}
+	t.Setenv("WAYBILL_SERVER", fromEnv.URL)
+	if code, _, errOut := waybillCLI(t, "messages", "--token", "t"); code != 0 {
+		t.Fatalf("server from the environment: exit %d: %s", code, errOut)
+	}
+	if code, _, errOut := waybillCLI(t, "messages", "--token", "t", "--server", fromFlag.URL); code != 0 {
+		t.Fatalf("server from the flag: exit %d: %s", code, errOut)
+	}
+	for name, f := range map[string]*fakeAPI{"the data directory's": fromFile, "the environment's": fromEnv, "the flag's": fromFlag} {
+		if n := len(f.seen()); n != 1 {
+			t.Errorf("%s server got %d requests, want 1", name, n)
+		}
+	}
+
+	// A server.url that is not a URL is named.
+	t.Setenv("WAYBILL_SERVER", "")
+	path := filepath.Join(dir, "server.url")
+	if err := os.WriteFile(path, []byte("127.0.0.1:8080\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if code, _, errOut := waybillCLI(t, "messages", "--token", "t"); code != 2 || !strings.Contains(errOut, path+`: "127.0.0.1:8080" is not an http:// or https:// URL`) {
+		t.Fatalf("a bad server.url: exit %d: %s", code, errOut)
+	}
+}

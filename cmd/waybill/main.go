@@ -40,7 +40,7 @@ commands:
   bench    --backlog N [--clients C] [--concurrency K] [--keys K] [--statements]
                                                 measure the drain of a backlog of N deliveries
 
-commands that talk to a running server (--server URL, --token T or the data dir's admin.token):
+commands that talk to a running server (--server URL or the data dir's server.url, --token T or its admin.token):
   messages [--status S] [--possible-duplicates] [--limit N] [--cursor C]
                                                 list messages, newest first, a page at a time
   messages show ID                              a message, its deliveries and its history
@@ -64,13 +64,15 @@ commands that talk to a running server (--server URL, --token T or the data dir'
 
 audit, rebuild, reset and token take --database-url URL, or --data-dir DIR
 (default ./var) for the embedded PostgreSQL: that of the server running on
-the directory, or, with none running, started for the time of the command.
-rebuild and reset need every server stopped (Ctrl-C or SIGTERM to waybill
-serve); audit and token run beside servers.
+the directory, or, with none running, started for the time of the command,
+which owns the directory meanwhile. rebuild and reset need every server
+stopped (Ctrl-C or SIGTERM to waybill serve); audit and token run beside
+servers. A data directory has one server: a second serve on it is refused.
 
 Every --database-url defaults to $WAYBILL_DATABASE_URL, --data-dir to
-$WAYBILL_DATA_DIR, --server to
-$WAYBILL_SERVER (http://127.0.0.1:8080), --token to $WAYBILL_TOKEN.
+$WAYBILL_DATA_DIR, --token to $WAYBILL_TOKEN. The server is --server's,
+else $WAYBILL_SERVER's, else the one whose URL the data dir's server.url
+holds, else http://127.0.0.1:8080.
 `
 
 func main() {
@@ -182,7 +184,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if err := fs.Parse(args[1:]); err != nil {
 		return 2
 	}
-	db, done, err := openCommandDB(ctx, *dbURL, *dataDir, stderr)
+	db, done, err := openCommandDB(ctx, *dbURL, *dataDir, args[0], stderr)
 	if err != nil {
 		fmt.Fprintf(stderr, "waybill %s: %v\n", args[0], err)
 		return 1

@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime/debug"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -30,6 +31,7 @@ import (
 	"github.com/waybill/waybill/console"
 	"github.com/waybill/waybill/httpapi"
 	"github.com/waybill/waybill/intake"
+	"github.com/waybill/waybill/internal/dirlock"
 	"github.com/waybill/waybill/internal/securefile"
 	"github.com/waybill/waybill/natsserver"
 	"github.com/waybill/waybill/pgserver"
@@ -57,7 +59,7 @@ type serveConfig struct {
 func serveFlags(fs *flag.FlagSet) *serveConfig {
 	c := &serveConfig{}
 	fs.StringVar(&c.dataDir, "data-dir", "./var",
-		"directory of the embedded PostgreSQL (in <dir>/pg) and the admin token (env WAYBILL_DATA_DIR)")
+		"directory of the embedded PostgreSQL (in <dir>/pg), the admin token and the server's URL; one server per directory (env WAYBILL_DATA_DIR)")
 	fs.StringVar(&c.databaseURL, "database-url", "",
 		"PostgreSQL URL to use instead of the embedded server (env WAYBILL_DATABASE_URL)")
 	fs.StringVar(&c.natsURL, "nats-url", "",
@@ -136,6 +138,28 @@ func serve(ctx context.Context, cfg *serveConfig, stderr io.Writer) error {
 	var stack stopStack
 	defer stack.run()
 
+	// The data directory has one owner: a second server on it is refused
+	// here, before it starts, adopts or writes anything.
+	if err := os.MkdirAll(cfg.dataDir, 0o755); err != nil {
+		return fmt.Errorf("data dir: %w", err)
+	}
+	owner := dirlock.Owner{PID: os.Getpid(), Command: "serve"}
+	dirLock, err := dirlock.Acquire(cfg.dataDir, owner)
+	if err != nil {
+		return err
+	}
+	stack.push(dirLock.Release)
+	l, err := net.Listen("tcp", cfg.listen)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", cfg.listen, err)
+	}
+	stack.push(func() { _ = l.Close() })
+	serverURL := dialURL(l.Addr().(*net.TCPAddr))
+	owner.URL = serverURL
+	if err := dirLock.Record(owner); err != nil {
+		return err
+	}
+
 	dbURL := cfg.databaseURL
 	if dbURL == "" {
 		pg, url, err := startEmbeddedPostgres(ctx, cfg.dataDir, nil, log)
@@ -161,15 +185,9 @@ func serve(ctx context.Context, cfg *serveConfig, stderr io.Writer) error {
 	if cfg.databaseURL == "" {
 		// The operator's commands on this data directory (audit, token)
 		// find the server's database through this file.
-		urlFile := filepath.Join(cfg.dataDir, databaseURLFile)
-		if err := securefile.Write(urlFile, []byte(dbURL+"\n")); err != nil {
-			return fmt.Errorf("write the database's URL: %w", err)
+		if err := writeRunFile(cfg.dataDir, databaseURLFile, dbURL, "the database's URL", log, &stack); err != nil {
+			return err
 		}
-		stack.push(func() {
-			if err := os.Remove(urlFile); err != nil {
-				log.Warn("remove the database's URL file", "path", urlFile, "err", err)
-			}
-		})
 	}
 	tokens := auth.NewStore(db)
 	tokenFile := filepath.Join(cfg.dataDir, auth.AdminTokenFile)
@@ -211,11 +229,7 @@ func serve(ctx context.Context, cfg *serveConfig, stderr io.Writer) error {
 		return err
 	}
 	var ready atomic.Bool
-	web, err := newHTTPService(cfg.listen, api, ui, db, reg, &ready, log)
-	if err != nil {
-		return err
-	}
-	stack.push(func() { _ = web.l.Close() })
+	web := newHTTPService(l, api, ui, db, reg, &ready, log)
 	alerter, err := alerts.New(alerts.Config{Base: base, DB: db, NATS: nc, WebhookURL: cfg.alertWebhook, Metrics: reg})
 	if err != nil {
 		return err
@@ -277,6 +291,11 @@ func serve(ctx context.Context, cfg *serveConfig, stderr io.Writer) error {
 		}
 	}
 
+	// The client commands on this data directory find the server through
+	// this file, there once the server is ready.
+	if err := writeRunFile(cfg.dataDir, serverURLFile, serverURL, "the server's URL", log, &stack); err != nil {
+		return err
+	}
 	ready.Store(true)
 	log.Info("waybill serving", "api", "http://"+web.addr()+"/api/v1", "console", "http://"+web.addr()+console.Prefix,
 		"metrics", "http://"+web.addr()+"/metrics")
@@ -303,11 +322,48 @@ func (s *stopStack) run() {
 	}
 }
 
-// databaseURLFile, in the data directory, holds the URL of the embedded
-// PostgreSQL's waybill database while a server runs on it, readable only
-// by the owner: the operator's commands connect through it, and so can
-// psql.
-const databaseURLFile = "database.url"
+const (
+	// databaseURLFile, in the data directory, holds the URL of the
+	// embedded PostgreSQL's waybill database while a server runs on it,
+	// readable only by the owner: the operator's commands connect through
+	// it, and so can psql.
+	databaseURLFile = "database.url"
+
+	// serverURLFile, in the data directory, holds the URL the server
+	// running on it answers at, from the moment it is ready: the client
+	// commands find it through this file.
+	serverURLFile = "server.url"
+)
+
+// writeRunFile writes value and a newline to the file name in dataDir,
+// readable only by the owner, and pushes its removal on stack: the file
+// says what is true only while the server runs. what names it in errors.
+func writeRunFile(dataDir, name, value, what string, log *slog.Logger, stack *stopStack) error {
+	path := filepath.Join(dataDir, name)
+	if err := securefile.Write(path, []byte(value+"\n")); err != nil {
+		return fmt.Errorf("write %s: %w", what, err)
+	}
+	stack.push(func() {
+		if err := os.Remove(path); err != nil {
+			log.Warn("remove "+what, "path", path, "err", err)
+		}
+	})
+	return nil
+}
+
+// dialURL is the http URL a client on this machine uses to reach a
+// listener on addr: an unspecified host (0.0.0.0, ::) is reached on
+// loopback.
+func dialURL(addr *net.TCPAddr) string {
+	ip := addr.IP
+	switch {
+	case ip.To4() != nil && ip.IsUnspecified():
+		ip = net.IPv4(127, 0, 0, 1)
+	case ip.IsUnspecified():
+		ip = net.IPv6loopback
+	}
+	return "http://" + net.JoinHostPort(ip.String(), strconv.Itoa(addr.Port))
+}
 
 // startEmbeddedPostgres starts the PostgreSQL of the data directory, with
 // settings as extra server settings (nil for none), or adopts the one
@@ -439,9 +495,9 @@ type httpService struct {
 	log *slog.Logger
 }
 
-// newHTTPService listens on addr, so the address is known (and taken)
-// before the service starts.
-func newHTTPService(addr string, api http.Handler, ui *console.Console, db *pgxpool.Pool, reg *prometheus.Registry, ready *atomic.Bool, log *slog.Logger) (*httpService, error) {
+// newHTTPService serves on l, taken before anything else starts so the
+// address is known and a busy one fails the start at once.
+func newHTTPService(l net.Listener, api http.Handler, ui *console.Console, db *pgxpool.Pool, reg *prometheus.Registry, ready *atomic.Bool, log *slog.Logger) *httpService {
 	mux := http.NewServeMux()
 	mux.Handle(httpapi.Prefix+"/", api)
 	mux.Handle(console.Prefix, ui)
@@ -462,10 +518,6 @@ func newHTTPService(addr string, api http.Handler, ui *console.Console, db *pgxp
 			fmt.Fprintln(w, "ready")
 		}
 	})
-	l, err := net.Listen("tcp", addr)
-	if err != nil {
-		return nil, fmt.Errorf("listen on %s: %w", addr, err)
-	}
 	srv := &http.Server{
 		Addr:              l.Addr().String(),
 		Handler:           mux,
@@ -477,7 +529,7 @@ func newHTTPService(addr string, api http.Handler, ui *console.Console, db *pgxp
 	}
 	// A live history is a request that never ends on its own.
 	srv.RegisterOnShutdown(ui.Close)
-	return &httpService{srv: srv, l: l, log: log}, nil
+	return &httpService{srv: srv, l: l, log: log}
 }
 
 func (h *httpService) addr() string { return h.srv.Addr }

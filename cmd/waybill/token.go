@@ -14,10 +14,10 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/waybill/waybill/auth"
+	"github.com/waybill/waybill/internal/dirlock"
 	"github.com/waybill/waybill/lifecycle"
 	"github.com/waybill/waybill/schema"
 )
@@ -112,7 +112,7 @@ func runToken(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		}
 	}
 
-	db, done, err := openCommandDB(ctx, *dbURL, *dataDir, stderr)
+	db, done, err := openCommandDB(ctx, *dbURL, *dataDir, "token "+sub, stderr)
 	if err == nil {
 		defer done()
 		err = schema.Ensure(ctx, db)
@@ -155,17 +155,14 @@ func runToken(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 }
 
 // openCommandDB opens the database of an operator command: the one at url;
-// without one, the database of the server running on dataDir, through the
-// URL it keeps there; without a server, the embedded PostgreSQL of dataDir,
-// started for the time the command runs. done closes the pool and stops
-// the PostgreSQL only if this call started it: a command never stops a
-// server's database, nor one it found running.
-func openCommandDB(ctx context.Context, url, dataDir string, stderr io.Writer) (db *pgxpool.Pool, done func(), err error) {
-	if url == "" {
-		if url, err = runningServerURL(ctx, dataDir); err != nil {
-			return nil, nil, err
-		}
-	}
+// without one, that of the embedded PostgreSQL of dataDir. While a server
+// owns dataDir, the command uses its database, through the URL the server
+// keeps there, and takes nothing of the directory. Otherwise the command
+// owns dataDir until done, under the name command, so no server starts on
+// it meanwhile; it starts the PostgreSQL for that time, or uses the one a
+// killed server left running. done closes the pool and stops the
+// PostgreSQL only if this call started it.
+func openCommandDB(ctx context.Context, url, dataDir, command string, stderr io.Writer) (db *pgxpool.Pool, done func(), err error) {
 	if url != "" {
 		if db, err = openDB(ctx, url); err != nil {
 			return nil, nil, err
@@ -178,15 +175,23 @@ func openCommandDB(ctx context.Context, url, dataDir string, stderr io.Writer) (
 	} else if err != nil {
 		return nil, nil, fmt.Errorf("data dir: %w", err)
 	}
-	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	pg, url, err := startEmbeddedPostgres(ctx, dataDir, nil, log)
+	lock, err := dirlock.Acquire(dataDir, dirlock.Owner{PID: os.Getpid(), Command: command})
+	var held *dirlock.HeldError
+	if errors.As(err, &held) {
+		return openOwnerDB(ctx, dataDir, held)
+	}
 	if err != nil {
 		return nil, nil, err
 	}
 	var stack stopStack
-	if !pg.Adopted() {
-		stack.push(stopPostgres(pg, log))
+	stack.push(lock.Release)
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	pg, url, err := startEmbeddedPostgres(ctx, dataDir, nil, log)
+	if err != nil {
+		stack.run()
+		return nil, nil, err
 	}
+	stack.push(stopPostgres(pg, log))
 	if db, err = openDB(ctx, url); err != nil {
 		stack.run()
 		return nil, nil, err
@@ -195,30 +200,20 @@ func openCommandDB(ctx context.Context, url, dataDir string, stderr io.Writer) (
 	return db, stack.run, nil
 }
 
-// runningServerURL returns the URL of the database of the server running
-// on dataDir, from the file the server keeps there, or "" when there is no
-// file or its database does not answer: a server that was killed leaves
-// the file behind, and its PostgreSQL goes with it.
-func runningServerURL(ctx context.Context, dataDir string) (string, error) {
+// openOwnerDB opens the database of the server that owns dataDir, as held
+// names it, through the URL file the server keeps there.
+func openOwnerDB(ctx context.Context, dataDir string, held *dirlock.HeldError) (*pgxpool.Pool, func(), error) {
 	path := filepath.Join(dataDir, databaseURLFile)
 	data, err := os.ReadFile(path)
 	if errors.Is(err, fs.ErrNotExist) {
-		return "", nil
+		return nil, nil, fmt.Errorf("%w, and %s does not name its database (yet): try again once it has started, or ended; or pass --database-url", held, path)
 	}
 	if err != nil {
-		return "", fmt.Errorf("read the URL of the server's database: %w", err)
+		return nil, nil, fmt.Errorf("read the URL of the server's database: %w", err)
 	}
-	url := strings.TrimSpace(string(data))
-	cfg, err := pgx.ParseConfig(url)
+	db, err := openDB(ctx, strings.TrimSpace(string(data)))
 	if err != nil {
-		return "", fmt.Errorf("%s: %w", path, err)
+		return nil, nil, fmt.Errorf("%w, but its database does not answer: %w", held, err)
 	}
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	conn, err := pgx.ConnectConfig(ctx, cfg)
-	if err != nil {
-		return "", nil
-	}
-	conn.Close(ctx)
-	return url, nil
+	return db, db.Close, nil
 }
