@@ -296,22 +296,22 @@ func runClient(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	var targets stringList
 	switch cmd {
 	case "messages":
-		fs.usage = "waybill messages [--status S] [--possible-duplicates] [--limit N] [--cursor C]\n       waybill messages show ID"
+		fs.usage = "waybill messages [--status S] [--possible-duplicates] [--limit N] [--cursor C]\n       waybill messages show MESSAGE_ID"
 		fs.StringVar(&status, "status", "", "only messages of this status: "+strings.Join(lifecycle.Strings(lifecycle.MessageStatuses), ", "))
 		fs.BoolVar(&duplicates, "possible-duplicates", false, "only messages that name a possible duplicate")
 		fs.IntVar(&limit, "limit", 0, "at most this many messages (the server's default when 0)")
 		fs.StringVar(&cursor, "cursor", "", "the page after this cursor, as a previous page named it")
 	case "redeliver":
-		fs.usage = "waybill redeliver ID DELIVERY [--if-version V]"
+		fs.usage = "waybill redeliver MESSAGE_ID DELIVERY_ID [--if-version V]"
 	case "skip":
-		fs.usage = "waybill skip ID DELIVERY [--reason R] [--if-version V]"
+		fs.usage = "waybill skip MESSAGE_ID DELIVERY_ID [--reason R] [--if-version V]"
 		fs.StringVar(&reason, "reason", "", "why the delivery is skipped, kept in the journal")
 	case "resend":
-		fs.usage = "waybill resend ID [--target T]... [--reason R] [--if-version V]"
+		fs.usage = "waybill resend MESSAGE_ID [--target T]... [--reason R] [--if-version V]"
 		fs.Var(&targets, "target", "send to this target of the current generation only (repeatable; all of them when none)")
 		fs.StringVar(&reason, "reason", "", "why the message is sent again, kept in the journal")
 	case "replay":
-		fs.usage = "waybill replay ID [--reason R] [--if-version V]"
+		fs.usage = "waybill replay MESSAGE_ID [--reason R] [--if-version V]"
 		fs.StringVar(&reason, "reason", "", "why the message is sent again, kept in the journal")
 	case "lanes":
 		fs.usage = "waybill lanes TARGET [--blocked] [--limit N] [--cursor C]"
@@ -319,7 +319,7 @@ func runClient(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		fs.IntVar(&limit, "limit", 0, "at most this many lanes (the server's default when 0)")
 		fs.StringVar(&cursor, "cursor", "", "the page after this cursor, as a previous page named it")
 	case "redispatch":
-		fs.usage = "waybill redispatch ID [--if-version V]"
+		fs.usage = "waybill redispatch MESSAGE_ID [--if-version V]"
 	}
 	if slices.Contains(actionCommands, cmd) {
 		fs.IntVar(&version, "if-version", 0,
@@ -351,7 +351,7 @@ func runClient(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		}
 	case cmd == "messages" && pos[0] == "show":
 		if len(pos) != 2 {
-			return misuse("show takes one message id")
+			return misuse("missing MESSAGE_ID: show takes one message id")
 		}
 		if !isUUID(pos[1]) {
 			return misuse("%q is not a message id", pos[1])
@@ -371,6 +371,8 @@ func runClient(ctx context.Context, args []string, stdout, stderr io.Writer) int
 			printMessage(stdout, &m)
 			return nil
 		}
+	case cmd == "lanes" && len(pos) == 0:
+		return misuse("missing TARGET: the name of a target whose ordering.mode is fifo")
 	case cmd == "lanes" && len(pos) == 1:
 		if limit < 0 {
 			return misuse("--limit: must be positive")
@@ -403,13 +405,16 @@ var actionCommands = []string{"redeliver", "skip", "redispatch", "resend", "repl
 // messageAction is the path and the body of an action's request and what
 // to say once it is done, or what is wrong with its arguments.
 func messageAction(cmd string, pos []string, reason string, targets []string) (path string, body any, done, problem string) {
-	want := 1
+	args := []string{"MESSAGE_ID"}
 	if cmd == "redeliver" || cmd == "skip" {
-		want = 2
+		args = append(args, "DELIVERY_ID")
 	}
+	want := len(args)
 	switch {
-	case len(pos) != want:
-		return "", nil, "", fmt.Sprintf("unexpected arguments %q", pos)
+	case len(pos) < want:
+		return "", nil, "", "missing " + strings.Join(args[len(pos):], " ")
+	case len(pos) > want:
+		return "", nil, "", fmt.Sprintf("too many arguments: %q", pos[want:])
 	case !isUUID(pos[0]):
 		return "", nil, "", fmt.Sprintf("%q is not a message id", pos[0])
 	case want == 2 && !isUUID(pos[1]):
@@ -577,7 +582,7 @@ func printMessage(w io.Writer, m *message) {
 	t.row("source", m.Source)
 	t.row("from", m.From)
 	t.row("to", m.To)
-	t.row("payload", fmt.Sprintf("%d bytes, sha256 %s", m.PayloadSize, m.PayloadSHA256))
+	t.row("payload", fmt.Sprintf("%s, sha256 %s", count(int(m.PayloadSize), "byte", "bytes"), m.PayloadSHA256))
 	if m.OrderingKey != nil {
 		t.row("ordering key", *m.OrderingKey)
 	}

@@ -111,8 +111,8 @@ func TestMessagesList(t *testing.T) {
 	checkRequests(t, api.seen(), request{Method: "GET", Path: "/api/v1/messages", Query: "limit=2&status=retrying",
 		Authorization: "Bearer wb_secret", Accept: "application/json"})
 	want := `ID                                    CREATED               STATUS    STAGE       SOURCE  FROM  TO       ERROR
-0190a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a01  2025-03-04 10:11:12Z  retrying  dispatched  erp     acme  globex   -
-0190a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a02  2025-03-04 10:00:00Z  refused   refused     erp     acme  initech  no route matched and the payload was refused by a rule that…
+0190a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a01  2025-03-04T10:11:12Z  retrying  dispatched  erp     acme  globex   -
+0190a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a02  2025-03-04T10:00:00Z  refused   refused     erp     acme  initech  no route matched and the payload was refused by a rule that…
 
 next page: waybill messages --status retrying --limit 2 --cursor 'eyJ0IjoiMjAyNSJ9 =='
 `
@@ -157,20 +157,20 @@ to                     globex
 payload                1234 bytes, sha256 9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08
 duplicate key          ctl-9
 possible duplicate of  0190a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a02
-created                2025-03-04 10:11:12Z
-updated                2025-03-04 10:12:00Z
+created                2025-03-04T10:11:12Z
+updated                2025-03-04T10:12:00Z
 
 deliveries
 ID                                    GEN  TARGET   STATE      ATTEMPTS  NEXT ATTEMPT          FINISHED              LANE  LAST ERROR
-0190a1b2-c3d4-7e5f-8a9b-0c1d2e3f4ad1  2    billing  retrying   3         2025-03-04 09:13:00Z  -                     -     POST http://billing/in: 503 Service Unavailable upstream down
-0190a1b2-c3d4-7e5f-8a9b-0c1d2e3f4ad2  1    archive  delivered  1         -                     2025-03-04 10:11:13Z  -     -
+0190a1b2-c3d4-7e5f-8a9b-0c1d2e3f4ad1  2    billing  retrying   3         2025-03-04T09:13:00Z  -                     -     POST http://billing/in: 503 Service Unavailable upstream down
+0190a1b2-c3d4-7e5f-8a9b-0c1d2e3f4ad2  1    archive  delivered  1         -                     2025-03-04T10:11:13Z  -     -
 
 history
 POSITION  AT                    KIND                ACTOR            TARGET   STATE                   TEXT
-17        2025-03-04 10:11:12Z  message.accepted    ingest:erp-feed  -        -                       -
-18        2025-03-04 10:11:12Z  message.dispatched  system           -        -                       2 targets
-21        2025-03-04 10:11:13Z  delivery.claimed    worker           billing  queued -> delivering    -
-22        2025-03-04 10:11:14Z  delivery.attempted  worker           billing  delivering -> retrying  503 Service Unavailable
+17        2025-03-04T10:11:12Z  message.accepted    ingest:erp-feed  -        -                       -
+18        2025-03-04T10:11:12Z  message.dispatched  system           -        -                       2 targets
+21        2025-03-04T10:11:13Z  delivery.claimed    worker           billing  queued -> delivering    -
+22        2025-03-04T10:11:14Z  delivery.attempted  worker           billing  delivering -> retrying  503 Service Unavailable
 `
 	if out != want {
 		t.Errorf("output:\n%s\nwant:\n%s", out, want)
@@ -242,7 +242,7 @@ func TestSkipAndLanes(t *testing.T) {
 	}
 	code, out, errOut = waybillCLI(t, "lanes", "billing", "--blocked", "--server", api.URL, "--token", "t")
 	want := `ORDERING KEY  HEAD MESSAGE                          HEAD DELIVERY                         STATE   HEAD SINCE            WAITING  WAITING SINCE
-patient-42    ` + msgID + `  ` + dlvID + `  failed  2025-03-04 10:11:12Z  3        2025-03-04 10:11:13Z
+patient-42    ` + msgID + `  ` + dlvID + `  failed  2025-03-04T10:11:12Z  3        2025-03-04T10:11:13Z
 patient-7     -                                     -                                     -       -                     0        -
 
 next page: waybill lanes billing --blocked --cursor cGF0aWVudC03
@@ -300,18 +300,20 @@ func TestClientMisuse(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"messages", "show"}, "show takes one message id"},
+		{[]string{"messages", "show"}, "missing MESSAGE_ID: show takes one message id"},
 		{[]string{"messages", "show", "42"}, `"42" is not a message id`},
 		{[]string{"messages", "list"}, "unexpected arguments"},
 		{[]string{"messages", "--limit", "-1"}, "--limit: must be positive"},
-		{[]string{"redeliver", msgID}, "usage: waybill redeliver ID DELIVERY"},
+		{[]string{"redeliver", msgID}, "waybill redeliver: missing DELIVERY_ID\nusage: waybill redeliver MESSAGE_ID DELIVERY_ID"},
+		{[]string{"skip"}, "waybill skip: missing MESSAGE_ID DELIVERY_ID\n"},
+		{[]string{"lanes"}, "waybill lanes: missing TARGET: the name of a target whose ordering.mode is fifo"},
 		{[]string{"redeliver", msgID, "x"}, `"x" is not a delivery id`},
 		{[]string{"redispatch", "../../targets"}, "is not a message id"},
-		{[]string{"redispatch", msgID, msgID2}, "unexpected arguments"},
+		{[]string{"redispatch", msgID, msgID2}, "too many arguments: [\"" + msgID2 + "\"]"},
 		{[]string{"redispatch", "--nope", msgID}, "flag provided but not defined: -nope"},
 		{[]string{"resend", msgID, "--if-version", "-2"}, "--if-version: must be positive"},
 		{[]string{"replay", msgID, "--target", "billing"}, "flag provided but not defined: -target"},
-		{[]string{"resend"}, "unexpected arguments"},
+		{[]string{"resend"}, "waybill resend: missing MESSAGE_ID\nusage: waybill resend MESSAGE_ID"},
 		{[]string{"messages", "--server", "127.0.0.1:8080"}, `--server: "127.0.0.1:8080" is not an http:// or https:// URL`},
 	} {
 		args := slices.Concat(c.args, []string{"--token", "t"})

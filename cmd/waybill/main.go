@@ -43,14 +43,15 @@ commands:
 commands that talk to a running server (--server URL or the data dir's server.url, --token T or its admin.token):
   messages [--status S] [--possible-duplicates] [--limit N] [--cursor C]
                                                 list messages, newest first, a page at a time
-  messages show ID                              a message, its deliveries and its history
+  messages show MESSAGE_ID                      a message, its deliveries and its history
   lanes    TARGET [--blocked] [--limit N] [--cursor C]
                                                 list a fifo target's lanes: head and deliveries waiting
-  redeliver ID DELIVERY                         queue one delivery of a message again
-  skip     ID DELIVERY [--reason R]             settle one delivery of a message without sending it
-  redispatch ID                                 match the routes again; add deliveries for new targets
-  resend   ID [--target T]... [--reason R]      send the message again, as a new generation, to its targets
-  replay   ID [--reason R]                      send the message again, as a new generation, to the targets
+  redeliver MESSAGE_ID DELIVERY_ID              queue one delivery of a message again
+  skip     MESSAGE_ID DELIVERY_ID [--reason R]  settle one delivery of a message without sending it
+  redispatch MESSAGE_ID                         match the routes again; add deliveries for new targets
+  resend   MESSAGE_ID [--target T]... [--reason R]
+                                                send the message again, as a new generation, to its targets
+  replay   MESSAGE_ID [--reason R]              send the message again, as a new generation, to the targets
                                                 the routes match now
   Each action takes --if-version V: it acts only if the message is still at
   the version that messages show printed, else nothing is done.
@@ -209,11 +210,13 @@ func printReport(w io.Writer, what string, r *projection.Report) int {
 	for _, v := range r.Violations {
 		fmt.Fprintf(w, "violation: %s\n", v)
 	}
-	fmt.Fprintf(w, "%s: %d events, %d messages, %d deliveries, %d operations checked; %d violations\n",
-		what, r.Events, r.Messages, r.Deliveries, r.Operations, len(r.Violations))
+	fmt.Fprintf(w, "%s: %s, %s, %s, %s checked; %s\n", what, count(int(r.Events), "event", "events"),
+		count(r.Messages, "message", "messages"), count(r.Deliveries, "delivery", "deliveries"),
+		count(r.Operations, "operation", "operations"), count(len(r.Violations), "violation", "violations"))
 	if rm := r.Removed; rm.Batches > 0 {
-		fmt.Fprintf(w, "retention removed %d events of %d messages in %d batches (%d after settled_after, %d after failed_after), archived in %s\n",
-			rm.Events, rm.Messages, rm.Batches, rm.Settled, rm.Faulted, rm.Archive)
+		fmt.Fprintf(w, "retention removed %s of %s in %s (%d after settled_after, %d after failed_after), archived in %s\n",
+			count(int(rm.Events), "event", "events"), count(int(rm.Messages), "message", "messages"),
+			count(int(rm.Batches), "batch", "batches"), rm.Settled, rm.Faulted, rm.Archive)
 	}
 	if len(r.Violations) > 0 {
 		return 1
@@ -225,8 +228,9 @@ func printArchiveReport(w io.Writer, r *retention.ArchiveReport) int {
 	for _, v := range r.Violations {
 		fmt.Fprintf(w, "violation: %s\n", v)
 	}
-	fmt.Fprintf(w, "archive %s: %d files, %d events, %d messages checked; %d violations\n",
-		r.Dir, r.Files, r.Events, r.Messages, len(r.Violations))
+	fmt.Fprintf(w, "archive %s: %s, %s, %s checked; %s\n", r.Dir, count(int(r.Files), "file", "files"),
+		count(int(r.Events), "event", "events"), count(int(r.Messages), "message", "messages"),
+		count(len(r.Violations), "violation", "violations"))
 	if len(r.Violations) > 0 {
 		return 1
 	}

@@ -50,7 +50,7 @@ func TestAuditRebuildReset(t *testing.T) {
 		code := run(ctx, append(args, "--database-url", url), &out, &errOut)
 		return code, out.String() + errOut.String()
 	}
-	if code, out := waybill("audit"); code != 0 || !strings.Contains(out, "4 events, 1 messages, 1 deliveries, 0 operations checked; 0 violations") {
+	if code, out := waybill("audit"); code != 0 || !strings.Contains(out, "4 events, 1 message, 1 delivery, 0 operations checked; 0 violations") {
 		t.Fatalf("clean audit: %d %s", code, out)
 	}
 	if _, err := db.Exec(ctx, `UPDATE messages SET status = 'delivered'`); err != nil {
@@ -68,7 +68,7 @@ func TestAuditRebuildReset(t *testing.T) {
 	if code, out := waybill("reset", "--projections"); code != 0 {
 		t.Fatalf("reset: %d %s", code, out)
 	}
-	if code, out := waybill("rebuild"); code != 0 || !strings.Contains(out, "1 messages") {
+	if code, out := waybill("rebuild"); code != 0 || !strings.Contains(out, "1 message,") {
 		t.Fatalf("rebuild after reset: %d %s", code, out)
 	}
 }

@@ -138,7 +138,7 @@ func runOperations(ctx context.Context, args []string, stdout, stderr io.Writer)
 			if err := c.do(ctx, http.MethodPost, "operations", nil, body, &o); err != nil {
 				return 1, err
 			}
-			fmt.Fprintf(stdout, "operation %s started: %s of %d messages\n", o.ID, o.Action, o.Matched)
+			fmt.Fprintf(stdout, "operation %s started: %s of %s\n", o.ID, o.Action, countMessages(o.Matched))
 			return watchOperation(ctx, c, stdout, o.ID, isTerminal(stdout))
 		}
 	case "list":
@@ -164,7 +164,7 @@ func runOperations(ctx context.Context, args []string, stdout, stderr io.Writer)
 				if err := c.do(ctx, http.MethodPost, "operations/"+pos[0]+"/cancel", nil, map[string]string{"reason": reason}, &o); err != nil {
 					return 1, err
 				}
-				fmt.Fprintf(stdout, "operation %s cancelled: %d of %d messages taken; it takes no more\n\n", o.ID, o.Done+o.Refused, o.Matched)
+				fmt.Fprintf(stdout, "operation %s cancelled: %d of %s taken; it takes no more\n\n", o.ID, o.Done+o.Refused, countMessages(o.Matched))
 			} else if err := c.do(ctx, http.MethodGet, "operations/"+pos[0], nil, nil, &o); err != nil {
 				return 1, err
 			}
@@ -207,7 +207,7 @@ func dryRunOperation(ctx context.Context, c *client, w io.Writer, body map[strin
 		return err
 	}
 	fmt.Fprintf(w, "dry run: %s matches %s: it would act on %s and refuse %d; nothing was changed\n",
-		body["action"], messageCount(dry.Matched), messageCount(dry.Done), dry.Refused)
+		body["action"], countMessages(dry.Matched), countMessages(dry.Done), dry.Refused)
 	if len(dry.Refusals) > 0 {
 		fmt.Fprintln(w, "refused, by reason:")
 		for _, r := range dry.Refusals {
@@ -223,12 +223,12 @@ func dryRunOperation(ctx context.Context, c *client, w io.Writer, body map[strin
 	return nil
 }
 
-// messageCount is n messages in words.
-func messageCount(n int) string {
+// count is n of a thing in words: "1 message", "2 messages".
+func count(n int, one, many string) string {
 	if n == 1 {
-		return "1 message"
+		return "1 " + one
 	}
-	return fmt.Sprintf("%d messages", n)
+	return fmt.Sprintf("%d %s", n, many)
 }
 
 // watchOperation shows the operation's progress until it ends: a bar
@@ -399,3 +399,6 @@ func showOperation(ctx context.Context, c *client, w io.Writer, o *operation) er
 	}
 	return nil
 }
+
+// countMessages is n messages in words.
+func countMessages(n int) string { return count(n, "message", "messages") }

@@ -63,8 +63,8 @@ func TestAuditArchive(t *testing.T) {
 		return code, out.String() + errOut.String()
 	}
 	code, out := waybill("audit", "--archive", dir)
-	if code != 0 || !strings.Contains(out, "retention removed 2 events of 1 messages in 1 batches (1 after settled_after, 0 after failed_after)") ||
-		!strings.Contains(out, "1 files, 2 events, 1 messages checked; 0 violations") {
+	if code != 0 || !strings.Contains(out, "retention removed 2 events of 1 message in 1 batch (1 after settled_after, 0 after failed_after)") ||
+		!strings.Contains(out, "1 file, 2 events, 1 message checked; 0 violations") {
 		t.Fatalf("audit: %d %s", code, out)
 	}
 	files, _ := filepath.Glob(filepath.Join(dir, "*", "*", "batch-00000001.jsonl.gz"))
