@@ -57,3 +57,24 @@ func scanMarked(ctx context.Context, q Querier, sql string, args ...any) ([]Even
 	}, &txid)
 	return events, marks, err
 }
+
+// kindsSQL reads the events of some kinds after a position, in position
+// order, with the text of each event's txid first, as committedSQL does.
+const kindsSQL = `SELECT txid::text AS txid_text, ` + columns + ` FROM journal
+	WHERE position > $1 AND kind = ANY($2::text[]) ORDER BY position`
+
+// ReadKinds returns every event of one of kinds after position after, in
+// position order, with the mark of each: which transaction wrote it. The
+// benchmark reads a drain's claims and outcomes, and how the transactions
+// grouped them, from it.
+func ReadKinds(ctx context.Context, q Querier, after int64, kinds ...Kind) ([]Event, []Mark, error) {
+	names := make([]string, len(kinds))
+	for i, k := range kinds {
+		names[i] = string(k)
+	}
+	events, marks, err := scanMarked(ctx, q, kindsSQL, after, names)
+	if err != nil {
+		return nil, nil, fmt.Errorf("read journal after %d for %v: %w", after, kinds, err)
+	}
+	return events, marks, nil
+}

@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -31,7 +32,7 @@ func embeddedDataDir(t *testing.T) string {
 	}
 	dataDir := filepath.Join(dir, "var")
 	t.Cleanup(func() {
-		if pid := readPostmasterPID(filepath.Join(dataDir, "pg")); pid != 0 {
+		if pid := postmasterPID(filepath.Join(dataDir, "pg")); pid != 0 {
 			_ = syscall.Kill(pid, syscall.SIGINT)
 			for deadline := time.Now().Add(30 * time.Second); processAlive(pid) && time.Now().Before(deadline); {
 				time.Sleep(20 * time.Millisecond)
@@ -40,6 +41,17 @@ func embeddedDataDir(t *testing.T) string {
 		os.RemoveAll(dir)
 	})
 	return dataDir
+}
+
+// postmasterPID is the PID a PostgreSQL data directory's postmaster.pid
+// names; 0 when there is none.
+func postmasterPID(pgDir string) int {
+	b, err := os.ReadFile(filepath.Join(pgDir, "postmaster.pid"))
+	if err != nil {
+		return 0
+	}
+	pid, _ := strconv.Atoi(strings.TrimSpace(strings.SplitN(string(b), "\n", 2)[0]))
+	return pid
 }
 
 func processAlive(pid int) bool {

@@ -1,11 +1,8 @@
-package main
+package bench
 
 import (
 	"bufio"
-	"bytes"
 	"context"
-	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -13,7 +10,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"runtime"
 	"slices"
@@ -24,32 +20,16 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/google/uuid"
 
 	"github.com/waybill/waybill/internal/cpustat"
 	"github.com/waybill/waybill/journal"
 	"github.com/waybill/waybill/pgserver"
 )
 
-// backlogConfig is what `waybill bench --backlog N` runs with.
-type backlogConfig struct {
-	messages    int
-	clients     int
-	concurrency int
-	// keys, when not 0, makes the target fifo and spreads the messages
-	// over that many ordering keys, in turn: each key's lane drains one
-	// delivery at a time.
-	keys  int
-	dbURL string
-	// statements loads pg_stat_statements into the embedded PostgreSQL and
-	// prints the statements that took the most time during the drain.
-	statements bool
-}
-
 // backlogResult is what a backlog run measured.
 type backlogResult struct {
-	cfg backlogConfig
+	cfg Config
 	// ingest is the time to ingest the backlog with the target disabled,
 	// drain the time from enabling it until every delivery is recorded.
 	ingest, drain time.Duration
@@ -96,23 +76,14 @@ func batchMeans(bs []batch) (claims, outcomes float64) {
 	return float64(c) / float64(max(ct, 1)), float64(o) / float64(max(ot, 1))
 }
 
-type statementCost struct {
-	query       string
-	calls       int64
-	totalMS     float64
-	planMS      float64
-	rows        int64
-	sharedReads int64
-}
-
 func (r *backlogResult) print(w io.Writer) {
-	n := float64(r.cfg.messages)
+	n := float64(r.cfg.Backlog)
 	order := "unordered"
-	if r.cfg.keys > 0 {
-		order = fmt.Sprintf("fifo over %d ordering keys", r.cfg.keys)
+	if r.cfg.Keys > 0 {
+		order = fmt.Sprintf("fifo over %d ordering keys", r.cfg.Keys)
 	}
 	fmt.Fprintf(w, "backlog of %d deliveries to one http target (max_concurrent %d, %s), ingested through REST by %d clients with the target disabled\n",
-		r.cfg.messages, r.cfg.concurrency, order, r.cfg.clients)
+		r.cfg.Backlog, r.cfg.Concurrency, order, r.cfg.Clients)
 	fmt.Fprintf(w, "  ingest: %.2fs, %.0f messages/s\n", r.ingest.Seconds(), n/r.ingest.Seconds())
 	fmt.Fprintf(w, "  drain:  %.2fs, %.0f deliveries/s\n", r.drain.Seconds(), n/r.drain.Seconds())
 	fmt.Fprintf(w, "  CPU per delivery during the drain: server %.3f ms", 1000*r.serverCPU/n)
@@ -180,11 +151,10 @@ func (s *countingSink) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 // backlog runs the drain benchmark: a server in a process of its own (so
-// its CPU and memory are its own), on the embedded PostgreSQL with fsync on
-// or on --database-url, one http target disabled while the backlog is
-// ingested, then enabled.
-func backlog(ctx context.Context, cfg backlogConfig, stderr io.Writer) (*backlogResult, error) {
-	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+// its CPU and memory are its own), on the bench's own PostgreSQL with
+// fsync on or on cfg.DatabaseURL, one http target disabled while the
+// backlog is ingested, then enabled. The server's logs go to stderr.
+func backlog(ctx context.Context, cfg Config, log *slog.Logger, stderr io.Writer) (*backlogResult, error) {
 	dir, err := os.MkdirTemp("", "waybill-backlog-*")
 	if err != nil {
 		return nil, err
@@ -193,58 +163,47 @@ func backlog(ctx context.Context, cfg backlogConfig, stderr io.Writer) (*backlog
 	if err := os.Chmod(dir, 0o755); err != nil {
 		return nil, err
 	}
-	var stack stopStack
-	defer stack.run()
-	pgPID := 0
-	if cfg.dbURL == "" {
+	if cfg.DatabaseURL == "" {
 		settings := map[string]string{"max_connections": "200"}
-		if cfg.statements {
+		if cfg.Statements {
 			maps.Copy(settings, statementsSettings)
 		}
-		srv, err := pgserver.Start(ctx, pgserver.Config{DataDir: filepath.Join(dir, "pg"), Logger: log, Settings: settings})
+		url, stop, err := startPostgres(ctx, dir, settings, log)
 		if err != nil {
 			return nil, err
 		}
-		stack.push(func() { _ = srv.Stop(context.Background()) })
-		if err := createDatabase(ctx, srv.URL("postgres"), "waybill"); err != nil {
-			return nil, err
-		}
-		cfg.dbURL = srv.URL("waybill")
+		defer stop()
+		cfg.DatabaseURL = url
 	}
-	db, err := openDB(ctx, cfg.dbURL)
+	db, err := cfg.OpenDB(ctx, cfg.DatabaseURL)
 	if err != nil {
 		return nil, err
 	}
-	stack.push(db.Close)
+	defer db.Close()
 	// The server's CPU is measured when it runs on this machine and its
 	// data directory is readable.
-	var pgDir string
-	if db.QueryRow(ctx, `SELECT current_setting('data_directory')`).Scan(&pgDir) == nil {
-		pgPID = readPostmasterPID(pgDir)
-	}
+	pgPID := pgserver.LocalPID(ctx, db)
 
-	sink := &countingSink{seen: make(map[string]bool, cfg.messages), want: int64(cfg.messages)}
+	sink := &countingSink{seen: make(map[string]bool, cfg.Backlog), want: int64(cfg.Backlog)}
 	sinkServer := httptest.NewServer(sink)
-	stack.push(sinkServer.Close)
+	defer sinkServer.Close()
 
 	listen, err := freeListenAddr()
 	if err != nil {
 		return nil, err
 	}
-	exe, err := os.Executable()
+	dataDir := filepath.Join(dir, "var")
+	server, err := cfg.ServeCommand(ServerConfig{DataDir: dataDir, DatabaseURL: cfg.DatabaseURL, Listen: listen})
 	if err != nil {
 		return nil, err
 	}
-	dataDir := filepath.Join(dir, "var")
-	server := exec.Command(exe, "serve", "--database-url", cfg.dbURL, "--listen", listen, "--data-dir", dataDir)
-	server.Env = append(os.Environ(), "WAYBILL_LOG_FORMAT=text")
 	server.Stderr = stderr
 	if err := server.Start(); err != nil {
 		return nil, fmt.Errorf("start the server: %w", err)
 	}
 	served := make(chan error, 1)
 	go func() { served <- server.Wait() }()
-	stack.push(func() {
+	defer func() {
 		_ = server.Process.Signal(syscall.SIGTERM)
 		select {
 		case <-served:
@@ -252,14 +211,14 @@ func backlog(ctx context.Context, cfg backlogConfig, stderr io.Writer) (*backlog
 			_ = server.Process.Kill()
 			<-served
 		}
-	})
-	c, err := newBenchClient(ctx, "http://"+listen, filepath.Join(dataDir, "admin.token"), cfg.clients, served)
+	}()
+	c, err := newClient(ctx, "http://"+listen, filepath.Join(dataDir, "admin.token"), cfg.Clients, served)
 	if err != nil {
 		return nil, err
 	}
 	target := map[string]any{"name": "backlog", "kind": "http", "enabled": false,
-		"max_concurrent": cfg.concurrency, "config": map[string]any{"url": sinkServer.URL}}
-	if cfg.keys > 0 {
+		"max_concurrent": cfg.Concurrency, "config": map[string]any{"url": sinkServer.URL}}
+	if cfg.Keys > 0 {
 		target["ordering"] = map[string]any{"mode": "fifo"}
 	}
 	if _, err := c.post("/targets", target); err != nil {
@@ -271,16 +230,16 @@ func backlog(ctx context.Context, cfg backlogConfig, stderr io.Writer) (*backlog
 
 	r := &backlogResult{cfg: cfg, idle: -1}
 	began := time.Now()
-	if err := ingestAll(c, cfg.messages, cfg.clients, cfg.keys); err != nil {
+	if err := ingestAll(c, cfg.Backlog, cfg.Clients, cfg.Keys); err != nil {
 		return nil, err
 	}
 	r.ingest = time.Since(began)
 
-	var startPosition int64
-	if err := db.QueryRow(ctx, `SELECT coalesce(max(position), 0) FROM journal`).Scan(&startPosition); err != nil {
+	startPosition, err := journal.LastPosition(ctx, db)
+	if err != nil {
 		return nil, err
 	}
-	if cfg.statements {
+	if cfg.Statements {
 		if err := resetStatements(ctx, db); err != nil {
 			return nil, err
 		}
@@ -296,7 +255,7 @@ func backlog(ctx context.Context, cfg backlogConfig, stderr io.Writer) (*backlog
 	}
 	tick := time.NewTicker(500 * time.Millisecond)
 	defer tick.Stop()
-	for sink.count.Load() < int64(cfg.messages) {
+	for sink.count.Load() < int64(cfg.Backlog) {
 		select {
 		case err := <-served:
 			return nil, fmt.Errorf("the server stopped: %v", err)
@@ -331,7 +290,7 @@ func backlog(ctx context.Context, cfg backlogConfig, stderr io.Writer) (*backlog
 	if r.claimToOutcome, r.batches, err = readDrain(ctx, db, startPosition); err != nil {
 		return nil, err
 	}
-	if cfg.statements {
+	if cfg.Statements {
 		if r.statements, err = topStatements(ctx, db); err != nil {
 			return nil, err
 		}
@@ -341,7 +300,7 @@ func backlog(ctx context.Context, cfg backlogConfig, stderr io.Writer) (*backlog
 
 // ingestAll ingests n messages through the API from the clients, with
 // ordering keys taken in turn from keys of them when keys is not 0.
-func ingestAll(c *benchClient, n, clients, keys int) error {
+func ingestAll(c *client, n, clients, keys int) error {
 	next := make(chan int)
 	var (
 		wg     sync.WaitGroup
@@ -379,118 +338,32 @@ func ingestAll(c *benchClient, n, clients, keys int) error {
 // outcomes of the drain: the time from each claim to the outcome of its
 // attempt, and each transaction's claims and outcomes, in the order the
 // transactions began writing events.
-func readDrain(ctx context.Context, db interface {
-	Query(context.Context, string, ...any) (pgx.Rows, error)
-}, from int64) (claimToOutcome []time.Duration, batches []batch, err error) {
-	rows, err := db.Query(ctx, `SELECT delivery_id::text, kind, recorded_at, txid::text FROM journal
-		WHERE position > $1 AND kind IN ($2, $3) ORDER BY position`,
-		from, journal.KindDeliveryClaimed, journal.KindDeliveryAttempted)
+func readDrain(ctx context.Context, q journal.Querier, from int64) (claimToOutcome []time.Duration, batches []batch, err error) {
+	events, marks, err := journal.ReadKinds(ctx, q, from, journal.KindDeliveryClaimed, journal.KindDeliveryAttempted)
 	if err != nil {
 		return nil, nil, err
 	}
-	claimed := map[string]time.Time{}
-	batchOf := map[string]int{}
-	var (
-		id, kind, txid string
-		at             time.Time
-	)
-	_, err = pgx.ForEachRow(rows, []any{&id, &kind, &at, &txid}, func() error {
-		i, ok := batchOf[txid]
+	claimed := map[uuid.UUID]time.Time{}
+	batchOf := map[uint64]int{}
+	for i, e := range events {
+		b, ok := batchOf[marks[i].TxID]
 		if !ok {
-			i = len(batches)
-			batchOf[txid] = i
+			b = len(batches)
+			batchOf[marks[i].TxID] = b
 			batches = append(batches, batch{})
 		}
-		if journal.Kind(kind) == journal.KindDeliveryClaimed {
-			batches[i].claims++
-			claimed[id] = at
-			return nil
+		if e.Kind() == journal.KindDeliveryClaimed {
+			batches[b].claims++
+			claimed[e.DeliveryID] = e.RecordedAt
+			continue
 		}
-		batches[i].outcomes++
-		if c, ok := claimed[id]; ok {
-			claimToOutcome = append(claimToOutcome, at.Sub(c))
-			delete(claimed, id)
+		batches[b].outcomes++
+		if c, ok := claimed[e.DeliveryID]; ok {
+			claimToOutcome = append(claimToOutcome, e.RecordedAt.Sub(c))
+			delete(claimed, e.DeliveryID)
 		}
-		return nil
-	})
-	return claimToOutcome, batches, err
-}
-
-// statementsSettings are the server settings --statements adds to the
-// embedded PostgreSQL.
-var statementsSettings = map[string]string{"shared_preload_libraries": "pg_stat_statements",
-	"pg_stat_statements.max": "1000", "pg_stat_statements.track_planning": "on"}
-
-// resetStatements loads pg_stat_statements into db's database, if need be,
-// and forgets what it counted so far.
-func resetStatements(ctx context.Context, db *pgxpool.Pool) error {
-	if _, err := db.Exec(ctx, `CREATE EXTENSION IF NOT EXISTS pg_stat_statements; SELECT pg_stat_statements_reset()`); err != nil {
-		return fmt.Errorf("pg_stat_statements: %w", err)
 	}
-	return nil
-}
-
-// printStatements prints what topStatements read during what.
-func printStatements(w io.Writer, what string, statements []statementCost) {
-	if len(statements) == 0 {
-		return
-	}
-	fmt.Fprintf(w, "  statements by total time during %s:\n", what)
-	for _, s := range statements {
-		fmt.Fprintf(w, "    %9.0f ms %7.0f plan ms %8d calls %9d rows %8d reads  %s\n", s.totalMS, s.planMS, s.calls, s.rows,
-			s.sharedReads, s.query)
-	}
-}
-
-// topStatements reads the statements that took the most time.
-func topStatements(ctx context.Context, db interface {
-	Query(context.Context, string, ...any) (pgx.Rows, error)
-}) ([]statementCost, error) {
-	rows, err := db.Query(ctx, `SELECT regexp_replace(query, '\s+', ' ', 'g'), calls, total_exec_time, total_plan_time, rows,
-			shared_blks_read
-		FROM pg_stat_statements ORDER BY total_exec_time + total_plan_time DESC LIMIT 12`)
-	if err != nil {
-		return nil, err
-	}
-	var out []statementCost
-	var s statementCost
-	_, err = pgx.ForEachRow(rows, []any{&s.query, &s.calls, &s.totalMS, &s.planMS, &s.rows, &s.sharedReads}, func() error {
-		// Statements that share a long start (the lock of a batch's
-		// messages, their read) differ at their end: keep both.
-		if len(s.query) > 200 {
-			s.query = s.query[:110] + " … " + s.query[len(s.query)-90:]
-		}
-		out = append(out, s)
-		return nil
-	})
-	return out, err
-}
-
-// createDatabase creates the database on the server of url unless it exists.
-func createDatabase(ctx context.Context, url, name string) error {
-	conn, err := pgx.Connect(ctx, url)
-	if err != nil {
-		return err
-	}
-	defer conn.Close(context.Background())
-	var exists bool
-	if err := conn.QueryRow(ctx, `SELECT EXISTS (SELECT FROM pg_database WHERE datname = $1)`, name).Scan(&exists); err != nil || exists {
-		return err
-	}
-	_, err = conn.Exec(ctx, `CREATE DATABASE `+pgx.Identifier{name}.Sanitize())
-	return err
-}
-
-// readPostmasterPID reads the first line of a data directory's
-// postmaster.pid; 0 when it cannot.
-func readPostmasterPID(dataDir string) int {
-	data, err := os.ReadFile(filepath.Join(dataDir, "postmaster.pid"))
-	if err != nil {
-		return 0
-	}
-	line, _, _ := strings.Cut(string(data), "\n")
-	pid, _ := strconv.Atoi(strings.TrimSpace(line))
-	return pid
+	return claimToOutcome, batches, nil
 }
 
 // residentBytes reads a size field (VmRSS, VmHWM) of /proc/<pid>/status.
@@ -508,55 +381,4 @@ func residentBytes(pid int, field string) int64 {
 		}
 	}
 	return 0
-}
-
-// put replaces the resource at path with body.
-func (c *benchClient) put(path string, body any) error {
-	data, err := json.Marshal(body)
-	if err != nil {
-		return err
-	}
-	req, err := http.NewRequestWithContext(c.ctx, http.MethodPut, c.base+"/api/v1"+path, bytes.NewReader(data))
-	if err != nil {
-		return err
-	}
-	req.Header.Set("Authorization", "Bearer "+c.token)
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := c.http.Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		answer, _ := io.ReadAll(resp.Body)
-		return fmt.Errorf("PUT %s: %s: %s", path, resp.Status, answer)
-	}
-	return nil
-}
-
-// feedLag is the largest waybill_feed_lag_seconds the server's metrics
-// show.
-func (c *benchClient) feedLag() (float64, error) {
-	req, err := http.NewRequestWithContext(c.ctx, http.MethodGet, c.base+"/metrics", nil)
-	if err != nil {
-		return 0, err
-	}
-	resp, err := c.http.Do(req)
-	if err != nil {
-		return 0, err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return 0, errors.New(resp.Status)
-	}
-	lag := 0.0
-	sc := bufio.NewScanner(resp.Body)
-	for sc.Scan() {
-		if line := sc.Text(); strings.HasPrefix(line, "waybill_feed_lag_seconds{") {
-			if v, err := strconv.ParseFloat(line[strings.LastIndexByte(line, ' ')+1:], 64); err == nil {
-				lag = max(lag, v)
-			}
-		}
-	}
-	return lag, sc.Err()
 }
