@@ -496,7 +496,7 @@ func (w *Writer) decide(ops []*op, read map[uuid.UUID]*projection.Message, lanes
 		}
 		all := &change{before: c.before, after: c.after, readBody: c.readBody, body: c.body,
 			events: append([]journal.Event(nil), c.events...), touched: append([]uuid.UUID(nil), c.touched...),
-			extra: append([]statement(nil), c.extra...)}
+			extra: slices.Clone(c.extra)}
 		merged[id] = all
 		d.changes = append(d.changes, all)
 	}

@@ -10,11 +10,13 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/waybill/waybill/journal"
 	"github.com/waybill/waybill/lifecycle"
 	"github.com/waybill/waybill/projection"
+	"github.com/waybill/waybill/sources"
 )
 
 // NewMessage is a message as a source hands it in.
@@ -147,8 +149,7 @@ func (w *Writer) acceptance(ctx context.Context, in NewMessage, cfg *configState
 			return nil, err
 		}
 		if row := in.Row; row != nil {
-			c.also(`INSERT INTO inbox_markers (source, row_id, message_id, owed_since, next_try) VALUES ($1, $2, $3, $4, $4)`,
-				row.Source, row.ID, id, now)
+			c.also(func(b *pgx.Batch) { sources.QueueMarkerOwed(b, row.Source, row.ID, id, now) })
 		}
 		if cfg != nil {
 			if err := w.dispatchOn(c, cfg, lanes, now, journal.SourceActor(in.Source), false, uuid.Nil); err != nil {

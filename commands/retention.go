@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 
 	"github.com/waybill/waybill/journal"
 	"github.com/waybill/waybill/lifecycle"
@@ -34,7 +35,7 @@ func (w *Writer) ExpungePayload(ctx context.Context, id uuid.UUID, r lifecycle.R
 		if err != nil {
 			return nil, err
 		}
-		c.also(`DELETE FROM payloads WHERE message_id = $1`, m.ID)
+		c.also(func(b *pgx.Batch) { b.Queue(`DELETE FROM payloads WHERE message_id = $1`, m.ID) })
 		done = true
 		return c, nil
 	})

@@ -67,7 +67,7 @@ func (w *Writer) changeSource(ctx context.Context, s lifecycle.Source, actor str
 		case create:
 			return &journal.SourceCreated{Source: s}, func(b *pgx.Batch) {
 				b.Queue(`INSERT INTO sources (name, spec, created_at, updated_at) VALUES ($1, $2, $3, $3)`, s.Name, spec, now)
-				b.Queue(`INSERT INTO source_state (name) VALUES ($1)`, s.Name)
+				sources.QueueCreateState(b, s.Name)
 			}, nil
 		case !exists:
 			return nil, nil, ErrNotFound
@@ -87,8 +87,7 @@ func (w *Writer) DeleteSource(ctx context.Context, name, actor string) error {
 		}
 		return &journal.SourceDeleted{Name: name}, func(b *pgx.Batch) {
 			b.Queue(`DELETE FROM sources WHERE name = $1`, name)
-			b.Queue(`DELETE FROM source_state WHERE name = $1`, name)
-			b.Queue(`DELETE FROM inbox_markers WHERE source = $1`, name)
+			sources.QueueDeleteState(b, name)
 		}, nil
 	})
 	if err != nil {
@@ -110,7 +109,7 @@ func (w *Writer) PassHole(ctx context.Context, hole journal.SourceHolePassed, wa
 			return nil, nil, ErrNotFound
 		}
 		return &hole, func(b *pgx.Batch) {
-			b.Queue(`UPDATE source_state SET watermark = greatest(watermark, $2) WHERE name = $1`, hole.Source, watermark)
+			sources.QueueRaiseWatermark(b, hole.Source, watermark)
 		}, nil
 	})
 	if err != nil {

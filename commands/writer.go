@@ -124,17 +124,12 @@ type change struct {
 	body     []byte
 	// extra are statements of the command's own, written in its
 	// transaction after everything else.
-	extra []statement
+	extra []func(*pgx.Batch)
 }
 
-// statement is one SQL statement and its arguments.
-type statement struct {
-	sql  string
-	args []any
-}
-
-// also adds a statement of the command's own to the change.
-func (c *change) also(sql string, args ...any) { c.extra = append(c.extra, statement{sql, args}) }
+// also adds statements of the command's own to the change: queue adds
+// them to the batch of its transaction.
+func (c *change) also(queue func(*pgx.Batch)) { c.extra = append(c.extra, queue) }
 
 // record folds e into the change's state and keeps it.
 func (c *change) record(e journal.Event) error {
@@ -333,8 +328,8 @@ func (w *Writer) queue(b *pgx.Batch, changes []*change, events []journal.Event, 
 		b.Queue(`INSERT INTO payloads (message_id, body) SELECT * FROM unnest($1::uuid[], $2::bytea[])`, ids, bodies)
 	}
 	for _, c := range changes {
-		for _, st := range c.extra {
-			b.Queue(st.sql, st.args...)
+		for _, queue := range c.extra {
+			queue(b)
 		}
 	}
 	return nil

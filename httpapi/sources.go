@@ -8,7 +8,6 @@ import (
 	"slices"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/waybill/waybill/auth"
@@ -62,42 +61,23 @@ type SourceList struct {
 	Items []Source `json:"items"`
 }
 
-// sourceStatusSQL reads the state of the sources, or of one ($1).
-const sourceStatusSQL = `SELECT st.name, st.holder, st.lease_end, st.last_poll_at, st.last_error, st.last_error_at,
-	st.backlog, st.watermark, (SELECT count(*) FROM inbox_markers m WHERE m.source = st.name)
-	FROM source_state st WHERE $1::text IS NULL OR st.name = $1`
-
 // SourcesOf is the resource of each source of defs: its definition with
 // its status. The console reads them here too, so it shows what the API
 // answers.
 func SourcesOf(ctx context.Context, db *pgxpool.Pool, defs []lifecycle.Source) ([]Source, error) {
-	status := map[string]SourceStatus{}
-	watermarks := map[string]int64{}
-	owed := map[string]int64{}
-	var one *string // one source's state is one row to read
+	one := "" // one source's state is one row to read
 	if len(defs) == 1 {
-		one = &defs[0].Name
+		one = defs[0].Name
 	}
-	rows, err := db.Query(ctx, sourceStatusSQL, one)
+	states, err := sources.States(ctx, db, one)
 	if err != nil {
-		return nil, fmt.Errorf("read the sources' state: %w", err)
-	}
-	var (
-		name string
-		st   SourceStatus
-		w, n int64
-	)
-	_, err = pgx.ForEachRow(rows, []any{&name, &st.Holder, &st.LeaseEnd, &st.LastPollAt, &st.LastError, &st.LastErrorAt,
-		&st.Backlog, &w, &n}, func() error {
-		status[name], watermarks[name], owed[name] = st, w, n
-		return nil
-	})
-	if err != nil {
-		return nil, fmt.Errorf("read the sources' state: %w", err)
+		return nil, err
 	}
 	out := make([]Source, 0, len(defs))
 	for _, d := range defs {
-		st := status[d.Name]
+		s := states[d.Name]
+		st := SourceStatus{Holder: s.Holder, LeaseEnd: s.LeaseEnd, LastPollAt: s.LastPollAt,
+			LastError: s.LastError, LastErrorAt: s.LastErrorAt, Backlog: s.Backlog}
 		for _, t := range []**time.Time{&st.LeaseEnd, &st.LastPollAt, &st.LastErrorAt} {
 			if *t != nil {
 				utc := (*t).UTC()
@@ -105,8 +85,7 @@ func SourcesOf(ctx context.Context, db *pgxpool.Pool, defs []lifecycle.Source) (
 			}
 		}
 		if d.Kind == sources.KindInboxTable {
-			w, n := watermarks[d.Name], owed[d.Name]
-			st.Watermark, st.MarkersOwed = &w, &n
+			st.Watermark, st.MarkersOwed = &s.Watermark, &s.MarkersOwed
 		}
 		out = append(out, Source{Name: d.Name, Kind: d.Kind, Enabled: d.Enabled, Config: d.Config, Status: st})
 	}

@@ -221,8 +221,8 @@ func (p *inbox) poll(ctx context.Context) (report, error) {
 	rep.more = takeErr == nil && len(rows) == p.cfg.Batch
 	markErr := p.writeMarkers(ctx)
 	if w := p.gaps.watermark(p.frontier); w > p.watermark {
-		if _, err := p.db.Exec(ctx, `UPDATE source_state SET watermark = greatest(watermark, $2) WHERE name = $1`, p.name, w); err != nil {
-			return rep, fmt.Errorf("store watermark: %w", err)
+		if err := sources.RaiseWatermark(ctx, p.db, p.name, w); err != nil {
+			return rep, err
 		}
 		p.watermark = w
 	}
@@ -374,15 +374,9 @@ func RowKey(id int64) string { return "row:" + strconv.FormatInt(id, 10) }
 func (p *inbox) writeMarkers(ctx context.Context) error {
 	for {
 		now := p.now()
-		rows, err := p.db.Query(ctx, `SELECT row_id FROM inbox_markers
-			WHERE source = $1 AND (next_try <= $2 OR owed_since <= $3) ORDER BY row_id LIMIT $4`,
-			p.name, now, now.Add(-p.cfg.ForceMarkerAfter.D()), p.cfg.Batch)
+		ids, err := sources.MarkersDue(ctx, p.db, p.name, now, now.Add(-p.cfg.ForceMarkerAfter.D()), p.cfg.Batch)
 		if err != nil {
-			return fmt.Errorf("read markers owed: %w", err)
-		}
-		ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
-		if err != nil {
-			return fmt.Errorf("read markers owed: %w", err)
+			return err
 		}
 		if len(ids) == 0 {
 			return nil
@@ -392,13 +386,11 @@ func (p *inbox) writeMarkers(ctx context.Context) error {
 			value = now.UTC().Format(time.RFC3339Nano)
 		}
 		if _, err := p.pool.Exec(ctx, p.sql.mark, value, ids); err != nil {
-			_, berr := p.db.Exec(ctx, `UPDATE inbox_markers SET tries = tries + 1, last_error = $4,
-				next_try = $3::timestamptz + least($5::interval * power(2, tries), $6::interval)
-				WHERE source = $1 AND row_id = ANY($2)`, p.name, ids, now, err.Error(), markerBackoff, maxMarkerBackoff)
+			berr := sources.MarkersFailed(ctx, p.db, p.name, ids, now, err.Error(), markerBackoff, maxMarkerBackoff)
 			return errors.Join(fmt.Errorf("write markers: %w", err), berr)
 		}
-		if _, err := p.db.Exec(ctx, `DELETE FROM inbox_markers WHERE source = $1 AND row_id = ANY($2)`, p.name, ids); err != nil {
-			return fmt.Errorf("forget markers written: %w", err)
+		if err := sources.ForgetMarkers(ctx, p.db, p.name, ids); err != nil {
+			return err
 		}
 		if len(ids) < p.cfg.Batch {
 			return nil
@@ -414,9 +406,11 @@ func (p *inbox) measure(ctx context.Context, now time.Time, rep *report) error {
 	if err := p.pool.QueryRow(ctx, p.sql.max).Scan(&top); err != nil {
 		return fmt.Errorf("measure inbox: %w", err)
 	}
-	if err := p.db.QueryRow(ctx, `SELECT count(*) FROM inbox_markers WHERE source = $1`, p.name).Scan(&rep.owed); err != nil {
-		return fmt.Errorf("count markers owed: %w", err)
+	owed, err := sources.MarkersOwed(ctx, p.db, p.name)
+	if err != nil {
+		return err
 	}
+	rep.owed = owed
 	rep.backlog = max(top-p.frontier, 0)
 	for len(p.sightings) > 0 && p.sightings[0].id <= p.frontier {
 		p.sightings = p.sightings[1:]

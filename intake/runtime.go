@@ -13,7 +13,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go"
 
@@ -320,22 +319,12 @@ func (run *runner) run(ctx context.Context) {
 	}
 }
 
-// leaseSQL takes the lease when nobody holds it, it ran out, or this
-// process holds it already (which renews it); it returns the watermark,
-// and no row when another process holds the lease, or the source is gone
-// (its row is made with the source and deleted with it).
-const leaseSQL = `UPDATE source_state SET holder = $2, lease_end = $3
-	WHERE name = $1 AND (holder IS NULL OR holder = $2 OR lease_end <= $4)
-	RETURNING watermark`
-
 // renew takes or renews the lease and reports whether this process holds
 // it. A process that comes to hold it resumes the poller.
 func (run *runner) renew(ctx context.Context) bool {
 	now := run.rt.cfg.Now()
-	var watermark int64
-	err := run.rt.cfg.DB.QueryRow(ctx, leaseSQL, run.spec.Name, run.rt.cfg.Holder, now.Add(run.rt.cfg.Lease), now).Scan(&watermark)
-	held := err == nil
-	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+	watermark, held, err := sources.TakeLease(ctx, run.rt.cfg.DB, run.spec.Name, run.rt.cfg.Holder, now.Add(run.rt.cfg.Lease), now)
+	if err != nil {
 		if ctx.Err() == nil {
 			run.rt.metrics.errors.WithLabelValues(run.spec.Name).Inc()
 			run.problem("lease not renewed", err.Error())
@@ -367,19 +356,11 @@ func (run *runner) release() {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), stopTimeout)
 	defer cancel()
-	_, err := run.rt.cfg.DB.Exec(ctx, `UPDATE source_state SET holder = NULL, lease_end = NULL WHERE name = $1 AND holder = $2`,
-		run.spec.Name, run.rt.cfg.Holder)
-	if err != nil {
+	if err := sources.ReleaseLease(ctx, run.rt.cfg.DB, run.spec.Name, run.rt.cfg.Holder); err != nil {
 		run.log.Warn("lease not given back; it runs out on its own", "err", err)
 	}
 	run.rt.metrics.idle(run.spec.Name, run.spec.Kind)
 }
-
-// statusSQL records a poll in the source's state, while this process
-// holds it.
-const statusSQL = `UPDATE source_state SET last_poll_at = $3, backlog = $4,
-	last_error = coalesce($5, last_error), last_error_at = CASE WHEN $5::text IS NULL THEN last_error_at ELSE $3 END
-	WHERE name = $1 AND holder = $2`
 
 // report records what a poll did: in the source's state, which the API
 // shows, and in the metrics.
@@ -400,7 +381,7 @@ func (run *runner) report(ctx context.Context, rep report, err error) {
 	} else {
 		run.lastProblem = ""
 	}
-	if _, err := run.rt.cfg.DB.Exec(ctx, statusSQL, name, run.rt.cfg.Holder, now, rep.backlog, last); err != nil {
+	if err := sources.RecordPoll(ctx, run.rt.cfg.DB, name, run.rt.cfg.Holder, now, rep.backlog, last); err != nil {
 		failures++
 		run.problem("status not recorded", err.Error())
 	}

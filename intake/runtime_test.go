@@ -100,8 +100,8 @@ func TestRuntimeHandsASourceOver(t *testing.T) {
 	f.clock.Advance(29 * time.Second)
 	// The second's next try at the lease, made here: refused until it ends.
 	now := f.clock.Now()
-	if err := f.db.QueryRow(f.ctx, leaseSQL, "drop", "second", now.Add(30*time.Second), now).Scan(new(int64)); err == nil {
-		t.Fatal("the lease was taken before it ended")
+	if _, held, err := sources.TakeLease(f.ctx, f.db, "drop", "second", now.Add(30*time.Second), now); err != nil || held {
+		t.Fatalf("the lease was taken before it ended (%v)", err)
 	}
 	if h := f.holder(t, "drop"); h != "first" || f.count(t, "drop") != 1 {
 		t.Fatalf("holder %q before the lease ended, %d messages", h, f.count(t, "drop"))

@@ -78,23 +78,8 @@ func checkSources(ctx context.Context, q journal.Querier, f *Folded) ([]Violatio
 	if len(f.inboxes) == 0 {
 		return nil, nil
 	}
-	rows, err := q.Query(ctx, `SELECT name, watermark FROM source_state`)
+	watermarks, err := sources.Watermarks(ctx, q)
 	if err != nil {
-		return nil, fmt.Errorf("audit sources: %w", err)
-	}
-	watermarks := map[string]int64{}
-	var (
-		name string
-		w    int64
-	)
-	for rows.Next() {
-		if err := rows.Scan(&name, &w); err != nil {
-			rows.Close()
-			return nil, fmt.Errorf("audit sources: %w", err)
-		}
-		watermarks[name] = w
-	}
-	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("audit sources: %w", err)
 	}
 	var out []Violation

@@ -4,7 +4,11 @@
 // (`inbox_table`). Prepare fills a source's defaults and checks its whole
 // configuration, each problem a field error; Directory and Inbox read a
 // prepared source's configuration for the runtime that polls it (package
-// intake). It imports nothing of Waybill but lifecycle and targets' reader
+// intake). It owns the sources' running state too, the tables
+// source_state and inbox_markers: every statement on them is here
+// (state.go), queued into a command's batch or run on a Querier. It
+// imports nothing of Waybill but lifecycle, journal and targets' reader
 // of configurations, so the commands can prepare a source as they prepare
-// a target. See docs/sources.md.
+// a target, and every package that reads or writes a source's state can
+// import it. See docs/sources.md.
 package sources
