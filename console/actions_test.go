@@ -176,17 +176,19 @@ func TestReaderSeesNoActionAndIsRefusedOne(t *testing.T) {
 		"/ui/targets/billing/edit",
 		"/ui/targets/billing/disable",
 		"/ui/targets/billing/enable",
+		"/ui/targets/billing/delete",
 		"/ui/routes/" + routes[0].ID.String() + "/delete",
 		"/ui/sources/aodb/edit",
 		"/ui/sources/aodb/disable",
 		"/ui/sources/aodb/enable",
 		"/ui/sources/aodb/delete",
 		"/ui/routes",
+		"/ui/targets",
 		"/ui/sources",
 		"/ui/settings",
 	}
 	pageToo := func(action string) bool {
-		return action == "/ui/routes" || action == "/ui/sources" || action == "/ui/settings"
+		return action == "/ui/routes" || action == "/ui/targets" || action == "/ui/sources" || action == "/ui/settings"
 	}
 
 	c := b.signedIn(t, b.reader)
@@ -200,7 +202,7 @@ func TestReaderSeesNoActionAndIsRefusedOne(t *testing.T) {
 			}
 		}
 		a.lacks(t, "Redeliver", "Redispatch", "Resend", "Replay", ">Skip<", ">Edit<", ">Disable<", ">Delete<", "Add the route",
-			"Add the source", `name="delivery.max_dispatches"`, `name="retention.settled_after"`, "s3cret")
+			"Add the source", "Add a source", "Add the target", "Add a target", `name="delivery.max_dispatches"`, `name="retention.settled_after"`, "s3cret")
 	}
 
 	// The server refuses the actions anyway, with the API's reason, and
@@ -213,7 +215,11 @@ func TestReaderSeesNoActionAndIsRefusedOne(t *testing.T) {
 		}
 		c.post(t, action, url.Values{"source": {"erp"}, "from": {"*"}, "to": {"*"}, "target": {"billing"},
 			"delivery.max_dispatches": {"3"}, "retention.payload_after": {"1h"}, "reason": {"no"}, "name": {"drop"}, "kind": {"directory"},
-			"config": {`{"dir": "/in", "from": "a", "to": "b"}`}}).want(t, http.StatusForbidden).has(t, body.Message)
+			"config.dir": {"/in"}, "config.from": {"a"}, "config.to": {"b"}}).want(t, http.StatusForbidden).has(t, body.Message)
+	}
+	// The forms that add a target or a source are actions too.
+	for _, p := range []string{"/ui/targets?add=http", "/ui/sources?add=directory"} {
+		c.get(t, p).want(t, http.StatusForbidden).has(t, "a token of role reader may not administer")
 	}
 	if b.journalLength(t) != before {
 		t.Error("a reader's action changed the journal")
@@ -293,10 +299,10 @@ func TestTargetEditEnableAndDisable(t *testing.T) {
 
 	// Problems are each named, as the API names the fields, and change
 	// nothing.
-	edit := c.get(t, "/ui/targets/billing/edit").want(t, http.StatusOK).has(t, `name="retry.max_attempts" value="10"`)
-	_ = edit
+	c.get(t, "/ui/targets/billing/edit").want(t, http.StatusOK).has(t, `name="retry.max_attempts" value="10"`,
+		`name="config.url" value="http://127.0.0.1:9/"`, `type="checkbox" id="config.tls_skip_verify"`).lacks(t, `name="config"`)
 	form := url.Values{"enabled": {"on"}, "max_concurrent": {"500"}, "attempt_timeout": {"soon"},
-		"retry.strategy": {"exponential"}, "retry.jitter": {"2"}, "retry.max_attempts": {"three"}, "config": {`{"url": 5}`}}
+		"retry.strategy": {"exponential"}, "retry.jitter": {"2"}, "retry.max_attempts": {"three"}, "config.url": {"ftp://x"}}
 	changes := b.changes.Load()
 	c.post(t, "/ui/targets/billing/edit", form).want(t, http.StatusBadRequest).
 		has(t, "<code>attempt_timeout</code>", "<code>retry.max_attempts</code>", `value="soon"`, `aria-invalid="true"`)
@@ -309,10 +315,12 @@ func TestTargetEditEnableAndDisable(t *testing.T) {
 	}
 
 	form = url.Values{"enabled": {"on"}, "max_concurrent": {"7"}, "attempt_timeout": {"5s"}, "retry.strategy": {"linear"},
-		"retry.max_attempts": {"3"}, "receipt.timeout": {"1h"}, "config": {`{"url": "http://127.0.0.1:9/in"}`}}
+		"retry.max_attempts": {"3"}, "receipt.timeout": {"1h"}, "config.url": {"http://127.0.0.1:9/in"}, "config.method": {"PUT"},
+		"config.headers": {"X-Tenant: acme\r\nAuthorization: Bearer t0k3n"}}
 	c.post(t, "/ui/targets/billing/edit", form).redirects(t, "/ui/targets/billing")
-	got := c.get(t, "/ui/targets/billing").has(t, "Target billing saved.", "linear", "http://127.0.0.1:9/in", "within 1h0m0s")
-	_ = got
+	c.get(t, "/ui/targets/billing").has(t, "Target billing saved.", "linear", "http://127.0.0.1:9/in", "within 1h0m0s",
+		html.EscapeString(`"X-Tenant": "acme"`), html.EscapeString(`"method": "PUT"`))
+	c.get(t, "/ui/targets/billing/edit").has(t, `<option value="PUT" selected>`, "Authorization: Bearer t0k3n\nX-Tenant: acme</textarea>")
 	if b.changes.Load() != changes+1 {
 		t.Error("a saved edit did not announce the change")
 	}
@@ -360,6 +368,62 @@ func TestTargetEditEnableAndDisable(t *testing.T) {
 	}
 	c.get(t, "/ui/targets").has(t, "Target billing is disabled.", `href="/ui/targets/billing/enable"`, "Disabled")
 	c.post(t, "/ui/targets/billing/enable", nil).redirects(t, "/ui/targets/billing")
+}
+
+func TestTargetAddAndDelete(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	c := b.signedIn(t, b.admin)
+	c.get(t, "/ui/targets").want(t, http.StatusOK).has(t, "No targets yet", `href="/ui/targets?add=file#add"`,
+		`href="/ui/targets?add=http#add"`).lacks(t, `action="/ui/targets"`)
+	// The form of a kind has the kind's fields, each on its own, and the
+	// defaults of every target.
+	c.get(t, "/ui/targets?add=http").want(t, http.StatusOK).has(t, `action="/ui/targets"`, `name="kind" value="http"`,
+		`name="config.url"`, `<option value="POST" selected>`, `name="max_concurrent" value="5"`).lacks(t, `name="config.dir"`)
+	c.get(t, "/ui/targets?add=file").want(t, http.StatusOK).has(t, `name="config.dir"`, `name="config.extension"`,
+		`type="checkbox" id="config.overwrite"`, `name="max_concurrent" value="1"`).lacks(t, `name="config.url"`)
+	c.get(t, "/ui/targets?add=ftp").want(t, http.StatusBadRequest).has(t, "<code>add</code>", "allowed are file, http")
+
+	// Refused: each problem under its field in the API's words, nothing
+	// written.
+	before, changes := b.journalLength(t), b.changes.Load()
+	form := url.Values{"kind": {"file"}, "name": {"ledger"}, "enabled": {"on"}, "config.dir": {"spool"}, "config.extension": {"j.son"}}
+	c.post(t, "/ui/targets", form).want(t, http.StatusBadRequest).
+		has(t, `id="config.dir-hint"><strong>&#34;spool&#34; is not an absolute directory path</strong>`,
+			`id="config.extension-hint"><strong>&#34;j.son&#34;: must be 1 to 16 letters or digits, without the dot</strong>`,
+			`value="spool"`, `name="kind" value="file"`)
+	if b.journalLength(t) != before || b.changes.Load() != changes {
+		t.Fatal("a refused target changed the journal")
+	}
+	form.Set("config.dir", "/var/spool/ledger")
+	form.Set("config.extension", "")
+	form.Set("config.overwrite", "on")
+	c.post(t, "/ui/targets", form).redirects(t, "/ui/targets/ledger")
+	c.get(t, "/ui/targets/ledger").has(t, "Target ledger added.", html.EscapeString(`"extension": "bin"`), html.EscapeString(`"overwrite": true`))
+	b.lastChange(t, "target.created", "operator:alice")
+	if b.changes.Load() != changes+1 {
+		t.Error("an added target did not announce the change")
+	}
+	c.post(t, "/ui/targets", form).want(t, http.StatusConflict)
+
+	// Deleted only once no route sends to it, after its confirmation.
+	route, err := b.w.CreateRoute(b.ctx, lifecycle.Route{Source: "erp", From: "*", To: "*", Target: "ledger"}, "operator:setup")
+	if err != nil {
+		t.Fatal(err)
+	}
+	before = b.journalLength(t)
+	c.get(t, "/ui/targets/ledger/delete").want(t, http.StatusOK).has(t, "Delete target ledger?", `class="danger" autofocus>Delete</button>`)
+	c.post(t, "/ui/targets/ledger/delete", nil).want(t, http.StatusConflict).has(t, "route "+route.ID.String()+" sends to it")
+	if b.journalLength(t) != before {
+		t.Fatal("a refused delete changed the journal")
+	}
+	if err := b.w.DeleteRoute(b.ctx, route.ID, "operator:setup"); err != nil {
+		t.Fatal(err)
+	}
+	c.post(t, "/ui/targets/ledger/delete", nil).redirects(t, "/ui/targets")
+	c.get(t, "/ui/targets").has(t, "Target ledger deleted.", "No targets yet")
+	b.lastChange(t, "target.deleted", "operator:alice")
+	c.post(t, "/ui/targets/ledger/delete", nil).want(t, http.StatusNotFound)
 }
 
 func TestRoutesAddAndDelete(t *testing.T) {

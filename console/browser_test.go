@@ -628,14 +628,91 @@ func TestInTheBrowser(t *testing.T) {
 		}
 	})
 
+	t.Run("add and delete a target", func(t *testing.T) {
+		br.open(t, "/ui/targets")
+		br.load(t, chromedp.Click(chromedp.CSS(`a[href="/ui/targets?add=file#add"]`)))
+		if got := br.text(t, "#add"); got != "Add a target of kind file" {
+			t.Errorf("the form is headed %q", got)
+		}
+		// A relative directory: refused, the problem under its field.
+		br.do(t, chromedp.SendKeys(chromedp.CSS("#name"), "ledger2"), chromedp.SendKeys(chromedp.CSS(`[id="config.dir"]`), "spool"))
+		br.loadStatus(t, 400, chromedp.Click(chromedp.CSS(`form[action="/ui/targets"] button[type=submit]`)))
+		if got := br.text(t, `[id="config.dir-hint"] strong`); got != `"spool" is not an absolute directory path` {
+			t.Errorf("the directory's problem reads %q", got)
+		}
+		br.do(t, chromedp.SetValue(chromedp.CSS(`[id="config.dir"]`), "/var/spool/ledger2"),
+			chromedp.SendKeys(chromedp.CSS(`[id="config.extension"]`), "xml"))
+		br.load(t, chromedp.Click(chromedp.CSS(`form[action="/ui/targets"] button[type=submit]`)))
+		if got := br.text(t, ".notice"); got != "Target ledger2 added." {
+			t.Errorf("the notice reads %q", got)
+		}
+		if got := br.text(t, "pre.json"); !strings.Contains(got, `"extension": "xml"`) {
+			t.Errorf("the configuration reads %q", got)
+		}
+		// Deleted, after its confirmation.
+		br.load(t, chromedp.Click(chromedp.CSS(`a[href="/ui/targets/ledger2/delete"]`)))
+		if got := br.text(t, "h1"); got != "Delete target ledger2?" {
+			t.Errorf("the confirmation asks %q", got)
+		}
+		br.focus(t, "Delete")
+		br.load(t, chromedp.KeyEvent(kb.Enter))
+		if got := br.text(t, ".notice"); got != "Target ledger2 deleted." {
+			t.Errorf("the notice reads %q", got)
+		}
+		// A target a route sends to is refused, as by the API.
+		br.open(t, "/ui/targets/ledger/delete")
+		br.focus(t, "Delete")
+		br.loadStatus(t, 409, chromedp.KeyEvent(kb.Enter))
+		if got := br.text(t, ".alert"); !strings.Contains(got, "sends to it") {
+			t.Errorf("the refusal reads %q", got)
+		}
+	})
+
+	t.Run("add and delete a source", func(t *testing.T) {
+		br.open(t, "/ui/sources")
+		br.load(t, chromedp.Click(chromedp.CSS(`a[href="/ui/sources?add=directory#add"]`)))
+		br.do(t, chromedp.SendKeys(chromedp.CSS("#name"), "outbox"),
+			chromedp.SendKeys(chromedp.CSS(`[id="config.dir"]`), "/var/spool/outbox"),
+			chromedp.SendKeys(chromedp.CSS(`[id="config.from"]`), "globex"),
+			chromedp.SetValue(chromedp.CSS(`[id="config.after"]`), "delete"))
+		// The receiver is missing: refused, under its field.
+		br.loadStatus(t, 400, chromedp.Click(chromedp.CSS(`form[action="/ui/sources"] button[type=submit]`)))
+		if got := br.text(t, `[id="config.to-hint"] strong`); got == "" {
+			t.Error("no problem under config.to")
+		}
+		br.do(t, chromedp.SendKeys(chromedp.CSS(`[id="config.to"]`), "acme"))
+		br.shot(t, "source-new")
+		br.load(t, chromedp.Click(chromedp.CSS(`form[action="/ui/sources"] button[type=submit]`)))
+		if got := br.text(t, ".notice"); got != "Source outbox added." {
+			t.Errorf("the notice reads %q", got)
+		}
+		if got := br.text(t, "pre.json"); !strings.Contains(got, `"after": "delete"`) || !strings.Contains(got, `"to": "acme"`) {
+			t.Errorf("the configuration reads %q", got)
+		}
+		br.load(t, chromedp.Click(chromedp.CSS(`a[href="/ui/sources/outbox/delete"]`)))
+		br.focus(t, "Delete")
+		br.load(t, chromedp.KeyEvent(kb.Enter))
+		if got := br.text(t, ".notice"); got != "Source outbox deleted." {
+			t.Errorf("the notice reads %q", got)
+		}
+	})
+
 	t.Run("400 pixels wide", func(t *testing.T) {
 		br.do(t, chromedp.EmulateViewport(400, 860))
-		for _, p := range []struct{ path, shot string }{{"/ui/", "dashboard-400"}, {"/ui/messages", ""}, {msg, "message-400"}, {"/ui/targets", ""},
-			{"/ui/targets/orders/lanes", ""}} {
+		for _, p := range []struct{ path, shot string }{{"/ui/", "dashboard-400"}, {"/ui/messages", ""}, {msg, "message-400"},
+			{"/ui/targets", "targets-400"}, {"/ui/targets/billing", ""}, {"/ui/targets/orders/lanes", ""}, {"/ui/targets?add=http", ""},
+			{"/ui/sources", ""}, {"/ui/sources/aodb", ""}, {"/ui/sources?add=inbox_table", ""}, {"/ui/routes", ""},
+			{"/ui/operations", ""}, {"/ui/settings", ""}} {
 			br.open(t, p.path)
-			// Wide tables scroll in their own box; the page does not.
-			if w := eval[int](t, br, `document.documentElement.scrollWidth`); w > 400 {
-				t.Errorf("%s is %d pixels wide at 400", p.path, w)
+			// Neither the page nor a table is wider than the window: every
+			// table is a list of blocks, none scrolls in its box.
+			if w, c := eval[int](t, br, `document.documentElement.scrollWidth`), eval[int](t, br, `document.documentElement.clientWidth`); w > c {
+				t.Errorf("%s is %d pixels wide in a window of %d", p.path, w, c)
+			}
+			if cut := eval[[]string](t, br, `[...document.querySelectorAll("table")].filter(t =>
+				t.scrollWidth > t.parentElement.clientWidth || t.getBoundingClientRect().right > document.documentElement.clientWidth)
+				.map(t => (t.id || t.getAttribute("aria-labelledby") || "a table") + " is " + t.scrollWidth + " wide in " + t.parentElement.clientWidth)`); len(cut) > 0 {
+				t.Errorf("%s at 400 pixels: %v", p.path, cut)
 			}
 			if p.shot != "" {
 				br.shot(t, p.shot)

@@ -175,6 +175,7 @@ var routeTable = []route{
 	{"POST /ui/messages/{id}/deliveries/{delivery_id}/skip", administering, (*Console).skip},
 
 	{"GET /ui/targets", reading, (*Console).targets},
+	{"POST /ui/targets", administering, (*Console).createTarget},
 	{"GET /ui/targets/{name}", reading, (*Console).target},
 	{"GET /ui/targets/{name}/lanes", reading, (*Console).lanes},
 	{"GET /ui/targets/{name}/edit", administering, (*Console).editTarget},
@@ -183,6 +184,8 @@ var routeTable = []route{
 	{"POST /ui/targets/{name}/enable", administering, (*Console).enableTarget},
 	{"GET /ui/targets/{name}/disable", administering, (*Console).enableTarget},
 	{"POST /ui/targets/{name}/disable", administering, (*Console).enableTarget},
+	{"GET /ui/targets/{name}/delete", administering, (*Console).deleteTarget},
+	{"POST /ui/targets/{name}/delete", administering, (*Console).deleteTarget},
 
 	{"GET /ui/sources", reading, (*Console).sourcesPage},
 	{"POST /ui/sources", administering, (*Console).createSource},

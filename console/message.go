@@ -284,8 +284,8 @@ func (c *Console) redeliver(w http.ResponseWriter, r *http.Request, s *auth.Sess
 	if d.State == lifecycle.StateDelivered {
 		v.Button = "Send again"
 		v.Question = fmt.Sprintf("Send message %s again to %s?", m.ID, d.Target)
-		v.Explanation = fmt.Sprintf("It was delivered to %s at %s UTC. Sending it again queues a new attempt: %s receives the payload a second time.",
-			d.Target, d.FinishedAt.Format(timeLayout), d.Target)
+		v.Explanation = fmt.Sprintf("It was delivered to %s at %s. Sending it again queues a new attempt: %s receives the payload a second time.",
+			d.Target, stamp(d.FinishedAt), d.Target)
 		v.Danger = true
 	} else {
 		v.Question = fmt.Sprintf("Redeliver message %s to %s?", m.ID, d.Target)

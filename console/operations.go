@@ -265,10 +265,10 @@ func filterText(f lifecycle.OperationFilter) string {
 		parts = append(parts, "source "+f.Source)
 	}
 	if !f.CreatedAfter.IsZero() {
-		parts = append(parts, "created after "+f.CreatedAfter.UTC().Format(timeLayout)+" UTC")
+		parts = append(parts, "created after "+stamp(f.CreatedAfter))
 	}
 	if !f.CreatedBefore.IsZero() {
-		parts = append(parts, "created before "+f.CreatedBefore.UTC().Format(timeLayout)+" UTC")
+		parts = append(parts, "created before "+stamp(f.CreatedBefore))
 	}
 	return strings.Join(parts, "; ")
 }

@@ -31,23 +31,23 @@ func TestDashboardShowsTheFigures(t *testing.T) {
 	b.clock.Advance(time.Minute)
 	c := b.signedIn(t, b.reader)
 	c.get(t, "/ui/").want(t, http.StatusOK).has(t,
-		`<td>none</td>`, `<a id="figure-lanes-orders" href="/ui/targets/orders/lanes" aria-label="fifo: the lanes of orders">fifo</a>`,
+		`<td data-label="Ordering">none</td>`, `<a id="figure-lanes-orders" href="/ui/targets/orders/lanes" aria-label="fifo: the lanes of orders">fifo</a>`,
 		`<dt>In flight</dt>`, `<span class="figure">1</span>`,
 		`<dt>Failed or stalled in 24 h</dt>`,
 		`href="/ui/messages?created_after=2026-11-30T08%3A01%3A00&amp;status=error"`,
-		`<span class="badge tone-bad">Failed</span></td><td class="num">1</td>`,
+		`<span class="badge tone-bad">Failed</span></td><td class="num" data-label="Deliveries">1</td>`,
 		"1 due now, the oldest due for 50s",
 		`href="/ui/targets/billing"`, `hx-trigger="every 5s"`,
 		// billing: "two" in flight and due, "one" failed; orders has had
 		// no delivery.
-		`<td class="num">1</td>
-<td class="num">1</td>
-<td>due for 50s</td>
-<td><a id="figure-messages-billing"`,
-		`<td class="num">0</td>
-<td class="num">0</td>
-<td><span class="muted">none due</span></td>
-<td><a id="figure-messages-orders"`)
+		`<td class="num" data-label="In flight">1</td>
+<td class="num" data-label="Failed or stalled in 24 h">1</td>
+<td data-label="Oldest due">due for 50s</td>
+<td data-label="Messages"><a id="figure-messages-billing"`,
+		`<td class="num" data-label="In flight">0</td>
+<td class="num" data-label="Failed or stalled in 24 h">0</td>
+<td data-label="Oldest due"><span class="muted">none due</span></td>
+<td data-label="Messages"><a id="figure-messages-orders"`)
 }
 
 func TestMessagesListFiltersAndPages(t *testing.T) {
@@ -444,7 +444,7 @@ func TestLanesOfAFIFOTarget(t *testing.T) {
 	a := c.get(t, "/ui/targets/orders/lanes?blocked=true").want(t, http.StatusOK).
 		has(t, `name="blocked" value="true" checked`, `href="/ui/messages/`+head.ID.String()+`"`,
 			`<span class="badge tone-bad">Failed</span>`, `<td class="num" data-label="Waiting">2</td>`,
-			`<td class="nowrap" data-label="Waiting since">2026-12-01 08:01:00</td>`)
+			`<td class="nowrap" data-label="Waiting since">2026-12-01T08:01:00Z</td>`)
 	if n := len(keyLink.FindAllString(a.body, -1)); n != 1 {
 		t.Errorf("%d lanes blocked, want 1", n)
 	}

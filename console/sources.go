@@ -2,8 +2,8 @@ package console
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
+	"maps"
 	"net/http"
 	"net/url"
 	"slices"
@@ -22,73 +22,100 @@ import (
 type sourceForm struct {
 	Name, Kind string
 	Enabled    bool
-	// Config is the kind's configuration as JSON, a password masked.
-	Config string
+	// Config is the kind's configuration, field by field, a password
+	// masked.
+	Config configValues
 }
 
-// readSourceForm reads a source's form; config is the text as sent.
-func readSourceForm(form url.Values) sourceForm {
-	return sourceForm{Name: strings.TrimSpace(form.Get("name")), Kind: strings.TrimSpace(form.Get("kind")),
-		Enabled: form.Get("enabled") == "on", Config: form.Get("config")}
+// readSourceForm reads the form of a source of the kind.
+func readSourceForm(kind string, form url.Values) sourceForm {
+	return sourceForm{Name: strings.TrimSpace(form.Get("name")), Kind: kind,
+		Enabled: form.Get("enabled") == "on", Config: readValues(sourceKinds[kind], form)}
 }
 
-// definition is the source the form describes, as a POST of the API
-// would carry it.
-func (f sourceForm) definition() lifecycle.Source {
-	return lifecycle.Source{Name: f.Name, Kind: f.Kind, Enabled: f.Enabled, Config: f.config()}
+// sourceFormView is a source's form, a new one's or an existing one's.
+type sourceFormView struct {
+	Form    sourceForm
+	Config  configView
+	Problem *errorView
 }
 
-// config is the form's configuration; none, the kind's defaults, when it
-// is left empty.
-func (f sourceForm) config() json.RawMessage {
-	if strings.TrimSpace(f.Config) == "" {
-		return nil
+// sourceFormOf is the form of a source holding f, with the problems of a
+// refusal under each field. A password is never shown, not even the one
+// just typed into a form that was refused.
+func sourceFormOf(f sourceForm, p *errorView) *sourceFormView {
+	if dsn, ok := f.Config[sources.DatabaseURLField]; ok {
+		f.Config = maps.Clone(f.Config)
+		f.Config[sources.DatabaseURLField] = sources.MaskPassword(dsn)
 	}
-	return json.RawMessage(f.Config)
+	return &sourceFormView{Form: f, Config: configViewOf(f.Kind, sourceKinds[f.Kind], f.Config, p), Problem: p}
 }
 
-// sourcesView is the list of sources and the form that adds one.
+// sourcesView is the list of sources and, for an admin, the form that
+// adds one of a kind.
 type sourcesView struct {
 	Sources []httpapi.Source
-	Form    sourceForm
-	Kind    choice
-	// ConfigProblems are the refusal's problems in config, shown under
-	// it.
-	ConfigProblems []string
-	Problem        *errorView
+	// Kinds are the kinds a source may be of, each with the link to its
+	// form.
+	Kinds []string
+	// Add is the form of a new source, nil when none is asked for.
+	Add *sourceFormView
 }
 
-// sourcesPage lists the sources by name, with their status.
-func (c *Console) sourcesPage(w http.ResponseWriter, r *http.Request, _ *auth.Session) error {
-	return c.showSources(w, r, http.StatusOK, sourcesView{Form: sourceForm{Kind: sources.KindDirectory, Enabled: true, Config: "{}"}})
+// sourcesPage lists the sources by name, with their status; with
+// ?add=<kind>, an admin gets the form of a new source of that kind under
+// the list.
+func (c *Console) sourcesPage(w http.ResponseWriter, r *http.Request, s *auth.Session) error {
+	kind := r.URL.Query().Get("add")
+	if kind == "" {
+		return c.showSources(w, r, http.StatusOK, nil)
+	}
+	if !s.Role.Allows(auth.Administer) {
+		return httpapi.Forbidden(s.Role, auth.Administer)
+	}
+	if _, ok := sourceKinds[kind]; !ok {
+		return invalidField("add", fmt.Sprintf("%q is not a source kind: allowed are %s", kind, strings.Join(sources.Names(), ", ")))
+	}
+	return c.showSources(w, r, http.StatusOK, sourceFormOf(sourceForm{Kind: kind, Enabled: true, Config: configValues{}}, nil))
 }
 
-func (c *Console) showSources(w http.ResponseWriter, r *http.Request, status int, v sourcesView) error {
+func (c *Console) showSources(w http.ResponseWriter, r *http.Request, status int, add *sourceFormView) error {
 	defs, err := c.cfg.Writer.Sources(r.Context())
 	if err != nil {
 		return err
 	}
+	v := sourcesView{Kinds: kindNames(sourceKinds), Add: add}
 	if v.Sources, err = httpapi.SourcesOf(r.Context(), c.cfg.DB, defs); err != nil {
 		return err
 	}
-	v.Kind = choiceOf("kind", "Kind", v.Form.Kind, "directory: files dropped in a folder; inbox_table: rows of a table of another PostgreSQL database.",
-		sources.Names(), v.Problem)
-	v.ConfigProblems = configProblems(v.Problem)
 	c.render(w, r, status, "sources", page{Title: "Sources", Nav: "sources", View: v})
 	return nil
 }
 
 // createSource adds the source of the form (POST /sources).
 func (c *Console) createSource(w http.ResponseWriter, r *http.Request, s *auth.Session) error {
-	f := readSourceForm(r.PostForm)
-	created, err := c.cfg.Writer.CreateSource(r.Context(), f.definition(), journal.OperatorActor(s.Name))
+	kind := strings.TrimSpace(r.PostForm.Get("kind"))
+	f := readSourceForm(kind, r.PostForm)
+	config, err := f.Config.config(sourceKinds[kind])
+	if err == nil {
+		// A database_url shown masked after a refusal must be written
+		// whole again.
+		config, err = keepPassword(config, nil)
+	}
+	var created lifecycle.Source
+	if err == nil {
+		created, err = c.cfg.Writer.CreateSource(r.Context(), lifecycle.Source{Name: f.Name, Kind: kind, Enabled: f.Enabled, Config: config},
+			journal.OperatorActor(s.Name))
+	}
 	if err != nil {
 		p := problemOf(err)
 		if p.Status >= http.StatusInternalServerError {
 			return err
 		}
-		f.Config = showConfig(json.RawMessage(f.Config))
-		return c.showSources(w, r, p.Status, sourcesView{Form: f, Problem: &p})
+		if _, ok := sourceKinds[kind]; !ok {
+			return err // no form to show it in: the kind was not one offered
+		}
+		return c.showSources(w, r, p.Status, sourceFormOf(f, &p))
 	}
 	c.configChanged()
 	c.log.Info("source created", "source", created.Name, "kind", created.Kind, "operator", s.Name, "via", "console")
@@ -139,14 +166,6 @@ func definitionOf(src httpapi.Source) lifecycle.Source {
 	return lifecycle.Source{Name: src.Name, Kind: src.Kind, Enabled: src.Enabled, Config: src.Config}
 }
 
-// editSourceView is the edit form of a source.
-type editSourceView struct {
-	Source         httpapi.Source
-	Form           sourceForm
-	ConfigProblems []string
-	Problem        *errorView
-}
-
 // editSource shows a source's edit form, and saves it (PUT
 // /sources/{name}): the whole definition is replaced, its name and kind
 // kept. A database_url left as the page showed it, its password masked,
@@ -156,29 +175,34 @@ func (c *Console) editSource(w http.ResponseWriter, r *http.Request, s *auth.Ses
 	if err != nil {
 		return err
 	}
-	v := editSourceView{Source: src, Form: sourceForm{Name: src.Name, Kind: src.Kind, Enabled: src.Enabled, Config: showConfig(src.Config)}}
-	status := http.StatusOK
-	if r.Method == http.MethodPost {
-		f := readSourceForm(r.PostForm)
-		next := lifecycle.Source{Name: src.Name, Kind: src.Kind, Enabled: f.Enabled}
-		next.Config, err = keepPassword(f.config(), src.Config)
-		if err == nil {
-			_, err = c.cfg.Writer.UpdateSource(r.Context(), next, journal.OperatorActor(s.Name))
-		}
-		if err == nil {
-			c.configChanged()
-			c.log.Info("source updated", "source", src.Name, "enabled", next.Enabled, "operator", s.Name, "via", "console")
-			c.done(w, r, "/ui/sources/"+src.Name, "Source "+src.Name+" saved.")
-			return nil
-		}
-		p := problemOf(err)
-		if p.Status >= http.StatusInternalServerError {
-			return err
-		}
-		v.Form = sourceForm{Name: src.Name, Kind: src.Kind, Enabled: f.Enabled, Config: showConfig(json.RawMessage(f.Config))}
-		v.Problem, v.ConfigProblems, status = &p, configProblems(&p), p.Status
+	title := "Edit source " + src.Name
+	if r.Method == http.MethodGet {
+		masked, _ := sources.MaskConfig(src.Config)
+		f := sourceForm{Name: src.Name, Kind: src.Kind, Enabled: src.Enabled, Config: valuesOf(sourceKinds[src.Kind], masked)}
+		c.render(w, r, http.StatusOK, "source_edit", page{Title: title, Nav: "sources", View: sourceFormOf(f, nil)})
+		return nil
 	}
-	c.render(w, r, status, "source_edit", page{Title: "Edit source " + src.Name, Nav: "sources", View: v})
+	f := readSourceForm(src.Kind, r.PostForm)
+	f.Name = src.Name
+	next := lifecycle.Source{Name: src.Name, Kind: src.Kind, Enabled: f.Enabled}
+	next.Config, err = f.Config.config(sourceKinds[src.Kind])
+	if err == nil {
+		next.Config, err = keepPassword(next.Config, src.Config)
+	}
+	if err == nil {
+		_, err = c.cfg.Writer.UpdateSource(r.Context(), next, journal.OperatorActor(s.Name))
+	}
+	if err == nil {
+		c.configChanged()
+		c.log.Info("source updated", "source", src.Name, "enabled", next.Enabled, "operator", s.Name, "via", "console")
+		c.done(w, r, "/ui/sources/"+src.Name, "Source "+src.Name+" saved.")
+		return nil
+	}
+	p := problemOf(err)
+	if p.Status >= http.StatusInternalServerError {
+		return err
+	}
+	c.render(w, r, p.Status, "source_edit", page{Title: title, Nav: "sources", View: sourceFormOf(f, &p)})
 	return nil
 }
 
@@ -230,19 +254,4 @@ func (c *Console) deleteSource(w http.ResponseWriter, r *http.Request, s *auth.S
 		c.log.Info("source deleted", "source", src.Name, "operator", s.Name, "via", "console")
 		return "Source " + src.Name + " deleted.", nil
 	})
-}
-
-// configProblems are the problems of a refusal in the configuration's
-// fields, to show under the configuration.
-func configProblems(p *errorView) []string {
-	if p == nil {
-		return nil
-	}
-	var out []string
-	for _, f := range p.Fields {
-		if f.Field == "config" || strings.HasPrefix(f.Field, "config.") {
-			out = append(out, f.Field+": "+f.Problem)
-		}
-	}
-	return out
 }

@@ -4,6 +4,7 @@ import (
 	"html"
 	"net/http"
 	"net/url"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -20,10 +21,10 @@ func TestSourcesPagesShowTheStatusAndNoPassword(t *testing.T) {
 	for _, token := range []string{b.admin, b.reader} {
 		c := b.signedIn(t, token)
 		c.get(t, "/ui/sources").want(t, http.StatusOK).has(t, `href="/ui/sources/aodb"`, `href="/ui/sources/drop"`, "inbox_table",
-			"directory", "waybill-1", "2026-12-01 08:00:00", ">12<", "inbox database: connection refused", "Disabled",
+			"directory", "waybill-1", "2026-12-01T08:00:00Z", ">12<", "inbox database: connection refused", "Disabled",
 			`aria-current="page">Sources`).lacks(t, "s3cret")
-		c.get(t, "/ui/sources/aodb").want(t, http.StatusOK).has(t, "<h1>Source aodb</h1>", "waybill-1", "2026-12-01 08:00:30",
-			"4711: every id up to it", "Markers owed</dt><dd>0", "at 2026-12-01 07:00:00",
+		c.get(t, "/ui/sources/aodb").want(t, http.StatusOK).has(t, "<h1>Source aodb</h1>", "waybill-1", "2026-12-01T08:00:30Z",
+			"4711: every id up to it", "Markers owed</dt><dd>0", "at 2026-12-01T07:00:00Z",
 			html.EscapeString(`"postgres://waybill:xxxxx@inbox.example:5432/aodb"`), html.EscapeString(`"batch": 500`),
 			`href="/ui/messages?source=aodb"`).lacks(t, "s3cret")
 		c.get(t, "/ui/sources/drop").want(t, http.StatusOK).has(t, "no process holds its lease", "Last poll</dt><dd>never",
@@ -46,36 +47,49 @@ func TestSourceAddEditEnableDisableDelete(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	c := b.signedIn(t, b.admin)
-	c.get(t, "/ui/sources").want(t, http.StatusOK).has(t, "No sources yet", `action="/ui/sources"`, `<option value="inbox_table">`)
+	c.get(t, "/ui/sources").want(t, http.StatusOK).has(t, "No sources yet", `href="/ui/sources?add=directory#add"`,
+		`href="/ui/sources?add=inbox_table#add"`).lacks(t, `action="/ui/sources"`)
+	// The form of a kind has the kind's fields, each on its own.
+	c.get(t, "/ui/sources?add=inbox_table").want(t, http.StatusOK).has(t, `action="/ui/sources"`, `name="kind" value="inbox_table"`,
+		`name="config.database_url"`, `name="config.id_column"`, `type="number" id="config.batch"`).lacks(t, `name="config.dir"`, "<textarea")
+	c.get(t, "/ui/sources?add=directory").want(t, http.StatusOK).has(t, `name="config.dir"`, `<option value="move" selected>`)
+	c.get(t, "/ui/sources?add=ftp").want(t, http.StatusBadRequest).has(t, "<code>add</code>", "inbox_table")
 
 	// Added: each problem named as the API names it, under its field, and
 	// nothing written.
 	before, changes := b.journalLength(t), b.changes.Load()
-	c.post(t, "/ui/sources", url.Values{"name": {"Bad Name"}, "kind": {"ftp"}, "config": {"{}"}}).want(t, http.StatusBadRequest).
-		has(t, "<code>name</code>", "<code>kind</code>", `value="Bad Name"`, `id="name-hint"><strong>`)
-	a := c.post(t, "/ui/sources", url.Values{"name": {"drop"}, "kind": {"directory"}, "enabled": {"on"},
-		"config": {`{"dir": "in", "from": "acme"}`}}).want(t, http.StatusBadRequest).
-		has(t, "<code>config.dir</code>", "<code>config.to</code>", `<textarea id="config" name="config" spellcheck="false" aria-describedby="config-hint" aria-invalid="true">`)
-	a.has(t, `id="config-hint"><strong>config.dir: `)
-	c.post(t, "/ui/sources", url.Values{"name": {"in"}, "kind": {"inbox_table"}, "config": {`{"database_url": "` + inboxURL + `", "table": "t"}`}}).
+	c.post(t, "/ui/sources", url.Values{"name": {"Bad Name"}, "kind": {"ftp"}}).want(t, http.StatusBadRequest).
+		has(t, "<code>name</code>", "<code>kind</code>")
+	c.post(t, "/ui/sources", url.Values{"name": {"Bad Name"}, "kind": {"directory"}, "config.dir": {"/in"}}).want(t, http.StatusBadRequest).
+		has(t, "<code>name</code>", `value="Bad Name"`, `id="name-hint"><strong>`, `value="/in"`)
+	c.post(t, "/ui/sources", url.Values{"name": {"drop"}, "kind": {"directory"}, "enabled": {"on"},
+		"config.dir": {"in"}, "config.from": {"acme"}}).want(t, http.StatusBadRequest).
+		has(t, "<code>config.dir</code>", "<code>config.to</code>", `id="config.dir-hint"><strong>&#34;in&#34; is not an absolute path</strong>`,
+			`<input type="text" id="config.to" name="config.to" value="" aria-describedby="config.to-hint" aria-invalid="true">`)
+	c.post(t, "/ui/sources", url.Values{"name": {"in"}, "kind": {"inbox_table"}, "config.database_url": {inboxURL}, "config.table": {"t"}}).
 		want(t, http.StatusBadRequest).has(t, "<code>config.id_column</code>", "xxxxx").lacks(t, "s3cret")
 	if b.journalLength(t) != before || b.changes.Load() != changes {
 		t.Fatal("a refused source changed the journal")
 	}
 	c.post(t, "/ui/sources", url.Values{"name": {"drop"}, "kind": {"directory"}, "enabled": {"on"},
-		"config": {`{"dir": "/var/spool/in", "from": "acme", "to": "globex"}`}}).redirects(t, "/ui/sources/drop")
+		"config.dir": {"/var/spool/in"}, "config.from": {"acme"}, "config.to": {"globex"}, "config.after": {"move"}}).redirects(t, "/ui/sources/drop")
 	c.get(t, "/ui/sources/drop").has(t, "Source drop added.", "Enabled", html.EscapeString(`"settle": "2s"`))
 	b.lastChange(t, "source.created", "operator:alice")
 	// Its name is taken now: the API's words.
-	c.post(t, "/ui/sources", url.Values{"name": {"drop"}, "kind": {"directory"}, "config": {`{"dir": "/x", "from": "a", "to": "b"}`}}).
+	c.post(t, "/ui/sources", url.Values{"name": {"drop"}, "kind": {"directory"}, "config.dir": {"/x"}, "config.from": {"a"}, "config.to": {"b"}}).
 		want(t, http.StatusConflict)
 
-	// Edited: the whole definition replaced, its kind kept.
-	c.get(t, "/ui/sources/drop/edit").want(t, http.StatusOK).has(t, `name="enabled" checked`, html.EscapeString(`"pattern": "*"`))
-	c.post(t, "/ui/sources/drop/edit", url.Values{"config": {`{"dir": "/var/spool/in", "from": "acme", "to": "globex", "after": "burn"}`}}).
-		want(t, http.StatusBadRequest).has(t, "<code>config.after</code>", html.EscapeString(`"after": "burn"`))
-	c.post(t, "/ui/sources/drop/edit", url.Values{"enabled": {"on"}, "config": {`{"dir": "/var/spool/in", "from": "acme", "to": "globex", "pattern": "*.xml"}`}}).
-		redirects(t, "/ui/sources/drop")
+	// Edited: the whole definition replaced, its kind kept; the form
+	// holds the stored configuration, field by field.
+	c.get(t, "/ui/sources/drop/edit").want(t, http.StatusOK).has(t, `name="enabled" checked`, `name="config.pattern" value="*"`,
+		`name="config.done_dir" value="/var/spool/in/done"`)
+	edit := url.Values{"config.dir": {"/var/spool/in"}, "config.from": {"acme"}, "config.to": {"globex"}, "config.after": {"burn"}}
+	c.post(t, "/ui/sources/drop/edit", edit).
+		want(t, http.StatusBadRequest).has(t, "<code>config.after</code>", `<select id="config.after" name="config.after" aria-describedby="config.after-hint" aria-invalid="true">`)
+	edit.Set("enabled", "on")
+	edit.Set("config.after", "move")
+	edit.Set("config.pattern", "*.xml")
+	c.post(t, "/ui/sources/drop/edit", edit).redirects(t, "/ui/sources/drop")
 	c.get(t, "/ui/sources/drop").has(t, "Source drop saved.", html.EscapeString(`"pattern": "*.xml"`))
 	if b.changes.Load() != changes+2 {
 		t.Errorf("%d changes announced, want 2", b.changes.Load()-changes)
@@ -112,25 +126,35 @@ func TestSourceEditKeepsTheHiddenPassword(t *testing.T) {
 	b := setup(t)
 	b.inbox(t, "aodb")
 	c := b.signedIn(t, b.admin)
-	form := c.get(t, "/ui/sources/aodb/edit").want(t, http.StatusOK).lacks(t, "s3cret").body
-	config := html.UnescapeString(strings.SplitN(strings.SplitN(form, `aria-describedby="config-hint">`, 2)[1], "</textarea>", 2)[0])
+	page := c.get(t, "/ui/sources/aodb/edit").want(t, http.StatusOK).lacks(t, "s3cret").body
+	// The form as the page holds it, each field's value.
+	form := url.Values{"enabled": {"on"}}
+	for _, m := range regexp.MustCompile(`name="(config\.[a-z_]+)" value="([^"]*)"`).FindAllStringSubmatch(page, -1) {
+		form.Set(m[1], html.UnescapeString(m[2]))
+	}
+	shown := form.Get("config.database_url")
+	if !strings.Contains(shown, "xxxxx") {
+		t.Fatalf("the form shows the database URL %q", shown)
+	}
 
 	// Sent back as shown, with a change beside it: the password stays.
-	c.post(t, "/ui/sources/aodb/edit", url.Values{"enabled": {"on"}, "config": {strings.Replace(config, `"batch": 500`, `"batch": 100`, 1)}}).
-		redirects(t, "/ui/sources/aodb")
+	form.Set("config.batch", "100")
+	c.post(t, "/ui/sources/aodb/edit", form).redirects(t, "/ui/sources/aodb")
 	if s := b.sourceNamed(t, "aodb"); !strings.Contains(string(s.Config), inboxURL) || !strings.Contains(string(s.Config), `"batch": 100`) {
 		t.Fatalf("after the edit %s", s.Config)
 	}
 	// The URL changed around the hidden password: refused, nothing written.
 	before := b.journalLength(t)
-	c.post(t, "/ui/sources/aodb/edit", url.Values{"config": {strings.Replace(config, "inbox.example", "inbox2.example", 1)}}).
+	form.Del("enabled")
+	form.Set("config.database_url", strings.Replace(shown, "inbox.example", "inbox2.example", 1))
+	c.post(t, "/ui/sources/aodb/edit", form).
 		want(t, http.StatusBadRequest).has(t, "<code>config.database_url</code>: holds the hidden password").lacks(t, "s3cret")
 	if b.journalLength(t) != before {
 		t.Error("a refused edit changed the journal")
 	}
 	// Written whole, the new one is taken, and not shown either.
-	c.post(t, "/ui/sources/aodb/edit", url.Values{"config": {strings.Replace(config, "waybill:xxxxx@inbox.example", "waybill:n3w-pw@inbox2.example", 1)}}).
-		redirects(t, "/ui/sources/aodb")
+	form.Set("config.database_url", strings.Replace(shown, "waybill:xxxxx@inbox.example", "waybill:n3w-pw@inbox2.example", 1))
+	c.post(t, "/ui/sources/aodb/edit", form).redirects(t, "/ui/sources/aodb")
 	if s := b.sourceNamed(t, "aodb"); !strings.Contains(string(s.Config), "waybill:n3w-pw@inbox2.example") || s.Enabled {
 		t.Fatalf("after the edit %+v", s)
 	}

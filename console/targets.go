@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -12,23 +13,104 @@ import (
 
 	"github.com/waybill/waybill/auth"
 	"github.com/waybill/waybill/commands"
+	"github.com/waybill/waybill/httpapi"
 	"github.com/waybill/waybill/journal"
 	"github.com/waybill/waybill/lifecycle"
+	"github.com/waybill/waybill/targets"
 )
 
-// targetsView is the list of targets.
+// targetsView is the list of targets and, for an admin, the form that
+// adds one of a kind.
 type targetsView struct {
 	Targets []lifecycle.Target
+	// Kinds are the kinds a target may be of, each with the link to its
+	// form.
+	Kinds []string
+	// Add is the form of a new target, nil when none is asked for.
+	Add *targetFormView
 }
 
-// targets lists the targets by name.
-func (c *Console) targets(w http.ResponseWriter, r *http.Request, _ *auth.Session) error {
+// targetFormView is a target's form: a new one's or an existing one's.
+type targetFormView struct {
+	Name, Kind string
+	Form       targetForm
+	// The form's selects.
+	Strategy, OrderingMode, OnFailure choice
+	Config                            configView
+	Problem                           *errorView
+}
+
+// targets lists the targets by name; with ?add=<kind>, an admin gets the
+// form of a new target of that kind under the list.
+func (c *Console) targets(w http.ResponseWriter, r *http.Request, s *auth.Session) error {
+	kind := r.URL.Query().Get("add")
+	if kind == "" {
+		return c.showTargets(w, r, http.StatusOK, nil)
+	}
+	if !s.Role.Allows(auth.Administer) {
+		return httpapi.Forbidden(s.Role, auth.Administer)
+	}
+	k, err := targets.Lookup(kind)
+	var fe *lifecycle.FieldError
+	if errors.As(err, &fe) {
+		return invalidField("add", fe.Problem)
+	}
+	t := lifecycle.Target{Kind: k.Name, Enabled: true}.WithDefaults(k.Concurrency)
+	return c.showTargets(w, r, http.StatusOK, targetFormOf(t.Kind, formOf(t), nil))
+}
+
+func (c *Console) showTargets(w http.ResponseWriter, r *http.Request, status int, add *targetFormView) error {
 	ts, err := c.cfg.Writer.Targets(r.Context())
 	if err != nil {
 		return err
 	}
-	c.render(w, r, http.StatusOK, "targets", page{Title: "Targets", Nav: "targets", View: targetsView{Targets: ts}})
+	v := targetsView{Targets: ts, Kinds: kindNames(targetKinds), Add: add}
+	c.render(w, r, status, "targets", page{Title: "Targets", Nav: "targets", View: v})
 	return nil
+}
+
+// createTarget adds the target of the form (POST /targets).
+func (c *Console) createTarget(w http.ResponseWriter, r *http.Request, s *auth.Session) error {
+	kind := strings.TrimSpace(r.PostForm.Get("kind"))
+	f := readTargetForm(kind, r.PostForm)
+	t, err := f.definition(kind)
+	if err == nil {
+		t, err = c.cfg.Writer.CreateTarget(r.Context(), t, journal.OperatorActor(s.Name))
+	}
+	if err != nil {
+		p := problemOf(err)
+		if p.Status >= http.StatusInternalServerError {
+			return err
+		}
+		if _, ok := targetKinds[kind]; !ok {
+			return err // no form to show it in: the kind was not one offered
+		}
+		return c.showTargets(w, r, p.Status, targetFormOf(kind, f, &p))
+	}
+	c.configChanged()
+	c.log.Info("target created", "target", t.Name, "kind", t.Kind, "operator", s.Name, "via", "console")
+	c.done(w, r, "/ui/targets/"+t.Name, "Target "+t.Name+" added.")
+	return nil
+}
+
+// deleteTarget asks, then deletes a target (DELETE /targets/{name}); a
+// target a route sends to is refused, as by the API.
+func (c *Console) deleteTarget(w http.ResponseWriter, r *http.Request, s *auth.Session) error {
+	t, err := c.findTarget(r.Context(), r.PathValue("name"))
+	if err != nil {
+		return err
+	}
+	v := confirmView{Question: "Delete target " + t.Name + "?", Button: "Delete", Danger: true, Back: "/ui/targets",
+		Explanation: "No route may send to it: delete those first. Its deliveries and their history stay, " +
+			"but nothing claims those still open; created again, it takes them up."}
+	return c.confirm(w, r, "Delete "+t.Name, v, func() (string, error) {
+		if err := c.cfg.Writer.DeleteTarget(r.Context(), t.Name, journal.OperatorActor(s.Name)); err != nil {
+			return "", err
+		}
+		c.configChanged()
+		c.log.Info("target deleted", "target", t.Name, "operator", s.Name, "via", "console")
+		return "Target " + t.Name + " deleted.", nil
+	})
 }
 
 // targetView is one target's definition.
@@ -77,23 +159,17 @@ func indent(raw json.RawMessage) string {
 	return b.String()
 }
 
-// targetForm is a target's definition as the edit form holds it: each
-// field named as the API names it.
+// targetForm is a target's definition as its form holds it: each field
+// named as the API names it.
 type targetForm struct {
+	Name                                               string
 	Enabled                                            bool
 	MaxConcurrent, AttemptTimeout                      string
 	Strategy, BaseDelay, MaxDelay, Jitter, MaxAttempts string
-	MaxAge, ReceiptTimeout, Config                     string
+	MaxAge, ReceiptTimeout                             string
 	OrderingMode, OnFailure, HeadAlertAfter            string
-}
-
-// editTargetView is the edit form of a target.
-type editTargetView struct {
-	Target lifecycle.Target
-	Form   targetForm
-	// The form's selects.
-	Strategy, OrderingMode, OnFailure choice
-	Problem                           *errorView
+	// Config is the kind's configuration, field by field.
+	Config configValues
 }
 
 // choice is one select of a form, with the problems a refusal found in
@@ -114,10 +190,11 @@ func choiceOf[T ~string](name, label, value, hint string, values []T, problem *e
 
 // formOf fills the form with a target's definition.
 func formOf(t lifecycle.Target) targetForm {
-	f := targetForm{Enabled: t.Enabled, MaxConcurrent: strconv.Itoa(t.MaxConcurrent),
+	f := targetForm{Name: t.Name, Enabled: t.Enabled, MaxConcurrent: strconv.Itoa(t.MaxConcurrent),
 		AttemptTimeout: t.AttemptTimeout.String(), Strategy: string(t.Retry.Strategy),
 		BaseDelay: t.Retry.BaseDelay.String(), MaxDelay: t.Retry.MaxDelay.String(),
-		MaxAttempts: strconv.Itoa(t.Retry.MaxAttempts), MaxAge: t.Retry.MaxAge.String(), Config: indent(t.Config)}
+		MaxAttempts: strconv.Itoa(t.Retry.MaxAttempts), MaxAge: t.Retry.MaxAge.String(),
+		Config: valuesOf(targetKinds[t.Kind], t.Config)}
 	if t.Retry.Jitter != nil {
 		f.Jitter = strconv.FormatFloat(*t.Retry.Jitter, 'g', -1, 64)
 	}
@@ -132,22 +209,23 @@ func formOf(t lifecycle.Target) targetForm {
 	return f
 }
 
-// readTargetForm reads the edit form.
-func readTargetForm(form url.Values) targetForm {
+// readTargetForm reads the form of a target of the kind.
+func readTargetForm(kind string, form url.Values) targetForm {
 	get := func(name string) string { return strings.TrimSpace(form.Get(name)) }
-	return targetForm{Enabled: form.Get("enabled") == "on", MaxConcurrent: get("max_concurrent"),
+	return targetForm{Name: get("name"), Enabled: form.Get("enabled") == "on", MaxConcurrent: get("max_concurrent"),
 		AttemptTimeout: get("attempt_timeout"), Strategy: get("retry.strategy"), BaseDelay: get("retry.base_delay"),
 		MaxDelay: get("retry.max_delay"), Jitter: get("retry.jitter"), MaxAttempts: get("retry.max_attempts"),
-		MaxAge: get("retry.max_age"), ReceiptTimeout: get("receipt.timeout"), Config: form.Get("config"),
+		MaxAge: get("retry.max_age"), ReceiptTimeout: get("receipt.timeout"), Config: readValues(targetKinds[kind], form),
 		OrderingMode: get("ordering.mode"), OnFailure: get("ordering.on_failure"), HeadAlertAfter: get("ordering.head_alert_after")}
 }
 
-// definition is the target the form describes, as a PUT of the API would
-// carry it: a field left empty takes its default, the receipt timeout
-// left empty means no receipt, the head alert left empty none. A value that cannot be read is a
-// *lifecycle.FieldError named as the API names the field.
-func (f targetForm) definition(name, kind string) (lifecycle.Target, error) {
-	t := lifecycle.Target{Name: name, Kind: kind, Enabled: f.Enabled, Config: json.RawMessage(f.Config),
+// definition is the target of the kind the form describes, as a POST or
+// PUT of the API would carry it: a field left empty takes its default,
+// the receipt timeout left empty means no receipt, the head alert left
+// empty none. A value that cannot be read is a *lifecycle.FieldError named
+// as the API names the field.
+func (f targetForm) definition(kind string) (lifecycle.Target, error) {
+	t := lifecycle.Target{Name: f.Name, Kind: kind, Enabled: f.Enabled,
 		Retry:    lifecycle.RetryPolicy{Strategy: lifecycle.RetryStrategy(f.Strategy)},
 		Ordering: lifecycle.Ordering{Mode: lifecycle.OrderingMode(f.OrderingMode), OnFailure: lifecycle.OnFailure(f.OnFailure)}}
 	var errs []error
@@ -187,11 +265,11 @@ func (f targetForm) definition(name, kind string) (lifecycle.Target, error) {
 		t.Receipt = &lifecycle.ReceiptPolicy{}
 		dur("receipt.timeout", f.ReceiptTimeout, &t.Receipt.Timeout)
 	}
-	if strings.TrimSpace(f.Config) == "" {
-		t.Config = nil
-	} else if !json.Valid(t.Config) {
-		errs = append(errs, &lifecycle.FieldError{Field: "config", Problem: "must be a JSON object"})
+	config, err := f.Config.config(targetKinds[kind])
+	if err != nil {
+		errs = append(errs, err)
 	}
+	t.Config = config
 	return t, invalid(errs...)
 }
 
@@ -202,34 +280,42 @@ func (c *Console) editTarget(w http.ResponseWriter, r *http.Request, s *auth.Ses
 	if err != nil {
 		return err
 	}
-	v := editTargetView{Target: t, Form: formOf(t)}
-	status := http.StatusOK
-	if r.Method == http.MethodPost {
-		v.Form = readTargetForm(r.PostForm)
-		next, err := v.Form.definition(t.Name, t.Kind)
-		if err == nil {
-			_, err = c.cfg.Writer.UpdateTarget(r.Context(), next, journal.OperatorActor(s.Name))
-		}
-		if err == nil {
-			c.configChanged()
-			c.log.Info("target updated", "target", t.Name, "enabled", next.Enabled, "operator", s.Name, "via", "console")
-			c.done(w, r, "/ui/targets/"+t.Name, "Target "+t.Name+" saved.")
-			return nil
-		}
-		p := problemOf(err)
-		if p.Status >= http.StatusInternalServerError {
-			return err
-		}
-		v.Problem, status = &p, p.Status
+	if r.Method == http.MethodGet {
+		c.render(w, r, http.StatusOK, "target_edit", page{Title: "Edit target " + t.Name, Nav: "targets",
+			View: targetFormOf(t.Kind, formOf(t), nil)})
+		return nil
 	}
-	v.Strategy = choiceOf("retry.strategy", "Retry strategy", v.Form.Strategy, "How the wait grows from one attempt to the next.",
-		lifecycle.RetryStrategies, v.Problem)
-	v.OrderingMode = choiceOf("ordering.mode", "Ordering", v.Form.OrderingMode,
-		"fifo: the deliveries of one ordering key go one at a time, in order; none: all in parallel.", lifecycle.OrderingModes, v.Problem)
-	v.OnFailure = choiceOf("ordering.on_failure", "When a lane's head fails for good", v.Form.OnFailure,
-		"block: the lane waits until an operator redelivers or skips the head; continue: the next goes.", lifecycle.OnFailures, v.Problem)
-	c.render(w, r, status, "target_edit", page{Title: "Edit target " + t.Name, Nav: "targets", View: v})
+	f := readTargetForm(t.Kind, r.PostForm)
+	f.Name = t.Name
+	next, err := f.definition(t.Kind)
+	if err == nil {
+		_, err = c.cfg.Writer.UpdateTarget(r.Context(), next, journal.OperatorActor(s.Name))
+	}
+	if err == nil {
+		c.configChanged()
+		c.log.Info("target updated", "target", t.Name, "enabled", next.Enabled, "operator", s.Name, "via", "console")
+		c.done(w, r, "/ui/targets/"+t.Name, "Target "+t.Name+" saved.")
+		return nil
+	}
+	p := problemOf(err)
+	if p.Status >= http.StatusInternalServerError {
+		return err
+	}
+	c.render(w, r, p.Status, "target_edit", page{Title: "Edit target " + t.Name, Nav: "targets", View: targetFormOf(t.Kind, f, &p)})
 	return nil
+}
+
+// targetFormOf is the form of a target of the kind holding f, with the
+// problems of a refusal under each field.
+func targetFormOf(kind string, f targetForm, p *errorView) *targetFormView {
+	return &targetFormView{Name: f.Name, Kind: kind, Form: f, Problem: p,
+		Strategy: choiceOf("retry.strategy", "Retry strategy", f.Strategy, "How the wait grows from one attempt to the next.",
+			lifecycle.RetryStrategies, p),
+		OrderingMode: choiceOf("ordering.mode", "Ordering", f.OrderingMode,
+			"fifo: the deliveries of one ordering key go one at a time, in order; none: all in parallel.", lifecycle.OrderingModes, p),
+		OnFailure: choiceOf("ordering.on_failure", "When a lane's head fails for good", f.OnFailure,
+			"block: the lane waits until an operator redelivers or skips the head; continue: the next goes.", lifecycle.OnFailures, p),
+		Config: configViewOf(kind, targetKinds[kind], f.Config, p)}
 }
 
 // enableTarget asks, then enables or disables a target, as the path ends:

@@ -218,8 +218,15 @@ func invalid(errs ...error) error {
 	return nil
 }
 
-// timeLayout is how the console writes a time, always in UTC.
-const timeLayout = "2006-01-02 15:04:05"
+// stamp is how the console writes a time, on every page and in every
+// notice: RFC 3339 in UTC, to the second (2026-12-05T19:02:03Z); "—" for
+// none.
+func stamp(t time.Time) string {
+	if t.IsZero() {
+		return "—"
+	}
+	return t.UTC().Format(time.RFC3339)
+}
 
 // funcs are the templates' functions.
 func (v *views) funcs() template.FuncMap {
@@ -227,13 +234,7 @@ func (v *views) funcs() template.FuncMap {
 		"asset": func(name string) string {
 			return "/ui/static/" + name + "?v=" + v.versions[name]
 		},
-		"when": func(t time.Time) string {
-			if t.IsZero() {
-				return "—"
-			}
-			return t.UTC().Format(timeLayout)
-		},
-		"datetime":      func(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) },
+		"when":          stamp,
 		"count":         count[int64],
 		"countInt":      count[int],
 		"size":          size,

@@ -67,7 +67,7 @@ func TestFilterText(t *testing.T) {
 		{lifecycle.OperationFilter{Status: []lifecycle.MessageStatus{lifecycle.StatusError, lifecycle.StatusStalled}, Source: "erp"},
 			"status Error or Stalled; source erp"},
 		{lifecycle.OperationFilter{CreatedAfter: at, CreatedBefore: at.Add(time.Hour)},
-			"created after 2026-12-01 22:00:00 UTC; created before 2026-12-01 23:00:00 UTC"},
+			"created after 2026-12-01T22:00:00Z; created before 2026-12-01T23:00:00Z"},
 	} {
 		if got := filterText(tc.f); got != tc.want {
 			t.Errorf("filterText(%+v) = %q, want %q", tc.f, got, tc.want)
