@@ -146,7 +146,7 @@ func TestRedispatchAddsWhatTheRoutesNowMatch(t *testing.T) {
 	c := b.signedIn(t, b.admin)
 	page := "/ui/messages/" + m.ID.String()
 	c.get(t, page).has(t, `href="`+page+`/redispatch"`)
-	c.get(t, page+"/redispatch").want(t, http.StatusOK).has(t, "Redispatch message "+m.ID.String()+"?", "Its 1 deliveries stay")
+	c.get(t, page+"/redispatch").want(t, http.StatusOK).has(t, "Redispatch message "+m.ID.String()+"?", "Its delivery stays as it is.")
 	c.post(t, page+"/redispatch", nil).redirects(t, page)
 	c.get(t, page).has(t, "Redispatched: 1 new delivery.", "archive")
 	c.get(t, page+"/redispatch").want(t, http.StatusOK)

@@ -241,11 +241,15 @@ func (c *Console) redispatch(w http.ResponseWriter, r *http.Request, s *auth.Ses
 	if m.Generation > 1 {
 		of = fmt.Sprintf("in generation %d, the current one,", m.Generation)
 	}
+	stay := fmt.Sprintf("Its %d deliveries stay as they are.", len(m.Deliveries))
+	if len(m.Deliveries) == 1 {
+		stay = "Its delivery stays as it is."
+	}
 	v := confirmView{
 		Question: "Redispatch message " + id.String() + "?",
 		Explanation: fmt.Sprintf("The message from %s (%s → %s) is matched against the current routes again, and "+
-			"every matched target that has no delivery %s gets one. Its %d deliveries stay as they are.",
-			m.Source, m.From, m.To, of, len(m.Deliveries)),
+			"every matched target that has no delivery %s gets one. %s",
+			m.Source, m.From, m.To, of, stay),
 		Button:  "Redispatch",
 		Back:    "/ui/messages/" + id.String(),
 		Version: m.Version,
