@@ -59,15 +59,13 @@ type Runtime struct {
 	cfg     Config
 	log     *slog.Logger
 	metrics *Metrics
-	changed chan struct{}
-	sub     *nats.Subscription
+	// reconciler runs Sync at the start, every Resync and when poked.
+	reconciler *service.Reconciler
+	sub        *nats.Subscription
 
 	mu      sync.Mutex
 	running map[string]*runner
 	stopped bool
-
-	stopLoop context.CancelFunc
-	loopDone chan struct{}
 }
 
 // New returns a Runtime; Start sets it going.
@@ -91,8 +89,10 @@ func New(cfg Config) (*Runtime, error) {
 		_, _ = rand.Read(b[:])
 		cfg.Holder = fmt.Sprintf("%s:%d:%s", host, os.Getpid(), hex.EncodeToString(b[:]))
 	}
-	return &Runtime{cfg: cfg, log: cfg.Logger.With("component", "intake"), metrics: cfg.Metrics.orNop(),
-		changed: make(chan struct{}, 1), running: map[string]*runner{}, loopDone: make(chan struct{})}, nil
+	r := &Runtime{cfg: cfg, log: cfg.Logger.With("component", "intake"), metrics: cfg.Metrics.orNop(),
+		running: map[string]*runner{}}
+	r.reconciler = service.NewReconciler("sources", cfg.Resync, r.log, r.Sync)
+	return r, nil
 }
 
 // Start starts a runner for every enabled source, then keeps them in step
@@ -105,39 +105,16 @@ func (r *Runtime) Start(ctx context.Context) error {
 		}
 		r.sub = sub
 	}
-	if err := r.Sync(ctx); err != nil {
+	if err := r.reconciler.Start(ctx); err != nil {
 		if r.sub != nil {
 			_ = r.sub.Unsubscribe()
 		}
 		return err
 	}
-	loopCtx, cancel := context.WithCancel(context.Background())
-	r.stopLoop = cancel
-	go func() {
-		defer close(r.loopDone)
-		t := time.NewTicker(r.cfg.Resync)
-		defer t.Stop()
-		for {
-			select {
-			case <-loopCtx.Done():
-				return
-			case <-t.C:
-			case <-r.changed:
-			}
-			if err := r.Sync(loopCtx); err != nil && loopCtx.Err() == nil {
-				r.log.Error("sync sources", "err", err)
-			}
-		}
-	}()
 	return nil
 }
 
-func (r *Runtime) resync() {
-	select {
-	case r.changed <- struct{}{}:
-	default:
-	}
-}
+func (r *Runtime) resync() { r.reconciler.Poke() }
 
 // Sync reads the sources and starts, restarts or stops runners to match.
 func (r *Runtime) Sync(ctx context.Context) error {
@@ -193,10 +170,7 @@ func (r *Runtime) Stop(ctx context.Context) {
 	if r.sub != nil {
 		_ = r.sub.Unsubscribe()
 	}
-	if r.stopLoop != nil {
-		r.stopLoop()
-		<-r.loopDone
-	}
+	r.reconciler.Stop(ctx)
 	var wg sync.WaitGroup
 	for _, run := range running {
 		wg.Go(func() { run.stop(ctx) })

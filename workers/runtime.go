@@ -46,9 +46,9 @@ const ConfigSubject = "waybill.config"
 type Runtime struct {
 	cfg RuntimeConfig
 	log *slog.Logger
-	// changed asks the loop for a Sync.
-	changed chan struct{}
-	sub     *nats.Subscription
+	// reconciler runs Sync at the start, every Resync and when poked.
+	reconciler *service.Reconciler
+	sub        *nats.Subscription
 
 	mu      sync.Mutex
 	running map[string]*targetWorker
@@ -56,9 +56,6 @@ type Runtime struct {
 	// taking is running as Reserve reads it, without waiting for mu,
 	// which a Sync holds while it stops workers.
 	taking atomic.Pointer[map[string]*targetWorker]
-
-	stopLoop context.CancelFunc
-	loopDone chan struct{}
 }
 
 type targetWorker struct {
@@ -77,8 +74,9 @@ func NewRuntime(cfg RuntimeConfig) (*Runtime, error) {
 		cfg.Resync = 30 * time.Second
 	}
 	cfg.Metrics = cfg.Metrics.orNop()
-	return &Runtime{cfg: cfg, log: cfg.Logger, changed: make(chan struct{}, 1),
-		running: map[string]*targetWorker{}, loopDone: make(chan struct{})}, nil
+	r := &Runtime{cfg: cfg, log: cfg.Logger, running: map[string]*targetWorker{}}
+	r.reconciler = service.NewReconciler("workers", cfg.Resync, cfg.Logger, r.Sync)
+	return r, nil
 }
 
 // Start starts the workers of the enabled targets; when it returns, each has
@@ -95,29 +93,11 @@ func (r *Runtime) Start(ctx context.Context) error {
 		return fmt.Errorf("subscribe to %s: %w", ConfigSubject, err)
 	}
 	r.sub = sub
-	if err := r.Sync(ctx); err != nil {
+	if err := r.reconciler.Start(ctx); err != nil {
 		_ = sub.Unsubscribe()
 		return err
 	}
 	r.cfg.Writer.SetTaker(r)
-	loopCtx, cancel := context.WithCancel(context.Background())
-	r.stopLoop = cancel
-	go func() {
-		defer close(r.loopDone)
-		t := time.NewTicker(r.cfg.Resync)
-		defer t.Stop()
-		for {
-			select {
-			case <-loopCtx.Done():
-				return
-			case <-t.C:
-			case <-r.changed:
-			}
-			if err := r.Sync(loopCtx); err != nil && loopCtx.Err() == nil {
-				r.log.Error("sync workers with the targets", "err", err)
-			}
-		}
-	}()
 	return nil
 }
 
@@ -132,12 +112,7 @@ func (r *Runtime) ConfigChanged() {
 	}
 }
 
-func (r *Runtime) resync() {
-	select {
-	case r.changed <- struct{}{}:
-	default:
-	}
-}
+func (r *Runtime) resync() { r.reconciler.Poke() }
 
 // Sync reads the targets and starts, restarts or stops workers to match;
 // call it after a configuration change.
@@ -261,10 +236,7 @@ func (r *Runtime) Stop(ctx context.Context) {
 	if r.sub != nil {
 		_ = r.sub.Unsubscribe()
 	}
-	if r.stopLoop != nil {
-		r.stopLoop()
-		<-r.loopDone
-	}
+	r.reconciler.Stop(ctx)
 	var wg sync.WaitGroup
 	for _, tw := range running {
 		wg.Go(func() { tw.worker.Stop(ctx) })

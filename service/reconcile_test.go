@@ -1,0 +1,57 @@
+package service_test
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/waybill/waybill/service"
+)
+
+// TestReconciler: the first sync is the start's; later ones come every
+// period and at once after a poke; a first sync that fails starts nothing.
+func TestReconciler(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		syncs := make(chan struct{}, 10)
+		r := service.NewReconciler("test", time.Minute, slog.New(slog.DiscardHandler), func(context.Context) error {
+			syncs <- struct{}{}
+			return nil
+		})
+		if err := r.Start(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		if len(syncs) != 1 {
+			t.Fatalf("%d syncs after Start, want 1", len(syncs))
+		}
+		r.Poke()
+		r.Poke()
+		synctest.Wait()
+		if len(syncs) > 3 || len(syncs) < 2 {
+			t.Fatalf("%d syncs after two pokes, want 2 or 3", len(syncs))
+		}
+		for len(syncs) > 0 {
+			<-syncs
+		}
+		time.Sleep(time.Minute)
+		synctest.Wait()
+		if len(syncs) != 1 {
+			t.Fatalf("%d syncs in a period, want 1", len(syncs))
+		}
+		r.Stop(t.Context())
+		r.Stop(t.Context())
+		if err := r.Start(t.Context()); err == nil {
+			t.Error("Start after Stop succeeded")
+		}
+	})
+
+	failed := service.NewReconciler("test", time.Minute, slog.New(slog.DiscardHandler), func(context.Context) error {
+		return errors.New("no database")
+	})
+	if err := failed.Start(t.Context()); err == nil {
+		t.Fatal("Start succeeded with a failing sync")
+	}
+	failed.Stop(t.Context())
+}
