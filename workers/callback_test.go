@@ -28,6 +28,8 @@ type callbackSink struct {
 	bodies []map[string]any
 	keys   []string
 	status int
+	// retryAfter, when set, is the answers' Retry-After.
+	retryAfter string
 }
 
 func newCallbackSink(t *testing.T) *callbackSink {
@@ -39,8 +41,11 @@ func newCallbackSink(t *testing.T) *callbackSink {
 		s.mu.Lock()
 		s.bodies = append(s.bodies, body)
 		s.keys = append(s.keys, r.Header.Get("Idempotency-Key"))
-		status := s.status
+		status, retryAfter := s.status, s.retryAfter
 		s.mu.Unlock()
+		if retryAfter != "" {
+			w.Header().Set("Retry-After", retryAfter)
+		}
 		w.WriteHeader(status)
 	}))
 	t.Cleanup(s.Close)
@@ -162,4 +167,40 @@ func TestCallbackThatKeepsFailing(t *testing.T) {
 		t.Errorf("status %s", got.Status)
 	}
 	b.audit(t)
+}
+
+// TestCallbackRetryAfterReadsTheClock: a callback answered 503 with a
+// Retry-After is due when the header says, read against the process's
+// clock (days from the machine's here), not the machine's.
+func TestCallbackRetryAfterReadsTheClock(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name, header string
+		wait         time.Duration
+	}{
+		{"seconds", "600", 10 * time.Minute},
+		{"HTTP-date", "", 30 * time.Minute}, // the header is the clock's time + 30 min
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			cbs := newCallbackSink(t)
+			cbs.status = http.StatusServiceUnavailable
+			cbs.retryAfter = tt.header
+			if tt.header == "" {
+				cbs.retryAfter = b.clock.Now().Add(tt.wait).Format(http.TimeFormat)
+			}
+			b.callbacks(t, nil)
+			m, _, err := b.w.Ingest(b.ctx, commands.NewMessage{Source: "nowhere", From: "a", To: "b", Payload: []byte("x"),
+				CallbackURL: cbs.URL})
+			if err != nil {
+				t.Fatal(err)
+			}
+			waitFor(t, "the first call", func() bool { return b.callbackState(t, m).State == lifecycle.StateRetrying })
+			if due := b.callbackState(t, m).NextDue; !due.Equal(b.clock.Now().Add(tt.wait)) {
+				t.Errorf("due %v, want %v", due, b.clock.Now().Add(tt.wait))
+			}
+		})
+	}
 }
