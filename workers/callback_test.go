@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/waybill/waybill/commands"
+	"github.com/waybill/waybill/internal/testpoll"
 	"github.com/waybill/waybill/lifecycle"
 	"github.com/waybill/waybill/projection"
 	"github.com/waybill/waybill/service"
@@ -95,7 +96,7 @@ func TestCallbacks(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the callback", func() bool { cb := b.callbackState(t, m); return cb.State == lifecycle.StateDelivered })
+	testpoll.Until(t, "the callback", func() bool { cb := b.callbackState(t, m); return cb.State == lifecycle.StateDelivered })
 	bodies, keys := cbs.got()
 	if len(bodies) != 1 || keys[0] != m.ID.String()+"/1" {
 		t.Fatalf("callbacks %v %v", bodies, keys)
@@ -113,7 +114,7 @@ func TestCallbacks(t *testing.T) {
 	if _, err := b.w.Redeliver(b.ctx, m.ID, m.Deliveries[0].ID, commands.Action{Operator: "admin"}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the second callback", func() bool {
+	testpoll.Until(t, "the second callback", func() bool {
 		cb := b.callbackState(t, m)
 		return cb.Seq == 2 && cb.State == lifecycle.StateDelivered
 	})
@@ -149,13 +150,13 @@ func TestCallbackThatKeepsFailing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the first call", func() bool { return b.callbackState(t, m).State == lifecycle.StateRetrying })
+	testpoll.Until(t, "the first call", func() bool { return b.callbackState(t, m).State == lifecycle.StateRetrying })
 	cb := b.callbackState(t, m)
 	if wait := cb.NextDue.Sub(b.clock.Now()); wait < 8*time.Second || wait > 12*time.Second || !strings.HasPrefix(cb.LastError, "503") {
 		t.Fatalf("after the first call: due in %s, %q", wait, cb.LastError)
 	}
 	b.clock.Advance(time.Minute)
-	waitFor(t, "the last call", func() bool { return b.callbackState(t, m).State == lifecycle.StateFailed })
+	testpoll.Until(t, "the last call", func() bool { return b.callbackState(t, m).State == lifecycle.StateFailed })
 	cb = b.callbackState(t, m)
 	if !strings.HasSuffix(cb.LastError, "gave up after call 2: callback_max_attempts is 2") || cb.Attempts != 2 {
 		t.Fatalf("after the last call: %+v", cb)
@@ -197,7 +198,7 @@ func TestCallbackRetryAfterReadsTheClock(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			waitFor(t, "the first call", func() bool { return b.callbackState(t, m).State == lifecycle.StateRetrying })
+			testpoll.Until(t, "the first call", func() bool { return b.callbackState(t, m).State == lifecycle.StateRetrying })
 			if due := b.callbackState(t, m).NextDue; !due.Equal(b.clock.Now().Add(tt.wait)) {
 				t.Errorf("due %v, want %v", due, b.clock.Now().Add(tt.wait))
 			}
