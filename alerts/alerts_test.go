@@ -25,6 +25,7 @@ import (
 	"github.com/waybill/waybill/commands"
 	"github.com/waybill/waybill/internal/dbtest"
 	"github.com/waybill/waybill/internal/testclock"
+	"github.com/waybill/waybill/internal/testpoll"
 	"github.com/waybill/waybill/journal"
 	"github.com/waybill/waybill/lifecycle"
 	"github.com/waybill/waybill/projection"
@@ -282,17 +283,6 @@ func (e *env) laneHeld(t *testing.T) {
 	}
 }
 
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 // allSent reports whether n alerts are stored and every channel took each.
 func (e *env) allSent(t *testing.T, n int) bool {
 	t.Helper()
@@ -337,7 +327,7 @@ func TestEachAlertOnceAcrossARestart(t *testing.T) {
 	e.fail(t)
 	e.laneHeld(t)
 
-	waitFor(t, "four alerts sent both ways", func() bool {
+	testpoll.Until(t, "four alerts sent both ways", func() bool {
 		_, accepted := e.hook.state()
 		return len(got.all()) == 4 && accepted == 4 && e.allSent(t, 4)
 	})
@@ -383,7 +373,7 @@ func TestEachAlertOnceAcrossARestart(t *testing.T) {
 	}
 	reg2 := prometheus.NewRegistry()
 	e.alerter(t, reg2)
-	waitFor(t, "the restarted alerter to catch up", func() bool { return caughtUp(t, reg2, alerts.AlerterGroup) })
+	testpoll.Until(t, "the restarted alerter to catch up", func() bool { return caughtUp(t, reg2, alerts.AlerterGroup) })
 	for _, c := range alerts.Codes {
 		if n := counter(t, reg2, "waybill_alerts_raised_total", string(c)); n != 0 {
 			t.Errorf("raised %s again: %v", c, n)
@@ -416,7 +406,7 @@ func TestAStreamBegunBeforeTheStart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the alerter to catch up", func() bool { return caughtUp(t, reg, alerts.AlerterGroup) })
+	testpoll.Until(t, "the alerter to catch up", func() bool { return caughtUp(t, reg, alerts.AlerterGroup) })
 	a.Stop(e.ctx)
 
 	reg2 := prometheus.NewRegistry()
@@ -424,7 +414,7 @@ func TestAStreamBegunBeforeTheStart(t *testing.T) {
 	if _, err := e.w.Complete(e.ctx, m.Deliveries[0].ID, claim.Token, lifecycle.Failed("410 Gone")); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the alert sent", func() bool { return len(got.all()) == 1 && e.allSent(t, 1) })
+	testpoll.Until(t, "the alert sent", func() bool { return len(got.all()) == 1 && e.allSent(t, 1) })
 	var al alerts.Alert
 	if err := json.Unmarshal(got.all()[0].Data, &al); err != nil {
 		t.Fatal(err)
@@ -470,7 +460,7 @@ func TestAFailureBeforeTheStart(t *testing.T) {
 	}
 
 	// The next alerter goes on from this one's place, holding no state.
-	waitFor(t, "the alerter to catch up", func() bool { return caughtUp(t, reg, alerts.AlerterGroup) })
+	testpoll.Until(t, "the alerter to catch up", func() bool { return caughtUp(t, reg, alerts.AlerterGroup) })
 	a.Stop(e.ctx)
 	reg = prometheus.NewRegistry()
 	e.alerter(t, reg)
@@ -479,8 +469,8 @@ func TestAFailureBeforeTheStart(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	waitFor(t, "the alerter to catch up", func() bool { return caughtUp(t, reg, alerts.AlerterGroup) })
-	waitFor(t, "the alert sent", func() bool { return len(got.all()) == 1 && e.allSent(t, 1) })
+	testpoll.Until(t, "the alerter to catch up", func() bool { return caughtUp(t, reg, alerts.AlerterGroup) })
+	testpoll.Until(t, "the alert sent", func() bool { return len(got.all()) == 1 && e.allSent(t, 1) })
 	var al alerts.Alert
 	if err := json.Unmarshal(got.all()[0].Data, &al); err != nil {
 		t.Fatal(err)
@@ -499,7 +489,7 @@ func TestFailedWebhookIsRetriedUntilTaken(t *testing.T) {
 	e.alerter(t, reg)
 	e.notRouted(t)
 
-	waitFor(t, "the alert marked sent", func() bool { return e.allSent(t, 1) })
+	testpoll.Until(t, "the alert marked sent", func() bool { return e.allSent(t, 1) })
 	keys, accepted := e.hook.state()
 	if len(keys) != 3 || accepted != 1 || keys[0] != keys[1] || keys[1] != keys[2] {
 		t.Fatalf("webhook requests %v, %d accepted", keys, accepted)
@@ -519,7 +509,7 @@ func TestUnsentAlertIsSentAtTheNextStart(t *testing.T) {
 	e.hook.setFail(1 << 30)
 	a := e.alerter(t, nil)
 	e.notRouted(t)
-	waitFor(t, "the alert on NATS and refused by the webhook", func() bool {
+	testpoll.Until(t, "the alert on NATS and refused by the webhook", func() bool {
 		keys, _ := e.hook.state()
 		return len(got.all()) == 1 && len(keys) >= 1
 	})
@@ -527,7 +517,7 @@ func TestUnsentAlertIsSentAtTheNextStart(t *testing.T) {
 
 	e.hook.setFail(0)
 	e.alerter(t, nil)
-	waitFor(t, "the alert marked sent", func() bool { return e.allSent(t, 1) })
+	testpoll.Until(t, "the alert marked sent", func() bool { return e.allSent(t, 1) })
 	if _, accepted := e.hook.state(); accepted != 1 || len(got.all()) != 1 {
 		t.Errorf("%d accepted by the webhook, %d on NATS", accepted, len(got.all()))
 	}
@@ -564,7 +554,7 @@ func TestEventStreamPublishesEachEventOnceInOrder(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		waitFor(t, "every event published", func() bool { return len(got.all()) >= len(want) && caughtUp(t, reg, alerts.StreamGroup) })
+		testpoll.Until(t, "every event published", func() bool { return len(got.all()) >= len(want) && caughtUp(t, reg, alerts.StreamGroup) })
 		msgs := got.all()
 		if len(msgs) != len(want) {
 			t.Fatalf("%d events published, want %d", len(msgs), len(want))

@@ -9,6 +9,7 @@ import (
 
 	"github.com/waybill/waybill/alerts"
 	"github.com/waybill/waybill/internal/dbtest"
+	"github.com/waybill/waybill/internal/testpoll"
 )
 
 // TestAlertsOutlastADatabaseOutage: the database goes away after the
@@ -46,10 +47,10 @@ func TestAlertsOutlastADatabaseOutage(t *testing.T) {
 	<-cut
 	e.notRouted(t)
 	refused := proxy.Refused()
-	waitFor(t, "the alerter to try again", func() bool { return proxy.Refused() >= refused+2 })
+	testpoll.Until(t, "the alerter to try again", func() bool { return proxy.Refused() >= refused+2 })
 	proxy.Restore()
 
-	waitFor(t, "both alerts marked sent both ways", func() bool { return e.allSent(t, 2) })
+	testpoll.Until(t, "both alerts marked sent both ways", func() bool { return e.allSent(t, 2) })
 	keys, accepted := e.hook.state()
 	if len(keys) != 2 || accepted != 2 {
 		t.Errorf("webhook requests %v, %d accepted; want each of 2 alerts once", keys, accepted)

@@ -86,7 +86,7 @@ func TestSessions(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Another process's store, which has read the token before it goes.
-	elsewhere := auth.NewStore(db)
+	elsewhere := auth.NewStore(db, nil)
 	if _, err := elsewhere.Authenticate(ctx, reader); err != nil {
 		t.Fatal(err)
 	}

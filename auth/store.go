@@ -67,9 +67,14 @@ type tokenRow struct {
 	read       time.Time
 }
 
-// NewStore returns the store of the tokens in db.
-func NewStore(db *pgxpool.Pool) *Store {
-	return &Store{db: db, now: time.Now, cache: map[string]tokenRow{}}
+// NewStore returns the store of the tokens in db. now is the clock the
+// cache's ages and the tokens' creation times are read from: a server's
+// service.Base clock. Nil is time.Now.
+func NewStore(db *pgxpool.Pool, now func() time.Time) *Store {
+	if now == nil {
+		now = time.Now
+	}
+	return &Store{db: db, now: now, cache: map[string]tokenRow{}}
 }
 
 // Create makes a token with the name and role and returns it. The token is
@@ -81,7 +86,7 @@ func (s *Store) Create(ctx context.Context, name string, role Role) (string, err
 	if err := checkInput(name, role); err != nil {
 		return "", err
 	}
-	return create(ctx, s.db, name, role)
+	return create(ctx, s.db, name, role, s.now())
 }
 
 func checkInput(name string, role Role) error {
@@ -99,7 +104,7 @@ type execer interface {
 	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
 }
 
-func create(ctx context.Context, db execer, name string, role Role) (string, error) {
+func create(ctx context.Context, db execer, name string, role Role, at time.Time) (string, error) {
 	var b [idBytes + secretBytes]byte
 	if _, err := rand.Read(b[:]); err != nil {
 		return "", fmt.Errorf("create token: %w", err)
@@ -107,7 +112,7 @@ func create(ctx context.Context, db execer, name string, role Role) (string, err
 	id, secret := hex.EncodeToString(b[:idBytes]), b[idBytes:]
 	sum := sha256.Sum256(secret)
 	_, err := db.Exec(ctx, `INSERT INTO api_tokens (id, name, role, secret_sha256, created_at)
-		VALUES ($1, $2, $3, $4, $5)`, id, name, string(role), sum[:], time.Now().UTC())
+		VALUES ($1, $2, $3, $4, $5)`, id, name, string(role), sum[:], at.UTC())
 	if err != nil {
 		return "", fmt.Errorf("create token: %w", err)
 	}
@@ -298,7 +303,7 @@ func (s *Store) EnsureAdminToken(ctx context.Context, path string) (created bool
 		if exists {
 			return nil
 		}
-		token, err := create(ctx, tx, AdminName, RoleAdmin)
+		token, err := create(ctx, tx, AdminName, RoleAdmin, s.now())
 		if err != nil {
 			return err
 		}

@@ -26,7 +26,7 @@ func TestMain(m *testing.M) { dbtest.Main(m) }
 func newStore(t *testing.T) (*auth.Store, *pgxpool.Pool) {
 	t.Helper()
 	db := dbtest.Pool(t)
-	return auth.NewStore(db), db
+	return auth.NewStore(db, nil), db
 }
 
 var tokenForm = regexp.MustCompile(`^wb_[0-9a-f]{16}_[0-9a-f]{64}$`)
@@ -318,9 +318,9 @@ func TestTokensSurviveProjectionReset(t *testing.T) {
 func TestAuthenticateCachesRowsForTheirTTL(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	s, db := newStore(t)
+	db := dbtest.Pool(t)
 	clock := testclock.New(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
-	s.SetClock(clock.Now)
+	s := auth.NewStore(db, clock.Now)
 	token, err := s.Create(ctx, "alice", auth.RoleReader)
 	if err != nil {
 		t.Fatal(err)
@@ -344,6 +344,30 @@ func TestAuthenticateCachesRowsForTheirTTL(t *testing.T) {
 	clock.Advance(time.Second)
 	if _, err := s.Authenticate(ctx, token); !errors.Is(err, auth.ErrUnauthorized) {
 		t.Fatalf("authenticate after the TTL: %v", err)
+	}
+}
+
+// TestTokensAreCreatedAtTheStoresClock: a token's creation time, made by
+// Create and by EnsureAdminToken, is the store's clock, not the machine's.
+func TestTokensAreCreatedAtTheStoresClock(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	at := time.Date(2030, 6, 7, 8, 9, 10, 0, time.UTC)
+	s := auth.NewStore(dbtest.Pool(t), testclock.New(at).Now)
+	if _, err := s.EnsureAdminToken(ctx, filepath.Join(t.TempDir(), auth.AdminTokenFile)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Create(ctx, "alice", auth.RoleReader); err != nil {
+		t.Fatal(err)
+	}
+	listed, err := s.List(ctx)
+	if err != nil || len(listed) != 2 {
+		t.Fatalf("list: %+v, %v", listed, err)
+	}
+	for _, tk := range listed {
+		if !tk.CreatedAt.Equal(at) {
+			t.Errorf("token %s created at %v, want %v", tk.Name, tk.CreatedAt, at)
+		}
 	}
 }
 
@@ -377,9 +401,8 @@ func TestListAndRevoke(t *testing.T) {
 
 	// Another server has the ingest token's row cached: it keeps taking it
 	// for the rest of CacheTTL, the store that revoked it at once no more.
-	other := auth.NewStore(db)
 	clock := testclock.New(time.Now())
-	other.SetClock(clock.Now)
+	other := auth.NewStore(db, clock.Now)
 	if _, err := other.Authenticate(ctx, tokens[1]); err != nil {
 		t.Fatal(err)
 	}

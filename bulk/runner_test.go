@@ -19,6 +19,7 @@ import (
 	"github.com/waybill/waybill/commands"
 	"github.com/waybill/waybill/internal/dbtest"
 	"github.com/waybill/waybill/internal/testclock"
+	"github.com/waybill/waybill/internal/testpoll"
 	"github.com/waybill/waybill/lifecycle"
 	"github.com/waybill/waybill/projection"
 	"github.com/waybill/waybill/service"
@@ -471,27 +472,11 @@ func TestOutageLosesNothing(t *testing.T) {
 		}
 		return got
 	}
-	deadline := time.Now().Add(time.Minute)
-	for progress().Next() < 10 {
-		if time.Now().After(deadline) {
-			t.Fatal("no progress in a minute")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	testpoll.Until(t, "ten messages taken", func() bool { return progress().Next() >= 10 })
 	proxy.Cut()
-	for proxy.Refused() < 2 {
-		if time.Now().After(deadline) {
-			t.Fatal("the runner did not try again in a minute")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	testpoll.Until(t, "the runner to try again", func() bool { return proxy.Refused() >= 2 })
 	proxy.Restore()
-	for progress().State == lifecycle.OperationRunning {
-		if time.Now().After(deadline) {
-			t.Fatalf("still running a minute on: %+v", progress())
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	testpoll.Until(t, "the operation to end", func() bool { return progress().State != lifecycle.OperationRunning })
 	if got := progress(); got.State != lifecycle.OperationDone || got.Done != len(ids) {
 		t.Fatalf("ended %+v", got)
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/waybill/waybill/commands"
+	"github.com/waybill/waybill/internal/testpoll"
 	"github.com/waybill/waybill/lifecycle"
 	"github.com/waybill/waybill/projection"
 	"github.com/waybill/waybill/service"
@@ -163,26 +164,13 @@ func (lb *lockBundle) busy(t *testing.T) (release func()) {
 // untilPending waits until n commands wait for a batch.
 func (lb *lockBundle) untilPending(t *testing.T, n int) {
 	t.Helper()
-	until(t, fmt.Sprintf("%d commands never pending", n), func() bool { return lb.w.Pending() == n })
-}
-
-// until waits, within 10 s, until cond holds, and fails the test with what
-// when it does not.
-func until(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal(what)
-		}
-		time.Sleep(time.Millisecond)
-	}
+	testpoll.Until(t, fmt.Sprintf("%d commands pending", n), func() bool { return lb.w.Pending() == n })
 }
 
 // untilWaiting waits until n of the Writer's sessions wait on a lock.
 func (lb *lockBundle) untilWaiting(t *testing.T, n int) {
 	t.Helper()
-	until(t, fmt.Sprintf("%d sessions never waited on a lock", n), func() bool {
+	testpoll.Until(t, fmt.Sprintf("%d sessions waiting on a lock", n), func() bool {
 		_, waiting := lb.sessions(t)
 		return waiting == n
 	})

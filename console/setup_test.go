@@ -62,7 +62,7 @@ func setup(t testing.TB) *bundle {
 	if b.w, err = commands.New(commands.Config{Base: service.Base{Now: b.clock.Now, Logger: quiet}, DB: b.db}); err != nil {
 		t.Fatal(err)
 	}
-	b.tokens = auth.NewStore(b.db)
+	b.tokens = auth.NewStore(b.db, b.clock.Now)
 	for _, tk := range []struct {
 		into *string
 		name string

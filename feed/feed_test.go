@@ -18,6 +18,7 @@ import (
 
 	"github.com/waybill/waybill/feed"
 	"github.com/waybill/waybill/internal/dbtest"
+	"github.com/waybill/waybill/internal/testpoll"
 	"github.com/waybill/waybill/journal"
 	"github.com/waybill/waybill/service"
 )
@@ -117,18 +118,7 @@ func start(t *testing.T, cfg feed.Config) *consumer {
 func (c *consumer) settle(t *testing.T) {
 	t.Helper()
 	n := c.polls.Load()
-	waitFor(t, "two more reads", func() bool { return c.polls.Load() >= n+2 })
-}
-
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	testpoll.Until(t, "two more reads", func() bool { return c.polls.Load() >= n+2 })
 }
 
 func TestLateCommitIsDeliveredOnce(t *testing.T) {
@@ -174,7 +164,7 @@ func TestLateCommitIsDeliveredOnce(t *testing.T) {
 	if err := a.Commit(ctx); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "both events", func() bool { return len(r.streams()) >= 2 })
+	testpoll.Until(t, "both events", func() bool { return len(r.streams()) >= 2 })
 	c.settle(t)
 	if got, want := r.streams(), []string{streamA, streamB}; !slices.Equal(got, want) {
 		t.Fatalf("delivered %v, want %v", got, want)
@@ -189,7 +179,7 @@ func TestRestartResumesAfterTheLastAck(t *testing.T) {
 	// The first consumer acks two events and keeps failing on the third.
 	r1 := &recorder{fail: func(e journal.Event) bool { return e.Stream == first[2] }}
 	c1 := start(t, feed.Config{DB: db, Group: "resume", Handle: r1.handle})
-	waitFor(t, "the third event delivered again", func() bool {
+	testpoll.Until(t, "the third event delivered again", func() bool {
 		return len(r1.streams()) >= 4
 	})
 	c1.Stop(t.Context())
@@ -207,7 +197,7 @@ func TestRestartResumesAfterTheLastAck(t *testing.T) {
 	more := appendEvents(t, db, 2)
 	r2 := &recorder{}
 	c2 := start(t, feed.Config{DB: db, Group: "resume", Handle: r2.handle})
-	waitFor(t, "the rest", func() bool { return len(r2.streams()) >= 3 })
+	testpoll.Until(t, "the rest", func() bool { return len(r2.streams()) >= 3 })
 	c2.settle(t)
 	if got, want := r2.streams(), append(first[2:], more...); !slices.Equal(got, want) {
 		t.Fatalf("restarted consumer saw %v, want %v", got, want)
@@ -226,7 +216,7 @@ func TestEveryGroupSeesEverything(t *testing.T) {
 		c *consumer
 		r *recorder
 	}{{c1, r1}, {c2, r2}} {
-		waitFor(t, "every event", func() bool { return len(c.r.streams()) >= len(all) })
+		testpoll.Until(t, "every event", func() bool { return len(c.r.streams()) >= len(all) })
 		c.c.settle(t)
 		if got := c.r.streams(); !slices.Equal(got, all) {
 			t.Errorf("group saw %v, want %v", got, all)
@@ -245,7 +235,7 @@ func TestReadsAJournalOfJSONB(t *testing.T) {
 	want := appendEvents(t, db, 3)
 	r := &recorder{}
 	c := start(t, feed.Config{DB: db, Group: "jsonb", Handle: r.handle})
-	waitFor(t, "every event", func() bool { return len(r.streams()) >= len(want) })
+	testpoll.Until(t, "every event", func() bool { return len(r.streams()) >= len(want) })
 	c.settle(t)
 	if got := r.streams(); !slices.Equal(got, want) {
 		t.Errorf("group saw %v, want %v", got, want)
@@ -261,12 +251,12 @@ func TestLagGauges(t *testing.T) {
 	r := &recorder{fail: func(journal.Event) bool { return true }}
 	c := start(t, feed.Config{Base: service.Base{Now: now}, DB: db, Group: "lagging", Handle: r.handle, Metrics: reg})
 
-	waitFor(t, "a failed delivery", func() bool { return len(r.streams()) >= 1 })
+	testpoll.Until(t, "a failed delivery", func() bool { return len(r.streams()) >= 1 })
 	if n, age := lag(t, reg); n != 3 || age != 90 {
 		t.Fatalf("lag %v events, %v s; want 3 and 90", n, age)
 	}
 	r.setFail(nil)
-	waitFor(t, "no lag", func() bool { n, age := lag(t, reg); return n == 0 && age == 0 })
+	testpoll.Until(t, "no lag", func() bool { n, age := lag(t, reg); return n == 0 && age == 0 })
 
 	c.Stop(t.Context())
 	if mfs, err := reg.Gather(); err != nil || len(mfs) != 0 {
@@ -449,7 +439,7 @@ func TestATransactionComesWhole(t *testing.T) {
 		return nil
 	}
 	c := start(t, feed.Config{DB: db, Group: "whole", Handle: handle})
-	waitFor(t, "both transactions", func() bool {
+	testpoll.Until(t, "both transactions", func() bool {
 		mu.Lock()
 		defer mu.Unlock()
 		return len(calls) >= 3

@@ -8,6 +8,7 @@ import (
 
 	"github.com/waybill/waybill/feed"
 	"github.com/waybill/waybill/internal/dbtest"
+	"github.com/waybill/waybill/internal/testpoll"
 	"github.com/waybill/waybill/journal"
 )
 
@@ -95,7 +96,7 @@ func TestFeedOutlastsADatabaseOutage(t *testing.T) {
 
 	appendEvents(t, db, 10)
 	first := positions()
-	waitFor(t, "the first events handled and their place saved", func() bool {
+	testpoll.Until(t, "the first events handled and their place saved", func() bool {
 		return place() == first[len(first)-1]
 	})
 
@@ -110,12 +111,12 @@ func TestFeedOutlastsADatabaseOutage(t *testing.T) {
 	appendEvents(t, db, 10)
 	// The consumer keeps trying while the database is away.
 	refused := proxy.Refused()
-	waitFor(t, "the consumer to try again", func() bool { return proxy.Refused() >= refused+3 })
+	testpoll.Until(t, "the consumer to try again", func() bool { return proxy.Refused() >= refused+3 })
 	place()
 
 	proxy.Restore()
 	all := positions()
-	waitFor(t, "every event handled and its place saved", func() bool {
+	testpoll.Until(t, "every event handled and its place saved", func() bool {
 		return place() == all[len(all)-1]
 	})
 	c.settle(t)

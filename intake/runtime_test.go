@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/waybill/waybill/internal/dbtest"
+	"github.com/waybill/waybill/internal/testpoll"
 	"github.com/waybill/waybill/lifecycle"
 	"github.com/waybill/waybill/sources"
 )
@@ -31,18 +32,6 @@ func (f *fixture) runtime(t *testing.T, db *pgxpool.Pool, holder string, reg pro
 	}
 	t.Cleanup(func() { rt.Stop(context.Background()) })
 	return rt
-}
-
-// eventually polls cond until it holds, or fails the test after a while.
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
 }
 
 func (f *fixture) holder(t *testing.T, source string) string {
@@ -77,13 +66,13 @@ func TestRuntimeHandsASourceOver(t *testing.T) {
 	f.source(t, "drop", sources.KindDirectory, map[string]any{"dir": dir, "from": "a", "to": "b", "interval": "10ms", "settle": "1ms"})
 	proxy := dbtest.NewProxy(t, f.db)
 	first := f.runtime(t, proxy.Pool(t), "first", nil)
-	eventually(t, "the first process to take the source", func() bool { return f.holder(t, "drop") == "first" })
+	testpoll.Until(t, "the first process to take the source", func() bool { return f.holder(t, "drop") == "first" })
 	second := f.runtime(t, f.db, "second", nil)
 
 	drop := func(name string, want int) {
 		t.Helper()
 		write(t, dir, name, name)
-		eventually(t, name+" taken", func() bool {
+		testpoll.Until(t, name+" taken", func() bool {
 			f.clock.Advance(time.Millisecond)
 			return f.count(t, "drop") == want
 		})
@@ -107,8 +96,8 @@ func TestRuntimeHandsASourceOver(t *testing.T) {
 		t.Fatalf("holder %q before the lease ended, %d messages", h, f.count(t, "drop"))
 	}
 	f.clock.Advance(time.Second)
-	eventually(t, "the second process to take the source", func() bool { return f.holder(t, "drop") == "second" })
-	eventually(t, "2 taken", func() bool { f.clock.Advance(time.Millisecond); return f.count(t, "drop") == 2 })
+	testpoll.Until(t, "the second process to take the source", func() bool { return f.holder(t, "drop") == "second" })
+	testpoll.Until(t, "2 taken", func() bool { f.clock.Advance(time.Millisecond); return f.count(t, "drop") == 2 })
 
 	// The second stops: it gives the lease back.
 	second.Stop(context.Background())
@@ -117,7 +106,7 @@ func TestRuntimeHandsASourceOver(t *testing.T) {
 	}
 	proxy.Restore()
 	third := f.runtime(t, f.db, "third", nil)
-	eventually(t, "the third process to take the source", func() bool { return f.holder(t, "drop") == "third" })
+	testpoll.Until(t, "the third process to take the source", func() bool { return f.holder(t, "drop") == "third" })
 	drop("3", 3)
 	third.Stop(context.Background())
 }
@@ -164,7 +153,7 @@ func TestRuntimeReportsStatusAndMetrics(t *testing.T) {
 
 	var lastError *string
 	var lastPoll, errorAt *time.Time
-	eventually(t, "the failure recorded", func() bool {
+	testpoll.Until(t, "the failure recorded", func() bool {
 		err := f.db.QueryRow(f.ctx, `SELECT last_error, last_poll_at, last_error_at FROM source_state WHERE name = 'drop'`).
 			Scan(&lastError, &lastPoll, &errorAt)
 		return err == nil && lastError != nil
@@ -172,7 +161,7 @@ func TestRuntimeReportsStatusAndMetrics(t *testing.T) {
 	if !strings.Contains(*lastError, dir) || lastPoll == nil || errorAt == nil || !lastPoll.Equal(f.clock.Now()) {
 		t.Errorf("state: %v %v %v", *lastError, lastPoll, errorAt)
 	}
-	eventually(t, "the errors counted", func() bool { return gather(t, reg)["waybill_source_errors_total/drop"] > 0 })
+	testpoll.Until(t, "the errors counted", func() bool { return gather(t, reg)["waybill_source_errors_total/drop"] > 0 })
 	if h := f.holder(t, "ciims"); h != "" {
 		t.Errorf("a disabled source is held by %q", h)
 	}

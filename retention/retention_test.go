@@ -21,6 +21,7 @@ import (
 	"github.com/waybill/waybill/commands"
 	"github.com/waybill/waybill/internal/dbtest"
 	"github.com/waybill/waybill/internal/testclock"
+	"github.com/waybill/waybill/internal/testpoll"
 	"github.com/waybill/waybill/journal"
 	"github.com/waybill/waybill/lifecycle"
 	"github.com/waybill/waybill/projection"
@@ -647,16 +648,7 @@ func TestTheLoopRunsPasses(t *testing.T) {
 	if err := b.r.Start(b.ctx); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		if live, _ := b.live(t, m.ID); !live {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the message is still live")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testpoll.Until(t, "the message removed", func() bool { live, _ := b.live(t, m.ID); return !live })
 	b.r.Stop(b.ctx)
 	b.r.Stop(b.ctx)
 	if err := b.r.Start(b.ctx); err == nil {

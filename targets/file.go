@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"time"
 
 	"github.com/waybill/waybill/lifecycle"
 )
@@ -56,7 +57,8 @@ func checkFile(raw json.RawMessage) (json.RawMessage, error) {
 // fileTarget writes each delivery's payload to a file of its own.
 type fileTarget struct{ cfg fileConfig }
 
-func newFile(t lifecycle.Target) (Deliverer, error) {
+// newFile ignores the clock: a file target never asks for a time.
+func newFile(t lifecycle.Target, _ func() time.Time) (Deliverer, error) {
 	var cfg fileConfig
 	if err := readConfig(t.Config, &cfg); err != nil {
 		return nil, err

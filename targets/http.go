@@ -115,9 +115,10 @@ type httpTarget struct {
 	// correlate, when set, says where the receiver's id for the message
 	// is in its answer.
 	correlate *lifecycle.Correlation
+	now       func() time.Time
 }
 
-func newHTTP(t lifecycle.Target) (Deliverer, error) {
+func newHTTP(t lifecycle.Target, now func() time.Time) (Deliverer, error) {
 	var cfg httpConfig
 	if err := readConfig(t.Config, &cfg); err != nil {
 		return nil, err
@@ -134,7 +135,7 @@ func newHTTP(t lifecycle.Target) (Deliverer, error) {
 		// payload again: it is recorded as the outcome.
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 	}
-	h := &httpTarget{cfg: cfg, client: client}
+	h := &httpTarget{cfg: cfg, client: client, now: now}
 	if t.Receipt != nil {
 		h.correlate = t.Receipt.Correlate
 	}
@@ -186,7 +187,7 @@ func (h *httpTarget) Deliver(ctx context.Context, a Attempt) lifecycle.Outcome {
 		limit = jsonAnswerLimit
 	}
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, limit))
-	o := HTTPOutcome(resp, body, time.Now())
+	o := HTTPOutcome(resp, body, h.now())
 	if o.Kind == lifecycle.OutcomeDelivered && h.correlate != nil {
 		if id, ok := externalID(*h.correlate, resp.Header, body); ok {
 			o.ExternalID = id

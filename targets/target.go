@@ -69,8 +69,10 @@ type Kind struct {
 	// it; it returns the configuration with the defaults written in. Its
 	// field errors name config.<field>.
 	Check func(config json.RawMessage) (json.RawMessage, error)
-	// New makes the Deliverer of a target whose configuration Check accepts.
-	New func(t lifecycle.Target) (Deliverer, error)
+	// New makes the Deliverer of a target whose configuration Check
+	// accepts; now is the process's clock, which a Retry-After in seconds
+	// counts from.
+	New func(t lifecycle.Target, now func() time.Time) (Deliverer, error)
 }
 
 // kinds is the registry, by name.
@@ -122,13 +124,15 @@ func Prepare(t lifecycle.Target) (lifecycle.Target, error) {
 	return t, err
 }
 
-// New makes the Deliverer of a prepared target.
-func New(t lifecycle.Target) (Deliverer, error) {
+// New makes the Deliverer of a prepared target, reading time from now: the
+// process's clock (service.Base's), so that a time the target asks for is
+// read against the clock that decides when it is due.
+func New(t lifecycle.Target, now func() time.Time) (Deliverer, error) {
 	k, err := Lookup(t.Kind)
 	if err != nil {
 		return nil, err
 	}
-	return k.New(t)
+	return k.New(t, now)
 }
 
 // without drops the field errors on any of fields from a joined error.

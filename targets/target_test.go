@@ -47,14 +47,22 @@ func target(kind, config string) lifecycle.Target {
 	return lifecycle.Target{Name: "alpha", Kind: kind, Enabled: true, Config: json.RawMessage(config)}
 }
 
-// prepare prepares a valid target and makes its Deliverer.
+// clockTime is the time of the clock the tests' Deliverers are made with:
+// far from the machine's, so that a time read from the machine's clock
+// shows.
+var clockTime = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+
+func clock() time.Time { return clockTime }
+
+// prepare prepares a valid target and makes its Deliverer, its clock
+// stopped at clockTime.
 func prepare(t *testing.T, kind, config string) Deliverer {
 	t.Helper()
 	prepared, err := Prepare(target(kind, config))
 	if err != nil {
 		t.Fatalf("prepare %s %s: %v", kind, config, err)
 	}
-	d, err := New(prepared)
+	d, err := New(prepared, clock)
 	if err != nil {
 		t.Fatalf("new %s %s: %v", kind, config, err)
 	}
@@ -91,7 +99,7 @@ func TestRegistry(t *testing.T) {
 	if fe := fieldErrors(t, err); len(fe) != 1 || fe[0].Field != "kind" || !strings.Contains(fe[0].Problem, "allowed are file, http") {
 		t.Errorf("Lookup(smtp): %v", err)
 	}
-	if _, err := New(target("smtp", `{}`)); err == nil {
+	if _, err := New(target("smtp", `{}`), clock); err == nil {
 		t.Error("New of an unknown kind succeeded")
 	}
 }

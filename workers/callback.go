@@ -167,7 +167,7 @@ func (d *callbackDeliverer) call(ctx context.Context, work CallbackWork) lifecyc
 	}
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
-	return targets.HTTPOutcome(resp, body, time.Now())
+	return targets.HTTPOutcome(resp, body, d.now())
 }
 
 // CallbackConfig configures the Callbacks.

@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/waybill/waybill/commands"
+	"github.com/waybill/waybill/internal/testpoll"
 	"github.com/waybill/waybill/lifecycle"
 	"github.com/waybill/waybill/projection"
 	"github.com/waybill/waybill/service"
@@ -28,6 +29,8 @@ type callbackSink struct {
 	bodies []map[string]any
 	keys   []string
 	status int
+	// retryAfter, when set, is the answers' Retry-After.
+	retryAfter string
 }
 
 func newCallbackSink(t *testing.T) *callbackSink {
@@ -39,8 +42,11 @@ func newCallbackSink(t *testing.T) *callbackSink {
 		s.mu.Lock()
 		s.bodies = append(s.bodies, body)
 		s.keys = append(s.keys, r.Header.Get("Idempotency-Key"))
-		status := s.status
+		status, retryAfter := s.status, s.retryAfter
 		s.mu.Unlock()
+		if retryAfter != "" {
+			w.Header().Set("Retry-After", retryAfter)
+		}
 		w.WriteHeader(status)
 	}))
 	t.Cleanup(s.Close)
@@ -90,7 +96,7 @@ func TestCallbacks(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the callback", func() bool { cb := b.callbackState(t, m); return cb.State == lifecycle.StateDelivered })
+	testpoll.Until(t, "the callback", func() bool { cb := b.callbackState(t, m); return cb.State == lifecycle.StateDelivered })
 	bodies, keys := cbs.got()
 	if len(bodies) != 1 || keys[0] != m.ID.String()+"/1" {
 		t.Fatalf("callbacks %v %v", bodies, keys)
@@ -108,7 +114,7 @@ func TestCallbacks(t *testing.T) {
 	if _, err := b.w.Redeliver(b.ctx, m.ID, m.Deliveries[0].ID, commands.Action{Operator: "admin"}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the second callback", func() bool {
+	testpoll.Until(t, "the second callback", func() bool {
 		cb := b.callbackState(t, m)
 		return cb.Seq == 2 && cb.State == lifecycle.StateDelivered
 	})
@@ -144,13 +150,13 @@ func TestCallbackThatKeepsFailing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the first call", func() bool { return b.callbackState(t, m).State == lifecycle.StateRetrying })
+	testpoll.Until(t, "the first call", func() bool { return b.callbackState(t, m).State == lifecycle.StateRetrying })
 	cb := b.callbackState(t, m)
 	if wait := cb.NextDue.Sub(b.clock.Now()); wait < 8*time.Second || wait > 12*time.Second || !strings.HasPrefix(cb.LastError, "503") {
 		t.Fatalf("after the first call: due in %s, %q", wait, cb.LastError)
 	}
 	b.clock.Advance(time.Minute)
-	waitFor(t, "the last call", func() bool { return b.callbackState(t, m).State == lifecycle.StateFailed })
+	testpoll.Until(t, "the last call", func() bool { return b.callbackState(t, m).State == lifecycle.StateFailed })
 	cb = b.callbackState(t, m)
 	if !strings.HasSuffix(cb.LastError, "gave up after call 2: callback_max_attempts is 2") || cb.Attempts != 2 {
 		t.Fatalf("after the last call: %+v", cb)
@@ -162,4 +168,40 @@ func TestCallbackThatKeepsFailing(t *testing.T) {
 		t.Errorf("status %s", got.Status)
 	}
 	b.audit(t)
+}
+
+// TestCallbackRetryAfterReadsTheClock: a callback answered 503 with a
+// Retry-After is due when the header says, read against the process's
+// clock (days from the machine's here), not the machine's.
+func TestCallbackRetryAfterReadsTheClock(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name, header string
+		wait         time.Duration
+	}{
+		{"seconds", "600", 10 * time.Minute},
+		{"HTTP-date", "", 30 * time.Minute}, // the header is the clock's time + 30 min
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			cbs := newCallbackSink(t)
+			cbs.status = http.StatusServiceUnavailable
+			cbs.retryAfter = tt.header
+			if tt.header == "" {
+				cbs.retryAfter = b.clock.Now().Add(tt.wait).Format(http.TimeFormat)
+			}
+			b.callbacks(t, nil)
+			m, _, err := b.w.Ingest(b.ctx, commands.NewMessage{Source: "nowhere", From: "a", To: "b", Payload: []byte("x"),
+				CallbackURL: cbs.URL})
+			if err != nil {
+				t.Fatal(err)
+			}
+			testpoll.Until(t, "the first call", func() bool { return b.callbackState(t, m).State == lifecycle.StateRetrying })
+			if due := b.callbackState(t, m).NextDue; !due.Equal(b.clock.Now().Add(tt.wait)) {
+				t.Errorf("due %v, want %v", due, b.clock.Now().Add(tt.wait))
+			}
+		})
+	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"testing"
 
+	"github.com/waybill/waybill/internal/testpoll"
 	"github.com/waybill/waybill/lifecycle"
 )
 
@@ -31,7 +32,7 @@ func TestIngestsGoStraightToIdleWorkers(t *testing.T) {
 	b.waitStatus(t, lifecycle.StatusDelivered, b.ingest(t, 1)...)
 	before := sum(t, b, "waybill_wakeups_published_total")
 	for i := range 3 {
-		waitFor(t, "an idle worker", idle)
+		testpoll.Until(t, "an idle worker", idle)
 		m := b.ingest(t, 1)[0]
 		if d := m.Deliveries[0]; d.State != lifecycle.StateDelivering {
 			t.Fatalf("message %d: delivery %s after the ingest", i, d.State)
@@ -52,7 +53,7 @@ func TestIngestsGoStraightToIdleWorkers(t *testing.T) {
 	// the slot is free.
 	release := make(chan struct{})
 	b.sink.hold(release)
-	waitFor(t, "an idle worker", idle)
+	testpoll.Until(t, "an idle worker", idle)
 	busy := b.ingest(t, 2)
 	if published := sum(t, b, "waybill_wakeups_published_total") - before; published != 1 {
 		t.Fatalf("wake-ups published with the slot busy: %v", published)

@@ -1,14 +1,19 @@
 package workers_test
 
 import (
+	"bytes"
 	"context"
+	"log/slog"
 	"net/http"
 	"slices"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/waybill/waybill/commands"
 	"github.com/waybill/waybill/internal/dbtest"
+	"github.com/waybill/waybill/internal/testpoll"
 	"github.com/waybill/waybill/journal"
 	"github.com/waybill/waybill/lifecycle"
 	"github.com/waybill/waybill/service"
@@ -35,8 +40,10 @@ func TestOutcomesOutlastADatabaseOutage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rt, err := workers.NewRuntime(workers.RuntimeConfig{Base: service.Base{Now: b.clock.Now, Logger: quiet}, Writer: w, NATS: b.nc,
-		Metrics: b.metrics})
+	// The workers' log tells how each recording went.
+	logs := &logBuffer{}
+	rt, err := workers.NewRuntime(workers.RuntimeConfig{Base: service.Base{Now: b.clock.Now, Logger: slog.New(slog.NewTextHandler(logs, nil))},
+		Writer: w, NATS: b.nc, Metrics: b.metrics})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -51,19 +58,21 @@ func TestOutcomesOutlastADatabaseOutage(t *testing.T) {
 	}
 	t.Cleanup(func() { rt.Stop(context.Background()) })
 	ms := b.ingest(t, n)
-	waitFor(t, "every attempt under way", func() bool { return b.sink.requests() == n })
+	testpoll.Until(t, "every attempt under way", func() bool { return b.sink.requests() == n })
 
 	proxy.Cut()
 	close(gate)
-	waitFor(t, "the sink to take every attempt", func() bool {
+	testpoll.Until(t, "the sink to take every attempt", func() bool {
 		taken := 0
 		for _, m := range ms {
 			taken += b.sink.count(m.Deliveries[0].ID.String())
 		}
 		return taken == n
 	})
-	// The outage lasts longer than a try at recording may.
-	time.Sleep(workers.RecordTimeout + time.Second)
+	// The outage lasts for several tries at recording each outcome.
+	testpoll.Until(t, "every recording failed and tried again", func() bool {
+		return logs.count(`msg="outcome not recorded yet`) == n && proxy.Refused() >= 4*n
+	})
 	var delivering int
 	if err := b.db.QueryRow(b.ctx, `SELECT count(*) FROM deliveries WHERE state = 'delivering'`).Scan(&delivering); err != nil {
 		t.Fatal(err)
@@ -80,6 +89,9 @@ func TestOutcomesOutlastADatabaseOutage(t *testing.T) {
 	b.waitStatus(t, lifecycle.StatusDelivered, ms...)
 	t.Logf("every outcome recorded %v after the database came back", time.Since(back).Round(time.Millisecond))
 
+	if got := logs.count(`msg="outcome recorded"`); got != n {
+		t.Errorf("%d outcomes recorded after a failed try, want %d", got, n)
+	}
 	for _, m := range ms {
 		d := m.Deliveries[0]
 		if got := b.sink.count(d.ID.String()); got != 1 {
@@ -91,4 +103,23 @@ func TestOutcomesOutlastADatabaseOutage(t *testing.T) {
 		}
 	}
 	b.audit(t)
+}
+
+// logBuffer is a log's output, safe for concurrent writes.
+type logBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (l *logBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.Write(p)
+}
+
+// count counts the lines that hold s.
+func (l *logBuffer) count(s string) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return strings.Count(l.buf.String(), s)
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/waybill/waybill/commands"
 	"github.com/waybill/waybill/internal/testclock"
+	"github.com/waybill/waybill/internal/testpoll"
 	"github.com/waybill/waybill/journal"
 	"github.com/waybill/waybill/natsserver"
 	"github.com/waybill/waybill/service"
@@ -112,7 +113,7 @@ func TestKilledWorkerProcessLosesNothing(t *testing.T) {
 	b.ingest(t, 1000)
 
 	first := startWorkerProcess(t, b, ns.ClientURL())
-	waitFor(t, "the first process to be under way", func() bool { return b.sink.requests() >= 200 })
+	testpoll.Until(t, "the first process to be under way", func() bool { return b.sink.requests() >= 200 })
 	if err := first.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
@@ -130,7 +131,7 @@ func TestKilledWorkerProcessLosesNothing(t *testing.T) {
 		last    int
 		settled = time.Now()
 	)
-	waitFor(t, "1000 messages delivered", func() bool {
+	testpoll.Until(t, "1000 messages delivered", func() bool {
 		var open, delivering int
 		if err := b.db.QueryRow(b.ctx, `SELECT count(*) FILTER (WHERE state <> 'delivered'),
 			count(*) FILTER (WHERE state = 'delivering') FROM deliveries`).Scan(&open, &delivering); err != nil {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/waybill/waybill/commands"
 	"github.com/waybill/waybill/internal/testclock"
+	"github.com/waybill/waybill/internal/testpoll"
 	"github.com/waybill/waybill/lifecycle"
 	"github.com/waybill/waybill/service"
 	"github.com/waybill/waybill/workers"
@@ -155,7 +156,7 @@ func TestRecordingEndsForGood(t *testing.T) {
 				[]workers.Job[string]{job("next", clock.Now().Add(time.Minute))})
 			startWorker(t, store, okDeliverer{}, clock, time.Second)
 			if c.leaseEnds {
-				waitFor(t, "a second try", func() bool { return store.triesOf("first") >= 2 })
+				testpoll.Until(t, "a second try", func() bool { return store.triesOf("first") >= 2 })
 				clock.Advance(time.Minute)
 			}
 			// One slot: the next job runs once the first gave up.
@@ -193,7 +194,7 @@ func TestStopWaitsForRecordings(t *testing.T) {
 		clock := testclock.New(time.Now())
 		store := newFlakyStore(twice, []workers.Job[string]{job("a", clock.Now().Add(time.Minute))})
 		w := startWorker(t, store, okDeliverer{}, clock, time.Minute)
-		waitFor(t, "a first try", func() bool { return store.triesOf("a") >= 1 })
+		testpoll.Until(t, "a first try", func() bool { return store.triesOf("a") >= 1 })
 		w.Stop(context.Background())
 		store.expect(t, "a")
 	})
@@ -216,7 +217,7 @@ func TestStopWaitsForRecordings(t *testing.T) {
 		store := newFlakyStore(func(string, int) error { return errAway },
 			[]workers.Job[string]{job("a", clock.Now().Add(time.Minute))})
 		w := startWorker(t, store, okDeliverer{}, clock, time.Minute)
-		waitFor(t, "a second try", func() bool { return store.triesOf("a") >= 2 })
+		testpoll.Until(t, "a second try", func() bool { return store.triesOf("a") >= 2 })
 		ctx, cancel := context.WithCancel(context.Background())
 		cancel()
 		// Stop returns without waiting for the lease or the grace.

@@ -192,7 +192,7 @@ func (s slot) Run(c commands.Claim) { s.tw.worker.runReserved(s.tw.store.jobs([]
 func (s slot) Free() { s.tw.worker.free() }
 
 func (r *Runtime) startWorker(ctx context.Context, t lifecycle.Target) (*targetWorker, error) {
-	kind, err := targets.New(t)
+	kind, err := targets.New(t, r.cfg.Now)
 	if err != nil {
 		return nil, fmt.Errorf("target %s: %w", t.Name, err)
 	}

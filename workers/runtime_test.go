@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/waybill/waybill/commands"
+	"github.com/waybill/waybill/internal/testpoll"
 	"github.com/waybill/waybill/journal"
 	"github.com/waybill/waybill/lifecycle"
 	"github.com/waybill/waybill/natsserver"
@@ -93,7 +94,7 @@ func TestABacklogDrainsThroughItsOutcomes(t *testing.T) {
 	ms := b.ingest(t, 10) // no worker listens yet: the wake-ups are lost
 	b.runtime(t, 0)
 	// The catch-up claimed as many as it asked for, one per slot: a backlog.
-	waitFor(t, "both slots attempting", func() bool { return b.sink.requests() == 2 })
+	testpoll.Until(t, "both slots attempting", func() bool { return b.sink.requests() == 2 })
 	b.audit(t)
 	close(release)
 	b.waitStatus(t, lifecycle.StatusDelivered, ms...)
@@ -164,7 +165,7 @@ func TestLostWakeupsAreSweptUp(t *testing.T) {
 	if err != nil {
 		t.Fatalf("sweep: %v", err)
 	}
-	waitFor(t, "5 delivered", func() bool {
+	testpoll.Until(t, "5 delivered", func() bool {
 		var n int
 		if err := b.db.QueryRow(b.ctx, `SELECT count(*) FROM messages WHERE status = 'delivered'`).Scan(&n); err != nil {
 			t.Fatal(err)

@@ -22,6 +22,7 @@ import (
 	"github.com/waybill/waybill/commands"
 	"github.com/waybill/waybill/internal/dbtest"
 	"github.com/waybill/waybill/internal/testclock"
+	"github.com/waybill/waybill/internal/testpoll"
 	"github.com/waybill/waybill/lifecycle"
 	"github.com/waybill/waybill/natsserver"
 	"github.com/waybill/waybill/projection"
@@ -166,7 +167,7 @@ func (b *bundle) waitStatus(t *testing.T, want lifecycle.MessageStatus, ms ...*p
 			t.Logf("deliveries by state: %v", counts)
 		}
 	}()
-	waitFor(t, fmt.Sprintf("%d messages %s", len(ms), want), func() bool {
+	testpoll.Until(t, fmt.Sprintf("%d messages %s", len(ms), want), func() bool {
 		var n int
 		err := b.db.QueryRow(b.ctx, `SELECT count(*) FROM messages WHERE id = ANY($1) AND status = $2`, ids, want).Scan(&n)
 		if err != nil {
@@ -179,7 +180,7 @@ func (b *bundle) waitStatus(t *testing.T, want lifecycle.MessageStatus, ms ...*p
 // waitState polls until the delivery is in the state.
 func (b *bundle) waitState(t *testing.T, id uuid.UUID, want lifecycle.DeliveryState) {
 	t.Helper()
-	waitFor(t, fmt.Sprintf("delivery %s %s", id, want), func() bool {
+	testpoll.Until(t, fmt.Sprintf("delivery %s %s", id, want), func() bool {
 		var state string
 		if err := b.db.QueryRow(b.ctx, `SELECT state FROM deliveries WHERE id = $1`, id).Scan(&state); err != nil {
 			t.Fatal(err)
@@ -192,18 +193,6 @@ func (b *bundle) waitState(t *testing.T, id uuid.UUID, want lifecycle.DeliverySt
 func (b *bundle) audit(t *testing.T) {
 	t.Helper()
 	dbtest.Audit(t, b.db)
-}
-
-// waitFor polls cond until it holds, failing the test after a deadline.
-func waitFor(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
 }
 
 // sink is an HTTP receiver that counts what it got per idempotency key and

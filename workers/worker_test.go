@@ -8,6 +8,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/waybill/waybill/internal/testpoll"
 	"github.com/waybill/waybill/lifecycle"
 	"github.com/waybill/waybill/service"
 	"github.com/waybill/waybill/workers"
@@ -123,11 +124,10 @@ func TestShortCatchUpRunsAgain(t *testing.T) {
 		defer store.mu.Unlock()
 		return store.claimDue
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for calls() < 2+1+6 && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
-	time.Sleep(1500 * time.Millisecond) // longer than the next wait would be
+	testpoll.Until(t, "nine catch-ups", func() bool { return calls() >= 2+1+6 })
+	// That none follows can only be seen by waiting longer than the next
+	// wait would be (1280 ms).
+	time.Sleep(1500 * time.Millisecond)
 	if n := calls(); n != 2+1+6 {
 		t.Errorf("ClaimDue called %d times, want 9", n)
 	}
@@ -156,7 +156,7 @@ func TestABacklogAsksForTheNextDue(t *testing.T) {
 	close(held["b"])
 	store.completed(t, "b") // finds none due: the backlog ends
 	// b's slot goes back to the catch-up, which finds nothing due.
-	waitFor(t, "a catch-up after the backlog ended", func() bool {
+	testpoll.Until(t, "a catch-up after the backlog ended", func() bool {
 		store.mu.Lock()
 		defer store.mu.Unlock()
 		return store.claimDue >= 2

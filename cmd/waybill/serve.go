@@ -189,7 +189,9 @@ func serve(ctx context.Context, cfg *serveConfig, stderr io.Writer) error {
 			return err
 		}
 	}
-	tokens := auth.NewStore(db)
+	// One clock and one logger for every part of the process.
+	base := service.Base{Now: time.Now, Logger: log}
+	tokens := auth.NewStore(db, base.Now)
 	tokenFile := filepath.Join(cfg.dataDir, auth.AdminTokenFile)
 	firstStart, err := tokens.EnsureAdminToken(ctx, tokenFile)
 	if err != nil {
@@ -201,8 +203,6 @@ func serve(ctx context.Context, cfg *serveConfig, stderr io.Writer) error {
 		return err
 	}
 
-	// One clock and one logger for every part of the process.
-	base := service.Base{Now: time.Now, Logger: log}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	metrics := workers.NewMetrics(reg)

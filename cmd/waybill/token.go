@@ -121,7 +121,7 @@ func runToken(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		fmt.Fprintf(stderr, "waybill token %s: %v\n", sub, err)
 		return 1
 	}
-	store := auth.NewStore(db)
+	store := auth.NewStore(db, nil)
 	switch sub {
 	case "create":
 		token, err := store.Create(ctx, *name, r)

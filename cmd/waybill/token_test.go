@@ -43,14 +43,14 @@ func TestTokenCreate(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	if id, err := auth.NewStore(db).Authenticate(ctx, token); err != nil || id != (auth.Identity{Name: "ci-deploy", Role: auth.RoleIngest}) {
+	if id, err := auth.NewStore(db, nil).Authenticate(ctx, token); err != nil || id != (auth.Identity{Name: "ci-deploy", Role: auth.RoleIngest}) {
 		t.Fatalf("the printed token: %+v, %v", id, err)
 	}
 	code, out, errOut = waybillCLI(t, "token", "create", "--name", "partner", "--role", "receipt", "--database-url", url)
 	if code != 0 {
 		t.Fatalf("--role receipt: exit %d: %s%s", code, out, errOut)
 	}
-	if id, err := auth.NewStore(db).Authenticate(ctx, strings.TrimSpace(out)); err != nil || id != (auth.Identity{Name: "partner", Role: auth.RoleReceipt}) {
+	if id, err := auth.NewStore(db, nil).Authenticate(ctx, strings.TrimSpace(out)); err != nil || id != (auth.Identity{Name: "partner", Role: auth.RoleReceipt}) {
 		t.Fatalf("the receipt token: %+v, %v", id, err)
 	}
 
@@ -196,7 +196,7 @@ func TestTokenCreateEmbedded(t *testing.T) {
 	}
 	defer db.Close()
 	for name, token := range map[string]string{"alice": alice, "bob": bob} {
-		if id, err := auth.NewStore(db).Authenticate(ctx, token); err != nil || id != (auth.Identity{Name: name, Role: auth.RoleReader}) {
+		if id, err := auth.NewStore(db, nil).Authenticate(ctx, token); err != nil || id != (auth.Identity{Name: name, Role: auth.RoleReader}) {
 			t.Errorf("%s's token after a restart: %+v, %v", name, id, err)
 		}
 	}

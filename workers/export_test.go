@@ -1,4 +1,0 @@
-package workers
-
-// RecordTimeout bounds one try at recording an outcome.
-const RecordTimeout = recordTimeout
