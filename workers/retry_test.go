@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/waybill/waybill/commands"
+	"github.com/waybill/waybill/internal/testpoll"
 	"github.com/waybill/waybill/journal"
 	"github.com/waybill/waybill/lifecycle"
 	"github.com/waybill/waybill/projection"
@@ -166,8 +167,8 @@ func TestSweepWakesARetryItsProcessLeft(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "two attempts", func() bool { return b.sink.requests() == 2 })
-	waitFor(t, "the second retry recorded", func() bool {
+	testpoll.Until(t, "two attempts", func() bool { return b.sink.requests() == 2 })
+	testpoll.Until(t, "the second retry recorded", func() bool {
 		var state string
 		if err := b.db.QueryRow(b.ctx, `SELECT state FROM deliveries WHERE id = $1`, m.Deliveries[0].ID).Scan(&state); err != nil {
 			t.Fatal(err)
