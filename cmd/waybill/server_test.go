@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"encoding/json"
+	"github.com/waybill/waybill/internal/testpoll"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -15,7 +16,6 @@ import (
 	"sync/atomic"
 	"syscall"
 	"testing"
-	"time"
 )
 
 // TestEveryLoopInOneServer runs two `waybill serve` processes on one
@@ -110,7 +110,7 @@ func TestEveryLoopInOneServer(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	eventually(t, "the workers deliver, the callback is made, the file is taken in, the alert is sent", func() bool {
+	testpoll.Until(t, "the workers deliver, the callback is made, the file is taken in, the alert is sent", func() bool {
 		mu.Lock()
 		defer mu.Unlock()
 		return delivered["with a callback"] == 1 && delivered["from a file"] == 1 && callbacks.Load() == 1 &&
@@ -122,7 +122,7 @@ func TestEveryLoopInOneServer(t *testing.T) {
 	var op struct{ ID, State string }
 	a.call("POST", "/operations", map[string]any{"action": "redeliver", "filter": map[string]any{"status": []string{"error"}}},
 		http.StatusAccepted, &op)
-	eventually(t, "the bulk operation redelivers the failed message", func() bool {
+	testpoll.Until(t, "the bulk operation redelivers the failed message", func() bool {
 		var got struct {
 			State string
 			Done  int
@@ -136,7 +136,7 @@ func TestEveryLoopInOneServer(t *testing.T) {
 	archive := filepath.Join(dir, "archive")
 	a.call("PUT", "/settings", map[string]any{"retention": map[string]any{
 		"payload_after": "1s", "settled_after": "3s", "archive_dir": archive}}, http.StatusOK, nil)
-	eventually(t, "retention removes every message", func() bool {
+	testpoll.Until(t, "retention removes every message", func() bool {
 		var page struct{ Items []message }
 		a.call("GET", "/messages", nil, http.StatusOK, &page)
 		return len(page.Items) == 0
@@ -176,17 +176,6 @@ func TestEveryLoopInOneServer(t *testing.T) {
 	out, err := exec.Command(bin, "audit", "--database-url", dbURL, "--archive", archive).CombinedOutput()
 	if err != nil || !strings.Contains(string(out), "0 violations") {
 		t.Fatalf("audit: %v\n%s", err, out)
-	}
-}
-
-// eventually polls cond until it holds, failing the test with what after
-// a minute.
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(time.Minute); !cond(); time.Sleep(50 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("not within a minute: %s", what)
-		}
 	}
 }
 
