@@ -404,7 +404,7 @@ func TestTargetAddAndDelete(t *testing.T) {
 	if b.changes.Load() != changes+1 {
 		t.Error("an added target did not announce the change")
 	}
-	c.post(t, "/ui/targets", form).want(t, http.StatusConflict)
+	c.post(t, "/ui/targets", form).want(t, http.StatusConflict).has(t, `id="name-hint"><strong>is taken: another target has it</strong>`)
 
 	// Deleted only once no route sends to it, after its confirmation.
 	route, err := b.w.CreateRoute(b.ctx, lifecycle.Route{Source: "erp", From: "*", To: "*", Target: "ledger"}, "operator:setup")

@@ -183,6 +183,11 @@ func problemOf(err error) errorView {
 	if len(v.Fields) == 0 && body.Details.Field != "" && body.Code == httpapi.CodeInvalidField {
 		v.Fields = []httpapi.FieldProblem{{Field: body.Details.Field, Problem: body.Details.Problem}}
 	}
+	var exists *commands.ExistsError
+	if errors.As(err, &exists) {
+		// A taken name is the name field's problem: shown beside it.
+		v.Fields = []httpapi.FieldProblem{{Field: exists.Field, Problem: "is taken: another " + exists.Kind + " has it"}}
+	}
 	if status == http.StatusNotFound {
 		// The API's words name ids and paths; a person wants to know what
 		// is missing and where to go.
