@@ -282,3 +282,43 @@ func FuzzDecodeFast(f *testing.F) {
 		agree(t, kinds[int(k)%len(kinds)], data)
 	})
 }
+
+// BenchmarkDecode decodes every fast sample as PostgreSQL gives it back,
+// with Decode (the fast decoder) and with encoding/json alone; an op is
+// one pass over the samples.
+func BenchmarkDecode(b *testing.B) {
+	type sample struct {
+		kind Kind
+		data []byte
+	}
+	var samples []sample
+	for _, p := range fastSamples() {
+		data, err := Encode(p)
+		if err != nil {
+			b.Fatal(err)
+		}
+		samples = append(samples, sample{p.Kind(), jsonbStyle(b, data)})
+	}
+	b.Run("fast", func(b *testing.B) {
+		for b.Loop() {
+			for _, s := range samples {
+				if _, err := Decode(s.kind, s.data); err != nil {
+					b.Fatal(err)
+				}
+			}
+		}
+	})
+	b.Run("encoding-json", func(b *testing.B) {
+		for b.Loop() {
+			for _, s := range samples {
+				p := catalogue[s.kind]()
+				if err := decodeJSON(p, s.data); err != nil {
+					b.Fatal(err)
+				}
+				if err := p.Validate(); err != nil {
+					b.Fatal(err)
+				}
+			}
+		}
+	})
+}
