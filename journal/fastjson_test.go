@@ -258,10 +258,7 @@ func TestDecodeFastAgreesWithEncodingJSON(t *testing.T) {
 	}
 	for _, k := range Kinds() {
 		_, fast := catalogue[k]().(fastPayload)
-		// The message and delivery kinds, which every read of the journal
-		// decodes, have the fast decoder; configuration and operation
-		// kinds, rare, do not.
-		if fast != (k.Stream() == "" && !k.Operation()) || fast != kinds[k] {
+		if fast != fastKind(k) || fast != kinds[k] {
 			t.Errorf("%s: fast decoder %v, samples %v", k, fast, kinds[k])
 		}
 	}
