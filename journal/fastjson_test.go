@@ -258,10 +258,7 @@ func TestDecodeFastAgreesWithEncodingJSON(t *testing.T) {
 	}
 	for _, k := range Kinds() {
 		_, fast := catalogue[k]().(fastPayload)
-		// The message and delivery kinds, which every read of the journal
-		// decodes, have the fast decoder; configuration and operation
-		// kinds, rare, do not.
-		if fast != (k.Stream() == "" && !k.Operation()) || fast != kinds[k] {
+		if fast != fastKind(k) || fast != kinds[k] {
 			t.Errorf("%s: fast decoder %v, samples %v", k, fast, kinds[k])
 		}
 	}
@@ -280,5 +277,45 @@ func FuzzDecodeFast(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, k uint8, data []byte) {
 		agree(t, kinds[int(k)%len(kinds)], data)
+	})
+}
+
+// BenchmarkDecode decodes every fast sample as PostgreSQL gives it back,
+// with Decode (the fast decoder) and with encoding/json alone; an op is
+// one pass over the samples.
+func BenchmarkDecode(b *testing.B) {
+	type sample struct {
+		kind Kind
+		data []byte
+	}
+	var samples []sample
+	for _, p := range fastSamples() {
+		data, err := Encode(p)
+		if err != nil {
+			b.Fatal(err)
+		}
+		samples = append(samples, sample{p.Kind(), jsonbStyle(b, data)})
+	}
+	b.Run("fast", func(b *testing.B) {
+		for b.Loop() {
+			for _, s := range samples {
+				if _, err := Decode(s.kind, s.data); err != nil {
+					b.Fatal(err)
+				}
+			}
+		}
+	})
+	b.Run("encoding-json", func(b *testing.B) {
+		for b.Loop() {
+			for _, s := range samples {
+				p := catalogue[s.kind]()
+				if err := decodeJSON(p, s.data); err != nil {
+					b.Fatal(err)
+				}
+				if err := p.Validate(); err != nil {
+					b.Fatal(err)
+				}
+			}
+		}
 	})
 }

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"time"
+	"unicode/utf8"
 )
 
 // Duration is a time.Duration that reads and writes as a Go duration string
@@ -36,11 +37,32 @@ func (d *Duration) UnmarshalJSON(data []byte) error {
 	if string(data) == "null" {
 		return nil
 	}
+	// A string without escapes, as the journal holds it, is its own text:
+	// decoding it with encoding/json would be most of the work.
+	if text, ok := plainString(data); ok {
+		return d.UnmarshalText(text)
+	}
 	var s string
 	if err := json.Unmarshal(data, &s); err != nil {
 		return durationError(string(data))
 	}
 	return d.UnmarshalText([]byte(s))
+}
+
+// plainString returns what is between the quotes of a JSON string that
+// has no escapes and no control characters and is valid UTF-8: the string
+// itself, as encoding/json would read it.
+func plainString(data []byte) ([]byte, bool) {
+	if len(data) < 2 || data[0] != '"' || data[len(data)-1] != '"' {
+		return nil, false
+	}
+	text := data[1 : len(data)-1]
+	for _, c := range text {
+		if c == '"' || c == '\\' || c < 0x20 {
+			return nil, false
+		}
+	}
+	return text, utf8.Valid(text)
 }
 
 func durationError(input string) error {

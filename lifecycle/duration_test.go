@@ -2,6 +2,7 @@ package lifecycle
 
 import (
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -49,5 +50,34 @@ func TestDurationRefusesBadInput(t *testing.T) {
 	var d Duration
 	if err := d.UnmarshalText([]byte("1h")); err != nil || d.D() != time.Hour {
 		t.Errorf("UnmarshalText 1h = %v, %v", d, err)
+	}
+}
+
+// TestDurationPlainStringAgrees checks that the short way UnmarshalJSON
+// takes with a string without escapes reads what encoding/json reads.
+func TestDurationPlainStringAgrees(t *testing.T) {
+	for _, in := range []string{`"1h30m"`, `"1\u0068"`, `"5µs"`, `"5\u00b5s"`, `""`, `"1h` + "\xff" + `"`, `"1` + "\t" + `h"`,
+		`"1\"h"`, `"1\\h"`, `"`, `"1h`, `1h"`} {
+		var got Duration
+		gotErr := got.UnmarshalJSON([]byte(in))
+		var s string
+		want, wantErr := Duration(0), json.Unmarshal([]byte(in), &s)
+		if wantErr == nil {
+			wantErr = want.UnmarshalText([]byte(s))
+		} else {
+			wantErr = durationError(in)
+		}
+		if got != want || fmt.Sprint(gotErr) != fmt.Sprint(wantErr) {
+			t.Errorf("%s: read as %v, %v; encoding/json reads %v, %v", in, got, gotErr, want, wantErr)
+		}
+	}
+	// As few as UnmarshalText: the journal's fast decoder reads every
+	// expunged payload's duration through it.
+	var d Duration
+	data := []byte(`"36h0m0s"`)
+	text := data[1 : len(data)-1]
+	if json, plain := testing.AllocsPerRun(100, func() { _ = d.UnmarshalJSON(data) }),
+		testing.AllocsPerRun(100, func() { _ = d.UnmarshalText(text) }); json != plain {
+		t.Errorf("a plain string costs %v allocations, its text %v", json, plain)
 	}
 }
