@@ -3,15 +3,14 @@ package schema_test
 import (
 	"bytes"
 	"go/ast"
-	"go/importer"
 	"go/parser"
 	"go/token"
-	"go/types"
 	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -22,41 +21,47 @@ import (
 	"github.com/waybill/waybill/schema"
 )
 
-// TestLockKeysDistinct type-checks lock.go and holds every constant of type
-// LockKey, and of LockClass, apart from the others of its type, so a key
-// added to the registry cannot take one already there.
+// TestLockKeysDistinct reads lock.go and holds every constant declared of
+// type LockKey, and of LockClass, apart from the others of its type, so a
+// key added to the registry cannot take one already there.
 func TestLockKeysDistinct(t *testing.T) {
-	fset := token.NewFileSet()
-	f, err := parser.ParseFile(fset, "lock.go", nil, 0)
+	f, err := parser.ParseFile(token.NewFileSet(), "lock.go", nil, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	conf := types.Config{Importer: importer.ForCompiler(fset, "source", nil)}
-	pkg, err := conf.Check("schema", fset, []*ast.File{f}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	seen := map[string]map[string]string{}
-	for _, name := range pkg.Scope().Names() {
-		c, ok := pkg.Scope().Lookup(name).(*types.Const)
-		if !ok {
+	seen := map[string]map[uint64]string{}
+	for _, decl := range f.Decls {
+		gen, ok := decl.(*ast.GenDecl)
+		if !ok || gen.Tok != token.CONST {
 			continue
 		}
-		typ := c.Type().String()
-		if typ != "schema.LockKey" && typ != "schema.LockClass" {
-			continue
+		for _, spec := range gen.Specs {
+			vs := spec.(*ast.ValueSpec)
+			typ, ok := vs.Type.(*ast.Ident)
+			if !ok || typ.Name != "LockKey" && typ.Name != "LockClass" {
+				continue
+			}
+			for i, name := range vs.Names {
+				lit, ok := vs.Values[i].(*ast.BasicLit)
+				if !ok {
+					t.Fatalf("%s is not a literal: write every key as one", name.Name)
+				}
+				v, err := strconv.ParseUint(lit.Value, 0, 64)
+				if err != nil {
+					t.Fatalf("%s: %v", name.Name, err)
+				}
+				if seen[typ.Name] == nil {
+					seen[typ.Name] = map[uint64]string{}
+				}
+				if other, dup := seen[typ.Name][v]; dup {
+					t.Errorf("%s and %s are both %#x", other, name.Name, v)
+				}
+				seen[typ.Name][v] = name.Name
+			}
 		}
-		key := c.Val().ExactString()
-		if seen[typ] == nil {
-			seen[typ] = map[string]string{}
-		}
-		if other, dup := seen[typ][key]; dup {
-			t.Errorf("%s and %s are both %s", other, name, key)
-		}
-		seen[typ][key] = name
 	}
-	if len(seen["schema.LockKey"]) < 8 || len(seen["schema.LockClass"]) < 2 {
-		t.Fatalf("found %d keys and %d classes in lock.go: the registry moved?", len(seen["schema.LockKey"]), len(seen["schema.LockClass"]))
+	if len(seen["LockKey"]) < 8 || len(seen["LockClass"]) < 2 {
+		t.Fatalf("found %d keys and %d classes in lock.go: the registry moved?", len(seen["LockKey"]), len(seen["LockClass"]))
 	}
 }
 
