@@ -121,7 +121,7 @@ func (s *Server) Start(ctx context.Context) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.started || s.stopped {
-		return errors.New("start postgres: Start after Start or Stop")
+		return errors.New("postgres: Start after Start or Stop")
 	}
 	s.started = true
 	inst, err := startOrAdopt(ctx, s.cfg)
