@@ -54,7 +54,7 @@ type Config struct {
 }
 
 // Console serves the web console. It is an http.Handler for paths under
-// Prefix.
+// Prefix, and a service.Service whose Stop ends the live histories.
 type Console struct {
 	cfg    Config
 	log    *slog.Logger
@@ -108,10 +108,16 @@ func New(cfg Config) (*Console, error) {
 	return c, nil
 }
 
-// Close ends the live histories being followed, so a server can shut down
-// without waiting for them; give it to http.Server.RegisterOnShutdown. The
-// browsers reconnect to another process, or to this one's successor.
-func (c *Console) Close() { c.close() }
+// Start does nothing: the console serves through the HTTP server that
+// holds it.
+func (c *Console) Start(context.Context) error { return nil }
+
+// Stop ends the live histories being followed, which never end on their
+// own, so that the HTTP server can shut down: stop the console before it.
+// The browsers reconnect to another process, or to this one's successor.
+// The streams end at once; the HTTP server's stop waits for them. Stop is
+// safe to call twice, and without Start.
+func (c *Console) Stop(context.Context) { c.close() }
 
 // access is what a route needs of the request.
 type access int

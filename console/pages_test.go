@@ -18,6 +18,7 @@ import (
 	"github.com/waybill/waybill/commands"
 	"github.com/waybill/waybill/lifecycle"
 	"github.com/waybill/waybill/projection"
+	"github.com/waybill/waybill/service"
 )
 
 func TestDashboardShowsTheFigures(t *testing.T) {
@@ -331,8 +332,10 @@ func TestLiveHistoryFollowsTheJournal(t *testing.T) {
 		t.Errorf("resumed after 4, the state:\n%s", ev)
 	}
 
-	// A stream ends with the console.
-	b.console.Close()
+	// A stream ends with the console, whose Stop is safe twice.
+	var _ service.Service = b.console
+	b.console.Stop(t.Context())
+	b.console.Stop(t.Context())
 	for range events {
 	}
 }

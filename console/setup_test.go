@@ -75,7 +75,7 @@ func setup(t testing.TB) *bundle {
 	b.console = b.newConsole(t)
 	b.srv = httptest.NewServer(b.console)
 	t.Cleanup(b.srv.Close)
-	t.Cleanup(b.console.Close)
+	t.Cleanup(func() { b.console.Stop(context.Background()) })
 	return b
 }
 

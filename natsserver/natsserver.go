@@ -4,10 +4,12 @@
 package natsserver
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -21,26 +23,41 @@ type Config struct {
 	Listen string
 }
 
-// Server is a running embedded NATS server.
+// Server is an embedded NATS server, a service.Service: Start runs it,
+// Stop shuts it down.
 type Server struct {
-	srv *server.Server
+	cfg Config
+
+	mu               sync.Mutex
+	srv              *server.Server
+	started, stopped bool
 }
+
+// New returns a server for cfg that has not started.
+func New(cfg Config) *Server { return &Server{cfg: cfg} }
 
 // startTimeout bounds the wait for the server to take connections.
 const startTimeout = 10 * time.Second
 
-// Start runs an embedded server and waits until it takes connections.
-func Start(cfg Config) (*Server, error) {
+// Start runs the server and waits, while ctx lasts, until it takes
+// connections. It fails after a Start or a Stop.
+func (s *Server) Start(ctx context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.started || s.stopped {
+		return errors.New("nats server: Start after Start or Stop")
+	}
+	s.started = true
 	opts := &server.Options{DontListen: true, NoSigs: true, NoLog: true, ServerName: "waybill"}
-	if cfg.Listen != "" {
-		host, port, err := net.SplitHostPort(cfg.Listen)
+	if s.cfg.Listen != "" {
+		host, port, err := net.SplitHostPort(s.cfg.Listen)
 		if err != nil {
-			return nil, fmt.Errorf("nats listen address %q: %w", cfg.Listen, err)
+			return fmt.Errorf("nats listen address %q: %w", s.cfg.Listen, err)
 		}
 		opts.DontListen = false
 		opts.Host = host
 		if opts.Port, err = strconv.Atoi(port); err != nil {
-			return nil, fmt.Errorf("nats listen address %q: port: %w", cfg.Listen, err)
+			return fmt.Errorf("nats listen address %q: port: %w", s.cfg.Listen, err)
 		}
 		if opts.Port == 0 {
 			opts.Port = server.RANDOM_PORT
@@ -48,7 +65,7 @@ func Start(cfg Config) (*Server, error) {
 	}
 	srv, err := server.NewServer(opts)
 	if err != nil {
-		return nil, fmt.Errorf("start nats server: %w", err)
+		return fmt.Errorf("start nats server: %w", err)
 	}
 	// The server reports a listener it could not open (a port in use, an
 	// address not on this machine) only in its log, and ReadyForConnections
@@ -56,23 +73,24 @@ func Start(cfg Config) (*Server, error) {
 	fatal := make(chan error, 1)
 	srv.SetLogger(fatalLog(fatal), false, false)
 	go srv.Start()
-	deadline := time.Now().Add(startTimeout)
+	ctx, cancel := context.WithTimeout(ctx, startTimeout)
+	defer cancel()
 	for !srv.ReadyForConnections(readyPoll) {
 		select {
 		case err := <-fatal:
 			srv.Shutdown()
-			if cfg.Listen != "" {
-				return nil, fmt.Errorf("nats listen address %q: %w", cfg.Listen, err)
+			if s.cfg.Listen != "" {
+				return fmt.Errorf("nats listen address %q: %w", s.cfg.Listen, err)
 			}
-			return nil, fmt.Errorf("start nats server: %w", err)
+			return fmt.Errorf("start nats server: %w", err)
+		case <-ctx.Done():
+			srv.Shutdown()
+			return fmt.Errorf("start nats server: not ready: %w", ctx.Err())
 		default:
 		}
-		if time.Now().After(deadline) {
-			srv.Shutdown()
-			return nil, errors.New("start nats server: not ready after 10s")
-		}
 	}
-	return &Server{srv: srv}, nil
+	s.srv = srv
+	return nil
 }
 
 // readyPoll is how long one readiness check waits before the log is looked at.
@@ -95,7 +113,8 @@ func (fatalLog) Errorf(string, ...any)  {}
 func (fatalLog) Debugf(string, ...any)  {}
 func (fatalLog) Tracef(string, ...any)  {}
 
-// Connect opens a client connection inside the process.
+// Connect opens a client connection inside the process, to a started
+// server.
 func (s *Server) Connect(opts ...nats.Option) (*nats.Conn, error) {
 	opts = append(opts, nats.InProcessServer(s.srv))
 	nc, err := nats.Connect(s.srv.ClientURL(), opts...)
@@ -105,11 +124,31 @@ func (s *Server) Connect(opts ...nats.Option) (*nats.Conn, error) {
 	return nc, nil
 }
 
-// ClientURL is the URL outside clients use when Listen was set.
+// ClientURL is the URL outside clients use when Listen was set, once
+// started.
 func (s *Server) ClientURL() string { return s.srv.ClientURL() }
 
-// Stop shuts the server down and waits for it; safe to call twice.
-func (s *Server) Stop() {
-	s.srv.Shutdown()
-	s.srv.WaitForShutdown()
+// Stop shuts the server down and waits for it while ctx lasts. It is safe
+// to call twice, and before or without Start.
+func (s *Server) Stop(ctx context.Context) {
+	s.mu.Lock()
+	srv := s.srv
+	if s.stopped {
+		srv = nil
+	}
+	s.stopped = true
+	s.mu.Unlock()
+	if srv == nil {
+		return
+	}
+	srv.Shutdown()
+	done := make(chan struct{})
+	go func() {
+		srv.WaitForShutdown()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-ctx.Done():
+	}
 }

@@ -1,6 +1,7 @@
 package natsserver_test
 
 import (
+	"context"
 	"net"
 	"strings"
 	"testing"
@@ -9,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/waybill/waybill/natsserver"
+	"github.com/waybill/waybill/service"
 )
 
 // roundTrip publishes on one connection and waits for it on another.
@@ -36,11 +38,11 @@ func roundTrip(t *testing.T, pub, sub *nats.Conn) {
 
 func TestInProcess(t *testing.T) {
 	t.Parallel()
-	srv, err := natsserver.Start(natsserver.Config{})
-	if err != nil {
+	srv := natsserver.New(natsserver.Config{})
+	if err := srv.Start(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	defer srv.Stop()
+	defer srv.Stop(context.Background())
 	pub, err := srv.Connect()
 	if err != nil {
 		t.Fatal(err)
@@ -56,11 +58,11 @@ func TestInProcess(t *testing.T) {
 
 func TestListen(t *testing.T) {
 	t.Parallel()
-	srv, err := natsserver.Start(natsserver.Config{Listen: "127.0.0.1:0"})
-	if err != nil {
+	srv := natsserver.New(natsserver.Config{Listen: "127.0.0.1:0"})
+	if err := srv.Start(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	defer srv.Stop()
+	defer srv.Stop(context.Background())
 	if strings.HasSuffix(srv.ClientURL(), ":0") || strings.HasSuffix(srv.ClientURL(), ":-1") {
 		t.Fatalf("client URL %s names no port", srv.ClientURL())
 	}
@@ -78,19 +80,29 @@ func TestListen(t *testing.T) {
 	roundTrip(t, outside, inside)
 }
 
+// TestStopTwice: the server is a service.Service; Stop before Start does
+// nothing, Stop is safe twice, and a Start after Stop is refused.
 func TestStopTwice(t *testing.T) {
 	t.Parallel()
-	srv, err := natsserver.Start(natsserver.Config{Listen: "127.0.0.1:0"})
-	if err != nil {
+	var _ service.Service = (*natsserver.Server)(nil)
+	natsserver.New(natsserver.Config{}).Stop(t.Context())
+	srv := natsserver.New(natsserver.Config{Listen: "127.0.0.1:0"})
+	if err := srv.Start(t.Context()); err != nil {
 		t.Fatal(err)
+	}
+	if err := srv.Start(t.Context()); err == nil {
+		t.Error("a second Start succeeded")
 	}
 	nc, err := srv.Connect()
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer nc.Close()
-	srv.Stop()
-	srv.Stop()
+	srv.Stop(t.Context())
+	srv.Stop(t.Context())
+	if _, err := nats.Connect(srv.ClientURL(), nats.Timeout(time.Second)); err == nil {
+		t.Error("the server takes connections after Stop")
+	}
 }
 
 func TestBadListenAddress(t *testing.T) {
@@ -104,9 +116,10 @@ func TestBadListenAddress(t *testing.T) {
 
 	for _, addr := range []string{"127.0.0.1", "127.0.0.1:http-ish", "127.0.0.1:99999", busy.Addr().String()} {
 		began := time.Now()
-		srv, err := natsserver.Start(natsserver.Config{Listen: addr})
+		srv := natsserver.New(natsserver.Config{Listen: addr})
+		err := srv.Start(t.Context())
 		if err == nil {
-			srv.Stop()
+			srv.Stop(t.Context())
 			t.Errorf("%s: started", addr)
 			continue
 		}

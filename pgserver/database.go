@@ -7,7 +7,8 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// CreateDatabase creates the database name on the server unless it exists.
+// CreateDatabase creates the database name on the started server unless
+// it exists.
 func (s *Server) CreateDatabase(ctx context.Context, name string) error {
 	conn, err := pgx.Connect(ctx, s.URL("postgres"))
 	if err != nil {

@@ -14,7 +14,7 @@ func TestCreateDatabaseAndLocalPID(t *testing.T) {
 		}
 	}
 	conn := connect(t, s.URL("bench-db"))
-	if got := LocalPID(t.Context(), conn); got != s.pid || got == 0 {
-		t.Fatalf("LocalPID = %d, want %d", got, s.pid)
+	if got := LocalPID(t.Context(), conn); got != s.inst.pid || got == 0 {
+		t.Fatalf("LocalPID = %d, want %d", got, s.inst.pid)
 	}
 }

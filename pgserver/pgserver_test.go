@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/waybill/waybill/service"
 )
 
 // testDataDir returns a data directory path that does not exist yet. It is
@@ -34,18 +36,14 @@ func testDataDir(t *testing.T) string {
 // stops it at the end of the test.
 func start(t *testing.T, dataDir string) *Server {
 	t.Helper()
-	s, err := Start(t.Context(), Config{
+	s := New(Config{
 		DataDir:  dataDir,
 		Settings: map[string]string{"fsync": "off", "full_page_writes": "off"},
 	})
-	if err != nil {
+	if err := s.Start(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		if err := s.Stop(context.Background()); err != nil {
-			t.Error(err)
-		}
-	})
+	t.Cleanup(func() { s.Stop(context.Background()) })
 	return s
 }
 
@@ -92,20 +90,31 @@ func TestStart(t *testing.T) {
 		t.Errorf("password file mode = %v, want 0600", perm)
 	}
 
-	noPassword := strings.Replace(s.URL("postgres"), ":"+s.password+"@", "@", 1)
+	noPassword := strings.Replace(s.URL("postgres"), ":"+s.inst.password+"@", "@", 1)
 	if conn, err := pgx.Connect(t.Context(), noPassword); err == nil {
 		conn.Close(t.Context())
 		t.Error("connected without a password")
 	}
 
-	if err := s.Stop(t.Context()); err != nil {
-		t.Fatalf("first Stop: %v", err)
-	}
-	if s.running() {
+	s.Stop(t.Context())
+	if s.inst.running() {
 		t.Error("server still running after Stop")
 	}
-	if err := s.Stop(t.Context()); err != nil {
-		t.Fatalf("second Stop: %v", err)
+	s.Stop(t.Context())
+	if err := s.Start(t.Context()); err == nil {
+		t.Error("Start after Stop succeeded")
+	}
+}
+
+// TestStopBeforeStart: the server is a service.Service, whose Stop is
+// safe without a Start, and after which Start is refused.
+func TestStopBeforeStart(t *testing.T) {
+	var _ service.Service = (*Server)(nil)
+	s := New(Config{DataDir: testDataDir(t)})
+	s.Stop(t.Context())
+	s.Stop(t.Context())
+	if err := s.Start(t.Context()); err == nil {
+		t.Error("Start after Stop succeeded")
 	}
 }
 
@@ -119,9 +128,7 @@ func TestRestartKeepsData(t *testing.T) {
 		t.Fatal(err)
 	}
 	conn.Close(t.Context())
-	if err := s.Stop(t.Context()); err != nil {
-		t.Fatal(err)
-	}
+	s.Stop(t.Context())
 
 	s = start(t, dataDir)
 	var v string
@@ -142,8 +149,8 @@ func TestAdopt(t *testing.T) {
 	if first.Adopted() || !adopted.Adopted() {
 		t.Errorf("Adopted: %v for the first start, %v for the second; want false, true", first.Adopted(), adopted.Adopted())
 	}
-	if adopted.proc != nil || adopted.pid != first.pid || adopted.port != first.port {
-		t.Fatalf("second Start did not adopt: pid %d port %d, want pid %d port %d", adopted.pid, adopted.port, first.pid, first.port)
+	if a, f := adopted.inst, first.inst; a.proc != nil || a.pid != f.pid || a.port != f.port {
+		t.Fatalf("second Start did not adopt: pid %d port %d, want pid %d port %d", a.pid, a.port, f.pid, f.port)
 	}
 	var one int
 	if err := connect(t, adopted.URL("postgres")).QueryRow(t.Context(), "SELECT 1").Scan(&one); err != nil {
@@ -154,19 +161,15 @@ func TestAdopt(t *testing.T) {
 	// started it.
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 	defer cancel()
-	if err := adopted.Stop(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if !first.running() {
+	adopted.Stop(ctx)
+	if !first.inst.running() {
 		t.Fatal("Stop of the adopted server stopped it")
 	}
 	if err := connect(t, first.URL("postgres")).QueryRow(t.Context(), "SELECT 1").Scan(&one); err != nil {
 		t.Fatalf("the server after the adopter's Stop: %v", err)
 	}
 
-	if err := first.Stop(ctx); err != nil {
-		t.Fatal(err)
-	}
+	first.Stop(ctx)
 	if _, err := os.Stat(filepath.Join(dataDir, "postmaster.pid")); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("postmaster.pid after Stop: %v", err)
 	}
@@ -181,7 +184,7 @@ func TestStartPortTaken(t *testing.T) {
 	defer l.Close()
 	port := l.Addr().(*net.TCPAddr).Port
 
-	_, err = Start(t.Context(), Config{DataDir: testDataDir(t), Port: port})
+	err = New(Config{DataDir: testDataDir(t), Port: port}).Start(t.Context())
 	if err == nil {
 		t.Fatal("Start on a taken port succeeded")
 	}
@@ -192,7 +195,7 @@ func TestStartPortTaken(t *testing.T) {
 }
 
 func TestStartRejectsReservedSetting(t *testing.T) {
-	_, err := Start(t.Context(), Config{DataDir: testDataDir(t), Settings: map[string]string{"Port": "1"}})
+	err := New(Config{DataDir: testDataDir(t), Settings: map[string]string{"Port": "1"}}).Start(t.Context())
 	if err == nil || !strings.Contains(err.Error(), "managed by pgserver") {
 		t.Fatalf("Start with Settings[Port] = %v, want rejection", err)
 	}
@@ -203,7 +206,7 @@ func TestStartUntraversableParent(t *testing.T) {
 		t.Skip("only root switches to the postgres user")
 	}
 	// t.TempDir's parent is a root-owned 0700 directory.
-	_, err := Start(t.Context(), Config{DataDir: filepath.Join(t.TempDir(), "data")})
+	err := New(Config{DataDir: filepath.Join(t.TempDir(), "data")}).Start(t.Context())
 	if err == nil || !strings.Contains(err.Error(), "not searchable") {
 		t.Fatalf("Start under a 0700 root directory = %v, want a not-searchable error", err)
 	}

@@ -75,9 +75,23 @@ type Config struct {
 	Logger *slog.Logger
 }
 
-// Server is a running PostgreSQL server, either started by Start or, when
-// one was already running on the data directory, adopted by it.
+// Server is a PostgreSQL server on a data directory, a service.Service:
+// Start starts it, or adopts one already running there, and Stop stops
+// it, unless it was adopted.
 type Server struct {
+	cfg Config
+
+	// mu is held through Start, so a Stop waits for a start under way.
+	mu               sync.Mutex
+	inst             *instance
+	started, stopped bool
+}
+
+// New returns a server for cfg that has not started.
+func New(cfg Config) *Server { return &Server{cfg: cfg} }
+
+// instance is a running server, either launched or adopted.
+type instance struct {
 	dataDir  string
 	port     int
 	password string
@@ -95,18 +109,31 @@ type Server struct {
 	// watching is set while an exit would be unexpected, so only those are
 	// logged.
 	watching atomic.Bool
-
-	mu      sync.Mutex
-	stopped bool
 }
 
-// Start starts a PostgreSQL server on cfg.DataDir and waits until it
-// accepts connections. When a server from an earlier process is still
+// Start starts a PostgreSQL server on the data directory and waits until
+// it accepts connections. When a server from an earlier process is still
 // running on the data directory, Start adopts it instead; it keeps the port
 // and settings it was started with, and Stop leaves it running. The server
-// keeps running after ctx ends; ctx bounds only the start. Call Stop to
-// stop it.
-func Start(ctx context.Context, cfg Config) (*Server, error) {
+// keeps running after ctx ends; ctx bounds only the start. Start fails
+// after a Start or a Stop.
+func (s *Server) Start(ctx context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.started || s.stopped {
+		return errors.New("postgres: Start after Start or Stop")
+	}
+	s.started = true
+	inst, err := startOrAdopt(ctx, s.cfg)
+	if err != nil {
+		return err
+	}
+	s.inst = inst
+	return nil
+}
+
+// startOrAdopt starts or adopts the server of cfg.
+func startOrAdopt(ctx context.Context, cfg Config) (*instance, error) {
 	if cfg.DataDir == "" {
 		return nil, errors.New("start postgres: Config.DataDir is empty")
 	}
@@ -167,7 +194,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 
 // adopt returns a Server for a postgres that an earlier process left
 // running on dataDir, or nil when there is none and a new one should start.
-func adopt(ctx context.Context, dataDir, password string, logger *slog.Logger) (*Server, error) {
+func adopt(ctx context.Context, dataDir, password string, logger *slog.Logger) (*instance, error) {
 	pf, err := readPIDFile(dataDir)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
@@ -182,7 +209,7 @@ func adopt(ctx context.Context, dataDir, password string, logger *slog.Logger) (
 	if pf.pid == os.Getpid() {
 		return nil, nil
 	}
-	s := &Server{dataDir: dataDir, port: pf.port, password: password, pid: pf.pid, logger: logger}
+	s := &instance{dataDir: dataDir, port: pf.port, password: password, pid: pf.pid, logger: logger}
 	if !s.running() {
 		return nil, nil
 	}
@@ -200,7 +227,7 @@ func adopt(ctx context.Context, dataDir, password string, logger *slog.Logger) (
 }
 
 // launch runs postgres on dataDir and port and waits until it is ready.
-func launch(ctx context.Context, binDir, dataDir string, port int, password string, settings map[string]string, r *runAs, logger *slog.Logger) (*Server, error) {
+func launch(ctx context.Context, binDir, dataDir string, port int, password string, settings map[string]string, r *runAs, logger *slog.Logger) (*instance, error) {
 	// Keep the previous run's log, but only one, so the file stays small
 	// and its tail is this run's.
 	logPath := filepath.Join(dataDir, logFileName)
@@ -238,7 +265,7 @@ func launch(ctx context.Context, binDir, dataDir string, port int, password stri
 		return nil, fmt.Errorf("run postgres: %w", err)
 	}
 
-	s := &Server{
+	s := &instance{
 		dataDir:  dataDir,
 		port:     port,
 		password: password,
@@ -258,7 +285,7 @@ func launch(ctx context.Context, binDir, dataDir string, port int, password stri
 	if err := s.waitReady(ctx); err != nil {
 		stopCtx, cancel := context.WithTimeout(context.Background(), readyTimeout)
 		defer cancel()
-		if serr := s.Stop(stopCtx); serr != nil {
+		if serr := s.stop(stopCtx); serr != nil {
 			logger.Warn("stop postgres that failed to start", "err", serr)
 		}
 		tail := logTail(logPath)
@@ -285,11 +312,17 @@ func freePort() (int, error) {
 // Adopted reports whether Start found the server already running on the
 // data directory rather than starting it. Stop leaves an adopted server
 // running: another process started it and may be using it.
-func (s *Server) Adopted() bool { return s.proc == nil }
+func (s *Server) Adopted() bool { return s.inst.adopted() }
 
-// URL returns a postgres URL for database on the server at 127.0.0.1, with
-// the superuser's credentials and sslmode=disable, as the server has no TLS.
-func (s *Server) URL(database string) string {
+func (s *instance) adopted() bool { return s.proc == nil }
+
+// URL returns a postgres URL for database on the started server at
+// 127.0.0.1, with the superuser's credentials and sslmode=disable, as the
+// server has no TLS.
+func (s *Server) URL(database string) string { return s.inst.URL(database) }
+
+// URL is Server.URL.
+func (s *instance) URL(database string) string {
 	u := url.URL{
 		Scheme:   "postgres",
 		User:     url.UserPassword(superuser, s.password),
@@ -303,18 +336,29 @@ func (s *Server) URL(database string) string {
 // Stop shuts down a server that Start started with a fast shutdown
 // (SIGINT), which aborts open transactions, and waits for it to exit. When
 // it has not exited by ctx's end, Stop sends SIGQUIT, and SIGKILL if even
-// that does not work, and reports the timeout. An adopted server is left
-// running: a process never stops a server it did not start. Calls after the
-// first do nothing and return nil.
-func (s *Server) Stop(ctx context.Context) error {
+// that does not work, and logs the failure. An adopted server is left
+// running: a process never stops a server it did not start. It is safe to
+// call twice, and before or without Start.
+func (s *Server) Stop(ctx context.Context) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
+	inst := s.inst
 	if s.stopped {
-		return nil
+		inst = nil
 	}
 	s.stopped = true
+	s.mu.Unlock()
+	if inst == nil {
+		return
+	}
+	if err := inst.stop(ctx); err != nil {
+		inst.logger.Error("stop postgres", "data_dir", inst.dataDir, "pid", inst.pid, "err", err)
+	}
+}
+
+// stop is Stop's work, reporting what went wrong.
+func (s *instance) stop(ctx context.Context) error {
 	s.watching.Store(false)
-	if s.Adopted() {
+	if s.adopted() {
 		s.logger.Info("left running postgres it did not start", "data_dir", s.dataDir, "pid", s.pid)
 		return nil
 	}
@@ -345,7 +389,7 @@ func (s *Server) Stop(ctx context.Context) error {
 // signal sends sig to the server we started, treating a server that is
 // already gone as success. It goes through os.Process, which cannot hit a
 // reused PID.
-func (s *Server) signal(sig syscall.Signal) error {
+func (s *instance) signal(sig syscall.Signal) error {
 	err := s.proc.Signal(sig)
 	if err == nil || errors.Is(err, os.ErrProcessDone) || errors.Is(err, syscall.ESRCH) {
 		return nil
@@ -354,7 +398,7 @@ func (s *Server) signal(sig syscall.Signal) error {
 }
 
 // running reports whether the server process is still there.
-func (s *Server) running() bool {
+func (s *instance) running() bool {
 	if s.exited != nil {
 		select {
 		case <-s.exited:
@@ -374,7 +418,7 @@ func (s *Server) running() bool {
 
 // wait waits until the server has exited, reporting false when ctx ends
 // first.
-func (s *Server) wait(ctx context.Context) bool {
+func (s *instance) wait(ctx context.Context) bool {
 	tick := time.NewTicker(20 * time.Millisecond)
 	defer tick.Stop()
 	for s.running() {
@@ -390,7 +434,7 @@ func (s *Server) wait(ctx context.Context) bool {
 
 // waitReady polls the server with connections until one succeeds, the
 // server exits (errExited), or ctx or readyTimeout ends.
-func (s *Server) waitReady(ctx context.Context) error {
+func (s *instance) waitReady(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, readyTimeout)
 	defer cancel()
 	if s.exited != nil {

@@ -71,6 +71,21 @@ func (l *List) Start(ctx context.Context, name string, s Service) error {
 	return nil
 }
 
+// Defer adds stop to be run in its place among the services' stops: for
+// what is undone but does not run, such as a pool to close, a file to
+// remove or a lock to release.
+func (l *List) Defer(stop func()) {
+	l.mu.Lock()
+	l.started = append(l.started, named{"", stopFunc(stop)})
+	l.mu.Unlock()
+}
+
+// stopFunc is a Service that only stops.
+type stopFunc func()
+
+func (stopFunc) Start(context.Context) error { return nil }
+func (f stopFunc) Stop(context.Context)      { f() }
+
 // Stop stops every service started, the last first, each within ctx.
 func (l *List) Stop(ctx context.Context) {
 	l.mu.Lock()

@@ -25,6 +25,8 @@ func (f *fake) Start(context.Context) error {
 
 func (f *fake) Stop(context.Context) { *f.log = append(*f.log, "stop "+f.name) }
 
+// TestListStopsInReverseWhatStarted: a deferred function runs in its
+// place among the stops, once.
 func TestListStopsInReverseWhatStarted(t *testing.T) {
 	var log []string
 	var l service.List
@@ -33,13 +35,14 @@ func TestListStopsInReverseWhatStarted(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	l.Defer(func() { log = append(log, "deferred") })
 	err := l.Start(t.Context(), "c", &fake{name: "c", log: &log, fail: true})
 	if err == nil || err.Error() != "start c: no" {
 		t.Fatalf("failed start: %v", err)
 	}
 	l.Stop(t.Context())
 	l.Stop(t.Context())
-	if want := []string{"start a", "start b", "stop b", "stop a"}; !slices.Equal(log, want) {
+	if want := []string{"start a", "start b", "deferred", "stop b", "stop a"}; !slices.Equal(log, want) {
 		t.Errorf("got %v, want %v", log, want)
 	}
 }

@@ -160,11 +160,11 @@ func newBenchEnv(b *testing.B) *benchEnv {
 		b.Logf("the server's CPU is not measured: %v", err)
 	}
 
-	ns, err := natsserver.Start(natsserver.Config{})
-	if err != nil {
+	ns := natsserver.New(natsserver.Config{})
+	b.Cleanup(func() { ns.Stop(context.Background()) })
+	if err := ns.Start(b.Context()); err != nil {
 		b.Fatal(err)
 	}
-	b.Cleanup(ns.Stop)
 	nc, err := ns.Connect()
 	if err != nil {
 		b.Fatal(err)

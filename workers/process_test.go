@@ -91,11 +91,12 @@ func TestKilledWorkerProcessLosesNothing(t *testing.T) {
 	b := setup(t)
 	// The processes and this test share a NATS server reached by URL, so
 	// the wake-ups of the test's sweep reach the worker process.
-	ns, err := natsserver.Start(natsserver.Config{Listen: "127.0.0.1:0"})
-	if err != nil {
+	ns := natsserver.New(natsserver.Config{Listen: "127.0.0.1:0"})
+	t.Cleanup(func() { ns.Stop(context.Background()) })
+	if err := ns.Start(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(ns.Stop)
+	var err error
 	if b.nc, err = nats.Connect(ns.ClientURL()); err != nil {
 		t.Fatal(err)
 	}

@@ -140,8 +140,8 @@ func TestLostWakeupsAreSweptUp(t *testing.T) {
 	b := setup(t)
 	b.target(t, b.httpTarget("web"))
 	b.runtime(t, 0)
-	ns, err := natsserver.Start(natsserver.Config{})
-	if err != nil {
+	ns := natsserver.New(natsserver.Config{})
+	if err := ns.Start(t.Context()); err != nil {
 		t.Fatal(err)
 	}
 	dead, err := ns.Connect()
@@ -149,7 +149,7 @@ func TestLostWakeupsAreSweptUp(t *testing.T) {
 		t.Fatal(err)
 	}
 	dead.Close()
-	ns.Stop()
+	ns.Stop(t.Context())
 	lossy := b.writer(t, workers.NewPublisher(dead, nil, b.metrics))
 
 	for i := range 5 {
@@ -420,11 +420,11 @@ func TestDisabledTargetStallsThenRecovers(t *testing.T) {
 func TestExternalNATS(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	ns, err := natsserver.Start(natsserver.Config{Listen: "127.0.0.1:0"})
-	if err != nil {
+	ns := natsserver.New(natsserver.Config{Listen: "127.0.0.1:0"})
+	t.Cleanup(func() { ns.Stop(context.Background()) })
+	if err := ns.Start(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(ns.Stop)
 	nc, err := nats.Connect(ns.ClientURL())
 	if err != nil {
 		t.Fatal(err)

@@ -62,11 +62,11 @@ func setup(t testing.TB) *bundle {
 		reg: prometheus.NewRegistry(), sink: newSink(t)}
 	b.db = dbtest.Pool(t)
 	var err error
-	ns, err := natsserver.Start(natsserver.Config{})
-	if err != nil {
+	ns := natsserver.New(natsserver.Config{})
+	t.Cleanup(func() { ns.Stop(context.Background()) })
+	if err := ns.Start(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(ns.Stop)
 	if b.nc, err = ns.Connect(); err != nil {
 		t.Fatal(err)
 	}

@@ -17,7 +17,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
@@ -135,8 +134,12 @@ func serve(ctx context.Context, cfg *serveConfig, stderr io.Writer) error {
 	if os.Getenv("GOGC") == "" {
 		debug.SetGCPercent(gcPercent)
 	}
-	var stack stopStack
-	defer stack.run()
+	// What the services stand on: the data directory's lock, the listener,
+	// the database, NATS. It stops after the services, in reverse, with a
+	// budget of its own, so that the PostgreSQL this process started shuts
+	// down cleanly however long the services took.
+	var resources service.List
+	defer stopWithin(&resources, resourcesStopBudget)
 
 	// The data directory has one owner: a second server on it is refused
 	// here, before it starts, adopts or writes anything.
@@ -148,12 +151,12 @@ func serve(ctx context.Context, cfg *serveConfig, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	stack.push(dirLock.Release)
+	resources.Defer(dirLock.Release)
 	l, err := net.Listen("tcp", cfg.listen)
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", cfg.listen, err)
 	}
-	stack.push(func() { _ = l.Close() })
+	resources.Defer(func() { _ = l.Close() })
 	serverURL := dialURL(l.Addr().(*net.TCPAddr))
 	owner.URL = serverURL
 	if err := dirLock.Record(owner); err != nil {
@@ -162,18 +165,17 @@ func serve(ctx context.Context, cfg *serveConfig, stderr io.Writer) error {
 
 	dbURL := cfg.databaseURL
 	if dbURL == "" {
-		pg, url, err := startEmbeddedPostgres(ctx, cfg.dataDir, nil, log)
+		url, err := startEmbeddedPostgres(ctx, cfg.dataDir, nil, log, &resources)
 		if err != nil {
 			return err
 		}
-		stack.push(stopPostgres(pg, log))
 		dbURL = url
 	}
 	db, err := openDB(ctx, dbURL)
 	if err != nil {
 		return err
 	}
-	stack.push(db.Close)
+	resources.Defer(db.Close)
 	if err := schema.Ensure(ctx, db); err != nil {
 		return err
 	}
@@ -181,11 +183,11 @@ func serve(ctx context.Context, cfg *serveConfig, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	stack.push(lock.Release)
+	resources.Defer(lock.Release)
 	if cfg.databaseURL == "" {
 		// The operator's commands on this data directory (audit, token)
 		// find the server's database through this file.
-		if err := writeRunFile(cfg.dataDir, databaseURLFile, dbURL, "the database's URL", log, &stack); err != nil {
+		if err := writeRunFile(cfg.dataDir, databaseURLFile, dbURL, "the database's URL", log, &resources); err != nil {
 			return err
 		}
 	}
@@ -198,7 +200,7 @@ func serve(ctx context.Context, cfg *serveConfig, stderr io.Writer) error {
 		return err
 	}
 
-	nc, err := connectNATS(cfg.natsURL, log, &stack)
+	nc, err := connectNATS(ctx, cfg.natsURL, log, &resources)
 	if err != nil {
 		return err
 	}
@@ -266,34 +268,31 @@ func serve(ctx context.Context, cfg *serveConfig, stderr io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("subscribe to configuration changes: %w", err)
 	}
-	stack.push(func() { _ = sub.Unsubscribe() })
+	resources.Defer(func() { _ = sub.Unsubscribe() })
 
 	// The services start in this order and stop in the reverse: the
 	// sources first, so nothing comes in while the rest stops, then the
 	// bulk operations' runner, retention and the sweep, then the workers,
-	// each before anything they use. The sweep's first pass runs
-	// after the workers subscribed, so its wake-ups find them, and so do
-	// the sources' first messages.
+	// each before anything they use, and the console's live histories
+	// just before the HTTP server, whose stop waits for them. The sweep's
+	// first pass runs after the workers subscribed, so its wake-ups find
+	// them, and so do the sources' first messages.
 	var services service.List
-	stack.push(func() {
-		ready.Store(false)
-		sctx, cancel := context.WithTimeout(context.Background(), cfg.drainGrace+stopBudget)
-		defer cancel()
-		services.Stop(sctx)
-	})
+	defer stopWithin(&services, cfg.drainGrace+stopBudget)
 	for _, s := range []struct {
 		name string
 		s    service.Service
-	}{{"http server", web}, {"alerter", alerter}, {"event stream", events}, {"runtime", rt}, {"callbacks", callbacks}, {"sweep", sw},
-		{"retention", ret}, {"bulk operations", runner}, {"sources", sources}} {
+	}{{"http server", web}, {"console", ui}, {"alerter", alerter}, {"event stream", events}, {"runtime", rt}, {"callbacks", callbacks},
+		{"sweep", sw}, {"retention", ret}, {"bulk operations", runner}, {"sources", sources}} {
 		if err := services.Start(ctx, s.name, s.s); err != nil {
 			return err
 		}
 	}
+	services.Defer(func() { ready.Store(false) })
 
 	// The client commands on this data directory find the server through
 	// this file, there once the server is ready.
-	if err := writeRunFile(cfg.dataDir, serverURLFile, serverURL, "the server's URL", log, &stack); err != nil {
+	if err := writeRunFile(cfg.dataDir, serverURLFile, serverURL, "the server's URL", log, &services); err != nil {
 		return err
 	}
 	ready.Store(true)
@@ -311,15 +310,11 @@ func serve(ctx context.Context, cfg *serveConfig, stderr io.Writer) error {
 	return nil
 }
 
-// stopStack holds what serve started, to be stopped in reverse order.
-type stopStack []func()
-
-func (s *stopStack) push(f func()) { *s = append(*s, f) }
-
-func (s *stopStack) run() {
-	for i := len(*s) - 1; i >= 0; i-- {
-		(*s)[i]()
-	}
+// stopWithin stops l within budget, counted from now.
+func stopWithin(l *service.List, budget time.Duration) {
+	ctx, cancel := context.WithTimeout(context.Background(), budget)
+	defer cancel()
+	l.Stop(ctx)
 }
 
 const (
@@ -336,14 +331,14 @@ const (
 )
 
 // writeRunFile writes value and a newline to the file name in dataDir,
-// readable only by the owner, and pushes its removal on stack: the file
-// says what is true only while the server runs. what names it in errors.
-func writeRunFile(dataDir, name, value, what string, log *slog.Logger, stack *stopStack) error {
+// readable only by the owner, and defers its removal on l: the file says
+// what is true only while the server runs. what names it in errors.
+func writeRunFile(dataDir, name, value, what string, log *slog.Logger, l *service.List) error {
 	path := filepath.Join(dataDir, name)
 	if err := securefile.Write(path, []byte(value+"\n")); err != nil {
 		return fmt.Errorf("write %s: %w", what, err)
 	}
-	stack.push(func() {
+	l.Defer(func() {
 		if err := os.Remove(path); err != nil {
 			log.Warn("remove "+what, "path", path, "err", err)
 		}
@@ -365,57 +360,31 @@ func dialURL(addr *net.TCPAddr) string {
 	return "http://" + net.JoinHostPort(ip.String(), strconv.Itoa(addr.Port))
 }
 
-// startEmbeddedPostgres starts the PostgreSQL of the data directory, with
-// settings as extra server settings (nil for none), or adopts the one
-// already running on it, and returns it with the URL of its waybill
-// database, created on first use. On an error it stops a server it started.
-func startEmbeddedPostgres(ctx context.Context, dataDir string, settings map[string]string, log *slog.Logger) (_ *pgserver.Server, _ string, err error) {
+// startEmbeddedPostgres starts the PostgreSQL of the data directory on l,
+// with settings as extra server settings (nil for none), or adopts the one
+// already running on it, and returns the URL of its waybill database,
+// created on first use. l's Stop stops the server, unless it was adopted.
+func startEmbeddedPostgres(ctx context.Context, dataDir string, settings map[string]string, log *slog.Logger, l *service.List) (string, error) {
 	dir, err := filepath.Abs(dataDir)
 	if err != nil {
-		return nil, "", err
+		return "", err
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return nil, "", fmt.Errorf("data dir: %w", err)
+		return "", fmt.Errorf("data dir: %w", err)
 	}
-	srv, err := pgserver.Start(ctx, pgserver.Config{DataDir: filepath.Join(dir, "pg"), Logger: log, Settings: settings})
+	srv := pgserver.New(pgserver.Config{DataDir: filepath.Join(dir, "pg"), Logger: log, Settings: settings})
+	err = l.Start(ctx, "embedded postgres", srv)
 	if errors.Is(err, pgserver.ErrNoBinaries) {
-		return nil, "", fmt.Errorf("no database: %w; install the PostgreSQL server binaries (initdb, postgres) or pass --database-url (env WAYBILL_DATABASE_URL)", err)
+		return "", fmt.Errorf("no database: %w; install the PostgreSQL server binaries (initdb, postgres) or pass --database-url (env WAYBILL_DATABASE_URL)", err)
 	}
 	if err != nil {
-		return nil, "", err
+		return "", err
 	}
-	defer func() {
-		if err != nil && !srv.Adopted() {
-			stopPostgres(srv, log)()
-		}
-	}()
-	conn, err := pgx.Connect(ctx, srv.URL("postgres"))
-	if err != nil {
-		return nil, "", fmt.Errorf("embedded postgres: %w", err)
-	}
-	defer conn.Close(context.Background())
-	var exists bool
-	if err := conn.QueryRow(ctx, `SELECT EXISTS (SELECT FROM pg_database WHERE datname = 'waybill')`).Scan(&exists); err != nil {
-		return nil, "", fmt.Errorf("embedded postgres: %w", err)
-	}
-	if !exists {
-		if _, err := conn.Exec(ctx, `CREATE DATABASE waybill`); err != nil {
-			return nil, "", fmt.Errorf("embedded postgres: create database: %w", err)
-		}
+	if err := srv.CreateDatabase(ctx, "waybill"); err != nil {
+		return "", fmt.Errorf("embedded postgres: %w", err)
 	}
 	log.Info("embedded postgres", "data_dir", filepath.Join(dir, "pg"))
-	return srv, srv.URL("waybill"), nil
-}
-
-// stopPostgres returns a function that stops srv and logs a failure.
-func stopPostgres(srv *pgserver.Server, log *slog.Logger) func() {
-	return func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		if err := srv.Stop(ctx); err != nil {
-			log.Error("stop embedded postgres", "err", err)
-		}
-	}
+	return srv.URL("waybill"), nil
 }
 
 // openDB opens the pool every part of the process shares. A session left
@@ -449,9 +418,10 @@ func openDB(ctx context.Context, url string) (*pgxpool.Pool, error) {
 	return db, nil
 }
 
-// connectNATS connects to the NATS at url, or to an embedded server when
-// url is empty.
-func connectNATS(url string, log *slog.Logger, stack *stopStack) (*nats.Conn, error) {
+// connectNATS connects to the NATS at url, or to an embedded server it
+// starts on l when url is empty; l's Stop closes the connection, then the
+// server.
+func connectNATS(ctx context.Context, url string, log *slog.Logger, l *service.List) (*nats.Conn, error) {
 	opts := []nats.Option{nats.Name("waybill"), nats.MaxReconnects(-1),
 		nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
 			subject := ""
@@ -465,19 +435,18 @@ func connectNATS(url string, log *slog.Logger, stack *stopStack) (*nats.Conn, er
 		if err != nil {
 			return nil, fmt.Errorf("connect to nats %s: %w", url, err)
 		}
-		stack.push(nc.Close)
+		l.Defer(nc.Close)
 		return nc, nil
 	}
-	ns, err := natsserver.Start(natsserver.Config{})
-	if err != nil {
+	ns := natsserver.New(natsserver.Config{})
+	if err := l.Start(ctx, "embedded nats", ns); err != nil {
 		return nil, err
 	}
-	stack.push(ns.Stop)
 	nc, err := ns.Connect(opts...)
 	if err != nil {
 		return nil, err
 	}
-	stack.push(nc.Close)
+	l.Defer(nc.Close)
 	return nc, nil
 }
 
@@ -485,6 +454,11 @@ func connectNATS(url string, log *slog.Logger, stack *stopStack) (*nats.Conn, er
 // grace: the outcomes being recorded, the feed's consumers saving their
 // places, the HTTP server's last answers.
 const stopBudget = 20 * time.Second
+
+// resourcesStopBudget is what a stop gives what the services stand on,
+// after them: mostly the embedded PostgreSQL's fast shutdown, before it is
+// sent SIGQUIT.
+const resourcesStopBudget = 30 * time.Second
 
 // httpService serves the API, the console, the metrics and the health
 // checks: /healthz answers while the process runs, /readyz only while the
@@ -527,8 +501,6 @@ func newHTTPService(l net.Listener, api http.Handler, ui *console.Console, db *p
 		IdleTimeout:       2 * time.Minute,
 		MaxHeaderBytes:    64 << 10,
 	}
-	// A live history is a request that never ends on its own.
-	srv.RegisterOnShutdown(ui.Close)
 	return &httpService{srv: srv, l: l, log: log}
 }
 

@@ -83,11 +83,11 @@ func startServer(t *testing.T, bin string, args ...string) *server {
 func shared(t *testing.T) (*pgxpool.Pool, string, *natsserver.Server) {
 	t.Helper()
 	db := dbtest.Pool(t)
-	ns, err := natsserver.Start(natsserver.Config{Listen: "127.0.0.1:0"})
-	if err != nil {
+	ns := natsserver.New(natsserver.Config{Listen: "127.0.0.1:0"})
+	t.Cleanup(func() { ns.Stop(context.Background()) })
+	if err := ns.Start(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(ns.Stop)
 	return db, db.Config().ConnString(), ns
 }
 

@@ -20,6 +20,7 @@ import (
 	"github.com/waybill/waybill/internal/dirlock"
 	"github.com/waybill/waybill/lifecycle"
 	"github.com/waybill/waybill/schema"
+	"github.com/waybill/waybill/service"
 )
 
 const tokenUsage = `usage: waybill token create --name N --role R [--database-url URL | --data-dir DIR]
@@ -183,21 +184,21 @@ func openCommandDB(ctx context.Context, url, dataDir, command string, stderr io.
 	if err != nil {
 		return nil, nil, err
 	}
-	var stack stopStack
-	stack.push(lock.Release)
+	var owned service.List
+	stop := func() { stopWithin(&owned, resourcesStopBudget) }
+	owned.Defer(lock.Release)
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	pg, url, err := startEmbeddedPostgres(ctx, dataDir, nil, log)
+	dbURL, err := startEmbeddedPostgres(ctx, dataDir, nil, log, &owned)
 	if err != nil {
-		stack.run()
+		stop()
 		return nil, nil, err
 	}
-	stack.push(stopPostgres(pg, log))
-	if db, err = openDB(ctx, url); err != nil {
-		stack.run()
+	if db, err = openDB(ctx, dbURL); err != nil {
+		stop()
 		return nil, nil, err
 	}
-	stack.push(db.Close)
-	return db, stack.run, nil
+	owned.Defer(db.Close)
+	return db, stop, nil
 }
 
 // openOwnerDB opens the database of the server that owns dataDir, as held

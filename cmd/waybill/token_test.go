@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"log/slog"
 	"os"
@@ -14,6 +15,7 @@ import (
 	"github.com/waybill/waybill/auth"
 	"github.com/waybill/waybill/internal/dbtest"
 	"github.com/waybill/waybill/internal/securefile"
+	"github.com/waybill/waybill/service"
 )
 
 // waybillCLI runs the command line and returns its exit code and outputs.
@@ -159,7 +161,8 @@ func TestTokenCreateEmbedded(t *testing.T) {
 	}
 
 	// A PostgreSQL this test started: the command uses it and leaves it.
-	pg, url, err := startEmbeddedPostgres(ctx, dir, nil, quiet)
+	var pg service.List
+	url, err := startEmbeddedPostgres(ctx, dir, nil, quiet, &pg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -178,18 +181,18 @@ func TestTokenCreateEmbedded(t *testing.T) {
 	if err := securefile.Write(filepath.Join(dir, databaseURLFile), []byte(url+"\n")); err != nil {
 		t.Fatal(err)
 	}
-	stopPostgres(pg, quiet)()
+	pg.Stop(ctx)
 	bob := create("bob")
 	if _, err := os.Stat(pidFile); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("the command left the PostgreSQL it started running: %v", err)
 	}
 
 	// The next start finds both tokens.
-	pg, url, err = startEmbeddedPostgres(ctx, dir, nil, quiet)
+	url, err = startEmbeddedPostgres(ctx, dir, nil, quiet, &pg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer stopPostgres(pg, quiet)()
+	defer pg.Stop(context.Background())
 	db, err = pgxpool.New(ctx, url)
 	if err != nil {
 		t.Fatal(err)

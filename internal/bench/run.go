@@ -43,7 +43,8 @@ func Run(ctx context.Context, cfg Config, stdout, stderr io.Writer) error {
 // extra server settings, and returns the URL of its waybill database and
 // the function that stops it.
 func startPostgres(ctx context.Context, dir string, settings map[string]string, log *slog.Logger) (string, func(), error) {
-	srv, err := pgserver.Start(ctx, pgserver.Config{DataDir: filepath.Join(dir, "pg"), Logger: log, Settings: settings})
+	srv := pgserver.New(pgserver.Config{DataDir: filepath.Join(dir, "pg"), Logger: log, Settings: settings})
+	err := srv.Start(ctx)
 	if errors.Is(err, pgserver.ErrNoBinaries) {
 		return "", nil, fmt.Errorf("no database: %w; install the PostgreSQL server binaries (initdb, postgres) or pass --database-url (env WAYBILL_DATABASE_URL)", err)
 	}
@@ -53,9 +54,7 @@ func startPostgres(ctx context.Context, dir string, settings map[string]string, 
 	stop := func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		if err := srv.Stop(ctx); err != nil {
-			log.Error("stop the bench's postgres", "err", err)
-		}
+		srv.Stop(ctx)
 	}
 	if err := srv.CreateDatabase(ctx, "waybill"); err != nil {
 		stop()

@@ -112,10 +112,11 @@ func throughput(ctx context.Context, cfg Config, log *slog.Logger) (*throughputR
 	var ns *natsserver.Server
 	natsURL := ""
 	if !cfg.HTTP {
-		if ns, err = natsserver.Start(natsserver.Config{Listen: "127.0.0.1:0"}); err != nil {
+		ns = natsserver.New(natsserver.Config{Listen: "127.0.0.1:0"})
+		if err := ns.Start(ctx); err != nil {
 			return nil, err
 		}
-		defer ns.Stop()
+		defer ns.Stop(context.Background())
 		natsURL = ns.ClientURL()
 	}
 	sink := &sinkRecord{arrived: map[string][]time.Time{}, all: make(chan struct{}), want: 2 * cfg.Messages}

@@ -69,7 +69,7 @@ func run(m *testing.M) int {
 
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	srv, err := pgserver.Start(ctx, pgserver.Config{
+	srv := pgserver.New(pgserver.Config{
 		DataDir: filepath.Join(dir, "data"),
 		// Durability buys nothing for a server deleted after the run.
 		Settings: map[string]string{
@@ -81,17 +81,15 @@ func run(m *testing.M) int {
 		// Keep test output to what matters.
 		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
 	})
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "dbtest: %v\n", err)
-		return 1
-	}
 	defer func() {
 		ctx, cancel := context.WithTimeout(context.Background(), timeout)
 		defer cancel()
-		if err := srv.Stop(ctx); err != nil {
-			fmt.Fprintf(os.Stderr, "dbtest: %v\n", err)
-		}
+		srv.Stop(ctx)
 	}()
+	if err := srv.Start(ctx); err != nil {
+		fmt.Fprintf(os.Stderr, "dbtest: %v\n", err)
+		return 1
+	}
 
 	adminURL = srv.URL("postgres")
 	return m.Run()
