@@ -8,6 +8,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/waybill/waybill/journal"
 )
 
 // lagTimeout bounds the query a scrape runs.
@@ -16,15 +18,10 @@ const lagTimeout = 5 * time.Second
 // lagSQL counts the committed events after the group's place, held back or
 // not, and takes the recorded_at of the first of them in feed order, the
 // next the group will consume. An open transaction that holds the feed back
-// therefore shows as lag. Both walk journal_txid from the place, so a
-// scrape costs what the group lags, not what the journal holds; with the
-// place in a join, or the planner's guess of a third of the journal for the
-// range, the count scanned the whole journal, so walkPlan turns scans that
-// do not walk an index off for it.
-const lagSQL = `SELECT
-	(SELECT count(*) FROM journal j WHERE (j.txid, j.position) > (o.last_processed_transaction_id, o.offset_acked)),
-	(SELECT j.recorded_at FROM journal j WHERE (j.txid, j.position) > (o.last_processed_transaction_id, o.offset_acked)
-		ORDER BY j.txid, j.position LIMIT 1)
+// therefore shows as lag. With the place in a join, or the planner's guess
+// of a third of the journal for the range, the count scanned the whole
+// journal, so walkPlan turns scans that do not walk an index off for it.
+var lagSQL = `SELECT ` + journal.LagSQL("o.last_processed_transaction_id", "o.offset_acked") + `
 	FROM ` + offsetsTable + ` o WHERE o.consumer_group = $1`
 
 // walkPlan turns off, for the rest of its transaction, the scans that do

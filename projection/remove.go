@@ -50,6 +50,13 @@ func QueueRemove(b *pgx.Batch, ms []*Message, events []journal.Event) {
 	tally.Queue(b)
 }
 
+// QueueCountMessages queues on b the count, into dst, of the messages of
+// ids that have a row.
+func QueueCountMessages(b *pgx.Batch, ids []uuid.UUID, dst *int) {
+	b.Queue(`SELECT count(*) FROM messages WHERE id = ANY($1::uuid[])`, ids).
+		QueryRow(func(row pgx.Row) error { return row.Scan(dst) })
+}
+
 // OpenLanes reports which of the lanes named have a row: a head, or
 // deliveries waiting. A settled message with a delivery in an open lane
 // stays: its lane's history is still being written, and the audit and the
