@@ -14,7 +14,7 @@ import (
 
 // QueueRemove queues on b, in a transaction that holds the messages' rows
 // locked, the deletion of the messages and of every row they have in the
-// projections: their deliveries, their outcome callbacks, and the
+// projections: their payloads, their deliveries, their outcome callbacks, and the
 // correlations of receivers' ids one of their deliveries holds (a
 // correlation another delivery took since stays); and the messages leave
 // the kept counts (Tally). events are the messages' whole streams, which
@@ -34,6 +34,7 @@ func QueueRemove(b *pgx.Batch, ms []*Message, events []journal.Event) {
 			keys[key] = true
 		}
 	}
+	QueueDeletePayloads(b, ids)
 	b.Queue(`DELETE FROM deliveries WHERE message_id = ANY($1::uuid[])`, ids)
 	b.Queue(`DELETE FROM messages WHERE id = ANY($1::uuid[])`, ids)
 	b.Queue(`DELETE FROM callbacks WHERE message_id = ANY($1::uuid[])`, ids)

@@ -215,7 +215,6 @@ func (r *Retention) commit(ctx context.Context, conn *pgxpool.Conn, keep []*proj
 		return 0, false, err
 	}
 	journal.QueueRemoval(b, streamsOf(ids), records)
-	b.Queue(`DELETE FROM payloads WHERE message_id = ANY($1::uuid[])`, ids)
 	projection.QueueRemove(b, keep, archived)
 	if err := tx.SendBatch(ctx, b).Close(); err != nil {
 		return 0, false, fmt.Errorf("remove the batch: %w", err)
