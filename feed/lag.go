@@ -3,6 +3,8 @@ package feed
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -84,4 +86,41 @@ func (l *lag) Collect(ch chan<- prometheus.Metric) {
 	}
 	ch <- prometheus.MustNewConstMetric(l.events, prometheus.GaugeValue, float64(n))
 	ch <- prometheus.MustNewConstMetric(l.age, prometheus.GaugeValue, age)
+}
+
+// Places returns the place of every consumer group that has one: none
+// before the feed's first start has made its table.
+func Places(ctx context.Context, q journal.Querier) (map[string]journal.Mark, error) {
+	places := map[string]journal.Mark{}
+	rows, err := q.Query(ctx, `SELECT to_regclass('`+offsetsTable+`') IS NOT NULL`)
+	if err != nil {
+		return nil, fmt.Errorf("read the feed's places: %w", err)
+	}
+	exists, err := pgx.CollectExactlyOneRow(rows, pgx.RowTo[bool])
+	if err != nil {
+		return nil, fmt.Errorf("read the feed's places: %w", err)
+	}
+	if !exists {
+		return places, nil
+	}
+	rows, err = q.Query(ctx, `SELECT consumer_group, last_processed_transaction_id::text, coalesce(offset_acked, 0) FROM `+offsetsTable)
+	if err != nil {
+		return nil, fmt.Errorf("read the feed's places: %w", err)
+	}
+	var (
+		group, txid string
+		position    int64
+	)
+	_, err = pgx.ForEachRow(rows, []any{&group, &txid, &position}, func() error {
+		id, err := strconv.ParseUint(txid, 10, 64)
+		if err != nil {
+			return fmt.Errorf("group %s: txid %q: %w", group, txid, err)
+		}
+		places[group] = journal.Mark{TxID: id, Position: position}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read the feed's places: %w", err)
+	}
+	return places, nil
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/waybill/waybill/alerts"
 	"github.com/waybill/waybill/commands"
 	"github.com/waybill/waybill/journal"
 	"github.com/waybill/waybill/lifecycle"
@@ -365,11 +366,10 @@ func (r *Retention) pruneAlerts(ctx context.Context, conn *pgxpool.Conn, rs life
 	}
 	for {
 		began := time.Now()
-		tag, err := conn.Exec(ctx, pruneAlertsSQL, r.cfg.Now().Add(-longest), r.cfg.Batch)
+		n, err := alerts.Prune(ctx, conn, r.cfg.Now().Add(-longest), r.cfg.Batch)
 		if err != nil {
 			return err
 		}
-		n := int(tag.RowsAffected())
 		res.Alerts += n
 		r.metrics.alerts.Add(float64(n))
 		if n < r.cfg.Batch {
@@ -380,11 +380,6 @@ func (r *Retention) pruneAlerts(ctx context.Context, conn *pgxpool.Conn, rs life
 		}
 	}
 }
-
-const pruneAlertsSQL = `DELETE FROM alerts WHERE id IN (
-	SELECT id FROM alerts
-	WHERE raised_at < $1 AND nats_sent_at IS NOT NULL AND (NOT webhook OR webhook_sent_at IS NOT NULL)
-	ORDER BY raised_at LIMIT $2)`
 
 // pause waits so that the work since began is Share of the time, and at
 // least Pause: a pass takes at most that share of a connection and a core.
