@@ -10,7 +10,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
@@ -18,7 +17,6 @@ import (
 	"github.com/waybill/waybill/feed"
 	"github.com/waybill/waybill/journal"
 	"github.com/waybill/waybill/projection"
-	"github.com/waybill/waybill/schema"
 	"github.com/waybill/waybill/service"
 )
 
@@ -241,7 +239,7 @@ func (a *Alerter) readUnknown(ctx context.Context, events []journal.Event) (read
 			}
 		}
 	}
-	failed, err := failedBefore(ctx, a.db, probed, versions)
+	failed, err := journal.FailedBefore(ctx, a.db, probed, versions)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -255,30 +253,6 @@ func (a *Alerter) readUnknown(ctx context.Context, events []journal.Event) (read
 	}
 	read, err = journal.Streams(ctx, a.db, streams)
 	return read, clean, err
-}
-
-// failedBefore returns which of streams hold an event of journal_failures
-// below the version given for each. LATERAL … LIMIT 1 makes it one probe
-// of the index per stream, however many failures it holds.
-func failedBefore(ctx context.Context, db *pgxpool.Pool, streams []string, versions []int) (map[string]bool, error) {
-	out := map[string]bool{}
-	if len(streams) == 0 {
-		return out, nil
-	}
-	var failed []string
-	rows, err := db.Query(ctx, `SELECT s.stream FROM unnest($1::text[], $2::int[]) AS s(stream, version),
-		LATERAL (SELECT FROM journal j WHERE j.stream = s.stream AND j.version < s.version AND `+schema.FailuresSQL+`
-			LIMIT 1) f`, streams, versions)
-	if err == nil {
-		failed, err = pgx.CollectRows(rows, pgx.RowTo[string])
-	}
-	if err != nil {
-		return nil, fmt.Errorf("find failures in %d streams: %w", len(streams), err)
-	}
-	for _, s := range failed {
-		out[s] = true
-	}
-	return out, nil
 }
 
 // handleEvent derives and records the alerts of e, folding its stream from

@@ -145,7 +145,7 @@ func MayRaise(e journal.Event) bool {
 // no such state itself, such as the delivery of one of two targets. A
 // delivery enters such a state only by an event that records it as its
 // new state, so a stream with no such event before e raises nothing at e:
-// the alerter asks the journal's index of them (schema.FailuresSQL)
+// the alerter asks the journal's index of them (journal.FailedBefore)
 // instead of folding the stream.
 func NeedsFailure(e journal.Event) bool {
 	switch e.Payload.(type) {

@@ -220,3 +220,19 @@ func flush(ctx context.Context, nc *nats.Conn) error {
 	}
 	return nil
 }
+
+// Prune deletes up to limit alerts raised before before that every
+// channel they were owed to has taken, oldest first, and reports how many
+// it deleted. A sent alert is kept only so that its event, handled again
+// after a crash of the alerter, raises nothing twice; an alert still owed
+// stays until it is sent. Retention calls it.
+func Prune(ctx context.Context, conn *pgxpool.Conn, before time.Time, limit int) (int, error) {
+	tag, err := conn.Exec(ctx, `DELETE FROM alerts WHERE id IN (
+		SELECT id FROM alerts
+		WHERE raised_at < $1 AND nats_sent_at IS NOT NULL AND (NOT webhook OR webhook_sent_at IS NOT NULL)
+		ORDER BY raised_at LIMIT $2)`, before, limit)
+	if err != nil {
+		return 0, fmt.Errorf("prune alerts raised before %s: %w", before.Format(time.RFC3339), err)
+	}
+	return int(tag.RowsAffected()), nil
+}

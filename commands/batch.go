@@ -646,7 +646,7 @@ func (w *Writer) commit(ctx context.Context, conn *pgxpool.Conn, changes []*chan
 	}
 	var bodies map[uuid.UUID][]byte
 	if len(withBody) > 0 {
-		bodies = queueBodies(b, withBody)
+		bodies = projection.QueuePayloads(b, withBody)
 	}
 	if explicit {
 		b.Queue(`COMMIT`)
@@ -660,26 +660,4 @@ func (w *Writer) commit(ctx context.Context, conn *pgxpool.Conn, changes []*chan
 	}
 	w.learn(written...)
 	return bodies, nil
-}
-
-// queueBodies queues, at the end of a batch, the read of the messages'
-// bodies into the map it returns, which is filled when the batch is closed.
-// It looks each id up on its own, as projection.Lock does, so a
-// generic plan cannot scan the table.
-func queueBodies(b *pgx.Batch, messageIDs []uuid.UUID) map[uuid.UUID][]byte {
-	bodies := make(map[uuid.UUID][]byte, len(messageIDs))
-	b.Queue(`SELECT k.id, p.body FROM unnest($1::uuid[]) AS k(id),
-		LATERAL (SELECT body FROM payloads WHERE message_id = k.id OFFSET 0) p`, messageIDs).
-		Query(func(rows pgx.Rows) error {
-			var (
-				id   uuid.UUID
-				body []byte
-			)
-			_, err := pgx.ForEachRow(rows, []any{&id, &body}, func() error {
-				bodies[id] = body
-				return nil
-			})
-			return err
-		})
-	return bodies
 }

@@ -68,13 +68,6 @@ func (c *change) claimCallback(lease time.Duration, now time.Time) (CallbackClai
 	return claim, nil
 }
 
-// callbackDueSQL selects the callbacks the worker may take at $1
-// (lifecycle.CallbackCatchUpRule), on the index callbacks_due.
-var callbackDueSQL = `SELECT c.message_id FROM callbacks c JOIN messages m ON m.id = c.message_id
-	WHERE ` + lifecycle.CallbackCatchUpRule.SQL("c", "$1") + `
-	ORDER BY coalesce(c.next_due, c.lease_end) LIMIT $2
-	FOR UPDATE OF c, m SKIP LOCKED`
-
 // ClaimDueCallbacks claims up to n callbacks that are due, oldest first,
 // in one transaction, skipping the rows other transactions hold (FOR
 // UPDATE SKIP LOCKED on the callback and its message), as ClaimDue does
@@ -102,11 +95,7 @@ func (w *Writer) claimDueCallbacks(ctx context.Context, n int, lease time.Durati
 	b := &pgx.Batch{}
 	b.Queue(`BEGIN`)
 	b.Queue(projection.LookupPlanSQL)
-	b.Queue(callbackDueSQL, now, n).Query(func(rows pgx.Rows) error {
-		var err error
-		ids, err = pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
-		return err
-	})
+	projection.QueueDueCallbacks(b, now, n, &ids)
 	if err := conn.SendBatch(ctx, b).Close(); err != nil {
 		return nil, err
 	}

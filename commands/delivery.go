@@ -88,32 +88,8 @@ func (c *change) claim(deliveryID uuid.UUID, lease time.Duration, now time.Time)
 	return claim, refused(ErrNotClaimable, err)
 }
 
-// claimableSQL selects the deliveries a worker may take at $2
-// (lifecycle.CatchUpRule): queued and stalled ones, retrying ones that are
-// due or were woken, and delivering ones whose lease has run out. Its
-// states are the predicate of the index deliveries_claimable.
-var claimableSQL = lifecycle.CatchUpRule.SQL("d", "$2")
-
-// claimDueSQL chooses and locks up to $3 deliveries of target $1 that a
-// worker may take at $2, oldest due first, and reads their messages
-// (projection.ChooseSQL). It locks each message before its delivery (the
-// order of FOR UPDATE OF): a candidate whose message another transaction
-// holds is then skipped with nothing locked. Locking the delivery first
-// would keep it locked while skipping its message, and the holder of the
-// message, which writes its deliveries, would wait on a row it has every
-// right to: with an outcome's batch choosing after its own locks
-// (queueChooseDue), two such batches deadlocked.
-// It starts at the due key $4 (claimCursors) and returns each one's key.
-var claimDueSQL = projection.ChooseSQL(`SELECT d.id, d.message_id, ` + claimKeySQL + `, m.version
-	FROM deliveries d JOIN messages m ON m.id = d.message_id
-	WHERE d.target = $1 AND ` + claimableSQL + ` AND ` + claimKeySQL + ` >= $4
-	ORDER BY ` + claimKeySQL + ` LIMIT $3
-	FOR UPDATE OF m, d SKIP LOCKED`)
-
-// claimKeySQL is the due key of deliveries_claimable.
-const claimKeySQL = `coalesce(d.next_due, d.lease_end, d.updated_at)`
-
-// claimPlanSQL, run in the claim's transaction before claimDueSQL, makes
+// claimPlanSQL, run in the claim's transaction before projection's
+// choice of the claimable deliveries (QueueChooseClaimable), makes
 // it walk deliveries_claimable in its order and stop at the limit,
 // whatever the statistics say. A bitmap scan of the target's entries and
 // a sort, which a plan made on stale statistics chooses, takes time in
@@ -123,10 +99,11 @@ const claimKeySQL = `coalesce(d.next_due, d.lease_end, d.updated_at)`
 const claimPlanSQL = `SELECT set_config('enable_bitmapscan', 'off', true), set_config('enable_sort', 'off', true)`
 
 // queueChoice queues on b the choice of up to want[target] deliveries of
-// each target that a worker may take at now (claimDueSQL from the target's
-// cursor, under claimPlanSQL, then claimPlanReset), locking them and
-// reading their messages; add gets each chosen one, in its target's due
-// order, once the batch is read.
+// each target that a worker may take at now
+// (projection.QueueChooseClaimable from the target's cursor, under
+// claimPlanSQL, then claimPlanReset), locking them and reading their
+// messages; add gets each chosen one, in its target's due order, once the
+// batch is read.
 func (w *Writer) queueChoice(b *pgx.Batch, now time.Time, want map[string]int, add func(target string, c projection.Chosen)) {
 	b.Queue(claimPlanSQL)
 	for _, target := range slices.Sorted(maps.Keys(want)) {
@@ -135,18 +112,13 @@ func (w *Writer) queueChoice(b *pgx.Batch, now time.Time, want map[string]int, a
 		if !cursor {
 			bound.InfinityModifier = pgtype.NegativeInfinity
 		}
-		b.Queue(claimDueSQL, target, now, want[target], bound).Query(func(rows pgx.Rows) error {
-			chosen, err := projection.ScanChosen(rows)
-			if err != nil {
-				return err
-			}
+		projection.QueueChooseClaimable(b, target, now, want[target], bound, func(chosen []projection.Chosen) {
 			keys := make([]time.Time, len(chosen))
 			for i, c := range chosen {
 				keys[i] = c.Key
 				add(target, c)
 			}
 			w.cursors.chose(target, cursor, want[target], keys, now)
-			return nil
 		})
 	}
 	for _, sql := range claimPlanReset {

@@ -6,6 +6,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/waybill/waybill/projection"
 	"github.com/waybill/waybill/schema"
 )
 
@@ -58,18 +59,8 @@ func queueDuplicates(b *pgx.Batch, keys []dupKey) func() map[dupKey]uuid.UUID {
 	b.Queue(`SELECT pg_advisory_xact_lock($3::int, h) FROM (
 			SELECT DISTINCT hashtext(s || chr(31) || k) AS h FROM unnest($1::text[], $2::text[]) AS x(s, k)
 			ORDER BY h OFFSET 0) l`, sources, names, int32(schema.ClassDuplicate))
-	b.Queue(`SELECT x.s, x.k, m.id FROM unnest($1::text[], $2::text[]) AS x(s, k),
-		LATERAL (SELECT id FROM messages WHERE source = x.s AND duplicate_key = x.k
-			ORDER BY created_at DESC, id DESC LIMIT 1) m`, sources, names).Query(func(rows pgx.Rows) error {
-		var (
-			k  dupKey
-			id uuid.UUID
-		)
-		_, err := pgx.ForEachRow(rows, []any{&k.source, &k.key, &id}, func() error {
-			latest[k] = id
-			return nil
-		})
-		return err
+	projection.QueueLatestDuplicates(b, sources, names, func(source, key string, id uuid.UUID) {
+		latest[dupKey{source, key}] = id
 	})
 	return func() map[dupKey]uuid.UUID { return latest }
 }

@@ -28,12 +28,9 @@ func (w *Writer) Pending() int {
 // MaxLeaders is how many batches a Writer may have open at once.
 const MaxLeaders = maxLeaders
 
-// ClaimDueSQL and ClaimPlanSQL are ClaimDue's choice of deliveries and the
-// settings it runs under.
-var (
-	ClaimDueSQL  = claimDueSQL
-	ClaimPlanSQL = claimPlanSQL
-)
+// ClaimPlanSQL is the settings ClaimDue's choice of deliveries
+// (projection.ClaimableChoiceSQL) runs under.
+const ClaimPlanSQL = claimPlanSQL
 
 // ClaimRescan is how long choices of due deliveries start at a cursor.
 const ClaimRescan = claimRescan

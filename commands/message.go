@@ -165,7 +165,7 @@ func (w *Writer) acceptance(ctx context.Context, in NewMessage, cfg *configState
 // idempotency key, the message already held.
 func (w *Writer) held(ctx context.Context, in NewMessage, m *projection.Message, err error) (*projection.Message, bool, error) {
 	if isIdempotencyConflict(err) {
-		held, err := w.heldMessage(ctx, in.Source, in.IdempotencyKey)
+		held, err := projection.LoadHeld(ctx, w.db, in.Source, in.IdempotencyKey)
 		return held, false, err
 	}
 	if err != nil {
@@ -239,15 +239,6 @@ func (w *Writer) IngestMany(ctx context.Context, ins []NewMessage) []Ingested {
 func isIdempotencyConflict(err error) bool {
 	var pgErr *pgconn.PgError
 	return errors.As(err, &pgErr) && pgErr.Code == "23505" && pgErr.ConstraintName == "messages_idempotency_key"
-}
-
-func (w *Writer) heldMessage(ctx context.Context, source, key string) (*projection.Message, error) {
-	var id uuid.UUID
-	err := w.db.QueryRow(ctx, `SELECT id FROM messages WHERE source = $1 AND idempotency_key = $2`, source, key).Scan(&id)
-	if err != nil {
-		return nil, fmt.Errorf("read message held for idempotency key %q: %w", key, err)
-	}
-	return projection.Load(ctx, w.db, id)
 }
 
 // dispatchOn matches the routes for c's message and records the deliveries

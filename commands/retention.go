@@ -35,7 +35,7 @@ func (w *Writer) ExpungePayload(ctx context.Context, id uuid.UUID, r lifecycle.R
 		if err != nil {
 			return nil, err
 		}
-		c.also(func(b *pgx.Batch) { b.Queue(`DELETE FROM payloads WHERE message_id = $1`, m.ID) })
+		c.also(func(b *pgx.Batch) { projection.QueueDeletePayloads(b, []uuid.UUID{m.ID}) })
 		done = true
 		return c, nil
 	})

@@ -325,7 +325,7 @@ func (w *Writer) queue(b *pgx.Batch, changes []*change, events []journal.Event, 
 		}
 	}
 	if len(ids) > 0 {
-		b.Queue(`INSERT INTO payloads (message_id, body) SELECT * FROM unnest($1::uuid[], $2::bytea[])`, ids, bodies)
+		projection.QueueInsertPayloads(b, ids, bodies)
 	}
 	for _, c := range changes {
 		for _, queue := range c.extra {

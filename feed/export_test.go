@@ -13,7 +13,7 @@ import (
 func (c *Consumer) OnPoll(f func()) { c.polled = f }
 
 // LagSQL and WalkPlan are the lag's query and the settings it runs under.
-const LagSQL, WalkPlan = lagSQL, walkPlan
+var LagSQL, WalkPlan = lagSQL, walkPlan
 
 // ReadSQL is the query by which group reads the journal, with its
 // arguments.

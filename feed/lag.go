@@ -3,11 +3,15 @@ package feed
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/waybill/waybill/journal"
 )
 
 // lagTimeout bounds the query a scrape runs.
@@ -16,15 +20,10 @@ const lagTimeout = 5 * time.Second
 // lagSQL counts the committed events after the group's place, held back or
 // not, and takes the recorded_at of the first of them in feed order, the
 // next the group will consume. An open transaction that holds the feed back
-// therefore shows as lag. Both walk journal_txid from the place, so a
-// scrape costs what the group lags, not what the journal holds; with the
-// place in a join, or the planner's guess of a third of the journal for the
-// range, the count scanned the whole journal, so walkPlan turns scans that
-// do not walk an index off for it.
-const lagSQL = `SELECT
-	(SELECT count(*) FROM journal j WHERE (j.txid, j.position) > (o.last_processed_transaction_id, o.offset_acked)),
-	(SELECT j.recorded_at FROM journal j WHERE (j.txid, j.position) > (o.last_processed_transaction_id, o.offset_acked)
-		ORDER BY j.txid, j.position LIMIT 1)
+// therefore shows as lag. With the place in a join, or the planner's guess
+// of a third of the journal for the range, the count scanned the whole
+// journal, so walkPlan turns scans that do not walk an index off for it.
+var lagSQL = `SELECT ` + journal.LagSQL("o.last_processed_transaction_id", "o.offset_acked") + `
 	FROM ` + offsetsTable + ` o WHERE o.consumer_group = $1`
 
 // walkPlan turns off, for the rest of its transaction, the scans that do
@@ -87,4 +86,41 @@ func (l *lag) Collect(ch chan<- prometheus.Metric) {
 	}
 	ch <- prometheus.MustNewConstMetric(l.events, prometheus.GaugeValue, float64(n))
 	ch <- prometheus.MustNewConstMetric(l.age, prometheus.GaugeValue, age)
+}
+
+// Places returns the place of every consumer group that has one: none
+// before the feed's first start has made its table.
+func Places(ctx context.Context, q journal.Querier) (map[string]journal.Mark, error) {
+	places := map[string]journal.Mark{}
+	rows, err := q.Query(ctx, `SELECT to_regclass('`+offsetsTable+`') IS NOT NULL`)
+	if err != nil {
+		return nil, fmt.Errorf("read the feed's places: %w", err)
+	}
+	exists, err := pgx.CollectExactlyOneRow(rows, pgx.RowTo[bool])
+	if err != nil {
+		return nil, fmt.Errorf("read the feed's places: %w", err)
+	}
+	if !exists {
+		return places, nil
+	}
+	rows, err = q.Query(ctx, `SELECT consumer_group, last_processed_transaction_id::text, coalesce(offset_acked, 0) FROM `+offsetsTable)
+	if err != nil {
+		return nil, fmt.Errorf("read the feed's places: %w", err)
+	}
+	var (
+		group, txid string
+		position    int64
+	)
+	_, err = pgx.ForEachRow(rows, []any{&group, &txid, &position}, func() error {
+		id, err := strconv.ParseUint(txid, 10, 64)
+		if err != nil {
+			return fmt.Errorf("group %s: txid %q: %w", group, txid, err)
+		}
+		places[group] = journal.Mark{TxID: id, Position: position}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read the feed's places: %w", err)
+	}
+	return places, nil
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/waybill/waybill/journal"
 	"github.com/waybill/waybill/schema"
 )
 
@@ -56,7 +57,10 @@ func (journalSchema) InsertQuery(wsql.InsertQueryParams) (wsql.Query, error) {
 // SelectQuery returns the next events after the group's place, in
 // (txid, position) order, from transactions below the snapshot's xmin:
 // every one of those has ended, so no event can appear behind the place
-// later. The offsets query locks the group's row for the read.
+// later. The statement is the journal's (journal.TransactionsSQL); the
+// adapter gives it the group's place from the offsets query, which locks
+// the group's row for the read, in the same statement, as watermill's
+// SchemaAdapter takes SQL text.
 //
 // The events come one row per transaction, so that the subscriber's work
 // per message (a goroutine hand-off, an ack) is paid once for all the
@@ -67,26 +71,8 @@ func (journalSchema) SelectQuery(p wsql.SelectQueryParams) (wsql.Query, error) {
 	if err != nil {
 		return wsql.Query{}, fmt.Errorf("feed: next offset query: %w", err)
 	}
-	// The row comparison is a range of the journal_txid index, which the
-	// scan walks in order from the group's place and leaves after
-	// batchSize rows, whatever the backlog. The limit is on the rows, not
-	// the groups: with it on the groups the planner, which cannot tell how
-	// many rows a group holds, sorts the whole backlog. The inner ORDER BY
-	// gives each aggregate its events in position order.
-	q := `WITH last_processed AS (` + next.Query + `)
-	SELECT txid, array_agg(position), array_agg(recorded_at), array_agg(stream), array_agg(version),
-		array_agg(delivery_id), array_agg(coalesce(target, '')), array_agg(kind), array_agg(actor),
-		array_agg(coalesce(old_state, '')), array_agg(coalesce(new_state, '')), array_agg(payload)
-	FROM (
-		SELECT * FROM journal
-		WHERE (txid, position) > ((SELECT last_processed_transaction_id FROM last_processed),
-				(SELECT offset_acked FROM last_processed))
-			AND txid < pg_snapshot_xmin(pg_current_snapshot())
-		ORDER BY txid, position
-		LIMIT ` + strconv.Itoa(batchSize) + `
-	) j
-	GROUP BY txid
-	ORDER BY txid`
+	q := `WITH last_processed AS (` + next.Query + `) ` + journal.TransactionsSQL(
+		`(SELECT last_processed_transaction_id FROM last_processed)`, `(SELECT offset_acked FROM last_processed)`, batchSize)
 	return wsql.Query{Query: q, Args: next.Args}, nil
 }
 

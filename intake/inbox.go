@@ -17,6 +17,7 @@ import (
 	"github.com/waybill/waybill/commands"
 	"github.com/waybill/waybill/journal"
 	"github.com/waybill/waybill/lifecycle"
+	"github.com/waybill/waybill/projection"
 	"github.com/waybill/waybill/service"
 	"github.com/waybill/waybill/sources"
 )
@@ -301,13 +302,8 @@ func (p *inbox) take(ctx context.Context, rows []row, rep *report) (int, error) 
 	for i, in := range ins {
 		keys[i] = in.IdempotencyKey
 	}
-	held, err := p.db.Query(ctx, `SELECT idempotency_key FROM messages WHERE source = $1 AND idempotency_key = ANY($2)`, p.name, keys)
+	stored, err := projection.HeldKeys(ctx, p.db, p.name, keys)
 	if err != nil {
-		return 0, fmt.Errorf("read rows stored: %w", err)
-	}
-	stored := map[string]bool{}
-	var key string
-	if _, err := pgx.ForEachRow(held, []any{&key}, func() error { stored[key] = true; return nil }); err != nil {
 		return 0, fmt.Errorf("read rows stored: %w", err)
 	}
 	var (

@@ -1,10 +1,12 @@
 package journal
 
 import (
+	"context"
 	"errors"
 	"fmt"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 
 	"github.com/waybill/waybill/lifecycle"
 )
@@ -153,4 +155,56 @@ func ActingOperation(p Payload) uuid.UUID {
 		return p.Operation
 	}
 	return uuid.Nil
+}
+
+// ReadMatched returns the messages the OperationMatched events of
+// operation op list at versions from through to of its stream, in order.
+func ReadMatched(ctx context.Context, q Querier, op uuid.UUID, from, to int) ([]uuid.UUID, error) {
+	rows, err := q.Query(ctx, `SELECT version, payload FROM journal WHERE stream = $1 AND version BETWEEN $2 AND $3
+		ORDER BY version`, OperationStream(op), from, to)
+	if err != nil {
+		return nil, fmt.Errorf("read the matched of operation %s: %w", op, err)
+	}
+	var (
+		version int
+		payload []byte
+		ids     []uuid.UUID
+	)
+	_, err = pgx.ForEachRow(rows, []any{&version, &payload}, func() error {
+		p, err := Decode(KindOperationMatched, payload)
+		if err != nil {
+			return fmt.Errorf("version %d: %w", version, err)
+		}
+		ids = append(ids, p.(*OperationMatched).Messages...)
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read the matched of operation %s: %w", op, err)
+	}
+	return ids, nil
+}
+
+// ReadRefusals calls fn with up to limit refusals of operation op, in the
+// order the operation met them, after the place (version, n): the version
+// of an OperationProgressed event and the index, from 1, of a refusal in
+// it ((0, 0) for the first). It reads them out of the events' payloads in
+// the database, so that a long list costs the page it returns.
+func ReadRefusals(ctx context.Context, q Querier, op uuid.UUID, version, n, limit int,
+	fn func(version, n int, r OperationRefusal)) error {
+	rows, err := q.Query(ctx, `SELECT j.version, x.n, (x.r->>'message_id')::uuid, x.r->>'reason'
+		FROM journal j CROSS JOIN LATERAL json_array_elements(j.payload::json->'refused') WITH ORDINALITY AS x(r, n)
+		WHERE j.stream = $1 AND j.kind = $2 AND j.version >= $3 AND (j.version > $3 OR x.n > $4)
+		ORDER BY j.version, x.n LIMIT $5`,
+		OperationStream(op), KindOperationProgressed, version, n, limit)
+	if err == nil {
+		var r OperationRefusal
+		_, err = pgx.ForEachRow(rows, []any{&version, &n, &r.MessageID, &r.Reason}, func() error {
+			fn(version, n, r)
+			return nil
+		})
+	}
+	if err != nil {
+		return fmt.Errorf("read the refusals of operation %s: %w", op, err)
+	}
+	return nil
 }

@@ -219,3 +219,12 @@ func QueueRemoval(b *pgx.Batch, streams []string, records []int64) {
 	b.Queue(`DELETE FROM journal WHERE stream = ANY($1::text[])
 		OR stream = '`+RetentionStream+`' AND position = ANY($2::bigint[])`, streams, records)
 }
+
+// QueueCountLive queues on b the count, into dst, of the events at the
+// positions and of the events of the streams (an event both at a position
+// and of a stream counts twice): 0 when an archive's events are all gone.
+func QueueCountLive(b *pgx.Batch, positions []int64, streams []string, dst *int) {
+	b.Queue(`SELECT count(*) FROM (SELECT position FROM journal WHERE position = ANY($1::bigint[])
+		UNION ALL SELECT position FROM journal WHERE stream = ANY($2::text[])) j`, positions, streams).
+		QueryRow(func(row pgx.Row) error { return row.Scan(dst) })
+}

@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/waybill/waybill/lifecycle"
+	"github.com/waybill/waybill/schema"
 )
 
 // Querier is what the reads need of a pool, a connection or a transaction.
@@ -164,6 +165,31 @@ func Latest(ctx context.Context, q Querier, stream string, kind Kind, limit int)
 		return nil, fmt.Errorf("read the latest %s of stream %s: %w", kind, stream, err)
 	}
 	return events, nil
+}
+
+// FailedBefore returns which of streams hold an event that put a delivery
+// in a failing state (schema.FailuresSQL, the journal_failures index)
+// below the version given for each. LATERAL … LIMIT 1 makes it one probe
+// of the index per stream, however many failures it holds.
+func FailedBefore(ctx context.Context, q Querier, streams []string, versions []int) (map[string]bool, error) {
+	out := map[string]bool{}
+	if len(streams) == 0 {
+		return out, nil
+	}
+	var failed []string
+	rows, err := q.Query(ctx, `SELECT s.stream FROM unnest($1::text[], $2::int[]) AS s(stream, version),
+		LATERAL (SELECT FROM journal j WHERE j.stream = s.stream AND j.version < s.version AND `+schema.FailuresSQL+`
+			LIMIT 1) f`, streams, versions)
+	if err == nil {
+		failed, err = pgx.CollectRows(rows, pgx.RowTo[string])
+	}
+	if err != nil {
+		return nil, fmt.Errorf("find failures in %d streams: %w", len(streams), err)
+	}
+	for _, s := range failed {
+		out[s] = true
+	}
+	return out, nil
 }
 
 // streamVersionSQL reads a stream's last version, 0 for a stream with no

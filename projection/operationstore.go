@@ -264,26 +264,9 @@ func LoadMatched(ctx context.Context, q journal.Querier, o *Operation, from, n i
 		return nil, nil
 	}
 	lo, hi := MatchedVersion(from), MatchedVersion(from+n-1)
-	rows, err := q.Query(ctx, `SELECT version, payload FROM journal WHERE stream = $1 AND version BETWEEN $2 AND $3
-		ORDER BY version`, journal.OperationStream(o.ID), lo, hi)
+	ids, err := journal.ReadMatched(ctx, q, o.ID, lo, hi)
 	if err != nil {
-		return nil, fmt.Errorf("read the messages of operation %s: %w", o.ID, err)
-	}
-	var (
-		version int
-		payload []byte
-		ids     []uuid.UUID
-	)
-	_, err = pgx.ForEachRow(rows, []any{&version, &payload}, func() error {
-		p, err := journal.Decode(journal.KindOperationMatched, payload)
-		if err != nil {
-			return fmt.Errorf("version %d: %w", version, err)
-		}
-		ids = append(ids, p.(*journal.OperationMatched).Messages...)
-		return nil
-	})
-	if err != nil {
-		return nil, fmt.Errorf("read the messages of operation %s: %w", o.ID, err)
+		return nil, err
 	}
 	skip := from - (lo-2)*OperationChunk
 	if len(ids) < skip+n {
@@ -355,20 +338,12 @@ func ParseRefusalAt(s string) (RefusalAt, error) {
 // the order the operation met them, after the place after (the zero
 // RefusalAt for the first).
 func Refusals(ctx context.Context, q journal.Querier, id uuid.UUID, after RefusalAt, limit int) ([]RefusalAt, error) {
-	rows, err := q.Query(ctx, `SELECT j.version, x.n, (x.r->>'message_id')::uuid, x.r->>'reason'
-		FROM journal j CROSS JOIN LATERAL json_array_elements(j.payload::json->'refused') WITH ORDINALITY AS x(r, n)
-		WHERE j.stream = $1 AND j.kind = $2 AND j.version >= $3 AND (j.version > $3 OR x.n > $4)
-		ORDER BY j.version, x.n LIMIT $5`,
-		journal.OperationStream(id), journal.KindOperationProgressed, after.Version, after.N, limit)
 	var out []RefusalAt
-	if err == nil {
-		out, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (RefusalAt, error) {
-			var r RefusalAt
-			return r, row.Scan(&r.Version, &r.N, &r.MessageID, &r.Reason)
-		})
-	}
+	err := journal.ReadRefusals(ctx, q, id, after.Version, after.N, limit, func(version, n int, r journal.OperationRefusal) {
+		out = append(out, RefusalAt{OperationRefusal: r, Version: version, N: n})
+	})
 	if err != nil {
-		return nil, fmt.Errorf("refusals of operation %s: %w", id, err)
+		return nil, err
 	}
 	return out, nil
 }

@@ -56,3 +56,38 @@ func LoadPayload(ctx context.Context, q journal.Querier, id uuid.UUID, limit int
 	}
 	return p, nil
 }
+
+// QueueInsertPayloads queues on b the insert of the payloads of new
+// messages, bodies[i] the payload of ids[i], as one statement.
+func QueueInsertPayloads(b *pgx.Batch, ids []uuid.UUID, bodies [][]byte) {
+	b.Queue(`INSERT INTO payloads (message_id, body) SELECT * FROM unnest($1::uuid[], $2::bytea[])`, ids, bodies)
+}
+
+// QueueDeletePayloads queues on b the deletion of the payloads of the
+// messages, in the transaction that journals why (their expunge, or their
+// removal).
+func QueueDeletePayloads(b *pgx.Batch, ids []uuid.UUID) {
+	b.Queue(`DELETE FROM payloads WHERE message_id = ANY($1::uuid[])`, ids)
+}
+
+// QueuePayloads queues on b the read of the messages' payloads into the
+// map it returns, which is filled when the batch is closed; a message
+// without one is not in it. It looks each id up on its own, as Lock does,
+// so a generic plan cannot scan the table.
+func QueuePayloads(b *pgx.Batch, ids []uuid.UUID) map[uuid.UUID][]byte {
+	bodies := make(map[uuid.UUID][]byte, len(ids))
+	b.Queue(`SELECT k.id, p.body FROM unnest($1::uuid[]) AS k(id),
+		LATERAL (SELECT body FROM payloads WHERE message_id = k.id OFFSET 0) p`, ids).
+		Query(func(rows pgx.Rows) error {
+			var (
+				id   uuid.UUID
+				body []byte
+			)
+			_, err := pgx.ForEachRow(rows, []any{&id, &body}, func() error {
+				bodies[id] = body
+				return nil
+			})
+			return err
+		})
+	return bodies
+}

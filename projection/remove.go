@@ -14,7 +14,7 @@ import (
 
 // QueueRemove queues on b, in a transaction that holds the messages' rows
 // locked, the deletion of the messages and of every row they have in the
-// projections: their deliveries, their outcome callbacks, and the
+// projections: their payloads, their deliveries, their outcome callbacks, and the
 // correlations of receivers' ids one of their deliveries holds (a
 // correlation another delivery took since stays); and the messages leave
 // the kept counts (Tally). events are the messages' whole streams, which
@@ -34,6 +34,7 @@ func QueueRemove(b *pgx.Batch, ms []*Message, events []journal.Event) {
 			keys[key] = true
 		}
 	}
+	QueueDeletePayloads(b, ids)
 	b.Queue(`DELETE FROM deliveries WHERE message_id = ANY($1::uuid[])`, ids)
 	b.Queue(`DELETE FROM messages WHERE id = ANY($1::uuid[])`, ids)
 	b.Queue(`DELETE FROM callbacks WHERE message_id = ANY($1::uuid[])`, ids)
@@ -48,6 +49,13 @@ func QueueRemove(b *pgx.Batch, ms []*Message, events []journal.Event) {
 			targets, externalIDs, ids)
 	}
 	tally.Queue(b)
+}
+
+// QueueCountMessages queues on b the count, into dst, of the messages of
+// ids that have a row.
+func QueueCountMessages(b *pgx.Batch, ids []uuid.UUID, dst *int) {
+	b.Queue(`SELECT count(*) FROM messages WHERE id = ANY($1::uuid[])`, ids).
+		QueryRow(func(row pgx.Row) error { return row.Scan(dst) })
 }
 
 // OpenLanes reports which of the lanes named have a row: a head, or

@@ -6,11 +6,5 @@ package retention
 // error stops the pass there, as a crash would.
 func SetCut(r *Retention, cut func(point string) error) { r.cut = cut }
 
-// ExpungeSQL and RemovalSQL are the selections, by status.
-var (
-	ExpungeSQL = expungeSQL
-	RemovalSQL = removalSQL
-)
-
 // Shard is the directory of a batch's files in the archive's.
 var Shard = shard

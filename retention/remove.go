@@ -6,13 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strconv"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/waybill/waybill/feed"
 	"github.com/waybill/waybill/journal"
 	"github.com/waybill/waybill/lifecycle"
 	"github.com/waybill/waybill/projection"
@@ -215,7 +215,6 @@ func (r *Retention) commit(ctx context.Context, conn *pgxpool.Conn, keep []*proj
 		return 0, false, err
 	}
 	journal.QueueRemoval(b, streamsOf(ids), records)
-	b.Queue(`DELETE FROM payloads WHERE message_id = ANY($1::uuid[])`, ids)
 	projection.QueueRemove(b, keep, archived)
 	if err := tx.SendBatch(ctx, b).Close(); err != nil {
 		return 0, false, fmt.Errorf("remove the batch: %w", err)
@@ -257,47 +256,23 @@ func (r *Retention) cutAt(point string) error {
 }
 
 // feedHorizon is the earliest place of the feed's consumer groups, which
-// no removed event may be after: that of every group in feed_offsets, and
+// no removed event may be after: that of every group with a place, and
 // the zero mark for a group of groups without a place yet. Nil when there
 // is no group at all.
 func feedHorizon(ctx context.Context, q journal.Querier, groups []string) (*journal.Mark, error) {
-	rows, err := q.Query(ctx, `SELECT to_regclass('feed_offsets') IS NOT NULL`)
+	places, err := feed.Places(ctx, q)
 	if err != nil {
 		return nil, err
 	}
-	exists, err := pgx.CollectExactlyOneRow(rows, pgx.RowTo[bool])
-	if err != nil {
-		return nil, fmt.Errorf("read the feed's places: %w", err)
+	for _, g := range groups {
+		if _, ok := places[g]; !ok {
+			return &journal.Mark{}, nil
+		}
 	}
 	var horizon *journal.Mark
-	seen := map[string]bool{}
-	if exists {
-		rows, err := q.Query(ctx, `SELECT consumer_group, last_processed_transaction_id::text, coalesce(offset_acked, 0) FROM feed_offsets`)
-		if err != nil {
-			return nil, fmt.Errorf("read the feed's places: %w", err)
-		}
-		var (
-			group, txid string
-			position    int64
-		)
-		_, err = pgx.ForEachRow(rows, []any{&group, &txid, &position}, func() error {
-			id, err := strconv.ParseUint(txid, 10, 64)
-			if err != nil {
-				return fmt.Errorf("group %s: txid %q: %w", group, txid, err)
-			}
-			seen[group] = true
-			if m := (journal.Mark{TxID: id, Position: position}); horizon == nil || after(*horizon, m) {
-				horizon = &m
-			}
-			return nil
-		})
-		if err != nil {
-			return nil, fmt.Errorf("read the feed's places: %w", err)
-		}
-	}
-	for _, g := range groups {
-		if !seen[g] {
-			return &journal.Mark{}, nil
+	for _, m := range places {
+		if horizon == nil || after(*horizon, m) {
+			horizon = &m
 		}
 	}
 	return horizon, nil

@@ -20,9 +20,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/waybill/waybill/alerts"
 	"github.com/waybill/waybill/commands"
 	"github.com/waybill/waybill/journal"
 	"github.com/waybill/waybill/lifecycle"
+	"github.com/waybill/waybill/projection"
 	"github.com/waybill/waybill/schema"
 	"github.com/waybill/waybill/service"
 )
@@ -252,7 +254,7 @@ func (r *Retention) expunge(ctx context.Context, rs lifecycle.Retention, res *Re
 	for _, status := range lifecycle.ExpungeStatuses() {
 		for {
 			began := time.Now()
-			ids, _, err := due(ctx, r.cfg.DB, expungeSQL[status], r.cfg.Now().Add(-rs.PayloadAfter.D()), r.cfg.Expunges)
+			ids, err := projection.PayloadsDue(ctx, r.cfg.DB, status, r.cfg.Now().Add(-rs.PayloadAfter.D()), r.cfg.Expunges)
 			if err != nil {
 				return err
 			}
@@ -307,10 +309,10 @@ func (r *Retention) remove(ctx context.Context, conn *pgxpool.Conn, rs lifecycle
 		if !ok {
 			continue
 		}
-		var from cursor
+		var from projection.DueAt
 		for {
 			began := time.Now()
-			ids, last, err := due(ctx, conn, removalSQL[status], r.cfg.Now().Add(-after), r.cfg.Batch, from.createdAt, from.id)
+			ids, last, err := projection.RemovalsDue(ctx, conn, status, r.cfg.Now().Add(-after), r.cfg.Batch, from)
 			if err != nil {
 				return err
 			}
@@ -364,11 +366,10 @@ func (r *Retention) pruneAlerts(ctx context.Context, conn *pgxpool.Conn, rs life
 	}
 	for {
 		began := time.Now()
-		tag, err := conn.Exec(ctx, pruneAlertsSQL, r.cfg.Now().Add(-longest), r.cfg.Batch)
+		n, err := alerts.Prune(ctx, conn, r.cfg.Now().Add(-longest), r.cfg.Batch)
 		if err != nil {
 			return err
 		}
-		n := int(tag.RowsAffected())
 		res.Alerts += n
 		r.metrics.alerts.Add(float64(n))
 		if n < r.cfg.Batch {
@@ -379,11 +380,6 @@ func (r *Retention) pruneAlerts(ctx context.Context, conn *pgxpool.Conn, rs life
 		}
 	}
 }
-
-const pruneAlertsSQL = `DELETE FROM alerts WHERE id IN (
-	SELECT id FROM alerts
-	WHERE raised_at < $1 AND nats_sent_at IS NOT NULL AND (NOT webhook OR webhook_sent_at IS NOT NULL)
-	ORDER BY raised_at LIMIT $2)`
 
 // pause waits so that the work since began is Share of the time, and at
 // least Pause: a pass takes at most that share of a connection and a core.
@@ -419,24 +415,15 @@ func (r *Retention) journalPass(ctx context.Context, conn *pgxpool.Conn, res *Re
 
 // measure sets the gauges of the oldest settled messages still live.
 func (r *Retention) measure(ctx context.Context) error {
-	rows, err := r.cfg.DB.Query(ctx, oldestSQL)
+	byStatus, err := projection.OldestSettled(ctx, r.cfg.DB)
 	if err != nil {
 		return fmt.Errorf("measure: %w", err)
 	}
 	oldest := map[string]time.Time{}
-	var (
-		status string
-		at     *time.Time
-	)
-	_, err = pgx.ForEachRow(rows, []any{&status, &at}, func() error {
-		class := classOf(lifecycle.MessageStatus(status))
-		if at != nil && (oldest[class].IsZero() || at.Before(oldest[class])) {
-			oldest[class] = *at
+	for status, at := range byStatus {
+		if class := classOf(status); oldest[class].IsZero() || at.Before(oldest[class]) {
+			oldest[class] = at
 		}
-		return nil
-	})
-	if err != nil {
-		return fmt.Errorf("measure: %w", err)
 	}
 	now := r.cfg.Now()
 	for _, class := range []string{classSettled, classFaulted} {

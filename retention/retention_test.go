@@ -206,24 +206,15 @@ func TestSelectionAgreesWithTheRule(t *testing.T) {
 	if err := b.db.SendBatch(b.ctx, batch).Close(); err != nil {
 		t.Fatal(err)
 	}
-	selected := func(sqls map[lifecycle.MessageStatus]string, cutoff func(lifecycle.MessageStatus) (time.Time, bool)) map[uuid.UUID]bool {
+	type selection func(s lifecycle.MessageStatus, cutoff time.Time, limit int) ([]uuid.UUID, error)
+	selected := func(statuses []lifecycle.MessageStatus, sel selection, cutoff func(lifecycle.MessageStatus) (time.Time, bool)) map[uuid.UUID]bool {
 		out := map[uuid.UUID]bool{}
-		for s, sql := range sqls {
+		for _, s := range statuses {
 			at, ok := cutoff(s)
 			if !ok {
 				continue
 			}
-			args := []any{at, len(rows)}
-			if strings.Contains(sql, "$4") {
-				args = append(args, time.Time{}, uuid.Nil) // from the start
-			}
-			ids, err := pgx.CollectRows(must(b.db.Query(b.ctx, sql, args...)), func(row pgx.CollectableRow) (uuid.UUID, error) {
-				var (
-					id uuid.UUID
-					at time.Time
-				)
-				return id, row.Scan(&id, &at)
-			})
+			ids, err := sel(s, at, len(rows))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -233,8 +224,13 @@ func TestSelectionAgreesWithTheRule(t *testing.T) {
 		}
 		return out
 	}
-	expunge := selected(retention.ExpungeSQL, func(lifecycle.MessageStatus) (time.Time, bool) { return now.Add(-time.Hour), true })
-	remove := selected(retention.RemovalSQL, func(s lifecycle.MessageStatus) (time.Time, bool) {
+	expunge := selected(lifecycle.ExpungeStatuses(), func(s lifecycle.MessageStatus, cutoff time.Time, limit int) ([]uuid.UUID, error) {
+		return projection.PayloadsDue(b.ctx, b.db, s, cutoff, limit)
+	}, func(lifecycle.MessageStatus) (time.Time, bool) { return now.Add(-time.Hour), true })
+	remove := selected(lifecycle.SettledStatuses(), func(s lifecycle.MessageStatus, cutoff time.Time, limit int) ([]uuid.UUID, error) {
+		ids, _, err := projection.RemovalsDue(b.ctx, b.db, s, cutoff, limit, projection.DueAt{})
+		return ids, err
+	}, func(s lifecycle.MessageStatus) (time.Time, bool) {
 		after, ok := rs.RemovalAfter(s)
 		return now.Add(-after), ok
 	})
@@ -246,13 +242,6 @@ func TestSelectionAgreesWithTheRule(t *testing.T) {
 			t.Errorf("%s %v ago: the SQL selects it to remove %v, the rule %v", r.status, now.Sub(r.updated), remove[r.id], want)
 		}
 	}
-}
-
-func must(rows pgx.Rows, err error) pgx.Rows {
-	if err != nil {
-		panic(err)
-	}
-	return rows
 }
 
 // TestPeriodsCountFromTheLastTransition: a delivered message loses its

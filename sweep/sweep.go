@@ -24,7 +24,6 @@ import (
 
 	"github.com/waybill/waybill/commands"
 	"github.com/waybill/waybill/journal"
-	"github.com/waybill/waybill/lifecycle"
 	"github.com/waybill/waybill/projection"
 	"github.com/waybill/waybill/service"
 )
@@ -126,50 +125,10 @@ func (s *Sweeper) Start(ctx context.Context) error {
 // first pass waits for that pass, within ctx. Safe to call twice.
 func (s *Sweeper) Stop(ctx context.Context) { s.loop.Stop(ctx) }
 
-// The steps' queries take the most overdue first, on the deliveries_due,
-// deliveries_lease and deliveries_claimable indexes; each selects by the
-// lifecycle's rule for its step.
-var (
-	expiredSQL = `SELECT id FROM deliveries WHERE ` + lifecycle.LeaseExpiryRule.SQL("", "$1") + ` ORDER BY lease_end LIMIT $2`
-	// dueSQL takes, for each target with deliveries a worker may claim
-	// (found by skipping along deliveries_claimable from one target to the
-	// next), its $2 most overdue deliveries the sweep is to wake at $1
-	// (lifecycle.SweepWakeRule: a retry only once its own process has had
-	// lifecycle.WakeGrace to claim it), in the order the claim takes them.
-	dueSQL = `WITH RECURSIVE t(name) AS (
-			(SELECT target FROM deliveries WHERE ` + lifecycle.CatchUpRule.StatesSQL("") + ` ORDER BY target LIMIT 1)
-			UNION ALL
-			SELECT (SELECT target FROM deliveries WHERE ` + lifecycle.CatchUpRule.StatesSQL("") + ` AND target > t.name
-				ORDER BY target LIMIT 1)
-			FROM t WHERE t.name IS NOT NULL)
-		SELECT d.id FROM t, LATERAL (SELECT id FROM deliveries d
-			WHERE d.target = t.name AND ` + lifecycle.CatchUpRule.StatesSQL("d") + ` AND ` + lifecycle.SweepWakeRule.SQL("d", "$1") + `
-			ORDER BY coalesce(d.next_due, d.lease_end, d.updated_at) LIMIT $2) d
-		WHERE t.name IS NOT NULL`
-	receiptSQL = `SELECT id FROM deliveries WHERE ` + lifecycle.ReceiptTimeoutRule.SQL("", "$1") + ` ORDER BY next_due LIMIT $2`
-	// releaseSQL finds the blocked deliveries of the lanes of targets that
-	// keep no order any more ($1 lists those that do): the lanes with
-	// deliveries waiting, on lanes_waiting, then theirs on deliveries_lane.
-	releaseSQL = `SELECT d.id FROM lanes l, LATERAL (SELECT id FROM deliveries d
-			WHERE d.target = l.target AND d.lane_key = l.ordering_key AND ` + lifecycle.UnblockRule.StatesSQL("d") + `
-			ORDER BY d.lane_seq LIMIT $2) d
-		WHERE l.waiting > 0 AND NOT (l.target = ANY(coalesce($1::text[], '{}'))) LIMIT $2`
-	// heldSQL finds the heads of the lanes of the targets $1, each with its
-	// head_alert_after $2, that have kept deliveries waiting that long at
-	// $3, and were not reported yet.
-	heldSQL = `SELECT l.head_delivery_id FROM unnest($1::text[], $2::interval[]) AS t(target, after),
-		LATERAL (SELECT head_delivery_id FROM lanes l WHERE l.target = t.target AND l.waiting > 0 AND NOT l.held
-			AND l.waiting_since <= $3::timestamptz - t.after LIMIT $4) l
-		LIMIT $4`
-)
-
 // Pass runs each step once over everything due, then updates the gauges.
 func (s *Sweeper) Pass(ctx context.Context) (Result, error) {
 	began := time.Now()
 	var r Result
-	due := func(sql string) func() (string, []any) {
-		return func() (string, []any) { return sql, []any{s.cfg.Now(), s.cfg.Batch} }
-	}
 	// Whether a target keeps order, and its head_alert_after, are read
 	// afresh each pass: a release out of turn must follow the change
 	// that allows it.
@@ -188,15 +147,25 @@ func (s *Sweeper) Pass(ctx context.Context) (Result, error) {
 			}
 		}
 	}
+	now := func(sel func(context.Context, journal.Querier, time.Time, int) ([]uuid.UUID, error), n int) func() ([]uuid.UUID, error) {
+		return func() ([]uuid.UUID, error) { return sel(ctx, s.cfg.DB, s.cfg.Now(), n) }
+	}
+	released := func() ([]uuid.UUID, error) { return projection.BlockedOutOfOrder(ctx, s.cfg.DB, fifo, s.cfg.Batch) }
+	held := func() ([]uuid.UUID, error) {
+		return projection.HeldLaneHeads(ctx, s.cfg.DB, alerted, after, s.cfg.Now(), s.cfg.Batch)
+	}
+	w := s.cfg.Writer
 	err = errors.Join(
-		s.step(ctx, "expire_leases", false, due(expiredSQL), func(id uuid.UUID) (journal.Kind, error) { return s.cfg.Writer.ExpireLease(ctx, id) }, &r),
-		s.step(ctx, "wake", true, func() (string, []any) { return dueSQL, []any{s.cfg.Now(), s.cfg.WakePerTarget} },
-			func(id uuid.UUID) (journal.Kind, error) { return s.cfg.Writer.Wake(ctx, id) }, &r),
-		s.step(ctx, "time_out_receipts", false, due(receiptSQL), func(id uuid.UUID) (journal.Kind, error) { return s.cfg.Writer.TimeoutReceipt(ctx, id) }, &r),
-		s.step(ctx, "release_blocked", false, func() (string, []any) { return releaseSQL, []any{fifo, s.cfg.Batch} },
-			func(id uuid.UUID) (journal.Kind, error) { return s.cfg.Writer.ReleaseBlocked(ctx, id) }, &r),
-		s.step(ctx, "report_held_lanes", false, func() (string, []any) { return heldSQL, []any{alerted, after, s.cfg.Now(), s.cfg.Batch} },
-			func(id uuid.UUID) (journal.Kind, error) { return s.cfg.Writer.ReportLaneHeld(ctx, id) }, &r),
+		s.step(ctx, "expire_leases", false, now(projection.ExpiredLeases, s.cfg.Batch),
+			func(id uuid.UUID) (journal.Kind, error) { return w.ExpireLease(ctx, id) }, &r),
+		s.step(ctx, "wake", true, now(projection.SweepDue, s.cfg.WakePerTarget),
+			func(id uuid.UUID) (journal.Kind, error) { return w.Wake(ctx, id) }, &r),
+		s.step(ctx, "time_out_receipts", false, now(projection.OverdueReceipts, s.cfg.Batch),
+			func(id uuid.UUID) (journal.Kind, error) { return w.TimeoutReceipt(ctx, id) }, &r),
+		s.step(ctx, "release_blocked", false, released,
+			func(id uuid.UUID) (journal.Kind, error) { return w.ReleaseBlocked(ctx, id) }, &r),
+		s.step(ctx, "report_held_lanes", false, held,
+			func(id uuid.UUID) (journal.Kind, error) { return w.ReportLaneHeld(ctx, id) }, &r),
 	)
 	if err == nil {
 		err = s.measure(ctx)
@@ -212,18 +181,13 @@ func (s *Sweeper) Pass(ctx context.Context) (Result, error) {
 	return r, nil
 }
 
-// step takes the deliveries of one query (made afresh for each batch)
+// step takes the deliveries of one query (run afresh for each batch)
 // batch by batch and runs the command on each, until a batch comes back
 // short; with once, it takes one batch.
-func (s *Sweeper) step(ctx context.Context, name string, once bool, query func() (string, []any),
+func (s *Sweeper) step(ctx context.Context, name string, once bool, query func() ([]uuid.UUID, error),
 	run func(uuid.UUID) (journal.Kind, error), r *Result) error {
 	for {
-		sql, args := query()
-		rows, err := s.cfg.DB.Query(ctx, sql, args...)
-		if err != nil {
-			return fmt.Errorf("%s: %w", name, err)
-		}
-		ids, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
+		ids, err := query()
 		if err != nil {
 			return fmt.Errorf("%s: %w", name, err)
 		}
