@@ -144,7 +144,7 @@ func NewLease(db *pgxpool.Pool, key LockKey, loop string, log *slog.Logger, reg 
 func leaseGauge(reg prometheus.Registerer) *prometheus.GaugeVec {
 	vec := prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "waybill_lease_held",
-		Help: "1 while this process holds the loop's lease and does its work, 0 while another process does.",
+		Help: "1 while this process holds the loop's lease and does its work; 0 while another process holds it, or, for a loop that holds it only while it works, between its passes.",
 	}, []string{"loop"})
 	if reg == nil {
 		return vec
