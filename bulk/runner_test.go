@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"reflect"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -634,7 +635,7 @@ func TestDryRunAgreesWithTheRun(t *testing.T) {
 			for _, c := range pv.Refused {
 				refused += c.Count
 			}
-			if pv.Matched != o.Matched || pv.Done != o.Done || refused != o.Refused || len(pv.Sample) != min(5, o.Matched) {
+			if pv.Matched != o.Matched || pv.Decided != o.Matched || pv.Done != o.Done || refused != o.Refused || len(pv.Sample) != min(5, o.Matched) {
 				t.Fatalf("dry run: matched %d, done %d, refused %d, sample %d; the run: matched %d, done %d, refused %d",
 					pv.Matched, pv.Done, refused, len(pv.Sample), o.Matched, o.Done, o.Refused)
 			}
@@ -727,5 +728,40 @@ func TestDryRunAgreesWithTheRunOnLanes(t *testing.T) {
 			}
 			dbtest.Audit(t, b.db)
 		})
+	}
+}
+
+// TestDryRunWithinItsTime: a dry run decides for commands.PreviewBudget at
+// most, then counts the messages left without deciding them, so it answers
+// in a request's time however many match; it says how many it decided.
+func TestDryRunWithinItsTime(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.targets(t, "alpha")
+	for range 150 {
+		b.ingest(t)
+	}
+	// A clock that moves past the budget at the first page's end: each
+	// read of it is a minute on.
+	var ticks atomic.Int64
+	base := service.Base{Logger: quiet, Now: func() time.Time {
+		return b.clock.Now().Add(time.Duration(ticks.Add(1)) * time.Minute)
+	}}
+	w, err := commands.New(commands.Config{Base: base, DB: b.db})
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec := commands.OperationSpec{Action: lifecycle.ActionSkip, Filter: lifecycle.OperationFilter{Source: "erp"}}
+	pv, err := w.PreviewOperation(b.ctx, spec, "alice", 5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	refused := 0
+	for _, c := range pv.Refused {
+		refused += c.Count
+	}
+	if pv.Matched != 150 || pv.Decided >= pv.Matched || pv.Done+refused != pv.Decided {
+		t.Fatalf("matched %d, decided %d, done %d, refused %d; want 150 matched, fewer decided, and those counted",
+			pv.Matched, pv.Decided, pv.Done, refused)
 	}
 }

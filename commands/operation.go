@@ -320,14 +320,28 @@ func refusalClass(err error) error {
 // as many as a batch of the runner takes at most.
 const previewPage = 100
 
+// PreviewBudget is the time a preview decides messages for: a dry run
+// answers within one HTTP request's time (30 s) however many messages its
+// filter matches. The messages past it are counted, a page of
+// previewCountPage at a time, not decided.
+const PreviewBudget = 10 * time.Second
+
+// previewCountPage is how many matched messages one read counts once the
+// budget is spent.
+const previewCountPage = 10_000
+
 // Preview is what a bulk operation would do if it ran now.
 type Preview struct {
 	// Matched counts the messages the filter chooses, Sample the first of
 	// them in the order the operation would take them.
 	Matched int
 	Sample  []uuid.UUID
+	// Decided counts the messages decided, the first of those matched in
+	// the operation's order: all of them unless PreviewBudget ran out.
+	Decided int
 	// Done counts those the action would be taken on; Refused those that
-	// could not take it, by class, the most numerous first.
+	// could not take it, by class, the most numerous first: of the
+	// messages decided.
 	Done    int
 	Refused []RefusalClass
 }
@@ -351,7 +365,8 @@ type RefusalClass struct {
 // Preview.Sample. A filter that matches more than
 // lifecycle.MaxOperationMessages is ErrInvalid, as CreateOperation has it.
 // The pages are read one after another, so a message that changes
-// meanwhile is seen as it is when its page is read.
+// meanwhile is seen as it is when its page is read. Once PreviewBudget has
+// passed, the messages left are counted, not decided.
 func (w *Writer) PreviewOperation(ctx context.Context, spec OperationSpec, operator string, sample int) (*Preview, error) {
 	spec, err := CheckOperation(spec)
 	if err == nil {
@@ -364,8 +379,14 @@ func (w *Writer) PreviewOperation(ctx context.Context, spec OperationSpec, opera
 	pv := &Preview{}
 	class := map[string]int{} // by the class's text: an error's type need not be comparable
 	var at projection.MatchAt
+	start := w.now()
 	for {
-		ids, last, err := projection.MatchPage(ctx, w.db, spec.Filter, at, previewPage)
+		deciding := w.now().Sub(start) < PreviewBudget
+		page := previewPage
+		if !deciding {
+			page = previewCountPage
+		}
+		ids, last, err := projection.MatchPage(ctx, w.db, spec.Filter, at, page)
 		if err != nil {
 			return nil, fmt.Errorf("preview operation: %w", err)
 		}
@@ -377,7 +398,7 @@ func (w *Writer) PreviewOperation(ctx context.Context, spec OperationSpec, opera
 			return nil, fmt.Errorf("preview operation: %w", tooManyMessages())
 		}
 		pv.Sample = append(pv.Sample, ids[:min(len(ids), sample-len(pv.Sample))]...)
-		for from := 0; from < len(ids); {
+		for from := 0; deciding && from < len(ids); {
 			ops, err := w.bulkBatch(ctx, spec.Action, spec.Filter.Target, a, ids[from:], &operationSide{})
 			if errors.Is(err, errLaneSplit) && len(ids)-from > 1 {
 				// As Operate, which then takes the first message alone.
@@ -387,6 +408,7 @@ func (w *Writer) PreviewOperation(ctx context.Context, spec OperationSpec, opera
 				return nil, fmt.Errorf("preview operation: from message %d: %w", pv.Matched-len(ids)+from, err)
 			}
 			from += len(ops)
+			pv.Decided += len(ops)
 			for _, o := range ops {
 				if o.err == nil {
 					pv.Done++
@@ -402,7 +424,7 @@ func (w *Writer) PreviewOperation(ctx context.Context, spec OperationSpec, opera
 				pv.Refused[i].Count++
 			}
 		}
-		if len(ids) < previewPage {
+		if len(ids) < page {
 			break
 		}
 	}

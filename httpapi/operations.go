@@ -63,7 +63,7 @@ func (s *Server) createOperation(w http.ResponseWriter, r *http.Request) error {
 // DryRunOf is the answer of a dry run that came to pv: its refusal
 // classes counted by the code each answers.
 func DryRunOf(pv *commands.Preview) DryRun {
-	out := DryRun{Matched: pv.Matched, Sample: nonNil(pv.Sample), Done: pv.Done, Refusals: []DryRunRefusals{}}
+	out := DryRun{Matched: pv.Matched, Sample: nonNil(pv.Sample), Decided: pv.Decided, Done: pv.Done, Refusals: []DryRunRefusals{}}
 	at := map[string]int{}
 	for _, c := range pv.Refused {
 		out.Refused += c.Count

@@ -390,8 +390,12 @@ type OperationRequest struct {
 type DryRun struct {
 	Matched int         `json:"matched"`
 	Sample  []uuid.UUID `json:"sample"`
-	Done    int         `json:"done"`
-	Refused int         `json:"refused"`
+	// Decided is how many of the matched messages, the first in the
+	// operation's order, were decided: all of them unless the dry run's
+	// time (commands.PreviewBudget) ran out; Done and Refused count those.
+	Decided int `json:"decided"`
+	Done    int `json:"done"`
+	Refused int `json:"refused"`
 	// Refusals counts the refusals by code, the most numerous first.
 	Refusals []DryRunRefusals `json:"refusals"`
 }

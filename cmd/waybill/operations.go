@@ -195,6 +195,7 @@ func dryRunOperation(ctx context.Context, c *client, w io.Writer, body map[strin
 	var dry struct {
 		Matched  int      `json:"matched"`
 		Sample   []string `json:"sample"`
+		Decided  int      `json:"decided"`
 		Done     int      `json:"done"`
 		Refused  int      `json:"refused"`
 		Refusals []struct {
@@ -208,6 +209,10 @@ func dryRunOperation(ctx context.Context, c *client, w io.Writer, body map[strin
 	}
 	fmt.Fprintf(w, "dry run: %s matches %s: it would act on %s and refuse %d; nothing was changed\n",
 		body["action"], countMessages(dry.Matched), countMessages(dry.Done), dry.Refused)
+	if dry.Decided < dry.Matched {
+		fmt.Fprintf(w, "(of the first %s, all the dry run's time allowed; the rest were counted, not decided)\n",
+			countMessages(dry.Decided))
+	}
 	if len(dry.Refusals) > 0 {
 		fmt.Fprintln(w, "refused, by reason:")
 		for _, r := range dry.Refusals {

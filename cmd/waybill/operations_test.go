@@ -115,7 +115,7 @@ func TestOperationsCreateEndsFailed(t *testing.T) {
 func TestOperationsDryRunListShowCancel(t *testing.T) {
 	t.Parallel()
 	api := newFakeAPI(t, map[string]answer{
-		"POST /api/v1/operations": {200, `{"matched":2,"sample":["` + msgID + `","` + msgID2 + `"],"done":1,"refused":1,
+		"POST /api/v1/operations": {200, `{"matched":2,"sample":["` + msgID + `","` + msgID2 + `"],"decided":2,"done":1,"refused":1,
 			"refusals":[{"code":"NOT_SKIPPABLE","count":1,"example":"delivery not skippable: no delivery of generation 1 is waiting or failed (its deliveries: billing delivered)"}]}`},
 		"GET /api/v1/operations":         {200, `{"items":[` + opJSON("running", 2, 0, "1.5", "2") + `],"next_cursor":"abc"}`},
 		"GET /api/v1/operations/" + opID: {200, opJSON("done", 3, 1, "null", "null")},
