@@ -121,13 +121,22 @@ func TestCallbacks(t *testing.T) {
 	if _, keys := cbs.got(); len(keys) != 2 || keys[1] != m.ID.String()+"/2" {
 		t.Fatalf("keys %v", keys)
 	}
-	families, _ := reg.Gather()
-	for _, f := range families {
-		for _, s := range f.GetMetric() {
-			if f.GetName() == "waybill_callbacks_total" && s.GetLabel()[0].GetValue() == "delivered" && s.GetCounter().GetValue() != 2 {
-				t.Errorf("waybill_callbacks_total{outcome=delivered} = %v", s.GetCounter().GetValue())
+	// The worker counts a call once its outcome is recorded: after the
+	// state the poll above saw.
+	delivered := func() float64 {
+		families, _ := reg.Gather()
+		for _, f := range families {
+			for _, s := range f.GetMetric() {
+				if f.GetName() == "waybill_callbacks_total" && s.GetLabel()[0].GetValue() == "delivered" {
+					return s.GetCounter().GetValue()
+				}
 			}
 		}
+		return 0
+	}
+	testpoll.Until(t, "waybill_callbacks_total{outcome=delivered} at 2", func() bool { return delivered() >= 2 })
+	if n := delivered(); n != 2 {
+		t.Errorf("waybill_callbacks_total{outcome=delivered} = %v, want 2", n)
 	}
 	b.audit(t)
 }
