@@ -534,3 +534,17 @@ func TestSettingsRetention(t *testing.T) {
 		t.Errorf("retention %s, %v", s.Retention, err)
 	}
 }
+
+// TestHandlerPanicIsInternal: a panic in a console handler answers that
+// request with the internal error's page, and the console serves on.
+func TestHandlerPanicIsInternal(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	c := b.signedIn(t, b.admin)
+	c.get(t, "/ui/targets?add=file").want(t, http.StatusOK)
+	b.panicOnChange.Store(true)
+	form := url.Values{"kind": {"file"}, "name": {"ledger"}, "enabled": {"on"}, "config.dir": {"/var/spool/ledger"}}
+	c.post(t, "/ui/targets", form).want(t, http.StatusInternalServerError).has(t, "internal error")
+	b.panicOnChange.Store(false)
+	c.get(t, "/ui/targets").want(t, http.StatusOK).has(t, "ledger")
+}

@@ -281,10 +281,20 @@ func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	c.mux.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), sessionKey{}, s)))
 }
 
-// adapt turns a handler into an http.Handler that answers its error.
+// adapt turns a handler into an http.Handler that answers its error, and
+// a panic as an internal error: the request alone fails, with a page that
+// says so, and the console serves on.
 func (c *Console) adapt(h handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		s, _ := r.Context().Value(sessionKey{}).(*auth.Session)
+		defer func() {
+			if v := recover(); v != nil {
+				if v == http.ErrAbortHandler {
+					panic(v)
+				}
+				c.fail(w, r, s, fmt.Errorf("panic: %v", v))
+			}
+		}()
 		if err := h(c, w, r, s); err != nil {
 			c.fail(w, r, s, err)
 		}

@@ -50,6 +50,9 @@ type bundle struct {
 	console *console.Console
 	srv     *httptest.Server
 	changes atomic.Int32
+	// panicOnChange makes the console's OnConfigChange panic, as a bug in
+	// a handler would.
+	panicOnChange atomic.Bool
 	// The tokens, one per role.
 	admin, reader, ingester string
 }
@@ -84,7 +87,12 @@ func setup(t testing.TB) *bundle {
 func (b *bundle) newConsole(t testing.TB) *console.Console {
 	t.Helper()
 	c, err := console.New(console.Config{Base: service.Base{Now: b.clock.Now, Logger: quiet}, Writer: b.w, DB: b.db, Tokens: b.tokens,
-		LivePoll: 20 * time.Millisecond, OnConfigChange: func() { b.changes.Add(1) }})
+		LivePoll: 20 * time.Millisecond, OnConfigChange: func() {
+			if b.panicOnChange.Load() {
+				panic("boom")
+			}
+			b.changes.Add(1)
+		}})
 	if err != nil {
 		t.Fatal(err)
 	}
