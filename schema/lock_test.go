@@ -14,7 +14,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/waybill/waybill/internal/dbtest"
@@ -106,11 +105,7 @@ func TestLockKeysOnlyInRegistry(t *testing.T) {
 func TestLease(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	db, err := pgxpool.New(ctx, dbtest.URL(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
+	db := dbtest.Pool(t)
 	var logs bytes.Buffer
 	log := slog.New(slog.NewTextHandler(&logs, nil))
 	regA, regB := prometheus.NewRegistry(), prometheus.NewRegistry()

@@ -103,6 +103,9 @@ func TestEveryLoopInOneServer(t *testing.T) {
 		ingest(b, "erp", "refused until fixed", nil),
 		ingest(b, "nowhere", "routed nowhere", nil),
 	}
+	// The audit holds in the middle of the work too: deliveries in
+	// flight, a callback owed, a bulk runner and retention's loop on.
+	audit(t, bin, dbURL)
 	if err := os.MkdirAll(spool, 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -122,6 +125,7 @@ func TestEveryLoopInOneServer(t *testing.T) {
 	var op struct{ ID, State string }
 	a.call("POST", "/operations", map[string]any{"action": "redeliver", "filter": map[string]any{"status": []string{"error"}}},
 		http.StatusAccepted, &op)
+	audit(t, bin, dbURL)
 	testpoll.Until(t, "the bulk operation redelivers the failed message", func() bool {
 		var got struct {
 			State string
@@ -173,8 +177,15 @@ func TestEveryLoopInOneServer(t *testing.T) {
 			t.Fatalf("serve exited with %v", err)
 		}
 	}
-	out, err := exec.Command(bin, "audit", "--database-url", dbURL, "--archive", archive).CombinedOutput()
-	if err != nil || !strings.Contains(string(out), "0 violations") {
+	audit(t, bin, dbURL, "--archive", archive)
+}
+
+// audit runs waybill audit on the database, beside the running servers,
+// and fails the test unless it finds no violation.
+func audit(t *testing.T, bin, dbURL string, args ...string) {
+	t.Helper()
+	out, err := exec.Command(bin, append([]string{"audit", "--database-url", dbURL}, args...)...).CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "; 0 violations") {
 		t.Fatalf("audit: %v\n%s", err, out)
 	}
 }
