@@ -146,20 +146,19 @@ func TestEveryLoopInOneServer(t *testing.T) {
 		return len(page.Items) == 0
 	})
 
-	leases := map[string]float64{}
-	var expunged, removed, sweeps float64
+	var bulkHeld, expunged, removed, sweeps float64
 	for _, s := range servers {
 		m := scrape(t, s.addr)
-		for _, loop := range []string{"bulk", "retention", "alerts_webhook"} {
-			leases[loop] += m[`waybill_lease_held{loop="`+loop+`"}`]
-		}
+		bulkHeld += m[`waybill_lease_held{loop="bulk"}`]
 		expunged += m["waybill_retention_expunged_total"]
 		removed += m[`waybill_retention_removed_total{class="settled"}`]
 		sweeps += m["waybill_sweep_pass_duration_seconds_count"]
 	}
-	// Retention and the alerts hold their leases only while they work.
-	if leases["bulk"] != 1 || leases["retention"] > 1 || leases["alerts_webhook"] > 1 {
-		t.Errorf("leases held across the two processes: %v; want bulk by one, the others by one at most", leases)
+	// Retention and the alerts hold their leases only while they work, so
+	// two scrapes a moment apart may each see one held: only the bulk
+	// runner's, held for the life of a process, adds up across them.
+	if bulkHeld != 1 {
+		t.Errorf("the bulk lease is held by %v processes; want 1", bulkHeld)
 	}
 	if expunged < 1 || removed != 4 || sweeps < 2 {
 		t.Errorf("retention expunged %v payloads and removed %v messages, the sweeps passed %v times; want ≥ 1, 4, ≥ 2",
