@@ -51,6 +51,10 @@ var (
 	ErrStale = errors.New("message changed")
 	// ErrNotCancellable: the bulk operation has ended already.
 	ErrNotCancellable = errors.New("operation not cancellable")
+	// ErrIdempotencyConflict: a message of the source holds the
+	// idempotency key with other content; an *IdempotencyConflictError
+	// names the fields that differ.
+	ErrIdempotencyConflict = errors.New("idempotency key held by another message")
 	// ErrOperationMoved: the bulk operation moved since it was read (it
 	// was cancelled, or another process took a batch); read it again.
 	ErrOperationMoved = errors.New("operation moved")
@@ -92,6 +96,22 @@ func (e *ExistsError) Error() string {
 }
 
 func (e *ExistsError) Unwrap() error { return ErrExists }
+
+// IdempotencyConflictError is ErrIdempotencyConflict for a repeat of a
+// source's idempotency key whose message differs from the one held.
+type IdempotencyConflictError struct {
+	Source, Key string
+	// Fields are those that differ, among payload, from, to,
+	// ordering_key and callback_url.
+	Fields []string
+}
+
+func (e *IdempotencyConflictError) Error() string {
+	return fmt.Sprintf("source %s holds idempotency key %q for a message with another %s", e.Source, e.Key,
+		strings.Join(e.Fields, ", "))
+}
+
+func (e *IdempotencyConflictError) Unwrap() error { return ErrIdempotencyConflict }
 
 // refused turns a fold's refusal into sentinel's StateError; other errors
 // pass through.

@@ -27,7 +27,8 @@ type NewMessage struct {
 	ContentType string
 	Payload     []byte
 	// IdempotencyKey, when set, makes a repeat of the same key from the same
-	// source return the message already held instead of storing another.
+	// source return the message already held instead of storing another;
+	// a repeat whose message differs is an *IdempotencyConflictError.
 	IdempotencyKey string
 	// OrderingKey, when set, puts the message's deliveries to fifo targets
 	// in the lanes of that key: each is attempted after the deliveries
@@ -162,16 +163,52 @@ func (w *Writer) acceptance(ctx context.Context, in NewMessage, cfg *configState
 }
 
 // held turns the result of storing in into Ingest's: on a repeated
-// idempotency key, the message already held.
+// idempotency key, the message already held, or its Conflict with in.
 func (w *Writer) held(ctx context.Context, in NewMessage, m *projection.Message, err error) (*projection.Message, bool, error) {
 	if isIdempotencyConflict(err) {
 		held, err := projection.LoadHeld(ctx, w.db, in.Source, in.IdempotencyKey)
-		return held, false, err
+		if err != nil {
+			return nil, false, err
+		}
+		if err := Conflict(in, held.Held()); err != nil {
+			return nil, false, err
+		}
+		return held, false, nil
 	}
 	if err != nil {
 		return nil, false, err
 	}
 	return m, true, nil
+}
+
+// Conflict is nil when in repeats held, the message that holds in's
+// idempotency key: the same payload (by its SHA-256, which outlives an
+// expunge), parties, ordering key and callback URL. Otherwise it is an
+// *IdempotencyConflictError naming the fields that differ. The content
+// type is not compared, since the same bytes sent as text or as base64
+// default to different ones, nor the duplicate key, which only marks
+// possible duplicates.
+func Conflict(in NewMessage, held projection.Held) error {
+	sum := sha256.Sum256(in.Payload)
+	var fields []string
+	for _, f := range []struct {
+		name      string
+		got, want string
+	}{
+		{"payload", hex.EncodeToString(sum[:]), held.PayloadSHA256},
+		{"from", in.From, held.From},
+		{"to", in.To, held.To},
+		{"ordering_key", in.OrderingKey, held.OrderingKey},
+		{"callback_url", in.CallbackURL, held.CallbackURL},
+	} {
+		if f.got != f.want {
+			fields = append(fields, f.name)
+		}
+	}
+	if len(fields) == 0 {
+		return nil
+	}
+	return &IdempotencyConflictError{Source: in.Source, Key: in.IdempotencyKey, Fields: fields}
 }
 
 // Ingested is the result of one message of IngestMany.
@@ -180,7 +217,9 @@ type Ingested struct {
 	// Created is false for a message whose idempotency key was held: the
 	// message is the one held.
 	Created bool
-	Err     error
+	// Err is the message's failure: an *IdempotencyConflictError for a
+	// held key whose message differs, as Ingest's.
+	Err error
 }
 
 // maxIngestBytes bounds the payloads one transaction of IngestMany stores.

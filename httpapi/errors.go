@@ -37,6 +37,7 @@ const (
 	CodePayloadExpunged      = "PAYLOAD_EXPUNGED"
 	CodeNotCancellable       = "NOT_CANCELLABLE"
 	CodeCorrelationConsumed  = "CORRELATION_CONSUMED"
+	CodeIdempotencyConflict  = "IDEMPOTENCY_CONFLICT"
 	CodeConflict             = "CONFLICT"
 	CodePayloadTooLarge      = "PAYLOAD_TOO_LARGE"
 	CodeUnsupportedMediaType = "UNSUPPORTED_MEDIA_TYPE"
@@ -86,6 +87,9 @@ type ErrorDetails struct {
 	// (FORBIDDEN).
 	Role  string `json:"role,omitempty"`
 	Needs string `json:"needs,omitempty"`
+	// Fields are the fields in which a message differs from the one that
+	// holds its idempotency key (IDEMPOTENCY_CONFLICT).
+	Fields []string `json:"fields,omitempty"`
 }
 
 // FieldProblem is one wrong field.
@@ -188,6 +192,7 @@ func failureOf(err error) failure {
 		state    *commands.StateError
 		stale    *commands.StaleError
 		exists   *commands.ExistsError
+		conflict *commands.IdempotencyConflictError
 	)
 	f := func(code int, c string, details ErrorDetails) failure {
 		return failure{status: code, body: ErrorBody{Code: c, Message: err.Error(), Details: details}}
@@ -238,6 +243,8 @@ func failureOf(err error) failure {
 		return f(http.StatusGone, CodePayloadExpunged, ErrorDetails{})
 	case errors.Is(err, commands.ErrCorrelationConsumed):
 		return f(http.StatusConflict, CodeCorrelationConsumed, ErrorDetails{})
+	case errors.As(err, &conflict):
+		return f(http.StatusConflict, CodeIdempotencyConflict, ErrorDetails{Fields: conflict.Fields})
 	case errors.As(err, &exists):
 		return f(http.StatusConflict, CodeAlreadyExists, ErrorDetails{Field: exists.Field, Value: exists.Value})
 	case errors.Is(err, commands.ErrTargetInUse):

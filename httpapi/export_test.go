@@ -40,6 +40,6 @@ func (s *Server) Pattern(r *http.Request) string {
 func DecodeStrict(data []byte, v any) error { return decodeStrict(data, v) }
 
 // Codes are the error codes.
-var Codes = []string{CodeCorrelationConsumed, CodeInvalidField, CodeInvalidStatus, CodeUnauthorized, CodeForbidden, CodeNotFound,
+var Codes = []string{CodeCorrelationConsumed, CodeIdempotencyConflict, CodeInvalidField, CodeInvalidStatus, CodeUnauthorized, CodeForbidden, CodeNotFound,
 	CodeMethodNotAllowed, CodeAlreadyExists, CodeTargetInUse, CodeNotRedispatchable, CodeNotRedeliverable, CodeNotSkippable, CodeNotResendable, CodePreconditionFailed,
 	CodeReceiptRefused, CodePayloadExpunged, CodeNotCancellable, CodeConflict, CodePayloadTooLarge, CodeUnsupportedMediaType, CodeUnavailable, CodeInternal}

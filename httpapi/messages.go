@@ -20,7 +20,8 @@ import (
 )
 
 // ingest stores a message and routes it: 201, or 200 with the message held
-// for a repeated idempotency key. A failure to store it is 503.
+// for a repeated idempotency key, 409 when that message differs. A failure
+// to store it is 503.
 func (s *Server) ingest(w http.ResponseWriter, r *http.Request) error {
 	var req IngestRequest
 	if err := s.readJSON(w, r, &req, false); err != nil {
@@ -31,6 +32,9 @@ func (s *Server) ingest(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	m, created, err := s.cfg.Writer.Ingest(r.Context(), in)
+	if errors.Is(err, commands.ErrIdempotencyConflict) {
+		return err
+	}
 	if err != nil {
 		return fmt.Errorf("%w: %w", errNotStored, err)
 	}

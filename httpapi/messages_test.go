@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"encoding/hex"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -89,11 +90,19 @@ func TestIngestIsIdempotentPerSource(t *testing.T) {
 	if again.ID != first.ID || r.header.Get("Location") != "" {
 		t.Errorf("repeat answered %s, want the held %s", again.ID, first.ID)
 	}
-	// Even with another payload: the key decides.
-	req.Payload = new("something else")
-	b.as(t, ingestToken, http.MethodPost, "/messages", req).want(t, http.StatusOK, &again)
-	if again.ID != first.ID || again.PayloadSize != first.PayloadSize {
-		t.Errorf("repeat with other bytes answered %+v", again)
+	// A repeat that differs is refused, naming the fields.
+	differs := req
+	differs.Payload, differs.To, differs.CallbackURL = new("something else"), "initech", "https://erp.example/cb"
+	e := b.as(t, ingestToken, http.MethodPost, "/messages", differs).fails(t, http.StatusConflict, httpapi.CodeIdempotencyConflict)
+	if !slices.Equal(e.Details.Fields, []string{"payload", "to", "callback_url"}) || !strings.Contains(e.Message, "order-4711") {
+		t.Errorf("conflict %+v", e)
+	}
+	// The same bytes in base64 are the same payload.
+	same := req
+	same.Payload, same.PayloadBase64 = nil, new(base64.StdEncoding.EncodeToString([]byte(*req.Payload)))
+	b.as(t, ingestToken, http.MethodPost, "/messages", same).want(t, http.StatusOK, &again)
+	if again.ID != first.ID {
+		t.Errorf("repeat in base64 answered %s", again.ID)
 	}
 	b.unchanged(t, before)
 

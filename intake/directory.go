@@ -211,7 +211,10 @@ func (d *directory) take(ctx context.Context, name string, rep *report) error {
 	}
 	m, created, err := d.w.Ingest(ctx, commands.NewMessage{Source: d.name, From: d.cfg.From, To: d.cfg.To,
 		ContentType: d.cfg.ContentType, Payload: data, IdempotencyKey: FileKey(name, info.Size(), info.ModTime(), data)})
-	if errors.Is(err, commands.ErrInvalid) {
+	// A key held by a message with other content (another file of the
+	// same identity cannot have it) is this file's refusal: taken, it
+	// would be lost as a repeat.
+	if errors.Is(err, commands.ErrInvalid) || errors.Is(err, commands.ErrIdempotencyConflict) {
 		return d.fail(name, err.Error(), rep)
 	}
 	if err != nil {

@@ -245,3 +245,40 @@ func TestFileKey(t *testing.T) {
 	}
 	var _ = commands.NewMessage{IdempotencyKey: k}
 }
+
+// TestDirectoryFileWhoseKeyIsHeld: a file whose key a message with other
+// content holds goes to the error folder with the conflict as its reason,
+// and the source goes on with the next.
+func TestDirectoryFileWhoseKeyIsHeld(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	d := f.dirSource(t, "drop", map[string]any{"settle": "1ms"})
+	write(t, d.cfg.Dir, "taken", "order 1")
+	write(t, d.cfg.Dir, "next", "order 2")
+	info, err := os.Stat(filepath.Join(d.cfg.Dir, "taken"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := FileKey("taken", info.Size(), info.ModTime(), []byte("order 1"))
+	if _, _, err := f.w.Ingest(f.ctx, commands.NewMessage{Source: "drop", From: "acme", To: "globex", Payload: []byte("forged"),
+		IdempotencyKey: key}); err != nil {
+		t.Fatal(err)
+	}
+	_, _ = d.poll(f.ctx)
+	f.clock.Advance(time.Millisecond)
+	rep, err := d.poll(f.ctx)
+	if err != nil || rep.taken != 1 || rep.failed != 1 || !strings.Contains(rep.problem, "taken") {
+		t.Fatalf("%+v %v", rep, err)
+	}
+	errDir := filepath.Join(d.cfg.Dir, sources.ErrorFolder)
+	if got := files(t, errDir); !slices.Equal(got, []string{"taken", "taken.reason"}) {
+		t.Fatalf("error folder holds %v", got)
+	}
+	if reason, _ := os.ReadFile(filepath.Join(errDir, "taken.reason")); !strings.Contains(string(reason), "idempotency key") ||
+		!strings.Contains(string(reason), "another payload") {
+		t.Errorf("reason %q", reason)
+	}
+	if got := f.bodies(t, "drop"); got != "forged,order 2" {
+		t.Errorf("messages %s", got)
+	}
+}

@@ -297,7 +297,10 @@ func (p *inbox) take(ctx context.Context, rows []row, rep *report) (int, error) 
 	}
 	// Rows read again (after a restart, or beyond a gap) are stored
 	// already: they are passed over at the cost of one read, not of a
-	// transaction each that fails on its key.
+	// transaction each that fails on its key. A row whose key a message
+	// with other content holds is passed too, as a failure: it can never
+	// be stored under its key, and waiting for it would stop the source
+	// for good.
 	keys := make([]string, len(ins))
 	for i, in := range ins {
 		keys[i] = in.IdempotencyKey
@@ -311,19 +314,32 @@ func (p *inbox) take(ctx context.Context, rows []row, rep *report) (int, error) 
 		index []int
 	)
 	for i, in := range ins {
-		if !stored[in.IdempotencyKey] {
+		held, ok := stored[in.IdempotencyKey]
+		if !ok {
 			fresh, index = append(fresh, in), append(index, i)
+		} else if err := commands.Conflict(in, held); err != nil {
+			p.conflict(rows[i].id, err, rep)
 		}
 	}
 	for k, res := range p.w.IngestMany(ctx, fresh) {
-		if res.Err != nil {
+		switch {
+		case errors.Is(res.Err, commands.ErrIdempotencyConflict):
+			p.conflict(rows[index[k]].id, res.Err, rep)
+		case res.Err != nil:
 			return index[k], fmt.Errorf("row %d not stored: %w", rows[index[k]].id, res.Err)
-		}
-		if res.Created {
+		case res.Created:
 			rep.taken++
 		}
 	}
 	return len(ins), stop
+}
+
+// conflict counts a row passed because a message with other content holds
+// its key: its marker is never written, and the source's state shows why.
+func (p *inbox) conflict(id int64, err error, rep *report) {
+	rep.failed++
+	rep.problem = fmt.Sprintf("row %d passed, not stored: %v", id, err)
+	p.log.Warn("row passed: its idempotency key is held by another message", "row", id, "err", err)
 }
 
 // message is the message of a row, with the ordering key of its

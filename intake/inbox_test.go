@@ -10,7 +10,9 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/waybill/waybill/commands"
 	"github.com/waybill/waybill/internal/dbtest"
+	"github.com/waybill/waybill/internal/testpoll"
 	"github.com/waybill/waybill/journal"
 	"github.com/waybill/waybill/sources"
 )
@@ -429,4 +431,32 @@ func TestInboxOrderingKeys(t *testing.T) {
 	if strings.Join(keys, ",") != "patient-7,,patient-7" {
 		t.Errorf("ordering keys %q", keys)
 	}
+}
+
+// TestInboxRowWhoseKeyIsHeld: a row whose key a message with other
+// content holds is passed as a failure, which the report names, without
+// its marker; the rows after it are taken and the watermark passes it.
+func TestInboxRowWhoseKeyIsHeld(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	url, up := inboxDB(t)
+	p := f.inboxSource(t, "ciims", url, nil)
+	held := insert(t, up, "a")
+	if _, _, err := f.w.Ingest(f.ctx, commands.NewMessage{Source: "ciims", From: "ciims", To: "aodb", Payload: []byte("forged"),
+		IdempotencyKey: RowKey(held)}); err != nil {
+		t.Fatal(err)
+	}
+	last := insert(t, up, "b")
+	rep := f.poll(t, p)
+	if rep.taken != 1 || rep.failed != 1 || !strings.Contains(rep.problem, fmt.Sprintf("row %d passed", held)) ||
+		!strings.Contains(rep.problem, "another payload") {
+		t.Fatalf("%+v", rep)
+	}
+	if got := f.bodies(t, "ciims"); got != "forged,b" || f.watermark(t, "ciims") != last {
+		t.Errorf("messages %s, watermark %d", got, f.watermark(t, "ciims"))
+	}
+	testpoll.Until(t, "the taken row's marker", func() bool {
+		_ = p.writeMarkers(f.ctx)
+		return unmarked(t, up) == 1
+	})
 }

@@ -195,7 +195,8 @@ type report struct {
 	// taken counts the messages stored by the poll.
 	taken int
 	// failed counts the items that failed (a file moved to the error
-	// folder, markers not written); problem is the last one's reason.
+	// folder, markers not written, a row passed for its key held by
+	// another message); problem is the last one's reason.
 	failed  int
 	problem string
 	backlog int64

@@ -10,14 +10,40 @@ import (
 	"github.com/waybill/waybill/journal"
 )
 
-// HeldKeys reports which of the idempotency keys of source a message
-// holds already.
-func HeldKeys(ctx context.Context, q journal.Querier, source string, keys []string) (map[string]bool, error) {
-	rows, err := q.Query(ctx, `SELECT idempotency_key FROM messages WHERE source = $1 AND idempotency_key = ANY($2)`, source, keys)
-	held := map[string]bool{}
+// Held is what a message that holds an idempotency key is compared by
+// when the key comes again.
+type Held struct {
+	ID            uuid.UUID
+	From, To      string
+	OrderingKey   string
+	CallbackURL   string
+	PayloadSHA256 string
+}
+
+// Held is m's Held. The payload's SHA-256 outlives its expunge.
+func (m *Message) Held() Held {
+	h := Held{ID: m.ID, From: m.From, To: m.To, OrderingKey: m.OrderingKey, PayloadSHA256: m.PayloadSHA256}
+	if m.Callback != nil {
+		h.CallbackURL = m.Callback.URL
+	}
+	return h
+}
+
+// HeldKeys returns, by key, the messages that hold the idempotency keys of
+// source already.
+func HeldKeys(ctx context.Context, q journal.Querier, source string, keys []string) (map[string]Held, error) {
+	rows, err := q.Query(ctx, `SELECT m.idempotency_key, m.id, m.from_party, m.to_party, coalesce(m.ordering_key, ''),
+		coalesce(c.url, ''), m.payload_sha256
+		FROM messages m LEFT JOIN callbacks c ON c.message_id = m.id
+		WHERE m.source = $1 AND m.idempotency_key = ANY($2)`, source, keys)
+	held := map[string]Held{}
 	if err == nil {
-		var key string
-		_, err = pgx.ForEachRow(rows, []any{&key}, func() error { held[key] = true; return nil })
+		var (
+			key string
+			h   Held
+		)
+		_, err = pgx.ForEachRow(rows, []any{&key, &h.ID, &h.From, &h.To, &h.OrderingKey, &h.CallbackURL, &h.PayloadSHA256},
+			func() error { held[key] = h; return nil })
 	}
 	if err != nil {
 		return nil, fmt.Errorf("read the idempotency keys of source %s held: %w", source, err)
