@@ -6,6 +6,7 @@ import (
 	"html"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -547,4 +548,35 @@ func TestHandlerPanicIsInternal(t *testing.T) {
 	c.post(t, "/ui/targets", form).want(t, http.StatusInternalServerError).has(t, "internal error")
 	b.panicOnChange.Store(false)
 	c.get(t, "/ui/targets").want(t, http.StatusOK).has(t, "ledger")
+}
+
+// TestSettingsCallbacks: the callbacks' lists are shown, saved as the API
+// takes them, and a wrong entry is refused under its field.
+func TestSettingsCallbacks(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	reader := b.signedIn(t, b.reader)
+	reader.get(t, "/ui/settings").want(t, http.StatusOK).has(t, "<dd>none (<code>callbacks.allowed_networks</code>)",
+		"<dd>any (<code>callbacks.allowed_hosts</code>)")
+	c := b.signedIn(t, b.admin)
+	c.get(t, "/ui/settings").want(t, http.StatusOK).has(t, `name="callbacks.allowed_networks" value=""`)
+	before := b.journalLength(t)
+	c.post(t, "/ui/settings", url.Values{"callbacks.allowed_networks": {"10.0.0.1"}}).want(t, http.StatusBadRequest).
+		has(t, `value="10.0.0.1"`, `id="callbacks.allowed_networks-hint"><strong>`)
+	if b.journalLength(t) != before {
+		t.Fatal("a refused form changed the journal")
+	}
+	c.post(t, "/ui/settings", url.Values{"callbacks.allowed_networks": {"127.0.0.0/8, ::1/128"},
+		"callbacks.allowed_hosts": {"*.example.com hooks.example.org"}}).redirects(t, "/ui/settings")
+	s, err := b.w.Settings(b.ctx)
+	if err != nil || !slices.Equal(s.Callbacks.AllowedNetworks, []string{"127.0.0.0/8", "::1/128"}) ||
+		!slices.Equal(s.Callbacks.AllowedHosts, []string{"*.example.com", "hooks.example.org"}) {
+		t.Fatalf("settings %+v, %v", s.Callbacks, err)
+	}
+	c.get(t, "/ui/settings").has(t, `name="callbacks.allowed_networks" value="127.0.0.0/8, ::1/128"`)
+	reader.get(t, "/ui/settings").has(t, "<dd>*.example.com, hooks.example.org (<code>callbacks.allowed_hosts</code>)")
+	c.post(t, "/ui/settings", url.Values{"callbacks.allowed_networks": {""}}).redirects(t, "/ui/settings")
+	if s, err := b.w.Settings(b.ctx); err != nil || len(s.Callbacks.AllowedNetworks) != 0 || len(s.Callbacks.AllowedHosts) != 2 {
+		t.Errorf("settings %+v, %v", s.Callbacks, err)
+	}
 }

@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"unicode"
 
 	"github.com/waybill/waybill/auth"
 	"github.com/waybill/waybill/journal"
@@ -18,7 +19,9 @@ type settingsView struct {
 	MinRate, MaxRate    int
 	// The retention, as the API writes it: a period empty for never.
 	PayloadAfter, SettledAfter, FailedAfter, ArchiveDir string
-	Problem                                             *errorView
+	// The callbacks' lists, their entries separated by commas.
+	AllowedNetworks, AllowedHosts string
+	Problem                       *errorView
 }
 
 // settings shows the settings, and saves them (PUT /settings).
@@ -31,7 +34,8 @@ func (c *Console) settings(w http.ResponseWriter, r *http.Request, s *auth.Sessi
 		Min: lifecycle.MinMaxDispatches, Max: lifecycle.MaxMaxDispatches,
 		MinRate: lifecycle.MinOperationRate, MaxRate: lifecycle.MaxOperationRate,
 		PayloadAfter: period(current.Retention.PayloadAfter), SettledAfter: period(current.Retention.SettledAfter),
-		FailedAfter: period(current.Retention.FailedAfter), ArchiveDir: current.Retention.ArchiveDir}
+		FailedAfter: period(current.Retention.FailedAfter), ArchiveDir: current.Retention.ArchiveDir,
+		AllowedNetworks: strings.Join(current.Callbacks.AllowedNetworks, ", "), AllowedHosts: strings.Join(current.Callbacks.AllowedHosts, ", ")}
 	status := http.StatusOK
 	if r.Method == http.MethodPost {
 		// A setting the form does not send stays as it is, and so do
@@ -46,6 +50,8 @@ func (c *Console) settings(w http.ResponseWriter, r *http.Request, s *auth.Sessi
 			v.ArchiveDir = strings.TrimSpace(r.PostForm.Get("retention.archive_dir"))
 			next.Retention.ArchiveDir = v.ArchiveDir
 		}
+		list(r, "callbacks.allowed_networks", &v.AllowedNetworks, &next.Callbacks.AllowedNetworks)
+		list(r, "callbacks.allowed_hosts", &v.AllowedHosts, &next.Callbacks.AllowedHosts)
 		if err == nil {
 			err = c.cfg.Writer.SetSettings(r.Context(), next, journal.OperatorActor(s.Name))
 		}
@@ -79,6 +85,16 @@ func wholeNumber(r *http.Request, field string, text *string, n *int) error {
 	}
 	*n = i
 	return nil
+}
+
+// list reads the form's list field, when it has it, into its text for the
+// form and its entries, separated by commas or white space.
+func list(r *http.Request, field string, text *string, entries *[]string) {
+	if !r.PostForm.Has(field) {
+		return
+	}
+	*text = strings.TrimSpace(r.PostForm.Get(field))
+	*entries = strings.FieldsFunc(*text, func(c rune) bool { return c == ',' || unicode.IsSpace(c) })
 }
 
 // period is a retention period as the API writes it; "" for never (null).

@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"context"
 	"encoding/base64"
 	"errors"
 	"fmt"
@@ -14,6 +15,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/waybill/waybill/commands"
+	"github.com/waybill/waybill/internal/netguard"
 	"github.com/waybill/waybill/journal"
 	"github.com/waybill/waybill/lifecycle"
 	"github.com/waybill/waybill/projection"
@@ -31,6 +33,9 @@ func (s *Server) ingest(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	if err := s.checkCallback(r.Context(), in.CallbackURL); err != nil {
+		return err
+	}
 	m, created, err := s.cfg.Writer.Ingest(r.Context(), in)
 	if errors.Is(err, commands.ErrIdempotencyConflict) {
 		return err
@@ -44,7 +49,35 @@ func (s *Server) ingest(w http.ResponseWriter, r *http.Request) error {
 		w.Header().Set("Location", Prefix+"/messages/"+m.ID.String())
 	}
 	s.log.Debug("message ingested", "message_id", m.ID, "source", m.Source, "status", m.Status, "new", created)
-	writeJSON(w, status, messageOf(m))
+	writeJSON(w, status, messageFor(r, m))
+	return nil
+}
+
+// checkCallback refuses a callback URL that the settings' callbacks do not
+// allow by its host alone: a special address written literally, or
+// localhost (callbacks.allowed_networks), or a host outside a non-empty
+// callbacks.allowed_hosts. A name that resolves to a special address
+// fails its calls instead, when they dial it.
+func (s *Server) checkCallback(ctx context.Context, raw string) error {
+	if raw == "" {
+		return nil
+	}
+	u, err := url.Parse(raw)
+	if err != nil {
+		return nil // the Writer's check says what is wrong with it
+	}
+	settings, err := s.cfg.Writer.CachedSettings(ctx)
+	if err != nil {
+		return fmt.Errorf("%w: %w", errNotStored, err)
+	}
+	c := settings.Callbacks
+	err = netguard.Policy{Networks: c.Networks(), Hosts: c.AllowedHosts}.CheckHost(u.Hostname())
+	switch {
+	case errors.Is(err, netguard.ErrHost):
+		return fieldError("callback_url", fmt.Sprintf("host %q is not among callbacks.allowed_hosts, which an admin sets", u.Hostname()))
+	case err != nil:
+		return fieldError("callback_url", fmt.Sprintf("%v, which callbacks reach only in a network callbacks.allowed_networks lists; an admin sets it", err))
+	}
 	return nil
 }
 
@@ -248,7 +281,7 @@ func (s *Server) receipt(w http.ResponseWriter, r *http.Request) error {
 	if i < 0 {
 		return fmt.Errorf("receipt: delivery %s is not among its message's", deliveryID)
 	}
-	writeJSON(w, http.StatusOK, deliveryOf(m.Deliveries[i]))
+	writeJSON(w, http.StatusOK, deliveryFor(r, m.Deliveries[i]))
 	return nil
 }
 
@@ -296,7 +329,7 @@ func (s *Server) externalReceipt(w http.ResponseWriter, r *http.Request) error {
 	if i < 0 {
 		return fmt.Errorf("receipt: delivery %s is not among its message's", deliveryID)
 	}
-	writeJSON(w, http.StatusOK, deliveryOf(m.Deliveries[i]))
+	writeJSON(w, http.StatusOK, deliveryFor(r, m.Deliveries[i]))
 	return nil
 }
 

@@ -1,10 +1,12 @@
 package httpapi
 
 import (
+	"net/http"
 	"time"
 
 	"github.com/google/uuid"
 
+	"github.com/waybill/waybill/auth"
 	"github.com/waybill/waybill/journal"
 	"github.com/waybill/waybill/lifecycle"
 	"github.com/waybill/waybill/projection"
@@ -340,6 +342,67 @@ func deliveryOf(d projection.Delivery) Delivery {
 		out.LaneSeq = &d.LaneSeq
 	}
 	return out
+}
+
+// seesRemoteWords reports whether the request's token may read what remote
+// servers answered (status lines, body excerpts, in the errors): admin and
+// reader tokens. The others are given a sender's or a receiver's reach,
+// and a callback URL a sender chose must not make Waybill a way to read
+// another server's answers.
+func seesRemoteWords(r *http.Request) bool {
+	role := identity(r).Role
+	return role == auth.RoleAdmin || role == auth.RoleReader
+}
+
+// messageFor is the message resource as the request's token may see it:
+// for a token that does not see remote words (seesRemoteWords), each
+// error is only its code (errorCode).
+func messageFor(r *http.Request, m *projection.Message) Message {
+	out := messageOf(m)
+	if seesRemoteWords(r) {
+		return out
+	}
+	out.Error = errorCode(out.Error)
+	for i := range out.Deliveries {
+		out.Deliveries[i].LastError = errorCode(out.Deliveries[i].LastError)
+	}
+	if out.Callback != nil {
+		out.Callback.LastError = errorCode(out.Callback.LastError)
+	}
+	return out
+}
+
+// deliveryFor is the delivery resource as the request's token may see it,
+// as messageFor.
+func deliveryFor(r *http.Request, d projection.Delivery) Delivery {
+	out := deliveryOf(d)
+	if !seesRemoteWords(r) {
+		out.LastError = errorCode(out.LastError)
+	}
+	return out
+}
+
+// errorCode is an error's code: "HTTP 503" for the answer of a remote
+// server, whose text starts with its status (targets.HTTPOutcome), else
+// "withheld"; null for none.
+func errorCode(text *string) *string {
+	if text == nil {
+		return nil
+	}
+	code := "withheld"
+	if s := *text; len(s) >= 3 && s[0] >= '1' && s[0] <= '5' && isDigits(s[:3]) && (len(s) == 3 || s[3] == ' ' || s[3] == ':' || s[3] == ';') {
+		code = "HTTP " + s[:3]
+	}
+	return &code
+}
+
+func isDigits(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return false
+		}
+	}
+	return true
 }
 
 // historyOf is the history entry of an event.

@@ -2,6 +2,7 @@ package httpapi_test
 
 import (
 	"net/http"
+	"reflect"
 	"testing"
 	"time"
 
@@ -13,7 +14,7 @@ func TestSettings(t *testing.T) {
 	b := setup(t)
 	var s lifecycle.Settings
 	b.as(t, readerToken, http.MethodGet, "/settings", nil).want(t, http.StatusOK, &s)
-	if s != lifecycle.DefaultSettings() {
+	if !reflect.DeepEqual(s, lifecycle.DefaultSettings()) {
 		t.Errorf("settings %+v", s)
 	}
 	before := b.counts(t)
@@ -65,7 +66,7 @@ func TestSettings(t *testing.T) {
 	}
 	// A field left out takes its default: an empty PUT restores them all.
 	b.admin(t, http.MethodPut, "/settings", map[string]any{}).want(t, http.StatusOK, &s)
-	if s != lifecycle.DefaultSettings() {
+	if !reflect.DeepEqual(s, lifecycle.DefaultSettings()) {
 		t.Errorf("an empty PUT answered %+v, want the defaults", s)
 	}
 }

@@ -205,6 +205,8 @@ type Settings struct {
 	Retention Retention `json:"retention"`
 	// Operations pace the bulk operations.
 	Operations OperationSettings `json:"operations"`
+	// Callbacks bound where the messages' outcome callbacks may go.
+	Callbacks CallbackSettings `json:"callbacks"`
 }
 
 // DeliverySettings bound the dispatch of deliveries.
@@ -244,6 +246,13 @@ func (s Settings) WithDefaults() Settings {
 	if s.Operations.Rate == 0 {
 		s.Operations.Rate = DefaultOperationRate
 	}
+	// Empty lists, so the API answers [] rather than null.
+	if s.Callbacks.AllowedNetworks == nil {
+		s.Callbacks.AllowedNetworks = []string{}
+	}
+	if s.Callbacks.AllowedHosts == nil {
+		s.Callbacks.AllowedHosts = []string{}
+	}
 	return s
 }
 
@@ -263,7 +272,7 @@ func (s Settings) Validate() error {
 		errs = append(errs, &FieldError{Field: "operations.rate",
 			Problem: fmt.Sprintf("must be from %d to %d messages per second, got %d", MinOperationRate, MaxOperationRate, n)})
 	}
-	return errors.Join(append(errs, s.Retention.Validate())...)
+	return errors.Join(append(errs, s.Retention.Validate(), s.Callbacks.Validate())...)
 }
 
 // FieldError says which input field is wrong and what is allowed.

@@ -2,6 +2,7 @@ package lifecycle
 
 import (
 	"encoding/json"
+	"errors"
 	"regexp"
 	"slices"
 	"strings"
@@ -131,5 +132,41 @@ func TestIsNameIsThePattern(t *testing.T) {
 		if isName(s) != pattern.MatchString(s) {
 			t.Errorf("%q: isName %v, the pattern %v", s, isName(s), pattern.MatchString(s))
 		}
+	}
+}
+
+// TestCallbackSettingsValidate names the list of each wrong entry.
+func TestCallbackSettingsValidate(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		c     CallbackSettings
+		field string
+	}{
+		{"none", CallbackSettings{}, ""},
+		{"good", CallbackSettings{AllowedNetworks: []string{"127.0.0.0/8", "::1/128", "10.1.0.0/16"},
+			AllowedHosts: []string{"hooks.example.org", "*.example.com", "203.0.113.7", "::1", "Erp-1.Example"}}, ""},
+		{"an address", CallbackSettings{AllowedNetworks: []string{"10.0.0.1"}}, "callbacks.allowed_networks"},
+		{"host bits", CallbackSettings{AllowedNetworks: []string{"10.0.0.1/8"}}, "callbacks.allowed_networks"},
+		{"not a network", CallbackSettings{AllowedNetworks: []string{"intranet"}}, "callbacks.allowed_networks"},
+		{"too many", CallbackSettings{AllowedNetworks: make([]string, 101)}, "callbacks.allowed_networks"},
+		{"a URL", CallbackSettings{AllowedHosts: []string{"https://hooks.example.org"}}, "callbacks.allowed_hosts"},
+		{"a bare star", CallbackSettings{AllowedHosts: []string{"*"}}, "callbacks.allowed_hosts"},
+		{"a star on a top-level domain", CallbackSettings{AllowedHosts: []string{"*.com"}}, "callbacks.allowed_hosts"},
+		{"a star inside", CallbackSettings{AllowedHosts: []string{"hooks.*.com"}}, "callbacks.allowed_hosts"},
+		{"an empty label", CallbackSettings{AllowedHosts: []string{"a..b"}}, "callbacks.allowed_hosts"},
+		{"a port", CallbackSettings{AllowedHosts: []string{"a.example:8080"}}, "callbacks.allowed_hosts"},
+		{"empty", CallbackSettings{AllowedHosts: []string{""}}, "callbacks.allowed_hosts"},
+	} {
+		err := tc.c.Validate()
+		var fe *FieldError
+		switch {
+		case tc.field == "" && err != nil:
+			t.Errorf("%s: %v", tc.name, err)
+		case tc.field != "" && (!errors.As(err, &fe) || fe.Field != tc.field):
+			t.Errorf("%s: %v, want a problem of %s", tc.name, err, tc.field)
+		}
+	}
+	if got := DefaultSettings().Callbacks; got.AllowedNetworks == nil || got.AllowedHosts == nil {
+		t.Errorf("defaults %+v: want empty lists", got)
 	}
 }

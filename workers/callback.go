@@ -8,7 +8,9 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"net"
 	"net/http"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -18,6 +20,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/waybill/waybill/commands"
+	"github.com/waybill/waybill/internal/netguard"
 	"github.com/waybill/waybill/lifecycle"
 	"github.com/waybill/waybill/service"
 	"github.com/waybill/waybill/targets"
@@ -122,11 +125,64 @@ const callbackReleased = "released"
 // callbackDeliverer makes the calls: a POST of the body, whose answer
 // counts as a target's does (targets.HTTPOutcome), under a retry policy of
 // its own: exponential from 10 s up to an hour, at most
-// callback_max_attempts calls.
+// callback_max_attempts calls. A sender chose the URL, so each call is
+// held to the settings' callbacks as they are when it starts: its host
+// against the allowed hosts, and every address it dials, once the name
+// is resolved, by the transport's dialer (dial); so a name that resolves
+// to a refused address is caught however it resolved at ingest, and so is
+// a literal address allowed then but not now.
 type callbackDeliverer struct {
 	client      *http.Client
+	transport   *http.Transport
 	now         func() time.Time
 	maxAttempts func() int
+	// settings are the Writer's, cached as dispatch reads them.
+	settings func(context.Context) (lifecycle.Settings, error)
+
+	mu   sync.Mutex
+	last netguard.Policy
+}
+
+// newCallbackDeliverer makes the deliverer and its client: no proxy, so
+// the dialer's check sees the callback's own address, and redirects
+// returned as the answer, as for a target: following one would reach an
+// address the sender did not name.
+func newCallbackDeliverer(cfg CallbackConfig, maxAttempts func() int) *callbackDeliverer {
+	d := &callbackDeliverer{now: cfg.Now, maxAttempts: maxAttempts, settings: cfg.Writer.CachedSettings}
+	d.transport = &http.Transport{DialContext: dial, ForceAttemptHTTP2: true, MaxIdleConns: 100,
+		IdleConnTimeout: 90 * time.Second, TLSHandshakeTimeout: 10 * time.Second, ExpectContinueTimeout: time.Second}
+	d.client = &http.Client{Transport: d.transport, Timeout: cfg.Timeout,
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	return d
+}
+
+// policyKey holds, in a call's context, the policy its dials are held to.
+type policyKey struct{}
+
+// dial dials under the policy of the call's context: the zero policy,
+// which allows no special address, when it has none.
+func dial(ctx context.Context, network, address string) (net.Conn, error) {
+	policy, _ := ctx.Value(policyKey{}).(netguard.Policy)
+	d := net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second, Control: policy.Control}
+	return d.DialContext(ctx, network, address)
+}
+
+// policy is the callbacks' policy in the settings now. A kept connection
+// was dialed under the policy before, so the idle ones are closed when it
+// changes.
+func (d *callbackDeliverer) policy(ctx context.Context) (netguard.Policy, error) {
+	s, err := d.settings(ctx)
+	if err != nil {
+		return netguard.Policy{}, err
+	}
+	p := netguard.Policy{Networks: s.Callbacks.Networks(), Hosts: s.Callbacks.AllowedHosts}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if !slices.Equal(p.Networks, d.last.Networks) || !slices.Equal(p.Hosts, d.last.Hosts) {
+		d.transport.CloseIdleConnections()
+		d.last = p
+	}
+	return p, nil
 }
 
 // callbackRetry is the retry policy of the calls, but for the number of
@@ -151,9 +207,17 @@ func (d *callbackDeliverer) Deliver(ctx context.Context, work CallbackWork) life
 }
 
 func (d *callbackDeliverer) call(ctx context.Context, work CallbackWork) lifecycle.Outcome {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, work.URL, bytes.NewReader(work.Body))
+	policy, err := d.policy(ctx)
+	if err != nil {
+		return lifecycle.Outcome{Kind: lifecycle.OutcomeRetry, Text: fmt.Sprintf("read the settings: %v", err)}
+	}
+	req, err := http.NewRequestWithContext(context.WithValue(ctx, policyKey{}, policy), http.MethodPost, work.URL,
+		bytes.NewReader(work.Body))
 	if err != nil {
 		return lifecycle.Failed(fmt.Sprintf("build request: %v", err))
+	}
+	if o, refused := refusedCall(policy.AllowsHost(req.URL.Hostname())); refused {
+		return o
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Waybill-Message-Id", work.MessageID.String())
@@ -162,12 +226,32 @@ func (d *callbackDeliverer) call(ctx context.Context, work CallbackWork) lifecyc
 	// repeats; another settlement's call has another.
 	req.Header.Set("Idempotency-Key", work.MessageID.String()+"/"+strconv.Itoa(work.Seq))
 	resp, err := d.client.Do(req)
+	if o, refused := refusedCall(err); refused {
+		return o
+	}
 	if err != nil {
 		return lifecycle.Outcome{Kind: lifecycle.OutcomeRetry, Text: err.Error()}
 	}
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
 	return targets.HTTPOutcome(resp, body, d.now())
+}
+
+// refusedCall is the outcome of a call the settings' callbacks refuse,
+// its text naming the setting that would let it through: retried as a
+// failed connection is, since a process may call before a change of the
+// settings reaches it, and an admin may change them on reading the error.
+func refusedCall(err error) (lifecycle.Outcome, bool) {
+	var text string
+	switch {
+	case errors.Is(err, netguard.ErrHost):
+		text = fmt.Sprintf("callback refused: %v is not among callbacks.allowed_hosts", err)
+	case errors.Is(err, netguard.ErrAddress):
+		text = fmt.Sprintf("callback refused: %v, which callbacks reach only in a network callbacks.allowed_networks lists", err)
+	default:
+		return lifecycle.Outcome{}, false
+	}
+	return lifecycle.Outcome{Kind: lifecycle.OutcomeRetry, Text: text}, true
 }
 
 // CallbackConfig configures the Callbacks.
@@ -234,15 +318,10 @@ func NewCallbacks(cfg CallbackConfig) (*Callbacks, error) {
 			return nil, fmt.Errorf("workers: register callback metrics: %w", err)
 		}
 	}
-	client := &http.Client{
-		Timeout: cfg.Timeout,
-		// A redirect is the receiver's answer, as for a target.
-		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
-	}
 	w, err := NewWorker(Config[CallbackWork]{
 		Name:           "callbacks",
 		Store:          &CallbackStore{w: cfg.Writer, lease: 2*cfg.Timeout + time.Minute, metrics: c.metrics},
-		Deliverer:      &callbackDeliverer{client: client, now: cfg.Now, maxAttempts: func() int { return int(c.maxAttempts.Load()) }},
+		Deliverer:      newCallbackDeliverer(cfg, func() int { return int(c.maxAttempts.Load()) }),
 		MaxConcurrent:  cfg.MaxConcurrent,
 		AttemptTimeout: cfg.Timeout,
 		DrainGrace:     cfg.DrainGrace,

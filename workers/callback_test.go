@@ -59,8 +59,24 @@ func (s *callbackSink) got() ([]map[string]any, []string) {
 	return append([]map[string]any(nil), s.bodies...), append([]string(nil), s.keys...)
 }
 
-// callbacks starts the Callbacks on the bundle, looking every 10 ms.
+// callbacks starts the Callbacks on the bundle, looking every 10 ms,
+// allowed to call the sinks on loopback (callbacks.allowed_networks).
 func (b *bundle) callbacks(t *testing.T, reg prometheus.Registerer) *workers.Callbacks {
+	t.Helper()
+	s, err := b.w.Settings(b.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Callbacks.AllowedNetworks = []string{"127.0.0.0/8", "::1/128"}
+	if err := b.w.SetSettings(b.ctx, s, admin); err != nil {
+		t.Fatal(err)
+	}
+	return b.startCallbacks(t, reg)
+}
+
+// startCallbacks starts the Callbacks on the bundle, looking every 10 ms,
+// under the settings as they are.
+func (b *bundle) startCallbacks(t *testing.T, reg prometheus.Registerer) *workers.Callbacks {
 	t.Helper()
 	c, err := workers.NewCallbacks(workers.CallbackConfig{Base: service.Base{Now: b.clock.Now, Logger: quiet}, Writer: b.w,
 		Interval: 10 * time.Millisecond, Registerer: reg})
@@ -213,4 +229,74 @@ func TestCallbackRetryAfterReadsTheClock(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestCallbackToARefusedAddress: a call is checked when it dials, after
+// the name is resolved: an address in a special range that
+// callbacks.allowed_networks does not list fails the call, naming the
+// setting, to be retried, and nothing reaches the listener. The messages
+// are stored through the Writer, which does not look at the URL's host
+// (the API refuses these at ingest), as a name that resolved elsewhere
+// then would be.
+func TestCallbackToARefusedAddress(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	cbs := newCallbackSink(t)
+	var ms []*projection.Message
+	for _, url := range []string{cbs.URL, strings.Replace(cbs.URL, "127.0.0.1", "localhost", 1)} {
+		m, _, err := b.w.Ingest(b.ctx, commands.NewMessage{Source: "nowhere", From: "a", To: "b", Payload: []byte("x"), CallbackURL: url})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ms = append(ms, m)
+	}
+	b.startCallbacks(t, nil)
+	for _, m := range ms {
+		testpoll.Until(t, "the refused call", func() bool { return b.callbackState(t, m).State == lifecycle.StateRetrying })
+		cb := b.callbackState(t, m)
+		if !strings.Contains(cb.LastError, "is a loopback address") || !strings.Contains(cb.LastError, "callbacks.allowed_networks") ||
+			cb.Attempts != 1 {
+			t.Errorf("%s: %+v", cb.URL, cb)
+		}
+	}
+	if bodies, _ := cbs.got(); len(bodies) != 0 {
+		t.Errorf("the listener got %d calls", len(bodies))
+	}
+	b.audit(t)
+}
+
+// TestCallbackHostsAndRedirects: a host outside callbacks.allowed_hosts
+// fails its call naming the setting, to be retried, and a redirect is
+// the call's answer, which fails the callback, never followed.
+func TestCallbackHostsAndRedirects(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	cbs := newCallbackSink(t)
+	redirect := httptest.NewServer(http.RedirectHandler(cbs.URL+"/followed", http.StatusFound))
+	t.Cleanup(redirect.Close)
+	if err := b.w.SetSettings(b.ctx, lifecycle.Settings{Callbacks: lifecycle.CallbackSettings{
+		AllowedNetworks: []string{"127.0.0.0/8", "::1/128"}, AllowedHosts: []string{"127.0.0.1"}}}, admin); err != nil {
+		t.Fatal(err)
+	}
+	b.startCallbacks(t, nil)
+	called := func(url string, state lifecycle.DeliveryState) *projection.Callback {
+		t.Helper()
+		m, _, err := b.w.Ingest(b.ctx, commands.NewMessage{Source: "nowhere", From: "a", To: "b", Payload: []byte("x"), CallbackURL: url})
+		if err != nil {
+			t.Fatal(err)
+		}
+		testpoll.Until(t, "the call of "+url, func() bool { return b.callbackState(t, m).State == state })
+		return b.callbackState(t, m)
+	}
+	if cb := called(strings.Replace(cbs.URL, "127.0.0.1", "localhost", 1), lifecycle.StateRetrying); !strings.Contains(cb.LastError, "callbacks.allowed_hosts") ||
+		cb.Attempts != 1 {
+		t.Errorf("a host not allowed: %+v", cb)
+	}
+	if cb := called(redirect.URL, lifecycle.StateFailed); !strings.HasPrefix(cb.LastError, "302 Found to "+cbs.URL+"/followed") {
+		t.Errorf("a redirect: %+v", cb)
+	}
+	if bodies, _ := cbs.got(); len(bodies) != 0 {
+		t.Errorf("the listener got %d calls", len(bodies))
+	}
+	b.audit(t)
 }

@@ -117,6 +117,10 @@ func TestEndToEnd(t *testing.T) {
 	a.call("POST", "/targets", map[string]any{"name": "sink", "kind": "http",
 		"config": map[string]any{"url": sink.URL}}, http.StatusCreated, nil)
 	a.call("POST", "/routes", map[string]any{"source": "erp", "from": "*", "to": "*", "target": "sink"}, http.StatusCreated, nil)
+	// The callbacks' receiver is on loopback, which callbacks reach only
+	// when the settings allow it.
+	a.call("PUT", "/settings", map[string]any{"callbacks": map[string]any{"allowed_networks": []string{"127.0.0.0/8", "::1/128"}}},
+		http.StatusOK, nil)
 
 	type delivery struct {
 		ID, Target, State string

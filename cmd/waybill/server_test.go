@@ -83,6 +83,11 @@ func TestEveryLoopInOneServer(t *testing.T) {
 	a.call("POST", "/sources", map[string]any{"name": "drop", "kind": "directory", "config": map[string]any{
 		"dir": spool, "from": "acme", "to": "globex", "interval": "50ms", "settle": "50ms"}}, http.StatusCreated, nil)
 
+	// The callback's receiver is on loopback, which callbacks reach only
+	// when the settings allow it.
+	callbacksSetting := map[string]any{"allowed_networks": []string{"127.0.0.0/8", "::1/128"}}
+	a.call("PUT", "/settings", map[string]any{"callbacks": callbacksSetting}, http.StatusOK, nil)
+
 	type message struct{ ID, Status string }
 	ingest := func(c *api, source, payload string, extra map[string]any) string {
 		body := map[string]any{"source": source, "from": "acme", "to": "globex", "payload": payload}
@@ -138,7 +143,7 @@ func TestEveryLoopInOneServer(t *testing.T) {
 	// Retention expunges the payloads, then archives and removes every
 	// settled message.
 	archive := filepath.Join(dir, "archive")
-	a.call("PUT", "/settings", map[string]any{"retention": map[string]any{
+	a.call("PUT", "/settings", map[string]any{"callbacks": callbacksSetting, "retention": map[string]any{
 		"payload_after": "1s", "settled_after": "3s", "archive_dir": archive}}, http.StatusOK, nil)
 	testpoll.Until(t, "retention removes every message", func() bool {
 		var page struct{ Items []message }
