@@ -63,7 +63,7 @@ func (s *Server) checkCallback(ctx context.Context, raw string) error {
 		return nil
 	}
 	u, err := url.Parse(raw)
-	if err != nil {
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return nil // the Writer's check says what is wrong with it
 	}
 	settings, err := s.cfg.Writer.CachedSettings(ctx)
