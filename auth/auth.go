@@ -124,7 +124,7 @@ func CheckScope(role Role, scope *Scope) error {
 		case f.names == nil:
 		case f.field != takes:
 			errs = append(errs, &lifecycle.FieldError{Field: f.field, Problem: fmt.Sprintf(
-				"a token of role %s takes no %s: --sources bounds ingest and reader tokens, --targets receipt tokens, and admin tokens are never bounded", role, f.field)})
+				"a token of role %s takes no %s: sources bound ingest and reader tokens, targets bound receipt tokens, and admin tokens are never bound", role, f.field)})
 		case len(f.names) == 0:
 			errs = append(errs, &lifecycle.FieldError{Field: f.field, Problem: "must name at least one"})
 		default:
