@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"strings"
@@ -69,9 +70,31 @@ func utc(t *time.Time) *time.Time {
 	return &u
 }
 
-// ParseTokenRequest is the spec of a token a request asks for, or every
-// problem of it, by field.
-func ParseTokenRequest(req TokenRequest) (auth.Spec, error) {
+// CreateToken makes in store the token req asks for: the one way of the
+// API and the console. Every problem of the input is an ErrInvalid by
+// field.
+func CreateToken(ctx context.Context, store *auth.Store, req TokenRequest) (NewToken, error) {
+	spec, err := parseTokenRequest(req)
+	if err != nil {
+		return NewToken{}, err
+	}
+	secret, t, err := store.New(ctx, spec)
+	if err != nil {
+		return NewToken{}, invalidOr(err)
+	}
+	return NewToken{Token: TokenOf(t), Secret: secret}, nil
+}
+
+// RevokeTokens revokes in store every token of the name, as the API and
+// the console do: a bad name is an ErrInvalid, an unknown one
+// auth.ErrNoToken, the last admin token's auth.ErrLastAdmin.
+func RevokeTokens(ctx context.Context, store *auth.Store, name string) ([]auth.Token, error) {
+	revoked, err := store.RevokeName(ctx, name)
+	return revoked, invalidOr(err)
+}
+
+// parseTokenRequest is the spec of a token a request asks for.
+func parseTokenRequest(req TokenRequest) (auth.Spec, error) {
 	spec := auth.Spec{Name: req.Name, Role: auth.Role(req.Role)}
 	if req.Sources != nil || req.Targets != nil {
 		spec.Scope = &auth.Scope{Sources: req.Sources, Targets: req.Targets}
@@ -120,17 +143,14 @@ func (s *Server) createToken(w http.ResponseWriter, r *http.Request) error {
 	if err := s.readJSON(w, r, &req, false); err != nil {
 		return err
 	}
-	spec, err := ParseTokenRequest(req)
+	made, err := CreateToken(r.Context(), store, req)
 	if err != nil {
 		return err
 	}
-	secret, t, err := store.New(r.Context(), spec)
-	if err != nil {
-		return invalidOr(err)
-	}
-	s.log.Info("token created", "token_id", t.ID, "name", t.Name, "role", t.Role, "operator", identity(r).Name)
-	w.Header().Set("Location", Prefix+"/tokens/"+t.Name)
-	writeJSON(w, http.StatusCreated, NewToken{Token: TokenOf(t), Secret: secret})
+	s.log.Info("token created", "token_id", made.Token.ID, "name", made.Token.Name, "role", made.Token.Role,
+		"operator", identity(r).Name)
+	w.Header().Set("Location", Prefix+"/tokens/"+made.Token.Name)
+	writeJSON(w, http.StatusCreated, made)
 	return nil
 }
 
@@ -140,9 +160,9 @@ func (s *Server) deleteToken(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	revoked, err := store.RevokeName(r.Context(), r.PathValue("name"))
+	revoked, err := RevokeTokens(r.Context(), store, r.PathValue("name"))
 	if err != nil {
-		return invalidOr(err)
+		return err
 	}
 	ids := make([]string, len(revoked))
 	for i, t := range revoked {
@@ -156,7 +176,7 @@ func (s *Server) deleteToken(w http.ResponseWriter, r *http.Request) error {
 // invalidOr makes err an ErrInvalid when it holds field errors, as the
 // store returns them bare.
 func invalidOr(err error) error {
-	if len(fieldErrors(err)) > 0 {
+	if err != nil && len(fieldErrors(err)) > 0 {
 		return invalid(err)
 	}
 	return err
