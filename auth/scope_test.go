@@ -265,3 +265,32 @@ func TestScopedTokenHasNoSession(t *testing.T) {
 		t.Fatalf("session of a scoped token: %v", err)
 	}
 }
+
+// TestExpiredAdminTokensDoNotCount: an expired admin token is not an
+// admin's way in, so the last working one is never revoked beside it,
+// and a start with only expired ones makes a new one.
+func TestExpiredAdminTokensDoNotCount(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	clock := testclock.New(time.Date(2026, 12, 1, 8, 0, 0, 0, time.UTC))
+	s := auth.NewStore(dbtest.Pool(t), clock.Now)
+	if _, _, err := s.New(ctx, auth.Spec{Name: "temp", Role: auth.RoleAdmin, Lifetime: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Create(ctx, "ops", auth.RoleAdmin); err != nil {
+		t.Fatal(err)
+	}
+	clock.Advance(time.Hour)
+	if _, err := s.RevokeName(ctx, "ops"); !errors.Is(err, auth.ErrLastAdmin) {
+		t.Fatalf("revoke the last working admin token: %v", err)
+	}
+	s2 := auth.NewStore(dbtest.Pool(t), clock.Now)
+	if _, _, err := s2.New(ctx, auth.Spec{Name: "temp", Role: auth.RoleAdmin, Lifetime: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	clock.Advance(time.Hour)
+	created, err := s2.EnsureAdminToken(ctx, t.TempDir()+"/admin.token")
+	if err != nil || !created {
+		t.Fatalf("a start with only an expired admin token: created %v, %v", created, err)
+	}
+}

@@ -251,6 +251,10 @@ func (s *Store) RevokeName(ctx context.Context, name string) ([]Token, error) {
 	return tokens, nil
 }
 
+// liveAdminSQL tells whether an admin token ($1 the role) works at $2: an
+// expired one opens nothing, so it does not count as the last.
+const liveAdminSQL = `SELECT EXISTS (SELECT FROM api_tokens WHERE role = $1 AND (expires_at IS NULL OR expires_at > $2))`
+
 // revoke deletes the tokens where is true of (with the argument arg), in
 // one transaction that is undone should no admin token be left.
 func (s *Store) revoke(ctx context.Context, where string, arg string) ([]Token, error) {
@@ -275,7 +279,7 @@ func (s *Store) revoke(ctx context.Context, where string, arg string) ([]Token, 
 			return nil
 		}
 		var others bool
-		if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT FROM api_tokens WHERE role = $1)`, string(RoleAdmin)).Scan(&others); err != nil {
+		if err := tx.QueryRow(ctx, liveAdminSQL, string(RoleAdmin), s.now()).Scan(&others); err != nil {
 			return err
 		}
 		if !others {
@@ -407,9 +411,10 @@ func isLowerHex(s string) bool {
 }
 
 // EnsureAdminToken makes sure an admin can reach the API: when the store
-// holds no admin token at all, it creates one named "admin" and writes it
-// to path (the server's <data dir>/admin.token), readable only by the
-// owner, and reports true. When an admin token exists it does nothing,
+// holds no admin token that works (none, or only expired ones), it
+// creates one named "admin" and writes it to path (the server's <data
+// dir>/admin.token), readable only by the owner, and reports true. When a
+// working admin token exists it does nothing,
 // even if the file is gone: the token in it cannot be shown again, and
 // `waybill token create` makes another. Servers starting together on one
 // database create one token between them.
@@ -419,7 +424,7 @@ func (s *Store) EnsureAdminToken(ctx context.Context, path string) (created bool
 			return err
 		}
 		var exists bool
-		if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT FROM api_tokens WHERE role = $1)`, string(RoleAdmin)).Scan(&exists); err != nil {
+		if err := tx.QueryRow(ctx, liveAdminSQL, string(RoleAdmin), s.now()).Scan(&exists); err != nil {
 			return err
 		}
 		if exists {
