@@ -6,7 +6,12 @@ package auth
 import (
 	"errors"
 	"fmt"
+	"slices"
+	"strconv"
 	"strings"
+	"time"
+
+	"github.com/waybill/waybill/lifecycle"
 )
 
 // Role bounds what a token may do.
@@ -77,6 +82,85 @@ type Identity struct {
 	// Name is the token's name: the operator's subject in the journal.
 	Name string
 	Role Role
+	// Scope bounds what the token reaches; nil for a token that reaches
+	// all its role allows.
+	Scope *Scope
+}
+
+// Scope bounds a token to some sources (ingest and reader tokens) or some
+// targets (receipt tokens). An admin token is never scoped.
+type Scope struct {
+	// Sources are the sources whose messages the token may post or read.
+	Sources []string
+	// Targets are the targets whose deliveries the token may settle.
+	Targets []string
+}
+
+// Source reports whether the identity reaches the messages of source.
+func (id Identity) Source(source string) bool {
+	return id.Scope == nil || slices.Contains(id.Scope.Sources, source)
+}
+
+// Target reports whether the identity may settle deliveries to target.
+func (id Identity) Target(target string) bool {
+	return id.Scope == nil || slices.Contains(id.Scope.Targets, target)
+}
+
+// CheckScope checks that role takes scope: sources for ingest and reader
+// tokens, targets for receipt tokens, nothing for admin tokens; and that
+// each name is a name. A nil scope is always right. Problems are
+// *lifecycle.FieldErrors on the fields sources and targets.
+func CheckScope(role Role, scope *Scope) error {
+	if scope == nil {
+		return nil
+	}
+	takes := map[Role]string{RoleIngest: "sources", RoleReader: "sources", RoleReceipt: "targets"}[role]
+	var errs []error
+	for _, f := range []struct {
+		field string
+		names []string
+	}{{"sources", scope.Sources}, {"targets", scope.Targets}} {
+		switch {
+		case f.names == nil:
+		case f.field != takes:
+			errs = append(errs, &lifecycle.FieldError{Field: f.field, Problem: fmt.Sprintf(
+				"a token of role %s takes no %s: sources bound ingest and reader tokens, targets bound receipt tokens, and admin tokens are never bound", role, f.field)})
+		case len(f.names) == 0:
+			errs = append(errs, &lifecycle.FieldError{Field: f.field, Problem: "must name at least one"})
+		default:
+			for i, n := range f.names {
+				if err := lifecycle.CheckName(fmt.Sprintf("%s[%d]", f.field, i), n); err != nil {
+					errs = append(errs, err)
+				}
+			}
+		}
+	}
+	if len(errs) == 0 && scope.Sources == nil && scope.Targets == nil {
+		errs = append(errs, &lifecycle.FieldError{Field: map[bool]string{true: "sources", false: "targets"}[takes != "targets"],
+			Problem: "a scope must name at least one"})
+	}
+	return errors.Join(errs...)
+}
+
+// ParseLifetime reads how long a token lasts: a Go duration ("720h",
+// "90m") or a whole number of days ("90d"), more than zero.
+func ParseLifetime(s string) (time.Duration, error) {
+	var (
+		d   time.Duration
+		err error
+	)
+	if days, ok := strings.CutSuffix(s, "d"); ok {
+		var n int64
+		if n, err = strconv.ParseInt(days, 10, 64); err == nil && n > 0 && n <= 100*365 {
+			d = time.Duration(n) * 24 * time.Hour
+		}
+	} else {
+		d, err = time.ParseDuration(s)
+	}
+	if err != nil || d <= 0 {
+		return 0, fmt.Errorf("%q is not a lifetime: give a number of days such as 90d, or a Go duration such as 12h", s)
+	}
+	return d, nil
 }
 
 // ErrUnauthorized: no token, or one that is not known.

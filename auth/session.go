@@ -34,16 +34,34 @@ const sessionSecretLen = 64
 // referenced row is gone.
 const foreignKeyViolation = "23503"
 
+// ErrScopedSession refuses a scoped token a session: the console shows
+// every source and target, more than the token may read.
+var ErrScopedSession = errors.New("a scoped token cannot sign in to the console, which shows every source and target: use it with the REST API")
+
 // StartSession signs token in: it authenticates it as Authenticate does
-// and opens a session for its identity that lasts until expires. It
-// returns the session's secret, which is shown this once, and the session.
-// Sessions expired by now are deleted on the way.
+// and opens a session for its identity that lasts until expires, or until
+// the token expires if that is sooner. A scoped token is ErrScopedSession.
+// It returns the session's secret, which is shown this once, and the
+// session. Sessions expired by now are deleted on the way.
 func (s *Store) StartSession(ctx context.Context, token string, now, expires time.Time) (string, Session, error) {
 	id, err := s.Authenticate(ctx, token)
 	if err != nil {
 		return "", Session{}, err
 	}
+	if id.Scope != nil {
+		return "", Session{}, ErrScopedSession
+	}
 	tokenID, _, _ := parse(token)
+	row, err := s.row(ctx, tokenID)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "", Session{}, ErrUnauthorized
+	}
+	if err != nil {
+		return "", Session{}, fmt.Errorf("start session: %w", err)
+	}
+	if row.expires != nil && row.expires.Before(expires) {
+		expires = *row.expires
+	}
 	secret, err := randomHex(sessionSecretLen / 2)
 	if err != nil {
 		return "", Session{}, fmt.Errorf("start session: %w", err)

@@ -8,6 +8,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -64,12 +65,22 @@ const maxCached = 1024
 type tokenRow struct {
 	name, role string
 	stored     []byte
-	read       time.Time
+	scope      *Scope
+	expires    *time.Time
+	// used is the last use recorded in the table, as far as this store
+	// knows: read with the row, moved when the store records one.
+	used *time.Time
+	read time.Time
 }
 
+// UseResolution is how often a token's last use is recorded: at most once
+// per UseResolution per token and server, so a busy client costs no write
+// per request.
+const UseResolution = time.Minute
+
 // NewStore returns the store of the tokens in db. now is the clock the
-// cache's ages and the tokens' creation times are read from: a server's
-// service.Base clock. Nil is time.Now.
+// cache's ages, the tokens' creation, expiry and last use are read from: a
+// server's service.Base clock. Nil is time.Now.
 func NewStore(db *pgxpool.Pool, now func() time.Time) *Store {
 	if now == nil {
 		now = time.Now
@@ -77,26 +88,57 @@ func NewStore(db *pgxpool.Pool, now func() time.Time) *Store {
 	return &Store{db: db, now: now, cache: map[string]tokenRow{}}
 }
 
-// Create makes a token with the name and role and returns it. The token is
-// shown this once: only a hash of its secret is kept. A name may hold
-// several tokens, of the same role or not, so an operator can replace a
-// token without a gap. A bad name or role is a *lifecycle.FieldError
-// naming the field.
-func (s *Store) Create(ctx context.Context, name string, role Role) (string, error) {
-	if err := checkInput(name, role); err != nil {
-		return "", err
-	}
-	return create(ctx, s.db, name, role, s.now())
+// Spec is what a new token is made of.
+type Spec struct {
+	Name string
+	Role Role
+	// Scope bounds the token (CheckScope says which roles take what);
+	// nil for none.
+	Scope *Scope
+	// Lifetime, when more than zero, makes the token expire that long
+	// after its creation.
+	Lifetime time.Duration
 }
 
-func checkInput(name string, role Role) error {
-	if err := lifecycle.CheckName("name", name); err != nil {
-		return err
+// New makes a token as spec says and returns it with its description.
+// The token is shown this once: only a hash of its secret is kept. A name
+// may hold several tokens, of the same role or not, so an operator can
+// replace a token without a gap. Bad input is a *lifecycle.FieldError
+// naming the field (name, role, sources, targets, expires).
+func (s *Store) New(ctx context.Context, spec Spec) (string, Token, error) {
+	errs := []error{lifecycle.CheckName("name", spec.Name)}
+	if _, err := ParseRole(string(spec.Role)); err != nil {
+		errs = append(errs, &lifecycle.FieldError{Field: "role", Problem: err.Error()})
+	} else {
+		errs = append(errs, CheckScope(spec.Role, spec.Scope))
 	}
-	if _, err := ParseRole(string(role)); err != nil {
-		return &lifecycle.FieldError{Field: "role", Problem: err.Error()}
+	if spec.Lifetime < 0 {
+		errs = append(errs, &lifecycle.FieldError{Field: "expires", Problem: "must be more than zero"})
 	}
-	return nil
+	if err := errors.Join(errs...); err != nil {
+		return "", Token{}, err
+	}
+	t := Token{Name: spec.Name, Role: spec.Role, CreatedAt: s.now().UTC()}
+	if spec.Scope != nil {
+		t.Sources, t.Targets = spec.Scope.Sources, spec.Scope.Targets
+	}
+	if spec.Lifetime > 0 {
+		at := t.CreatedAt.Add(spec.Lifetime)
+		t.ExpiresAt = &at
+	}
+	token, err := create(ctx, s.db, t)
+	if err != nil {
+		return "", Token{}, err
+	}
+	t.ID = token[len(tokenPrefix) : len(tokenPrefix)+idLen]
+	return token, t, nil
+}
+
+// Create makes an unscoped token with the name and role that does not
+// expire, as New does.
+func (s *Store) Create(ctx context.Context, name string, role Role) (string, error) {
+	token, _, err := s.New(ctx, Spec{Name: name, Role: role})
+	return token, err
 }
 
 // execer is what create needs of a pool or a transaction.
@@ -104,15 +146,17 @@ type execer interface {
 	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
 }
 
-func create(ctx context.Context, db execer, name string, role Role, at time.Time) (string, error) {
+// create stores t, all but its ID, under a new id and secret and returns
+// the token.
+func create(ctx context.Context, db execer, t Token) (string, error) {
 	var b [idBytes + secretBytes]byte
 	if _, err := rand.Read(b[:]); err != nil {
 		return "", fmt.Errorf("create token: %w", err)
 	}
 	id, secret := hex.EncodeToString(b[:idBytes]), b[idBytes:]
 	sum := sha256.Sum256(secret)
-	_, err := db.Exec(ctx, `INSERT INTO api_tokens (id, name, role, secret_sha256, created_at)
-		VALUES ($1, $2, $3, $4, $5)`, id, name, string(role), sum[:], at.UTC())
+	_, err := db.Exec(ctx, `INSERT INTO api_tokens (id, name, role, secret_sha256, created_at, sources, targets, expires_at)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`, id, t.Name, string(t.Role), sum[:], t.CreatedAt.UTC(), t.Sources, t.Targets, t.ExpiresAt)
 	if err != nil {
 		return "", fmt.Errorf("create token: %w", err)
 	}
@@ -126,19 +170,32 @@ type Token struct {
 	Name      string
 	Role      Role
 	CreatedAt time.Time
+	// Sources or Targets are its scope; both nil when it is unscoped.
+	Sources []string
+	Targets []string
+	// ExpiresAt is when it stops working; nil when it does not expire.
+	ExpiresAt *time.Time
+	// LastUsedAt is its last use recorded, within UseResolution; nil
+	// before the first.
+	LastUsedAt *time.Time
+}
+
+// tokenColumns are the columns scanToken reads, in its order.
+const tokenColumns = `id, name, role, created_at, sources, targets, expires_at, last_used_at`
+
+func scanToken(row pgx.CollectableRow) (Token, error) {
+	var t Token
+	err := row.Scan(&t.ID, &t.Name, &t.Role, &t.CreatedAt, &t.Sources, &t.Targets, &t.ExpiresAt, &t.LastUsedAt)
+	return t, err
 }
 
 // List returns every token, oldest first.
 func (s *Store) List(ctx context.Context) ([]Token, error) {
-	rows, err := s.db.Query(ctx, `SELECT id, name, role, created_at FROM api_tokens ORDER BY created_at, id`)
+	rows, err := s.db.Query(ctx, `SELECT `+tokenColumns+` FROM api_tokens ORDER BY created_at, id`)
 	if err != nil {
 		return nil, fmt.Errorf("list tokens: %w", err)
 	}
-	tokens, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Token, error) {
-		var t Token
-		err := row.Scan(&t.ID, &t.Name, &t.Role, &t.CreatedAt)
-		return t, err
-	})
+	tokens, err := pgx.CollectRows(rows, scanToken)
 	if err != nil {
 		return nil, fmt.Errorf("list tokens: %w", err)
 	}
@@ -173,23 +230,56 @@ func (s *Store) Revoke(ctx context.Context, id string) (Token, error) {
 	if err != nil {
 		return Token{}, err
 	}
-	t := Token{ID: id}
-	err = pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
+	tokens, err := s.revoke(ctx, `id = $1`, id)
+	if err != nil {
+		return Token{}, fmt.Errorf("revoke token %s: %w", id, err)
+	}
+	return tokens[0], nil
+}
+
+// RevokeName deletes every token of the name and returns what they were;
+// ErrNoToken when the name holds none. Like Revoke it never deletes the
+// last admin token: then it deletes nothing.
+func (s *Store) RevokeName(ctx context.Context, name string) ([]Token, error) {
+	if err := lifecycle.CheckName("name", name); err != nil {
+		return nil, err
+	}
+	tokens, err := s.revoke(ctx, `name = $1`, name)
+	if err != nil {
+		return nil, fmt.Errorf("revoke the tokens named %s: %w", name, err)
+	}
+	return tokens, nil
+}
+
+// liveAdminSQL tells whether an admin token ($1 the role) works at $2: an
+// expired one opens nothing, so it does not count as the last.
+const liveAdminSQL = `SELECT EXISTS (SELECT FROM api_tokens WHERE role = $1 AND (expires_at IS NULL OR expires_at > $2))`
+
+// revoke deletes the tokens where is true of (with the argument arg), in
+// one transaction that is undone should no admin token be left.
+func (s *Store) revoke(ctx context.Context, where string, arg string) ([]Token, error) {
+	var tokens []Token
+	err := pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
 		// The admin lock makes two revocations of the last two admin
 		// tokens take turns, so one of them is refused.
 		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, int64(schema.KeyAdminToken)); err != nil {
 			return err
 		}
-		err := tx.QueryRow(ctx, `DELETE FROM api_tokens WHERE id = $1 RETURNING name, role, created_at`, id).
-			Scan(&t.Name, &t.Role, &t.CreatedAt)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return ErrNoToken
-		}
-		if err != nil || t.Role != RoleAdmin {
+		rows, err := tx.Query(ctx, `DELETE FROM api_tokens WHERE `+where+` RETURNING `+tokenColumns, arg)
+		if err != nil {
 			return err
 		}
+		if tokens, err = pgx.CollectRows(rows, scanToken); err != nil {
+			return err
+		}
+		if len(tokens) == 0 {
+			return ErrNoToken
+		}
+		if !slices.ContainsFunc(tokens, func(t Token) bool { return t.Role == RoleAdmin }) {
+			return nil
+		}
 		var others bool
-		if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT FROM api_tokens WHERE role = $1)`, string(RoleAdmin)).Scan(&others); err != nil {
+		if err := tx.QueryRow(ctx, liveAdminSQL, string(RoleAdmin), s.now()).Scan(&others); err != nil {
 			return err
 		}
 		if !others {
@@ -198,17 +288,20 @@ func (s *Store) Revoke(ctx context.Context, id string) (Token, error) {
 		return nil
 	})
 	if err != nil {
-		return Token{}, fmt.Errorf("revoke token %s: %w", id, err)
+		return nil, err
 	}
 	s.mu.Lock()
-	delete(s.cache, id)
+	for _, t := range tokens {
+		delete(s.cache, t.ID)
+	}
 	s.mu.Unlock()
-	return t, nil
+	return tokens, nil
 }
 
 // Authenticate returns the identity of token. Anything but a token of the
-// store, as Create returned it, is ErrUnauthorized, whatever part of it is
-// wrong; other errors are the database's.
+// store, as New returned it and not expired, is ErrUnauthorized, whatever
+// part of it is wrong; other errors are the database's. It records the
+// token's use, once per UseResolution.
 func (s *Store) Authenticate(ctx context.Context, token string) (Identity, error) {
 	id, secret, ok := parse(token)
 	if !ok {
@@ -230,7 +323,35 @@ func (s *Store) Authenticate(ctx context.Context, token string) (Identity, error
 		// A role this build does not know grants nothing.
 		return Identity{}, ErrUnauthorized
 	}
-	return Identity{Name: row.name, Role: r}, nil
+	now := s.now()
+	if row.expires != nil && !now.Before(*row.expires) {
+		return Identity{}, fmt.Errorf("%w: the token expired at %s", ErrUnauthorized, row.expires.UTC().Format(time.RFC3339))
+	}
+	if err := s.used(ctx, id, row, now); err != nil {
+		return Identity{}, fmt.Errorf("authenticate: %w", err)
+	}
+	return Identity{Name: row.name, Role: r, Scope: row.scope}, nil
+}
+
+// used records the use of the token at now unless its last use recorded
+// is within UseResolution: the write is conditional too, so servers that
+// share the table write once a minute between them, give or take.
+func (s *Store) used(ctx context.Context, id string, row tokenRow, now time.Time) error {
+	if row.used != nil && now.Sub(*row.used) < UseResolution {
+		return nil
+	}
+	_, err := s.db.Exec(ctx, `UPDATE api_tokens SET last_used_at = $2
+		WHERE id = $1 AND (last_used_at IS NULL OR last_used_at <= $3)`, id, now.UTC(), now.Add(-UseResolution).UTC())
+	if err != nil {
+		return fmt.Errorf("record the use of token %s: %w", id, err)
+	}
+	s.mu.Lock()
+	if cached, ok := s.cache[id]; ok {
+		cached.used = &now
+		s.cache[id] = cached
+	}
+	s.mu.Unlock()
+	return nil
 }
 
 // row returns the token row with the id, from the cache while it is fresh.
@@ -244,10 +365,15 @@ func (s *Store) row(ctx context.Context, id string) (tokenRow, error) {
 		return row, nil
 	}
 	row = tokenRow{read: now}
-	err := s.db.QueryRow(ctx, `SELECT name, role, secret_sha256 FROM api_tokens WHERE id = $1`, id).
-		Scan(&row.name, &row.role, &row.stored)
+	var sources, targets []string
+	err := s.db.QueryRow(ctx, `SELECT name, role, secret_sha256, sources, targets, expires_at, last_used_at
+		FROM api_tokens WHERE id = $1`, id).
+		Scan(&row.name, &row.role, &row.stored, &sources, &targets, &row.expires, &row.used)
 	if err != nil {
 		return tokenRow{}, err
+	}
+	if sources != nil || targets != nil {
+		row.scope = &Scope{Sources: sources, Targets: targets}
 	}
 	s.mu.Lock()
 	if len(s.cache) >= maxCached {
@@ -285,9 +411,10 @@ func isLowerHex(s string) bool {
 }
 
 // EnsureAdminToken makes sure an admin can reach the API: when the store
-// holds no admin token at all, it creates one named "admin" and writes it
-// to path (the server's <data dir>/admin.token), readable only by the
-// owner, and reports true. When an admin token exists it does nothing,
+// holds no admin token that works (none, or only expired ones), it
+// creates one named "admin" and writes it to path (the server's <data
+// dir>/admin.token), readable only by the owner, and reports true. When a
+// working admin token exists it does nothing,
 // even if the file is gone: the token in it cannot be shown again, and
 // `waybill token create` makes another. Servers starting together on one
 // database create one token between them.
@@ -297,13 +424,13 @@ func (s *Store) EnsureAdminToken(ctx context.Context, path string) (created bool
 			return err
 		}
 		var exists bool
-		if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT FROM api_tokens WHERE role = $1)`, string(RoleAdmin)).Scan(&exists); err != nil {
+		if err := tx.QueryRow(ctx, liveAdminSQL, string(RoleAdmin), s.now()).Scan(&exists); err != nil {
 			return err
 		}
 		if exists {
 			return nil
 		}
-		token, err := create(ctx, tx, AdminName, RoleAdmin, s.now())
+		token, err := create(ctx, tx, Token{Name: AdminName, Role: RoleAdmin, CreatedAt: s.now()})
 		if err != nil {
 			return err
 		}

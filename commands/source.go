@@ -29,6 +29,18 @@ func (w *Writer) Sources(ctx context.Context) ([]lifecycle.Source, error) {
 	return out, nil
 }
 
+// Source returns the source of the name, and whether there is one, from
+// the configuration dispatch decides with (cached as the routes are), so
+// an ingest can ask at no cost.
+func (w *Writer) Source(ctx context.Context, name string) (lifecycle.Source, bool, error) {
+	c, err := w.config(ctx)
+	if err != nil {
+		return lifecycle.Source{}, false, err
+	}
+	s, ok := c.sources[name]
+	return s, ok, nil
+}
+
 // CreateSource adds a source, with its kind's defaults filled in;
 // ErrExists when the name is taken.
 func (w *Writer) CreateSource(ctx context.Context, s lifecycle.Source, actor string) (lifecycle.Source, error) {

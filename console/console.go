@@ -219,6 +219,11 @@ var routeTable = []route{
 
 	{"GET /ui/settings", reading, (*Console).settings},
 	{"POST /ui/settings", administering, (*Console).settings},
+
+	{"GET /ui/tokens", administering, (*Console).tokensPage},
+	{"POST /ui/tokens", administering, (*Console).createToken},
+	{"GET /ui/tokens/{name}/revoke", administering, (*Console).revokeTokens},
+	{"POST /ui/tokens/{name}/revoke", administering, (*Console).revokeTokens},
 }
 
 // The cookies of the console. Each is HttpOnly and SameSite=Strict, so no

@@ -221,7 +221,7 @@ func reasonField(r *http.Request) field {
 
 // navOf is the bar's item of a page of the console.
 func navOf(path string) string {
-	for _, nav := range []string{"messages", "sources", "targets", "routes", "operations", "settings"} {
+	for _, nav := range []string{"messages", "sources", "targets", "routes", "operations", "settings", "tokens"} {
 		if strings.HasPrefix(path, Prefix+nav) {
 			return nav
 		}

@@ -62,6 +62,11 @@ func (c *Console) signin(w http.ResponseWriter, r *http.Request, _ *auth.Session
 			"This token is not known. Check that it is whole (wb_…), or create one with `waybill token create`.")
 		return nil
 	}
+	if errors.Is(err, auth.ErrScopedSession) {
+		c.signinForm(w, r, http.StatusForbidden,
+			"This token is scoped to some sources or targets: it works with the REST API, not here, where every source and target shows.")
+		return nil
+	}
 	if err != nil {
 		return err
 	}

@@ -88,7 +88,7 @@ func parseViews() (*views, error) {
 type page struct {
 	Title string
 	// Nav names the bar's item of the page: dashboard, messages,
-	// sources, targets, routes, operations or settings.
+	// sources, targets, routes, operations, settings or tokens.
 	Nav     string
 	Session *auth.Session
 	// Notice is what the last action did, shown once.

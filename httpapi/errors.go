@@ -42,6 +42,7 @@ const (
 	CodePayloadTooLarge      = "PAYLOAD_TOO_LARGE"
 	CodeUnsupportedMediaType = "UNSUPPORTED_MEDIA_TYPE"
 	CodeUnavailable          = "UNAVAILABLE"
+	CodeLastAdminToken       = "LAST_ADMIN_TOKEN"
 	CodeInternal             = "INTERNAL"
 )
 
@@ -79,7 +80,9 @@ type ErrorDetails struct {
 	Allowed []string `json:"allowed,omitempty"`
 	// Limit is the body limit in bytes (PAYLOAD_TOO_LARGE).
 	Limit int64 `json:"limit,omitempty"`
-	// Reason says why a message cannot be sent again (NOT_RESENDABLE).
+	// Reason says why a message cannot be sent again (NOT_RESENDABLE), or
+	// why a token may not make the request (FORBIDDEN: its scope, or the
+	// kind of source Waybill polls under the name posted to).
 	Reason string `json:"reason,omitempty"`
 	// Version is the message's current version (PRECONDITION_FAILED).
 	Version int `json:"version,omitempty"`
@@ -113,14 +116,24 @@ func (e *statusError) Error() string {
 		strings.Join(lifecycle.Strings(lifecycle.MessageStatuses), ", "))
 }
 
-// forbiddenError is a token whose role does not allow the request.
+// forbiddenError is a token whose role, or scope, does not allow the
+// request; reason says why when the role alone is not the cause.
 type forbiddenError struct {
-	role  auth.Role
-	needs auth.Permission
+	role   auth.Role
+	needs  auth.Permission
+	reason string
 }
 
 func (e *forbiddenError) Error() string {
+	if e.reason != "" {
+		return fmt.Sprintf("a token of role %s may not %s here: %s", e.role, permissionName(e.needs), e.reason)
+	}
 	return fmt.Sprintf("a token of role %s may not %s", e.role, permissionName(e.needs))
+}
+
+// outOfScope refuses the request of a scoped token for reason.
+func outOfScope(r *http.Request, needs auth.Permission, reason string) error {
+	return &forbiddenError{role: identity(r).Role, needs: needs, reason: reason}
 }
 
 func permissionName(p auth.Permission) string {
@@ -206,7 +219,8 @@ func failureOf(err error) failure {
 	case errors.Is(err, auth.ErrUnauthorized):
 		return f(http.StatusUnauthorized, CodeUnauthorized, ErrorDetails{})
 	case errors.As(err, &forbid):
-		return f(http.StatusForbidden, CodeForbidden, ErrorDetails{Role: string(forbid.role), Needs: permissionName(forbid.needs)})
+		return f(http.StatusForbidden, CodeForbidden, ErrorDetails{Role: string(forbid.role), Needs: permissionName(forbid.needs),
+			Reason: forbid.reason})
 	case errors.As(err, &method):
 		return f(http.StatusMethodNotAllowed, CodeMethodNotAllowed, ErrorDetails{Allowed: method.allow})
 	case errors.As(err, &status):
@@ -214,7 +228,7 @@ func failureOf(err error) failure {
 			Allowed: lifecycle.Strings(lifecycle.MessageStatuses)})
 	case errors.Is(err, commands.ErrInvalid), errors.Is(err, commands.ErrInvalidTarget):
 		return invalidFields(err)
-	case errors.Is(err, commands.ErrNotFound):
+	case errors.Is(err, commands.ErrNotFound), errors.Is(err, auth.ErrNoToken):
 		return f(http.StatusNotFound, CodeNotFound, ErrorDetails{})
 	case errors.As(err, &stale):
 		return f(http.StatusPreconditionFailed, CodePreconditionFailed, ErrorDetails{Version: stale.Current})
@@ -247,6 +261,8 @@ func failureOf(err error) failure {
 		return f(http.StatusConflict, CodeIdempotencyConflict, ErrorDetails{Fields: conflict.Fields})
 	case errors.As(err, &exists):
 		return f(http.StatusConflict, CodeAlreadyExists, ErrorDetails{Field: exists.Field, Value: exists.Value})
+	case errors.Is(err, auth.ErrLastAdmin):
+		return f(http.StatusConflict, CodeLastAdminToken, ErrorDetails{})
 	case errors.Is(err, commands.ErrTargetInUse):
 		return f(http.StatusConflict, CodeTargetInUse, ErrorDetails{})
 	case errors.Is(err, errNotStored) || unavailable(err):
@@ -363,8 +379,11 @@ func subjects(r *http.Request) []any {
 	}
 	if name := r.PathValue("name"); name != "" {
 		key := "target"
-		if strings.HasPrefix(r.Pattern, r.Method+" "+Prefix+"/sources/") {
+		switch {
+		case strings.HasPrefix(r.Pattern, r.Method+" "+Prefix+"/sources/"):
 			key = "source"
+		case strings.HasPrefix(r.Pattern, r.Method+" "+Prefix+"/tokens/"):
+			key = "token"
 		}
 		attrs = append(attrs, key, name)
 	}

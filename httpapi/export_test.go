@@ -42,4 +42,4 @@ func DecodeStrict(data []byte, v any) error { return decodeStrict(data, v) }
 // Codes are the error codes.
 var Codes = []string{CodeCorrelationConsumed, CodeIdempotencyConflict, CodeInvalidField, CodeInvalidStatus, CodeUnauthorized, CodeForbidden, CodeNotFound,
 	CodeMethodNotAllowed, CodeAlreadyExists, CodeTargetInUse, CodeNotRedispatchable, CodeNotRedeliverable, CodeNotSkippable, CodeNotResendable, CodePreconditionFailed,
-	CodeReceiptRefused, CodePayloadExpunged, CodeNotCancellable, CodeConflict, CodePayloadTooLarge, CodeUnsupportedMediaType, CodeUnavailable, CodeInternal}
+	CodeReceiptRefused, CodePayloadExpunged, CodeNotCancellable, CodeConflict, CodePayloadTooLarge, CodeUnsupportedMediaType, CodeUnavailable, CodeLastAdminToken, CodeInternal}

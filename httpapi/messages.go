@@ -14,11 +14,13 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/waybill/waybill/auth"
 	"github.com/waybill/waybill/commands"
 	"github.com/waybill/waybill/internal/netguard"
 	"github.com/waybill/waybill/journal"
 	"github.com/waybill/waybill/lifecycle"
 	"github.com/waybill/waybill/projection"
+	"github.com/waybill/waybill/sources"
 )
 
 // ingest stores a message and routes it: 201, or 200 with the message held
@@ -27,6 +29,9 @@ import (
 func (s *Server) ingest(w http.ResponseWriter, r *http.Request) error {
 	var req IngestRequest
 	if err := s.readJSON(w, r, &req, false); err != nil {
+		return err
+	}
+	if err := s.mayPost(r, req.Source); err != nil {
 		return err
 	}
 	in, err := newMessage(req)
@@ -81,6 +86,26 @@ func (s *Server) checkCallback(ctx context.Context, raw string) error {
 	return nil
 }
 
+// mayPost refuses a message to a source out of the token's scope, or to
+// a source Waybill polls: that source's messages, and the keys they are
+// known by, are its own.
+func (s *Server) mayPost(r *http.Request, source string) error {
+	id := identity(r)
+	if !id.Source(source) {
+		return outOfScope(r, auth.Ingest, scopeOf(id)+", not to "+source)
+	}
+	polled, ok, err := s.cfg.Writer.Source(r.Context(), source)
+	if err != nil {
+		return fmt.Errorf("%w: %w", errNotStored, err)
+	}
+	if ok {
+		return outOfScope(r, auth.Ingest, fmt.Sprintf(
+			"source %s is a %s source that Waybill polls itself: its messages come only from there; post under another source name",
+			source, polled.Kind))
+	}
+	return nil
+}
+
 // newMessage is the message a request hands in, or every problem of the
 // request at once: the payload's, and those the Writer would find.
 func newMessage(req IngestRequest) (commands.NewMessage, error) {
@@ -88,6 +113,10 @@ func newMessage(req IngestRequest) (commands.NewMessage, error) {
 		IdempotencyKey: req.IdempotencyKey, OrderingKey: req.OrderingKey, DuplicateKey: req.DuplicateKey,
 		CallbackURL: req.CallbackURL}
 	var errs []error
+	if sources.ReservedKey(req.IdempotencyKey) {
+		errs = append(errs, &lifecycle.FieldError{Field: "idempotency_key", Problem: fmt.Sprintf(
+			"may not start with %q or %q: those keys are the polling sources' own", sources.RowKeyPrefix, sources.FileKeyPrefix)})
+	}
 	switch {
 	case req.Payload != nil && req.PayloadBase64 != nil:
 		errs = append(errs, &lifecycle.FieldError{Field: "payload", Problem: "give payload (text) or payload_base64 (bytes), not both"})
@@ -177,6 +206,14 @@ func (s *Server) listMessages(w http.ResponseWriter, r *http.Request) error {
 	if err := invalid(errs...); err != nil {
 		return err
 	}
+	if id := identity(r); id.Scope != nil {
+		switch {
+		case f.Source == "":
+			f.Sources = id.Scope.Sources
+		case !id.Source(f.Source):
+			return outOfScope(r, auth.Read, scopeOf(id)+", not to "+f.Source)
+		}
+	}
 	page, next, err := projection.ListMessages(r.Context(), s.cfg.DB, f)
 	if err != nil {
 		return err
@@ -203,9 +240,34 @@ func (s *Server) getMessage(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	if err := inScope(r, m); err != nil {
+		return err
+	}
 	w.Header().Set("ETag", etag(m.Version))
 	writeJSON(w, http.StatusOK, messageOf(m))
 	return nil
+}
+
+// inScope answers a message out of the scope of the request's token as
+// one that does not exist: the token learns nothing of other sources.
+func inScope(r *http.Request, m *projection.Message) error {
+	if !identity(r).Source(m.Source) {
+		return fmt.Errorf("message %s: %w", m.ID, commands.ErrNotFound)
+	}
+	return nil
+}
+
+// scopedMessage is inScope for a handler that does not load the message
+// itself: it loads it only for a scoped token.
+func (s *Server) scopedMessage(r *http.Request, id uuid.UUID) error {
+	if identity(r).Scope == nil {
+		return nil
+	}
+	m, err := projection.Load(r.Context(), s.cfg.DB, id)
+	if err != nil {
+		return err
+	}
+	return inScope(r, m)
 }
 
 // getPayload answers the message's bytes with their content type. The
@@ -214,6 +276,9 @@ func (s *Server) getMessage(w http.ResponseWriter, r *http.Request) error {
 func (s *Server) getPayload(w http.ResponseWriter, r *http.Request) error {
 	id, err := pathID(r, "id")
 	if err != nil {
+		return err
+	}
+	if err := s.scopedMessage(r, id); err != nil {
 		return err
 	}
 	p, err := projection.LoadPayload(r.Context(), s.cfg.DB, id, 0)
@@ -235,6 +300,9 @@ func (s *Server) getPayload(w http.ResponseWriter, r *http.Request) error {
 func (s *Server) getHistory(w http.ResponseWriter, r *http.Request) error {
 	id, err := pathID(r, "id")
 	if err != nil {
+		return err
+	}
+	if err := s.scopedMessage(r, id); err != nil {
 		return err
 	}
 	events, err := journal.Stream(r.Context(), s.cfg.DB, journal.MessageStream(id))
@@ -267,6 +335,15 @@ func (s *Server) receipt(w http.ResponseWriter, r *http.Request) error {
 	}
 	if req.Outcome != ReceiptPositive && req.Outcome != ReceiptNegative {
 		return fieldError("outcome", fmt.Sprintf("%q: allowed are positive, negative", req.Outcome))
+	}
+	if id := identity(r); id.Scope != nil {
+		target, err := projection.DeliveryTarget(r.Context(), s.cfg.DB, deliveryID)
+		if err != nil {
+			return err
+		}
+		if !id.Target(target) {
+			return outOfScope(r, auth.Confirm, scopeOf(id)+", not to "+target)
+		}
 	}
 	operator := identity(r).Name
 	m, err := s.cfg.Writer.Receipt(r.Context(), deliveryID, req.Outcome == ReceiptPositive, req.Text, actor(r))
@@ -304,6 +381,9 @@ func (s *Server) externalReceipt(w http.ResponseWriter, r *http.Request) error {
 	}
 	if err := invalid(append(errs, in.Validate())...); err != nil {
 		return err
+	}
+	if id := identity(r); !id.Target(in.Target) {
+		return outOfScope(r, auth.Confirm, scopeOf(id)+", not to "+in.Target)
 	}
 	m, deliveryID, err := s.cfg.Writer.ReceiptByExternalID(r.Context(), in, actor(r))
 	result := receiptSettled

@@ -39,6 +39,9 @@ type Config struct {
 	DB *pgxpool.Pool
 	// Auth checks the bearer tokens; required.
 	Auth Authenticator
+	// Tokens, when set, is the store the admins manage tokens in through
+	// /tokens; without it those routes answer 404.
+	Tokens *auth.Store
 	// MaxPayload bounds a request body in bytes; larger ones are refused
 	// with 413. Default DefaultMaxPayload (10 MiB).
 	MaxPayload int64
@@ -128,8 +131,14 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.fail(rec, r, s.unmatched(r))
 		return
 	}
-	if need := permission(r.Method, pattern); !id.Role.Allows(need) {
+	need := permission(r.Method, pattern)
+	if !id.Role.Allows(need) {
 		s.fail(rec, r, &forbiddenError{role: id.Role, needs: need})
+		return
+	}
+	if id.Scope != nil && !scopedRoutes[pattern] {
+		s.fail(rec, r, &forbiddenError{role: id.Role, needs: need,
+			reason: scopeOf(id) + ": it reaches messages and their receipts only, not " + pattern})
 		return
 	}
 	s.mux.ServeHTTP(rec, r.WithContext(context.WithValue(r.Context(), identityKey{}, id)))
@@ -169,11 +178,14 @@ func (s *Server) unmatched(r *http.Request) error {
 	return fmt.Errorf("%w: nothing is served at %s %s", commands.ErrNotFound, r.Method, r.URL.Path)
 }
 
-// permission is what a request on the route needs: reading for GET,
+// permission is what a request on the route needs: administering for the
+// tokens, which a reader may not even list, reading for any other GET,
 // ingesting to post a message, confirming to post a receipt (by delivery
 // or by receiver's id), administering for everything else.
 func permission(method, pattern string) auth.Permission {
 	switch {
+	case strings.HasPrefix(pattern, method+" "+Prefix+"/tokens"):
+		return auth.Administer
 	case method == http.MethodGet || method == http.MethodHead:
 		return auth.Read
 	case pattern == "POST "+Prefix+"/messages":
@@ -182,6 +194,29 @@ func permission(method, pattern string) auth.Permission {
 		return auth.Confirm
 	}
 	return auth.Administer
+}
+
+// scopedRoutes are the routes a scoped token may take, within its scope,
+// which their handlers check: its sources' messages, its targets'
+// receipts, and the API's description.
+var scopedRoutes = map[string]bool{
+	"POST " + Prefix + "/messages":                true,
+	"GET " + Prefix + "/messages":                 true,
+	"GET " + Prefix + "/messages/{id}":            true,
+	"GET " + Prefix + "/messages/{id}/payload":    true,
+	"GET " + Prefix + "/messages/{id}/history":    true,
+	"POST " + Prefix + "/deliveries/{id}/receipt": true,
+	"POST " + Prefix + "/receipts":                true,
+	"GET " + Prefix + "/openapi.json":             true,
+}
+
+// scopeOf says what a scoped identity is bound to, for the reasons of its
+// refusals.
+func scopeOf(id auth.Identity) string {
+	if id.Scope.Targets != nil {
+		return "the token is scoped to the targets " + strings.Join(id.Scope.Targets, ", ")
+	}
+	return "the token is scoped to the sources " + strings.Join(id.Scope.Sources, ", ")
 }
 
 type identityKey struct{}

@@ -36,6 +36,11 @@ const (
 	ingestToken  = "ingest-secret"
 	readerToken  = "reader-secret"
 	receiptToken = "receipt-secret"
+	// The scoped tokens: ingest to erp and crm, reading erp, settling
+	// billing's deliveries.
+	scopedIngestToken  = "scoped-ingest-secret"
+	scopedReaderToken  = "scoped-reader-secret"
+	scopedReceiptToken = "scoped-receipt-secret"
 )
 
 // tokens is a tiny Authenticator over a map.
@@ -54,6 +59,10 @@ var testTokens = tokens{
 	ingestToken:  {Name: "erp-feed", Role: auth.RoleIngest},
 	readerToken:  {Name: "rita", Role: auth.RoleReader},
 	receiptToken: {Name: "partner", Role: auth.RoleReceipt},
+	scopedIngestToken: {Name: "erp-crm-feed", Role: auth.RoleIngest,
+		Scope: &auth.Scope{Sources: []string{"erp", "crm"}}},
+	scopedReaderToken:  {Name: "erp-desk", Role: auth.RoleReader, Scope: &auth.Scope{Sources: []string{"erp"}}},
+	scopedReceiptToken: {Name: "billing-partner", Role: auth.RoleReceipt, Scope: &auth.Scope{Targets: []string{"billing"}}},
 }
 
 // quiet keeps the logs to warnings and errors.
@@ -66,6 +75,7 @@ type bundle struct {
 	db      *pgxpool.Pool
 	clock   *testclock.Clock
 	w       *commands.Writer
+	tokens  *auth.Store
 	api     *httpapi.Server
 	srv     *httptest.Server
 	reg     *prometheus.Registry
@@ -80,8 +90,9 @@ func setup(t *testing.T) *bundle {
 	return setupWith(t, httpapi.Config{})
 }
 
-// setupWith fills cfg's Writer, DB, Auth, Registerer, Logger, Now and
-// OnConfigChange and serves it.
+// setupWith fills cfg's Writer, DB, Auth (the tests' map), Tokens (a store
+// on the test's database), Registerer, Logger, Now and OnConfigChange and
+// serves it.
 func setupWith(t *testing.T, cfg httpapi.Config) *bundle {
 	t.Helper()
 	b := &bundle{ctx: t.Context(), clock: testclock.New(start), reg: prometheus.NewRegistry()}
@@ -90,7 +101,8 @@ func setupWith(t *testing.T, cfg httpapi.Config) *bundle {
 	if b.w, err = commands.New(commands.Config{Base: service.Base{Now: b.clock.Now, Logger: quiet}, DB: b.db}); err != nil {
 		t.Fatal(err)
 	}
-	cfg.Writer, cfg.DB, cfg.Auth, cfg.Registerer, cfg.Logger, cfg.Now = b.w, b.db, testTokens, b.reg, quiet, b.clock.Now
+	b.tokens = auth.NewStore(b.db, b.clock.Now)
+	cfg.Writer, cfg.DB, cfg.Auth, cfg.Tokens, cfg.Registerer, cfg.Logger, cfg.Now = b.w, b.db, testTokens, b.tokens, b.reg, quiet, b.clock.Now
 	cfg.OnConfigChange = func() { b.changes.Add(1) }
 	if b.api, err = httpapi.New(cfg); err != nil {
 		t.Fatal(err)

@@ -67,6 +67,10 @@ var routes = []route{
 	{http.MethodPost, "/operations/{id}/cancel", (*Server).cancelOperation, CancelRequest{}, Operation{}, http.StatusOK},
 	{http.MethodGet, "/operations/{id}/refusals", (*Server).listRefusals, nil, RefusalList{}, http.StatusOK},
 
+	{http.MethodGet, "/tokens", (*Server).listTokens, nil, TokenList{}, http.StatusOK},
+	{http.MethodPost, "/tokens", (*Server).createToken, TokenRequest{}, NewToken{}, http.StatusCreated},
+	{http.MethodDelete, "/tokens/{name}", (*Server).deleteToken, nil, nil, http.StatusNoContent},
+
 	{http.MethodGet, "/stats", (*Server).stats, nil, Stats{}, http.StatusOK},
 	{http.MethodGet, "/journal", (*Server).journal, nil, JournalPage{}, http.StatusOK},
 	{http.MethodGet, "/openapi.json", (*Server).openAPI, nil, nil, http.StatusOK},

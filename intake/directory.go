@@ -238,7 +238,7 @@ func FileKey(name string, size int64, mtime time.Time, data []byte) string {
 	h := sha256.New()
 	fmt.Fprintf(h, "%s\x00%d\x00%d\x00", name, size, mtime.UnixNano())
 	h.Write(content[:])
-	return "file:" + hex.EncodeToString(h.Sum(nil))
+	return sources.FileKeyPrefix + hex.EncodeToString(h.Sum(nil))
 }
 
 // finish moves a file whose message is stored to the done folder, or

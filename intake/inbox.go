@@ -377,7 +377,7 @@ func (p *inbox) message(r row) (commands.NewMessage, error) {
 }
 
 // RowKey is the idempotency key of an inbox row's message.
-func RowKey(id int64) string { return "row:" + strconv.FormatInt(id, 10) }
+func RowKey(id int64) string { return sources.RowKeyPrefix + strconv.FormatInt(id, 10) }
 
 // writeMarkers writes the processed markers owed that are due (or owed for
 // force_marker_after, whatever their back-off), where the column is

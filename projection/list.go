@@ -21,6 +21,9 @@ import (
 type MessageFilter struct {
 	Status lifecycle.MessageStatus
 	Source string
+	// Sources, when not empty, keeps the messages of any of them: the
+	// reach of a token scoped to sources.
+	Sources []string
 	// Target keeps the messages with a delivery to it.
 	Target string
 	// OrderingKey keeps the messages with that ordering key.
@@ -113,6 +116,9 @@ func ListMessages(ctx context.Context, db TxBeginner, f MessageFilter) ([]*Messa
 	}
 	if f.Source != "" {
 		where = append(where, "m.source = "+arg(f.Source))
+	}
+	if len(f.Sources) > 0 {
+		where = append(where, "m.source = ANY("+arg(f.Sources)+")")
 	}
 	if f.OrderingKey != "" {
 		where = append(where, "m.ordering_key = "+arg(f.OrderingKey))

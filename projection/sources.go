@@ -65,7 +65,7 @@ func (f *Folded) foldRow(m *Message) {
 	if l == nil {
 		return
 	}
-	if id, ok := strings.CutPrefix(m.IdempotencyKey, "row:"); ok {
+	if id, ok := strings.CutPrefix(m.IdempotencyKey, sources.RowKeyPrefix); ok {
 		if n, err := strconv.ParseInt(id, 10, 64); err == nil {
 			l.rows = append(l.rows, n)
 		}

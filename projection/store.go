@@ -43,6 +43,23 @@ func Load(ctx context.Context, q journal.Querier, id uuid.UUID) (*Message, error
 	return ms[0], nil
 }
 
+// DeliveryTarget returns the target of the delivery with the id;
+// ErrNotFound when there is none.
+func DeliveryTarget(ctx context.Context, q journal.Querier, id uuid.UUID) (string, error) {
+	rows, err := q.Query(ctx, `SELECT target FROM deliveries WHERE id = $1`, id)
+	if err != nil {
+		return "", fmt.Errorf("the target of delivery %s: %w", id, err)
+	}
+	target, err := pgx.CollectExactlyOneRow(rows, pgx.RowTo[string])
+	if errors.Is(err, pgx.ErrNoRows) {
+		err = ErrNotFound
+	}
+	if err != nil {
+		return "", fmt.Errorf("the target of delivery %s: %w", id, err)
+	}
+	return target, nil
+}
+
 // LoadMany reads the messages with the ids, each with all its deliveries,
 // in id order; ids with no message are left out.
 func LoadMany(ctx context.Context, q journal.Querier, ids []uuid.UUID) ([]*Message, error) {

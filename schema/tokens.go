@@ -4,7 +4,12 @@ package schema
 // a token cannot be derived from anything, so a projection reset keeps it.
 // id is the token's public part, the key it is found by; only the SHA-256
 // of its secret part is stored. A name may hold several tokens. The roles
-// are checked by the code, so a new role needs no change here.
+// are checked by the code, so a new role needs no change here. sources and
+// targets are a token's scope (NULL: unbounded), expires_at its end (NULL:
+// none), last_used_at the last use recorded, at most once a minute. They
+// are added with ADD COLUMN IF NOT EXISTS, so a database made before them
+// gets them at the next start without a new schema version: every token
+// it holds is unscoped and does not expire, as before.
 const tokensDDL = `
 CREATE TABLE IF NOT EXISTS api_tokens (
 	id            text        PRIMARY KEY,
@@ -13,7 +18,13 @@ CREATE TABLE IF NOT EXISTS api_tokens (
 	secret_sha256 bytea       NOT NULL CHECK (length(secret_sha256) = 32),
 	created_at    timestamptz NOT NULL
 );
+ALTER TABLE api_tokens
+	ADD COLUMN IF NOT EXISTS sources      text[],
+	ADD COLUMN IF NOT EXISTS targets      text[],
+	ADD COLUMN IF NOT EXISTS expires_at   timestamptz,
+	ADD COLUMN IF NOT EXISTS last_used_at timestamptz;
 CREATE INDEX IF NOT EXISTS api_tokens_role ON api_tokens (role);
+CREATE INDEX IF NOT EXISTS api_tokens_name ON api_tokens (name);
 `
 
 // sessionsDDL is the table of the console's signed-in browsers, beside

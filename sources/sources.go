@@ -19,6 +19,21 @@ const (
 	KindInboxTable = "inbox_table"
 )
 
+// The prefixes of the idempotency keys the polling sources give their
+// messages: an inbox row's is RowKeyPrefix and its id, a file's
+// FileKeyPrefix and a hash. The REST API refuses keys that start with
+// them, so no sender can take a key a source will use, even one of a
+// source made later.
+const (
+	RowKeyPrefix  = "row:"
+	FileKeyPrefix = "file:"
+)
+
+// ReservedKey reports whether key has the prefix of a polling source's key.
+func ReservedKey(key string) bool {
+	return strings.HasPrefix(key, RowKeyPrefix) || strings.HasPrefix(key, FileKeyPrefix)
+}
+
 // kinds maps each kind to the check of its configuration: it reads the
 // configuration, fills its defaults and checks it, and returns it with
 // the defaults written in.

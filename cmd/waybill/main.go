@@ -32,8 +32,10 @@ commands:
                                                 and the retention archive in DIR against the journal
   rebuild                                       recreate the projections from the journal, then audit
   reset    --projections                        drop the projection tables
-  token    create --name N --role R             create an API token (admin, ingest, reader or receipt) and print it
-  token    list                                 list the API tokens: id, name, role, created
+  token    create NAME|--name N --role R [--sources S,…|--targets T,…] [--expires 90d]
+                                                create an API token (admin, ingest, reader or receipt), maybe
+                                                scoped to sources or targets and expiring, and print it
+  token    list                                 list the API tokens: id, name, role, scope, created, expires, last used
   token    revoke ID                            revoke an API token (not the last admin token)
   bench    [--http] [--messages N] [--clients C] [--rate R] [--statements] [--cpuprofile FILE]
                                                 measure ingest-to-delivered throughput and latency

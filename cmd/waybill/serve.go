@@ -220,7 +220,7 @@ func serve(ctx context.Context, cfg *serveConfig, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	api, err := httpapi.New(httpapi.Config{Base: base, Writer: w, DB: db, Auth: tokens, MaxPayload: cfg.maxPayload,
+	api, err := httpapi.New(httpapi.Config{Base: base, Writer: w, DB: db, Auth: tokens, Tokens: tokens, MaxPayload: cfg.maxPayload,
 		Registerer: reg, OnConfigChange: rt.ConfigChanged, OnOperation: runner.Wake})
 	if err != nil {
 		return err

@@ -23,17 +23,28 @@ import (
 	"github.com/waybill/waybill/service"
 )
 
-const tokenUsage = `usage: waybill token create --name N --role R [--database-url URL | --data-dir DIR]
+const tokenUsage = `usage: waybill token create NAME --role R [--sources S,… | --targets T,…] [--expires D] [--database-url URL | --data-dir DIR]
        waybill token list [--database-url URL | --data-dir DIR]
        waybill token revoke ID [--database-url URL | --data-dir DIR]
 
-create makes an API token and prints it on standard output; it cannot be
-shown again. Roles: admin (everything), ingest (post messages), reader
-(read), receipt (post receipts: for a receiver that confirms its
-deliveries). list shows every token's id, name, role and creation, never a
-secret. revoke deletes the token with the id list shows (or the whole
-token); running servers refuse it within 30 s. The last admin token is not
-revoked: create another first.
+create makes an API token named NAME (or --name) and prints it on standard
+output; it cannot be shown again. Roles: admin (everything), ingest (post
+messages), reader (read), receipt (post receipts: for a receiver that
+confirms its deliveries).
+
+Scopes bound a token further. --sources erp,crm makes an ingest token post
+only to those sources, or a reader token read only their messages (another
+source's message is not found, and every other read is refused); --targets
+billing makes a receipt token settle only that target's deliveries. An
+admin token takes no scope; any other pairing is refused. A scoped token
+cannot sign in to the console. --expires 90d (days, or a Go duration such
+as 12h) makes the token stop working that long after now.
+
+list shows every token's id, name, role, scope, creation, expiry and last
+use (recorded once a minute at most), never a secret. revoke deletes the
+token with the id list shows (or the whole token); running servers refuse
+it within 30 s. The last admin token is not revoked: create another first.
+Admins manage tokens over REST too (/api/v1/tokens) and in the console.
 
 With no database URL they work on the database of the server running on
 the data directory (found through <data dir>/database.url), or, when none
@@ -60,18 +71,23 @@ func runToken(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		fmt.Fprint(stderr, tokenUsage+"\nflags:\n")
 		fs.PrintDefaults()
 	}
-	var name, role *string
+	var name, role, sourcesFlag, targetsFlag, expires *string
 	if sub == "create" {
-		name = fs.String("name", "", "the token's name, the subject the journal records its actions under (required)")
+		name = fs.String("name", "", "the token's name, the subject the journal records its actions under (or as the first argument)")
 		role = fs.String("role", "", "admin, ingest, reader or receipt (required)")
+		sourcesFlag = fs.String("sources", "", "comma-separated sources an ingest or reader token is bound to (default: all)")
+		targetsFlag = fs.String("targets", "", "comma-separated targets a receipt token is bound to (default: all)")
+		expires = fs.String("expires", "", "the token's lifetime: days (90d) or a Go duration (12h) (default: none)")
 	}
 	dbURL := fs.String("database-url", env("WAYBILL_DATABASE_URL", ""),
 		"PostgreSQL URL of the server's database (env WAYBILL_DATABASE_URL)")
 	dataDir := fs.String("data-dir", env("WAYBILL_DATA_DIR", "./var"),
 		"data directory of the embedded PostgreSQL, used when no URL is given: that of the server running on it, else started for the command (env WAYBILL_DATA_DIR)")
 	rest := args[1:]
+	// The one argument, the id to revoke or the name to create, may come
+	// before the flags or after them.
 	var id string
-	if sub == "revoke" && len(rest) > 0 && !strings.HasPrefix(rest[0], "-") {
+	if sub != "list" && len(rest) > 0 && !strings.HasPrefix(rest[0], "-") {
 		id, rest = rest[0], rest[1:]
 	}
 	if err := fs.Parse(rest); err != nil {
@@ -84,15 +100,23 @@ func runToken(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		fmt.Fprintf(stderr, "waybill token %s: %s\n", sub, msg)
 		return 2
 	}
-	if sub == "revoke" && id == "" && fs.NArg() > 0 {
-		id = fs.Arg(0)
-	} else if fs.NArg() > 0 {
-		return misuse(fmt.Sprintf("unexpected argument %q", fs.Arg(0)))
+	extra := fs.Args()
+	if len(extra) > 0 && id == "" && (sub == "revoke" || sub == "create" && *name == "") {
+		id, extra = extra[0], extra[1:]
+	}
+	if len(extra) > 0 {
+		return misuse(fmt.Sprintf("unexpected argument %q", extra[0]))
 	}
 	// Input is checked before any database is opened, or started.
-	var r auth.Role
+	var spec auth.Spec
 	switch sub {
 	case "create":
+		if id != "" && *name != "" && id != *name {
+			return misuse(fmt.Sprintf("the name is given twice, %q and --name %q", id, *name))
+		}
+		if *name == "" {
+			*name = id
+		}
 		if *name == "" || *role == "" {
 			return misuse("--name and --role are required")
 		}
@@ -100,8 +124,8 @@ func runToken(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 			return misuse(err.Error())
 		}
 		var err error
-		if r, err = auth.ParseRole(*role); err != nil {
-			return misuse("--role: " + err.Error())
+		if spec, err = tokenSpec(*name, *role, *sourcesFlag, *targetsFlag, *expires); err != nil {
+			return misuse(err.Error())
 		}
 	case "revoke":
 		if id == "" {
@@ -125,13 +149,14 @@ func runToken(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	store := auth.NewStore(db, nil)
 	switch sub {
 	case "create":
-		token, err := store.Create(ctx, *name, r)
+		token, made, err := store.New(ctx, spec)
 		if err != nil {
 			fmt.Fprintf(stderr, "waybill token create: %v\n", err)
 			return 1
 		}
 		fmt.Fprintln(stdout, token)
-		fmt.Fprintf(stderr, "created a %s token named %s; keep it: it is not stored and cannot be shown again\n", r, *name)
+		fmt.Fprintf(stderr, "created a %s token named %s (%s, expires %s); keep it: it is not stored and cannot be shown again\n",
+			made.Role, made.Name, tokenScope(made), tokenExpiry(made))
 	case "list":
 		tokens, err := store.List(ctx)
 		if err != nil {
@@ -139,9 +164,14 @@ func runToken(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 			return 1
 		}
 		tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "ID\tNAME\tROLE\tCREATED")
+		fmt.Fprintln(tw, "ID\tNAME\tROLE\tSCOPE\tCREATED\tEXPIRES\tLAST USED")
 		for _, t := range tokens {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", t.ID, t.Name, t.Role, t.CreatedAt.UTC().Format(time.RFC3339))
+			used := "never"
+			if t.LastUsedAt != nil {
+				used = t.LastUsedAt.UTC().Format(time.RFC3339)
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", t.ID, t.Name, t.Role, tokenScope(t),
+				t.CreatedAt.UTC().Format(time.RFC3339), tokenExpiry(t), used)
 		}
 		tw.Flush()
 	case "revoke":
@@ -153,6 +183,63 @@ func runToken(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		fmt.Fprintf(stderr, "revoked the %s token %s named %s; running servers refuse it within %s\n", t.Role, t.ID, t.Name, auth.CacheTTL)
 	}
 	return 0
+}
+
+// tokenSpec is the token the flags of `token create` ask for; a problem
+// names its flag.
+func tokenSpec(name, role, sources, targets, expires string) (auth.Spec, error) {
+	r, err := auth.ParseRole(role)
+	if err != nil {
+		return auth.Spec{}, fmt.Errorf("--role: %w", err)
+	}
+	spec := auth.Spec{Name: name, Role: r}
+	if sources != "" || targets != "" {
+		spec.Scope = &auth.Scope{Sources: splitNames(sources), Targets: splitNames(targets)}
+	}
+	if err := auth.CheckScope(r, spec.Scope); err != nil {
+		var fe *lifecycle.FieldError
+		if errors.As(err, &fe) {
+			return auth.Spec{}, fmt.Errorf("--%s: %s", strings.SplitN(fe.Field, "[", 2)[0], fe.Problem)
+		}
+		return auth.Spec{}, err
+	}
+	if expires != "" {
+		if spec.Lifetime, err = auth.ParseLifetime(expires); err != nil {
+			return auth.Spec{}, fmt.Errorf("--expires: %w", err)
+		}
+	}
+	return spec, nil
+}
+
+// splitNames splits a comma-separated flag; nil for an empty one.
+func splitNames(s string) []string {
+	if s == "" {
+		return nil
+	}
+	names := strings.Split(s, ",")
+	for i := range names {
+		names[i] = strings.TrimSpace(names[i])
+	}
+	return names
+}
+
+// tokenScope is a token's scope in words.
+func tokenScope(t auth.Token) string {
+	switch {
+	case t.Sources != nil:
+		return "sources " + strings.Join(t.Sources, ",")
+	case t.Targets != nil:
+		return "targets " + strings.Join(t.Targets, ",")
+	}
+	return "unscoped"
+}
+
+// tokenExpiry is when a token expires, or never.
+func tokenExpiry(t auth.Token) string {
+	if t.ExpiresAt == nil {
+		return "never"
+	}
+	return t.ExpiresAt.UTC().Format(time.RFC3339)
 }
 
 // openCommandDB opens the database of an operator command: the one at url;

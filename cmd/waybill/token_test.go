@@ -204,3 +204,65 @@ func TestTokenCreateEmbedded(t *testing.T) {
 		}
 	}
 }
+
+// TestTokenCreateScopedAndExpiring: `token create NAME` takes a scope and a
+// lifetime, refuses a scope the role does not take naming the flag, and
+// `token list` shows scope, expiry and last use.
+func TestTokenCreateScopedAndExpiring(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	url := dbtest.URL(t)
+	code, out, errOut := waybillCLI(t, "token", "create", "erp-feed", "--role", "ingest", "--sources", "erp,crm", "--expires", "90d",
+		"--database-url", url)
+	if code != 0 || !strings.Contains(errOut, "sources erp,crm") {
+		t.Fatalf("exit %d: %s%s", code, out, errOut)
+	}
+	db, err := pgxpool.New(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	id, err := auth.NewStore(db, nil).Authenticate(ctx, strings.TrimSpace(out))
+	if err != nil || id.Name != "erp-feed" || id.Scope == nil || strings.Join(id.Scope.Sources, ",") != "erp,crm" {
+		t.Fatalf("the printed token: %+v, %v", id, err)
+	}
+	if code, out, errOut := waybillCLI(t, "token", "create", "--name", "partner", "--role", "receipt", "--targets", "billing",
+		"--database-url", url); code != 0 {
+		t.Fatalf("--name and --targets: exit %d: %s%s", code, out, errOut)
+	}
+	code, out, _ = waybillCLI(t, "token", "list", "--database-url", url)
+	if code != 0 || !strings.Contains(out, "SCOPE") || !strings.Contains(out, "EXPIRES") || !strings.Contains(out, "LAST USED") {
+		t.Fatalf("list: %s", out)
+	}
+	for _, line := range strings.Split(out, "\n") {
+		switch {
+		case strings.Contains(line, "erp-feed") && (!strings.Contains(line, "sources erp,crm") || !strings.Contains(line, "-03-") ||
+			strings.Contains(line, "never never")):
+			t.Errorf("erp-feed's line: %q", line)
+		case strings.Contains(line, "partner") && (!strings.Contains(line, "targets billing") || !strings.Contains(line, "never")):
+			t.Errorf("partner's line: %q", line)
+		}
+	}
+
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"root", "--role", "admin", "--sources", "erp"}, "--sources: a token of role admin takes no sources"},
+		{[]string{"root", "--role", "receipt", "--sources", "erp"}, "--sources: a token of role receipt takes no sources"},
+		{[]string{"feed", "--role", "ingest", "--targets", "billing"}, "--targets: a token of role ingest takes no targets"},
+		{[]string{"feed", "--role", "ingest", "--sources", "erp,,crm"}, "--sources: "},
+		{[]string{"feed", "--role", "ingest", "--expires", "soon"}, `--expires: "soon" is not a lifetime`},
+		{[]string{"feed", "--name", "other", "--role", "ingest"}, "the name is given twice"},
+		{[]string{"feed", "--role", "ingest", "extra"}, `unexpected argument "extra"`},
+	} {
+		code, out, errOut := waybillCLI(t, append([]string{"token", "create"}, append(c.args, "--database-url", url)...)...)
+		if code != 2 || out != "" || !strings.Contains(errOut, c.want) {
+			t.Errorf("%v: exit %d, stdout %q, stderr %q; want 2 and %q", c.args, code, out, errOut, c.want)
+		}
+	}
+	if code, _, errOut := waybillCLI(t, "token", "help"); code != 0 || !strings.Contains(errOut, "--sources erp,crm") ||
+		!strings.Contains(errOut, "--expires 90d") || !strings.Contains(errOut, "create NAME") {
+		t.Errorf("token help: %s", errOut)
+	}
+}
