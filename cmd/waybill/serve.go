@@ -191,8 +191,8 @@ func serve(ctx context.Context, cfg *serveConfig, stderr io.Writer) error {
 
 	// The data directory has one owner: a second server on it is refused
 	// here, before it starts, adopts or writes anything.
-	if err := os.MkdirAll(cfg.dataDir, 0o755); err != nil {
-		return fmt.Errorf("data dir: %w", err)
+	if err := privateDataDir(cfg.dataDir, cfg.databaseURL == "", log); err != nil {
+		return err
 	}
 	owner := dirlock.Owner{PID: os.Getpid(), Command: "serve"}
 	dirLock, err := dirlock.Acquire(cfg.dataDir, owner)
@@ -430,17 +430,33 @@ func dialURL(addr *net.TCPAddr) string {
 	return "http://" + net.JoinHostPort(ip.String(), strconv.Itoa(addr.Port))
 }
 
+// privateDataDir makes the data directory private (pgserver.PrivateDir),
+// as what it holds is secret (the admin token, the database's URL and its
+// files): a directory that was open to others is closed, with a warning.
+// withServer says it holds the embedded PostgreSQL.
+func privateDataDir(dir string, withServer bool, log *slog.Logger) error {
+	was, err := pgserver.PrivateDir(dir, withServer)
+	if err != nil {
+		return fmt.Errorf("data dir: %w", err)
+	}
+	if was != 0 {
+		log.Warn("the data directory's mode was changed: what it holds is for waybill alone", "data_dir", dir, "was", was.String())
+	}
+	return nil
+}
+
 // startEmbeddedPostgres starts the PostgreSQL of the data directory on l,
 // with settings as extra server settings (nil for none), or adopts the one
-// already running on it, and returns the URL of its waybill database,
-// created on first use. l's Stop stops the server, unless it was adopted.
+// already running on it, and returns the URL of its waybill database as
+// the waybill role, which owns it and is no superuser, both created on
+// first use (pgserver.Server.CreateOwnedDatabase). l's Stop stops the server, unless it was adopted.
 func startEmbeddedPostgres(ctx context.Context, dataDir string, settings map[string]string, log *slog.Logger, l *service.List) (string, error) {
 	dir, err := filepath.Abs(dataDir)
 	if err != nil {
 		return "", err
 	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return "", fmt.Errorf("data dir: %w", err)
+	if err := privateDataDir(dir, true, log); err != nil {
+		return "", err
 	}
 	srv := pgserver.New(pgserver.Config{DataDir: filepath.Join(dir, "pg"), Logger: log, Settings: settings})
 	err = l.Start(ctx, "embedded postgres", srv)
@@ -450,11 +466,12 @@ func startEmbeddedPostgres(ctx context.Context, dataDir string, settings map[str
 	if err != nil {
 		return "", err
 	}
-	if err := srv.CreateDatabase(ctx, "waybill"); err != nil {
+	url, err := srv.CreateOwnedDatabase(ctx, "waybill")
+	if err != nil {
 		return "", fmt.Errorf("embedded postgres: %w", err)
 	}
 	log.Info("embedded postgres", "data_dir", filepath.Join(dir, "pg"))
-	return srv.URL("waybill"), nil
+	return url, nil
 }
 
 // openDB opens the pool every part of the process shares. A session left
