@@ -596,7 +596,7 @@ func TestEventStreamPublishesEachEventOnceInOrder(t *testing.T) {
 	check()
 	msgs := got.all()
 	if last := string(msgs[len(msgs)-1].Data); strings.Contains(last, "s3cret") ||
-		!strings.Contains(last, "postgres://waybill:xxxxx@inbox.example/aodb") {
+		!strings.Contains(last, "postgres://waybill:***@inbox.example/aodb") {
 		t.Errorf("source.created published as %s", last)
 	}
 }

@@ -16,8 +16,8 @@ import (
 	"github.com/waybill/waybill/feed"
 	"github.com/waybill/waybill/journal"
 	"github.com/waybill/waybill/lifecycle"
+	"github.com/waybill/waybill/redact"
 	"github.com/waybill/waybill/service"
-	"github.com/waybill/waybill/sources"
 )
 
 // StreamGroup is the event stream's consumer group in the feed.
@@ -39,8 +39,8 @@ type StreamConfig struct {
 
 // EventStream publishes every journal event on NATS, for consumers outside
 // Waybill, in feed order, on waybill.events.<kind>, with the position as
-// Nats-Msg-Id; a source's database_url password is masked, as for a
-// reader of GET /journal. An event is published again after a crash before
+// Nats-Msg-Id; the secrets of target and source definitions are masked
+// (redact.Payload), as for a reader of GET /journal. An event is published again after a crash before
 // its ack.
 type EventStream struct {
 	nc       *nats.Conn
@@ -91,7 +91,7 @@ func (s *EventStream) handle(ctx context.Context, events []journal.Event) error 
 	for _, e := range events {
 		data, err := json.Marshal(eventJSON{Position: e.Position, RecordedAt: e.RecordedAt, Stream: e.Stream,
 			Version: e.Version, Kind: e.Kind(), Actor: e.Actor, DeliveryID: e.DeliveryID, Target: e.Target,
-			OldState: e.OldState, NewState: e.NewState, Payload: sources.MaskPayload(e.Payload)})
+			OldState: e.OldState, NewState: e.NewState, Payload: redact.Payload(e.Payload)})
 		if err != nil {
 			return fmt.Errorf("event stream: encode position %d: %w", e.Position, err)
 		}

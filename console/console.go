@@ -7,7 +7,9 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/netip"
 	"net/url"
+	"slices"
 	"strings"
 	"time"
 
@@ -51,6 +53,15 @@ type Config struct {
 	// OnOperation, as the API's: called after a bulk operation was
 	// created, to wake the runner.
 	OnOperation func()
+	// TrustedProxies are the peers (a TLS proxy in front of the console)
+	// whose X-Forwarded-Proto is believed: from one of them, "https"
+	// makes the cookies Secure and adds Strict-Transport-Security. From
+	// any other peer the header is ignored, since anyone can send it.
+	TrustedProxies []netip.Prefix
+	// SecureCookies says the console is reached over HTTPS only, however
+	// the request arrives: every cookie is Secure and every answer has
+	// Strict-Transport-Security.
+	SecureCookies bool
 }
 
 // Console serves the web console. It is an http.Handler for paths under
@@ -246,6 +257,9 @@ type sessionKey struct{}
 // token of a form, then serves the request.
 func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	secure(w.Header())
+	if c.overHTTPS(r) {
+		w.Header().Set("Strict-Transport-Security", hsts)
+	}
 	_, pattern := c.mux.Handler(r)
 	rt, found := c.routes[pattern]
 	var s *auth.Session
@@ -315,7 +329,7 @@ func (c *Console) session(w http.ResponseWriter, r *http.Request) (*auth.Session
 	}
 	s, err := c.cfg.Tokens.Session(r.Context(), cookie.Value, c.cfg.Now())
 	if errors.Is(err, auth.ErrUnauthorized) {
-		clearCookie(w, sessionCookie, Prefix)
+		c.clearCookie(w, r, sessionCookie, Prefix)
 		return nil, nil
 	}
 	if err != nil {
@@ -369,22 +383,52 @@ func secure(h http.Header) {
 	h.Set("Referrer-Policy", "same-origin")
 }
 
-// setCookie sets a cookie of the console for maxAge: HttpOnly,
-// SameSite=Strict, and Secure when the request came over TLS. The age is
-// relative, so the browser's clock and the server's need not agree.
-func setCookie(w http.ResponseWriter, r *http.Request, name, value, path string, maxAge time.Duration) {
-	http.SetCookie(w, &http.Cookie{Name: name, Value: value, Path: path, MaxAge: int(maxAge.Seconds()),
-		HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil})
+// hsts is the Strict-Transport-Security of an answer over HTTPS: a year,
+// for the console's host alone (other services may share the domain).
+const hsts = "max-age=31536000"
+
+// overHTTPS reports whether the browser reached the console over HTTPS:
+// the request came over TLS, or from a trusted proxy that says so in
+// X-Forwarded-Proto (the last value, the one the nearest proxy set), or
+// the console is configured to be reached so only.
+func (c *Console) overHTTPS(r *http.Request) bool {
+	if r.TLS != nil || c.cfg.SecureCookies {
+		return true
+	}
+	proto := r.Header.Values("X-Forwarded-Proto")
+	if len(proto) == 0 {
+		return false
+	}
+	last := proto[len(proto)-1]
+	last = strings.TrimSpace(last[strings.LastIndexByte(last, ',')+1:])
+	if !strings.EqualFold(last, "https") {
+		return false
+	}
+	peer, err := netip.ParseAddrPort(r.RemoteAddr)
+	if err != nil {
+		return false
+	}
+	return slices.ContainsFunc(c.cfg.TrustedProxies, func(p netip.Prefix) bool { return p.Contains(peer.Addr().Unmap()) })
 }
 
-func clearCookie(w http.ResponseWriter, name, path string) {
-	http.SetCookie(w, &http.Cookie{Name: name, Path: path, MaxAge: -1, HttpOnly: true, SameSite: http.SameSiteStrictMode})
+// setCookie sets a cookie of the console for maxAge: HttpOnly,
+// SameSite=Strict, and Secure when the browser reached the console over
+// HTTPS (overHTTPS). The age is relative, so the browser's clock and the
+// server's need not agree.
+func (c *Console) setCookie(w http.ResponseWriter, r *http.Request, name, value, path string, maxAge time.Duration) {
+	http.SetCookie(w, &http.Cookie{Name: name, Value: value, Path: path, MaxAge: int(maxAge.Seconds()),
+		HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: c.overHTTPS(r)})
+}
+
+func (c *Console) clearCookie(w http.ResponseWriter, r *http.Request, name, path string) {
+	http.SetCookie(w, &http.Cookie{Name: name, Path: path, MaxAge: -1, HttpOnly: true, SameSite: http.SameSiteStrictMode,
+		Secure: c.overHTTPS(r)})
 }
 
 // done answers an action that succeeded: the page it leads to shows the
 // notice once.
 func (c *Console) done(w http.ResponseWriter, r *http.Request, to, notice string) {
-	setCookie(w, r, noticeCookie, url.QueryEscape(notice), Prefix, time.Minute)
+	c.setCookie(w, r, noticeCookie, url.QueryEscape(notice), Prefix, time.Minute)
 	http.Redirect(w, r, to, http.StatusSeeOther)
 }
 

@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/waybill/waybill/lifecycle"
+	"github.com/waybill/waybill/redact"
 	"github.com/waybill/waybill/sources"
 )
 
@@ -68,7 +69,7 @@ var (
 		sources.KindInboxTable: {
 			{Key: "database_url", Label: "Database URL", Input: "text",
 				Hint: "The inbox's database: postgres://user:password@host:port/database or a key=value string. Required. " +
-					"A password is shown as " + sources.PasswordMask + ": left so, the stored one is kept."},
+					"A password is shown as " + redact.Mask + ": left so, the stored one is kept."},
 			{Key: "table", Label: "Table", Input: "text", Hint: "name or schema.name, as the catalog holds it. Required."},
 			{Key: "id_column", Label: "Id column", Input: "text", Hint: "An integer column the upstream fills in ascending order. Required."},
 			{Key: "payload_column", Label: "Payload column", Input: "text", Hint: "The message body. Required."},

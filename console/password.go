@@ -3,6 +3,7 @@ package console
 import (
 	"encoding/json"
 
+	"github.com/waybill/waybill/redact"
 	"github.com/waybill/waybill/sources"
 )
 
@@ -10,7 +11,7 @@ import (
 // password of its database_url masked. A configuration that is not a JSON
 // object is shown as it is: it has no field to hide.
 func showConfig(raw json.RawMessage) string {
-	masked, _ := sources.MaskConfig(raw)
+	masked, _ := redact.SourceConfig(raw)
 	return indent(masked)
 }
 
@@ -25,12 +26,12 @@ func keepPassword(sent, stored json.RawMessage) (json.RawMessage, error) {
 		return sent, nil // the kind's check names what is wrong
 	}
 	if json.Unmarshal(stored, &was) == nil && json.Unmarshal(was[sources.DatabaseURLField], &storedDSN) == nil &&
-		storedDSN != dsn && sources.MaskPassword(storedDSN) == dsn {
+		storedDSN != dsn && redact.DSN(storedDSN) == dsn {
 		fields[sources.DatabaseURLField] = was[sources.DatabaseURLField]
 		return json.Marshal(fields)
 	}
-	if sources.HoldsMask(dsn) {
-		return sent, invalidField("config."+sources.DatabaseURLField, "holds the hidden password "+sources.PasswordMask+
+	if redact.HoldsMask(dsn) {
+		return sent, invalidField("config."+sources.DatabaseURLField, "holds the hidden password "+redact.Mask+
 			": to keep the stored connection leave it as it was shown; to change it, write it whole, with its password")
 	}
 	return sent, nil

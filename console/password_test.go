@@ -12,7 +12,7 @@ import (
 func TestShowConfigMasksTheDatabaseURL(t *testing.T) {
 	t.Parallel()
 	got := showConfig(json.RawMessage(`{"database_url":"postgres://u:s3cret@db/x","table":"inbox"}`))
-	if strings.Contains(got, "s3cret") || !strings.Contains(got, `"postgres://u:xxxxx@db/x"`) || !strings.Contains(got, `"table": "inbox"`) {
+	if strings.Contains(got, "s3cret") || !strings.Contains(got, `"postgres://u:***@db/x"`) || !strings.Contains(got, `"table": "inbox"`) {
 		t.Errorf("showConfig: %s", got)
 	}
 	// Without a password, the configuration is shown as it is.
@@ -31,11 +31,11 @@ func TestKeepPassword(t *testing.T) {
 		name, sent, want string
 		refused          bool
 	}{
-		{"left as shown", `{"database_url":"postgres://u:xxxxx@db/x","table":"other"}`,
+		{"left as shown", `{"database_url":"postgres://u:***@db/x","table":"other"}`,
 			`{"database_url":"postgres://u:s3cret@db/x","table":"other"}`, false},
 		{"written whole", `{"database_url":"postgres://u:new@db2/x","table":"inbox"}`,
 			`{"database_url":"postgres://u:new@db2/x","table":"inbox"}`, false},
-		{"changed around the mask", `{"database_url":"postgres://u:xxxxx@db2/x"}`, "", true},
+		{"changed around the mask", `{"database_url":"postgres://u:***@db2/x"}`, "", true},
 		{"without a password", `{"database_url":"postgres://u@db/x"}`, `{"database_url":"postgres://u@db/x"}`, false},
 		{"not json", `{`, `{`, false},
 	} {

@@ -86,13 +86,21 @@ func setup(t testing.TB) *bundle {
 // process would have it.
 func (b *bundle) newConsole(t testing.TB) *console.Console {
 	t.Helper()
-	c, err := console.New(console.Config{Base: service.Base{Now: b.clock.Now, Logger: quiet}, Writer: b.w, DB: b.db, Tokens: b.tokens,
+	return b.consoleWith(t, func(*console.Config) {})
+}
+
+// consoleWith is newConsole with its configuration changed by edit.
+func (b *bundle) consoleWith(t testing.TB, edit func(*console.Config)) *console.Console {
+	t.Helper()
+	cfg := console.Config{Base: service.Base{Now: b.clock.Now, Logger: quiet}, Writer: b.w, DB: b.db, Tokens: b.tokens,
 		LivePoll: 20 * time.Millisecond, OnConfigChange: func() {
 			if b.panicOnChange.Load() {
 				panic("boom")
 			}
 			b.changes.Add(1)
-		}})
+		}}
+	edit(&cfg)
+	c, err := console.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

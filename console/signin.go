@@ -42,7 +42,7 @@ func (c *Console) signinPage(w http.ResponseWriter, r *http.Request, _ *auth.Ses
 
 func (c *Console) signinForm(w http.ResponseWriter, r *http.Request, status int, problem string) {
 	csrf := rand.Text()
-	setCookie(w, r, signinCookie, csrf, signinPath, time.Hour)
+	c.setCookie(w, r, signinCookie, csrf, signinPath, time.Hour)
 	c.render(w, r, status, "signin", page{Title: "Sign in", View: signinView{
 		CSRF: csrf, Next: localNext(r.FormValue("next")), Problem: problem}})
 }
@@ -70,8 +70,8 @@ func (c *Console) signin(w http.ResponseWriter, r *http.Request, _ *auth.Session
 	if err != nil {
 		return err
 	}
-	clearCookie(w, signinCookie, signinPath)
-	setCookie(w, r, sessionCookie, secret, Prefix, c.cfg.SessionTTL)
+	c.clearCookie(w, r, signinCookie, signinPath)
+	c.setCookie(w, r, sessionCookie, secret, Prefix, c.cfg.SessionTTL)
 	c.log.Info("console: signed in", "operator", s.Name, "role", s.Role)
 	http.Redirect(w, r, localNext(r.PostForm.Get("next")), http.StatusSeeOther)
 	return nil
@@ -85,7 +85,7 @@ func (c *Console) signout(w http.ResponseWriter, r *http.Request, s *auth.Sessio
 			return err
 		}
 	}
-	clearCookie(w, sessionCookie, Prefix)
+	c.clearCookie(w, r, sessionCookie, Prefix)
 	c.log.Info("console: signed out", "operator", s.Name)
 	http.Redirect(w, r, signinPath, http.StatusSeeOther)
 	return nil

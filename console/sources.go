@@ -14,6 +14,7 @@ import (
 	"github.com/waybill/waybill/httpapi"
 	"github.com/waybill/waybill/journal"
 	"github.com/waybill/waybill/lifecycle"
+	"github.com/waybill/waybill/redact"
 	"github.com/waybill/waybill/sources"
 )
 
@@ -46,7 +47,7 @@ type sourceFormView struct {
 func sourceFormOf(f sourceForm, p *errorView) *sourceFormView {
 	if dsn, ok := f.Config[sources.DatabaseURLField]; ok {
 		f.Config = maps.Clone(f.Config)
-		f.Config[sources.DatabaseURLField] = sources.MaskPassword(dsn)
+		f.Config[sources.DatabaseURLField] = redact.DSN(dsn)
 	}
 	return &sourceFormView{Form: f, Config: configViewOf(f.Kind, sourceKinds[f.Kind], f.Config, p), Problem: p}
 }
@@ -177,7 +178,7 @@ func (c *Console) editSource(w http.ResponseWriter, r *http.Request, s *auth.Ses
 	}
 	title := "Edit source " + src.Name
 	if r.Method == http.MethodGet {
-		masked, _ := sources.MaskConfig(src.Config)
+		masked, _ := redact.SourceConfig(src.Config)
 		f := sourceForm{Name: src.Name, Kind: src.Kind, Enabled: src.Enabled, Config: valuesOf(sourceKinds[src.Kind], masked)}
 		c.render(w, r, http.StatusOK, "source_edit", page{Title: title, Nav: "sources", View: sourceFormOf(f, nil)})
 		return nil

@@ -25,7 +25,7 @@ func TestSourcesPagesShowTheStatusAndNoPassword(t *testing.T) {
 			`aria-current="page">Sources`).lacks(t, "s3cret")
 		c.get(t, "/ui/sources/aodb").want(t, http.StatusOK).has(t, "<h1>Source aodb</h1>", "waybill-1", "2026-12-01T08:00:30Z",
 			"4711: every id up to it", "Markers owed</dt><dd>0", "at 2026-12-01T07:00:00Z",
-			html.EscapeString(`"postgres://waybill:xxxxx@inbox.example:5432/aodb"`), html.EscapeString(`"batch": 500`),
+			html.EscapeString(`"postgres://waybill:***@inbox.example:5432/aodb"`), html.EscapeString(`"batch": 500`),
 			`href="/ui/messages?source=aodb"`).lacks(t, "s3cret")
 		c.get(t, "/ui/sources/drop").want(t, http.StatusOK).has(t, "no process holds its lease", "Last poll</dt><dd>never",
 			html.EscapeString(`"dir": "/var/spool/in"`)).lacks(t, "Watermark")
@@ -67,7 +67,7 @@ func TestSourceAddEditEnableDisableDelete(t *testing.T) {
 		has(t, "<code>config.dir</code>", "<code>config.to</code>", `id="config.dir-hint"><strong>&#34;in&#34; is not an absolute path</strong>`,
 			`<input type="text" id="config.to" name="config.to" value="" aria-describedby="config.to-hint" aria-invalid="true">`)
 	c.post(t, "/ui/sources", url.Values{"name": {"in"}, "kind": {"inbox_table"}, "config.database_url": {inboxURL}, "config.table": {"t"}}).
-		want(t, http.StatusBadRequest).has(t, "<code>config.id_column</code>", "xxxxx").lacks(t, "s3cret")
+		want(t, http.StatusBadRequest).has(t, "<code>config.id_column</code>", "***").lacks(t, "s3cret")
 	if b.journalLength(t) != before || b.changes.Load() != changes {
 		t.Fatal("a refused source changed the journal")
 	}
@@ -133,7 +133,7 @@ func TestSourceEditKeepsTheHiddenPassword(t *testing.T) {
 		form.Set(m[1], html.UnescapeString(m[2]))
 	}
 	shown := form.Get("config.database_url")
-	if !strings.Contains(shown, "xxxxx") {
+	if !strings.Contains(shown, "***") {
 		t.Fatalf("the form shows the database URL %q", shown)
 	}
 
@@ -153,7 +153,7 @@ func TestSourceEditKeepsTheHiddenPassword(t *testing.T) {
 		t.Error("a refused edit changed the journal")
 	}
 	// Written whole, the new one is taken, and not shown either.
-	form.Set("config.database_url", strings.Replace(shown, "waybill:xxxxx@inbox.example", "waybill:n3w-pw@inbox2.example", 1))
+	form.Set("config.database_url", strings.Replace(shown, "waybill:***@inbox.example", "waybill:n3w-pw@inbox2.example", 1))
 	c.post(t, "/ui/sources/aodb/edit", form).redirects(t, "/ui/sources/aodb")
 	if s := b.sourceNamed(t, "aodb"); !strings.Contains(string(s.Config), "waybill:n3w-pw@inbox2.example") || s.Enabled {
 		t.Fatalf("after the edit %+v", s)

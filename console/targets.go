@@ -16,6 +16,7 @@ import (
 	"github.com/waybill/waybill/httpapi"
 	"github.com/waybill/waybill/journal"
 	"github.com/waybill/waybill/lifecycle"
+	"github.com/waybill/waybill/redact"
 	"github.com/waybill/waybill/targets"
 )
 
@@ -122,11 +123,16 @@ type targetView struct {
 	Messages string
 }
 
-// target shows a target's definition.
-func (c *Console) target(w http.ResponseWriter, r *http.Request, _ *auth.Session) error {
+// target shows a target's definition: to a session that may not
+// administer, with each header's value and the URL's password masked
+// (redact.Target).
+func (c *Console) target(w http.ResponseWriter, r *http.Request, s *auth.Session) error {
 	t, err := c.findTarget(r.Context(), r.PathValue("name"))
 	if err != nil {
 		return err
+	}
+	if redact.Hides(s.Role) {
+		t = redact.Target(t)
 	}
 	v := targetView{Target: t, Config: indent(t.Config), Messages: listURL(url.Values{"target": {t.Name}})}
 	c.render(w, r, http.StatusOK, "target", page{Title: "Target " + t.Name, Nav: "targets", View: v})

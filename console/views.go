@@ -118,7 +118,7 @@ func (c *Console) render(w http.ResponseWriter, r *http.Request, status int, vie
 	}
 	if notice, err := r.Cookie(noticeCookie); err == nil && r.Header.Get("HX-Request") == "" {
 		p.Notice, _ = url.QueryUnescape(notice.Value)
-		clearCookie(w, noticeCookie, Prefix)
+		c.clearCookie(w, r, noticeCookie, Prefix)
 	}
 	c.write(w, status, view, "layout", p)
 }

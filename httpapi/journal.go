@@ -7,10 +7,9 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/waybill/waybill/auth"
 	"github.com/waybill/waybill/journal"
 	"github.com/waybill/waybill/lifecycle"
-	"github.com/waybill/waybill/sources"
+	"github.com/waybill/waybill/redact"
 )
 
 // The bounds of a page of the journal.
@@ -56,14 +55,15 @@ func (s *Server) journal(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-// payloadForCaller is e's payload as the request's token may see it: a
-// source's database_url password masked unless the token may administer,
-// as forCaller shows the sources themselves.
+// payloadForCaller is e's payload as the request's token may see it: the
+// secrets of a target's or a source's definition masked unless the token
+// may administer (redact.Payload), as the targets and sources themselves
+// are shown.
 func payloadForCaller(r *http.Request, e journal.Event) journal.Payload {
-	if identity(r).Role.Allows(auth.Administer) {
+	if !redact.Hides(identity(r).Role) {
 		return e.Payload
 	}
-	return sources.MaskPayload(e.Payload)
+	return redact.Payload(e.Payload)
 }
 
 // A journal cursor is the mark of the last event read, as unpadded

@@ -161,6 +161,20 @@ func (s *Server) authenticate(r *http.Request) (auth.Identity, error) {
 	return id, nil
 }
 
+// Authenticated serves h only to a request with a bearer token of any
+// role, answering any other as the API answers it (401 with the error
+// envelope): what is served beside the API, such as the metrics, takes the
+// same tokens.
+func (s *Server) Authenticated(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if _, err := s.authenticate(r); err != nil {
+			s.fail(w, r, err)
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
 // unmatched says why no route serves r: another method would be served at
 // its path (405), or nothing is (404).
 func (s *Server) unmatched(r *http.Request) error {

@@ -10,9 +10,9 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/waybill/waybill/auth"
 	"github.com/waybill/waybill/commands"
 	"github.com/waybill/waybill/lifecycle"
+	"github.com/waybill/waybill/redact"
 	"github.com/waybill/waybill/sources"
 )
 
@@ -106,15 +106,15 @@ func (s *Server) listSources(w http.ResponseWriter, r *http.Request) error {
 }
 
 // forCaller is the sources as the request's token may see them: a token
-// that may not administer sees each database_url with its password
-// masked (sources.MaskPassword); an admin, who writes the definitions,
-// sees them as stored.
+// that may not administer sees each database_url with its passwords
+// masked (redact.Hides, redact.SourceConfig); an admin, who writes the
+// definitions, sees them as stored.
 func forCaller(r *http.Request, items []Source) []Source {
-	if identity(r).Role.Allows(auth.Administer) {
+	if !redact.Hides(identity(r).Role) {
 		return items
 	}
 	for i := range items {
-		items[i].Config, _ = sources.MaskConfig(items[i].Config)
+		items[i].Config, _ = redact.SourceConfig(items[i].Config)
 	}
 	return items
 }

@@ -71,7 +71,7 @@ func TestSources(t *testing.T) {
 	// A reader sees where an inbox connects, not its password; an admin,
 	// who writes the definition, sees it whole.
 	for _, cfg := range []json.RawMessage{list.Items[0].Config, got.Config} {
-		if strings.Contains(string(cfg), "s3cret") || !strings.Contains(string(cfg), "postgres://waybill:xxxxx@inbox.example/aodb") {
+		if strings.Contains(string(cfg), "s3cret") || !strings.Contains(string(cfg), "postgres://waybill:***@inbox.example/aodb") {
 			t.Errorf("a reader sees the config %s", cfg)
 		}
 	}
@@ -103,7 +103,7 @@ func TestSources(t *testing.T) {
 			cursor = page.NextCursor
 		}
 		if p := string(found.Payload); strings.Contains(p, "s3cret") != whole ||
-			!whole && !strings.Contains(p, "postgres://waybill:xxxxx@inbox.example/aodb") {
+			!whole && !strings.Contains(p, "postgres://waybill:***@inbox.example/aodb") {
 			t.Errorf("%s sees the journal's source.created as %s", token, p)
 		}
 	}

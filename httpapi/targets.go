@@ -7,6 +7,7 @@ import (
 
 	"github.com/waybill/waybill/commands"
 	"github.com/waybill/waybill/lifecycle"
+	"github.com/waybill/waybill/redact"
 )
 
 func (s *Server) listTargets(w http.ResponseWriter, r *http.Request) error {
@@ -14,8 +15,19 @@ func (s *Server) listTargets(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, TargetList{Items: nonNil(targets)})
+	writeJSON(w, http.StatusOK, TargetList{Items: nonNil(targetsForCaller(r, targets))})
 	return nil
+}
+
+// targetsForCaller is the targets as the request's token may see them: a
+// token that may not administer sees each header's value and the URL's
+// password masked (redact.Target); an admin, who writes the definitions,
+// sees them as stored.
+func targetsForCaller(r *http.Request, targets []lifecycle.Target) []lifecycle.Target {
+	if !redact.Hides(identity(r).Role) {
+		return targets
+	}
+	return redact.Targets(targets)
 }
 
 // targetName reads a target's or a source's name from the path.
@@ -38,7 +50,7 @@ func (s *Server) getTarget(w http.ResponseWriter, r *http.Request) error {
 	}
 	for _, t := range targets {
 		if t.Name == name {
-			writeJSON(w, http.StatusOK, t)
+			writeJSON(w, http.StatusOK, targetsForCaller(r, []lifecycle.Target{t})[0])
 			return nil
 		}
 	}

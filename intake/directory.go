@@ -53,6 +53,15 @@ type directory struct {
 	rename func(from, to string) error
 }
 
+// The modes of what a directory source makes (less the umask): its
+// folders, and the files it writes (a copy to another file system, a
+// reason). A message's content is no business of other users of the
+// machine; its owner and its group, the sender's, read it.
+const (
+	folderMode os.FileMode = 0o750
+	fileMode   os.FileMode = 0o640
+)
+
 type sighting struct {
 	size  int64
 	mtime time.Time
@@ -77,7 +86,7 @@ func (d *directory) processing() string { return filepath.Join(d.cfg.Dir, source
 // the directory that have settled, oldest first.
 func (d *directory) poll(ctx context.Context) (report, error) {
 	rep := report{owed: -1}
-	if err := os.MkdirAll(d.processing(), 0o755); err != nil {
+	if err := os.MkdirAll(d.processing(), folderMode); err != nil {
 		return rep, fmt.Errorf("directory %s: %w", d.cfg.Dir, err)
 	}
 	left, err := os.ReadDir(d.processing())
@@ -251,7 +260,7 @@ func (d *directory) finish(name string, message uuid.UUID, data []byte) error {
 		}
 		return nil
 	}
-	if err := os.MkdirAll(d.cfg.DoneDir, 0o755); err != nil {
+	if err := os.MkdirAll(d.cfg.DoneDir, folderMode); err != nil {
 		return fmt.Errorf("done folder: %w", err)
 	}
 	// A done file of that name from another message stays: this one takes
@@ -317,7 +326,7 @@ func copyFile(from, to string) error {
 	if err != nil {
 		return err
 	}
-	dst, err := os.OpenFile(to, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o666)
+	dst, err := os.OpenFile(to, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, fileMode)
 	if err != nil {
 		return err
 	}
@@ -342,7 +351,7 @@ func (d *directory) fail(name, reason string, rep *report) error {
 	rep.problem = name + ": " + reason
 	d.log.Warn("file not taken: moved to the error folder", "file", name, "reason", reason)
 	dir := filepath.Join(d.cfg.Dir, sources.ErrorFolder)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	if err := os.MkdirAll(dir, folderMode); err != nil {
 		return fmt.Errorf("error folder: %w", err)
 	}
 	dest := filepath.Join(dir, name)
@@ -352,7 +361,7 @@ func (d *directory) fail(name, reason string, rep *report) error {
 		}
 		dest = filepath.Join(dir, name+"."+strconv.Itoa(n))
 	}
-	if err := os.WriteFile(dest+".reason", []byte(reason+"\n"), 0o666); err != nil {
+	if err := os.WriteFile(dest+".reason", []byte(reason+"\n"), fileMode); err != nil {
 		return fmt.Errorf("error folder: %w", err)
 	}
 	if err := d.move(filepath.Join(d.processing(), name), dest); err != nil {

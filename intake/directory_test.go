@@ -282,3 +282,39 @@ func TestDirectoryFileWhoseKeyIsHeld(t *testing.T) {
 		t.Errorf("messages %s", got)
 	}
 }
+
+// TestDirectoryWritesForOwnerAndGroupOnly: the folders a directory source
+// makes, the copy it writes to a done folder on another file system and
+// the reason beside a file it could not take are for the owner and the
+// group only.
+func TestDirectoryWritesForOwnerAndGroupOnly(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	d := f.dirSource(t, "drop", map[string]any{"settle": "1ms"})
+	d.maxPayload = 8
+	d.rename = func(from, to string) error {
+		if strings.HasPrefix(to, d.cfg.DoneDir) {
+			return &os.LinkError{Op: "rename", Old: from, New: to, Err: syscall.EXDEV}
+		}
+		return os.Rename(from, to)
+	}
+	write(t, d.cfg.Dir, "big", "more than eight bytes")
+	write(t, d.cfg.Dir, "small", "ok")
+	_, _ = d.poll(f.ctx)
+	f.clock.Advance(time.Millisecond)
+	if rep, err := d.poll(f.ctx); err != nil || rep.taken != 1 || rep.failed != 1 {
+		t.Fatalf("%+v %v", rep, err)
+	}
+	errDir := filepath.Join(d.cfg.Dir, sources.ErrorFolder)
+	for path, want := range map[string]os.FileMode{d.processing(): 0o750, d.cfg.DoneDir: 0o750, errDir: 0o750,
+		filepath.Join(d.cfg.DoneDir, "small"): 0o640, filepath.Join(errDir, "big.reason"): 0o640} {
+		info, err := os.Stat(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The umask may take more away, never add.
+		if got := info.Mode().Perm(); got&^want != 0 {
+			t.Errorf("%s has mode %v, want at most %v", path, got, want)
+		}
+	}
+}

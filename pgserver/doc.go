@@ -5,7 +5,9 @@
 // survives restarts.
 //
 // The server listens only on 127.0.0.1 and requires a password that is
-// generated when the data directory is initialized and kept inside it. When
+// generated when the data directory is initialized and kept inside it.
+// Waybill connects as a role that owns its database and is no superuser
+// (CreateOwnedDatabase); the superuser serves only to set that up. When
 // the calling process runs as root, the server runs as the unprivileged
 // "postgres" system user, because PostgreSQL refuses to run as root.
 package pgserver

@@ -323,14 +323,7 @@ func (s *Server) URL(database string) string { return s.inst.URL(database) }
 
 // URL is Server.URL.
 func (s *instance) URL(database string) string {
-	u := url.URL{
-		Scheme:   "postgres",
-		User:     url.UserPassword(superuser, s.password),
-		Host:     net.JoinHostPort("127.0.0.1", strconv.Itoa(s.port)),
-		Path:     "/" + database,
-		RawQuery: "sslmode=disable",
-	}
-	return u.String()
+	return s.url(database, url.UserPassword(superuser, s.password))
 }
 
 // Stop shuts down a server that Start started with a fast shutdown

@@ -12,6 +12,11 @@ import (
 	"github.com/waybill/waybill/lifecycle"
 )
 
+// DatabaseURLField is the configuration field that holds an inbox's
+// connection string, whose passwords are masked where it is shown
+// (package redact).
+const DatabaseURLField = "database_url"
+
 // InboxConfig is the configuration of an inbox_table source: a table of
 // another PostgreSQL database that an upstream system inserts rows into.
 // Waybill reads it and writes only the processed marker of the rows it

@@ -215,6 +215,8 @@ type clientConfig struct {
 	server  string
 	token   string
 	dataDir string
+	// flags tell whether the token came on the command line.
+	flags *flag.FlagSet
 }
 
 // defaultServer is the server of the client commands when neither
@@ -222,12 +224,12 @@ type clientConfig struct {
 const defaultServer = "http://127.0.0.1:8080"
 
 func clientFlags(fs *flagSet) *clientConfig {
-	c := &clientConfig{}
+	c := &clientConfig{flags: fs.FlagSet}
 	fs.StringVar(&c.server, "server", env("WAYBILL_SERVER", ""),
 		"URL of the Waybill server (env WAYBILL_SERVER); without one, the "+serverURLFile+
 			" the server running on --data-dir wrote, else "+defaultServer)
 	fs.StringVar(&c.token, "token", env("WAYBILL_TOKEN", ""),
-		"API token (env WAYBILL_TOKEN); without one, the admin token file of --data-dir")
+		"API token; prefer the variable WAYBILL_TOKEN, since the command line shows in ps to every user of the machine; without either, the admin token file of --data-dir")
 	fs.StringVar(&c.dataDir, "data-dir", env("WAYBILL_DATA_DIR", "./var"),
 		"the server's data directory, for its "+serverURLFile+" and "+auth.AdminTokenFile+" (env WAYBILL_DATA_DIR)")
 	return c
@@ -237,8 +239,14 @@ func clientFlags(fs *flagSet) *clientConfig {
 // The server is the flag's or the variable's, otherwise the one whose
 // address the data directory holds, otherwise defaultServer; the token is
 // the flag's or the variable's, otherwise the admin token file the server
-// wrote.
-func (c *clientConfig) newClient() (*client, error) {
+// wrote. A token on the command line is taken with a warning on stderr:
+// any user of the machine reads it in ps.
+func (c *clientConfig) newClient(stderr io.Writer) (*client, error) {
+	onCommandLine := false
+	c.flags.Visit(func(f *flag.Flag) { onCommandLine = onCommandLine || f.Name == "token" })
+	if onCommandLine {
+		fmt.Fprintf(stderr, "warning: --token shows the token to every user of this machine (ps, /proc); set WAYBILL_TOKEN instead, or let the command read %s of --data-dir\n", auth.AdminTokenFile)
+	}
 	server, from := c.server, "--server"
 	if server == "" {
 		var err error
@@ -383,7 +391,7 @@ func runClient(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	default:
 		return misuse("unexpected arguments %q", pos)
 	}
-	c, err := cfg.newClient()
+	c, err := cfg.newClient(stderr)
 	if err != nil {
 		fmt.Fprintf(stderr, "waybill %s: %v\n", cmd, err)
 		return 2

@@ -213,7 +213,7 @@ func TestResendReplayIfVersion(t *testing.T) {
 		t.Fatalf("resend: exit %d\n%s%s", code, out, errOut)
 	}
 	code, out, errOut = waybillCLI(t, "replay", msgID, "--if-version", "7", "--server", api.URL, "--token", "t")
-	wantErr := `waybill replay: PRECONDITION_FAILED: message changed: the message is at version 9, not 7 (HTTP 412)
+	wantErr := tokenWarning + `waybill replay: PRECONDITION_FAILED: message changed: the message is at version 9, not 7 (HTTP 412)
   version: 9
 the message changed since that version: look at it again (waybill messages show ` + msgID + `) before acting
 `
@@ -287,7 +287,8 @@ the server refused the token from --token or WAYBILL_TOKEN
 `},
 	} {
 		code, out, errOut := waybillCLI(t, append(c.args, "--server", api.URL, "--token", "t")...)
-		if code != 1 || out != "" || errOut != c.want {
+		// The warning that --token shows in ps comes first.
+		if code != 1 || out != "" || errOut != tokenWarning+c.want {
 			t.Errorf("%v: exit %d, stdout %q, stderr:\n%s\nwant:\n%s", c.args, code, out, errOut, c.want)
 		}
 	}
@@ -330,6 +331,10 @@ func TestClientMisuse(t *testing.T) {
 	}
 }
 
+// tokenWarning is what a client command given --token says first.
+const tokenWarning = "warning: --token shows the token to every user of this machine (ps, /proc); " +
+	"set WAYBILL_TOKEN instead, or let the command read admin.token of --data-dir\n"
+
 func TestClientTokenSources(t *testing.T) {
 	// Not parallel: it sets the environment.
 	api := newFakeAPI(t, map[string]answer{"GET /api/v1/messages": {200, `{"items":[],"next_cursor":null}`}})
@@ -354,11 +359,13 @@ func TestClientTokenSources(t *testing.T) {
 		t.Fatalf("token file from WAYBILL_DATA_DIR: exit %d: %s", code, errOut)
 	}
 	// The variable wins over the file, and the flag over the variable.
+	// Only the flag, which ps shows, is warned of.
 	t.Setenv("WAYBILL_TOKEN", "wb_from_env")
-	if code, _, errOut := waybillCLI(t, "messages"); code != 0 {
+	if code, _, errOut := waybillCLI(t, "messages"); code != 0 || errOut != "" {
 		t.Fatalf("token from the environment: exit %d: %s", code, errOut)
 	}
-	if code, _, errOut := waybillCLI(t, "messages", "--token", "wb_from_flag"); code != 0 {
+	if code, _, errOut := waybillCLI(t, "messages", "--token", "wb_from_flag"); code != 0 ||
+		errOut != tokenWarning {
 		t.Fatalf("token from the flag: exit %d: %s", code, errOut)
 	}
 	var auths []string

@@ -15,6 +15,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 )
 
 // embeddedDataDir returns a data directory for a server with its embedded
@@ -178,4 +180,48 @@ func TestDialURL(t *testing.T) {
 			t.Errorf("dialURL(%s) = %s, want %s", addr, got, want)
 		}
 	}
+}
+
+// TestEmbeddedServerIsPrivate: serve makes a data directory that was open
+// to others private, with a warning, and connects to its embedded
+// PostgreSQL as a role that owns the waybill database and is no superuser.
+func TestEmbeddedServerIsPrivate(t *testing.T) {
+	bin := buildBinary(t)
+	dataDir := embeddedDataDir(t)
+	if err := os.Mkdir(dataDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(dataDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	s := startServer(t, bin, "--data-dir", dataDir)
+	info, err := os.Stat(dataDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.Mode().Perm()&0o067 != 0 {
+		t.Errorf("the data directory has mode %v", info.Mode().Perm())
+	}
+	if !strings.Contains(s.logs.String(), "the data directory's mode was changed") {
+		t.Errorf("no warning of the mode changed:\n%s", s.logs.String())
+	}
+	url, err := os.ReadFile(filepath.Join(dataDir, databaseURLFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	db, err := pgx.Connect(t.Context(), strings.TrimSpace(string(url)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close(context.Background())
+	var user string
+	var super, owns bool
+	if err := db.QueryRow(t.Context(), `SELECT current_user, rolsuper, (SELECT datdba = r.oid FROM pg_database WHERE datname = current_database())
+		FROM pg_roles r WHERE rolname = current_user`).Scan(&user, &super, &owns); err != nil {
+		t.Fatal(err)
+	}
+	if user != "waybill" || super || !owns {
+		t.Errorf("serve connects as %s, superuser %t, owner of its database %t", user, super, owns)
+	}
+	stopServer(t, s)
 }

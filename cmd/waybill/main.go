@@ -42,7 +42,8 @@ commands:
   bench    --backlog N [--clients C] [--concurrency K] [--keys K] [--statements]
                                                 measure the drain of a backlog of N deliveries
 
-commands that talk to a running server (--server URL or the data dir's server.url, --token T or its admin.token):
+commands that talk to a running server (--server URL or the data dir's server.url; the token
+$WAYBILL_TOKEN, else the data dir's admin.token; --token T works too, but shows in ps):
   messages [--status S] [--possible-duplicates] [--limit N] [--cursor C]
                                                 list messages, newest first, a page at a time
   messages show MESSAGE_ID                      a message, its deliveries and its history
@@ -73,7 +74,9 @@ stopped (Ctrl-C or SIGTERM to waybill serve); audit and token run beside
 servers. A data directory has one server: a second serve on it is refused.
 
 Every --database-url defaults to $WAYBILL_DATABASE_URL, --data-dir to
-$WAYBILL_DATA_DIR, --token to $WAYBILL_TOKEN. The server is --server's,
+$WAYBILL_DATA_DIR, --token to $WAYBILL_TOKEN: pass a token through the
+variable, since a flag's value shows in ps to every user of the machine
+(--token warns so on stderr). The server is --server's,
 else $WAYBILL_SERVER's, else the one whose URL the data dir's server.url
 holds, else http://127.0.0.1:8080.
 `

@@ -171,7 +171,7 @@ func runOperations(ctx context.Context, args []string, stdout, stderr io.Writer)
 			return 0, showOperation(ctx, c, stdout, &o)
 		}
 	}
-	c, err := cfg.newClient()
+	c, err := cfg.newClient(stderr)
 	if err != nil {
 		fmt.Fprintf(stderr, "%s: %v\n", name, err)
 		return 2

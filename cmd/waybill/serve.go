@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"runtime/debug"
@@ -52,6 +53,12 @@ type serveConfig struct {
 	alertWebhook string
 	drainGrace   time.Duration
 	maxPayload   int64
+	// metricsListen, when set, is the address of a server of its own
+	// for /metrics, without a token; otherwise /metrics is on listen and
+	// takes a token.
+	metricsListen  string
+	trustedProxies prefixList
+	secureCookies  bool
 }
 
 // serveFlags declares the flags of serve on fs.
@@ -64,7 +71,13 @@ func serveFlags(fs *flag.FlagSet) *serveConfig {
 	fs.StringVar(&c.natsURL, "nats-url", "",
 		"NATS server or cluster to use instead of the embedded one (env WAYBILL_NATS_URL)")
 	fs.StringVar(&c.listen, "listen", "127.0.0.1:8080",
-		"address of the HTTP server: the API, metrics, health (env WAYBILL_LISTEN)")
+		"address of the HTTP server: the API, the console, health, and metrics unless --metrics-listen (env WAYBILL_LISTEN)")
+	fs.StringVar(&c.metricsListen, "metrics-listen", "",
+		"address of a server of its own for /metrics, which takes no token there; without it /metrics is on --listen and takes a token of any role (env WAYBILL_METRICS_LISTEN)")
+	fs.Var(&c.trustedProxies, "trusted-proxies",
+		"CIDRs or addresses, comma-separated, of the TLS proxies in front of the server: from them X-Forwarded-Proto: https makes the console's cookies Secure and adds Strict-Transport-Security (env WAYBILL_TRUSTED_PROXIES)")
+	fs.BoolVar(&c.secureCookies, "secure-cookies", false,
+		"the console is reached over HTTPS only: its cookies are always Secure, its answers carry Strict-Transport-Security (env WAYBILL_SECURE_COOKIES)")
 	fs.StringVar(&c.logFormat, "log-format", "text",
 		"log format, text or json (env WAYBILL_LOG_FORMAT)")
 	fs.StringVar(&c.alertWebhook, "alert-webhook", "",
@@ -92,6 +105,41 @@ func applyEnv(fs *flag.FlagSet) error {
 		}
 	})
 	return errors.Join(errs...)
+}
+
+// prefixList is the value of --trusted-proxies: CIDRs, or addresses that
+// each stand for themselves alone, comma-separated.
+type prefixList []netip.Prefix
+
+func (p *prefixList) String() string {
+	if p == nil {
+		return ""
+	}
+	s := make([]string, len(*p))
+	for i, prefix := range *p {
+		s[i] = prefix.String()
+	}
+	return strings.Join(s, ",")
+}
+
+// Set reads the whole list, which replaces any value before it.
+func (p *prefixList) Set(v string) error {
+	var out prefixList
+	for item := range strings.SplitSeq(v, ",") {
+		item = strings.TrimSpace(item)
+		if item == "" {
+			continue
+		}
+		if prefix, err := netip.ParsePrefix(item); err == nil {
+			out = append(out, prefix.Masked())
+		} else if addr, err := netip.ParseAddr(item); err == nil {
+			out = append(out, netip.PrefixFrom(addr, addr.BitLen()))
+		} else {
+			return fmt.Errorf("%q is neither a CIDR (10.0.0.0/8, fd00::/8) nor an address", item)
+		}
+	}
+	*p = out
+	return nil
 }
 
 // envName is the environment variable of a flag of serve: WAYBILL_ and the
@@ -143,8 +191,8 @@ func serve(ctx context.Context, cfg *serveConfig, stderr io.Writer) error {
 
 	// The data directory has one owner: a second server on it is refused
 	// here, before it starts, adopts or writes anything.
-	if err := os.MkdirAll(cfg.dataDir, 0o755); err != nil {
-		return fmt.Errorf("data dir: %w", err)
+	if err := privateDataDir(cfg.dataDir, cfg.databaseURL == "", log); err != nil {
+		return err
 	}
 	owner := dirlock.Owner{PID: os.Getpid(), Command: "serve"}
 	dirLock, err := dirlock.Acquire(cfg.dataDir, owner)
@@ -157,6 +205,13 @@ func serve(ctx context.Context, cfg *serveConfig, stderr io.Writer) error {
 		return fmt.Errorf("listen on %s: %w", cfg.listen, err)
 	}
 	resources.Defer(func() { _ = l.Close() })
+	var metricsL net.Listener
+	if cfg.metricsListen != "" {
+		if metricsL, err = net.Listen("tcp", cfg.metricsListen); err != nil {
+			return fmt.Errorf("listen for metrics on %s: %w", cfg.metricsListen, err)
+		}
+		resources.Defer(func() { _ = metricsL.Close() })
+	}
 	serverURL := dialURL(l.Addr().(*net.TCPAddr))
 	owner.URL = serverURL
 	if err := dirLock.Record(owner); err != nil {
@@ -226,12 +281,23 @@ func serve(ctx context.Context, cfg *serveConfig, stderr io.Writer) error {
 		return err
 	}
 	ui, err := console.New(console.Config{Base: base, Writer: w, DB: db, Tokens: tokens, OnConfigChange: rt.ConfigChanged,
-		OnOperation: runner.Wake})
+		OnOperation: runner.Wake, TrustedProxies: cfg.trustedProxies, SecureCookies: cfg.secureCookies})
 	if err != nil {
 		return err
 	}
 	var ready atomic.Bool
-	web := newHTTPService(l, api, ui, db, reg, &ready, log)
+	scrape := promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg})
+	web := newHTTPService(l, mainMux(api, ui, db, metricsL == nil, scrape, &ready), log)
+	servers := []namedService{{"http server", web}}
+	metricsURL := "http://" + web.addr() + "/metrics"
+	if metricsL != nil {
+		// The metrics' own server serves nothing else.
+		only := http.NewServeMux()
+		only.Handle("GET /metrics", scrape)
+		m := newHTTPService(metricsL, only, log)
+		servers = append(servers, namedService{"metrics server", m})
+		metricsURL = "http://" + m.addr() + "/metrics"
+	}
 	alerter, err := alerts.New(alerts.Config{Base: base, DB: db, NATS: nc, WebhookURL: cfg.alertWebhook, Metrics: reg})
 	if err != nil {
 		return err
@@ -279,11 +345,8 @@ func serve(ctx context.Context, cfg *serveConfig, stderr io.Writer) error {
 	// them, and so do the sources' first messages.
 	var services service.List
 	defer stopWithin(&services, cfg.drainGrace+stopBudget)
-	for _, s := range []struct {
-		name string
-		s    service.Service
-	}{{"http server", web}, {"console", ui}, {"alerter", alerter}, {"event stream", events}, {"runtime", rt}, {"callbacks", callbacks},
-		{"sweep", sw}, {"retention", ret}, {"bulk operations", runner}, {"sources", sources}} {
+	for _, s := range append(servers, []namedService{{"console", ui}, {"alerter", alerter}, {"event stream", events}, {"runtime", rt}, {"callbacks", callbacks},
+		{"sweep", sw}, {"retention", ret}, {"bulk operations", runner}, {"sources", sources}}...) {
 		if err := services.Start(ctx, s.name, s.s); err != nil {
 			return err
 		}
@@ -297,7 +360,7 @@ func serve(ctx context.Context, cfg *serveConfig, stderr io.Writer) error {
 	}
 	ready.Store(true)
 	log.Info("waybill serving", "api", "http://"+web.addr()+"/api/v1", "console", "http://"+web.addr()+console.Prefix,
-		"metrics", "http://"+web.addr()+"/metrics")
+		"metrics", metricsURL)
 	if firstStart {
 		abs, _ := filepath.Abs(tokenFile)
 		fmt.Fprintf(stderr, "\nWaybill is up: the API is at http://%s/api/v1, the console at http://%s/ui/\n"+
@@ -308,6 +371,13 @@ func serve(ctx context.Context, cfg *serveConfig, stderr io.Writer) error {
 	<-ctx.Done()
 	log.Info("stopping: no more claims; attempts in flight get the drain grace", "drain_grace", cfg.drainGrace)
 	return nil
+}
+
+// namedService is a service with the name its start and stop are logged
+// under.
+type namedService struct {
+	name string
+	s    service.Service
 }
 
 // stopWithin stops l within budget, counted from now.
@@ -360,17 +430,33 @@ func dialURL(addr *net.TCPAddr) string {
 	return "http://" + net.JoinHostPort(ip.String(), strconv.Itoa(addr.Port))
 }
 
+// privateDataDir makes the data directory private (pgserver.PrivateDir),
+// as what it holds is secret (the admin token, the database's URL and its
+// files): a directory that was open to others is closed, with a warning.
+// withServer says it holds the embedded PostgreSQL.
+func privateDataDir(dir string, withServer bool, log *slog.Logger) error {
+	was, err := pgserver.PrivateDir(dir, withServer)
+	if err != nil {
+		return fmt.Errorf("data dir: %w", err)
+	}
+	if was != 0 {
+		log.Warn("the data directory's mode was changed: what it holds is for waybill alone", "data_dir", dir, "was", was.String())
+	}
+	return nil
+}
+
 // startEmbeddedPostgres starts the PostgreSQL of the data directory on l,
 // with settings as extra server settings (nil for none), or adopts the one
-// already running on it, and returns the URL of its waybill database,
-// created on first use. l's Stop stops the server, unless it was adopted.
+// already running on it, and returns the URL of its waybill database as
+// the waybill role, which owns it and is no superuser, both created on
+// first use (pgserver.Server.CreateOwnedDatabase). l's Stop stops the server, unless it was adopted.
 func startEmbeddedPostgres(ctx context.Context, dataDir string, settings map[string]string, log *slog.Logger, l *service.List) (string, error) {
 	dir, err := filepath.Abs(dataDir)
 	if err != nil {
 		return "", err
 	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return "", fmt.Errorf("data dir: %w", err)
+	if err := privateDataDir(dir, true, log); err != nil {
+		return "", err
 	}
 	srv := pgserver.New(pgserver.Config{DataDir: filepath.Join(dir, "pg"), Logger: log, Settings: settings})
 	err = l.Start(ctx, "embedded postgres", srv)
@@ -380,11 +466,12 @@ func startEmbeddedPostgres(ctx context.Context, dataDir string, settings map[str
 	if err != nil {
 		return "", err
 	}
-	if err := srv.CreateDatabase(ctx, "waybill"); err != nil {
+	url, err := srv.CreateOwnedDatabase(ctx, "waybill")
+	if err != nil {
 		return "", fmt.Errorf("embedded postgres: %w", err)
 	}
 	log.Info("embedded postgres", "data_dir", filepath.Join(dir, "pg"))
-	return srv.URL("waybill"), nil
+	return url, nil
 }
 
 // openDB opens the pool every part of the process shares. A session left
@@ -460,23 +547,26 @@ const stopBudget = 20 * time.Second
 // sent SIGQUIT.
 const resourcesStopBudget = 30 * time.Second
 
-// httpService serves the API, the console, the metrics and the health
-// checks: /healthz answers while the process runs, /readyz only while the
-// database answers and every service has started.
+// httpService is an HTTP server on a listener: the main one, or the
+// metrics' own.
 type httpService struct {
 	srv *http.Server
 	l   net.Listener
 	log *slog.Logger
 }
 
-// newHTTPService serves on l, taken before anything else starts so the
-// address is known and a busy one fails the start at once.
-func newHTTPService(l net.Listener, api http.Handler, ui *console.Console, db *pgxpool.Pool, reg *prometheus.Registry, ready *atomic.Bool, log *slog.Logger) *httpService {
+// mainMux serves the API, the console, the health checks and, when
+// withMetrics, the metrics to a token of any role: /healthz answers while
+// the process runs, /readyz only while the database answers and every
+// service has started.
+func mainMux(api *httpapi.Server, ui *console.Console, db *pgxpool.Pool, withMetrics bool, metrics http.Handler, ready *atomic.Bool) *http.ServeMux {
 	mux := http.NewServeMux()
 	mux.Handle(httpapi.Prefix+"/", api)
 	mux.Handle(console.Prefix, ui)
 	mux.Handle("GET /{$}", http.RedirectHandler(console.Prefix, http.StatusSeeOther))
-	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+	if withMetrics {
+		mux.Handle("GET /metrics", api.Authenticated(metrics))
+	}
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprintln(w, "ok")
 	})
@@ -492,9 +582,15 @@ func newHTTPService(l net.Listener, api http.Handler, ui *console.Console, db *p
 			fmt.Fprintln(w, "ready")
 		}
 	})
+	return mux
+}
+
+// newHTTPService serves handler on l, taken before anything else starts
+// so the address is known and a busy one fails the start at once.
+func newHTTPService(l net.Listener, handler http.Handler, log *slog.Logger) *httpService {
 	srv := &http.Server{
 		Addr:              l.Addr().String(),
-		Handler:           mux,
+		Handler:           handler,
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       30 * time.Second,
 		WriteTimeout:      30 * time.Second,

@@ -153,7 +153,7 @@ func TestEveryLoopInOneServer(t *testing.T) {
 
 	var bulkHeld, expunged, removed, sweeps float64
 	for _, s := range servers {
-		m := scrape(t, s.addr)
+		m := scrape(t, "http://"+s.addr+"/metrics", a.token)
 		bulkHeld += m[`waybill_lease_held{loop="bulk"}`]
 		expunged += m["waybill_retention_expunged_total"]
 		removed += m[`waybill_retention_removed_total{class="settled"}`]
@@ -194,15 +194,16 @@ func audit(t *testing.T, bin, dbURL string, args ...string) {
 	}
 }
 
-// scrape reads a server's metrics: each sample's name with its labels, as
-// the text format writes them, and its value.
-func scrape(t *testing.T, addr string) map[string]float64 {
+// scrape reads a server's metrics at url, with the token unless it is "":
+// each sample's name with its labels, as the text format writes them, and
+// its value.
+func scrape(t *testing.T, url, token string) map[string]float64 {
 	t.Helper()
-	resp, err := http.Get("http://" + addr + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
+	resp := get(t, url, token)
 	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET %s: %s", url, resp.Status)
+	}
 	samples := map[string]float64{}
 	sc := bufio.NewScanner(resp.Body)
 	for sc.Scan() {
@@ -220,4 +221,62 @@ func scrape(t *testing.T, addr string) map[string]float64 {
 		}
 	}
 	return samples
+}
+
+// get sends GET url, with the token unless it is "".
+func get(t *testing.T, url, token string) *http.Response {
+	t.Helper()
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp
+}
+
+// TestMetricsTakeATokenOrAnAddressOfTheirOwn: /metrics on the main
+// listener answers a token of any role and nothing else; with
+// --metrics-listen it is served there alone, without a token, and no
+// longer on the main listener.
+func TestMetricsTakeATokenOrAnAddressOfTheirOwn(t *testing.T) {
+	_, dbURL, ns := shared(t)
+	bin := buildBinary(t)
+	dir := t.TempDir()
+	metricsAddr := freeAddr(t)
+	onMain := startServer(t, bin, "--database-url", dbURL, "--nats-url", ns.ClientURL(), "--data-dir", filepath.Join(dir, "main"))
+	own := startServer(t, bin, "--database-url", dbURL, "--nats-url", ns.ClientURL(), "--data-dir", filepath.Join(dir, "own"),
+		"--metrics-listen", metricsAddr)
+	admin, err := os.ReadFile(filepath.Join(dir, "main", "admin.token"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := &api{t: t, base: "http://" + onMain.addr + "/api/v1", token: strings.TrimSpace(string(admin))}
+	for _, token := range []string{"", "wb_not-a-token"} {
+		resp := get(t, "http://"+onMain.addr+"/metrics", token)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusUnauthorized {
+			t.Errorf("/metrics with token %q: %s, want 401", token, resp.Status)
+		}
+	}
+	// Each process's own metrics: both hold a gauge of the bulk lease.
+	const lease = `waybill_lease_held{loop="bulk"}`
+	if _, ok := scrape(t, "http://"+onMain.addr+"/metrics", a.token)[lease]; !ok {
+		t.Errorf("the main listener's metrics lack %s", lease)
+	}
+	if _, ok := scrape(t, "http://"+metricsAddr+"/metrics", "")[lease]; !ok {
+		t.Errorf("the metrics' own address lacks %s", lease)
+	}
+	for _, url := range []string{"http://" + own.addr + "/metrics", "http://" + metricsAddr + "/api/v1/stats"} {
+		resp := get(t, url, a.token)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusNotFound {
+			t.Errorf("GET %s: %s, want 404", url, resp.Status)
+		}
+	}
 }

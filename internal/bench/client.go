@@ -150,12 +150,13 @@ func (c *client) waitSettled(ctx context.Context) error {
 }
 
 // feedLag is the largest waybill_feed_lag_seconds the server's metrics
-// show.
+// show; they take a token, as the API does.
 func (c *client) feedLag() (float64, error) {
 	req, err := http.NewRequestWithContext(c.ctx, http.MethodGet, c.base+"/metrics", nil)
 	if err != nil {
 		return 0, err
 	}
+	req.Header.Set("Authorization", "Bearer "+c.token)
 	resp, err := c.http.Do(req)
 	if err != nil {
 		return 0, err
