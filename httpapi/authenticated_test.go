@@ -7,7 +7,7 @@ import (
 )
 
 // TestAuthenticatedTakesATokenOfAnyRole: what is served beside the API
-// (the metrics) answers a token of any role, and nothing else.
+// (the metrics) answers an unscoped token of any role, and nothing else.
 func TestAuthenticatedTakesATokenOfAnyRole(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
@@ -16,7 +16,8 @@ func TestAuthenticatedTakesATokenOfAnyRole(t *testing.T) {
 	})))
 	t.Cleanup(srv.Close)
 	for token, want := range map[string]int{"": http.StatusUnauthorized, "not-a-token": http.StatusUnauthorized,
-		adminToken: http.StatusOK, ingestToken: http.StatusOK, readerToken: http.StatusOK, receiptToken: http.StatusOK} {
+		adminToken: http.StatusOK, ingestToken: http.StatusOK, readerToken: http.StatusOK, receiptToken: http.StatusOK,
+		scopedReaderToken: http.StatusForbidden, scopedIngestToken: http.StatusForbidden} {
 		req, err := http.NewRequestWithContext(b.ctx, http.MethodGet, srv.URL+"/metrics", nil)
 		if err != nil {
 			t.Fatal(err)

@@ -161,13 +161,19 @@ func (s *Server) authenticate(r *http.Request) (auth.Identity, error) {
 	return id, nil
 }
 
-// Authenticated serves h only to a request with a bearer token of any
-// role, answering any other as the API answers it (401 with the error
-// envelope): what is served beside the API, such as the metrics, takes the
-// same tokens.
+// Authenticated serves h only to a request with an unscoped bearer token
+// of any role, answering any other as the API answers it (401 with the
+// error envelope, 403 for a scoped token): what is served beside the API,
+// such as the metrics, takes the same tokens. A scoped token is refused
+// because the metrics name every source and target.
 func (s *Server) Authenticated(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if _, err := s.authenticate(r); err != nil {
+		id, err := s.authenticate(r)
+		if err == nil && id.Scope != nil {
+			err = &forbiddenError{role: id.Role, needs: auth.Read,
+				reason: "a scoped token reads only its own messages; the metrics name every source and target"}
+		}
+		if err != nil {
 			s.fail(w, r, err)
 			return
 		}

@@ -73,7 +73,7 @@ func serveFlags(fs *flag.FlagSet) *serveConfig {
 	fs.StringVar(&c.listen, "listen", "127.0.0.1:8080",
 		"address of the HTTP server: the API, the console, health, and metrics unless --metrics-listen (env WAYBILL_LISTEN)")
 	fs.StringVar(&c.metricsListen, "metrics-listen", "",
-		"address of a server of its own for /metrics, which takes no token there; without it /metrics is on --listen and takes a token of any role (env WAYBILL_METRICS_LISTEN)")
+		"address of a server of its own for /metrics, which takes no token there; without it /metrics is on --listen and takes an unscoped token of any role (env WAYBILL_METRICS_LISTEN)")
 	fs.Var(&c.trustedProxies, "trusted-proxies",
 		"CIDRs or addresses, comma-separated, of the TLS proxies in front of the server: from them X-Forwarded-Proto: https makes the console's cookies Secure and adds Strict-Transport-Security (env WAYBILL_TRUSTED_PROXIES)")
 	fs.BoolVar(&c.secureCookies, "secure-cookies", false,
@@ -556,7 +556,7 @@ type httpService struct {
 }
 
 // mainMux serves the API, the console, the health checks and, when
-// withMetrics, the metrics to a token of any role: /healthz answers while
+// withMetrics, the metrics to an unscoped token of any role: /healthz answers while
 // the process runs, /readyz only while the database answers and every
 // service has started.
 func mainMux(api *httpapi.Server, ui *console.Console, db *pgxpool.Pool, withMetrics bool, metrics http.Handler, ready *atomic.Bool) *http.ServeMux {
