@@ -24,8 +24,10 @@ import (
 // callback is made, a directory source takes a file in, an alert goes to
 // the webhook, a bulk operation redelivers what failed, the sweep passes,
 // and retention expunges payloads, then archives and removes the settled
-// messages. Each lease is held by exactly one of the two processes. The
-// audit finds the journal, the projections and the archive in agreement.
+// messages. Each lease is held by exactly one of the two processes. A
+// partner's scoped ingest token, made over REST, posts to its source and
+// is refused elsewhere. The audit finds the journal, the projections and
+// the archive in agreement.
 func TestEveryLoopInOneServer(t *testing.T) {
 	_, dbURL, ns := shared(t)
 	bin := buildBinary(t)
@@ -103,9 +105,21 @@ func TestEveryLoopInOneServer(t *testing.T) {
 		a.call("GET", "/messages/"+id, nil, http.StatusOK, &m)
 		return m.Status
 	}
+	// A partner's ingest token, scoped to erp and made on the other
+	// server, posts there and nowhere else: not to another source, not in
+	// the stead of the directory source that Waybill polls.
+	var made struct{ Secret string }
+	b.call("POST", "/tokens", map[string]any{"name": "partner", "role": "ingest", "sources": []string{"erp"}, "expires": "1h"},
+		http.StatusCreated, &made)
+	partner := &api{t: t, base: a.base, token: made.Secret}
+	for _, source := range []string{"nowhere", "drop"} {
+		partner.call("POST", "/messages", map[string]any{"source": source, "from": "acme", "to": "globex", "payload": "x"},
+			http.StatusForbidden, nil)
+	}
+	partner.call("GET", "/messages", nil, http.StatusForbidden, nil)
 	ids := []string{
 		ingest(a, "erp", "with a callback", map[string]any{"callback_url": hooks.URL + "/callback"}),
-		ingest(b, "erp", "refused until fixed", nil),
+		ingest(partner, "erp", "refused until fixed", nil),
 		ingest(b, "nowhere", "routed nowhere", nil),
 	}
 	// The audit holds in the middle of the work too: deliveries in
