@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -54,7 +55,26 @@ func freeAddr(t *testing.T) string {
 type server struct {
 	cmd  *exec.Cmd
 	addr string
-	logs bytes.Buffer
+	logs lockedBuffer
+}
+
+// lockedBuffer is a buffer that a running process's output may be read
+// from while it is written.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }
 
 func startServer(t *testing.T, bin string, args ...string) *server {
