@@ -1,7 +1,10 @@
 # Waybill. `make help` lists the targets.
 GO ?= go
 
-.PHONY: help run test bench lint fmt tidy
+.PHONY: help run test fuzz bench lint fmt tidy
+
+# FUZZTIME is how long `make fuzz` runs each fuzz target.
+FUZZTIME ?= 5m
 
 help: ## list the targets
 	@grep -E '^[a-z]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-8s %s\n", $$1, $$2}'
@@ -10,8 +13,20 @@ run: ## build and run the service with embedded PostgreSQL and NATS (data in ./v
 	$(GO) build -o bin/waybill ./cmd/waybill
 	exec ./bin/waybill serve $(ARGS)
 
-test: ## every test, with the race detector, against a real PostgreSQL
+test: ## every test, with the race detector, against a real PostgreSQL; then each fuzz target for 3 s
 	$(GO) test -race -count=1 -timeout 15m ./...
+	@$(MAKE) --no-print-directory fuzz FUZZTIME=3s
+
+# fuzz finds every fuzz target (func FuzzX in a _test.go file) and runs
+# each on its own, as go test -fuzz requires.
+fuzz: ## each fuzz target for FUZZTIME (default 5m); docs/fuzzing.md
+	@set -e; for file in $$(grep -rl --include='*_test.go' --exclude-dir=var --exclude-dir=bin --exclude-dir=testdata '^func Fuzz' . | sort); do \
+		dir=$$(dirname $$file); \
+		for target in $$(sed -n 's/^func \(Fuzz[A-Za-z0-9_]*\)(.*/\1/p' $$file); do \
+			echo "fuzz $$dir $$target for $(FUZZTIME)"; \
+			$(GO) test -run '^$$' -fuzz "^$$target\$$" -fuzztime $(FUZZTIME) $$dir; \
+		done; \
+	done
 
 bench: ## the benchmarks; figures go in docs/performance.md
 	$(GO) test -run '^$$' -bench . -benchmem -timeout 60m ./...
