@@ -24,7 +24,7 @@ fuzz: ## each fuzz target for FUZZTIME (default 5m); docs/fuzzing.md
 		dir=$$(dirname $$file); \
 		for target in $$(sed -n 's/^func \(Fuzz[A-Za-z0-9_]*\)(.*/\1/p' $$file); do \
 			echo "fuzz $$dir $$target for $(FUZZTIME)"; \
-			$(GO) test -run '^$$' -fuzz "^$$target\$$" -fuzztime $(FUZZTIME) $$dir; \
+			$(GO) test -run '^$$' -fuzz "^$$target\$$" -fuzztime $(FUZZTIME) -timeout 0 $$dir; \
 		done; \
 	done
 

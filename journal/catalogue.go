@@ -821,8 +821,10 @@ type SettingsChanged struct {
 func (*SettingsChanged) Kind() Kind { return KindSettingsChanged }
 func (p *SettingsChanged) Text() string {
 	s := p.Settings.WithDefaults()
-	return fmt.Sprintf("settings changed: max_dispatches %d, callback_max_attempts %d, operations rate %d/s; retention: %s",
-		s.Delivery.MaxDispatches, s.CallbackMaxAttempts, s.Operations.Rate, p.Settings.Retention)
+	return fmt.Sprintf("settings changed: max_dispatches %d, callback_max_attempts %d, operations rate %d/s; retention: %s; "+
+		"live histories: %d a process, %d a session",
+		s.Delivery.MaxDispatches, s.CallbackMaxAttempts, s.Operations.Rate, p.Settings.Retention,
+		s.Console.MaxStreams, s.Console.MaxStreamsPerSession)
 }
 func (p *SettingsChanged) Validate() error { return p.Settings.Validate() }
 
