@@ -39,7 +39,7 @@ var adminURL string
 // WAYBILL_TEST_DATABASE_URL when set, otherwise a throwaway server started
 // with pgserver in a temp dir (settings fsync=off, synchronous_commit=off,
 // full_page_writes=off, max_connections=200), stopped and removed after
-// m.Run; none for a run of no test (`-run '^$'`, as fuzzing runs).
+// m.Run; none for a run of a fuzz target alone (`-run '^$' -fuzz …`).
 // Call it from TestMain:
 //
 //	func TestMain(m *testing.M) { dbtest.Main(m) }
@@ -58,10 +58,11 @@ func run(m *testing.M) int {
 	if !flag.Parsed() {
 		flag.Parse()
 	}
-	if flagIs("test.run", "^$") || flagIs("test.fuzzworker", "true") {
-		// A run of no test but a fuzz target (make test's fuzzing, whose
-		// workers are this binary too) needs no server: starting one per
-		// process would cost more than the few seconds it fuzzes.
+	if flagIs("test.run", "^$") && !flagIs("test.fuzz", "") {
+		// A run of a fuzz target alone (make test's fuzzing, whose
+		// workers are this binary too, with the same flags) needs no
+		// server: starting one per process would cost more than the few
+		// seconds it fuzzes.
 		return m.Run()
 	}
 
@@ -106,7 +107,7 @@ func run(m *testing.M) int {
 	return m.Run()
 }
 
-// flagIs reports whether the flag name is set to v.
+// flagIs reports whether the flag name is v.
 func flagIs(name, v string) bool {
 	f := flag.Lookup(name)
 	return f != nil && f.Value.String() == v
