@@ -88,6 +88,9 @@ func (c *Console) live(w http.ResponseWriter, r *http.Request, s *auth.Session) 
 	defer watch.Close()
 
 	rc := http.NewResponseController(w)
+	// The connection may serve another request once the stream ends:
+	// the last write's deadline must not stay on it.
+	defer rc.SetWriteDeadline(time.Time{})
 	h := w.Header()
 	h.Set("Content-Type", "text/event-stream")
 	h.Set("Cache-Control", "no-store")
