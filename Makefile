@@ -1,7 +1,10 @@
 # Waybill. `make help` lists the targets.
 GO ?= go
 
-.PHONY: help run test bench lint fmt tidy
+.PHONY: help run test fuzz bench lint fmt tidy
+
+# FUZZTIME is how long `make fuzz` runs each fuzz target.
+FUZZTIME ?= 5m
 
 help: ## list the targets
 	@grep -E '^[a-z]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-8s %s\n", $$1, $$2}'
@@ -10,8 +13,27 @@ run: ## build and run the service with embedded PostgreSQL and NATS (data in ./v
 	$(GO) build -o bin/waybill ./cmd/waybill
 	exec ./bin/waybill serve $(ARGS)
 
-test: ## every test, with the race detector, against a real PostgreSQL
+test: ## every test, with the race detector, against a real PostgreSQL; then each fuzz target for 3 s
 	$(GO) test -race -count=1 -timeout 15m ./...
+	@cache=$$(mktemp -d); trap 'rm -rf "$$cache"' EXIT; $(MAKE) --no-print-directory fuzz FUZZTIME=3s FUZZCACHE="$$cache"
+
+# fuzz finds every fuzz target (func FuzzX in a _test.go file), builds each
+# package's test binary once, with the fuzzer's instrumentation, and runs
+# each target on its own, as fuzzing requires. FUZZCACHE is where the
+# inputs found are kept: go test's own cache by default; make test gives
+# a fresh one, so its few seconds go to fuzzing, not to replaying all
+# that long runs found.
+FUZZCACHE ?= $(shell $(GO) env GOCACHE)/fuzz/$(shell $(GO) list -m)
+fuzz: ## each fuzz target for FUZZTIME (default 5m); docs/fuzzing.md
+	@set -e; bin=$$(mktemp -d); trap 'rm -rf "$$bin"' EXIT; \
+	for pkg in $$(grep -rl --include='*_test.go' --exclude-dir=var --exclude-dir=bin --exclude-dir=testdata '^func Fuzz' . | xargs -n1 dirname | sort -u); do \
+		$(GO) test -c -fuzz . -o "$$bin/fuzz.test" $$pkg; \
+		for target in $$(sed -n 's/^func \(Fuzz[A-Za-z0-9_]*\)(.*/\1/p' $$pkg/*_test.go); do \
+			echo "fuzz $$pkg $$target for $(FUZZTIME)"; \
+			(cd $$pkg && "$$bin/fuzz.test" -test.run '^$$' -test.fuzz "^$$target\$$" -test.fuzztime $(FUZZTIME) \
+				-test.fuzzcachedir "$(FUZZCACHE)/$${pkg#./}"); \
+		done; \
+	done
 
 bench: ## the benchmarks; figures go in docs/performance.md
 	$(GO) test -run '^$$' -bench . -benchmem -timeout 60m ./...

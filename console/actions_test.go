@@ -268,6 +268,7 @@ func TestUnknownIDsAreNotFound(t *testing.T) {
 		"/ui/messages/" + strings.ToUpper(m.ID.String()) + "x",
 		"/ui/messages/01a23b49-48df-7e79-b764-a846b1a5c90f/payload",
 		"/ui/messages/01a23b49-48df-7e79-b764-a846b1a5c90f/live",
+		"/ui/messages/01a23b49-48df-7e79-b764-a846b1a5c90f/live/status",
 		"/ui/messages/" + m.ID.String() + "/deliveries/01a23b49-48df-7e79-b764-a846b1a5c90f/redeliver",
 		"/ui/messages/" + m.ID.String() + "/deliveries/01a23b49-48df-7e79-b764-a846b1a5c90f/skip",
 		"/ui/messages/01a23b49-48df-7e79-b764-a846b1a5c90f/deliveries/" + m.Deliveries[0].ID.String() + "/skip",

@@ -462,6 +462,43 @@ func TestInTheBrowser(t *testing.T) {
 		br.do(t, chromedp.WaitVisible(chromedp.CSS(`a[aria-label="Send again to billing"]`)))
 	})
 
+	t.Run("live updates paused", func(t *testing.T) {
+		// A sign-in may follow one page live: the page a second tab
+		// opens says its live updates are paused, and why.
+		b.setCaps(t, 256, 1)
+		defer b.setCaps(t, 256, 4)
+		ctx, cancel := context.WithTimeout(br.ctx, 30*time.Second)
+		defer cancel()
+		// The first tab's stream is open before the second asks.
+		if _, err := chromedp.Call(ctx, page.AddScriptToEvaluateOnNewDocument, page.AddScriptToEvaluateOnNewDocumentParams{
+			Source: `document.addEventListener("htmx:sseOpen", () => { window.waybillLive = true })`}); err != nil {
+			t.Fatal(err)
+		}
+		br.open(t, msg)
+		if _, err := chromedp.Run(ctx, chromedp.Poll[bool](`window.waybillLive === true`)); err != nil {
+			t.Fatalf("the first tab's stream: %v", err)
+		}
+		// The second tab's stream is refused: its errors are its own.
+		tab, closeTab := chromedp.NewContext(br.ctx)
+		defer closeTab()
+		tctx, tcancel := context.WithTimeout(tab, 30*time.Second)
+		defer tcancel()
+		if _, err := chromedp.Run(tctx, chromedp.Navigate(br.base+msg)); err != nil {
+			t.Fatal(err)
+		}
+		status, err := chromedp.Run(tctx, chromedp.Poll[string](`(t => t.includes("paused") && t)(document.querySelector("#live-status").textContent)`))
+		if err != nil {
+			t.Fatalf("the second tab's status: %v", err)
+		}
+		if !strings.Contains(status, "Live updates paused: this session follows as many pages live as the setting "+
+			"console.max_streams_per_session allows (1)") {
+			t.Errorf("the second tab's status reads %q", status)
+		}
+		if got := br.text(t, "#live-status"); !strings.Contains(got, "followed live") {
+			t.Errorf("the first tab's status reads %q", got)
+		}
+	})
+
 	t.Run("resend", func(t *testing.T) {
 		// Billing has the message now, archive had it already: the
 		// operator sends it to billing alone once more.

@@ -17,6 +17,7 @@ import (
 
 	"github.com/waybill/waybill/auth"
 	"github.com/waybill/waybill/commands"
+	"github.com/waybill/waybill/feed"
 	"github.com/waybill/waybill/httpapi"
 	"github.com/waybill/waybill/service"
 )
@@ -26,8 +27,9 @@ const Prefix = "/ui/"
 
 // The defaults of Config.
 const (
-	DefaultSessionTTL = 12 * time.Hour
-	DefaultLivePoll   = time.Second
+	DefaultSessionTTL       = 12 * time.Hour
+	DefaultLivePoll         = time.Second
+	DefaultLiveWriteTimeout = 10 * time.Second
 )
 
 // Config configures a Console.
@@ -44,9 +46,14 @@ type Config struct {
 	// SessionTTL is how long a sign-in lasts. Default 12 h; from 1 min to
 	// 30 days.
 	SessionTTL time.Duration
-	// LivePoll is how often a message page that follows its history reads
-	// the message's stream. Default 1 s; from 10 ms to 1 min.
+	// LivePoll is how often the process's tail reads the journal's new
+	// events, while a message page follows its history. Default 1 s; from
+	// 10 ms to 1 min.
 	LivePoll time.Duration
+	// LiveWriteTimeout bounds each write to a live history's stream: a
+	// browser that does not take it in time loses its stream. Default
+	// 10 s; from 10 ms to 1 min.
+	LiveWriteTimeout time.Duration
 	// OnConfigChange, as the API's: called after a change of a route, a
 	// target or the settings has committed.
 	OnConfigChange func()
@@ -76,6 +83,10 @@ type Console struct {
 	// stream never goes idle on its own.
 	closed context.Context
 	close  context.CancelFunc
+	// tail tells the live histories when their messages move; streams
+	// counts them against the settings' caps.
+	tail    *feed.Tail
+	streams streams
 }
 
 // New returns the Console of cfg.
@@ -102,6 +113,12 @@ func New(cfg Config) (*Console, error) {
 	if cfg.LivePoll < 10*time.Millisecond || cfg.LivePoll > time.Minute {
 		errs = append(errs, fmt.Errorf("Config.LivePoll is %s: must be from 10ms to 1m", cfg.LivePoll))
 	}
+	if cfg.LiveWriteTimeout == 0 {
+		cfg.LiveWriteTimeout = DefaultLiveWriteTimeout
+	}
+	if cfg.LiveWriteTimeout < 10*time.Millisecond || cfg.LiveWriteTimeout > time.Minute {
+		errs = append(errs, fmt.Errorf("Config.LiveWriteTimeout is %s: must be from 10ms to 1m", cfg.LiveWriteTimeout))
+	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("console: %w", err)
 	}
@@ -110,7 +127,8 @@ func New(cfg Config) (*Console, error) {
 	if err != nil {
 		return nil, fmt.Errorf("console: %w", err)
 	}
-	c := &Console{cfg: cfg, log: cfg.Logger, mux: http.NewServeMux(), routes: map[string]route{}, views: v}
+	c := &Console{cfg: cfg, log: cfg.Logger, mux: http.NewServeMux(), routes: map[string]route{}, views: v,
+		tail: feed.NewTail(cfg.DB, cfg.LivePoll, cfg.Logger), streams: streams{bySession: map[string]int{}}}
 	c.closed, c.close = context.WithCancel(context.Background())
 	for _, rt := range routeTable {
 		c.routes[rt.pattern] = rt
@@ -126,9 +144,13 @@ func (c *Console) Start(context.Context) error { return nil }
 // Stop ends the live histories being followed, which never end on their
 // own, so that the HTTP server can shut down: stop the console before it.
 // The browsers reconnect to another process, or to this one's successor.
-// The streams end at once; the HTTP server's stop waits for them. Stop is
-// safe to call twice, and without Start.
-func (c *Console) Stop(context.Context) { c.close() }
+// The streams end at once; the HTTP server's stop waits for them. Then the
+// tail that told them of new events stops. Stop is safe to call twice, and
+// without Start.
+func (c *Console) Stop(context.Context) {
+	c.close()
+	c.tail.Stop()
+}
 
 // access is what a route needs of the request.
 type access int
@@ -180,6 +202,7 @@ var routeTable = []route{
 	{"GET /ui/messages/{id}", reading, (*Console).message},
 	{"GET /ui/messages/{id}/payload", reading, (*Console).payload},
 	{"GET /ui/messages/{id}/live", reading, (*Console).live},
+	{"GET /ui/messages/{id}/live/status", reading, (*Console).liveState},
 	{"GET /ui/messages/{id}/redispatch", administering, (*Console).redispatch},
 	{"POST /ui/messages/{id}/redispatch", administering, (*Console).redispatch},
 	{"GET /ui/messages/{id}/resend", administering, (*Console).resend},

@@ -32,6 +32,8 @@ type messageView struct {
 	// Version is the last version of the history shown: the live history
 	// continues after it.
 	Version int
+	// Live is the live history's status as the page opens.
+	Live liveStatus
 }
 
 // summaryView is the message's facts and actions, which the live history
@@ -82,6 +84,7 @@ func (c *Console) message(w http.ResponseWriter, r *http.Request, s *auth.Sessio
 	}
 	admin := s.Role.Allows(auth.Administer)
 	v := messageView{Summary: summaryView{Message: m, Admin: admin}, Deliveries: deliveriesView{Message: m, Admin: admin},
+		Live:   liveStatus{MessageID: m.ID, Live: true},
 		Events: events}
 	if !m.PayloadExpunged {
 		v.Preview = previewOf(payload)

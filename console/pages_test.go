@@ -294,6 +294,9 @@ func TestLiveHistoryFollowsTheJournal(t *testing.T) {
 	if ev := next(events); ev != "retry: 2000\n" {
 		t.Fatalf("first event %q", ev)
 	}
+	if ev := next(events); !strings.HasPrefix(ev, "event: status\n") || !strings.Contains(ev, "followed live") {
+		t.Fatalf("second event %q", ev)
+	}
 	b.settle(t, d.ID, lifecycle.Failed("400 Bad Request"))
 	// The claim and the outcome are two commits: the stream may send them
 	// as one history event or as two, each with its state.
@@ -325,6 +328,7 @@ func TestLiveHistoryFollowsTheJournal(t *testing.T) {
 	}
 	_, again := open("0", "4")
 	next(again) // retry
+	next(again) // status
 	if ev := next(again); strings.Contains(ev, `id="event-4"`) || !strings.Contains(ev, `id="event-5"`) {
 		t.Errorf("resumed after 4:\n%s", ev)
 	}

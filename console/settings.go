@@ -15,8 +15,10 @@ import (
 // settingsView is the settings and their form.
 type settingsView struct {
 	MaxDispatches, Rate string
-	Min, Max            int
-	MinRate, MaxRate    int
+	// The caps of the live histories.
+	MaxStreams, MaxStreamsPerSession string
+	Min, Max                         int
+	MinRate, MaxRate                 int
 	// The retention, as the API writes it: a period empty for never.
 	PayloadAfter, SettledAfter, FailedAfter, ArchiveDir string
 	// The callbacks' lists, their entries separated by commas.
@@ -35,7 +37,8 @@ func (c *Console) settings(w http.ResponseWriter, r *http.Request, s *auth.Sessi
 		MinRate: lifecycle.MinOperationRate, MaxRate: lifecycle.MaxOperationRate,
 		PayloadAfter: period(current.Retention.PayloadAfter), SettledAfter: period(current.Retention.SettledAfter),
 		FailedAfter: period(current.Retention.FailedAfter), ArchiveDir: current.Retention.ArchiveDir,
-		AllowedNetworks: strings.Join(current.Callbacks.AllowedNetworks, ", "), AllowedHosts: strings.Join(current.Callbacks.AllowedHosts, ", ")}
+		AllowedNetworks: strings.Join(current.Callbacks.AllowedNetworks, ", "), AllowedHosts: strings.Join(current.Callbacks.AllowedHosts, ", "),
+		MaxStreams: strconv.Itoa(current.WithDefaults().Console.MaxStreams), MaxStreamsPerSession: strconv.Itoa(current.WithDefaults().Console.MaxStreamsPerSession)}
 	status := http.StatusOK
 	if r.Method == http.MethodPost {
 		// A setting the form does not send stays as it is, and so do
@@ -43,6 +46,8 @@ func (c *Console) settings(w http.ResponseWriter, r *http.Request, s *auth.Sessi
 		next := current
 		err := invalid(wholeNumber(r, "delivery.max_dispatches", &v.MaxDispatches, &next.Delivery.MaxDispatches),
 			wholeNumber(r, "operations.rate", &v.Rate, &next.Operations.Rate),
+			wholeNumber(r, "console.max_streams", &v.MaxStreams, &next.Console.MaxStreams),
+			wholeNumber(r, "console.max_streams_per_session", &v.MaxStreamsPerSession, &next.Console.MaxStreamsPerSession),
 			retentionPeriod(r, "retention.payload_after", &v.PayloadAfter, &next.Retention.PayloadAfter),
 			retentionPeriod(r, "retention.settled_after", &v.SettledAfter, &next.Retention.SettledAfter),
 			retentionPeriod(r, "retention.failed_after", &v.FailedAfter, &next.Retention.FailedAfter))
@@ -58,7 +63,8 @@ func (c *Console) settings(w http.ResponseWriter, r *http.Request, s *auth.Sessi
 		if err == nil {
 			c.configChanged()
 			c.log.Info("settings changed", "max_dispatches", next.Delivery.MaxDispatches, "operations_rate", next.Operations.Rate,
-				"retention", next.Retention.String(), "operator", s.Name, "via", "console")
+				"retention", next.Retention.String(), "max_streams", next.Console.MaxStreams,
+				"max_streams_per_session", next.Console.MaxStreamsPerSession, "operator", s.Name, "via", "console")
 			c.done(w, r, "/ui/settings", "Settings saved.")
 			return nil
 		}

@@ -91,7 +91,7 @@ func decodeValue(data []byte, v reflect.Value, path string) []error {
 	for _, name := range slices.Sorted(maps.Keys(object)) {
 		index, ok := fields[name]
 		if !ok {
-			errs = append(errs, &lifecycle.FieldError{Field: join(path, name),
+			errs = append(errs, &lifecycle.FieldError{Field: join(path, keyName(name)),
 				Problem: "is not a field here: allowed are " + strings.Join(slices.Sorted(maps.Keys(fields)), ", ")})
 			continue
 		}
@@ -146,6 +146,15 @@ func valueProblem(err error, t reflect.Type) string {
 		return "must be an array"
 	}
 	return "must be a JSON object"
+}
+
+// keyName is a key as a refusal names it: an empty key is a key too, and
+// the refusal must name it.
+func keyName(name string) string {
+	if name == "" {
+		return `""`
+	}
+	return name
 }
 
 func join(path, name string) string {

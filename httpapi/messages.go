@@ -164,13 +164,45 @@ func (s *Server) listMessages(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	f, err := messageFilterOf(q)
+	if err != nil {
+		return err
+	}
+	if id := identity(r); id.Scope != nil {
+		switch {
+		case f.Source == "":
+			f.Sources = id.Scope.Sources
+		case !id.Source(f.Source):
+			return outOfScope(r, auth.Read, scopeOf(id)+", not to "+f.Source)
+		}
+	}
+	page, next, err := projection.ListMessages(r.Context(), s.cfg.DB, f)
+	if err != nil {
+		return err
+	}
+	out := MessageList{Items: make([]Message, 0, len(page))}
+	if next != nil {
+		cursor := next.String()
+		out.NextCursor = &cursor
+	}
+	for _, m := range page {
+		out.Items = append(out.Items, messageOf(m))
+	}
+	writeJSON(w, http.StatusOK, out)
+	return nil
+}
+
+// messageFilterOf reads the messages list's filter from its query
+// parameters, or every problem of them at once.
+func messageFilterOf(q url.Values) (projection.MessageFilter, error) {
 	var (
 		f    projection.MessageFilter
 		errs []error
+		err  error
 	)
 	if v := q.Get("status"); v != "" {
 		if f.Status, err = lifecycle.ParseMessageStatus(v); err != nil {
-			return &statusError{value: v}
+			return f, &statusError{value: v}
 		}
 	}
 	if f.Source = q.Get("source"); f.Source != "" {
@@ -203,31 +235,7 @@ func (s *Server) listMessages(w http.ResponseWriter, r *http.Request) error {
 		errs = append(errs, err)
 		f.After = &c
 	}
-	if err := invalid(errs...); err != nil {
-		return err
-	}
-	if id := identity(r); id.Scope != nil {
-		switch {
-		case f.Source == "":
-			f.Sources = id.Scope.Sources
-		case !id.Source(f.Source):
-			return outOfScope(r, auth.Read, scopeOf(id)+", not to "+f.Source)
-		}
-	}
-	page, next, err := projection.ListMessages(r.Context(), s.cfg.DB, f)
-	if err != nil {
-		return err
-	}
-	out := MessageList{Items: make([]Message, 0, len(page))}
-	if next != nil {
-		cursor := next.String()
-		out.NextCursor = &cursor
-	}
-	for _, m := range page {
-		out.Items = append(out.Items, messageOf(m))
-	}
-	writeJSON(w, http.StatusOK, out)
-	return nil
+	return f, invalid(errs...)
 }
 
 // getMessage answers the message resource.
@@ -370,16 +378,8 @@ func (s *Server) externalReceipt(w http.ResponseWriter, r *http.Request) error {
 	if err := s.readJSON(w, r, &req, false); err != nil {
 		return err
 	}
-	in := commands.ExternalReceipt{Target: req.Target, ExternalID: req.ExternalID, Final: req.Final == nil || *req.Final,
-		Positive: req.Outcome == ReceiptPositive, Status: req.Status, Code: req.Code, Text: req.Text}
-	var errs []error
-	switch {
-	case req.Outcome == "" && in.Final:
-		errs = append(errs, &lifecycle.FieldError{Field: "outcome", Problem: "is required of a final receipt: positive or negative"})
-	case req.Outcome != "" && req.Outcome != ReceiptPositive && req.Outcome != ReceiptNegative:
-		errs = append(errs, &lifecycle.FieldError{Field: "outcome", Problem: fmt.Sprintf("%q: allowed are positive, negative", req.Outcome)})
-	}
-	if err := invalid(append(errs, in.Validate())...); err != nil {
+	in, err := externalReceiptOf(req)
+	if err != nil {
 		return err
 	}
 	if id := identity(r); !id.Target(in.Target) {
@@ -413,6 +413,21 @@ func (s *Server) externalReceipt(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
+// externalReceiptOf is the receipt a request by the receiver's id
+// hands in, or every problem of it at once.
+func externalReceiptOf(req ExternalReceiptRequest) (commands.ExternalReceipt, error) {
+	in := commands.ExternalReceipt{Target: req.Target, ExternalID: req.ExternalID, Final: req.Final == nil || *req.Final,
+		Positive: req.Outcome == ReceiptPositive, Status: req.Status, Code: req.Code, Text: req.Text}
+	var errs []error
+	switch {
+	case req.Outcome == "" && in.Final:
+		errs = append(errs, &lifecycle.FieldError{Field: "outcome", Problem: "is required of a final receipt: positive or negative"})
+	case req.Outcome != "" && req.Outcome != ReceiptPositive && req.Outcome != ReceiptNegative:
+		errs = append(errs, &lifecycle.FieldError{Field: "outcome", Problem: fmt.Sprintf("%q: allowed are positive, negative", req.Outcome)})
+	}
+	return in, invalid(append(errs, in.Validate())...)
+}
+
 // pathID reads a UUID from the path.
 func pathID(r *http.Request, name string) (uuid.UUID, error) {
 	v := r.PathValue(name)
@@ -434,10 +449,10 @@ func query(r *http.Request, allowed ...string) (url.Values, error) {
 	for name, values := range q {
 		switch {
 		case !slices.Contains(allowed, name):
-			errs = append(errs, &lifecycle.FieldError{Field: name,
+			errs = append(errs, &lifecycle.FieldError{Field: keyName(name),
 				Problem: "is not a parameter here: allowed are " + strings.Join(allowed, ", ")})
 		case len(values) > 1:
-			errs = append(errs, &lifecycle.FieldError{Field: name, Problem: "is given more than once"})
+			errs = append(errs, &lifecycle.FieldError{Field: keyName(name), Problem: "is given more than once"})
 		}
 	}
 	return q, invalid(errs...)

@@ -40,15 +40,36 @@ func TestSettings(t *testing.T) {
 		b.admin(t, http.MethodPut, "/settings", map[string]any{"delivery": delivery, "retention": tt.retention}).
 			invalidField(t, tt.field)
 	}
+	for _, tt := range []struct {
+		console map[string]any
+		field   string
+	}{
+		{map[string]any{"max_streams": -1}, "console.max_streams"},
+		{map[string]any{"max_streams": 10001}, "console.max_streams"},
+		{map[string]any{"max_streams_per_session": 65}, "console.max_streams_per_session"},
+		{map[string]any{"max_streams_per_session": "4"}, "console.max_streams_per_session"},
+		{map[string]any{"streams": 4}, "console.streams"},
+	} {
+		b.admin(t, http.MethodPut, "/settings", map[string]any{"delivery": delivery, "console": tt.console}).
+			invalidField(t, tt.field)
+	}
 	b.unchanged(t, before)
+	if s.Console.MaxStreams != 256 || s.Console.MaxStreamsPerSession != 4 {
+		t.Errorf("the caps of the live histories by default: %+v", s.Console)
+	}
+	b.admin(t, http.MethodPut, "/settings", map[string]any{"delivery": delivery,
+		"console": map[string]any{"max_streams": 10000, "max_streams_per_session": 1}}).want(t, http.StatusOK, &s)
+	if s.Console.MaxStreams != 10000 || s.Console.MaxStreamsPerSession != 1 {
+		t.Errorf("the caps of the live histories set: %+v", s.Console)
+	}
 
 	b.admin(t, http.MethodPut, "/settings", lifecycle.Settings{Delivery: lifecycle.DeliverySettings{MaxDispatches: 20}}).
 		want(t, http.StatusOK, &s)
-	if s.Delivery.MaxDispatches != 20 {
+	if s.Delivery.MaxDispatches != 20 || s.Console.MaxStreams != 256 {
 		t.Errorf("put answered %+v", s)
 	}
 	b.as(t, readerToken, http.MethodGet, "/settings", nil).want(t, http.StatusOK, &s)
-	if s.Delivery.MaxDispatches != 20 || b.changes.Load() != 1 {
+	if s.Delivery.MaxDispatches != 20 || b.changes.Load() != 2 {
 		t.Errorf("settings %+v after %d changes", s, b.changes.Load())
 	}
 

@@ -114,10 +114,7 @@ func (d *directory) poll(ctx context.Context) (report, error) {
 	present := map[string]bool{}
 	for _, e := range entries {
 		name := e.Name()
-		if !e.Type().IsRegular() || strings.HasPrefix(name, ".") {
-			continue
-		}
-		if ok, _ := filepath.Match(d.cfg.Pattern, name); !ok {
+		if !e.Type().IsRegular() || !takes(d.cfg.Pattern, name) {
 			continue
 		}
 		info, err := e.Info()
@@ -170,6 +167,17 @@ func (d *directory) poll(ctx context.Context) (report, error) {
 		rep.lag = max(rep.lag, now.Sub(s.since))
 	}
 	return rep, nil
+}
+
+// takes reports whether the poller takes a file of the directory by its
+// name: one the pattern matches, not hidden (its own .processing folder,
+// and the dot files writers often fill before they rename them).
+func takes(pattern, name string) bool {
+	if strings.HasPrefix(name, ".") {
+		return false
+	}
+	ok, _ := filepath.Match(pattern, name)
+	return ok
 }
 
 // claim moves a file of the directory into the processing folder: a hard

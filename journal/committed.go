@@ -3,7 +3,10 @@ package journal
 import (
 	"context"
 	"fmt"
+	"math"
 	"strconv"
+
+	"github.com/jackc/pgx/v5"
 )
 
 // Mark is an event's place in commit order: the id of the transaction that
@@ -77,4 +80,71 @@ func ReadKinds(ctx context.Context, q Querier, after int64, kinds ...Kind) ([]Ev
 		return nil, nil, fmt.Errorf("read journal after %d for %v: %w", after, kinds, err)
 	}
 	return events, marks, nil
+}
+
+// horizonSQL is the first transaction id that may not have ended: every
+// transaction below it has.
+const horizonSQL = `SELECT pg_snapshot_xmin(pg_current_snapshot())::text`
+
+// Horizon returns a mark that every event committed from now on comes
+// after, for a reader that starts with what happens next: reading on from
+// it with ReadCommitted misses none of them (it may also return some that
+// committed just before).
+func Horizon(ctx context.Context, q Querier) (Mark, error) {
+	rows, err := q.Query(ctx, horizonSQL)
+	if err != nil {
+		return Mark{}, fmt.Errorf("read the journal's horizon: %w", err)
+	}
+	xmin, err := pgx.CollectExactlyOneRow(rows, pgx.RowTo[string])
+	if err != nil {
+		return Mark{}, fmt.Errorf("read the journal's horizon: %w", err)
+	}
+	id, err := strconv.ParseUint(xmin, 10, 64)
+	if err != nil || id == 0 {
+		return Mark{}, fmt.Errorf("read the journal's horizon: xmin %q", xmin)
+	}
+	// Every mark of a transaction from xmin on is after this one.
+	return Mark{TxID: id - 1, Position: math.MaxInt64}, nil
+}
+
+// committedStreamsSQL is committedSQL for the streams alone.
+const committedStreamsSQL = `SELECT txid::text AS txid_text, position, stream FROM journal
+	WHERE (txid, position) > ($1::text::xid8, $2)
+	AND txid < pg_snapshot_xmin(pg_current_snapshot())
+	ORDER BY txid, position LIMIT $3`
+
+// ReadCommittedStreams is ReadCommitted for a reader that needs only
+// which streams moved: the stream of each of up to limit events after the
+// mark, in commit order, and the mark of the last (after itself when
+// there is none).
+func ReadCommittedStreams(ctx context.Context, q Querier, after Mark, limit int) ([]string, Mark, error) {
+	rows, err := q.Query(ctx, committedStreamsSQL, strconv.FormatUint(after.TxID, 10), after.Position, limit)
+	if err != nil {
+		return nil, after, fmt.Errorf("read journal streams after %d/%d: %w", after.TxID, after.Position, err)
+	}
+	defer rows.Close()
+	var (
+		streams []string
+		txid    string
+		last    = after
+	)
+	for rows.Next() {
+		var (
+			position int64
+			stream   string
+		)
+		if err := rows.Scan(&txid, &position, &stream); err != nil {
+			return nil, after, fmt.Errorf("read journal streams: %w", err)
+		}
+		id, err := strconv.ParseUint(txid, 10, 64)
+		if err != nil {
+			return nil, after, fmt.Errorf("read journal streams: position %d: txid %q: %w", position, txid, err)
+		}
+		streams = append(streams, stream)
+		last = Mark{TxID: id, Position: position}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, after, fmt.Errorf("read journal streams after %d/%d: %w", after.TxID, after.Position, err)
+	}
+	return streams, last, nil
 }

@@ -207,7 +207,29 @@ type Settings struct {
 	Operations OperationSettings `json:"operations"`
 	// Callbacks bound where the messages' outcome callbacks may go.
 	Callbacks CallbackSettings `json:"callbacks"`
+	// Console bounds the console's live histories.
+	Console ConsoleSettings `json:"console"`
 }
+
+// ConsoleSettings bound the live histories the console's message pages
+// follow, each a connection and a goroutine held open. Each process counts
+// its own; 0 stands for the default (settings saved before they existed).
+type ConsoleSettings struct {
+	// MaxStreams is how many live histories a process serves at once.
+	// Default 256, from 1 to 10,000.
+	MaxStreams int `json:"max_streams"`
+	// MaxStreamsPerSession is how many live histories one signed-in
+	// browser follows at once. Default 4, from 1 to 64.
+	MaxStreamsPerSession int `json:"max_streams_per_session"`
+}
+
+// The bounds of ConsoleSettings.
+const (
+	DefaultMaxStreams           = 256
+	MaxMaxStreams               = 10_000
+	DefaultMaxStreamsPerSession = 4
+	MaxMaxStreamsPerSession     = 64
+)
 
 // DeliverySettings bound the dispatch of deliveries.
 type DeliverySettings struct {
@@ -253,6 +275,12 @@ func (s Settings) WithDefaults() Settings {
 	if s.Callbacks.AllowedHosts == nil {
 		s.Callbacks.AllowedHosts = []string{}
 	}
+	if s.Console.MaxStreams == 0 {
+		s.Console.MaxStreams = DefaultMaxStreams
+	}
+	if s.Console.MaxStreamsPerSession == 0 {
+		s.Console.MaxStreamsPerSession = DefaultMaxStreamsPerSession
+	}
 	return s
 }
 
@@ -271,6 +299,14 @@ func (s Settings) Validate() error {
 	if n := s.Operations.Rate; n != 0 && (n < MinOperationRate || n > MaxOperationRate) {
 		errs = append(errs, &FieldError{Field: "operations.rate",
 			Problem: fmt.Sprintf("must be from %d to %d messages per second, got %d", MinOperationRate, MaxOperationRate, n)})
+	}
+	if n := s.Console.MaxStreams; n != 0 && (n < 1 || n > MaxMaxStreams) {
+		errs = append(errs, &FieldError{Field: "console.max_streams",
+			Problem: fmt.Sprintf("must be from 1 to %d live histories, got %d", MaxMaxStreams, n)})
+	}
+	if n := s.Console.MaxStreamsPerSession; n != 0 && (n < 1 || n > MaxMaxStreamsPerSession) {
+		errs = append(errs, &FieldError{Field: "console.max_streams_per_session",
+			Problem: fmt.Sprintf("must be from 1 to %d live histories, got %d", MaxMaxStreamsPerSession, n)})
 	}
 	return errors.Join(append(errs, s.Retention.Validate(), s.Callbacks.Validate())...)
 }

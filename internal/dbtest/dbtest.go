@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"flag"
 	"fmt"
 	"log/slog"
 	"net/url"
@@ -38,7 +39,8 @@ var adminURL string
 // WAYBILL_TEST_DATABASE_URL when set, otherwise a throwaway server started
 // with pgserver in a temp dir (settings fsync=off, synchronous_commit=off,
 // full_page_writes=off, max_connections=200), stopped and removed after
-// m.Run. Call it from TestMain:
+// m.Run; none for a run of a fuzz target alone (`-run '^$' -fuzz …`).
+// Call it from TestMain:
 //
 //	func TestMain(m *testing.M) { dbtest.Main(m) }
 //
@@ -51,6 +53,16 @@ func Main(m *testing.M) {
 func run(m *testing.M) int {
 	if u := os.Getenv(envURL); u != "" {
 		adminURL = u
+		return m.Run()
+	}
+	if !flag.Parsed() {
+		flag.Parse()
+	}
+	if flagIs("test.run", "^$") && !flagIs("test.fuzz", "") {
+		// A run of a fuzz target alone (make test's fuzzing, whose
+		// workers are this binary too, with the same flags) needs no
+		// server: starting one per process would cost more than the few
+		// seconds it fuzzes.
 		return m.Run()
 	}
 
@@ -93,6 +105,12 @@ func run(m *testing.M) int {
 
 	adminURL = srv.URL("postgres")
 	return m.Run()
+}
+
+// flagIs reports whether the flag name is v.
+func flagIs(name, v string) bool {
+	f := flag.Lookup(name)
+	return f != nil && f.Value.String() == v
 }
 
 // AdminURL returns the URL of the maintenance database: the throwaway
