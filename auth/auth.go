@@ -165,3 +165,17 @@ func ParseLifetime(s string) (time.Duration, error) {
 
 // ErrUnauthorized: no token, or one that is not known.
 var ErrUnauthorized = errors.New("unauthorized")
+
+// SplitNames reads a scope written as a comma-separated list of names, as
+// the command line and the console take it; nil for an empty one, which
+// leaves a token unscoped. CheckScope checks the names.
+func SplitNames(s string) []string {
+	if s == "" {
+		return nil
+	}
+	names := strings.Split(s, ",")
+	for i := range names {
+		names[i] = strings.TrimSpace(names[i])
+	}
+	return names
+}

@@ -54,7 +54,7 @@ func (c *Console) showTokens(w http.ResponseWriter, r *http.Request, status int,
 // a redirect.
 func (c *Console) createToken(w http.ResponseWriter, r *http.Request, s *auth.Session) error {
 	get := func(name string) string { return strings.TrimSpace(r.PostForm.Get(name)) }
-	req := httpapi.TokenRequest{Name: get("name"), Role: get("role"), Sources: names(get("sources")), Targets: names(get("targets")),
+	req := httpapi.TokenRequest{Name: get("name"), Role: get("role"), Sources: auth.SplitNames(get("sources")), Targets: auth.SplitNames(get("targets")),
 		Expires: get("expires")}
 	made, err := httpapi.CreateToken(r.Context(), c.cfg.Tokens, req)
 	if err != nil {
@@ -86,15 +86,3 @@ func (c *Console) revokeTokens(w http.ResponseWriter, r *http.Request, s *auth.S
 	})
 }
 
-// names splits a comma-separated list of names; nil for an empty one, so
-// an empty field leaves the token unscoped.
-func names(s string) []string {
-	if s == "" {
-		return nil
-	}
-	out := strings.Split(s, ",")
-	for i := range out {
-		out[i] = strings.TrimSpace(out[i])
-	}
-	return out
-}

@@ -194,7 +194,7 @@ func tokenSpec(name, role, sources, targets, expires string) (auth.Spec, error) 
 	}
 	spec := auth.Spec{Name: name, Role: r}
 	if sources != "" || targets != "" {
-		spec.Scope = &auth.Scope{Sources: splitNames(sources), Targets: splitNames(targets)}
+		spec.Scope = &auth.Scope{Sources: auth.SplitNames(sources), Targets: auth.SplitNames(targets)}
 	}
 	if err := auth.CheckScope(r, spec.Scope); err != nil {
 		var fe *lifecycle.FieldError
@@ -211,17 +211,6 @@ func tokenSpec(name, role, sources, targets, expires string) (auth.Spec, error) 
 	return spec, nil
 }
 
-// splitNames splits a comma-separated flag; nil for an empty one.
-func splitNames(s string) []string {
-	if s == "" {
-		return nil
-	}
-	names := strings.Split(s, ",")
-	for i := range names {
-		names[i] = strings.TrimSpace(names[i])
-	}
-	return names
-}
 
 // tokenScope is a token's scope in words.
 func tokenScope(t auth.Token) string {
