@@ -31,7 +31,7 @@ func TestAuditRebuildReset(t *testing.T) {
 	if err := schema.Ensure(ctx, db); err != nil {
 		t.Fatal(err)
 	}
-	w, err := commands.New(commands.Config{DB: db})
+	w, err := commands.New(commands.Config{Secrets: dbtest.Secrets(), DB: db})
 	if err != nil {
 		t.Fatal(err)
 	}
