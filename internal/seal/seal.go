@@ -58,14 +58,6 @@ func New(key []byte) (*Box, error) {
 	return &Box{aead: aead, check: mac.Sum(nil)}, nil
 }
 
-// Random makes a Box of a fresh random key, which nothing else holds.
-func Random() *Box {
-	key := make([]byte, KeySize)
-	rand.Read(key)
-	b, _ := New(key) // cannot fail: the key has the size
-	return b
-}
-
 // LoadFile reads the key from path: the base64 of 32 bytes, on a line.
 // A missing file is created with a new random key (mode 0600) when create
 // is set.
