@@ -83,6 +83,20 @@ func TestCreateTargetMakesItsKey(t *testing.T) {
 	if _, err := b.w.TargetKeys(b.ctx, "nobody"); !errors.Is(err, commands.ErrNotFound) {
 		t.Fatalf("keys of no target: %v", err)
 	}
+
+	// A key goes with its target; one made again under the name gets a
+	// new key.
+	if err := b.w.DeleteTarget(b.ctx, "signed", admin); err != nil {
+		t.Fatal(err)
+	}
+	var left int
+	if err := b.db.QueryRow(b.ctx, `SELECT count(*) FROM target_keys WHERE target = 'signed'`).Scan(&left); err != nil || left != 0 {
+		t.Fatalf("%d keys left of a deleted target, %v", left, err)
+	}
+	again, err := b.w.CreateTarget(b.ctx, lifecycle.Target{Name: "signed", Kind: "http", Config: sinkConfig}, admin)
+	if err != nil || again.Signing.Keys[0] == made.Signing.Keys[0] {
+		t.Fatalf("made again with keys %v (were %v): %v", again.Signing, made.Signing.Keys, err)
+	}
 	b.audit(t)
 }
 
