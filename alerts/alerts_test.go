@@ -126,7 +126,7 @@ func setup(t *testing.T) *env {
 	db := dbtest.Pool(t)
 	var err error
 	e := &env{ctx: ctx, db: db, clock: testclock.New(time.Date(2026, 12, 1, 8, 0, 0, 0, time.UTC)), hook: newWebhook(t)}
-	if e.w, err = commands.New(commands.Config{Base: service.Base{Now: e.clock.Now}, DB: db}); err != nil {
+	if e.w, err = commands.New(commands.Config{Secrets: dbtest.Secrets(), Base: service.Base{Now: e.clock.Now}, DB: db}); err != nil {
 		t.Fatal(err)
 	}
 	e.srv, err = server.NewServer(&server.Options{DontListen: true, NoLog: true, NoSigs: true})

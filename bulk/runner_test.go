@@ -54,7 +54,7 @@ func setup(t *testing.T) *bundle {
 func (b *bundle) process(t *testing.T, db *pgxpool.Pool, reg prometheus.Registerer) (*commands.Writer, *bulk.Runner) {
 	t.Helper()
 	base := service.Base{Now: b.clock.Now, Logger: quiet}
-	w, err := commands.New(commands.Config{Base: base, DB: db})
+	w, err := commands.New(commands.Config{Secrets: dbtest.Secrets(), Base: base, DB: db})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -747,7 +747,7 @@ func TestDryRunWithinItsTime(t *testing.T) {
 	base := service.Base{Logger: quiet, Now: func() time.Time {
 		return b.clock.Now().Add(time.Duration(ticks.Add(1)) * time.Minute)
 	}}
-	w, err := commands.New(commands.Config{Base: base, DB: b.db})
+	w, err := commands.New(commands.Config{Secrets: dbtest.Secrets(), Base: base, DB: b.db})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -452,7 +452,7 @@ func TestClaimDueTakesTheClockOnceLocked(t *testing.T) {
 	b.targets(t, "alpha")
 	m := b.ingest(t)
 	later := b.clock.Now().Add(100 * time.Hour)
-	w, err := commands.New(commands.Config{Base: service.Base{Now: testclock.AfterFirstRead(b.clock.Now(), later)}, DB: b.db})
+	w, err := commands.New(commands.Config{Secrets: dbtest.Secrets(), Base: service.Base{Now: testclock.AfterFirstRead(b.clock.Now(), later)}, DB: b.db})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -65,7 +65,7 @@ func setup(t testing.TB) *bundle {
 }
 
 func newWriter(b *bundle, n commands.Notifier) (*commands.Writer, error) {
-	return commands.New(commands.Config{Base: service.Base{Now: b.clock.Now}, DB: b.db, Notifier: n})
+	return commands.New(commands.Config{Secrets: dbtest.Secrets(), Base: service.Base{Now: b.clock.Now}, DB: b.db, Notifier: n})
 }
 
 func newMessage() commands.NewMessage {
@@ -444,7 +444,7 @@ func TestConfiguration(t *testing.T) {
 		t.Fatalf("settings %+v %v", s, err)
 	}
 	events, err := journal.Stream(b.ctx, b.db, journal.ConfigStream)
-	if err != nil || len(events) != 3 {
+	if err != nil || len(events) != 4 { // a target and its key, a route, the settings
 		t.Fatalf("%d config events, %v", len(events), err)
 	}
 }

@@ -153,10 +153,10 @@ func (w *Writer) CachedSettings(ctx context.Context) (lifecycle.Settings, error)
 }
 
 // changeConfig runs one configuration command: decide looks at the current
-// configuration and returns the event and the table writes, and both are
-// written in one transaction as the next version of the config stream.
+// configuration and returns the events and the table writes, and all are
+// written in one transaction as the next versions of the config stream.
 func (w *Writer) changeConfig(ctx context.Context, actor string,
-	decide func(c *configState, now time.Time) (journal.Payload, func(b *pgx.Batch), error)) error {
+	decide func(c *configState, now time.Time) ([]journal.Payload, func(b *pgx.Batch), error)) error {
 	if err := journal.CheckActor(actor); err != nil {
 		return invalid(err)
 	}
@@ -166,14 +166,16 @@ func (w *Writer) changeConfig(ctx context.Context, actor string,
 			return err
 		}
 		now := w.now()
-		p, writes, err := decide(c, now)
+		payloads, writes, err := decide(c, now)
 		if err != nil {
 			return err
 		}
 		b := &pgx.Batch{}
-		e := journal.Event{RecordedAt: now, Stream: journal.ConfigStream, Version: c.version + 1, Actor: actor, Payload: p}
-		if err := journal.Queue(b, e); err != nil {
-			return invalid(err)
+		for i, p := range payloads {
+			e := journal.Event{RecordedAt: now, Stream: journal.ConfigStream, Version: c.version + 1 + i, Actor: actor, Payload: p}
+			if err := journal.Queue(b, e); err != nil {
+				return invalid(err)
+			}
 		}
 		writes(b)
 		err = w.send(ctx, w.db, b)
@@ -208,36 +210,106 @@ func (w *Writer) UpdateTarget(ctx context.Context, t lifecycle.Target, actor str
 }
 
 func (w *Writer) changeTarget(ctx context.Context, t lifecycle.Target, actor string, create bool) (lifecycle.Target, error) {
+	signingGiven := t.Signing != nil
 	t, err := targets.Prepare(t)
 	if err != nil {
 		return t, invalid(err)
 	}
-	spec, err := json.Marshal(t)
-	if err != nil {
-		return t, err
+	// Prepare made the signing a copy of its own, so the key leaves the
+	// definition without touching the caller's.
+	var given string
+	if t.Signing != nil {
+		given, t.Signing.Key, t.Signing.Keys = t.Signing.Key, "", nil
 	}
-	return t, w.changeConfig(ctx, actor, func(c *configState, now time.Time) (journal.Payload, func(*pgx.Batch), error) {
-		_, exists := c.targets[t.Name]
+	if given != "" && !create {
+		return t, invalid(&lifecycle.FieldError{Field: "signing.key", Problem: "is taken only when the target is created"})
+	}
+	var key targets.Key
+	if create && targets.Signs(t) {
+		if w.secrets == nil {
+			return t, ErrNoSecrets
+		}
+		if key, err = targets.NewKey(t.Signing.Scheme, given, w.now()); err != nil {
+			return t, invalid(err)
+		}
+		t.Signing.Keys = []string{key.ID}
+	}
+	err = w.changeConfig(ctx, actor, func(c *configState, now time.Time) ([]journal.Payload, func(*pgx.Batch), error) {
+		old, exists := c.targets[t.Name]
 		switch {
 		case create && exists:
 			return nil, nil, &ExistsError{Kind: "target", Field: "name", Value: t.Name}
-		case create:
-			return &journal.TargetCreated{Target: t}, func(b *pgx.Batch) {
-				b.Queue(`INSERT INTO targets (name, spec, created_at, updated_at) VALUES ($1, $2, $3, $3)`, t.Name, spec, now)
-			}, nil
-		case !exists:
+		case !create && !exists:
 			return nil, nil, ErrNotFound
+		case !create:
+			if err := keepSigning(&t, old, signingGiven); err != nil {
+				return nil, nil, invalid(err)
+			}
 		}
-		return &journal.TargetUpdated{Target: t}, func(b *pgx.Batch) {
-			b.Queue(`UPDATE targets SET spec = $2, updated_at = $3 WHERE name = $1`, t.Name, spec, now)
+		spec, err := json.Marshal(t)
+		if err != nil {
+			return nil, nil, err
+		}
+		if !create {
+			return []journal.Payload{&journal.TargetUpdated{Target: t}}, func(b *pgx.Batch) {
+				b.Queue(`UPDATE targets SET spec = $2, updated_at = $3 WHERE name = $1`, t.Name, spec, now)
+			}, nil
+		}
+		payloads := []journal.Payload{&journal.TargetCreated{Target: t}}
+		if key.ID != "" {
+			key.CreatedAt = now
+			payloads = append(payloads, &journal.TargetKeyAdded{Target: t.Name, KeyID: key.ID, Scheme: key.Scheme, Fingerprint: key.Fingerprint()})
+		}
+		return payloads, func(b *pgx.Batch) {
+			b.Queue(`INSERT INTO targets (name, spec, created_at, updated_at) VALUES ($1, $2, $3, $3)`, t.Name, spec, now)
+			if key.ID != "" {
+				targets.QueueInsertKey(b, w.secrets, t.Name, key)
+			}
 		}, nil
 	})
+	return t, err
+}
+
+// keepSigning keeps an updated target's signing as it was made: its keys
+// were made for its scheme, so an update that leaves signing out keeps
+// it, and one that names another scheme is refused. A target made before
+// targets signed has no keys: its scheme is none.
+func keepSigning(t *lifecycle.Target, old lifecycle.Target, given bool) error {
+	if t.Kind != "http" {
+		return nil
+	}
+	current := lifecycle.Signing{Scheme: targets.SchemeNone}
+	if old.Kind == "http" && old.Signing != nil {
+		current = *old.Signing
+	}
+	if given && t.Signing.Scheme != current.Scheme {
+		return &lifecycle.FieldError{Field: "signing.scheme",
+			Problem: fmt.Sprintf("is %q and stays so: the target's keys were made for it; create another target to sign otherwise", current.Scheme)}
+	}
+	t.Signing = &current
+	return nil
+}
+
+// TargetKeys returns the signing keys of a target that sign now, oldest
+// first, opened; ErrNotFound when there is no such target.
+func (w *Writer) TargetKeys(ctx context.Context, name string) ([]targets.Key, error) {
+	c, err := w.loadConfig(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if _, ok := c.targets[name]; !ok {
+		return nil, fmt.Errorf("keys of target %s: %w", name, ErrNotFound)
+	}
+	if w.secrets == nil {
+		return nil, ErrNoSecrets
+	}
+	return targets.LoadKeys(ctx, w.db, w.secrets, name, w.now())
 }
 
 // DeleteTarget removes a target no route names; ErrTargetInUse otherwise.
 // Its deliveries stay, and stall unless it comes back.
 func (w *Writer) DeleteTarget(ctx context.Context, name, actor string) error {
-	err := w.changeConfig(ctx, actor, func(c *configState, now time.Time) (journal.Payload, func(*pgx.Batch), error) {
+	err := w.changeConfig(ctx, actor, func(c *configState, now time.Time) ([]journal.Payload, func(*pgx.Batch), error) {
 		if _, ok := c.targets[name]; !ok {
 			return nil, nil, ErrNotFound
 		}
@@ -246,7 +318,7 @@ func (w *Writer) DeleteTarget(ctx context.Context, name, actor string) error {
 				return nil, nil, fmt.Errorf("%w: route %s sends to it", ErrTargetInUse, r.ID)
 			}
 		}
-		return &journal.TargetDeleted{Name: name}, func(b *pgx.Batch) {
+		return []journal.Payload{&journal.TargetDeleted{Name: name}}, func(b *pgx.Batch) {
 			b.Queue(`DELETE FROM targets WHERE name = $1`, name)
 		}, nil
 	})
@@ -281,7 +353,7 @@ func (w *Writer) changeRoute(ctx context.Context, r lifecycle.Route, actor strin
 	if err := r.Validate(); err != nil {
 		return invalid(err)
 	}
-	return w.changeConfig(ctx, actor, func(c *configState, now time.Time) (journal.Payload, func(*pgx.Batch), error) {
+	return w.changeConfig(ctx, actor, func(c *configState, now time.Time) ([]journal.Payload, func(*pgx.Batch), error) {
 		if _, ok := c.targets[r.Target]; !ok {
 			return nil, nil, fmt.Errorf("%w: %w", ErrInvalidTarget,
 				&lifecycle.FieldError{Field: "target", Problem: fmt.Sprintf("no target is named %q", r.Target)})
@@ -291,14 +363,14 @@ func (w *Writer) changeRoute(ctx context.Context, r lifecycle.Route, actor strin
 		case create && exists:
 			return nil, nil, &ExistsError{Kind: "route", Field: "id", Value: r.ID.String()}
 		case create:
-			return &journal.RouteCreated{Route: r}, func(b *pgx.Batch) {
+			return []journal.Payload{&journal.RouteCreated{Route: r}}, func(b *pgx.Batch) {
 				b.Queue(`INSERT INTO routes (id, source, from_pattern, to_pattern, target, created_at, updated_at)
 					VALUES ($1, $2, $3, $4, $5, $6, $6)`, r.ID, r.Source, r.From, r.To, r.Target, now)
 			}, nil
 		case !exists:
 			return nil, nil, ErrNotFound
 		}
-		return &journal.RouteUpdated{Route: r}, func(b *pgx.Batch) {
+		return []journal.Payload{&journal.RouteUpdated{Route: r}}, func(b *pgx.Batch) {
 			b.Queue(`UPDATE routes SET source = $2, from_pattern = $3, to_pattern = $4, target = $5, updated_at = $6
 				WHERE id = $1`, r.ID, r.Source, r.From, r.To, r.Target, now)
 		}, nil
@@ -308,11 +380,11 @@ func (w *Writer) changeRoute(ctx context.Context, r lifecycle.Route, actor strin
 // DeleteRoute removes a route. Messages dispatched before keep their
 // deliveries.
 func (w *Writer) DeleteRoute(ctx context.Context, id uuid.UUID, actor string) error {
-	err := w.changeConfig(ctx, actor, func(c *configState, now time.Time) (journal.Payload, func(*pgx.Batch), error) {
+	err := w.changeConfig(ctx, actor, func(c *configState, now time.Time) ([]journal.Payload, func(*pgx.Batch), error) {
 		if !slices.ContainsFunc(c.routes, func(o lifecycle.Route) bool { return o.ID == id }) {
 			return nil, nil, ErrNotFound
 		}
-		return &journal.RouteDeleted{ID: id}, func(b *pgx.Batch) {
+		return []journal.Payload{&journal.RouteDeleted{ID: id}}, func(b *pgx.Batch) {
 			b.Queue(`DELETE FROM routes WHERE id = $1`, id)
 		}, nil
 	})
@@ -333,8 +405,8 @@ func (w *Writer) SetSettings(ctx context.Context, s lifecycle.Settings, actor st
 	if err != nil {
 		return fmt.Errorf("set settings: %w", err)
 	}
-	err = w.changeConfig(ctx, actor, func(c *configState, now time.Time) (journal.Payload, func(*pgx.Batch), error) {
-		return &journal.SettingsChanged{Settings: s}, func(b *pgx.Batch) {
+	err = w.changeConfig(ctx, actor, func(c *configState, now time.Time) ([]journal.Payload, func(*pgx.Batch), error) {
+		return []journal.Payload{&journal.SettingsChanged{Settings: s}}, func(b *pgx.Batch) {
 			b.Queue(`INSERT INTO settings (singleton, value) VALUES (true, $1)
 				ON CONFLICT (singleton) DO UPDATE SET value = excluded.value`, value)
 		}, nil

@@ -13,6 +13,9 @@ import (
 var (
 	// ErrNotFound: no such message, delivery, route or target.
 	ErrNotFound = projection.ErrNotFound
+	// ErrNoSecrets: the Writer was made without a secrets key, which
+	// sealing and opening a target's signing keys need.
+	ErrNoSecrets = errors.New("no secrets key: signing keys can be neither sealed nor opened")
 	// ErrInvalid: the input failed validation; the error joins a
 	// *lifecycle.FieldError per problem.
 	ErrInvalid = errors.New("invalid input")

@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/waybill/waybill/commands"
+	"github.com/waybill/waybill/internal/dbtest"
 	"github.com/waybill/waybill/internal/testpoll"
 	"github.com/waybill/waybill/lifecycle"
 	"github.com/waybill/waybill/projection"
@@ -45,7 +46,7 @@ func setupLock(t *testing.T) *lockBundle {
 	}
 	t.Cleanup(lb.pool.Close)
 	for _, w := range []**commands.Writer{&lb.w, &lb.w2} {
-		if *w, err = commands.New(commands.Config{Base: service.Base{Now: b.clock.Now}, DB: lb.pool, Notifier: b.wake}); err != nil {
+		if *w, err = commands.New(commands.Config{Secrets: dbtest.Secrets(), Base: service.Base{Now: b.clock.Now}, DB: lb.pool, Notifier: b.wake}); err != nil {
 			t.Fatal(err)
 		}
 		(*w).SetLost(func(error) { lb.lost.Add(1) })

@@ -24,7 +24,7 @@ import (
 func panicWriter(t *testing.T) *Writer {
 	t.Helper()
 	// The panics are logged with their stacks, which the test expects.
-	w, err := New(Config{Base: service.Base{Logger: slog.New(slog.DiscardHandler)}, DB: dbtest.Pool(t)})
+	w, err := New(Config{Secrets: dbtest.Secrets(), Base: service.Base{Logger: slog.New(slog.DiscardHandler)}, DB: dbtest.Pool(t)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -71,20 +71,20 @@ func (w *Writer) changeSource(ctx context.Context, s lifecycle.Source, actor str
 	if err != nil {
 		return s, err
 	}
-	return s, w.changeConfig(ctx, actor, func(c *configState, now time.Time) (journal.Payload, func(*pgx.Batch), error) {
+	return s, w.changeConfig(ctx, actor, func(c *configState, now time.Time) ([]journal.Payload, func(*pgx.Batch), error) {
 		_, exists := c.sources[s.Name]
 		switch {
 		case create && exists:
 			return nil, nil, &ExistsError{Kind: "source", Field: "name", Value: s.Name}
 		case create:
-			return &journal.SourceCreated{Source: s}, func(b *pgx.Batch) {
+			return []journal.Payload{&journal.SourceCreated{Source: s}}, func(b *pgx.Batch) {
 				b.Queue(`INSERT INTO sources (name, spec, created_at, updated_at) VALUES ($1, $2, $3, $3)`, s.Name, spec, now)
 				sources.QueueCreateState(b, s.Name)
 			}, nil
 		case !exists:
 			return nil, nil, ErrNotFound
 		}
-		return &journal.SourceUpdated{Source: s}, func(b *pgx.Batch) {
+		return []journal.Payload{&journal.SourceUpdated{Source: s}}, func(b *pgx.Batch) {
 			b.Queue(`UPDATE sources SET spec = $2, updated_at = $3 WHERE name = $1`, s.Name, spec, now)
 		}, nil
 	})
@@ -93,11 +93,11 @@ func (w *Writer) changeSource(ctx context.Context, s lifecycle.Source, actor str
 // DeleteSource removes a source with its progress: its lease, its
 // watermark and the markers it still owed, which are never written.
 func (w *Writer) DeleteSource(ctx context.Context, name, actor string) error {
-	err := w.changeConfig(ctx, actor, func(c *configState, now time.Time) (journal.Payload, func(*pgx.Batch), error) {
+	err := w.changeConfig(ctx, actor, func(c *configState, now time.Time) ([]journal.Payload, func(*pgx.Batch), error) {
 		if _, ok := c.sources[name]; !ok {
 			return nil, nil, ErrNotFound
 		}
-		return &journal.SourceDeleted{Name: name}, func(b *pgx.Batch) {
+		return []journal.Payload{&journal.SourceDeleted{Name: name}}, func(b *pgx.Batch) {
 			b.Queue(`DELETE FROM sources WHERE name = $1`, name)
 			sources.QueueDeleteState(b, name)
 		}, nil
@@ -116,11 +116,11 @@ func (w *Writer) PassHole(ctx context.Context, hole journal.SourceHolePassed, wa
 	if err := hole.Validate(); err != nil {
 		return invalid(err)
 	}
-	err := w.changeConfig(ctx, journal.SourceActor(hole.Source), func(c *configState, now time.Time) (journal.Payload, func(*pgx.Batch), error) {
+	err := w.changeConfig(ctx, journal.SourceActor(hole.Source), func(c *configState, now time.Time) ([]journal.Payload, func(*pgx.Batch), error) {
 		if _, ok := c.sources[hole.Source]; !ok {
 			return nil, nil, ErrNotFound
 		}
-		return &hole, func(b *pgx.Batch) {
+		return []journal.Payload{&hole}, func(b *pgx.Batch) {
 			sources.QueueRaiseWatermark(b, hole.Source, watermark)
 		}, nil
 	})

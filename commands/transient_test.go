@@ -110,7 +110,7 @@ func TestTransient(t *testing.T) {
 			return <-done
 		}, true},
 		{"the Writer's command through a lost connection", func(t *testing.T) error {
-			w, err := commands.New(commands.Config{Base: service.Base{Now: b.clock.Now}, DB: proxy.Pool(t)})
+			w, err := commands.New(commands.Config{Secrets: dbtest.Secrets(), Base: service.Base{Now: b.clock.Now}, DB: proxy.Pool(t)})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/waybill/waybill/internal/seal"
 	"github.com/waybill/waybill/journal"
 	"github.com/waybill/waybill/projection"
 	"github.com/waybill/waybill/service"
@@ -45,6 +46,11 @@ type Config struct {
 	// ConfigTTL bounds how long a configuration written by another process
 	// (or behind Waybill's back) may go unseen. Default 30 s.
 	ConfigTTL time.Duration
+	// Secrets seals and opens the targets' signing keys; every process on
+	// the database must hold the same key (seal.Box.Check). Without it
+	// the Writer makes no target that signs and opens no key
+	// (ErrNoSecrets): enough for a client that only ingests.
+	Secrets *seal.Box
 }
 
 // Writer runs the commands.
@@ -54,6 +60,7 @@ type Writer struct {
 	clock    func() time.Time
 	ttl      time.Duration
 	log      *slog.Logger
+	secrets  *seal.Box
 
 	mu     sync.Mutex
 	cached *configState
@@ -91,7 +98,7 @@ func New(cfg Config) (*Writer, error) {
 		return nil, errors.New("commands: Config.DB is required")
 	}
 	base := cfg.Base.WithDefaults()
-	w := &Writer{db: cfg.DB, notifier: cfg.Notifier, clock: base.Now, ttl: cfg.ConfigTTL, log: base.Logger}
+	w := &Writer{db: cfg.DB, notifier: cfg.Notifier, clock: base.Now, ttl: cfg.ConfigTTL, log: base.Logger, secrets: cfg.Secrets}
 	if w.ttl <= 0 {
 		w.ttl = 30 * time.Second
 	}

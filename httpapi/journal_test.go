@@ -79,7 +79,7 @@ func TestJournalPagesEveryEventOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(want) != 8 { // a target, a route, 3 × (accepted, dispatched)
+	if len(want) != 9 { // a target and its key, a route, 3 × (accepted, dispatched)
 		t.Fatalf("%d events", len(want))
 	}
 

@@ -98,7 +98,7 @@ func setupWith(t *testing.T, cfg httpapi.Config) *bundle {
 	b := &bundle{ctx: t.Context(), clock: testclock.New(start), reg: prometheus.NewRegistry()}
 	b.db = dbtest.Pool(t)
 	var err error
-	if b.w, err = commands.New(commands.Config{Base: service.Base{Now: b.clock.Now, Logger: quiet}, DB: b.db}); err != nil {
+	if b.w, err = commands.New(commands.Config{Secrets: dbtest.Secrets(), Base: service.Base{Now: b.clock.Now, Logger: quiet}, DB: b.db}); err != nil {
 		t.Fatal(err)
 	}
 	b.tokens = auth.NewStore(b.db, b.clock.Now)

@@ -51,6 +51,7 @@ var routes = []route{
 	{http.MethodPut, "/targets/{name}", (*Server).updateTarget, lifecycle.Target{}, lifecycle.Target{}, http.StatusOK},
 	{http.MethodDelete, "/targets/{name}", (*Server).deleteTarget, nil, nil, http.StatusNoContent},
 	{http.MethodGet, "/targets/{name}/lanes", (*Server).listLanes, nil, LaneList{}, http.StatusOK},
+	{http.MethodGet, "/targets/{name}/secret", (*Server).getTargetSecret, nil, TargetSecret{}, http.StatusOK},
 
 	{http.MethodGet, "/sources", (*Server).listSources, nil, SourceList{}, http.StatusOK},
 	{http.MethodPost, "/sources", (*Server).createSource, SourceRequest{}, Source{}, http.StatusCreated},

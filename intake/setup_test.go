@@ -49,7 +49,7 @@ func setup(t *testing.T) *fixture {
 
 func (f *fixture) writer(t *testing.T, db *pgxpool.Pool) *commands.Writer {
 	t.Helper()
-	w, err := commands.New(commands.Config{Base: f.base, DB: db})
+	w, err := commands.New(commands.Config{Secrets: dbtest.Secrets(), Base: f.base, DB: db})
 	if err != nil {
 		t.Fatal(err)
 	}

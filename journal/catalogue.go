@@ -50,6 +50,7 @@ const (
 	KindTargetCreated    Kind = "target.created"
 	KindTargetUpdated    Kind = "target.updated"
 	KindTargetDeleted    Kind = "target.deleted"
+	KindTargetKeyAdded   Kind = "target.key_added"
 	KindSettingsChanged  Kind = "settings.changed"
 	KindSourceCreated    Kind = "source.created"
 	KindSourceUpdated    Kind = "source.updated"
@@ -101,6 +102,7 @@ var catalogue = map[Kind]func() Payload{
 	KindTargetCreated:        func() Payload { return new(TargetCreated) },
 	KindTargetUpdated:        func() Payload { return new(TargetUpdated) },
 	KindTargetDeleted:        func() Payload { return new(TargetDeleted) },
+	KindTargetKeyAdded:       func() Payload { return new(TargetKeyAdded) },
 	KindSettingsChanged:      func() Payload { return new(SettingsChanged) },
 	KindSourceCreated:        func() Payload { return new(SourceCreated) },
 	KindSourceUpdated:        func() Payload { return new(SourceUpdated) },
@@ -793,7 +795,16 @@ type TargetCreated struct {
 
 func (*TargetCreated) Kind() Kind        { return KindTargetCreated }
 func (p *TargetCreated) Text() string    { return "target created: " + p.Target.Name }
-func (p *TargetCreated) Validate() error { return p.Target.Validate() }
+func (p *TargetCreated) Validate() error { return errors.Join(p.Target.Validate(), noKey(p.Target)) }
+
+// noKey refuses a definition that holds a signing key: the journal records
+// a key's id and fingerprint only (TargetKeyAdded).
+func noKey(t lifecycle.Target) error {
+	if t.Signing != nil && t.Signing.Key != "" {
+		return field("target.signing.key", "a key is never journaled")
+	}
+	return nil
+}
 
 // TargetUpdated: a target was changed; Target is the whole new definition.
 type TargetUpdated struct {
@@ -802,7 +813,7 @@ type TargetUpdated struct {
 
 func (*TargetUpdated) Kind() Kind        { return KindTargetUpdated }
 func (p *TargetUpdated) Text() string    { return "target updated: " + p.Target.Name }
-func (p *TargetUpdated) Validate() error { return p.Target.Validate() }
+func (p *TargetUpdated) Validate() error { return errors.Join(p.Target.Validate(), noKey(p.Target)) }
 
 // TargetDeleted: a target was removed.
 type TargetDeleted struct {
@@ -812,6 +823,25 @@ type TargetDeleted struct {
 func (*TargetDeleted) Kind() Kind        { return KindTargetDeleted }
 func (p *TargetDeleted) Text() string    { return "target deleted: " + p.Name }
 func (p *TargetDeleted) Validate() error { return lifecycle.CheckName("name", p.Name) }
+
+// TargetKeyAdded: a target got a signing key, stored sealed beside it
+// (target_keys). The event names the key by its id and fingerprint,
+// never by its material.
+type TargetKeyAdded struct {
+	Target      string `json:"target"`
+	KeyID       string `json:"key_id"`
+	Scheme      string `json:"scheme"`
+	Fingerprint string `json:"fingerprint"`
+}
+
+func (*TargetKeyAdded) Kind() Kind { return KindTargetKeyAdded }
+func (p *TargetKeyAdded) Text() string {
+	return fmt.Sprintf("target %s: %s signing key %s added (%s)", p.Target, p.Scheme, p.KeyID, p.Fingerprint)
+}
+func (p *TargetKeyAdded) Validate() error {
+	return errors.Join(lifecycle.CheckName("target", p.Target), required("key_id", p.KeyID != ""),
+		required("scheme", p.Scheme != ""), required("fingerprint", p.Fingerprint != ""))
+}
 
 // SettingsChanged: the settings were replaced; Settings is the whole new set.
 type SettingsChanged struct {

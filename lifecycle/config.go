@@ -69,6 +69,24 @@ type Target struct {
 	// Ordering keeps the order of the deliveries of one ordering key.
 	// Default mode none.
 	Ordering Ordering `json:"ordering,omitzero"`
+	// Signing is how an http target signs its attempts; the targets
+	// package fills its default and checks it.
+	Signing *Signing `json:"signing,omitempty"`
+}
+
+// Signing is how a target signs what it sends, by the Standard Webhooks
+// specification.
+type Signing struct {
+	// Scheme is hmac-sha256, ed25519 or none.
+	Scheme string `json:"scheme"`
+	// Keys are the ids of the keys that sign, oldest first: set by
+	// Waybill, whatever a request says, so that a definition changes with
+	// its keys.
+	Keys []string `json:"keys,omitempty"`
+	// Key is a key given on creation to sign with instead of a new one.
+	// It is kept sealed beside the target, never in its definition: a
+	// definition stored or journaled has none.
+	Key string `json:"key,omitempty"`
 }
 
 // ReceiptPolicy is how long a target's receipt may take, and how the

@@ -13,6 +13,7 @@ import (
 
 	"github.com/waybill/waybill/journal"
 	"github.com/waybill/waybill/lifecycle"
+	"github.com/waybill/waybill/targets"
 )
 
 // Violation is one disagreement the audit found: an event the fold refuses,
@@ -110,6 +111,9 @@ type Folded struct {
 	// makes them; nil for one stream.
 	inboxes      map[string]*inboxLedger
 	Correlations map[CorrelationKey]Correlation
+	// keys holds the signing keys the journal records of each target
+	// that exists; nil for one stream.
+	keys map[string]map[string]targets.KeyRecord
 	// explained holds what would be violations if retention had removed
 	// nothing: a lane's rule broken as removed deliveries explain it, a
 	// possible duplicate of a message the journal does not hold. finish
@@ -189,7 +193,8 @@ func foldSnapshot(ctx context.Context, s *snapshot, rd reading) (*Folded, error)
 func newFolded() *Folded {
 	f := &Folded{Messages: map[uuid.UUID]*Message{}, ordering: map[string]lifecycle.Ordering{},
 		inboxes: map[string]*inboxLedger{}, Correlations: map[CorrelationKey]Correlation{},
-		Operations: map[uuid.UUID]*Operation{}, trails: map[uuid.UUID]*opTrail{}}
+		Operations: map[uuid.UUID]*Operation{}, trails: map[uuid.UUID]*opTrail{},
+		keys: map[string]map[string]targets.KeyRecord{}}
 	f.lanes = NewLaneBook(func(target string) lifecycle.Ordering { return f.ordering[target] },
 		func(message, delivery uuid.UUID) *Delivery {
 			if m := f.Messages[message]; m != nil {
@@ -242,6 +247,7 @@ func (f *Folded) fold(e journal.Event) error {
 		if f.lanes != nil {
 			f.configure(e)
 			f.foldSource(e)
+			f.foldKey(e)
 		}
 		return nil
 	case journal.RetentionStream:

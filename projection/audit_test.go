@@ -38,7 +38,7 @@ func setup(t testing.TB) *bundle {
 	b := &bundle{ctx: t.Context(), now: time.Date(2026, 12, 1, 8, 0, 0, 0, time.UTC)}
 	b.db = dbtest.Pool(t)
 	var err error
-	if b.w, err = commands.New(commands.Config{Base: service.Base{Now: func() time.Time { return b.now }}, DB: b.db}); err != nil {
+	if b.w, err = commands.New(commands.Config{Secrets: dbtest.Secrets(), Base: service.Base{Now: func() time.Time { return b.now }}, DB: b.db}); err != nil {
 		t.Fatal(err)
 	}
 	for _, name := range []string{"alpha", "beta"} {

@@ -172,7 +172,7 @@ func TestCallbackClaimsTakeTheClockOnceLocked(t *testing.T) {
 		}
 	}
 	later := b.now.Add(100 * time.Hour)
-	w, err := commands.New(commands.Config{Base: service.Base{Now: testclock.AfterFirstRead(b.now, later)}, DB: b.db})
+	w, err := commands.New(commands.Config{Secrets: dbtest.Secrets(), Base: service.Base{Now: testclock.AfterFirstRead(b.now, later)}, DB: b.db})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -64,8 +64,12 @@ func checkTables(ctx context.Context, qs []journal.Querier, f *Folded, message u
 		if err != nil {
 			return nil, err
 		}
+		keyed, err := checkKeys(ctx, qs[0], f)
+		if err != nil {
+			return nil, err
+		}
 		r.Operations = n
-		r.Violations = append(append(append(append(r.Violations, laned...), inboxes...), correlations...), operated...)
+		r.Violations = append(append(append(append(append(r.Violations, laned...), inboxes...), correlations...), operated...), keyed...)
 	}
 	return r, nil
 }

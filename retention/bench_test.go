@@ -284,7 +284,7 @@ func setupReal(t testing.TB) *bundle {
 	bd := setup(t)
 	base := service.Base{Now: time.Now, Logger: quiet}
 	var err error
-	if bd.w, err = commands.New(commands.Config{Base: base, DB: bd.db}); err != nil {
+	if bd.w, err = commands.New(commands.Config{Secrets: dbtest.Secrets(), Base: base, DB: bd.db}); err != nil {
 		t.Fatal(err)
 	}
 	if bd.r, err = retention.New(retention.Config{Base: base, Writer: bd.w, DB: bd.db, Share: *benchShare, Batch: *benchBatch}); err != nil {

@@ -53,7 +53,7 @@ func setup(t testing.TB) *bundle {
 	b := &bundle{ctx: t.Context(), db: dbtest.Pool(t), clock: testclock.New(start), reg: prometheus.NewRegistry(), dir: t.TempDir()}
 	base := service.Base{Now: b.clock.Now, Logger: quiet}
 	var err error
-	if b.w, err = commands.New(commands.Config{Base: base, DB: b.db}); err != nil {
+	if b.w, err = commands.New(commands.Config{Secrets: dbtest.Secrets(), Base: base, DB: b.db}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := b.w.CreateTarget(b.ctx, lifecycle.Target{Name: "alpha", Kind: "http", Enabled: true,

@@ -434,6 +434,9 @@ func Ensure(ctx context.Context, db *pgxpool.Pool) error {
 		if _, err := tx.Exec(ctx, sourcesDDL); err != nil {
 			return fmt.Errorf("create sources tables: %w", err)
 		}
+		if _, err := tx.Exec(ctx, keysDDL); err != nil {
+			return fmt.Errorf("create signing keys tables: %w", err)
+		}
 		if _, err := tx.Exec(ctx, projectionTablesDDL); err != nil {
 			return fmt.Errorf("create projection tables: %w", err)
 		}

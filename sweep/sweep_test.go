@@ -90,7 +90,7 @@ func setup(t *testing.T) *bundle {
 func (b *bundle) writer(t *testing.T, db *pgxpool.Pool) (*commands.Writer, *recorder) {
 	t.Helper()
 	r := &recorder{db: db, seen: map[uuid.UUID][]int{}}
-	w, err := commands.New(commands.Config{Base: service.Base{Now: b.clock.Now, Logger: quiet}, DB: db, Notifier: r})
+	w, err := commands.New(commands.Config{Secrets: dbtest.Secrets(), Base: service.Base{Now: b.clock.Now, Logger: quiet}, DB: db, Notifier: r})
 	if err != nil {
 		t.Fatal(err)
 	}

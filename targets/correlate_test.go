@@ -21,7 +21,7 @@ func correlating(t *testing.T, url string, c lifecycle.Correlation) Deliverer {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d, err := New(prepared, clock)
+	d, err := New(prepared, nil, clock)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -58,7 +58,7 @@ func checkFile(raw json.RawMessage) (json.RawMessage, error) {
 type fileTarget struct{ cfg fileConfig }
 
 // newFile ignores the clock: a file target never asks for a time.
-func newFile(t lifecycle.Target, _ func() time.Time) (Deliverer, error) {
+func newFile(t lifecycle.Target, _ []Key, _ func() time.Time) (Deliverer, error) {
 	var cfg fileConfig
 	if err := readConfig(t.Config, &cfg); err != nil {
 		return nil, err

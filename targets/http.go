@@ -40,7 +40,8 @@ var httpMethods = []string{http.MethodPost, http.MethodPut, http.MethodPatch}
 // reservedHeaders are set on every attempt by Waybill or by the HTTP
 // client, so a configured value would be overwritten or dropped unseen.
 // Any name starting with Waybill- is reserved too.
-var reservedHeaders = []string{"Content-Length", "Host", "Idempotency-Key", "Transfer-Encoding"}
+var reservedHeaders = []string{"Content-Length", "Host", "Idempotency-Key", "Transfer-Encoding",
+	HeaderWebhookID, HeaderWebhookTimestamp, HeaderWebhookSignature}
 
 func (c *httpConfig) check() error {
 	var errs []error
@@ -115,10 +116,12 @@ type httpTarget struct {
 	// correlate, when set, says where the receiver's id for the message
 	// is in its answer.
 	correlate *lifecycle.Correlation
-	now       func() time.Time
+	// keys sign every attempt; none for a target that does not sign.
+	keys []Key
+	now  func() time.Time
 }
 
-func newHTTP(t lifecycle.Target, now func() time.Time) (Deliverer, error) {
+func newHTTP(t lifecycle.Target, keys []Key, now func() time.Time) (Deliverer, error) {
 	var cfg httpConfig
 	if err := readConfig(t.Config, &cfg); err != nil {
 		return nil, err
@@ -135,7 +138,7 @@ func newHTTP(t lifecycle.Target, now func() time.Time) (Deliverer, error) {
 		// payload again: it is recorded as the outcome.
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 	}
-	h := &httpTarget{cfg: cfg, client: client, now: now}
+	h := &httpTarget{cfg: cfg, client: client, keys: keys, now: now}
 	if t.Receipt != nil {
 		h.correlate = t.Receipt.Correlate
 	}
@@ -174,6 +177,16 @@ func (h *httpTarget) Deliver(ctx context.Context, a Attempt) lifecycle.Outcome {
 	// The delivery id is stable across attempts and redeliveries, so a
 	// receiver that keeps the keys it saw drops every repeat.
 	req.Header.Set("Idempotency-Key", a.DeliveryID.String())
+	if len(h.keys) > 0 {
+		// Standard Webhooks: the delivery id is the webhook's id, and the
+		// signature covers it, the attempt's time and the body as sent.
+		id, at := a.DeliveryID.String(), h.now()
+		req.Header.Set(HeaderWebhookID, id)
+		req.Header.Set(HeaderWebhookTimestamp, strconv.FormatInt(at.Unix(), 10))
+		if sig := Sign(h.keys, id, at, a.Payload); sig != "" {
+			req.Header.Set(HeaderWebhookSignature, sig)
+		}
+	}
 
 	resp, err := h.client.Do(req)
 	if err != nil {

@@ -70,9 +70,10 @@ type Kind struct {
 	// field errors name config.<field>.
 	Check func(config json.RawMessage) (json.RawMessage, error)
 	// New makes the Deliverer of a target whose configuration Check
-	// accepts; now is the process's clock, which a Retry-After in seconds
-	// counts from.
-	New func(t lifecycle.Target, now func() time.Time) (Deliverer, error)
+	// accepts, signing with keys (LoadKeys); now is the process's clock,
+	// which a Retry-After in seconds and a signature's timestamp count
+	// from.
+	New func(t lifecycle.Target, keys []Key, now func() time.Time) (Deliverer, error)
 }
 
 // kinds is the registry, by name.
@@ -116,7 +117,7 @@ func Prepare(t lifecycle.Target) (lifecycle.Target, error) {
 		return t, errors.Join(without(t.Validate(), "config"), err)
 	}
 	t.Config = config
-	err = t.Validate()
+	err = errors.Join(t.Validate(), prepareSigning(&t))
 	if t.Receipt != nil && t.Receipt.Correlate != nil && t.Kind != "http" {
 		err = errors.Join(err, &lifecycle.FieldError{Field: "receipt.correlate",
 			Problem: "only an http target takes the receiver's id for the message from its answer"})
@@ -124,15 +125,38 @@ func Prepare(t lifecycle.Target) (lifecycle.Target, error) {
 	return t, err
 }
 
-// New makes the Deliverer of a prepared target, reading time from now: the
-// process's clock (service.Base's), so that a time the target asks for is
-// read against the clock that decides when it is due.
-func New(t lifecycle.Target, now func() time.Time) (Deliverer, error) {
+// prepareSigning fills an http target's signing with its default and
+// checks it; a target of another kind signs nothing and takes none.
+func prepareSigning(t *lifecycle.Target) error {
+	if t.Kind != "http" {
+		if t.Signing != nil {
+			return &lifecycle.FieldError{Field: "signing", Problem: "only an http target signs what it sends"}
+		}
+		return nil
+	}
+	var s lifecycle.Signing
+	if t.Signing != nil {
+		s = *t.Signing
+	}
+	t.Signing = &s
+	return checkSigning(&s)
+}
+
+// Signs reports whether a prepared target has signing keys: an http
+// target whose scheme is not none.
+func Signs(t lifecycle.Target) bool { return t.Signing != nil && t.Signing.Scheme != SchemeNone }
+
+// New makes the Deliverer of a prepared target, signing with keys (the
+// target's keys, LoadKeys; none for a target that does not sign) and
+// reading time from now: the process's clock (service.Base's), so that a
+// time the target asks for is read against the clock that decides when
+// it is due.
+func New(t lifecycle.Target, keys []Key, now func() time.Time) (Deliverer, error) {
 	k, err := Lookup(t.Kind)
 	if err != nil {
 		return nil, err
 	}
-	return k.New(t, now)
+	return k.New(t, keys, now)
 }
 
 // without drops the field errors on any of fields from a joined error.

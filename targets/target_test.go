@@ -62,7 +62,7 @@ func prepare(t *testing.T, kind, config string) Deliverer {
 	if err != nil {
 		t.Fatalf("prepare %s %s: %v", kind, config, err)
 	}
-	d, err := New(prepared, clock)
+	d, err := New(prepared, nil, clock)
 	if err != nil {
 		t.Fatalf("new %s %s: %v", kind, config, err)
 	}
@@ -99,7 +99,7 @@ func TestRegistry(t *testing.T) {
 	if fe := fieldErrors(t, err); len(fe) != 1 || fe[0].Field != "kind" || !strings.Contains(fe[0].Problem, "allowed are file, http") {
 		t.Errorf("Lookup(smtp): %v", err)
 	}
-	if _, err := New(target("smtp", `{}`), clock); err == nil {
+	if _, err := New(target("smtp", `{}`), nil, clock); err == nil {
 		t.Error("New of an unknown kind succeeded")
 	}
 }

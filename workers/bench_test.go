@@ -172,7 +172,7 @@ func newBenchEnv(b *testing.B) *benchEnv {
 	b.Cleanup(nc.Close)
 	metrics := workers.NewMetrics(env.reg)
 	// The real clock: no testclock here.
-	env.w, err = commands.New(commands.Config{Base: service.Base{Logger: quiet}, DB: env.db, Notifier: workers.NewPublisher(nc, quiet, metrics)})
+	env.w, err = commands.New(commands.Config{Secrets: dbtest.Secrets(), Base: service.Base{Logger: quiet}, DB: env.db, Notifier: workers.NewPublisher(nc, quiet, metrics)})
 	if err != nil {
 		b.Fatal(err)
 	}

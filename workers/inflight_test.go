@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/waybill/waybill/commands"
+	"github.com/waybill/waybill/internal/dbtest"
 	"github.com/waybill/waybill/lifecycle"
 	"github.com/waybill/waybill/projection"
 	"github.com/waybill/waybill/service"
@@ -22,7 +23,7 @@ import (
 func TestAuditCleanWhileWorkIsInFlight(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	w, err := commands.New(commands.Config{Base: service.Base{Logger: quiet}, DB: b.db, Notifier: workers.NewPublisher(b.nc, nil, b.metrics)})
+	w, err := commands.New(commands.Config{Secrets: dbtest.Secrets(), Base: service.Base{Logger: quiet}, DB: b.db, Notifier: workers.NewPublisher(b.nc, nil, b.metrics)})
 	if err != nil {
 		t.Fatal(err)
 	}

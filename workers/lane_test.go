@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/waybill/waybill/commands"
+	"github.com/waybill/waybill/internal/dbtest"
 	"github.com/waybill/waybill/lifecycle"
 	"github.com/waybill/waybill/projection"
 	"github.com/waybill/waybill/service"
@@ -75,7 +76,7 @@ func TestLanesDeliverInOrderAcrossProcesses(t *testing.T) {
 	real := time.Now
 	var ws []*commands.Writer
 	for range 2 {
-		w, err := commands.New(commands.Config{Base: service.Base{Logger: quiet}, DB: b.db,
+		w, err := commands.New(commands.Config{Secrets: dbtest.Secrets(), Base: service.Base{Logger: quiet}, DB: b.db,
 			Notifier: workers.NewPublisher(b.nc, nil, b.metrics)})
 		if err != nil {
 			t.Fatal(err)

@@ -36,7 +36,7 @@ func TestOutcomesOutlastADatabaseOutage(t *testing.T) {
 	// The runtime reaches the database through the proxy; the test does
 	// not.
 	proxy := dbtest.NewProxy(t, b.db)
-	w, err := commands.New(commands.Config{Base: service.Base{Now: b.clock.Now, Logger: quiet}, DB: proxy.Pool(t), Notifier: workers.NewPublisher(b.nc, nil, b.metrics)})
+	w, err := commands.New(commands.Config{Secrets: dbtest.Secrets(), Base: service.Base{Now: b.clock.Now, Logger: quiet}, DB: proxy.Pool(t), Notifier: workers.NewPublisher(b.nc, nil, b.metrics)})
 	if err != nil {
 		t.Fatal(err)
 	}

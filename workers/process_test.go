@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/waybill/waybill/commands"
+	"github.com/waybill/waybill/internal/dbtest"
 	"github.com/waybill/waybill/internal/testclock"
 	"github.com/waybill/waybill/internal/testpoll"
 	"github.com/waybill/waybill/journal"
@@ -48,7 +49,7 @@ func workerProcess() int {
 		return fail(err)
 	}
 	defer nc.Close()
-	w, err := commands.New(commands.Config{Base: service.Base{Logger: log}, DB: db, Notifier: workers.NewPublisher(nc, log, nil)})
+	w, err := commands.New(commands.Config{Secrets: dbtest.Secrets(), Base: service.Base{Logger: log}, DB: db, Notifier: workers.NewPublisher(nc, log, nil)})
 	if err != nil {
 		return fail(err)
 	}

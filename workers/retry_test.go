@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/waybill/waybill/commands"
+	"github.com/waybill/waybill/internal/dbtest"
 	"github.com/waybill/waybill/internal/testpoll"
 	"github.com/waybill/waybill/journal"
 	"github.com/waybill/waybill/lifecycle"
@@ -26,7 +27,7 @@ type process struct {
 
 func (b *bundle) process(t testing.TB) process {
 	t.Helper()
-	w, err := commands.New(commands.Config{Base: service.Base{Logger: quiet}, DB: b.db,
+	w, err := commands.New(commands.Config{Secrets: dbtest.Secrets(), Base: service.Base{Logger: quiet}, DB: b.db,
 		Notifier: workers.NewPublisher(b.nc, nil, nil)})
 	if err != nil {
 		t.Fatal(err)

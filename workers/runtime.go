@@ -192,7 +192,16 @@ func (s slot) Run(c commands.Claim) { s.tw.worker.runReserved(s.tw.store.jobs([]
 func (s slot) Free() { s.tw.worker.free() }
 
 func (r *Runtime) startWorker(ctx context.Context, t lifecycle.Target) (*targetWorker, error) {
-	kind, err := targets.New(t, r.cfg.Now)
+	// The keys are read once per worker: a change of them changes the
+	// target's definition (its signing.keys), which restarts the worker.
+	var keys []targets.Key
+	if targets.Signs(t) {
+		var err error
+		if keys, err = r.cfg.Writer.TargetKeys(ctx, t.Name); err != nil {
+			return nil, fmt.Errorf("target %s: %w", t.Name, err)
+		}
+	}
+	kind, err := targets.New(t, keys, r.cfg.Now)
 	if err != nil {
 		return nil, fmt.Errorf("target %s: %w", t.Name, err)
 	}

@@ -29,7 +29,7 @@ func TestBulkOperationSurvivesKill(t *testing.T) {
 	ctx := t.Context()
 	bin := buildBinary(t)
 	db, dbURL, ns := shared(t)
-	w, err := commands.New(commands.Config{DB: db})
+	w, err := commands.New(commands.Config{Secrets: dbtest.Secrets(), DB: db})
 	if err != nil {
 		t.Fatal(err)
 	}

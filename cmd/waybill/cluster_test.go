@@ -100,7 +100,7 @@ func TestTwoProcessesOneKilled(t *testing.T) {
 	defer nc.Close()
 	lease := lifecycle.Target{AttemptTimeout: lifecycle.Duration(lifecycle.DefaultAttemptTimeout)}.Lease()
 	clock := testclock.New(time.Now())
-	w, err := commands.New(commands.Config{Base: service.Base{Now: clock.Now}, DB: db, Notifier: workers.NewPublisher(nc, nil, nil)})
+	w, err := commands.New(commands.Config{Secrets: dbtest.Secrets(), Base: service.Base{Now: clock.Now}, DB: db, Notifier: workers.NewPublisher(nc, nil, nil)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -31,7 +31,7 @@ func TestAuditRebuildReset(t *testing.T) {
 	if err := schema.Ensure(ctx, db); err != nil {
 		t.Fatal(err)
 	}
-	w, err := commands.New(commands.Config{DB: db})
+	w, err := commands.New(commands.Config{Secrets: dbtest.Secrets(), DB: db})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -45,12 +45,16 @@ func TestAuditRebuildReset(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	key, err := w.TargetKeys(ctx, "alpha")
+	if err != nil || len(key) != 1 {
+		t.Fatalf("keys %+v: %v", key, err)
+	}
 	waybill := func(args ...string) (int, string) {
 		var out, errOut bytes.Buffer
 		code := run(ctx, append(args, "--database-url", url), &out, &errOut)
 		return code, out.String() + errOut.String()
 	}
-	if code, out := waybill("audit"); code != 0 || !strings.Contains(out, "4 events, 1 message, 1 delivery, 0 operations checked; 0 violations") {
+	if code, out := waybill("audit"); code != 0 || !strings.Contains(out, "5 events, 1 message, 1 delivery, 0 operations checked; 0 violations") {
 		t.Fatalf("clean audit: %d %s", code, out)
 	}
 	if _, err := db.Exec(ctx, `UPDATE messages SET status = 'delivered'`); err != nil {
@@ -70,6 +74,10 @@ func TestAuditRebuildReset(t *testing.T) {
 	}
 	if code, out := waybill("rebuild"); code != 0 || !strings.Contains(out, "1 message,") {
 		t.Fatalf("rebuild after reset: %d %s", code, out)
+	}
+	// The signing keys are no projection: the reset and the rebuild keep them.
+	if keys, err := w.TargetKeys(ctx, "alpha"); err != nil || len(keys) != 1 || keys[0].ID != key[0].ID || keys[0].SecretText() != key[0].SecretText() {
+		t.Fatalf("the keys after a reset and a rebuild: %+v, %v; were %+v", keys, err, key)
 	}
 }
 

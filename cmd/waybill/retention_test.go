@@ -35,7 +35,7 @@ func TestAuditArchive(t *testing.T) {
 	}
 	clock := testclock.New(time.Date(2026, 12, 1, 8, 0, 0, 0, time.UTC))
 	base := service.Base{Now: clock.Now}
-	w, err := commands.New(commands.Config{Base: base, DB: db})
+	w, err := commands.New(commands.Config{Secrets: dbtest.Secrets(), Base: base, DB: db})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -32,6 +32,7 @@ import (
 	"github.com/waybill/waybill/httpapi"
 	"github.com/waybill/waybill/intake"
 	"github.com/waybill/waybill/internal/dirlock"
+	"github.com/waybill/waybill/internal/seal"
 	"github.com/waybill/waybill/internal/securefile"
 	"github.com/waybill/waybill/natsserver"
 	"github.com/waybill/waybill/pgserver"
@@ -59,7 +60,14 @@ type serveConfig struct {
 	metricsListen  string
 	trustedProxies prefixList
 	secureCookies  bool
+	// secretsKeyFile holds the key the targets' signing keys are sealed
+	// with; empty: secretsKeyFile in the data directory.
+	secretsKeyFile string
 }
+
+// secretsKeyFile is the default secrets key file in the data directory,
+// made at the first start.
+const secretsKeyFile = "secrets.key"
 
 // serveFlags declares the flags of serve on fs.
 func serveFlags(fs *flag.FlagSet) *serveConfig {
@@ -78,6 +86,8 @@ func serveFlags(fs *flag.FlagSet) *serveConfig {
 		"CIDRs or addresses, comma-separated, of the TLS proxies in front of the server: from them X-Forwarded-Proto: https makes the console's cookies Secure and adds Strict-Transport-Security (env WAYBILL_TRUSTED_PROXIES)")
 	fs.BoolVar(&c.secureCookies, "secure-cookies", false,
 		"the console is reached over HTTPS only: its cookies are always Secure, its answers carry Strict-Transport-Security (env WAYBILL_SECURE_COOKIES)")
+	fs.StringVar(&c.secretsKeyFile, "secrets-key-file", "",
+		"file of the key (base64 of 32 bytes) the targets' signing keys are sealed with in the database; every server on one database needs the same; default <data-dir>/"+secretsKeyFile+", made when missing (env WAYBILL_SECRETS_KEY_FILE)")
 	fs.StringVar(&c.logFormat, "log-format", "text",
 		"log format, text or json (env WAYBILL_LOG_FORMAT)")
 	fs.StringVar(&c.alertWebhook, "alert-webhook", "",
@@ -140,6 +150,15 @@ func (p *prefixList) Set(v string) error {
 	}
 	*p = out
 	return nil
+}
+
+// loadSecrets reads the secrets key: the file given, which must exist, or
+// the data directory's own, made at the first start.
+func loadSecrets(cfg *serveConfig) (*seal.Box, error) {
+	if cfg.secretsKeyFile != "" {
+		return seal.LoadFile(cfg.secretsKeyFile, false)
+	}
+	return seal.LoadFile(filepath.Join(cfg.dataDir, secretsKeyFile), true)
 }
 
 // envName is the environment variable of a flag of serve: WAYBILL_ and the
@@ -217,6 +236,10 @@ func serve(ctx context.Context, cfg *serveConfig, stderr io.Writer) error {
 	if err := dirLock.Record(owner); err != nil {
 		return err
 	}
+	secrets, err := loadSecrets(cfg)
+	if err != nil {
+		return err
+	}
 
 	dbURL := cfg.databaseURL
 	if dbURL == "" {
@@ -233,6 +256,9 @@ func serve(ctx context.Context, cfg *serveConfig, stderr io.Writer) error {
 	resources.Defer(db.Close)
 	if err := schema.Ensure(ctx, db); err != nil {
 		return err
+	}
+	if err := secrets.Check(ctx, db); err != nil {
+		return fmt.Errorf("%w: every server on one database seals with one key; give this one the --secrets-key-file (env WAYBILL_SECRETS_KEY_FILE) of the others", err)
 	}
 	lock, err := schema.LockServer(ctx, db)
 	if err != nil {
@@ -263,7 +289,7 @@ func serve(ctx context.Context, cfg *serveConfig, stderr io.Writer) error {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	metrics := workers.NewMetrics(reg)
-	w, err := commands.New(commands.Config{Base: base, DB: db, Notifier: workers.NewPublisher(nc, log, metrics)})
+	w, err := commands.New(commands.Config{Base: base, DB: db, Notifier: workers.NewPublisher(nc, log, metrics), Secrets: secrets})
 	if err != nil {
 		return err
 	}

@@ -10,6 +10,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -82,6 +83,8 @@ func startServer(t *testing.T, bin string, args ...string) *server {
 	s := &server{addr: freeAddr(t)}
 	s.cmd = exec.Command(bin, append([]string{"serve", "--listen", s.addr, "--log-format", "json"}, args...)...)
 	s.cmd.Stdout, s.cmd.Stderr = &s.logs, &s.logs
+	// The key the tests' Writers seal with, unless args give another.
+	s.cmd.Env = append(os.Environ(), "WAYBILL_SECRETS_KEY_FILE="+dbtest.SecretsKeyFile(t))
 	if err := s.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -123,7 +126,7 @@ func TestServeStopsGently(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer nc.Close()
-	w, err := commands.New(commands.Config{DB: db, Notifier: workers.NewPublisher(nc, nil, nil)})
+	w, err := commands.New(commands.Config{Secrets: dbtest.Secrets(), DB: db, Notifier: workers.NewPublisher(nc, nil, nil)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -260,4 +263,28 @@ func TestServeEnvironment(t *testing.T) {
 	if code := run(t.Context(), []string{"serve"}, io.Discard, &stderr); code != 2 || !strings.Contains(stderr.String(), "WAYBILL_MAX_PAYLOAD") {
 		t.Errorf("exit %d, %q; want 2 naming WAYBILL_MAX_PAYLOAD", code, stderr.String())
 	}
+}
+
+// TestServeRefusesAnotherSecretsKey: a second server on a database whose
+// secrets were sealed with another key refuses to start, naming the flag;
+// with the same key it starts.
+func TestServeRefusesAnotherSecretsKey(t *testing.T) {
+	_, dbURL, ns := shared(t)
+	bin := buildBinary(t)
+	dir := t.TempDir()
+	startServer(t, bin, "--database-url", dbURL, "--nats-url", ns.ClientURL(), "--data-dir", filepath.Join(dir, "var0"))
+
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, "serve", "--listen", freeAddr(t), "--database-url", dbURL,
+		"--nats-url", ns.ClientURL(), "--data-dir", filepath.Join(dir, "var1"))
+	out, err := cmd.CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "--secrets-key-file") {
+		t.Fatalf("a server with another secrets key: %v, %s", err, out)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "var1", "secrets.key")); err != nil {
+		t.Fatalf("the data directory's own key was not made: %v", err)
+	}
+	startServer(t, bin, "--database-url", dbURL, "--nats-url", ns.ClientURL(), "--data-dir", filepath.Join(dir, "var2"),
+		"--secrets-key-file", dbtest.SecretsKeyFile(t))
 }

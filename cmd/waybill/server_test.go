@@ -2,8 +2,10 @@ package main
 
 import (
 	"bufio"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/base64"
 	"encoding/json"
-	"github.com/waybill/waybill/internal/testpoll"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -16,6 +18,9 @@ import (
 	"sync/atomic"
 	"syscall"
 	"testing"
+
+	"github.com/waybill/waybill/internal/securefile"
+	"github.com/waybill/waybill/internal/testpoll"
 )
 
 // TestEveryLoopInOneServer runs two `waybill serve` processes on one
@@ -37,6 +42,9 @@ func TestEveryLoopInOneServer(t *testing.T) {
 		mu        sync.Mutex
 		delivered = map[string]int{}
 		refuse    atomic.Bool
+		// signed is what the sink was sent by body: the content the
+		// signature covers, and the signature.
+		signed = map[string][2]string{}
 	)
 	refuse.Store(true)
 	sink := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -47,6 +55,8 @@ func TestEveryLoopInOneServer(t *testing.T) {
 		}
 		mu.Lock()
 		delivered[string(body)]++
+		signed[string(body)] = [2]string{r.Header.Get("webhook-id") + "." + r.Header.Get("webhook-timestamp") + "." + string(body),
+			r.Header.Get("webhook-signature")}
 		mu.Unlock()
 	}))
 	defer sink.Close()
@@ -63,10 +73,16 @@ func TestEveryLoopInOneServer(t *testing.T) {
 	}))
 	defer hooks.Close()
 
+	// Both servers seal with one key, as every server on one database must.
+	secretsKey := filepath.Join(dir, "secrets.key")
+	if err := securefile.Write(secretsKey, []byte(base64.StdEncoding.EncodeToString(make([]byte, 32)))); err != nil {
+		t.Fatal(err)
+	}
 	servers := make([]*server, 2)
 	for i := range servers {
 		servers[i] = startServer(t, bin, "--database-url", dbURL, "--nats-url", ns.ClientURL(),
-			"--data-dir", filepath.Join(dir, "var"+strconv.Itoa(i)), "--alert-webhook", hooks.URL+"/alert")
+			"--data-dir", filepath.Join(dir, "var"+strconv.Itoa(i)), "--alert-webhook", hooks.URL+"/alert",
+			"--secrets-key-file", secretsKey)
 	}
 	token, err := os.ReadFile(filepath.Join(dir, "var0", "admin.token"))
 	if err != nil {
@@ -138,6 +154,25 @@ func TestEveryLoopInOneServer(t *testing.T) {
 		return delivered["with a callback"] == 1 && delivered["from a file"] == 1 && callbacks.Load() == 1 &&
 			alerts.Load() == 1 && status(ids[1]) == "error" && status(ids[2]) == "not_routed"
 	})
+
+	// The deliveries are signed with the target's key (Standard Webhooks).
+	var secret struct{ Keys []struct{ Secret string } }
+	a.call("GET", "/targets/sink/secret", nil, http.StatusOK, &secret)
+	if len(secret.Keys) != 1 {
+		t.Fatalf("the sink's keys: %+v", secret)
+	}
+	key, err := base64.StdEncoding.DecodeString(strings.TrimPrefix(secret.Keys[0].Secret, "whsec_"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	sent := signed["with a callback"]
+	mu.Unlock()
+	mac := hmac.New(sha256.New, key)
+	mac.Write([]byte(sent[0]))
+	if want := "v1," + base64.StdEncoding.EncodeToString(mac.Sum(nil)); sent[1] != want {
+		t.Fatalf("the delivery's signature %q, want %q over %q", sent[1], want, sent[0])
+	}
 
 	// The bulk runner redelivers what failed, once the receiver takes it.
 	refuse.Store(false)
