@@ -85,4 +85,3 @@ func (c *Console) revokeTokens(w http.ResponseWriter, r *http.Request, s *auth.S
 		return "Revoked the tokens named " + name + ".", nil
 	})
 }
-

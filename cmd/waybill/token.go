@@ -211,7 +211,6 @@ func tokenSpec(name, role, sources, targets, expires string) (auth.Spec, error) 
 	return spec, nil
 }
 
-
 // tokenScope is a token's scope in words.
 func tokenScope(t auth.Token) string {
 	switch {
