@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/waybill/waybill/internal/dbtest"
+	"github.com/waybill/waybill/internal/testpoll"
 	"github.com/waybill/waybill/schema"
 )
 
@@ -111,6 +112,9 @@ func TestLease(t *testing.T) {
 	regA, regB := prometheus.NewRegistry(), prometheus.NewRegistry()
 	a := schema.NewLease(db, schema.KeyRetention, "retention", log, regA)
 	b := schema.NewLease(db, schema.KeyRetention, "retention", log, regB)
+	// A lease holds a pooled connection: give it back before the pool
+	// closes, which waits for every connection, even after a failure.
+	t.Cleanup(func() { a.Release(); b.Release() })
 	// A second lease of another loop on the same registry shares its vector.
 	schema.NewLease(db, schema.KeyBulk, "bulk", log, regA)
 
@@ -152,11 +156,18 @@ func TestLease(t *testing.T) {
 	a.Release()
 	held(regA, 0)
 	take(b, true)
-	// A session that ends drops the lease; its holder finds that out.
+	// A session that ends drops the lease, once the server has seen it
+	// end; its holder finds that out.
 	if err := b.Conn().Conn().Close(ctx); err != nil {
 		t.Fatal(err)
 	}
-	take(a, true)
+	testpoll.Until(t, "the other process takes the lease of a session that ended", func() bool {
+		got, err := a.Take(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return got
+	})
 	take(b, false)
 	a.Release()
 }
