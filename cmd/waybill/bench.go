@@ -55,6 +55,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	fs.IntVar(&cfg.Backlog, "backlog", 0, "measure the drain of a backlog of this many deliveries instead")
 	fs.IntVar(&cfg.Concurrency, "concurrency", cfg.Concurrency, "with --backlog: the target's max_concurrent")
 	fs.IntVar(&cfg.Keys, "keys", 0, "with --backlog: make the target fifo and spread the messages over this many ordering keys")
+	fs.StringVar(&cfg.Signing, "signing", "", "the targets' signing scheme: hmac-sha256 (a new target's default), ed25519 or none")
 	fs.BoolVar(&cfg.Statements, "statements", false, "print the costliest statements of the measured run (pg_stat_statements; the embedded PostgreSQL only)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {

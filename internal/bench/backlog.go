@@ -82,8 +82,12 @@ func (r *backlogResult) print(w io.Writer) {
 	if r.cfg.Keys > 0 {
 		order = fmt.Sprintf("fifo over %d ordering keys", r.cfg.Keys)
 	}
-	fmt.Fprintf(w, "backlog of %d deliveries to one http target (max_concurrent %d, %s), ingested through REST by %d clients with the target disabled\n",
-		r.cfg.Backlog, r.cfg.Concurrency, order, r.cfg.Clients)
+	signing := r.cfg.Signing
+	if signing == "" {
+		signing = "hmac-sha256"
+	}
+	fmt.Fprintf(w, "backlog of %d deliveries to one http target (max_concurrent %d, %s, signing %s), ingested through REST by %d clients with the target disabled\n",
+		r.cfg.Backlog, r.cfg.Concurrency, order, signing, r.cfg.Clients)
 	fmt.Fprintf(w, "  ingest: %.2fs, %.0f messages/s\n", r.ingest.Seconds(), n/r.ingest.Seconds())
 	fmt.Fprintf(w, "  drain:  %.2fs, %.0f deliveries/s\n", r.drain.Seconds(), n/r.drain.Seconds())
 	fmt.Fprintf(w, "  CPU per delivery during the drain: server %.3f ms", 1000*r.serverCPU/n)
@@ -220,6 +224,9 @@ func backlog(ctx context.Context, cfg Config, log *slog.Logger, stderr io.Writer
 		"max_concurrent": cfg.Concurrency, "config": map[string]any{"url": sinkServer.URL}}
 	if cfg.Keys > 0 {
 		target["ordering"] = map[string]any{"mode": "fifo"}
+	}
+	if cfg.Signing != "" {
+		target["signing"] = map[string]any{"scheme": cfg.Signing}
 	}
 	if _, err := c.post("/targets", target); err != nil {
 		return nil, fmt.Errorf("create the target: %w", err)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os/exec"
+	"slices"
 	"strings"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -32,6 +33,9 @@ type Config struct {
 	// messages over that many ordering keys, in turn: each key's lane
 	// drains one delivery at a time.
 	Keys int
+	// Signing is the targets' signing scheme; empty is the default a new
+	// target gets (hmac-sha256).
+	Signing string
 	// DatabaseURL is the PostgreSQL the bench writes to; when empty it
 	// starts its own in a temporary directory.
 	DatabaseURL string
@@ -89,6 +93,9 @@ func (c Config) Validate() error {
 		if f.value < 0 {
 			errs = append(errs, fmt.Sprintf("--%s must not be negative, not %g", f.flag, f.value))
 		}
+	}
+	if c.Signing != "" && !slices.Contains([]string{"hmac-sha256", "ed25519", "none"}, c.Signing) {
+		errs = append(errs, fmt.Sprintf("--signing must be hmac-sha256, ed25519 or none, not %q", c.Signing))
 	}
 	if c.Serve == nil || c.ServeCommand == nil || c.OpenDB == nil {
 		errs = append(errs, "Serve, ServeCommand and OpenDB must be set")

@@ -140,8 +140,12 @@ func throughput(ctx context.Context, cfg Config, log *slog.Logger) (*throughputR
 		return nil, err
 	}
 	for _, name := range []string{"sink-a", "sink-b"} {
-		if _, err := c.post("/targets", map[string]any{"name": name, "kind": "http", "enabled": true,
-			"max_concurrent": 80, "config": map[string]any{"url": sinkServer.URL}}); err != nil {
+		target := map[string]any{"name": name, "kind": "http", "enabled": true,
+			"max_concurrent": 80, "config": map[string]any{"url": sinkServer.URL}}
+		if cfg.Signing != "" {
+			target["signing"] = map[string]any{"scheme": cfg.Signing}
+		}
+		if _, err := c.post("/targets", target); err != nil {
 			return nil, fmt.Errorf("create target %s: %w", name, err)
 		}
 		if _, err := c.post("/routes", map[string]any{"source": "bench", "from": "*", "to": "*", "target": name}); err != nil {
