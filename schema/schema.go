@@ -2,6 +2,8 @@ package schema
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 
@@ -38,9 +40,16 @@ func (e *VersionError) Error() string {
 	return fmt.Sprintf("the journal is schema version %d and this build uses %d: this build cannot read it; run the build that wrote it", e.Stored, e.Code)
 }
 
+// versionDDL holds the parts' versions and the digest of the DDL that
+// last ran whole (ddlDigest): a database whose digest is this build's
+// needs no DDL, which Ensure then skips.
 const versionDDL = `CREATE TABLE IF NOT EXISTS schema_version (
 	part    text PRIMARY KEY,
 	version int  NOT NULL
+);
+CREATE TABLE IF NOT EXISTS schema_digest (
+	singleton bool PRIMARY KEY DEFAULT true CHECK (singleton),
+	digest    text NOT NULL
 )`
 
 // journalDDL creates the journal. Its payload is json, the text as
@@ -403,9 +412,30 @@ CREATE INDEX IF NOT EXISTS callbacks_due ON callbacks ((coalesce(next_due, lease
 	WHERE ` + lifecycle.CallbackCatchUpRule.StatesSQL("") + `;
 `
 
+// ddlDigest names this build's DDL and versions.
+var ddlDigest = func() string {
+	h := sha256.New()
+	for _, ddl := range []string{versionDDL, journalDDL, alertsDDL, tokensDDL, sessionsDDL, sourcesDDL, keysDDL,
+		projectionTablesDDL, projectionIndexesDDL} {
+		h.Write([]byte(ddl))
+		h.Write([]byte{0})
+	}
+	fmt.Fprintf(h, "%d %d", JournalVersion, ProjectionVersion)
+	return hex.EncodeToString(h.Sum(nil))
+}()
+
 // Ensure creates whatever is missing and checks that the stored versions are
 // this code's. It changes nothing else, so it is safe at every start.
+//
+// A database that this build's DDL ran on whole, and that no reset has
+// touched since, is left alone: the DDL would take table locks (an index
+// made if not there, a trigger replaced) that wait for every transaction
+// writing the table and hold up every one that comes after, so a server's
+// start or an audit beside running servers would stall their writes.
 func Ensure(ctx context.Context, db *pgxpool.Pool) error {
+	if upToDate(ctx, db) {
+		return nil
+	}
 	err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, int64(KeyEnsure)); err != nil {
 			return err
@@ -443,12 +473,29 @@ func Ensure(ctx context.Context, db *pgxpool.Pool) error {
 		if _, err := tx.Exec(ctx, projectionIndexesDDL); err != nil {
 			return fmt.Errorf("create projection indexes: %w", err)
 		}
+		if _, err := tx.Exec(ctx, `INSERT INTO schema_digest (digest) VALUES ($1)
+			ON CONFLICT (singleton) DO UPDATE SET digest = excluded.digest`, ddlDigest); err != nil {
+			return fmt.Errorf("record schema digest: %w", err)
+		}
 		return nil
 	})
 	if err != nil {
 		return fmt.Errorf("ensure schema: %w", err)
 	}
 	return nil
+}
+
+// upToDate says whether this build's DDL ran whole on the database and
+// both parts are of this build's versions, reading only: any doubt (a
+// table missing, a part reset) says no.
+func upToDate(ctx context.Context, db *pgxpool.Pool) bool {
+	var digest string
+	var journal, projections int
+	err := db.QueryRow(ctx, `SELECT d.digest,
+			(SELECT version FROM schema_version WHERE part = $1),
+			(SELECT version FROM schema_version WHERE part = $2)
+		FROM schema_digest d`, PartJournal, PartProjections).Scan(&digest, &journal, &projections)
+	return err == nil && digest == ddlDigest && journal == JournalVersion && projections == ProjectionVersion
 }
 
 func checkVersion(ctx context.Context, tx pgx.Tx, part string, code int) error {
@@ -483,7 +530,8 @@ func RecreateProjections(ctx context.Context, db *pgxpool.Pool, load func(pgx.Tx
 			return err
 		}
 		if _, err := tx.Exec(ctx, `DROP TABLE IF EXISTS messages, deliveries, delivery_counts, message_counts, message_hour_counts, lanes, callbacks, correlations, operations;
-			DELETE FROM schema_version WHERE part = 'projections'`); err != nil {
+			DELETE FROM schema_version WHERE part = 'projections';
+			DELETE FROM schema_digest`); err != nil {
 			return fmt.Errorf("drop projection tables: %w", err)
 		}
 		if _, err := tx.Exec(ctx, projectionTablesDDL); err != nil {
@@ -509,7 +557,8 @@ func RecreateProjections(ctx context.Context, db *pgxpool.Pool, load func(pgx.Tx
 func ResetProjections(ctx context.Context, db *pgxpool.Pool) error {
 	_, err := db.Exec(ctx, `DROP TABLE IF EXISTS messages, deliveries, delivery_counts, message_counts, message_hour_counts, lanes, callbacks, correlations, operations;
 		`+versionDDL+`;
-		DELETE FROM schema_version WHERE part = 'projections'`)
+		DELETE FROM schema_version WHERE part = 'projections';
+		DELETE FROM schema_digest`)
 	if err != nil {
 		return fmt.Errorf("reset projections: %w", err)
 	}

@@ -1,10 +1,12 @@
 package schema_test
 
 import (
+	"context"
 	"errors"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -41,6 +43,52 @@ func TestEnsureIsIdempotentAndChecksVersions(t *testing.T) {
 	}
 	if err := schema.Ensure(ctx, db); err != nil {
 		t.Fatalf("Ensure after the reset: %v", err)
+	}
+}
+
+// TestEnsureOnACurrentSchemaWaitsForNoWriter: with this build's schema in
+// place, Ensure (a server's start, an audit beside running servers) takes
+// no table lock, so a transaction that writes the journal and the
+// projections, held open, does not make it wait, nor it them. After a
+// reset it runs the DDL again.
+func TestEnsureOnACurrentSchemaWaitsForNoWriter(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	db, err := pgxpool.New(ctx, dbtest.URL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if err := schema.Ensure(ctx, db); err != nil {
+		t.Fatal(err)
+	}
+	writer, err := db.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer writer.Rollback(ctx)
+	if _, err := writer.Exec(ctx, `LOCK TABLE journal, messages, deliveries, api_tokens, target_keys IN ROW EXCLUSIVE MODE`); err != nil {
+		t.Fatal(err)
+	}
+	// The writer stays open until the end: an Ensure that waited for it
+	// would wait until this deadline, not merely be slow.
+	waiting, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	if err := schema.Ensure(waiting, db); err != nil {
+		t.Fatalf("Ensure beside a writer: %v", err)
+	}
+	if err := writer.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := schema.ResetProjections(ctx, db); err != nil {
+		t.Fatal(err)
+	}
+	if err := schema.Ensure(ctx, db); err != nil {
+		t.Fatal(err)
+	}
+	var n int
+	if err := db.QueryRow(ctx, `SELECT count(*) FROM pg_class WHERE relname IN ('messages', 'deliveries') AND relkind = 'r'`).Scan(&n); err != nil || n != 2 {
+		t.Fatalf("after a reset Ensure made %d of the 2 tables: %v", n, err)
 	}
 }
 
