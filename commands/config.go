@@ -24,6 +24,7 @@ type configState struct {
 	sources  map[string]lifecycle.Source
 	settings lifecycle.Settings
 	loaded   time.Time
+	own      ownKeys
 }
 
 // config returns the configuration dispatch decides with: cached, reloaded
@@ -167,7 +168,7 @@ func (w *Writer) changeConfig(ctx context.Context, actor string,
 		}
 		now := w.now()
 		payloads, writes, err := decide(c, now)
-		if err != nil {
+		if err != nil || len(payloads) == 0 {
 			return err
 		}
 		b := &pgx.Batch{}
@@ -319,6 +320,7 @@ func (w *Writer) DeleteTarget(ctx context.Context, name, actor string) error {
 			}
 		}
 		return []journal.Payload{&journal.TargetDeleted{Name: name}}, func(b *pgx.Batch) {
+			targets.QueueDeleteKeys(b, name)
 			b.Queue(`DELETE FROM targets WHERE name = $1`, name)
 		}, nil
 	})
