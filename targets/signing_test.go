@@ -215,3 +215,42 @@ func TestWebhookHeadersAreReserved(t *testing.T) {
 		}
 	}
 }
+
+// TestVerify: Verify takes what SignHeaders signs, with either scheme, and
+// refuses another key, a changed body, a timestamp six minutes off and a
+// key whose end has come.
+func TestVerify(t *testing.T) {
+	body := []byte(`{"order":42}`)
+	for _, scheme := range []string{SchemeHMAC, SchemeEd25519} {
+		k, err := NewKey(scheme, "", clockTime)
+		if err != nil {
+			t.Fatal(err)
+		}
+		other, _ := NewKey(scheme, "", clockTime)
+		h := http.Header{}
+		SignHeaders(h, []Key{k}, "msg_1", clockTime, body)
+		if err := Verify(h, body, k, clockTime); err != nil {
+			t.Fatalf("%s: %v", scheme, err)
+		}
+		for name, err := range map[string]error{
+			"another key":          Verify(h, body, other, clockTime),
+			"a changed body":       Verify(h, []byte(`{"order":43}`), k, clockTime),
+			"six minutes later":    Verify(h, body, k, clockTime.Add(6*time.Minute)),
+			"six minutes before":   Verify(h, body, k, clockTime.Add(-6*time.Minute)),
+			"no signature headers": Verify(http.Header{}, body, k, clockTime),
+		} {
+			if err == nil {
+				t.Errorf("%s: %s verifies", scheme, name)
+			}
+		}
+		k.ExpiresAt = clockTime
+		h = http.Header{}
+		SignHeaders(h, []Key{k, other}, "msg_1", clockTime, body)
+		if Verify(h, body, k, clockTime) == nil || Verify(h, body, other, clockTime) != nil {
+			t.Errorf("%s: a key at its end still signs: %v", scheme, h)
+		}
+	}
+	if !slices.Equal(lifecycle.SigningSchemes, []string{SchemeHMAC, SchemeEd25519, SchemeNone}) {
+		t.Errorf("the schemes %v", lifecycle.SigningSchemes)
+	}
+}
