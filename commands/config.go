@@ -155,7 +155,8 @@ func (w *Writer) CachedSettings(ctx context.Context) (lifecycle.Settings, error)
 
 // changeConfig runs one configuration command: decide looks at the current
 // configuration and returns the events and the table writes, and all are
-// written in one transaction as the next versions of the config stream.
+// written in one transaction as the next versions of the config stream; no
+// events, nothing to do.
 func (w *Writer) changeConfig(ctx context.Context, actor string,
 	decide func(c *configState, now time.Time) ([]journal.Payload, func(b *pgx.Batch), error)) error {
 	if err := journal.CheckActor(actor); err != nil {

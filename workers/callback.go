@@ -122,7 +122,8 @@ func (s *CallbackStore) Release(ctx context.Context, job Job[CallbackWork], star
 
 const callbackReleased = "released"
 
-// callbackDeliverer makes the calls: a POST of the body, whose answer
+// callbackDeliverer makes the calls: a POST of the body, signed with the
+// callbacks' keys (targets.SignHeaders), whose answer
 // counts as a target's does (targets.HTTPOutcome), under a retry policy of
 // its own: exponential from 10 s up to an hour, at most
 // callback_max_attempts calls. A sender chose the URL, so each call is
