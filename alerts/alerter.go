@@ -18,6 +18,7 @@ import (
 	"github.com/waybill/waybill/journal"
 	"github.com/waybill/waybill/projection"
 	"github.com/waybill/waybill/service"
+	"github.com/waybill/waybill/targets"
 )
 
 // AlerterGroup is the alerter's consumer group in the feed.
@@ -32,6 +33,11 @@ type Config struct {
 	// WebhookURL, when set, receives by POST every alert raised while it is
 	// set. Alerts raised without it are never posted.
 	WebhookURL string
+	// WebhookKeys, when set, gives the keys that sign the webhook's
+	// requests now (commands.Writer.OwnKeys of lifecycle.KeyOwnerAlerts;
+	// none when alerts.signing.scheme is none). Start asks for them once,
+	// so that the key is made at a server's start.
+	WebhookKeys func(context.Context) ([]targets.Key, error)
 	// SendBackoff is the wait after a failed send; it doubles with every
 	// further failure, up to a minute. Default 1 s.
 	SendBackoff time.Duration
@@ -49,6 +55,7 @@ type Alerter struct {
 	db      *pgxpool.Pool
 	nc      *nats.Conn
 	webhook string
+	keys    func(context.Context) ([]targets.Key, error)
 	http    *http.Client
 	backoff time.Duration
 	metrics prometheus.Registerer
@@ -77,7 +84,7 @@ func New(cfg Config) (*Alerter, error) {
 		return nil, errors.New("alerts: Config.DB and Config.NATS are required")
 	}
 	base := cfg.Base.WithDefaults()
-	a := &Alerter{db: cfg.DB, nc: cfg.NATS, webhook: cfg.WebhookURL, http: &http.Client{Timeout: sendTimeout},
+	a := &Alerter{db: cfg.DB, nc: cfg.NATS, webhook: cfg.WebhookURL, keys: cfg.WebhookKeys, http: &http.Client{Timeout: sendTimeout},
 		backoff: cfg.SendBackoff, metrics: cfg.Metrics, now: base.Now, log: base.Logger.With("component", "alerter"),
 		states: map[string]*projection.Message{}}
 	if a.backoff <= 0 {
@@ -120,6 +127,11 @@ func (a *Alerter) Start(ctx context.Context) error {
 		return errors.New("alerts: the alerter was started already")
 	}
 	a.started = true
+	if a.webhook != "" && a.keys != nil {
+		if _, err := a.keys(ctx); err != nil {
+			return fmt.Errorf("alerts: the webhook's signing keys: %w", err)
+		}
+	}
 	if a.metrics != nil {
 		if err := a.register(); err != nil {
 			return err

@@ -60,6 +60,9 @@ type webhook struct {
 	// answered 200, with their bodies.
 	keys     []string
 	accepted map[string]alerts.Alert
+	// headers are every request's, for their signatures, with bodies.
+	headers []http.Header
+	bodies  [][]byte
 	// fail makes the next requests answer 503 while it is above 0.
 	fail int
 	// taken, when set, is called with the key of each request answered
@@ -75,6 +78,8 @@ func newWebhook(t *testing.T) *webhook {
 		defer h.mu.Unlock()
 		key := r.Header.Get("Idempotency-Key")
 		h.keys = append(h.keys, key)
+		h.headers = append(h.headers, r.Header.Clone())
+		h.bodies = append(h.bodies, body)
 		if h.fail > 0 {
 			h.fail--
 			w.WriteHeader(http.StatusServiceUnavailable)

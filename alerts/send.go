@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/waybill/waybill/schema"
+	"github.com/waybill/waybill/targets"
 )
 
 const (
@@ -179,14 +180,22 @@ func (a *Alerter) sendOne(ctx context.Context, conn *pgxpool.Conn, ch *channel, 
 	return nil
 }
 
-// post sends an alert to the webhook: a 2xx answer takes it.
+// post sends an alert to the webhook, signed by Standard Webhooks with
+// the alert's id as the webhook-id: a 2xx answer takes it.
 func (a *Alerter) post(ctx context.Context, p pending) error {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, a.webhook, bytes.NewReader(p.body))
 	if err != nil {
 		return err
 	}
+	var keys []targets.Key
+	if a.keys != nil {
+		if keys, err = a.keys(ctx); err != nil {
+			return fmt.Errorf("the webhook's signing keys: %w", err)
+		}
+	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Idempotency-Key", p.id)
+	targets.SignHeaders(req.Header, keys, p.id, a.now(), p.body)
 	resp, err := a.http.Do(req)
 	if err != nil {
 		return err

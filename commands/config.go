@@ -24,6 +24,7 @@ type configState struct {
 	sources  map[string]lifecycle.Source
 	settings lifecycle.Settings
 	loaded   time.Time
+	own      ownKeys
 }
 
 // config returns the configuration dispatch decides with: cached, reloaded
@@ -154,7 +155,8 @@ func (w *Writer) CachedSettings(ctx context.Context) (lifecycle.Settings, error)
 
 // changeConfig runs one configuration command: decide looks at the current
 // configuration and returns the events and the table writes, and all are
-// written in one transaction as the next versions of the config stream.
+// written in one transaction as the next versions of the config stream; no
+// events, nothing to do.
 func (w *Writer) changeConfig(ctx context.Context, actor string,
 	decide func(c *configState, now time.Time) ([]journal.Payload, func(b *pgx.Batch), error)) error {
 	if err := journal.CheckActor(actor); err != nil {
@@ -167,7 +169,7 @@ func (w *Writer) changeConfig(ctx context.Context, actor string,
 		}
 		now := w.now()
 		payloads, writes, err := decide(c, now)
-		if err != nil {
+		if err != nil || len(payloads) == 0 {
 			return err
 		}
 		b := &pgx.Batch{}
@@ -319,6 +321,7 @@ func (w *Writer) DeleteTarget(ctx context.Context, name, actor string) error {
 			}
 		}
 		return []journal.Payload{&journal.TargetDeleted{Name: name}}, func(b *pgx.Batch) {
+			targets.QueueDeleteKeys(b, name)
 			b.Queue(`DELETE FROM targets WHERE name = $1`, name)
 		}, nil
 	})

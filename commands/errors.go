@@ -16,6 +16,9 @@ var (
 	// ErrNoSecrets: the Writer was made without a secrets key, which
 	// sealing and opening a target's signing keys need.
 	ErrNoSecrets = errors.New("no secrets key: signing keys can be neither sealed nor opened")
+	// ErrTooManyKeys: a rotation would have more than targets.MaxLiveKeys
+	// keys of one owner sign at once.
+	ErrTooManyKeys = errors.New("too many signing keys")
 	// ErrInvalid: the input failed validation; the error joins a
 	// *lifecycle.FieldError per problem.
 	ErrInvalid = errors.New("invalid input")

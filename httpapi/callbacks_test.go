@@ -109,7 +109,7 @@ func TestCallbackSettings(t *testing.T) {
 	b := setup(t)
 	var got lifecycle.Settings
 	r := b.as(t, readerToken, http.MethodGet, "/settings", nil).want(t, http.StatusOK, &got)
-	if !strings.Contains(string(r.body), `"callbacks":{"allowed_networks":[],"allowed_hosts":[]}`) {
+	if !strings.Contains(string(r.body), `"callbacks":{"allowed_networks":[],"allowed_hosts":[],"signing":{"scheme":"hmac-sha256"}}`) {
 		t.Errorf("defaults %s", r.body)
 	}
 	before := b.counts(t)

@@ -16,6 +16,7 @@ import (
 	"github.com/waybill/waybill/auth"
 	"github.com/waybill/waybill/commands"
 	"github.com/waybill/waybill/lifecycle"
+	"github.com/waybill/waybill/targets"
 )
 
 // The codes of the error envelope.
@@ -28,6 +29,7 @@ const (
 	CodeMethodNotAllowed     = "METHOD_NOT_ALLOWED"
 	CodeAlreadyExists        = "ALREADY_EXISTS"
 	CodeTargetInUse          = "TARGET_IN_USE"
+	CodeTooManyKeys          = "TOO_MANY_KEYS"
 	CodeNotRedispatchable    = "NOT_REDISPATCHABLE"
 	CodeNotRedeliverable     = "NOT_REDELIVERABLE"
 	CodeNotSkippable         = "NOT_SKIPPABLE"
@@ -78,7 +80,8 @@ type ErrorDetails struct {
 	// Allowed lists what would have been accepted: statuses, stages,
 	// states, media types or methods.
 	Allowed []string `json:"allowed,omitempty"`
-	// Limit is the body limit in bytes (PAYLOAD_TOO_LARGE).
+	// Limit is the body limit in bytes (PAYLOAD_TOO_LARGE), or the keys
+	// that may sign at once (TOO_MANY_KEYS).
 	Limit int64 `json:"limit,omitempty"`
 	// Reason says why a message cannot be sent again (NOT_RESENDABLE), or
 	// why a token may not make the request (FORBIDDEN: its scope, or the
@@ -265,6 +268,8 @@ func failureOf(err error) failure {
 		return f(http.StatusConflict, CodeLastAdminToken, ErrorDetails{})
 	case errors.Is(err, commands.ErrTargetInUse):
 		return f(http.StatusConflict, CodeTargetInUse, ErrorDetails{})
+	case errors.Is(err, commands.ErrTooManyKeys):
+		return f(http.StatusConflict, CodeTooManyKeys, ErrorDetails{Limit: targets.MaxLiveKeys})
 	case errors.Is(err, errNotStored) || unavailable(err):
 		// The cause is ours and may name internals: the log has it.
 		return failure{status: http.StatusServiceUnavailable, body: ErrorBody{Code: CodeUnavailable,

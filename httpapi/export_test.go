@@ -41,5 +41,5 @@ func DecodeStrict(data []byte, v any) error { return decodeStrict(data, v) }
 
 // Codes are the error codes.
 var Codes = []string{CodeCorrelationConsumed, CodeIdempotencyConflict, CodeInvalidField, CodeInvalidStatus, CodeUnauthorized, CodeForbidden, CodeNotFound,
-	CodeMethodNotAllowed, CodeAlreadyExists, CodeTargetInUse, CodeNotRedispatchable, CodeNotRedeliverable, CodeNotSkippable, CodeNotResendable, CodePreconditionFailed,
+	CodeMethodNotAllowed, CodeAlreadyExists, CodeTargetInUse, CodeTooManyKeys, CodeNotRedispatchable, CodeNotRedeliverable, CodeNotSkippable, CodeNotResendable, CodePreconditionFailed,
 	CodeReceiptRefused, CodePayloadExpunged, CodeNotCancellable, CodeConflict, CodePayloadTooLarge, CodeUnsupportedMediaType, CodeUnavailable, CodeLastAdminToken, CodeInternal}

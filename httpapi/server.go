@@ -199,13 +199,14 @@ func (s *Server) unmatched(r *http.Request) error {
 }
 
 // permission is what a request on the route needs: administering for the
-// tokens, which a reader may not even list, and for a target's signing
-// keys, which a reader may not see, reading for any other GET,
+// tokens, which a reader may not even list, and for the signing keys (a
+// target's, the callbacks', the alert webhook's), which a reader may not
+// see, reading for any other GET,
 // ingesting to post a message, confirming to post a receipt (by delivery
 // or by receiver's id), administering for everything else.
 func permission(method, pattern string) auth.Permission {
 	switch {
-	case strings.HasPrefix(pattern, method+" "+Prefix+"/tokens"), pattern == "GET "+Prefix+"/targets/{name}/secret":
+	case strings.HasPrefix(pattern, method+" "+Prefix+"/tokens"), strings.HasSuffix(pattern, "/secret"):
 		return auth.Administer
 	case method == http.MethodGet || method == http.MethodHead:
 		return auth.Read

@@ -52,6 +52,11 @@ var routes = []route{
 	{http.MethodDelete, "/targets/{name}", (*Server).deleteTarget, nil, nil, http.StatusNoContent},
 	{http.MethodGet, "/targets/{name}/lanes", (*Server).listLanes, nil, LaneList{}, http.StatusOK},
 	{http.MethodGet, "/targets/{name}/secret", (*Server).getTargetSecret, nil, TargetSecret{}, http.StatusOK},
+	{http.MethodPost, "/targets/{name}/secret/rotate", (*Server).rotateTargetSecret, RotateRequest{}, TargetSecret{}, http.StatusOK},
+	{http.MethodGet, "/callbacks/secret", ownSecret("callbacks"), nil, OwnSecret{}, http.StatusOK},
+	{http.MethodPost, "/callbacks/secret/rotate", rotateOwnSecret("callbacks"), RotateRequest{}, OwnSecret{}, http.StatusOK},
+	{http.MethodGet, "/alerts/secret", ownSecret("alerts"), nil, OwnSecret{}, http.StatusOK},
+	{http.MethodPost, "/alerts/secret/rotate", rotateOwnSecret("alerts"), RotateRequest{}, OwnSecret{}, http.StatusOK},
 
 	{http.MethodGet, "/sources", (*Server).listSources, nil, SourceList{}, http.StatusOK},
 	{http.MethodPost, "/sources", (*Server).createSource, SourceRequest{}, Source{}, http.StatusCreated},

@@ -4,12 +4,10 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
-	"time"
 
 	"github.com/waybill/waybill/commands"
 	"github.com/waybill/waybill/lifecycle"
 	"github.com/waybill/waybill/redact"
-	"github.com/waybill/waybill/targets"
 )
 
 func (s *Server) listTargets(w http.ResponseWriter, r *http.Request) error {
@@ -128,59 +126,5 @@ func (s *Server) deleteTarget(w http.ResponseWriter, r *http.Request) error {
 	s.configChanged()
 	s.log.Info("target deleted", "target", name, "operator", identity(r).Name)
 	w.WriteHeader(http.StatusNoContent)
-	return nil
-}
-
-// TargetSecret is the body of GET /targets/{name}/secret: the target's
-// signing scheme and the keys that sign now, oldest first; none for a
-// target that does not sign.
-type TargetSecret struct {
-	Target string      `json:"target"`
-	Scheme string      `json:"scheme"`
-	Keys   []SecretKey `json:"keys"`
-}
-
-// SecretKey is one signing key as an admin sees it.
-type SecretKey struct {
-	ID        string    `json:"id"`
-	Scheme    string    `json:"scheme"`
-	CreatedAt time.Time `json:"created_at"`
-	// Secret is the key to verify with for hmac-sha256 (whsec_…), the key
-	// to sign with for ed25519 (whsk_…).
-	Secret string `json:"secret"`
-	// PublicKey is an ed25519 key's public key (whpk_…), the one a
-	// receiver verifies with.
-	PublicKey   string `json:"public_key,omitempty"`
-	Fingerprint string `json:"fingerprint"`
-}
-
-// getTargetSecret shows a target's signing keys, to an admin only
-// (permission).
-func (s *Server) getTargetSecret(w http.ResponseWriter, r *http.Request) error {
-	name, err := targetName(r)
-	if err != nil {
-		return err
-	}
-	all, err := s.cfg.Writer.Targets(r.Context())
-	if err != nil {
-		return err
-	}
-	i := slices.IndexFunc(all, func(t lifecycle.Target) bool { return t.Name == name })
-	if i < 0 {
-		return fmt.Errorf("target %s: %w", name, commands.ErrNotFound)
-	}
-	out := TargetSecret{Target: name, Scheme: targets.SchemeNone, Keys: []SecretKey{}}
-	if t := all[i]; targets.Signs(t) {
-		out.Scheme = t.Signing.Scheme
-		keys, err := s.cfg.Writer.TargetKeys(r.Context(), name)
-		if err != nil {
-			return err
-		}
-		for _, k := range keys {
-			out.Keys = append(out.Keys, SecretKey{ID: k.ID, Scheme: k.Scheme, CreatedAt: k.CreatedAt,
-				Secret: k.SecretText(), PublicKey: k.PublicText(), Fingerprint: k.Fingerprint()})
-		}
-	}
-	writeJSON(w, http.StatusOK, out)
 	return nil
 }

@@ -19,6 +19,8 @@ type CallbackSettings struct {
 	// some: host names, IP addresses, or *.example.com for every name
 	// under example.com. Default none: any host.
 	AllowedHosts []string `json:"allowed_hosts"`
+	// Signing is how the callbacks are signed.
+	Signing SigningSettings `json:"signing"`
 }
 
 // MaxCallbackListLength bounds each list of CallbackSettings.
@@ -65,7 +67,7 @@ func (c CallbackSettings) Validate() error {
 				Problem: fmt.Sprintf("%q is not a host name, an IP address or a pattern such as *.example.com", h)})
 		}
 	}
-	return errors.Join(errs...)
+	return errors.Join(append(errs, c.Signing.validate("callbacks.signing"))...)
 }
 
 // isHostPattern accepts an IP address, a host name (labels of letters,

@@ -223,8 +223,11 @@ type Settings struct {
 	Retention Retention `json:"retention"`
 	// Operations pace the bulk operations.
 	Operations OperationSettings `json:"operations"`
-	// Callbacks bound where the messages' outcome callbacks may go.
+	// Callbacks bound where the messages' outcome callbacks may go, and
+	// sign them.
 	Callbacks CallbackSettings `json:"callbacks"`
+	// Alerts sign the alert webhook's requests.
+	Alerts AlertSettings `json:"alerts"`
 	// Console bounds the console's live histories.
 	Console ConsoleSettings `json:"console"`
 }
@@ -293,6 +296,8 @@ func (s Settings) WithDefaults() Settings {
 	if s.Callbacks.AllowedHosts == nil {
 		s.Callbacks.AllowedHosts = []string{}
 	}
+	s.Callbacks.Signing = s.Callbacks.Signing.withDefaults()
+	s.Alerts.Signing = s.Alerts.Signing.withDefaults()
 	if s.Console.MaxStreams == 0 {
 		s.Console.MaxStreams = DefaultMaxStreams
 	}
@@ -326,7 +331,8 @@ func (s Settings) Validate() error {
 		errs = append(errs, &FieldError{Field: "console.max_streams_per_session",
 			Problem: fmt.Sprintf("must be from 1 to %d live histories, got %d", MaxMaxStreamsPerSession, n)})
 	}
-	return errors.Join(append(errs, s.Retention.Validate(), s.Callbacks.Validate())...)
+	return errors.Join(append(errs, s.Retention.Validate(), s.Callbacks.Validate(),
+		s.Alerts.Signing.validate("alerts.signing"))...)
 }
 
 // FieldError says which input field is wrong and what is allowed.

@@ -328,3 +328,54 @@ func TestAfterConnectSendsUUIDsAsTheyAre(t *testing.T) {
 		t.Errorf("read back %v and %q, sent %s", back, text, id)
 	}
 }
+
+// TestEnsureOpensTheKeysToEveryOwner: a database whose target_keys was
+// made when only targets had keys (with a reference to targets) loses the
+// reference and keeps its keys, so Waybill's own keys can be stored
+// beside them; the journal's version stays.
+func TestEnsureOpensTheKeysToEveryOwner(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	db, err := pgxpool.New(ctx, dbtest.URL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if _, err := db.Exec(ctx, `
+		CREATE TABLE targets (name text PRIMARY KEY, spec jsonb NOT NULL, created_at timestamptz NOT NULL, updated_at timestamptz NOT NULL);
+		CREATE TABLE target_keys (
+			target      text        NOT NULL REFERENCES targets (name) ON DELETE CASCADE,
+			key_id      text        NOT NULL,
+			scheme      text        NOT NULL,
+			secret      bytea       NOT NULL,
+			public      bytea,
+			fingerprint text        NOT NULL,
+			created_at  timestamptz NOT NULL,
+			expires_at  timestamptz,
+			PRIMARY KEY (target, key_id));
+		INSERT INTO targets VALUES ('web', '{}', now(), now());
+		INSERT INTO target_keys VALUES ('web', 'key_1', 'hmac-sha256', '\x00', NULL, 'sha256:00', now(), NULL);`); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if err := schema.Ensure(ctx, db); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var references, kept int
+	if err := db.QueryRow(ctx, `SELECT
+		(SELECT count(*) FROM pg_constraint WHERE conrelid = 'target_keys'::regclass AND contype = 'f'),
+		(SELECT count(*) FROM target_keys WHERE target = 'web' AND key_id = 'key_1')`).Scan(&references, &kept); err != nil {
+		t.Fatal(err)
+	}
+	if references != 0 || kept != 1 {
+		t.Fatalf("%d references left, %d of the stored key kept", references, kept)
+	}
+	if _, err := db.Exec(ctx, `INSERT INTO target_keys VALUES ('@callbacks', 'key_2', 'hmac-sha256', '\x00', NULL, 'sha256:01', now(), NULL)`); err != nil {
+		t.Fatalf("a reserved owner's key: %v", err)
+	}
+	var version int
+	if err := db.QueryRow(ctx, `SELECT version FROM schema_version WHERE part = 'journal'`).Scan(&version); err != nil || version != schema.JournalVersion {
+		t.Fatalf("journal version %d: %v", version, err)
+	}
+}

@@ -177,16 +177,8 @@ func (h *httpTarget) Deliver(ctx context.Context, a Attempt) lifecycle.Outcome {
 	// The delivery id is stable across attempts and redeliveries, so a
 	// receiver that keeps the keys it saw drops every repeat.
 	req.Header.Set("Idempotency-Key", a.DeliveryID.String())
-	if len(h.keys) > 0 {
-		// Standard Webhooks: the delivery id is the webhook's id, and the
-		// signature covers it, the attempt's time and the body as sent.
-		id, at := a.DeliveryID.String(), h.now()
-		req.Header.Set(HeaderWebhookID, id)
-		req.Header.Set(HeaderWebhookTimestamp, strconv.FormatInt(at.Unix(), 10))
-		if sig := Sign(h.keys, id, at, a.Payload); sig != "" {
-			req.Header.Set(HeaderWebhookSignature, sig)
-		}
-	}
+	// Standard Webhooks: the delivery id is the webhook's id.
+	SignHeaders(req.Header, h.keys, a.DeliveryID.String(), h.now(), a.Payload)
 
 	resp, err := h.client.Do(req)
 	if err != nil {

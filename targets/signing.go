@@ -7,7 +7,9 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
+	"errors"
 	"fmt"
+	"net/http"
 	"slices"
 	"strconv"
 	"strings"
@@ -25,7 +27,7 @@ const (
 	SchemeNone    = "none"
 )
 
-var schemes = []string{SchemeHMAC, SchemeEd25519, SchemeNone}
+var schemes = lifecycle.SigningSchemes
 
 // The prefixes of the keys' text forms, the specification's.
 const (
@@ -169,6 +171,22 @@ func (k Key) Fingerprint() string {
 // live reports whether the key signs at t.
 func (k Key) live(t time.Time) bool { return k.ExpiresAt.IsZero() || t.Before(k.ExpiresAt) }
 
+// SignHeaders sets the Standard Webhooks headers of a request whose body
+// is body, signed with keys (none: it sets nothing): webhook-id, id;
+// webhook-timestamp, at; webhook-signature, Sign's, when a key is live at
+// at. Every request Waybill signs is signed by it: a target's attempts,
+// the outcome callbacks, the alert webhook.
+func SignHeaders(h http.Header, keys []Key, id string, at time.Time, body []byte) {
+	if len(keys) == 0 {
+		return
+	}
+	h.Set(HeaderWebhookID, id)
+	h.Set(HeaderWebhookTimestamp, strconv.FormatInt(at.Unix(), 10))
+	if sig := Sign(keys, id, at, body); sig != "" {
+		h.Set(HeaderWebhookSignature, sig)
+	}
+}
+
 // Sign returns the webhook-signature header of the content id, timestamp
 // and body under the keys live at the timestamp: one signature per key,
 // space-separated, v1 for HMAC-SHA256 and v1a for ed25519, each over
@@ -197,4 +215,52 @@ func Sign(keys []Key, id string, timestamp time.Time, body []byte) string {
 		}
 	}
 	return b.String()
+}
+
+// Tolerance is how far from the receiver's clock Verify accepts a
+// webhook-timestamp, the specification's recommendation: a request
+// captured is refused once it is older.
+const Tolerance = 5 * time.Minute
+
+// Verify checks a request's Standard Webhooks headers as a receiver does,
+// by the specification rather than by Sign: the timestamp within
+// Tolerance of now, and one signature of the header made with key over
+// "{webhook-id}.{webhook-timestamp}.{body}" (v1, HMAC-SHA256, or v1a,
+// ed25519, verified with the public key alone).
+func Verify(h http.Header, body []byte, key Key, now time.Time) error {
+	id, ts, sigs := h.Get(HeaderWebhookID), h.Get(HeaderWebhookTimestamp), h.Get(HeaderWebhookSignature)
+	if id == "" || ts == "" || sigs == "" {
+		return errors.New("verify: the webhook-id, webhook-timestamp or webhook-signature header is missing")
+	}
+	secs, err := strconv.ParseInt(ts, 10, 64)
+	if err != nil {
+		return fmt.Errorf("verify: webhook-timestamp %q is not Unix seconds", ts)
+	}
+	if d := now.Sub(time.Unix(secs, 0)); d > Tolerance || d < -Tolerance {
+		return fmt.Errorf("verify: webhook-timestamp %s is more than %s from now", ts, Tolerance)
+	}
+	content := []byte(id + "." + ts + "." + string(body))
+	prefix := "v1,"
+	if key.Scheme == SchemeEd25519 {
+		prefix = "v1a,"
+	}
+	for sig := range strings.FieldsSeq(sigs) {
+		b64, ok := strings.CutPrefix(sig, prefix)
+		got, err := base64.StdEncoding.DecodeString(b64)
+		if !ok || err != nil {
+			continue
+		}
+		if key.Scheme == SchemeEd25519 {
+			if ed25519.Verify(ed25519.PublicKey(key.Public), content, got) {
+				return nil
+			}
+			continue
+		}
+		mac := hmac.New(sha256.New, key.Secret)
+		mac.Write(content)
+		if hmac.Equal(got, mac.Sum(nil)) {
+			return nil
+		}
+	}
+	return fmt.Errorf("verify: no signature of key %s matches", key.ID)
 }

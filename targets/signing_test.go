@@ -4,10 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/ed25519"
-	"crypto/hmac"
-	"crypto/sha256"
 	"encoding/base64"
-	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -126,36 +123,6 @@ func TestPrepareSigning(t *testing.T) {
 	}
 }
 
-// verify checks a request's Standard Webhooks headers as the
-// specification describes it, independently of Sign: the timestamp within
-// 5 minutes of now, and one v1 signature equal to the HMAC-SHA256 of
-// "{id}.{timestamp}.{body}" under secret.
-func verify(h http.Header, body, secret []byte, now time.Time) error {
-	id, ts, sigs := h.Get("webhook-id"), h.Get("webhook-timestamp"), h.Get("webhook-signature")
-	if id == "" || ts == "" || sigs == "" {
-		return errors.New("missing headers")
-	}
-	secs, err := strconv.ParseInt(ts, 10, 64)
-	if err != nil {
-		return err
-	}
-	if d := now.Sub(time.Unix(secs, 0)); d > 5*time.Minute || d < -5*time.Minute {
-		return errors.New("timestamp out of tolerance")
-	}
-	mac := hmac.New(sha256.New, secret)
-	mac.Write([]byte(id + "." + ts + "."))
-	mac.Write(body)
-	want := mac.Sum(nil)
-	for sig := range strings.FieldsSeq(sigs) {
-		if b64, ok := strings.CutPrefix(sig, "v1,"); ok {
-			if got, err := base64.StdEncoding.DecodeString(b64); err == nil && hmac.Equal(got, want) {
-				return nil
-			}
-		}
-	}
-	return errors.New("no signature matches")
-}
-
 // captured is the one request a receiver took.
 type captured struct {
 	header http.Header
@@ -194,15 +161,15 @@ func TestSignedDeliveryVerifies(t *testing.T) {
 	if req.header.Get("webhook-id") != a.DeliveryID.String() || req.header.Get("webhook-timestamp") != strconv.FormatInt(clockTime.Unix(), 10) {
 		t.Fatalf("headers %v", req.header)
 	}
-	if err := verify(req.header, req.body, k.Secret, clockTime); err != nil {
+	if err := Verify(req.header, req.body, k, clockTime); err != nil {
 		t.Fatalf("the delivery does not verify: %v", err)
 	}
 	changed := bytes.Clone(req.body)
 	changed[len(changed)-2]++
-	if err := verify(req.header, changed, k.Secret, clockTime); err == nil {
+	if err := Verify(req.header, changed, k, clockTime); err == nil {
 		t.Fatal("a body changed by one byte verifies")
 	}
-	if err := verify(req.header, req.body, k.Secret, clockTime.Add(6*time.Minute)); err == nil {
+	if err := Verify(req.header, req.body, k, clockTime.Add(6*time.Minute)); err == nil {
 		t.Fatal("a timestamp 6 minutes old verifies")
 	}
 	// Every attempt carries the same webhook-id; a second key signs beside
@@ -217,7 +184,7 @@ func TestSignedDeliveryVerifies(t *testing.T) {
 	if req.header.Get("webhook-id") != a.DeliveryID.String() || len(strings.Fields(req.header.Get("webhook-signature"))) != 2 {
 		t.Fatalf("second attempt's headers %v", req.header)
 	}
-	if verify(req.header, req.body, k.Secret, clockTime) != nil || verify(req.header, req.body, second.Secret, clockTime) != nil {
+	if Verify(req.header, req.body, k, clockTime) != nil || Verify(req.header, req.body, second, clockTime) != nil {
 		t.Fatal("the second attempt does not verify with both keys")
 	}
 }
@@ -246,5 +213,44 @@ func TestWebhookHeadersAreReserved(t *testing.T) {
 		if names := fieldNames(t, err); !slices.Equal(names, []string{"config.headers"}) {
 			t.Fatalf("header %s: refused %v", name, names)
 		}
+	}
+}
+
+// TestVerify: Verify takes what SignHeaders signs, with either scheme, and
+// refuses another key, a changed body, a timestamp six minutes off and a
+// key whose end has come.
+func TestVerify(t *testing.T) {
+	body := []byte(`{"order":42}`)
+	for _, scheme := range []string{SchemeHMAC, SchemeEd25519} {
+		k, err := NewKey(scheme, "", clockTime)
+		if err != nil {
+			t.Fatal(err)
+		}
+		other, _ := NewKey(scheme, "", clockTime)
+		h := http.Header{}
+		SignHeaders(h, []Key{k}, "msg_1", clockTime, body)
+		if err := Verify(h, body, k, clockTime); err != nil {
+			t.Fatalf("%s: %v", scheme, err)
+		}
+		for name, err := range map[string]error{
+			"another key":          Verify(h, body, other, clockTime),
+			"a changed body":       Verify(h, []byte(`{"order":43}`), k, clockTime),
+			"six minutes later":    Verify(h, body, k, clockTime.Add(6*time.Minute)),
+			"six minutes before":   Verify(h, body, k, clockTime.Add(-6*time.Minute)),
+			"no signature headers": Verify(http.Header{}, body, k, clockTime),
+		} {
+			if err == nil {
+				t.Errorf("%s: %s verifies", scheme, name)
+			}
+		}
+		k.ExpiresAt = clockTime
+		h = http.Header{}
+		SignHeaders(h, []Key{k, other}, "msg_1", clockTime, body)
+		if Verify(h, body, k, clockTime) == nil || Verify(h, body, other, clockTime) != nil {
+			t.Errorf("%s: a key at its end still signs: %v", scheme, h)
+		}
+	}
+	if !slices.Equal(lifecycle.SigningSchemes, []string{SchemeHMAC, SchemeEd25519, SchemeNone}) {
+		t.Errorf("the schemes %v", lifecycle.SigningSchemes)
 	}
 }

@@ -122,7 +122,8 @@ func (s *CallbackStore) Release(ctx context.Context, job Job[CallbackWork], star
 
 const callbackReleased = "released"
 
-// callbackDeliverer makes the calls: a POST of the body, whose answer
+// callbackDeliverer makes the calls: a POST of the body, signed with the
+// callbacks' keys (targets.SignHeaders), whose answer
 // counts as a target's does (targets.HTTPOutcome), under a retry policy of
 // its own: exponential from 10 s up to an hour, at most
 // callback_max_attempts calls. A sender chose the URL, so each call is
@@ -138,6 +139,8 @@ type callbackDeliverer struct {
 	maxAttempts func() int
 	// settings are the Writer's, cached as dispatch reads them.
 	settings func(context.Context) (lifecycle.Settings, error)
+	// keys are the callbacks' signing keys, the Writer's (OwnKeys).
+	keys func(context.Context) ([]targets.Key, error)
 
 	mu   sync.Mutex
 	last netguard.Policy
@@ -148,7 +151,10 @@ type callbackDeliverer struct {
 // returned as the answer, as for a target: following one would reach an
 // address the sender did not name.
 func newCallbackDeliverer(cfg CallbackConfig, maxAttempts func() int) *callbackDeliverer {
-	d := &callbackDeliverer{now: cfg.Now, maxAttempts: maxAttempts, settings: cfg.Writer.CachedSettings}
+	d := &callbackDeliverer{now: cfg.Now, maxAttempts: maxAttempts, settings: cfg.Writer.CachedSettings,
+		keys: func(ctx context.Context) ([]targets.Key, error) {
+			return cfg.Writer.OwnKeys(ctx, lifecycle.KeyOwnerCallbacks)
+		}}
 	d.transport = &http.Transport{DialContext: dial, ForceAttemptHTTP2: true, MaxIdleConns: 100,
 		IdleConnTimeout: 90 * time.Second, TLSHandshakeTimeout: 10 * time.Second, ExpectContinueTimeout: time.Second}
 	d.client = &http.Client{Transport: d.transport, Timeout: cfg.Timeout,
@@ -219,12 +225,19 @@ func (d *callbackDeliverer) call(ctx context.Context, work CallbackWork) lifecyc
 	if o, refused := refusedCall(policy.AllowsHost(req.URL.Hostname())); refused {
 		return o
 	}
+	keys, err := d.keys(ctx)
+	if err != nil {
+		return lifecycle.Outcome{Kind: lifecycle.OutcomeRetry, Text: fmt.Sprintf("read the callbacks' signing keys: %v", err)}
+	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Waybill-Message-Id", work.MessageID.String())
 	req.Header.Set("Waybill-Attempt", strconv.Itoa(work.Attempt))
 	// The same on every call for one settlement, so a receiver can drop
-	// repeats; another settlement's call has another.
-	req.Header.Set("Idempotency-Key", work.MessageID.String()+"/"+strconv.Itoa(work.Seq))
+	// repeats; another settlement's call has another. It is the
+	// signature's webhook-id too.
+	id := work.MessageID.String() + "/" + strconv.Itoa(work.Seq)
+	req.Header.Set("Idempotency-Key", id)
+	targets.SignHeaders(req.Header, keys, id, d.now(), work.Body)
 	resp, err := d.client.Do(req)
 	if o, refused := refusedCall(err); refused {
 		return o
@@ -334,12 +347,16 @@ func NewCallbacks(cfg CallbackConfig) (*Callbacks, error) {
 	return c, nil
 }
 
-// Start reads the settings and starts the worker, whose first act is to
+// Start reads the settings, makes the callbacks' signing key if they
+// sign and have none yet, and starts the worker, whose first act is to
 // take what is due; then it looks again every Interval. ctx bounds the
 // start only.
 func (c *Callbacks) Start(ctx context.Context) error {
 	if err := c.readSettings(ctx); err != nil {
 		return err
+	}
+	if _, err := c.cfg.Writer.OwnKeys(ctx, lifecycle.KeyOwnerCallbacks); err != nil {
+		return fmt.Errorf("callbacks: %w", err)
 	}
 	if err := c.worker.Start(ctx); err != nil {
 		return err

@@ -18,6 +18,7 @@ import (
 	"github.com/waybill/waybill/lifecycle"
 	"github.com/waybill/waybill/projection"
 	"github.com/waybill/waybill/service"
+	"github.com/waybill/waybill/targets"
 	"github.com/waybill/waybill/workers"
 )
 
@@ -28,6 +29,8 @@ type callbackSink struct {
 	mu     sync.Mutex
 	bodies []map[string]any
 	keys   []string
+	// calls are the requests as received, for their signatures.
+	calls  []signedCall
 	status int
 	// retryAfter, when set, is the answers' Retry-After.
 	retryAfter string
@@ -42,6 +45,7 @@ func newCallbackSink(t *testing.T) *callbackSink {
 		s.mu.Lock()
 		s.bodies = append(s.bodies, body)
 		s.keys = append(s.keys, r.Header.Get("Idempotency-Key"))
+		s.calls = append(s.calls, signedCall{r.Header.Clone(), data})
 		status, retryAfter := s.status, s.retryAfter
 		s.mu.Unlock()
 		if retryAfter != "" {
@@ -51,6 +55,18 @@ func newCallbackSink(t *testing.T) *callbackSink {
 	}))
 	t.Cleanup(s.Close)
 	return s
+}
+
+// signedCall is a request a sink received.
+type signedCall struct {
+	header http.Header
+	body   []byte
+}
+
+func (s *callbackSink) received() []signedCall {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]signedCall(nil), s.calls...)
 }
 
 func (s *callbackSink) got() ([]map[string]any, []string) {
@@ -297,6 +313,57 @@ func TestCallbackHostsAndRedirects(t *testing.T) {
 	}
 	if bodies, _ := cbs.got(); len(bodies) != 0 {
 		t.Errorf("the listener got %d calls", len(bodies))
+	}
+	b.audit(t)
+}
+
+// TestCallbacksAreSigned: every call carries the Standard Webhooks
+// headers, its webhook-id the same on every call of a settlement, signed
+// by both keys during a rotation's grace and by the new one alone after
+// it, read by the process's clock.
+func TestCallbacksAreSigned(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	cbs := newCallbackSink(t)
+	cbs.status = http.StatusServiceUnavailable
+	b.callbacks(t, nil)
+	first, err := b.w.OwnKeys(b.ctx, lifecycle.KeyOwnerCallbacks)
+	if err != nil || len(first) != 1 {
+		t.Fatalf("the callbacks' key, made at the start: %+v, %v", first, err)
+	}
+	second, err := b.w.RotateOwnKey(b.ctx, lifecycle.KeyOwnerCallbacks, 30*time.Second, "", admin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, _, err := b.w.Ingest(b.ctx, commands.NewMessage{Source: "nowhere", From: "a", To: "b", Payload: []byte("x"),
+		CallbackURL: cbs.URL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	testpoll.Until(t, "the first call", func() bool { return len(cbs.received()) == 1 })
+	call := cbs.received()[0]
+	id := m.ID.String() + "/1"
+	if call.header.Get(targets.HeaderWebhookID) != id || len(strings.Fields(call.header.Get(targets.HeaderWebhookSignature))) != 2 {
+		t.Fatalf("the first call's headers %v", call.header)
+	}
+	for _, k := range []targets.Key{first[0], second} {
+		if err := targets.Verify(call.header, call.body, k, b.clock.Now()); err != nil {
+			t.Fatalf("during the grace: %v", err)
+		}
+	}
+	changed := append([]byte(nil), call.body...)
+	changed[len(changed)-2]++
+	if targets.Verify(call.header, changed, second, b.clock.Now()) == nil {
+		t.Fatal("a body changed by one byte verifies")
+	}
+
+	testpoll.Until(t, "the retry recorded", func() bool { return b.callbackState(t, m).State == lifecycle.StateRetrying })
+	b.clock.Advance(time.Minute)
+	testpoll.Until(t, "the second call", func() bool { return len(cbs.received()) == 2 })
+	call = cbs.received()[1]
+	if call.header.Get(targets.HeaderWebhookID) != id || len(strings.Fields(call.header.Get(targets.HeaderWebhookSignature))) != 1 ||
+		targets.Verify(call.header, call.body, second, b.clock.Now()) != nil || targets.Verify(call.header, call.body, first[0], b.clock.Now()) == nil {
+		t.Fatalf("after the grace: %v", call.header)
 	}
 	b.audit(t)
 }

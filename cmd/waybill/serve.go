@@ -34,12 +34,14 @@ import (
 	"github.com/waybill/waybill/internal/dirlock"
 	"github.com/waybill/waybill/internal/seal"
 	"github.com/waybill/waybill/internal/securefile"
+	"github.com/waybill/waybill/lifecycle"
 	"github.com/waybill/waybill/natsserver"
 	"github.com/waybill/waybill/pgserver"
 	"github.com/waybill/waybill/retention"
 	"github.com/waybill/waybill/schema"
 	"github.com/waybill/waybill/service"
 	"github.com/waybill/waybill/sweep"
+	"github.com/waybill/waybill/targets"
 	"github.com/waybill/waybill/workers"
 )
 
@@ -324,7 +326,8 @@ func serve(ctx context.Context, cfg *serveConfig, stderr io.Writer) error {
 		servers = append(servers, namedService{"metrics server", m})
 		metricsURL = "http://" + m.addr() + "/metrics"
 	}
-	alerter, err := alerts.New(alerts.Config{Base: base, DB: db, NATS: nc, WebhookURL: cfg.alertWebhook, Metrics: reg})
+	alerter, err := alerts.New(alerts.Config{Base: base, DB: db, NATS: nc, WebhookURL: cfg.alertWebhook, Metrics: reg,
+		WebhookKeys: func(ctx context.Context) ([]targets.Key, error) { return w.OwnKeys(ctx, lifecycle.KeyOwnerAlerts) }})
 	if err != nil {
 		return err
 	}

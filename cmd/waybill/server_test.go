@@ -27,7 +27,8 @@ import (
 // database and one NATS, with every background loop on, and checks that
 // each loop does its work beside the others: the workers deliver, a
 // callback is made, a directory source takes a file in, an alert goes to
-// the webhook, a bulk operation redelivers what failed, the sweep passes,
+// the webhook (each signed: the callback and the alert with the keys the
+// two servers made, one each, as they started together), a bulk operation redelivers what failed, the sweep passes,
 // and retention expunges payloads, then archives and removes the settled
 // messages. Each lease is held by exactly one of the two processes. A
 // partner's scoped ingest token, made over REST, posts to its source and
@@ -63,7 +64,12 @@ func TestEveryLoopInOneServer(t *testing.T) {
 	var callbacks, alerts atomic.Int32
 	hooks := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var body struct{ Status, Code string }
-		_ = json.NewDecoder(r.Body).Decode(&body)
+		data, _ := io.ReadAll(r.Body)
+		_ = json.Unmarshal(data, &body)
+		mu.Lock()
+		signed[r.URL.Path] = [2]string{r.Header.Get("webhook-id") + "." + r.Header.Get("webhook-timestamp") + "." + string(data),
+			r.Header.Get("webhook-signature")}
+		mu.Unlock()
 		switch {
 		case r.URL.Path == "/callback" && body.Status == "delivered":
 			callbacks.Add(1)
@@ -155,23 +161,30 @@ func TestEveryLoopInOneServer(t *testing.T) {
 			alerts.Load() == 1 && status(ids[1]) == "error" && status(ids[2]) == "not_routed"
 	})
 
-	// The deliveries are signed with the target's key (Standard Webhooks).
-	var secret struct{ Keys []struct{ Secret string } }
-	a.call("GET", "/targets/sink/secret", nil, http.StatusOK, &secret)
-	if len(secret.Keys) != 1 {
-		t.Fatalf("the sink's keys: %+v", secret)
-	}
-	key, err := base64.StdEncoding.DecodeString(strings.TrimPrefix(secret.Keys[0].Secret, "whsec_"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	mu.Lock()
-	sent := signed["with a callback"]
-	mu.Unlock()
-	mac := hmac.New(sha256.New, key)
-	mac.Write([]byte(sent[0]))
-	if want := "v1," + base64.StdEncoding.EncodeToString(mac.Sum(nil)); sent[1] != want {
-		t.Fatalf("the delivery's signature %q, want %q over %q", sent[1], want, sent[0])
+	// The deliveries are signed with the target's key, the callbacks and
+	// the alerts with keys of their own (Standard Webhooks).
+	for _, hook := range []struct{ path, secret, sent string }{
+		{"/targets/sink/secret", "target sink", "with a callback"},
+		{"/callbacks/secret", "callbacks", "/callback"},
+		{"/alerts/secret", "alerts", "/alert"},
+	} {
+		var secret struct{ Keys []struct{ Secret string } }
+		a.call("GET", hook.path, nil, http.StatusOK, &secret)
+		if len(secret.Keys) != 1 {
+			t.Fatalf("the keys of %s: %+v", hook.secret, secret)
+		}
+		key, err := base64.StdEncoding.DecodeString(strings.TrimPrefix(secret.Keys[0].Secret, "whsec_"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		mu.Lock()
+		sent := signed[hook.sent]
+		mu.Unlock()
+		mac := hmac.New(sha256.New, key)
+		mac.Write([]byte(sent[0]))
+		if want := "v1," + base64.StdEncoding.EncodeToString(mac.Sum(nil)); sent[1] != want {
+			t.Fatalf("the signature of %s %q, want %q over %q", hook.secret, sent[1], want, sent[0])
+		}
 	}
 
 	// The bulk runner redelivers what failed, once the receiver takes it.
