@@ -224,6 +224,10 @@ var routeTable = []route{
 	{"POST /ui/targets/{name}/enable", administering, (*Console).enableTarget},
 	{"GET /ui/targets/{name}/disable", administering, (*Console).enableTarget},
 	{"POST /ui/targets/{name}/disable", administering, (*Console).enableTarget},
+	{"GET /ui/targets/{name}/secret", administering, (*Console).revealKeys},
+	{"POST /ui/targets/{name}/secret", administering, (*Console).revealKeys},
+	{"GET /ui/targets/{name}/secret/rotate", administering, (*Console).rotateKey},
+	{"POST /ui/targets/{name}/secret/rotate", administering, (*Console).rotateKey},
 	{"GET /ui/targets/{name}/delete", administering, (*Console).deleteTarget},
 	{"POST /ui/targets/{name}/delete", administering, (*Console).deleteTarget},
 

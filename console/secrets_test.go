@@ -4,7 +4,9 @@ import (
 	"encoding/json"
 	"html"
 	"net/http"
+	"net/url"
 	"testing"
+	"time"
 
 	"github.com/waybill/waybill/lifecycle"
 )
@@ -27,4 +29,42 @@ func TestTargetSecretsShownOnlyToAdmins(t *testing.T) {
 		lacks(t, "s3cret", "t0ken")
 	b.signedIn(t, b.admin).get(t, "/ui/targets/secretive").want(t, http.StatusOK).
 		has(t, html.EscapeString(`"url": "http://hook:pw-s3cret@127.0.0.1:9/in"`), html.EscapeString(`"Authorization": "Bearer t0ken"`))
+}
+
+// TestTargetKeysShownByIDAndRevealedOnAsking: every session sees a signing
+// target's scheme and its keys' ids and fingerprints; the key itself is
+// only on the answer to an admin's confirmed Reveal.
+func TestTargetKeysShownByIDAndRevealedOnAsking(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	const key = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+	if _, err := b.w.CreateTarget(b.ctx, lifecycle.Target{Name: "signed", Kind: "http", Enabled: true,
+		Config: json.RawMessage(`{"url":"http://127.0.0.1:9/in"}`), Signing: &lifecycle.Signing{Key: key}}, "operator:setup"); err != nil {
+		t.Fatal(err)
+	}
+	keys, err := b.w.TargetKeys(b.ctx, "signed")
+	if err != nil || len(keys) != 1 {
+		t.Fatalf("keys %v: %v", keys, err)
+	}
+	reader := b.signedIn(t, b.reader)
+	reader.get(t, "/ui/targets/signed").want(t, http.StatusOK).
+		has(t, "hmac-sha256", keys[0].ID, keys[0].Fingerprint()).lacks(t, key, "/ui/targets/signed/secret")
+	reader.get(t, "/ui/targets/signed/secret").want(t, http.StatusForbidden).lacks(t, key)
+
+	admin := b.signedIn(t, b.admin)
+	admin.get(t, "/ui/targets/signed").want(t, http.StatusOK).has(t, `href="/ui/targets/signed/secret"`).lacks(t, key)
+	admin.get(t, "/ui/targets/signed/secret").want(t, http.StatusOK).has(t, "Reveal the signing keys of signed?").lacks(t, key)
+	admin.post(t, "/ui/targets/signed/secret", nil).want(t, http.StatusOK).has(t, key, keys[0].ID)
+	admin.get(t, "/ui/targets/nope/secret").want(t, http.StatusNotFound)
+
+	// Rotate, behind its confirmation: both keys sign during the grace.
+	reader.get(t, "/ui/targets/signed/secret/rotate").want(t, http.StatusForbidden)
+	admin.get(t, "/ui/targets/signed/secret/rotate").want(t, http.StatusOK).has(t, "Rotate the signing key of signed?", `value="24h0m0s"`)
+	admin.post(t, "/ui/targets/signed/secret/rotate", url.Values{"grace": {"8d"}}).want(t, http.StatusBadRequest).has(t, "grace")
+	admin.post(t, "/ui/targets/signed/secret/rotate", url.Values{"grace": {"200h"}}).want(t, http.StatusBadRequest).has(t, "grace")
+	admin.post(t, "/ui/targets/signed/secret/rotate", url.Values{"grace": {"1h"}}).want(t, http.StatusSeeOther)
+	if keys, err = b.w.TargetKeys(b.ctx, "signed"); err != nil || len(keys) != 2 || keys[0].ExpiresAt.IsZero() {
+		t.Fatalf("keys after the rotation %+v: %v", keys, err)
+	}
+	admin.get(t, "/ui/targets/signed").want(t, http.StatusOK).has(t, keys[0].ID, keys[1].ID, keys[0].ExpiresAt.UTC().Format(time.RFC3339))
 }

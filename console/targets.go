@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/waybill/waybill/auth"
 	"github.com/waybill/waybill/commands"
@@ -121,6 +122,24 @@ type targetView struct {
 	Config string
 	// Messages is the list of its messages.
 	Messages string
+	// Signing is how the target signs; nil for a kind that does not.
+	Signing *signingView
+}
+
+// signingView is a target's signing scheme and the keys that sign now,
+// oldest first: their ids, fingerprints and ages, never their material.
+type signingView struct {
+	Scheme string
+	Keys   []keyView
+}
+
+// keyView is one signing key as the target page shows it.
+type keyView struct {
+	ID, Fingerprint string
+	CreatedAt       time.Time
+	Age             time.Duration
+	// ExpiresAt is when a rotation's grace ends the key; zero: never.
+	ExpiresAt time.Time
 }
 
 // target shows a target's definition: to a session that may not
@@ -135,8 +154,101 @@ func (c *Console) target(w http.ResponseWriter, r *http.Request, s *auth.Session
 		t = redact.Target(t)
 	}
 	v := targetView{Target: t, Config: indent(t.Config), Messages: listURL(url.Values{"target": {t.Name}})}
+	if t.Signing != nil {
+		v.Signing = &signingView{Scheme: t.Signing.Scheme}
+		keys, err := c.targetKeys(r.Context(), t)
+		if err != nil {
+			return err
+		}
+		now := c.cfg.Now()
+		for _, k := range keys {
+			v.Signing.Keys = append(v.Signing.Keys, keyView{ID: k.ID, Fingerprint: k.Fingerprint(), CreatedAt: k.CreatedAt,
+				Age: now.Sub(k.CreatedAt).Truncate(time.Minute), ExpiresAt: k.ExpiresAt})
+		}
+	}
 	c.render(w, r, http.StatusOK, "target", page{Title: "Target " + t.Name, Nav: "targets", View: v})
 	return nil
+}
+
+// targetKeys are the keys that sign for t now; none when it does not sign.
+func (c *Console) targetKeys(ctx context.Context, t lifecycle.Target) ([]targets.Key, error) {
+	if !targets.Signs(t) {
+		return nil, nil
+	}
+	return c.cfg.Writer.TargetKeys(ctx, t.Name)
+}
+
+// revealKeys asks, then shows an admin the keys of a target (GET and POST
+// /targets/{name}/secret): the key itself is on the answer to the POST
+// alone, so that no link, prefetch or history entry shows it.
+func (c *Console) revealKeys(w http.ResponseWriter, r *http.Request, s *auth.Session) error {
+	t, err := c.findTarget(r.Context(), r.PathValue("name"))
+	if err != nil {
+		return err
+	}
+	back := "/ui/targets/" + t.Name
+	if r.Method != http.MethodPost {
+		v := confirmView{Question: "Reveal the signing keys of " + t.Name + "?", Button: "Reveal", Back: back, Action: r.URL.Path,
+			Explanation: "Whoever holds a key can sign as Waybill to this target's receiver. The keys are shown on this one answer, " +
+				"and your name is logged."}
+		c.render(w, r, http.StatusOK, "confirm", page{Title: "Reveal keys of " + t.Name, Nav: "targets", View: v})
+		return nil
+	}
+	keys, err := c.targetKeys(r.Context(), t)
+	if err != nil {
+		return err
+	}
+	v := revealView{Target: t.Name, Back: back}
+	for _, k := range keys {
+		v.Keys = append(v.Keys, revealedKey{ID: k.ID, Scheme: k.Scheme, Secret: k.SecretText(), Public: k.PublicText()})
+	}
+	c.log.Info("target keys revealed", "target", t.Name, "operator", s.Name, "via", "console")
+	c.render(w, r, http.StatusOK, "target_secret", page{Title: "Keys of " + t.Name, Nav: "targets", View: v})
+	return nil
+}
+
+// rotateKey asks for a grace, then gives a target a new signing key
+// (GET and POST /targets/{name}/secret/rotate); the keys that sign now go
+// on signing beside it until the grace ends.
+func (c *Console) rotateKey(w http.ResponseWriter, r *http.Request, s *auth.Session) error {
+	t, err := c.findTarget(r.Context(), r.PathValue("name"))
+	if err != nil {
+		return err
+	}
+	grace := field{Name: "grace", Label: "Grace", Value: commands.DefaultKeyGrace.String(),
+		Hint: "How long the keys that sign now go on signing beside the new one: from 0s to 168h (7 days)."}
+	if r.Method == http.MethodPost {
+		grace.Value = strings.TrimSpace(r.PostForm.Get("grace"))
+	}
+	v := confirmView{Question: "Rotate the signing key of " + t.Name + "?", Button: "Rotate", Back: "/ui/targets/" + t.Name,
+		Fields: []field{grace},
+		Explanation: "A new key signs every attempt from now on. Give it to the receiver (Reveal) before the grace ends: " +
+			"after it, only the new key signs."}
+	return c.confirm(w, r, "Rotate the key of "+t.Name, v, func() (string, error) {
+		var d lifecycle.Duration
+		if err := d.UnmarshalText([]byte(grace.Value)); err != nil {
+			return "", invalidField("grace", err.Error())
+		}
+		k, err := c.cfg.Writer.RotateTargetKey(r.Context(), t.Name, d.D(), "", journal.OperatorActor(s.Name))
+		if err != nil {
+			return "", err
+		}
+		c.configChanged()
+		c.log.Info("target key rotated", "target", t.Name, "key", k.ID, "grace", d.D(), "operator", s.Name, "via", "console")
+		return "Key " + k.ID + " signs for " + t.Name + " from now on.", nil
+	})
+}
+
+// revealView is the page of a target's revealed keys.
+type revealView struct {
+	Target, Back string
+	Keys         []revealedKey
+}
+
+// revealedKey is one key as an admin who asked for it sees it: the
+// secret (whsec_ or whsk_), and an ed25519 key's public half (whpk_).
+type revealedKey struct {
+	ID, Scheme, Secret, Public string
 }
 
 // findTarget is the target of that name; ErrNotFound when there is none.

@@ -37,9 +37,9 @@ commands:
                                                 scoped to sources or targets and expiring, and print it
   token    list                                 list the API tokens: id, name, role, scope, created, expires, last used
   token    revoke ID                            revoke an API token (not the last admin token)
-  bench    [--http] [--messages N] [--clients C] [--rate R] [--statements] [--cpuprofile FILE]
+  bench    [--http] [--messages N] [--clients C] [--rate R] [--signing S] [--statements] [--cpuprofile FILE]
                                                 measure ingest-to-delivered throughput and latency
-  bench    --backlog N [--clients C] [--concurrency K] [--keys K] [--statements]
+  bench    --backlog N [--clients C] [--concurrency K] [--keys K] [--signing S] [--statements]
                                                 measure the drain of a backlog of N deliveries
 
 commands that talk to a running server (--server URL or the data dir's server.url; the token
