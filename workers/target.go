@@ -2,6 +2,7 @@ package workers
 
 import (
 	"context"
+	"errors"
 	"math/rand/v2"
 	"time"
 
@@ -54,9 +55,11 @@ func (s *DeliveryStore) ClaimDue(ctx context.Context, n int) ([]Job[targets.Atte
 // lets go in its lane, or with NextDue on a target without lanes its
 // oldest due delivery. An outcome lifecycle.Gone, once recorded, tells
 // every process that the configuration changed: the target is disabled.
+// So does one whose claim was lost, which a try whose answer was lost
+// after its commit finds.
 func (s *DeliveryStore) Complete(ctx context.Context, job Job[targets.Attempt], outcome lifecycle.Outcome, claim Next) (*Job[targets.Attempt], error) {
 	next, err := s.complete(ctx, job, outcome, claim)
-	if err == nil && outcome.Gone {
+	if outcome.Gone && (err == nil || errors.Is(err, commands.ErrClaimLost)) {
 		s.changed()
 	}
 	return next, err
