@@ -277,6 +277,10 @@ func (a *Alerter) handleEvent(ctx context.Context, e journal.Event, read map[str
 	if !MayRaise(e) {
 		return nil
 	}
+	if e.Kind().Stream() != "" {
+		// Of no message: raised from the event alone.
+		return a.recordAll(ctx, Derive(e, nil, nil))
+	}
 	if after == nil {
 		if v, ok := clean[e.Stream]; ok && v == e.Version {
 			return nil
@@ -293,7 +297,12 @@ func (a *Alerter) handleEvent(ctx context.Context, e journal.Event, read map[str
 		}
 		a.remember(e.Stream, after)
 	}
-	for _, al := range Derive(e, before, after) {
+	return a.recordAll(ctx, Derive(e, before, after))
+}
+
+// recordAll records the alerts in turn.
+func (a *Alerter) recordAll(ctx context.Context, alerts []Alert) error {
+	for _, al := range alerts {
 		if err := a.record(ctx, al); err != nil {
 			return err
 		}

@@ -258,6 +258,40 @@ func (e *env) fail(t *testing.T) {
 	}
 }
 
+// gone makes target beacon, routed from source iot beside target spare,
+// whose receiver answers two attempts 410 Gone: one target.disabled, and
+// no message fails, each having a delivery to spare still to go.
+func (e *env) gone(t *testing.T) {
+	t.Helper()
+	for _, name := range []string{"beacon", "spare"} {
+		target := lifecycle.Target{Name: name, Kind: "http", Enabled: true, Config: json.RawMessage(`{"url":"http://127.0.0.1:9/"}`)}
+		if _, err := e.w.CreateTarget(e.ctx, target, admin); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := e.w.CreateRoute(e.ctx, lifecycle.Route{Source: "iot", From: "*", To: "*", Target: name}, admin); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var claims []commands.Claim
+	for range 2 {
+		m, _, err := e.w.Ingest(e.ctx, commands.NewMessage{Source: "iot", From: "acme", To: "globex", Payload: []byte("hi")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		d := m.Deliveries[slices.IndexFunc(m.Deliveries, func(d projection.Delivery) bool { return d.Target == "beacon" })]
+		claim, err := e.w.Claim(e.ctx, d.ID, time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		claims = append(claims, claim)
+	}
+	for _, c := range claims {
+		if _, err := e.w.Complete(e.ctx, c.Delivery.ID, c.Token, lifecycle.Gone("410 Gone")); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 // laneHeld makes a fifo target whose lanes alert after a minute, holds a
 // lane with a delivery waiting past that, and records the report.
 func (e *env) laneHeld(t *testing.T) {
@@ -331,10 +365,11 @@ func TestEachAlertOnceAcrossARestart(t *testing.T) {
 	e.stall(t)
 	e.fail(t)
 	e.laneHeld(t)
+	e.gone(t)
 
-	testpoll.Until(t, "four alerts sent both ways", func() bool {
+	testpoll.Until(t, "five alerts sent both ways", func() bool {
 		_, accepted := e.hook.state()
-		return len(got.all()) == 4 && accepted == 4 && e.allSent(t, 4)
+		return len(got.all()) == 5 && accepted == 5 && e.allSent(t, 5)
 	})
 	ids := map[string]alerts.Code{}
 	for _, m := range got.all() {
@@ -352,7 +387,7 @@ func TestEachAlertOnceAcrossARestart(t *testing.T) {
 			yield(string(c))
 		}
 	})
-	if !slices.Equal(codes, []string{"delivery_stalled", "lane_blocked", "message_failed", "message_not_routed"}) {
+	if !slices.Equal(codes, []string{"delivery_stalled", "lane_blocked", "message_failed", "message_not_routed", "target_disabled"}) {
 		t.Fatalf("codes %v", codes)
 	}
 	keys, _ := e.hook.state()
@@ -385,10 +420,10 @@ func TestEachAlertOnceAcrossARestart(t *testing.T) {
 		}
 	}
 	var n int
-	if err := e.db.QueryRow(e.ctx, `SELECT count(*) FROM alerts`).Scan(&n); err != nil || n != 4 {
+	if err := e.db.QueryRow(e.ctx, `SELECT count(*) FROM alerts`).Scan(&n); err != nil || n != 5 {
 		t.Errorf("%d alerts stored, %v", n, err)
 	}
-	if keys, _ := e.hook.state(); len(got.all()) != 4 || len(keys) != 4 {
+	if keys, _ := e.hook.state(); len(got.all()) != 5 || len(keys) != 5 {
 		t.Errorf("after the restart: %d on NATS, %d webhook requests", len(got.all()), len(keys))
 	}
 }

@@ -27,10 +27,14 @@ const (
 	// CodeLaneBlocked: the head of a lane kept deliveries waiting behind
 	// it for longer than its target's head_alert_after.
 	CodeLaneBlocked Code = "lane_blocked"
+	// CodeTargetDisabled: a target was disabled by what its receiver
+	// answered (target.disabled); it claims nothing until an operator
+	// enables it again.
+	CodeTargetDisabled Code = "target_disabled"
 )
 
 // Codes lists every code, for metrics that show each from the start.
-var Codes = []Code{CodeDeliveryStalled, CodeMessageNotRouted, CodeMessageFailed, CodeLaneBlocked}
+var Codes = []Code{CodeDeliveryStalled, CodeMessageNotRouted, CodeMessageFailed, CodeLaneBlocked, CodeTargetDisabled}
 
 // Severity says how urgent an alert is.
 type Severity string
@@ -63,9 +67,14 @@ type Alert struct {
 }
 
 // Derive is the alert rule: the alerts event e raises, given the state of its
-// message before e and after it (projection.Apply). It reads nothing else,
-// so replaying the journal derives the same alerts with the same ids.
+// message before e and after it (projection.Apply); for an event of the
+// config stream, which belongs to no message, before and after are nil. It
+// reads nothing else, so replaying the journal derives the same alerts
+// with the same ids.
 //
+//   - target.disabled raises target_disabled, critical, once per event
+//     (the id has the config stream's version): once per time the target
+//     is disabled, however many answers said so.
 //   - delivery.stalled raises delivery_stalled. Its id is the delivery's,
 //     so a delivery that stalls again after a claim or a redelivery has
 //     raised it already.
@@ -78,6 +87,14 @@ type Alert struct {
 //     refusal of class internal. A refusal of class rejected gives status
 //     refused and raises nothing.
 func Derive(e journal.Event, before, after *projection.Message) []Alert {
+	if p, ok := e.Payload.(*journal.TargetDisabled); ok {
+		return []Alert{{ID: fmt.Sprintf("%s:%s:%d", CodeTargetDisabled, p.Target, e.Version), Code: CodeTargetDisabled,
+			Severity: SeverityCritical, Key: fmt.Sprintf("%s:%s", CodeTargetDisabled, p.Target),
+			Summary: fmt.Sprintf("target %s disabled (%s): its receiver answered %d to delivery %s; it claims nothing until an operator enables it again",
+				p.Target, p.Reason, p.StatusCode, p.DeliveryID),
+			MessageID: p.MessageID, DeliveryID: p.DeliveryID, Position: e.Position, RaisedAt: e.RecordedAt,
+			Details: map[string]any{"target": p.Target, "reason": p.Reason, "status_code": p.StatusCode}}}
+	}
 	var out []Alert
 	base := func(code Code, sev Severity, id, key, summary string, details map[string]any) Alert {
 		return Alert{ID: id, Code: code, Severity: sev, Key: key, Summary: summary, MessageID: after.ID,
@@ -124,7 +141,8 @@ func Derive(e journal.Event, before, after *projection.Message) []Alert {
 
 // MayRaise reports whether Derive can raise an alert for e, so the alerter
 // folds the message's stream only for the events that can: a refusal, a
-// dispatch that routes the message nowhere, a stall, and a delivery event
+// dispatch that routes the message nowhere, a stall, a target disabled
+// (which needs no fold), and a delivery event
 // that can turn the status into error by the lifecycle's ranking
 // (lifecycle.MayBecome).
 func MayRaise(e journal.Event) bool {
@@ -133,7 +151,7 @@ func MayRaise(e journal.Event) bool {
 		return len(p.Deliveries) == 0
 	case *journal.MessageRefused:
 		return true
-	case *journal.DeliveryStalled, *journal.DeliveryLaneHeld:
+	case *journal.DeliveryStalled, *journal.DeliveryLaneHeld, *journal.TargetDisabled:
 		return true
 	}
 	return e.Kind().Delivery() && lifecycle.MayBecome(e.OldState, e.NewState, lifecycle.StatusError)

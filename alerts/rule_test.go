@@ -199,6 +199,29 @@ func TestDeriveFields(t *testing.T) {
 		a.Key != "message_failed:erp" || a.Details["error"] != "bad input" {
 		t.Errorf("failed: %+v", a)
 	}
+
+	// A target disabled raises from its event alone, once per event.
+	message, delivery := uuid.New(), uuid.New()
+	e := journal.Event{Position: 42, RecordedAt: s.at, Stream: journal.ConfigStream, Version: 7, Actor: journal.WorkerActor("alpha"),
+		Payload: &journal.TargetDisabled{Target: "alpha", Reason: journal.DisabledGone, MessageID: message, DeliveryID: delivery, StatusCode: 410}}
+	if !alerts.MayRaise(e) || alerts.NeedsFailure(e) {
+		t.Errorf("target.disabled: MayRaise %v, NeedsFailure %v", alerts.MayRaise(e), alerts.NeedsFailure(e))
+	}
+	all := alerts.Derive(e, nil, nil)
+	if len(all) != 1 {
+		t.Fatalf("target.disabled raised %v", all)
+	}
+	got = all[0]
+	details = got.Details
+	got.Details, got.Summary = nil, ""
+	want = alerts.Alert{ID: "target_disabled:alpha:7", Code: alerts.CodeTargetDisabled, Severity: alerts.SeverityCritical,
+		Key: "target_disabled:alpha", MessageID: message, DeliveryID: delivery, Position: 42, RaisedAt: s.at}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("target disabled:\n got %+v\nwant %+v", got, want)
+	}
+	if details["target"] != "alpha" || details["reason"] != "gone" || details["status_code"] != 410 {
+		t.Errorf("target disabled details %v", details)
+	}
 }
 
 // TestRememberedFoldsMatchTheStream folds two interleaved stories event by

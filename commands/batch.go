@@ -47,6 +47,9 @@ type op struct {
 	// after its messages are locked and read, so decide sees what they
 	// read under the same locks.
 	read func(b *pgx.Batch)
+	// gone, for an outcome lifecycle.Gone, is what read read of its
+	// target: the batch disables the target (disabling).
+	gone *goneRead
 	// key is the id of the op's message when the Writer knows it, else
 	// uuid.Nil: a new message, or a delivery it has not written.
 	key uuid.UUID
@@ -250,6 +253,10 @@ func (w *Writer) retry(ctx context.Context, ops []*op, side *operationSide) erro
 		if !retryable(err) || try == maxTries {
 			return err
 		}
+		if targetDisabled(err) {
+			// Decide again on the configuration as it is now.
+			w.Invalidate()
+		}
 		if w.lost != nil {
 			w.lost(err)
 		}
@@ -440,6 +447,9 @@ func (w *Writer) writeBatch(ctx context.Context, ops []*op, side *operationSide)
 	if err != nil {
 		return err
 	}
+	if len(d.disabled) > 0 {
+		w.Invalidate()
+	}
 	for _, o := range ops {
 		if o.c != nil && o.c.readBody {
 			o.c.body = bodies[o.c.after.ID]
@@ -455,13 +465,15 @@ func (w *Writer) writeBatch(ctx context.Context, ops []*op, side *operationSide)
 // per message, all their events in the order they were recorded, and the
 // lanes they moved; or the lanes that must be read first; or an error
 // that fails the batch. operation queues the write of the batch's bulk
-// operation's row, when it has one; its event follows the ops'.
+// operation's row, when it has one; its event follows the ops'. disabled
+// are the targets the batch disables, whose events are among events.
 type decided struct {
 	changes     []*change
 	events      []journal.Event
 	lanes       []projection.Lane
 	lanesNeeded []projection.LaneID
 	operation   func(*pgx.Batch)
+	disabled    []string
 	err         error
 }
 
@@ -480,7 +492,9 @@ func (w *Writer) decide(ops []*op, read map[uuid.UUID]*projection.Message, lanes
 		}
 	}
 	book := newLaneBook(cfg, state, lanes)
-	defer func() { d.lanes = book.Changed() }()
+	dis := &disabling{}
+	off := func(target string) bool { return dis.off(cfg, target) }
+	defer func() { d.lanes, d.disabled = book.Changed(), dis.targets }()
 	merged := map[uuid.UUID]*change{}
 	keep := func(c *change) {
 		id := c.after.ID
@@ -530,6 +544,12 @@ func (w *Writer) decide(ops []*op, read map[uuid.UUID]*projection.Message, lanes
 			o.err = err
 			continue
 		}
+		if c != nil {
+			if target := claimsOff(c, off); target != "" {
+				o.err = &StateError{Err: ErrNotClaimable, Reason: fmt.Sprintf("its target %s is disabled", target)}
+				continue
+			}
+		}
 		o.m, o.c = m, c
 		if c == nil {
 			continue
@@ -548,21 +568,35 @@ func (w *Writer) decide(ops []*op, read map[uuid.UUID]*projection.Message, lanes
 		if o.dup != nil {
 			latest[o.dup.dupKey] = c.after.ID
 		}
+		var disabled *journal.Event
+		if o.gone != nil {
+			if disabled, err = dis.disable(c, o.gone, o.on.deliveryID, now); err != nil {
+				d.err = err
+				return d
+			}
+		}
 		if o.claimNext > 0 {
-			o.next, o.nextC = claimFreed(follow, c.after.Delivery(o.on.deliveryID).Target, o.claimNext, now)
+			if target := c.after.Delivery(o.on.deliveryID).Target; !off(target) {
+				o.next, o.nextC = claimFreed(follow, target, o.claimNext, now)
+			}
 		}
 		if o.handOff {
-			w.handOff(o, c, now)
+			w.handOff(o, c, now, off)
 		}
 		keep(c)
+		if disabled != nil {
+			d.events = append(d.events, *disabled)
+		}
 		for _, f := range follow {
 			// The op's caller publishes the wake-ups of what it caused.
 			c.wakeups = append(c.wakeups, f.wakeups...)
 			keep(f)
 		}
 		if o.claimDue && o.next == nil {
-			if o.next, o.nextC = claimChosen(due, state, owner, c.after.Delivery(o.on.deliveryID).Target, o.claimNext, now); o.nextC != nil {
-				keep(o.nextC)
+			if target := c.after.Delivery(o.on.deliveryID).Target; !off(target) {
+				if o.next, o.nextC = claimChosen(due, state, owner, target, o.claimNext, now); o.nextC != nil {
+					keep(o.nextC)
+				}
 			}
 		}
 	}

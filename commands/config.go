@@ -172,14 +172,18 @@ func (w *Writer) changeConfig(ctx context.Context, actor string,
 		if err != nil || len(payloads) == 0 {
 			return err
 		}
+		// The table writes come first: one that waits for the row an
+		// outcome's batch holds while it disables its target (gone.go)
+		// then loses on the stream's version after that batch commits,
+		// rather than holding a version the batch would wait for.
 		b := &pgx.Batch{}
+		writes(b)
 		for i, p := range payloads {
 			e := journal.Event{RecordedAt: now, Stream: journal.ConfigStream, Version: c.version + 1 + i, Actor: actor, Payload: p}
 			if err := journal.Queue(b, e); err != nil {
 				return invalid(err)
 			}
 		}
-		writes(b)
 		err = w.send(ctx, w.db, b)
 		if retryable(err) && try < maxTries {
 			continue

@@ -36,7 +36,8 @@ type Claim struct {
 // and due time: a queued or stalled delivery, a retrying one that is due or
 // was woken, or a delivering one whose lease has run out (the expiry is
 // journaled first). The claim counts the attempt, resets the wake-ups and
-// holds the delivery until now + lease. ErrNotClaimable otherwise.
+// holds the delivery until now + lease. ErrNotClaimable otherwise, and
+// while the delivery's target is disabled.
 func (w *Writer) Claim(ctx context.Context, deliveryID uuid.UUID, lease time.Duration) (Claim, error) {
 	if lease <= 0 {
 		return Claim{}, invalid(&lifecycle.FieldError{Field: "lease", Problem: "must be positive"})
@@ -190,7 +191,8 @@ func (c *claimCursors) chose(target string, cursor bool, want int, keys []time.T
 var claimPlanReset = []string{`SET LOCAL enable_bitmapscan TO DEFAULT`, `SET LOCAL enable_sort TO DEFAULT`}
 
 // ClaimDue claims up to n deliveries of the target that a worker may take
-// now, oldest due first, in one transaction. It skips the rows other
+// now, oldest due first, in one transaction; none while the target is
+// disabled. It skips the rows other
 // workers' claims hold locked (FOR UPDATE SKIP LOCKED on the delivery and
 // its message), so several workers of one target share a backlog without
 // piling onto the same rows, and it locks the messages it claims on, so no
@@ -213,6 +215,13 @@ func (w *Writer) ClaimDue(ctx context.Context, target string, n int, lease time.
 // round trip between the two.
 func (w *Writer) claimDue(ctx context.Context, target string, n int, lease time.Duration) (_ []Claim, err error) {
 	defer w.recovered(&err, "a claim of due deliveries")
+	cfg, err := w.config(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if t, ok := cfg.targets[target]; ok && !t.Enabled {
+		return nil, nil
+	}
 	conn, err := w.db.Acquire(ctx)
 	if err != nil {
 		return nil, err
@@ -284,6 +293,12 @@ func (w *Writer) claimDue(ctx context.Context, target string, n int, lease time.
 	}
 	// A claim moves no lane: only a lane's head is ever claimable.
 	bodies, err := w.commit(ctx, conn, changes, events, nil, nil, true)
+	if targetDisabled(err) {
+		// Disabled since the configuration was read: nothing to claim,
+		// and the next claim reads it anew.
+		w.Invalidate()
+		return nil, nil
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -295,7 +310,9 @@ func (w *Writer) claimDue(ctx context.Context, target string, n int, lease time.
 
 // Complete records the outcome of a claimed attempt. It is conditional on the
 // claim: a token that is no longer the delivery's gets ErrClaimLost and
-// changes nothing.
+// changes nothing. An outcome lifecycle.Gone disables the delivery's
+// target too, in the same transaction, unless it is disabled already
+// (target.disabled, gone.go).
 func (w *Writer) Complete(ctx context.Context, deliveryID, token uuid.UUID, outcome lifecycle.Outcome) (*projection.Message, error) {
 	m, _, err := w.complete(ctx, deliveryID, token, outcome, 0, false)
 	return m, err
@@ -334,6 +351,19 @@ func (w *Writer) complete(ctx context.Context, deliveryID, token uuid.UUID, outc
 		decide: attempted(deliveryID, func(d *projection.Delivery) journal.Payload {
 			return &journal.DeliveryAttempted{Token: token, Attempt: d.Attempts, Outcome: outcome}
 		})}
+	if outcome.Gone {
+		// The target is read, locked, in the batch: its name is needed
+		// before, and a delivery's target never changes.
+		target := w.owner(deliveryID).target
+		if target == "" {
+			var err error
+			if target, err = projection.DeliveryTarget(ctx, w.db, deliveryID); err != nil {
+				return nil, nil, fmt.Errorf("complete delivery %s: %w", deliveryID, err)
+			}
+		}
+		o.gone = &goneRead{target: target}
+		o.read = o.gone.queue
+	}
 	m, err := w.runOp(o)
 	if err != nil {
 		return nil, nil, fmt.Errorf("complete delivery %s: %w", deliveryID, err)

@@ -51,16 +51,20 @@ type handed struct {
 }
 
 // handOff claims, on c, each delivery c wakes whose target's worker in
-// this process has a slot free (Taker), instead of waking it. The op keeps
-// the slots it reserved for a later decision of the same batch, as a
-// batch may decide again.
-func (w *Writer) handOff(o *op, c *change, now time.Time) {
+// this process has a slot free (Taker) and that is not off, instead of
+// waking it. The op keeps the slots it reserved for a later decision of
+// the same batch, as a batch may decide again.
+func (w *Writer) handOff(o *op, c *change, now time.Time, off func(target string) bool) {
 	t := w.taker.Load()
 	if t == nil {
 		return
 	}
 	var woken []Wakeup
 	for _, wk := range c.wakeups {
+		if off(wk.Target) {
+			woken = append(woken, wk)
+			continue
+		}
 		s, ok := o.slots[wk.Target]
 		if !ok {
 			if s, ok = (*t).Reserve(wk.Target); !ok {

@@ -304,13 +304,15 @@ func (w *Writer) recovered(err *error, what string) {
 }
 
 // queue adds to b the statements of the changes, at most one change per
-// message, and of the lanes they moved: the projection first (its update
-// locks the message rows), with the row of the batch's bulk operation when
-// it has one (operation), then the events in the order recorded, then the
-// bodies of new messages, then the changes' extra statements (such as the
-// deletion of an expunged payload).
+// message, and of the lanes they moved: the locks of the targets the
+// events claim for or disable (queueTargetLocks), then the projection (its
+// update locks the message rows), with the row of the batch's bulk
+// operation when it has one (operation), then the events in the order
+// recorded, then the bodies of new messages, then the changes' extra
+// statements (such as the deletion of an expunged payload).
 func (w *Writer) queue(b *pgx.Batch, changes []*change, events []journal.Event, lanes []projection.Lane,
 	operation func(*pgx.Batch)) error {
+	queueTargetLocks(b, events)
 	writes := make([]projection.Write, len(changes))
 	for i, c := range changes {
 		writes[i] = projection.Write{Before: c.before, Message: c.after, Touched: c.touched, Events: c.events}
@@ -365,10 +367,11 @@ func (w *Writer) notify(wakeups []Wakeup) {
 	}
 }
 
-// retryable reports a lost race: another writer took the stream version or
-// moved the message row since it was read.
+// retryable reports a lost race: another writer took the stream version,
+// moved the message row since it was read, or disabled a target claimed
+// for since the configuration was read.
 func retryable(err error) bool {
 	var pgErr *pgconn.PgError
-	return journal.IsVersionConflict(err) || errors.Is(err, errLaneRace) ||
+	return journal.IsVersionConflict(err) || errors.Is(err, errLaneRace) || targetDisabled(err) ||
 		errors.As(err, &pgErr) && (pgErr.Code == "40001" || pgErr.Code == "40P01")
 }

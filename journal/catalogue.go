@@ -57,6 +57,10 @@ const (
 	KindSourceDeleted    Kind = "source.deleted"
 	KindSourceHolePassed Kind = "source.hole_passed"
 
+	// What a target's receiver answered that changes the target, on
+	// ConfigStream.
+	KindTargetDisabled Kind = "target.disabled"
+
 	// Retention's (docs/retention.md): the first belongs to a message's
 	// stream, the others to RetentionStream.
 	KindMessagePayloadExpunged Kind = "message.payload_expunged"
@@ -111,6 +115,8 @@ var catalogue = map[Kind]func() Payload{
 	KindSourceUpdated:        func() Payload { return new(SourceUpdated) },
 	KindSourceDeleted:        func() Payload { return new(SourceDeleted) },
 	KindSourceHolePassed:     func() Payload { return new(SourceHolePassed) },
+
+	KindTargetDisabled: func() Payload { return new(TargetDisabled) },
 
 	KindMessagePayloadExpunged: func() Payload { return new(MessagePayloadExpunged) },
 	KindRetentionArchived:      func() Payload { return new(RetentionArchived) },
@@ -844,6 +850,38 @@ func (p *TargetKeyAdded) Text() string {
 func (p *TargetKeyAdded) Validate() error {
 	return errors.Join(lifecycle.CheckName("target", p.Target), required("key_id", p.KeyID != ""),
 		required("scheme", p.Scheme != ""), required("fingerprint", p.Fingerprint != ""))
+}
+
+// DisabledGone is the reason of a target disabled because its receiver
+// answered 410 Gone.
+const DisabledGone = "gone"
+
+// TargetDisabled: the target was disabled by what its receiver answered,
+// not by an operator, and its definition's enabled is false from then on;
+// an operator's target.updated enables it again. With Reason DisabledGone,
+// the attempt of DeliveryID (of MessageID) was answered StatusCode 410.
+type TargetDisabled struct {
+	Target     string    `json:"target"`
+	Reason     string    `json:"reason"`
+	MessageID  uuid.UUID `json:"message_id"`
+	DeliveryID uuid.UUID `json:"delivery_id"`
+	StatusCode int       `json:"status_code"`
+}
+
+func (*TargetDisabled) Kind() Kind { return KindTargetDisabled }
+func (p *TargetDisabled) Text() string {
+	return fmt.Sprintf("target %s disabled (%s): its receiver answered %d to delivery %s", p.Target, p.Reason, p.StatusCode, p.DeliveryID)
+}
+func (p *TargetDisabled) Validate() error {
+	var reason, status error
+	if p.Reason != DisabledGone {
+		reason = field("reason", fmt.Sprintf("%q: allowed is %q", p.Reason, DisabledGone))
+	}
+	if p.StatusCode != 410 {
+		status = field("status_code", fmt.Sprintf("must be 410 for reason %q, got %d", DisabledGone, p.StatusCode))
+	}
+	return errors.Join(lifecycle.CheckName("target", p.Target), reason, required("message_id", p.MessageID != uuid.Nil),
+		required("delivery_id", p.DeliveryID != uuid.Nil), status)
 }
 
 // SettingsChanged: the settings were replaced; Settings is the whole new set.

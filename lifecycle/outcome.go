@@ -40,6 +40,10 @@ type Outcome struct {
 	// with OutcomeDelivered; the receipt policy turns that into a
 	// hand-over.)
 	ExternalID string `json:"external_id,omitempty"`
+	// Gone is a failure for good whose receiver said it is gone for good
+	// (HTTP 410): recording it disables the target too. Not journaled with
+	// the outcome: the target's own event, target.disabled, records it.
+	Gone bool `json:"-"`
 }
 
 // Delivered is a successful attempt.
@@ -57,6 +61,10 @@ func Retry(at time.Time, reason string) Outcome {
 
 // Failed is a failure for good.
 func Failed(reason string) Outcome { return Outcome{Kind: OutcomeFailed, Text: reason} }
+
+// Gone is a failure for good that disables the target: its receiver is
+// gone for good.
+func Gone(reason string) Outcome { return Outcome{Kind: OutcomeFailed, Text: reason, Gone: true} }
 
 // State is the delivery state the outcome leads to.
 func (o Outcome) State() DeliveryState {
@@ -89,6 +97,9 @@ func (o Outcome) Validate() error {
 		} else if err := CheckExternalID("outcome.external_id", o.ExternalID); err != nil {
 			errs = append(errs, err)
 		}
+	}
+	if o.Gone && o.Kind != OutcomeFailed {
+		errs = append(errs, &FieldError{Field: "outcome.gone", Problem: "is allowed for failed only"})
 	}
 	if (o.Kind == OutcomeRetry || o.Kind == OutcomeFailed) && o.Text == "" {
 		errs = append(errs, &FieldError{Field: "outcome.text", Problem: "must give the reason of a retry or a failure"})

@@ -1,6 +1,9 @@
 package lifecycle
 
-import "testing"
+import (
+	"strings"
+	"testing"
+)
 
 func TestDeriveStatus(t *testing.T) {
 	const (
@@ -123,5 +126,11 @@ func TestOutcomeValidate(t *testing.T) {
 	}
 	if err := Failed("").Validate(); err == nil {
 		t.Error("failed without a reason validated")
+	}
+	if err := Gone("410 Gone").Validate(); err != nil {
+		t.Error(err)
+	}
+	if err := (Outcome{Kind: OutcomeDelivered, Text: "200 OK", Gone: true}).Validate(); err == nil || !strings.Contains(err.Error(), "outcome.gone") {
+		t.Errorf("delivered and gone: %v, want an error naming outcome.gone", err)
 	}
 }

@@ -106,6 +106,10 @@ type Folded struct {
 	// configuration events left it (ordering); nil for one stream.
 	lanes    *LaneBook
 	ordering map[string]lifecycle.Ordering
+	// disabled holds, by target, the position of the target.disabled that
+	// disabled it, until a target.updated enables it again; nil for one
+	// stream. No delivery.claimed of the target may come in between.
+	disabled map[string]int64
 	// inboxes holds what the journal tells of each inbox_table source,
 	// and Correlations the receivers' ids for messages as the journal
 	// makes them; nil for one stream.
@@ -194,7 +198,7 @@ func newFolded() *Folded {
 	f := &Folded{Messages: map[uuid.UUID]*Message{}, ordering: map[string]lifecycle.Ordering{},
 		inboxes: map[string]*inboxLedger{}, Correlations: map[CorrelationKey]Correlation{},
 		Operations: map[uuid.UUID]*Operation{}, trails: map[uuid.UUID]*opTrail{},
-		keys: map[string]map[string]targets.KeyRecord{}}
+		keys: map[string]map[string]targets.KeyRecord{}, disabled: map[string]int64{}}
 	f.lanes = NewLaneBook(func(target string) lifecycle.Ordering { return f.ordering[target] },
 		func(message, delivery uuid.UUID) *Delivery {
 			if m := f.Messages[message]; m != nil {
@@ -227,15 +231,23 @@ func (f *Folded) finish() {
 	}
 }
 
-// configure follows a target's ordering through the configuration events.
+// configure follows a target's ordering, and whether a target.disabled
+// holds it disabled, through the configuration events.
 func (f *Folded) configure(e journal.Event) {
 	switch p := e.Payload.(type) {
 	case *journal.TargetCreated:
 		f.ordering[p.Target.Name] = p.Target.Ordering.WithDefaults()
+		delete(f.disabled, p.Target.Name)
 	case *journal.TargetUpdated:
 		f.ordering[p.Target.Name] = p.Target.Ordering.WithDefaults()
+		if p.Target.Enabled {
+			delete(f.disabled, p.Target.Name)
+		}
 	case *journal.TargetDeleted:
 		delete(f.ordering, p.Name)
+		delete(f.disabled, p.Name)
+	case *journal.TargetDisabled:
+		f.disabled[p.Target] = e.Position
 	}
 }
 
@@ -290,6 +302,10 @@ func (f *Folded) fold(e journal.Event) error {
 	}
 	f.noteActed(id, e)
 	if f.lanes != nil {
+		if at, off := f.disabled[e.Target]; off && e.Kind() == journal.KindDeliveryClaimed {
+			f.Violations = append(f.Violations, Violation{Position: e.Position, MessageID: id, DeliveryID: e.DeliveryID,
+				Problem: fmt.Sprintf("claimed for target %s, which the target.disabled at position %d disabled and no target.updated enabled since", e.Target, at)})
+		}
 		if err := f.lanes.Apply(e, m); err != nil {
 			v := Violation{Position: e.Position, MessageID: id, DeliveryID: e.DeliveryID, Problem: err.Error()}
 			if explained, _ := explainedOnly(err); explained != nil {

@@ -49,6 +49,10 @@ const (
 	ClassLane LockClass = 0x77616c6e
 	// ClassDuplicate locks a source's duplicate key ("wdup").
 	ClassDuplicate LockClass = 0x77647570
+	// ClassTarget orders a target's claims and its disabling ("wtgt"):
+	// a transaction that writes claims holds it shared, one that disables
+	// the target alone.
+	ClassTarget LockClass = 0x77746774
 )
 
 // ErrDatabaseInUse is returned when the lock is held the other way: a rebuild

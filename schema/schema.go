@@ -20,6 +20,10 @@ const (
 	ProjectionVersion = 8
 )
 
+// CodeTargetDisabled is the SQLSTATE of targets_expect_enabled's refusal:
+// a claim of a target disabled since the configuration was read.
+const CodeTargetDisabled = "WB001"
+
 // The parts, as recorded in schema_version.
 const (
 	PartJournal     = "journal"
@@ -145,6 +149,20 @@ CREATE TABLE IF NOT EXISTS targets (
 	created_at timestamptz NOT NULL,
 	updated_at timestamptz NOT NULL
 );
+
+-- A transaction that writes claims calls this after taking its targets'
+-- claim locks (ClassTarget, shared): a target disabled before then fails
+-- it, and the commands decide again on the configuration read anew.
+CREATE OR REPLACE FUNCTION targets_expect_enabled(names text[]) RETURNS void
+LANGUAGE plpgsql AS $$
+DECLARE
+	off text;
+BEGIN
+	SELECT name INTO off FROM targets WHERE name = ANY(names) AND spec->>'enabled' = 'false' LIMIT 1;
+	IF off IS NOT NULL THEN
+		RAISE EXCEPTION 'target % is disabled', off USING ERRCODE = '` + CodeTargetDisabled + `';
+	END IF;
+END $$;
 
 CREATE TABLE IF NOT EXISTS routes (
 	id           uuid        PRIMARY KEY,

@@ -157,8 +157,9 @@ const (
 
 // Deliver sends the payload once. 2xx is delivered; 408, 429, 5xx,
 // time-outs and connection errors are failures for now, due at the
-// response's Retry-After when it has one; any other status, a redirect
-// included, fails for good. A delivered outcome carries the receiver's id
+// response's Retry-After when it has one; 410 fails for good and disables
+// the target (lifecycle.Gone); any other status, a redirect included,
+// fails for good. A delivered outcome carries the receiver's id
 // for the message when the target's receipt.correlate says where it is.
 func (h *httpTarget) Deliver(ctx context.Context, a Attempt) lifecycle.Outcome {
 	req, err := http.NewRequestWithContext(ctx, h.cfg.Method, h.cfg.URL, bytes.NewReader(a.Payload))
@@ -206,8 +207,10 @@ func (h *httpTarget) Deliver(ctx context.Context, a Attempt) lifecycle.Outcome {
 // HTTPOutcome is what an answer to an HTTP attempt comes to, with body the
 // start of its body (at least the first 256 bytes, when it has them): 2xx
 // is delivered; 408, 429 and 5xx are failures for now, due at the
-// answer's Retry-After when it has one (read against now); anything else,
-// a redirect included, fails for good. The text is the status line, a
+// answer's Retry-After when it has one (read against now); 410 Gone fails
+// for good and disables the target, as the Standard Webhooks
+// specification asks of a sender; anything else, a redirect included,
+// fails for good. The text is the status line, a
 // redirect's location and the start of the body on one line.
 func HTTPOutcome(resp *http.Response, body []byte, now time.Time) lifecycle.Outcome {
 	text := responseText(resp, body)
@@ -217,6 +220,8 @@ func HTTPOutcome(resp *http.Response, body []byte, now time.Time) lifecycle.Outc
 	case code == http.StatusRequestTimeout || code == http.StatusTooManyRequests || code >= 500:
 		return lifecycle.Outcome{Kind: lifecycle.OutcomeRetry, Text: text,
 			RetryAt: retryAfter(resp.Header.Get("Retry-After"), now)}
+	case code == http.StatusGone:
+		return lifecycle.Gone(text)
 	default:
 		return lifecycle.Failed(text)
 	}

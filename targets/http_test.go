@@ -145,24 +145,26 @@ func TestHTTPStatusOutcomes(t *testing.T) {
 	tests := []struct {
 		code int
 		want lifecycle.OutcomeKind
+		gone bool
 	}{
-		{200, lifecycle.OutcomeDelivered},
-		{201, lifecycle.OutcomeDelivered},
-		{204, lifecycle.OutcomeDelivered},
-		{299, lifecycle.OutcomeDelivered},
-		{408, lifecycle.OutcomeRetry},
-		{429, lifecycle.OutcomeRetry},
-		{500, lifecycle.OutcomeRetry},
-		{502, lifecycle.OutcomeRetry},
-		{503, lifecycle.OutcomeRetry},
-		{504, lifecycle.OutcomeRetry},
-		{400, lifecycle.OutcomeFailed},
-		{401, lifecycle.OutcomeFailed},
-		{403, lifecycle.OutcomeFailed},
-		{404, lifecycle.OutcomeFailed},
-		{409, lifecycle.OutcomeFailed},
-		{413, lifecycle.OutcomeFailed},
-		{422, lifecycle.OutcomeFailed},
+		{200, lifecycle.OutcomeDelivered, false},
+		{201, lifecycle.OutcomeDelivered, false},
+		{204, lifecycle.OutcomeDelivered, false},
+		{299, lifecycle.OutcomeDelivered, false},
+		{408, lifecycle.OutcomeRetry, false},
+		{429, lifecycle.OutcomeRetry, false},
+		{500, lifecycle.OutcomeRetry, false},
+		{502, lifecycle.OutcomeRetry, false},
+		{503, lifecycle.OutcomeRetry, false},
+		{504, lifecycle.OutcomeRetry, false},
+		{400, lifecycle.OutcomeFailed, false},
+		{401, lifecycle.OutcomeFailed, false},
+		{403, lifecycle.OutcomeFailed, false},
+		{404, lifecycle.OutcomeFailed, false},
+		{409, lifecycle.OutcomeFailed, false},
+		{410, lifecycle.OutcomeFailed, true},
+		{413, lifecycle.OutcomeFailed, false},
+		{422, lifecycle.OutcomeFailed, false},
 	}
 	for _, tt := range tests {
 		t.Run(fmt.Sprint(tt.code), func(t *testing.T) {
@@ -172,8 +174,8 @@ func TestHTTPStatusOutcomes(t *testing.T) {
 			}
 			srv := newRecorder(t, status(tt.code, body))
 			out := prepare(t, "http", httpConfigFor(srv.URL, "")).Deliver(t.Context(), attempt(1, "p"))
-			if out.Kind != tt.want || !out.RetryAt.IsZero() {
-				t.Fatalf("outcome %+v, want %s", out, tt.want)
+			if out.Kind != tt.want || !out.RetryAt.IsZero() || out.Gone != tt.gone {
+				t.Fatalf("outcome %+v, want %s, gone %t", out, tt.want, tt.gone)
 			}
 			if !strings.HasPrefix(out.Text, fmt.Sprint(tt.code)) || !strings.Contains(out.Text, body) {
 				t.Errorf("text %q has not the status and the body", out.Text)
@@ -222,6 +224,8 @@ func TestHTTPRetryAfter(t *testing.T) {
 		{"seconds", 503, "120", clockTime.Add(120 * time.Second)},
 		{"zero seconds", 429, "0", clockTime},
 		{"HTTP-date", 429, clockTime.Add(time.Hour).Format(http.TimeFormat), clockTime.Add(time.Hour)},
+		{"seconds on a 502", 502, "30", clockTime.Add(30 * time.Second)},
+		{"HTTP-date on a 504", 504, clockTime.Add(time.Minute).Format(http.TimeFormat), clockTime.Add(time.Minute)},
 		{"HTTP-date before the clock", 503, clockTime.Add(-time.Hour).Format(http.TimeFormat), clockTime.Add(-time.Hour)},
 		{"unreadable", 503, "soon", time.Time{}},
 		{"negative", 503, "-5", time.Time{}},
@@ -237,9 +241,11 @@ func TestHTTPRetryAfter(t *testing.T) {
 		})
 	}
 	// A failure for good has no retry time, whatever the server says.
-	srv := newRecorder(t, status(400, "", "Retry-After", "60"))
-	if out := prepare(t, "http", httpConfigFor(srv.URL, "")).Deliver(t.Context(), attempt(1, "p")); out.Kind != lifecycle.OutcomeFailed || !out.RetryAt.IsZero() {
-		t.Errorf("400 with Retry-After: %+v", out)
+	for _, code := range []int{400, 410} {
+		srv := newRecorder(t, status(code, "", "Retry-After", "60"))
+		if out := prepare(t, "http", httpConfigFor(srv.URL, "")).Deliver(t.Context(), attempt(1, "p")); out.Kind != lifecycle.OutcomeFailed || !out.RetryAt.IsZero() {
+			t.Errorf("%d with Retry-After: %+v", code, out)
+		}
 	}
 }
 

@@ -205,7 +205,7 @@ func (r *Runtime) startWorker(ctx context.Context, t lifecycle.Target) (*targetW
 	if err != nil {
 		return nil, fmt.Errorf("target %s: %w", t.Name, err)
 	}
-	store := NewDeliveryStore(r.cfg.Writer, t)
+	store := NewDeliveryStore(r.cfg.Writer, t, r.ConfigChanged)
 	w, err := NewWorker(Config[targets.Attempt]{
 		Name:           t.Name,
 		Store:          store,

@@ -30,7 +30,8 @@ import (
 // the webhook (each signed: the callback and the alert with the keys the
 // two servers made, one each, as they started together), a bulk operation redelivers what failed, the sweep passes,
 // and retention expunges payloads, then archives and removes the settled
-// messages. Each lease is held by exactly one of the two processes. A
+// messages, and a receiver that answers 410 Gone has its target disabled.
+// Each lease is held by exactly one of the two processes. A
 // partner's scoped ingest token, made over REST, posts to its source and
 // is refused elsewhere. The audit finds the journal, the projections and
 // the archive in agreement.
@@ -50,6 +51,10 @@ func TestEveryLoopInOneServer(t *testing.T) {
 	refuse.Store(true)
 	sink := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(r.Body)
+		if r.URL.Path == "/gone" {
+			http.Error(w, "no such hook", http.StatusGone)
+			return
+		}
 		if string(body) == "refused until fixed" && refuse.Load() {
 			http.Error(w, "not yet", http.StatusBadRequest)
 			return
@@ -61,7 +66,7 @@ func TestEveryLoopInOneServer(t *testing.T) {
 		mu.Unlock()
 	}))
 	defer sink.Close()
-	var callbacks, alerts atomic.Int32
+	var callbacks, alerts, disabledAlerts atomic.Int32
 	hooks := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var body struct{ Status, Code string }
 		data, _ := io.ReadAll(r.Body)
@@ -75,6 +80,8 @@ func TestEveryLoopInOneServer(t *testing.T) {
 			callbacks.Add(1)
 		case r.URL.Path == "/alert" && body.Code == "message_not_routed":
 			alerts.Add(1)
+		case r.URL.Path == "/alert" && body.Code == "target_disabled":
+			disabledAlerts.Add(1)
 		}
 	}))
 	defer hooks.Close()
@@ -236,6 +243,18 @@ func TestEveryLoopInOneServer(t *testing.T) {
 	if files, _ := filepath.Glob(filepath.Join(archive, "*", "*", "*.jsonl.gz")); len(files) == 0 {
 		t.Error("retention archived nothing")
 	}
+
+	// A receiver that answers 410 Gone has its target disabled, alerted
+	// once.
+	a.call("POST", "/targets", map[string]any{"name": "gone", "kind": "http", "config": map[string]any{"url": sink.URL + "/gone"}},
+		http.StatusCreated, nil)
+	a.call("POST", "/routes", map[string]any{"source": "iot", "from": "*", "to": "*", "target": "gone"}, http.StatusCreated, nil)
+	ingest(b, "iot", "to a receiver gone", nil)
+	testpoll.Until(t, "a 410 disables its target and the alert is sent", func() bool {
+		var target struct{ Enabled bool }
+		a.call("GET", "/targets/gone", nil, http.StatusOK, &target)
+		return !target.Enabled && disabledAlerts.Load() == 1
+	})
 
 	for _, s := range servers {
 		if err := s.cmd.Process.Signal(syscall.SIGTERM); err != nil {

@@ -1,0 +1,148 @@
+package commands
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"slices"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/waybill/waybill/journal"
+	"github.com/waybill/waybill/lifecycle"
+	"github.com/waybill/waybill/schema"
+)
+
+// A receiver that answers 410 Gone disables its target in the transaction
+// that records the outcome: the outcome's op reads the target's row, locked
+// (goneRead), and the batch journals target.disabled on the config stream
+// and writes the definition with enabled false, once, however many
+// outcomes of the target say so at once. Claims are held to it: every
+// transaction that writes claims takes its targets' locks (ClassTarget)
+// shared and checks they are still enabled (targets_expect_enabled), and
+// one that disables a target takes its lock alone before it writes
+// anything. So no claim of a target is journaled after its target.disabled
+// until an operator enables it again, whichever process claims.
+
+// goneRead is what the op of an outcome lifecycle.Gone reads, under the
+// lock of the target's row: its definition (none when the target is gone
+// from the configuration) and the config stream's version.
+type goneRead struct {
+	target  string
+	spec    []byte
+	version int
+}
+
+// queue queues the reads, after the batch's messages are locked.
+func (g *goneRead) queue(b *pgx.Batch) {
+	g.spec = nil
+	b.Queue(`SELECT spec FROM targets WHERE name = $1 FOR NO KEY UPDATE`, g.target).
+		Query(func(rows pgx.Rows) error {
+			_, err := pgx.ForEachRow(rows, []any{&g.spec}, func() error { return nil })
+			return err
+		})
+	journal.QueueStreamVersion(b, journal.ConfigStream, &g.version)
+}
+
+// disabling is what a batch has disabled so far: the targets, and the
+// config stream's last version taken.
+type disabling struct {
+	targets []string
+	version int
+}
+
+// off reports whether a claim of target is refused: the configuration
+// the batch decides with has it disabled, or the batch disabled it.
+func (s *disabling) off(cfg *configState, target string) bool {
+	if t, ok := cfg.targets[target]; ok && !t.Enabled {
+		return true
+	}
+	return slices.Contains(s.targets, target)
+}
+
+// disable records on c, the change of an outcome lifecycle.Gone of the
+// delivery to g's target, that the target is disabled, unless it is so
+// already: the event is returned for the batch's journal, on the config
+// stream, and c writes the definition.
+func (s *disabling) disable(c *change, g *goneRead, deliveryID uuid.UUID, now time.Time) (*journal.Event, error) {
+	if g.spec == nil || slices.Contains(s.targets, g.target) {
+		return nil, nil
+	}
+	var t lifecycle.Target
+	if err := json.Unmarshal(g.spec, &t); err != nil {
+		return nil, fmt.Errorf("read target %s: %w", g.target, err)
+	}
+	if !t.Enabled {
+		return nil, nil
+	}
+	t.Enabled = false
+	spec, err := json.Marshal(t)
+	if err != nil {
+		return nil, err
+	}
+	s.version = max(s.version, g.version) + 1
+	s.targets = append(s.targets, t.Name)
+	c.also(func(b *pgx.Batch) {
+		b.Queue(`UPDATE targets SET spec = $2, updated_at = $3 WHERE name = $1`, t.Name, spec, now)
+	})
+	return &journal.Event{RecordedAt: now, Stream: journal.ConfigStream, Version: s.version, Actor: journal.WorkerActor(t.Name),
+		Payload: &journal.TargetDisabled{Target: t.Name, Reason: journal.DisabledGone, MessageID: c.after.ID,
+			DeliveryID: deliveryID, StatusCode: http.StatusGone}}, nil
+}
+
+// queueTargetLocks queues, first in a transaction that writes events,
+// the locks of the targets they claim for (shared) and disable (alone),
+// in the order of their hash so that two transactions never wait for
+// each other in a cycle, then the check that the targets claimed for are
+// still enabled. A transaction that neither claims nor disables takes
+// none.
+func queueTargetLocks(b *pgx.Batch, events []journal.Event) {
+	var claimed, names []string
+	var alone []bool
+	for _, e := range events {
+		switch p := e.Payload.(type) {
+		case *journal.DeliveryClaimed:
+			if !slices.Contains(claimed, e.Target) {
+				claimed = append(claimed, e.Target)
+			}
+		case *journal.TargetDisabled:
+			names, alone = append(names, p.Target), append(alone, true)
+		}
+	}
+	if len(claimed) == 0 && len(names) == 0 {
+		return
+	}
+	for _, t := range claimed {
+		if !slices.Contains(names, t) {
+			names, alone = append(names, t), append(alone, false)
+		}
+	}
+	b.Queue(`SELECT CASE WHEN alone THEN pg_advisory_xact_lock($3::int, h) ELSE pg_advisory_xact_lock_shared($3::int, h) END
+		FROM (SELECT hashtext(n) AS h, bool_or(alone) AS alone FROM unnest($1::text[], $2::bool[]) AS x(n, alone)
+			GROUP BY 1 ORDER BY 1 OFFSET 0) l`, names, alone, int32(schema.ClassTarget))
+	if len(claimed) > 0 {
+		b.Queue(`SELECT targets_expect_enabled($1)`, claimed)
+	}
+}
+
+// targetDisabled reports the refusal of targets_expect_enabled: a target
+// claimed for was disabled after the configuration was read.
+func targetDisabled(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == schema.CodeTargetDisabled
+}
+
+// claimsOff returns the target of a claim c records whose target is off,
+// or "".
+func claimsOff(c *change, off func(string) bool) string {
+	for _, e := range c.events {
+		if _, ok := e.Payload.(*journal.DeliveryClaimed); ok && off(e.Target) {
+			return e.Target
+		}
+	}
+	return ""
+}

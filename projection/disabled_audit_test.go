@@ -1,0 +1,77 @@
+package projection_test
+
+import (
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/waybill/waybill/commands"
+	"github.com/waybill/waybill/journal"
+	"github.com/waybill/waybill/lifecycle"
+	"github.com/waybill/waybill/projection"
+)
+
+// TestAuditNamesAClaimOfADisabledTarget forges, behind the commands' back,
+// a claim for a target after its target.disabled, and another after an
+// operator's target.updated enabled it again: the audit names the first
+// alone.
+func TestAuditNamesAClaimOfADisabledTarget(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	var ms []*projection.Message
+	for range 2 {
+		m, _, err := b.w.Ingest(b.ctx, commands.NewMessage{Source: "erp", From: "a", To: "b", Payload: []byte("x")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ms = append(ms, m)
+	}
+	version, err := journal.StreamVersion(b.ctx, b.db, journal.ConfigStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	alpha := ms[0].Deliveries[0]
+	if alpha.Target != "alpha" {
+		t.Fatalf("first delivery to %s", alpha.Target)
+	}
+	claim := func(m *projection.Message) journal.Event {
+		d := m.Deliveries[0]
+		return journal.Event{RecordedAt: b.now, Stream: journal.MessageStream(m.ID), Version: m.Version + 1, DeliveryID: d.ID,
+			Target: d.Target, Actor: journal.WorkerActor(d.Target), OldState: lifecycle.StateQueued, NewState: lifecycle.StateDelivering,
+			Payload: &journal.DeliveryClaimed{Token: uuid.New(), Attempt: 1, LeaseEnd: b.now.Add(time.Minute)}}
+	}
+	all, err := b.w.Targets(b.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	enabled := all[slices.IndexFunc(all, func(tg lifecycle.Target) bool { return tg.Name == "alpha" })]
+	events := []journal.Event{
+		{RecordedAt: b.now, Stream: journal.ConfigStream, Version: version + 1, Actor: journal.WorkerActor("alpha"),
+			Payload: &journal.TargetDisabled{Target: "alpha", Reason: journal.DisabledGone, MessageID: uuid.New(), DeliveryID: uuid.New(), StatusCode: 410}},
+		claim(ms[0]),
+		{RecordedAt: b.now, Stream: journal.ConfigStream, Version: version + 2, Actor: "operator:admin",
+			Payload: &journal.TargetUpdated{Target: enabled}},
+		claim(ms[1]),
+	}
+	var batch pgx.Batch
+	if err := journal.Queue(&batch, events...); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.db.SendBatch(b.ctx, &batch).Close(); err != nil {
+		t.Fatal(err)
+	}
+	r, err := projection.Audit(b.ctx, b.db, uuid.Nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	named := slices.DeleteFunc(r.Violations, func(v projection.Violation) bool {
+		return !strings.Contains(v.Problem, "which the target.disabled at position")
+	})
+	if len(named) != 1 || named[0].DeliveryID != alpha.ID || !strings.Contains(named[0].Problem, "claimed for target alpha") {
+		t.Fatalf("violations about a disabled target: %v", named)
+	}
+}
