@@ -98,6 +98,11 @@ func (s *Server) mayPost(r *http.Request, source string) error {
 	if err != nil {
 		return fmt.Errorf("%w: %w", errNotStored, err)
 	}
+	if ok && polled.Kind == sources.KindWebhook {
+		return outOfScope(r, auth.Ingest, fmt.Sprintf(
+			"source %s is a webhook source: its messages come only from its sender's signed requests to %s/sources/%s/webhook; post under another source name",
+			source, Prefix, source))
+	}
 	if ok {
 		return outOfScope(r, auth.Ingest, fmt.Sprintf(
 			"source %s is a %s source that Waybill polls itself: its messages come only from there; post under another source name",
@@ -115,7 +120,8 @@ func newMessage(req IngestRequest) (commands.NewMessage, error) {
 	var errs []error
 	if sources.ReservedKey(req.IdempotencyKey) {
 		errs = append(errs, &lifecycle.FieldError{Field: "idempotency_key", Problem: fmt.Sprintf(
-			"may not start with %q or %q: those keys are the polling sources' own", sources.RowKeyPrefix, sources.FileKeyPrefix)})
+			"may not start with %q, %q or %q: those keys are the sources' own", sources.RowKeyPrefix, sources.FileKeyPrefix,
+			sources.WebhookKeyPrefix)})
 	}
 	switch {
 	case req.Payload != nil && req.PayloadBase64 != nil:

@@ -35,7 +35,7 @@ const (
 )
 
 // webhook prepares a webhook source of the configuration.
-func webhook(t *testing.T, config string) sources.WebhookConfig {
+func webhook(t testing.TB, config string) sources.WebhookConfig {
 	t.Helper()
 	s, err := sources.Prepare(lifecycle.Source{Name: "hooks", Kind: sources.KindWebhook, Config: json.RawMessage(config)})
 	if err != nil {
