@@ -180,10 +180,10 @@ func (v *Verify) check() error {
 		}
 		return errors.Join(errs...)
 	}
-	for name, value := range map[string]string{"header": v.Header, "algorithm": v.Algorithm, "encoding": v.Encoding,
-		"prefix": v.Prefix, "id_header": v.IDHeader} {
-		if value != "" {
-			errs = append(errs, field(name, "is only for the hmac scheme: "+v.Scheme+" names its own"))
+	for _, f := range []struct{ name, value string }{{"header", v.Header}, {"algorithm", v.Algorithm},
+		{"encoding", v.Encoding}, {"prefix", v.Prefix}, {"id_header", v.IDHeader}} {
+		if f.value != "" {
+			errs = append(errs, field(f.name, "is only for the hmac scheme: "+v.Scheme+" names its own"))
 		}
 	}
 	return errors.Join(errs...)
