@@ -42,6 +42,9 @@ type NewMessage struct {
 	// CallbackURL, when set, is called with the message's outcome each
 	// time it settles: an absolute http or https URL.
 	CallbackURL string
+	// Type, when set, is what the message is in the sender's words, such
+	// as a webhook's event type (lifecycle.CheckMessageType).
+	Type string
 	// Row, when set, is the inbox row the message was read from: the
 	// transaction that stores the message records that the row's processed
 	// marker is owed.
@@ -120,7 +123,7 @@ func (w *Writer) acceptance(ctx context.Context, in NewMessage, cfg *configState
 		Source: in.Source, From: in.From, To: in.To, ContentType: in.ContentType,
 		PayloadSize: int64(len(in.Payload)), PayloadSHA256: hex.EncodeToString(sum[:]),
 		IdempotencyKey: in.IdempotencyKey, OrderingKey: in.OrderingKey, DuplicateKey: in.DuplicateKey,
-		CallbackURL: in.CallbackURL,
+		CallbackURL: in.CallbackURL, Type: in.Type,
 	}
 	if err := accepted.Validate(); err != nil {
 		return nil, invalid(err)

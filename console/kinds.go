@@ -25,8 +25,8 @@ type configField struct {
 	// Hint says what the field takes and its default.
 	Hint string
 	// Input is how it is written: text, number (a whole number), check
-	// (a boolean), select (one of Options, the first the default), or lines (an object of
-	// strings, one "Name: value" a line).
+	// (a boolean), select (one of Options, the first the default), lines (an object of
+	// strings, one "Name: value" a line), or json (an object, as JSON).
 	Input   string
 	Options []string
 }
@@ -86,6 +86,16 @@ var (
 			{Key: "force_marker_after", Label: "Force a marker after", Input: "text",
 				Hint: "How long a marker that cannot be written may be put off, from 1s to 8760h. Default 24h0m0s."},
 		},
+		sources.KindWebhook: {
+			{Key: sources.VerifyField, Label: "Verify", Input: "json",
+				Hint: `How a request's signature is checked, as JSON: {"scheme": "standard-webhooks", "github", "stripe" or "hmac", ` +
+					`"secret": "…"} or "secrets": [...] for several. Required. A secret is shown as ` + redact.Mask +
+					": left so, the stored one is kept."},
+			{Key: "from", Label: "From", Input: "text", Hint: "The sender of every message. Default the source's name."},
+			{Key: "to", Label: "To", Input: "text", Hint: "The receiver of every message. Default *."},
+			{Key: "tolerance", Label: "Tolerance", Input: "text",
+				Hint: "How far a signed timestamp may be from now, from 1s to 1h. Default 5m0s."},
+		},
 	}
 )
 
@@ -107,6 +117,11 @@ func valuesOf(fields []configField, config json.RawMessage) configValues {
 	}
 	vs := configValues{}
 	for _, f := range fields {
+		if v, ok := object[f.Key]; ok && f.Input == "json" {
+			b, _ := json.MarshalIndent(v, "", "  ") // what was decoded encodes
+			vs[f.Key] = string(b)
+			continue
+		}
 		switch v := object[f.Key].(type) {
 		case string:
 			vs[f.Key] = v
@@ -155,6 +170,13 @@ func (vs configValues) config(fields []configField) (json.RawMessage, error) {
 				object[f.Key] = true
 			}
 		case strings.TrimSpace(v) == "":
+		case f.Input == "json":
+			var o map[string]json.RawMessage
+			if err := json.Unmarshal([]byte(v), &o); err != nil || o == nil {
+				errs = append(errs, &lifecycle.FieldError{Field: name, Problem: "must be a JSON object, such as {\"scheme\": \"github\", \"secret\": \"…\"}"})
+				continue
+			}
+			object[f.Key] = json.RawMessage(v)
 		case f.Input == "number":
 			n, err := strconv.Atoi(v)
 			if err != nil {

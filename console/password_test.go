@@ -50,3 +50,33 @@ func TestKeepPassword(t *testing.T) {
 		}
 	}
 }
+
+func TestKeepSecrets(t *testing.T) {
+	t.Parallel()
+	stored := json.RawMessage(`{"verify":{"scheme":"github","secrets":["s3cret","s4cret"]},"from":"gh"}`)
+	for _, tc := range []struct {
+		name, sent, want string
+		refused          string
+	}{
+		{"left as shown", `{"verify":{"scheme":"github","secrets":["***","***"]},"from":"hub"}`,
+			`{"from":"hub","verify":{"scheme":"github","secrets":["s3cret","s4cret"]}}`, ""},
+		{"one dropped, one added", `{"verify":{"scheme":"github","secrets":["***","new"]}}`,
+			`{"verify":{"scheme":"github","secrets":["s3cret","new"]}}`, ""},
+		{"one secret", `{"verify":{"scheme":"github","secret":"***"}}`, `{"verify":{"scheme":"github","secret":"s3cret"}}`, ""},
+		{"a mask with no secret behind it", `{"verify":{"scheme":"github","secrets":["***","***","***"]}}`, "", "config.verify.secrets[2]"},
+		{"no secrets", `{"dir":"/in"}`, `{"dir":"/in"}`, ""},
+	} {
+		got, err := keepSecrets(json.RawMessage(tc.sent), stored)
+		switch {
+		case tc.refused != "":
+			if !errors.Is(err, commands.ErrInvalid) || !strings.Contains(err.Error(), tc.refused) {
+				t.Errorf("%s: %s, %v", tc.name, got, err)
+			}
+		case err != nil || string(got) != tc.want:
+			t.Errorf("%s: %s, %v; want %s", tc.name, got, err, tc.want)
+		}
+	}
+	if _, err := keepSecrets(json.RawMessage(`{"verify":{"scheme":"github","secret":"***"}}`), nil); err == nil {
+		t.Error("a new source took a masked secret")
+	}
+}

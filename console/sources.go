@@ -99,9 +99,9 @@ func (c *Console) createSource(w http.ResponseWriter, r *http.Request, s *auth.S
 	f := readSourceForm(kind, r.PostForm)
 	config, err := f.Config.config(sourceKinds[kind])
 	if err == nil {
-		// A database_url shown masked after a refusal must be written
-		// whole again.
-		config, err = keepPassword(config, nil)
+		// A database_url or a secret shown masked after a refusal must
+		// be written whole again.
+		config, err = keepSecrets(config, nil)
 	}
 	var created lifecycle.Source
 	if err == nil {
@@ -170,7 +170,7 @@ func definitionOf(src httpapi.Source) lifecycle.Source {
 // editSource shows a source's edit form, and saves it (PUT
 // /sources/{name}): the whole definition is replaced, its name and kind
 // kept. A database_url left as the page showed it, its password masked,
-// keeps the stored one.
+// keeps the stored one, and so does a webhook's secret left masked.
 func (c *Console) editSource(w http.ResponseWriter, r *http.Request, s *auth.Session) error {
 	src, err := c.findSource(r.Context(), r.PathValue("name"))
 	if err != nil {
@@ -188,7 +188,7 @@ func (c *Console) editSource(w http.ResponseWriter, r *http.Request, s *auth.Ses
 	next := lifecycle.Source{Name: src.Name, Kind: src.Kind, Enabled: f.Enabled}
 	next.Config, err = f.Config.config(sourceKinds[src.Kind])
 	if err == nil {
-		next.Config, err = keepPassword(next.Config, src.Config)
+		next.Config, err = keepSecrets(next.Config, src.Config)
 	}
 	if err == nil {
 		_, err = c.cfg.Writer.UpdateSource(r.Context(), next, journal.OperatorActor(s.Name))

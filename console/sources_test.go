@@ -1,6 +1,7 @@
 package console_test
 
 import (
+	"encoding/json"
 	"html"
 	"net/http"
 	"net/url"
@@ -188,4 +189,35 @@ func (b *bundle) sourceNamed(t testing.TB, name string) lifecycle.Source {
 	}
 	t.Fatalf("no source %s", name)
 	return lifecycle.Source{}
+}
+
+// TestWebhookSourceEditKeepsTheHiddenSecrets: a webhook's secrets are
+// shown masked, in the JSON of its verify; sent back so, they stay.
+func TestWebhookSourceEditKeepsTheHiddenSecrets(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	if _, err := b.w.CreateSource(b.ctx, lifecycle.Source{Name: "hub", Kind: "webhook", Enabled: true,
+		Config: json.RawMessage(`{"verify": {"scheme": "github", "secrets": ["s3cret-one", "s3cret-two"]}}`)}, "operator:admin"); err != nil {
+		t.Fatal(err)
+	}
+	c := b.signedIn(t, b.admin)
+	c.get(t, "/ui/sources/hub").want(t, http.StatusOK).lacks(t, "s3cret")
+	page := c.get(t, "/ui/sources/hub/edit").want(t, http.StatusOK).lacks(t, "s3cret").body
+	m := regexp.MustCompile(`name="config\.verify"[^>]*>([^<]*)</textarea>`).FindStringSubmatch(page)
+	if m == nil || !strings.Contains(m[1], "***") {
+		t.Fatalf("the form's verify: %v", m)
+	}
+	form := url.Values{"enabled": {"on"}, "config.verify": {html.UnescapeString(m[1])}, "config.from": {"github"}}
+	c.post(t, "/ui/sources/hub/edit", form).redirects(t, "/ui/sources/hub")
+	var stored struct {
+		Verify struct{ Secrets []string }
+		From   string
+	}
+	s := b.sourceNamed(t, "hub")
+	if err := json.Unmarshal(s.Config, &stored); err != nil || strings.Join(stored.Verify.Secrets, " ") != "s3cret-one s3cret-two" ||
+		stored.From != "github" {
+		t.Fatalf("after the edit %s", s.Config)
+	}
+	form.Set("config.verify", `{"scheme": "github", "secrets": ["***", "***", "***"]}`)
+	c.post(t, "/ui/sources/hub/edit", form).want(t, http.StatusBadRequest).has(t, "config.verify.secrets[2]").lacks(t, "s3cret")
 }

@@ -18,6 +18,9 @@ func TestEveryCallNeedsAKnownToken(t *testing.T) {
 	b := setup(t)
 	before := b.counts(t)
 	for _, rt := range httpapi.Routes() {
+		if rt.Permission == "none" {
+			continue // a webhook, signed instead (webhook_test.go)
+		}
 		path := strings.NewReplacer("{id}", uuid.NewString(), "{delivery_id}", uuid.NewString(), "{name}", "billing").Replace(rt.Path)
 		for _, header := range []string{"", "Bearer", "Bearer nope", "Basic " + adminToken, adminToken} {
 			req, _ := http.NewRequestWithContext(b.ctx, rt.Method, b.srv.URL+httpapi.Prefix+path, strings.NewReader("{}"))

@@ -17,6 +17,7 @@ import (
 	"github.com/waybill/waybill/commands"
 	"github.com/waybill/waybill/lifecycle"
 	"github.com/waybill/waybill/targets"
+	"github.com/waybill/waybill/sources"
 )
 
 // The codes of the error envelope.
@@ -24,6 +25,7 @@ const (
 	CodeInvalidField         = "INVALID_FIELD"
 	CodeInvalidStatus        = "INVALID_STATUS"
 	CodeUnauthorized         = "UNAUTHORIZED"
+	CodeSignatureInvalid     = "SIGNATURE_INVALID"
 	CodeForbidden            = "FORBIDDEN"
 	CodeNotFound             = "NOT_FOUND"
 	CodeMethodNotAllowed     = "METHOD_NOT_ALLOWED"
@@ -221,6 +223,10 @@ func failureOf(err error) failure {
 			ErrorDetails{Value: media.got, Allowed: []string{"application/json"}})
 	case errors.Is(err, auth.ErrUnauthorized):
 		return f(http.StatusUnauthorized, CodeUnauthorized, ErrorDetails{})
+	case errors.Is(err, sources.ErrUnverified):
+		// Why it failed would help a forger: the log has it.
+		return failure{status: http.StatusUnauthorized, body: ErrorBody{Code: CodeSignatureInvalid,
+			Message: sources.ErrUnverified.Error()}}
 	case errors.As(err, &forbid):
 		return f(http.StatusForbidden, CodeForbidden, ErrorDetails{Role: string(forbid.role), Needs: permissionName(forbid.needs),
 			Reason: forbid.reason})
@@ -353,7 +359,7 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 			s.log.Error("http request failed", attrs...)
 		}
 	}
-	if f.status == http.StatusUnauthorized {
+	if f.body.Code == CodeUnauthorized {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="waybill"`)
 	}
 	var method *methodError

@@ -19,6 +19,9 @@ func Routes() []RouteInfo {
 	for _, rt := range routes {
 		info := RouteInfo{Method: rt.method, Path: rt.path, Status: rt.status,
 			Permission: permissionName(permission(rt.method, rt.pattern()))}
+		if rt.pattern() == webhookPattern {
+			info.Permission = "none"
+		}
 		if rt.request != nil {
 			info.Request = reflect.TypeOf(rt.request)
 		}
@@ -40,6 +43,6 @@ func (s *Server) Pattern(r *http.Request) string {
 func DecodeStrict(data []byte, v any) error { return decodeStrict(data, v) }
 
 // Codes are the error codes.
-var Codes = []string{CodeCorrelationConsumed, CodeIdempotencyConflict, CodeInvalidField, CodeInvalidStatus, CodeUnauthorized, CodeForbidden, CodeNotFound,
+var Codes = []string{CodeSignatureInvalid, CodeCorrelationConsumed, CodeIdempotencyConflict, CodeInvalidField, CodeInvalidStatus, CodeUnauthorized, CodeForbidden, CodeNotFound,
 	CodeMethodNotAllowed, CodeAlreadyExists, CodeTargetInUse, CodeTooManyKeys, CodeNotRedispatchable, CodeNotRedeliverable, CodeNotSkippable, CodeNotResendable, CodePreconditionFailed,
 	CodeReceiptRefused, CodePayloadExpunged, CodeNotCancellable, CodeConflict, CodePayloadTooLarge, CodeUnsupportedMediaType, CodeUnavailable, CodeLastAdminToken, CodeInternal}

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/google/uuid"
@@ -180,5 +181,30 @@ func TestPossibleDuplicates(t *testing.T) {
 	b.admin(t, http.MethodGet, "/messages?possible_duplicate=false", nil).invalidField(t, "possible_duplicate")
 	b.as(t, ingestToken, http.MethodPost, "/messages", httpapi.IngestRequest{Source: "erp", From: "a", To: "b",
 		Payload: new("x"), DuplicateKey: string(make([]byte, 256))}).invalidField(t, "duplicate_key")
+	dbtest.Audit(t, b.db)
+}
+
+// TestMessageType: a type given is kept with the message and shown; one
+// outside its alphabet is refused naming the field, and stores nothing.
+func TestMessageType(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.target(t, "billing", nil)
+	typed := b.ingest(t, ingestToken, httpapi.IngestRequest{Type: "invoice.created"})
+	plain := b.ingest(t, ingestToken, httpapi.IngestRequest{})
+	if typed.Type == nil || *typed.Type != "invoice.created" || plain.Type != nil {
+		t.Errorf("types %v and %v", typed.Type, plain.Type)
+	}
+	var read httpapi.Message
+	b.admin(t, http.MethodGet, "/messages/"+typed.ID.String(), nil).want(t, http.StatusOK, &read)
+	if read.Type == nil || *read.Type != "invoice.created" {
+		t.Errorf("read back: %v", read.Type)
+	}
+	before := b.counts(t)
+	for _, bad := range []string{"invoice created", strings.Repeat("t", 256), "naïve"} {
+		b.as(t, ingestToken, http.MethodPost, "/messages", httpapi.IngestRequest{Source: "erp", From: "a", To: "b",
+			Payload: new("x"), Type: bad}).invalidField(t, "type")
+	}
+	b.unchanged(t, before)
 	dbtest.Audit(t, b.db)
 }

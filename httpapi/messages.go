@@ -98,6 +98,11 @@ func (s *Server) mayPost(r *http.Request, source string) error {
 	if err != nil {
 		return fmt.Errorf("%w: %w", errNotStored, err)
 	}
+	if ok && polled.Kind == sources.KindWebhook {
+		return outOfScope(r, auth.Ingest, fmt.Sprintf(
+			"source %s is a webhook source: its messages come only from its sender's signed requests to %s/sources/%s/webhook; post under another source name",
+			source, Prefix, source))
+	}
 	if ok {
 		return outOfScope(r, auth.Ingest, fmt.Sprintf(
 			"source %s is a %s source that Waybill polls itself: its messages come only from there; post under another source name",
@@ -111,11 +116,12 @@ func (s *Server) mayPost(r *http.Request, source string) error {
 func newMessage(req IngestRequest) (commands.NewMessage, error) {
 	in := commands.NewMessage{Source: req.Source, From: req.From, To: req.To, ContentType: req.ContentType,
 		IdempotencyKey: req.IdempotencyKey, OrderingKey: req.OrderingKey, DuplicateKey: req.DuplicateKey,
-		CallbackURL: req.CallbackURL}
+		CallbackURL: req.CallbackURL, Type: req.Type}
 	var errs []error
 	if sources.ReservedKey(req.IdempotencyKey) {
 		errs = append(errs, &lifecycle.FieldError{Field: "idempotency_key", Problem: fmt.Sprintf(
-			"may not start with %q or %q: those keys are the polling sources' own", sources.RowKeyPrefix, sources.FileKeyPrefix)})
+			"may not start with %q, %q or %q: those keys are the sources' own", sources.RowKeyPrefix, sources.FileKeyPrefix,
+			sources.WebhookKeyPrefix)})
 	}
 	switch {
 	case req.Payload != nil && req.PayloadBase64 != nil:
@@ -142,7 +148,7 @@ func newMessage(req IngestRequest) (commands.NewMessage, error) {
 		// only once the payload is right.
 		accepted := journal.MessageAccepted{Source: in.Source, From: in.From, To: in.To, ContentType: in.ContentType,
 			PayloadSHA256: strings.Repeat("0", 64), IdempotencyKey: in.IdempotencyKey, OrderingKey: in.OrderingKey,
-			DuplicateKey: in.DuplicateKey, CallbackURL: in.CallbackURL}
+			DuplicateKey: in.DuplicateKey, CallbackURL: in.CallbackURL, Type: in.Type}
 		if accepted.ContentType == "" {
 			accepted.ContentType = "application/octet-stream"
 		}

@@ -13,6 +13,9 @@ import (
 type metrics struct {
 	duration *prometheus.HistogramVec
 	receipts *prometheus.CounterVec
+	// refused counts the webhook requests refused, by source and reason
+	// (sources.RefusedReasons).
+	refused *prometheus.CounterVec
 }
 
 // The results of a receipt by receiver's id, as waybill_receipts_total
@@ -41,7 +44,11 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		receipts: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "waybill_receipts_total",
 			Help: "Receipts posted by a receiver's id (POST /receipts), by result: settled, refused (journaled), intermediate, and unknown or consumed ids, which change nothing.",
-		}, []string{"result"})}
+		}, []string{"result"}),
+		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "waybill_ingest_refused_total",
+			Help: "Webhook requests refused, by source and reason: missing_header, timestamp, signature. Nothing of them is stored.",
+		}, []string{"source", "reason"})}
 	for _, r := range receiptResults {
 		m.receipts.WithLabelValues(r)
 	}
@@ -53,6 +60,9 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		return nil, err
 	}
 	if m.receipts, err = register(reg, m.receipts); err != nil {
+		return nil, err
+	}
+	if m.refused, err = register(reg, m.refused); err != nil {
 		return nil, err
 	}
 	return m, nil

@@ -39,6 +39,9 @@ type IngestRequest struct {
 	// CallbackURL, when given, is POSTed the message's outcome each time
 	// it settles: an absolute http or https URL.
 	CallbackURL string `json:"callback_url"`
+	// Type, when given, is what the message is in the sender's words,
+	// such as invoice.created: 1 to 255 bytes of A-Z a-z 0-9 . _ : / -.
+	Type string `json:"type"`
 }
 
 // Message is the message resource.
@@ -71,6 +74,9 @@ type Message struct {
 	// source with the same key, null when there is none.
 	DuplicateKey        *string    `json:"duplicate_key"`
 	PossibleDuplicateOf *uuid.UUID `json:"possible_duplicate_of"`
+	// Type is what the message is in its sender's words; null when none
+	// was given.
+	Type *string `json:"type"`
 	// Deliveries are every generation's, newest generation first, each in
 	// the order it was made.
 	Deliveries []Delivery `json:"deliveries"`
@@ -308,7 +314,7 @@ func messageOf(m *projection.Message) Message {
 	out := Message{ID: m.ID, Version: m.Version, Source: m.Source, From: m.From, To: m.To, Stage: m.Stage, Status: m.Status,
 		Generation: m.Generation, Error: optional(m.Error), CreatedAt: m.CreatedAt, UpdatedAt: m.UpdatedAt,
 		PayloadSize: m.PayloadSize, PayloadSHA256: m.PayloadSHA256, PayloadExpunged: m.PayloadExpunged, OrderingKey: optional(m.OrderingKey),
-		DuplicateKey: optional(m.DuplicateKey), Deliveries: make([]Delivery, 0, len(m.Deliveries))}
+		DuplicateKey: optional(m.DuplicateKey), Type: optional(m.Type), Deliveries: make([]Delivery, 0, len(m.Deliveries))}
 	if m.PossibleDuplicateOf != uuid.Nil {
 		out.PossibleDuplicateOf = &m.PossibleDuplicateOf
 	}

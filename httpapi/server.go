@@ -103,7 +103,8 @@ func New(cfg Config) (*Server, error) {
 }
 
 // ServeHTTP authenticates the request, checks the role of its token against
-// the route, serves it and measures it.
+// the route, serves it and measures it. A webhook (webhookPattern) is
+// served with no token: no Authorization, and no cookie, is read for it.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	rec := &recorder{ResponseWriter: w}
@@ -122,6 +123,10 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.log.Debug("http request", "method", r.Method, "path", r.URL.Path, "route", pattern,
 			"status", rec.code(), "duration", time.Since(start))
 	}()
+	if pattern == webhookPattern {
+		s.mux.ServeHTTP(rec, r)
+		return
+	}
 	id, err := s.authenticate(r)
 	if err != nil {
 		s.fail(rec, r, err)

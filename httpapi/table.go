@@ -63,6 +63,7 @@ var routes = []route{
 	{http.MethodGet, "/sources/{name}", (*Server).getSource, nil, Source{}, http.StatusOK},
 	{http.MethodPut, "/sources/{name}", (*Server).updateSource, SourceRequest{}, Source{}, http.StatusOK},
 	{http.MethodDelete, "/sources/{name}", (*Server).deleteSource, nil, nil, http.StatusNoContent},
+	{http.MethodPost, "/sources/{name}/webhook", (*Server).webhook, nil, WebhookReceived{}, http.StatusCreated},
 
 	{http.MethodGet, "/settings", (*Server).getSettings, nil, lifecycle.Settings{}, http.StatusOK},
 	{http.MethodPut, "/settings", (*Server).putSettings, lifecycle.Settings{}, lifecycle.Settings{}, http.StatusOK},

@@ -10,6 +10,7 @@ import (
 	"math"
 	"os"
 	"reflect"
+	"slices"
 	"sync"
 	"time"
 
@@ -117,11 +118,14 @@ func (r *Runtime) Start(ctx context.Context) error {
 func (r *Runtime) resync() { r.reconciler.Poke() }
 
 // Sync reads the sources and starts, restarts or stops runners to match.
+// Only the sources Waybill polls have runners and metrics here: a webhook
+// source is posted to (package httpapi).
 func (r *Runtime) Sync(ctx context.Context) error {
 	all, err := r.cfg.Writer.Sources(ctx)
 	if err != nil {
 		return fmt.Errorf("intake: sync sources: %w", err)
 	}
+	all = slices.DeleteFunc(all, func(s lifecycle.Source) bool { return !sources.Polled(s.Kind) })
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.stopped {

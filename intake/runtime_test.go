@@ -132,6 +132,7 @@ func TestRuntimeReportsStatusAndMetrics(t *testing.T) {
 		"payload_column": "body", "from_column": "f", "to_column": "t", "processed_column": "p"}`)}, admin); err != nil {
 		t.Fatal(err)
 	}
+	f.source(t, "hooks", sources.KindWebhook, map[string]any{"verify": map[string]any{"scheme": "github", "secret": "x"}})
 	reg := prometheus.NewRegistry()
 	f.runtime(t, f.db, "only", reg)
 
@@ -164,6 +165,13 @@ func TestRuntimeReportsStatusAndMetrics(t *testing.T) {
 	testpoll.Until(t, "the errors counted", func() bool { return gather(t, reg)["waybill_source_errors_total/drop"] > 0 })
 	if h := f.holder(t, "ciims"); h != "" {
 		t.Errorf("a disabled source is held by %q", h)
+	}
+	// A webhook source is posted to, never polled.
+	if h := f.holder(t, "hooks"); h != "" {
+		t.Errorf("a webhook source is held by %q", h)
+	}
+	if _, ok := gather(t, reg)["waybill_source_messages_total/hooks"]; ok {
+		t.Error("a webhook source has the series of a polled one")
 	}
 }
 

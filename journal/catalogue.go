@@ -255,6 +255,9 @@ type MessageAccepted struct {
 	// CallbackURL, when set, is called with the message's outcome each
 	// time it settles.
 	CallbackURL string `json:"callback_url,omitempty"`
+	// Type, when set, is what the message is, in the sender's words: the
+	// event type a webhook names (invoice.created).
+	Type string `json:"type,omitempty"`
 }
 
 func (*MessageAccepted) Kind() Kind { return KindMessageAccepted }
@@ -281,7 +284,8 @@ func (p *MessageAccepted) Validate() error {
 	}
 	return errors.Join(lifecycle.CheckName("source", p.Source), lifecycle.CheckParty("from", p.From),
 		lifecycle.CheckParty("to", p.To), lifecycle.CheckParty("content_type", p.ContentType), size, sha, key,
-		lifecycle.CheckOrderingKey("ordering_key", p.OrderingKey), dup, checkCallbackURL(p.CallbackURL))
+		lifecycle.CheckOrderingKey("ordering_key", p.OrderingKey), dup, checkCallbackURL(p.CallbackURL),
+		lifecycle.CheckMessageType("type", p.Type))
 }
 
 // isSHA256 reports whether s is 64 hexadecimal digits of either case, as

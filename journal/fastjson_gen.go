@@ -238,7 +238,7 @@ func (p *DeliveryWoken) decodeFast(d *fastDecoder) {
 func (p *MessageAccepted) decodeFast(d *fastDecoder) {
 	o := d.begin()
 	for {
-		switch d.field(&o, "source", "from", "to", "content_type", "payload_size", "payload_sha256", "idempotency_key", "ordering_key", "duplicate_key", "possible_duplicate_of", "callback_url") {
+		switch d.field(&o, "source", "from", "to", "content_type", "payload_size", "payload_sha256", "idempotency_key", "ordering_key", "duplicate_key", "possible_duplicate_of", "callback_url", "type") {
 		case 0:
 			d.string(&p.Source)
 		case 1:
@@ -261,6 +261,8 @@ func (p *MessageAccepted) decodeFast(d *fastDecoder) {
 			d.unmarshalText(&p.PossibleDuplicateOf)
 		case 10:
 			d.string(&p.CallbackURL)
+		case 11:
+			d.string(&p.Type)
 		default:
 			return
 		}

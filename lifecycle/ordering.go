@@ -3,6 +3,7 @@ package lifecycle
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -118,6 +119,28 @@ func CheckOrderingKey(field, key string) error {
 	for _, r := range key {
 		if r < 0x20 || r == 0x7f {
 			return &FieldError{Field: field, Problem: "must not contain control characters"}
+		}
+	}
+	return nil
+}
+
+// MaxMessageTypeLength bounds a message's type, in bytes.
+const MaxMessageTypeLength = 255
+
+// CheckMessageType accepts "" (no type) or 1 to 255 bytes of A-Z, a-z,
+// 0-9 and . _ : / -, such as invoice.created: the event types providers
+// name their webhooks by, and nothing a route pattern or a log would need
+// to escape.
+func CheckMessageType(field, t string) error {
+	if t == "" {
+		return nil
+	}
+	if len(t) > MaxMessageTypeLength {
+		return &FieldError{Field: field, Problem: fmt.Sprintf("must be 1 to %d bytes, got %d", MaxMessageTypeLength, len(t))}
+	}
+	for i := 0; i < len(t); i++ {
+		if c := t[i]; !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || strings.IndexByte("._:/-", c) >= 0) {
+			return &FieldError{Field: field, Problem: fmt.Sprintf("must be made of A-Z, a-z, 0-9 and . _ : / - only, got %q at byte %d", c, i)}
 		}
 	}
 	return nil

@@ -2,6 +2,7 @@ package lifecycle
 
 import (
 	"encoding/json"
+	"errors"
 	"slices"
 	"strings"
 	"testing"
@@ -45,6 +46,26 @@ func TestCheckOrderingKey(t *testing.T) {
 	} {
 		if err := CheckOrderingKey("ordering_key", tt.key); (err == nil) != tt.ok {
 			t.Errorf("CheckOrderingKey(%q) = %v", tt.key, err)
+		}
+	}
+}
+
+func TestCheckMessageType(t *testing.T) {
+	for _, tt := range []struct {
+		typ string
+		ok  bool
+	}{
+		{"", true}, {"invoice.created", true}, {"pull_request", true}, {"urn:acme/order-1.v2", true},
+		{strings.Repeat("t", 255), true}, {strings.Repeat("t", 256), false},
+		{"invoice created", false}, {"a\nb", false}, {"café", false}, {"a*", false},
+	} {
+		err := CheckMessageType("type", tt.typ)
+		if (err == nil) != tt.ok {
+			t.Errorf("CheckMessageType(%q) = %v", tt.typ, err)
+		}
+		var fe *FieldError
+		if err != nil && (!errors.As(err, &fe) || fe.Field != "type") {
+			t.Errorf("CheckMessageType(%q): %v names no field type", tt.typ, err)
 		}
 	}
 }

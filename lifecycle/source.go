@@ -6,8 +6,8 @@ import (
 )
 
 // Source is a place messages come in from on their own, without a client
-// posting them: a directory files are dropped in, a table an upstream
-// system writes rows to. Its name is the source of the messages it takes,
+// posting them through the API: a directory files are dropped in, a table
+// an upstream system writes rows to, a sender's signed webhooks. Its name is the source of the messages it takes,
 // which routes match.
 type Source struct {
 	// Name identifies the source; a name as CheckName allows.

@@ -458,7 +458,7 @@ func sameMessage(a, b *Message) bool {
 	return a.ID == b.ID && a.Version == b.Version && a.Source == b.Source && a.From == b.From &&
 		a.To == b.To && a.ContentType == b.ContentType && a.IdempotencyKey == b.IdempotencyKey &&
 		a.OrderingKey == b.OrderingKey && a.DuplicateKey == b.DuplicateKey &&
-		a.PossibleDuplicateOf == b.PossibleDuplicateOf && a.Generation == b.Generation &&
+		a.PossibleDuplicateOf == b.PossibleDuplicateOf && a.Type == b.Type && a.Generation == b.Generation &&
 		a.PayloadSize == b.PayloadSize && a.PayloadSHA256 == b.PayloadSHA256 && a.Stage == b.Stage &&
 		a.Refusal == b.Refusal && a.Status == b.Status && a.Error == b.Error &&
 		a.AttemptCount == b.AttemptCount && a.CreatedAt.Equal(b.CreatedAt) && a.UpdatedAt.Equal(b.UpdatedAt) &&

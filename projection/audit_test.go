@@ -319,7 +319,7 @@ func TestAuditNamesMissingAndExtraRows(t *testing.T) {
 			       ($3, $5, now(), 1, 'alpha', 'queued', 0, 1, 0, 0, '', now(), now())`, extraDelivery, ms[1].ID, orphan, extraMessage, nobody)
 	}
 	if err == nil {
-		_, err = b.db.Exec(b.ctx, `INSERT INTO messages SELECT $1, version, source, from_party, to_party, content_type, NULL, NULL, NULL, NULL, 1,
+		_, err = b.db.Exec(b.ctx, `INSERT INTO messages SELECT $1, version, source, from_party, to_party, content_type, NULL, NULL, NULL, NULL, NULL, 1,
 			payload_size, payload_sha256, stage, refusal, status, error, delivery_count, attempt_count, created_at, updated_at
 			FROM messages WHERE id = $2`, extraMessage, ms[2].ID)
 	}

@@ -42,6 +42,7 @@ func copyFolded(ctx context.Context, tx pgx.Tx, f *Folded) error {
 		b.nullText(m.OrderingKey)
 		b.nullText(m.DuplicateKey)
 		b.nullUUID(m.PossibleDuplicateOf)
+		b.nullText(m.Type)
 		b.int4(m.Generation)
 		b.int8(m.PayloadSize)
 		b.text(m.PayloadSHA256)
@@ -132,7 +133,7 @@ func copyFolded(ctx context.Context, tx pgx.Tx, f *Folded) error {
 }
 
 var messageCopyColumns = []string{"id", "version", "source", "from_party", "to_party", "content_type",
-	"idempotency_key", "ordering_key", "duplicate_key", "possible_duplicate_of", "generation", "payload_size", "payload_sha256", "stage", "refusal", "status", "error", "delivery_count",
+	"idempotency_key", "ordering_key", "duplicate_key", "possible_duplicate_of", "type", "generation", "payload_size", "payload_sha256", "stage", "refusal", "status", "error", "delivery_count",
 	"attempt_count", "created_at", "updated_at", "payload_expunged"}
 
 var deliveryCopyColumns = []string{"id", "message_id", "message_created_at", "seq", "generation", "target", "lane_key", "lane_seq", "lane_continue", "state", "attempts",

@@ -103,7 +103,7 @@ func messageStep(next *Message, e *journal.Event) error {
 		*next = Message{
 			ID: id, Source: p.Source, From: p.From, To: p.To, ContentType: p.ContentType,
 			IdempotencyKey: p.IdempotencyKey, OrderingKey: p.OrderingKey, DuplicateKey: p.DuplicateKey,
-			PossibleDuplicateOf: p.PossibleDuplicateOf, PayloadSize: p.PayloadSize, PayloadSHA256: p.PayloadSHA256,
+			PossibleDuplicateOf: p.PossibleDuplicateOf, Type: p.Type, PayloadSize: p.PayloadSize, PayloadSHA256: p.PayloadSHA256,
 			Stage: lifecycle.StageAccepted, Generation: 1, CreatedAt: at,
 		}
 		if p.CallbackURL != "" {

@@ -28,6 +28,8 @@ type Message struct {
 	// latest such.
 	DuplicateKey        string
 	PossibleDuplicateOf uuid.UUID
+	// Type is what the message is in its sender's words; empty for none.
+	Type string
 	// Generation counts the message's sends, from 1: a resend or a replay
 	// starts the next. Its status and counts read its current
 	// generation's deliveries only.

@@ -23,7 +23,7 @@ var ErrNotFound = errors.New("not found")
 
 const messageColumns = `m.id, m.version, m.source, m.from_party, m.to_party, m.content_type,
 	coalesce(m.idempotency_key, ''), coalesce(m.ordering_key, ''), coalesce(m.duplicate_key, ''),
-	coalesce(m.possible_duplicate_of, '00000000-0000-0000-0000-000000000000'), m.generation, m.payload_size, m.payload_sha256, m.stage, coalesce(m.refusal, ''),
+	coalesce(m.possible_duplicate_of, '00000000-0000-0000-0000-000000000000'), coalesce(m.type, ''), m.generation, m.payload_size, m.payload_sha256, m.stage, coalesce(m.refusal, ''),
 	m.status, m.error, m.attempt_count, m.created_at, m.updated_at, m.payload_expunged`
 
 const deliveryColumns = `d.id, d.message_id, d.message_created_at, d.seq, d.generation, d.target, d.lane_key, d.lane_seq,
@@ -311,7 +311,7 @@ func ScanChosen(rows pgx.Rows) ([]Chosen, error) {
 // scanDest lists the fields in messageColumns order.
 func (m *Message) scanDest() []any {
 	return []any{&m.ID, &m.Version, &m.Source, &m.From, &m.To, &m.ContentType, &m.IdempotencyKey, &m.OrderingKey,
-		&m.DuplicateKey, &m.PossibleDuplicateOf, &m.Generation, &m.PayloadSize, &m.PayloadSHA256, &m.Stage, &m.Refusal, &m.Status, &m.Error, &m.AttemptCount,
+		&m.DuplicateKey, &m.PossibleDuplicateOf, &m.Type, &m.Generation, &m.PayloadSize, &m.PayloadSHA256, &m.Stage, &m.Refusal, &m.Status, &m.Error, &m.AttemptCount,
 		&m.CreatedAt, &m.UpdatedAt, &m.PayloadExpunged}
 }
 
@@ -393,7 +393,7 @@ func Queue(b *pgx.Batch, lanes []Lane, writes ...Write) {
 			d = &created
 			b.Queue(insertMessageSQL, m.ID, m.Version, m.Source, m.From, m.To, m.ContentType,
 				nullString(m.IdempotencyKey), nullString(m.OrderingKey), nullString(m.DuplicateKey),
-				pgUUID(m.PossibleDuplicateOf), m.Generation, m.PayloadSize, m.PayloadSHA256, m.Stage,
+				pgUUID(m.PossibleDuplicateOf), nullString(m.Type), m.Generation, m.PayloadSize, m.PayloadSHA256, m.Stage,
 				nullString(string(m.Refusal)), m.Status, m.Error, m.currentDeliveries(), m.AttemptCount,
 				m.CreatedAt, m.UpdatedAt)
 		} else {
@@ -566,9 +566,9 @@ func scanCounts(rows pgx.Rows, counts map[lifecycle.DeliveryState]int64) error {
 // insertMessageSQL leaves payload_expunged to its default, false: a new
 // message has its payload.
 const insertMessageSQL = `INSERT INTO messages (id, version, source, from_party, to_party, content_type,
-	idempotency_key, ordering_key, duplicate_key, possible_duplicate_of, generation, payload_size, payload_sha256,
+	idempotency_key, ordering_key, duplicate_key, possible_duplicate_of, type, generation, payload_size, payload_sha256,
 	stage, refusal, status, error, delivery_count, attempt_count, created_at, updated_at)
-	VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21)`
+	VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22)`
 
 // updateMessagesSQL updates the messages of a batch, each where it is
 // still at the version read, in one statement.

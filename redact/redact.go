@@ -56,12 +56,34 @@ func Targets(ts []lifecycle.Target) []lifecycle.Target {
 }
 
 // SourceConfig is a source's configuration with the passwords of its
-// database_url masked (DSN), and whether there was one to mask. A
-// configuration that is not a JSON object, or has no password, comes back
-// as it is.
+// database_url masked (DSN) and each secret of its verify (a webhook
+// source's) masked, and whether there was one to mask. A configuration
+// that is not a JSON object, or has no secret, comes back as it is.
 func SourceConfig(raw json.RawMessage) (json.RawMessage, bool) {
 	masked := false
 	out := editObject(raw, func(key string, value json.RawMessage) json.RawMessage {
+		if key == sources.VerifyField {
+			return editObject(value, func(key string, value json.RawMessage) json.RawMessage {
+				switch key {
+				case sources.SecretField:
+					masked = true
+					return maskJSON
+				case sources.SecretsField:
+					masked = true
+					var secrets []json.RawMessage
+					if json.Unmarshal(value, &secrets) != nil {
+						return maskJSON
+					}
+					masks := make([]string, len(secrets))
+					for i := range masks {
+						masks[i] = Mask
+					}
+					b, _ := json.Marshal(masks) // strings always encode
+					return b
+				}
+				return value
+			})
+		}
 		var dsn string
 		if key != sources.DatabaseURLField || json.Unmarshal(value, &dsn) != nil || DSN(dsn) == dsn {
 			return value

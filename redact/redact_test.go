@@ -43,6 +43,11 @@ func TestSourceConfig(t *testing.T) {
 		{`{"database_url":"postgres://u@db/x"}`, `{"database_url":"postgres://u@db/x"}`, false},
 		{`{"dir":"/srv/in"}`, `{"dir":"/srv/in"}`, false},
 		{`[1]`, `[1]`, false},
+		{`{"verify":{"scheme":"github","secrets":["s3cret","s4cret"]},"from":"gh"}`,
+			`{"verify":{"scheme":"github","secrets":["***","***"]},"from":"gh"}`, true},
+		{`{"verify":{"scheme":"stripe","secret":"whsec_s3cret"}}`, `{"verify":{"scheme":"stripe","secret":"***"}}`, true},
+		{`{"verify":{"scheme":"hmac","secrets":"s3cret"}}`, `{"verify":{"scheme":"hmac","secrets":"***"}}`, true},
+		{`{"verify":{"scheme":"hmac"}}`, `{"verify":{"scheme":"hmac"}}`, false},
 	} {
 		got, masked := redact.SourceConfig(json.RawMessage(tc.config))
 		if string(got) != tc.want || masked != tc.masked {

@@ -17,7 +17,7 @@ import (
 // its tables change: a database of the old version then refuses to start.
 const (
 	JournalVersion    = 4
-	ProjectionVersion = 8
+	ProjectionVersion = 9
 )
 
 // CodeTargetDisabled is the SQLSTATE of targets_expect_enabled's refusal:
@@ -199,6 +199,7 @@ CREATE TABLE IF NOT EXISTS messages (
 	ordering_key    text,
 	duplicate_key   text,
 	possible_duplicate_of uuid,
+	type            text,
 	generation      int         NOT NULL DEFAULT 1,
 	payload_size    bigint      NOT NULL,
 	payload_sha256  text        NOT NULL,

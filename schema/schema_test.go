@@ -151,7 +151,7 @@ const legacyProjectionDDL = `
 CREATE TABLE messages (
 	id uuid PRIMARY KEY, version int NOT NULL, source text NOT NULL, from_party text NOT NULL,
 	to_party text NOT NULL, content_type text NOT NULL, idempotency_key text, ordering_key text, duplicate_key text,
-	possible_duplicate_of uuid, generation int NOT NULL DEFAULT 1, payload_size bigint NOT NULL,
+	possible_duplicate_of uuid, type text, generation int NOT NULL DEFAULT 1, payload_size bigint NOT NULL,
 	payload_sha256 text NOT NULL, stage text NOT NULL, refusal text, status text NOT NULL, error text NOT NULL,
 	delivery_count int NOT NULL, attempt_count int NOT NULL, created_at timestamptz NOT NULL,
 	updated_at timestamptz NOT NULL, payload_expunged boolean NOT NULL DEFAULT false,

@@ -55,7 +55,7 @@ type DirectoryConfig struct {
 
 var afterValues = []string{AfterMove, AfterDelete}
 
-func (c *DirectoryConfig) check() error {
+func (c *DirectoryConfig) check(string) error {
 	var errs []error
 	if !filepath.IsAbs(c.Dir) {
 		errs = append(errs, &lifecycle.FieldError{Field: "config.dir", Problem: fmt.Sprintf("%q is not an absolute path", c.Dir)})

@@ -73,7 +73,7 @@ const (
 	MaxBatch     = 10000
 )
 
-func (c *InboxConfig) check() error {
+func (c *InboxConfig) check(string) error {
 	var errs []error
 	if c.DatabaseURL == "" {
 		errs = append(errs, &lifecycle.FieldError{Field: "config.database_url", Problem: "is required"})

@@ -17,29 +17,40 @@ import (
 const (
 	KindDirectory  = "directory"
 	KindInboxTable = "inbox_table"
+	KindWebhook    = "webhook"
 )
 
-// The prefixes of the idempotency keys the polling sources give their
-// messages: an inbox row's is RowKeyPrefix and its id, a file's
-// FileKeyPrefix and a hash. The REST API refuses keys that start with
-// them, so no sender can take a key a source will use, even one of a
-// source made later.
+// Polled reports whether Waybill polls a source of the kind; a webhook
+// source is posted to instead.
+func Polled(kind string) bool { return kind != KindWebhook }
+
+// The prefixes of the idempotency keys the sources give their messages:
+// an inbox row's is RowKeyPrefix and its id, a file's FileKeyPrefix and a
+// hash, a webhook's WebhookKeyPrefix and the sender's id of the delivery
+// (keys are held per source, so one sender's ids cannot meet another
+// source's). The REST API refuses keys that start with them, so no sender
+// can take a key a source will use, even one of a source made later.
 const (
-	RowKeyPrefix  = "row:"
-	FileKeyPrefix = "file:"
+	RowKeyPrefix     = "row:"
+	FileKeyPrefix    = "file:"
+	WebhookKeyPrefix = "webhook:"
 )
 
-// ReservedKey reports whether key has the prefix of a polling source's key.
+// ReservedKeyPrefixes are the prefixes ReservedKey refuses.
+var ReservedKeyPrefixes = []string{RowKeyPrefix, FileKeyPrefix, WebhookKeyPrefix}
+
+// ReservedKey reports whether key has the prefix of a source's own key.
 func ReservedKey(key string) bool {
-	return strings.HasPrefix(key, RowKeyPrefix) || strings.HasPrefix(key, FileKeyPrefix)
+	return slices.ContainsFunc(ReservedKeyPrefixes, func(p string) bool { return strings.HasPrefix(key, p) })
 }
 
 // kinds maps each kind to the check of its configuration: it reads the
-// configuration, fills its defaults and checks it, and returns it with
-// the defaults written in.
-var kinds = map[string]func(json.RawMessage) (json.RawMessage, error){
+// configuration of the named source, fills its defaults and checks it,
+// and returns it with the defaults written in.
+var kinds = map[string]func(source string, raw json.RawMessage) (json.RawMessage, error){
 	KindDirectory:  checkConfig[DirectoryConfig],
 	KindInboxTable: checkConfig[InboxConfig],
+	KindWebhook:    checkConfig[WebhookConfig],
 }
 
 // Names returns the kinds, in name order.
@@ -58,7 +69,7 @@ func Prepare(s lifecycle.Source) (lifecycle.Source, error) {
 			Problem: fmt.Sprintf("%q is not a source kind: allowed are %s", s.Kind, strings.Join(Names(), ", "))}
 		return s, errors.Join(err, without(s.Validate(), "kind"))
 	}
-	config, err := check(s.Config)
+	config, err := check(s.Name, s.Config)
 	if err != nil {
 		return s, errors.Join(without(s.Validate(), "config"), err)
 	}
@@ -66,18 +77,18 @@ func Prepare(s lifecycle.Source) (lifecycle.Source, error) {
 	return s, s.Validate()
 }
 
-// config is a kind's configuration: check fills the defaults and returns
-// every problem joined.
-type config interface{ check() error }
+// config is a kind's configuration: check fills the defaults, some of
+// which are the source's name, and returns every problem joined.
+type config interface{ check(source string) error }
 
 // checkConfig reads raw as a C, fills its defaults, checks it and returns
 // it with the defaults written in.
 func checkConfig[C any, P interface {
 	*C
 	config
-}](raw json.RawMessage) (json.RawMessage, error) {
+}](source string, raw json.RawMessage) (json.RawMessage, error) {
 	c := P(new(C))
-	if err := targets.ReadConfig(raw, c, c.check); err != nil {
+	if err := targets.ReadConfig(raw, c, func() error { return c.check(source) }); err != nil {
 		return nil, err
 	}
 	return json.Marshal(c)

@@ -156,6 +156,7 @@ type message struct {
 	OrderingKey   *string    `json:"ordering_key"`
 	DuplicateKey  *string    `json:"duplicate_key"`
 	DuplicateOf   *string    `json:"possible_duplicate_of"`
+	Type          *string    `json:"type"`
 	Deliveries    []delivery `json:"deliveries"`
 }
 
@@ -590,6 +591,9 @@ func printMessage(w io.Writer, m *message) {
 	t.row("source", m.Source)
 	t.row("from", m.From)
 	t.row("to", m.To)
+	if m.Type != nil {
+		t.row("type", *m.Type)
+	}
 	t.row("payload", fmt.Sprintf("%s, sha256 %s", count(int(m.PayloadSize), "byte", "bytes"), m.PayloadSHA256))
 	if m.OrderingKey != nil {
 		t.row("ordering key", *m.OrderingKey)
