@@ -16,8 +16,8 @@ import (
 	"github.com/waybill/waybill/auth"
 	"github.com/waybill/waybill/commands"
 	"github.com/waybill/waybill/lifecycle"
-	"github.com/waybill/waybill/targets"
 	"github.com/waybill/waybill/sources"
+	"github.com/waybill/waybill/targets"
 )
 
 // The codes of the error envelope.
