@@ -42,6 +42,9 @@ type NewMessage struct {
 	// CallbackURL, when set, is called with the message's outcome each
 	// time it settles: an absolute http or https URL.
 	CallbackURL string
+	// Trace is the trace context the message belongs to: its ingest's
+	// span, or what its sender brought when tracing is off.
+	Trace lifecycle.Trace
 	// Row, when set, is the inbox row the message was read from: the
 	// transaction that stores the message records that the row's processed
 	// marker is owed.
@@ -120,7 +123,7 @@ func (w *Writer) acceptance(ctx context.Context, in NewMessage, cfg *configState
 		Source: in.Source, From: in.From, To: in.To, ContentType: in.ContentType,
 		PayloadSize: int64(len(in.Payload)), PayloadSHA256: hex.EncodeToString(sum[:]),
 		IdempotencyKey: in.IdempotencyKey, OrderingKey: in.OrderingKey, DuplicateKey: in.DuplicateKey,
-		CallbackURL: in.CallbackURL,
+		CallbackURL: in.CallbackURL, TraceParent: in.Trace.Parent, TraceState: in.Trace.State, Baggage: in.Trace.Baggage,
 	}
 	if err := accepted.Validate(); err != nil {
 		return nil, invalid(err)

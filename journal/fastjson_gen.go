@@ -238,7 +238,7 @@ func (p *DeliveryWoken) decodeFast(d *fastDecoder) {
 func (p *MessageAccepted) decodeFast(d *fastDecoder) {
 	o := d.begin()
 	for {
-		switch d.field(&o, "source", "from", "to", "content_type", "payload_size", "payload_sha256", "idempotency_key", "ordering_key", "duplicate_key", "possible_duplicate_of", "callback_url") {
+		switch d.field(&o, "source", "from", "to", "content_type", "payload_size", "payload_sha256", "idempotency_key", "ordering_key", "duplicate_key", "possible_duplicate_of", "callback_url", "traceparent", "tracestate", "baggage") {
 		case 0:
 			d.string(&p.Source)
 		case 1:
@@ -261,6 +261,12 @@ func (p *MessageAccepted) decodeFast(d *fastDecoder) {
 			d.unmarshalText(&p.PossibleDuplicateOf)
 		case 10:
 			d.string(&p.CallbackURL)
+		case 11:
+			d.string(&p.TraceParent)
+		case 12:
+			d.string(&p.TraceState)
+		case 13:
+			d.string(&p.Baggage)
 		default:
 			return
 		}

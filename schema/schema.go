@@ -17,7 +17,7 @@ import (
 // its tables change: a database of the old version then refuses to start.
 const (
 	JournalVersion    = 4
-	ProjectionVersion = 8
+	ProjectionVersion = 9
 )
 
 // The parts, as recorded in schema_version.
@@ -192,7 +192,10 @@ CREATE TABLE IF NOT EXISTS messages (
 	attempt_count   int         NOT NULL,
 	created_at      timestamptz NOT NULL,
 	updated_at      timestamptz NOT NULL,
-	payload_expunged boolean     NOT NULL DEFAULT false
+	payload_expunged boolean     NOT NULL DEFAULT false,
+	traceparent     text,
+	tracestate      text,
+	baggage         text
 );
 
 -- A command read the message at a version; finding it at another means a
