@@ -90,7 +90,7 @@ func (w *Writer) Redeliver(ctx context.Context, messageID, deliveryID uuid.UUID,
 	if err != nil {
 		return nil, fmt.Errorf("redeliver delivery %s of message %s: %w", deliveryID, messageID, err)
 	}
-	w.traced(ctx, "redeliver", start, m, actionAttrs(a, deliveryID)...)
+	w.traceAction(ctx, "redeliver", start, m, a, deliveryID)
 	return m, nil
 }
 
@@ -143,7 +143,7 @@ func (w *Writer) Skip(ctx context.Context, messageID, deliveryID uuid.UUID, a Ac
 	if err != nil {
 		return nil, fmt.Errorf("skip delivery %s of message %s: %w", deliveryID, messageID, err)
 	}
-	w.traced(ctx, "skip", start, m, actionAttrs(a, deliveryID)...)
+	w.traceAction(ctx, "skip", start, m, a, deliveryID)
 	return m, nil
 }
 
@@ -175,7 +175,7 @@ func (w *Writer) Redispatch(ctx context.Context, id uuid.UUID, a Action) (*proje
 	if err != nil {
 		return nil, fmt.Errorf("redispatch message %s: %w", id, err)
 	}
-	w.traced(ctx, "redispatch", start, m, actionAttrs(a, uuid.Nil)...)
+	w.traceAction(ctx, "redispatch", start, m, a, uuid.Nil)
 	return m, nil
 }
 
@@ -199,7 +199,7 @@ func (w *Writer) Resend(ctx context.Context, id uuid.UUID, targets []string, a A
 	if err != nil {
 		return nil, fmt.Errorf("resend message %s: %w", id, err)
 	}
-	w.traced(ctx, "resend", start, m, actionAttrs(a, uuid.Nil)...)
+	w.traceAction(ctx, "resend", start, m, a, uuid.Nil)
 	return m, nil
 }
 
@@ -218,7 +218,7 @@ func (w *Writer) Replay(ctx context.Context, id uuid.UUID, a Action) (*projectio
 	if err != nil {
 		return nil, fmt.Errorf("replay message %s: %w", id, err)
 	}
-	w.traced(ctx, "replay", start, m, actionAttrs(a, uuid.Nil)...)
+	w.traceAction(ctx, "replay", start, m, a, uuid.Nil)
 	return m, nil
 }
 

@@ -400,9 +400,7 @@ func (w *Writer) Receipt(ctx context.Context, deliveryID uuid.UUID, positive boo
 		c.result = &StateError{Err: ErrReceiptRefused, State: ill.State, Allowed: ill.Allowed, Reason: ill.Reason}
 		return c, nil
 	})
-	if w.tracer != nil {
-		w.traced(ctx, "receipt", start, m, receiptAttrs(deliveryID, actor, positive, true, err)...)
-	}
+	w.traceReceipt(ctx, start, m, deliveryID, actor, positive, true, err)
 	if err != nil {
 		return m, fmt.Errorf("receipt for delivery %s: %w", deliveryID, err)
 	}

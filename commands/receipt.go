@@ -68,9 +68,7 @@ func (w *Writer) ReceiptByExternalID(ctx context.Context, r ExternalReceipt, act
 		if errors.Is(err, errCorrelationMoved) && try < maxTries {
 			continue
 		}
-		if w.tracer != nil {
-			w.traced(ctx, "receipt", start, m, receiptAttrs(id, actor, r.Positive, r.Final, err)...)
-		}
+		w.traceReceipt(ctx, start, m, id, actor, r.Positive, r.Final, err)
 		if err != nil && !errors.Is(err, ErrReceiptRefused) {
 			return nil, uuid.Nil, fmt.Errorf("receipt by id %q of %s: %w", r.ExternalID, r.Target, err)
 		}

@@ -27,14 +27,17 @@ func (w *Writer) traced(ctx context.Context, name string, start time.Time, m *pr
 	span.End()
 }
 
-// actionAttrs are the attributes of an operator's action, on the delivery
-// when it names one.
-func actionAttrs(a Action, deliveryID uuid.UUID) []attribute.KeyValue {
+// traceAction records the span of an operator's action on m, on the
+// delivery when it names one.
+func (w *Writer) traceAction(ctx context.Context, name string, start time.Time, m *projection.Message, a Action, deliveryID uuid.UUID) {
+	if w.tracer == nil {
+		return
+	}
 	attrs := []attribute.KeyValue{attribute.String("waybill.operator", a.Operator)}
 	if deliveryID != uuid.Nil {
 		attrs = append(attrs, attribute.String("waybill.delivery.id", deliveryID.String()))
 	}
-	return attrs
+	w.traced(ctx, name, start, m, attrs...)
 }
 
 // traceOperation records the span of a bulk operation's batch, linked to
@@ -63,10 +66,14 @@ func (w *Writer) traceOperation(ctx context.Context, start time.Time, o *project
 	span.End()
 }
 
-// receiptAttrs are the attributes of a receipt for a delivery: whether it
-// was positive and final, and whether it settled it.
-func receiptAttrs(deliveryID uuid.UUID, actor string, positive, final bool, err error) []attribute.KeyValue {
-	return []attribute.KeyValue{attribute.String("waybill.delivery.id", deliveryID.String()), attribute.String("waybill.actor", actor),
+// traceReceipt records the span of a receipt for a delivery of m:
+// whether it was positive and final, and whether it was refused.
+func (w *Writer) traceReceipt(ctx context.Context, start time.Time, m *projection.Message, deliveryID uuid.UUID, actor string,
+	positive, final bool, err error) {
+	if w.tracer == nil {
+		return
+	}
+	w.traced(ctx, "receipt", start, m, attribute.String("waybill.delivery.id", deliveryID.String()), attribute.String("waybill.actor", actor),
 		attribute.Bool("waybill.receipt.positive", positive), attribute.Bool("waybill.receipt.final", final),
-		attribute.Bool("waybill.receipt.refused", err != nil)}
+		attribute.Bool("waybill.receipt.refused", err != nil))
 }
