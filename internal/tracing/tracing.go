@@ -115,8 +115,8 @@ func (p *Provider) Stop(ctx context.Context) {
 var w3c = propagation.TraceContext{}
 
 // FromHeader is the trace context a request brought: its traceparent and
-// tracestate when the traceparent is valid, and its baggage when that
-// parses; the rest is dropped.
+// tracestate when the traceparent is valid, and its baggage headers, as
+// sent, when they parse; the rest is dropped.
 func FromHeader(h http.Header) lifecycle.Trace {
 	var t lifecycle.Trace
 	if h.Get(TraceParentHeader) != "" {
@@ -126,8 +126,10 @@ func FromHeader(h http.Header) lifecycle.Trace {
 		}
 	}
 	if v := h.Values(BaggageHeader); len(v) > 0 {
-		if b, err := baggage.Parse(strings.Join(v, ",")); err == nil && b.Len() > 0 {
-			t.Baggage = b.String()
+		// Kept as sent: baggage's own String orders the members anew.
+		raw := strings.Join(v, ",")
+		if b, err := baggage.Parse(raw); err == nil && b.Len() > 0 {
+			t.Baggage = raw
 		}
 	}
 	if t.Check("") != nil {
