@@ -51,7 +51,7 @@ func TestTransport(t *testing.T) {
 		}
 		attrs := map[string]string{}
 		for _, a := range span.Attributes() {
-			attrs[string(a.Key)] = a.Value.Emit()
+			attrs[string(a.Key)] = a.Value.String()
 		}
 		if attrs["url.full"] != "http://"+srv.Listener.Addr().String()+"/in" || attrs["http.response.status_code"] != "202" ||
 			attrs["http.request.method"] != "POST" || attrs["server.address"] != "127.0.0.1" {
