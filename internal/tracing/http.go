@@ -13,15 +13,15 @@ import (
 	"github.com/waybill/waybill/lifecycle"
 )
 
-// StatusCodeKey is the attribute of an attempt's or a callback's span
+// statusCodeKey is the attribute of an attempt's or a callback's span
 // that holds the HTTP status of its answer; its client span has it as
 // http.response.status_code.
-const StatusCodeKey = attribute.Key("waybill.status_code")
+const statusCodeKey = attribute.Key("waybill.status_code")
 
 // Transport wraps base so that a request whose context holds a valid span
 // (an attempt's, a callback's) is sent inside an HTTP client span, a
 // child of it, that follows the semantic conventions (url.full by
-// RedactURL), with that client span as the traceparent and tracestate it
+// redactURL), with that client span as the traceparent and tracestate it
 // carries to the receiver; and, when withBaggage, with the baggage the
 // context holds (WithBaggage). A request without a span goes as it is:
 // tracing off costs a context lookup.
@@ -52,20 +52,20 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if !parent.SpanContext().IsValid() {
 		return t.base.RoundTrip(req)
 	}
-	attrs := []attribute.KeyValue{semconv.HTTPRequestMethodKey.String(req.Method), semconv.URLFull(RedactURL(req.URL.String())),
+	attrs := []attribute.KeyValue{semconv.HTTPRequestMethodKey.String(req.Method), semconv.URLFull(redactURL(req.URL.String())),
 		semconv.ServerAddress(req.URL.Hostname())}
 	port, err := strconv.Atoi(req.URL.Port())
 	if err != nil {
 		port = map[string]int{"http": 80, "https": 443}[req.URL.Scheme]
 	}
 	attrs = append(attrs, semconv.ServerPort(port))
-	ctx, span := parent.TracerProvider().Tracer(Scope).Start(ctx, req.Method, trace.WithSpanKind(trace.SpanKindClient),
+	ctx, span := parent.TracerProvider().Tracer(scope).Start(ctx, req.Method, trace.WithSpanKind(trace.SpanKindClient),
 		trace.WithAttributes(attrs...))
 	defer span.End()
 	req = req.Clone(ctx)
-	Inject(ctx, req.Header)
+	inject(ctx, req.Header)
 	if b, ok := ctx.Value(baggageKey{}).(string); ok && t.baggage {
-		req.Header.Set(BaggageHeader, b)
+		req.Header.Set(baggageHeader, b)
 	}
 	resp, err := t.base.RoundTrip(req)
 	if err != nil {
@@ -74,7 +74,7 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		return nil, err
 	}
 	span.SetAttributes(semconv.HTTPResponseStatusCode(resp.StatusCode))
-	parent.SetAttributes(StatusCodeKey.Int(resp.StatusCode))
+	parent.SetAttributes(statusCodeKey.Int(resp.StatusCode))
 	if resp.StatusCode >= 400 {
 		span.SetStatus(codes.Error, resp.Status)
 	}

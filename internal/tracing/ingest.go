@@ -21,7 +21,7 @@ func StartIngest(ctx context.Context, tr trace.Tracer, t lifecycle.Trace, source
 	attrs = append(attrs, semconv.MessagingSystemKey.String("waybill"), semconv.MessagingOperationTypeReceive,
 		semconv.MessagingOperationName("ingest"), attribute.String("waybill.source", source))
 	ctx, span := tr.Start(Remote(ctx, t), "ingest", trace.WithSpanKind(kind), trace.WithAttributes(attrs...))
-	return ctx, span, Continue(t, span)
+	return ctx, span, continued(t, span)
 }
 
 // EndIngest ends an ingest's span with what was stored: the message's

@@ -2,7 +2,7 @@
 // the OTEL_* environment configures (a Service whose stop flushes the
 // spans), the W3C trace context a message keeps and hands on, the slog
 // handler that adds the trace and span ids to a log line, and the form of
-// a URL a span may carry. With tracing off there is no provider: the
+// a URL a span may carry. With tracing off there is no SDK at work: the
 // parts hold a nil trace.Tracer and make no span.
 package tracing
 
@@ -28,21 +28,21 @@ import (
 	"github.com/waybill/waybill/lifecycle"
 )
 
-// Scope is the instrumentation scope of Waybill's spans.
-const Scope = "github.com/waybill/waybill"
+// scope is the instrumentation scope of Waybill's spans.
+const scope = "github.com/waybill/waybill"
 
-// The headers of the W3C trace context, which a target's or a callback's
-// configured headers may not set: Waybill sets them.
+// The headers of the W3C trace context, which a target's configured
+// headers may not set: Waybill sets them.
 const (
-	TraceParentHeader = "traceparent"
-	TraceStateHeader  = "tracestate"
-	BaggageHeader     = "baggage"
+	traceParentHeader = "traceparent"
+	traceStateHeader  = "tracestate"
+	baggageHeader     = "baggage"
 )
 
 // Reserved says a header name (any case) is one of the trace context's.
 func Reserved(name string) bool {
 	switch strings.ToLower(name) {
-	case TraceParentHeader, TraceStateHeader, BaggageHeader:
+	case traceParentHeader, traceStateHeader, baggageHeader:
 		return true
 	}
 	return false
@@ -96,7 +96,7 @@ func (p *Provider) Tracer() trace.Tracer {
 	if p.tp == nil {
 		return nil
 	}
-	return p.tp.Tracer(Scope)
+	return p.tp.Tracer(scope)
 }
 
 // Start does nothing: the provider is ready once made.
@@ -115,25 +115,27 @@ func (p *Provider) Stop(ctx context.Context) {
 var w3c = propagation.TraceContext{}
 
 // FromHeader is the trace context a request brought: its traceparent and
-// tracestate when the traceparent is valid, and its baggage headers, as
-// sent, when they parse; the rest is dropped.
+// tracestate when the traceparent is valid (a tracestate over
+// lifecycle.MaxTraceStateLength is dropped), and its baggage headers, as sent, when they parse and fit
+// lifecycle.MaxBaggageLength; the rest is dropped. Baggage without a
+// traceparent is kept only for an ingest span to give it one.
 func FromHeader(h http.Header) lifecycle.Trace {
 	var t lifecycle.Trace
-	if h.Get(TraceParentHeader) != "" {
+	if h.Get(traceParentHeader) != "" {
 		sc := trace.SpanContextFromContext(w3c.Extract(context.Background(), propagation.HeaderCarrier(h)))
 		if sc.IsValid() {
 			t.Parent, t.State = parentOf(sc), sc.TraceState().String()
 		}
-	}
-	if v := h.Values(BaggageHeader); len(v) > 0 {
-		// Kept as sent: baggage's own String orders the members anew.
-		raw := strings.Join(v, ",")
-		if b, err := baggage.Parse(raw); err == nil && b.Len() > 0 {
-			t.Baggage = raw
+		if len(t.State) > lifecycle.MaxTraceStateLength {
+			t.State = ""
 		}
 	}
-	if t.Check("") != nil {
-		return lifecycle.Trace{}
+	if v := h.Values(baggageHeader); len(v) > 0 {
+		// Kept as sent: baggage's own String orders the members anew.
+		raw := strings.Join(v, ",")
+		if b, err := baggage.Parse(raw); err == nil && b.Len() > 0 && len(raw) <= lifecycle.MaxBaggageLength {
+			t.Baggage = raw
+		}
 	}
 	return t
 }
@@ -153,9 +155,9 @@ func SpanContext(t lifecycle.Trace) trace.SpanContext {
 	return trace.SpanContextFromContext(Remote(context.Background(), t))
 }
 
-// Continue is t with the traceparent and tracestate of span, which the
+// continued is t with the traceparent and tracestate of span, which the
 // message's later spans then continue; t's baggage stays.
-func Continue(t lifecycle.Trace, span trace.Span) lifecycle.Trace {
+func continued(t lifecycle.Trace, span trace.Span) lifecycle.Trace {
 	sc := span.SpanContext()
 	if !sc.IsValid() {
 		return t
@@ -164,9 +166,9 @@ func Continue(t lifecycle.Trace, span trace.Span) lifecycle.Trace {
 	return t
 }
 
-// Inject sets the traceparent, and the tracestate when there is one, of
+// inject sets the traceparent, and the tracestate when there is one, of
 // the span in ctx on h; it sets nothing when ctx holds no valid span.
-func Inject(ctx context.Context, h http.Header) {
+func inject(ctx context.Context, h http.Header) {
 	if trace.SpanContextFromContext(ctx).IsValid() {
 		w3c.Inject(ctx, propagation.HeaderCarrier(h))
 	}
@@ -184,9 +186,9 @@ type carrier struct{ parent, state string }
 
 func (c carrier) Get(key string) string {
 	switch key {
-	case TraceParentHeader:
+	case traceParentHeader:
 		return c.parent
-	case TraceStateHeader:
+	case traceStateHeader:
 		return c.state
 	}
 	return ""
@@ -194,19 +196,19 @@ func (c carrier) Get(key string) string {
 
 func (c *carrier) Set(key, value string) {
 	switch key {
-	case TraceParentHeader:
+	case traceParentHeader:
 		c.parent = value
-	case TraceStateHeader:
+	case traceStateHeader:
 		c.state = value
 	}
 }
 
-func (c carrier) Keys() []string { return []string{TraceParentHeader, TraceStateHeader} }
+func (c carrier) Keys() []string { return []string{traceParentHeader, traceStateHeader} }
 
-// RedactURL is the form of a URL a span carries (url.full): without its
+// redactURL is the form of a URL a span carries (url.full): without its
 // user information, whose password is a secret, and without its query
 // and fragment, which may hold tokens. A URL that does not parse is "".
-func RedactURL(raw string) string {
+func redactURL(raw string) string {
 	u, err := url.Parse(raw)
 	if err != nil {
 		return ""

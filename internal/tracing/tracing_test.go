@@ -86,8 +86,8 @@ func TestRedactURL(t *testing.T) {
 		"http://example.com/%zz":        "",
 		"https://example.com/a%2Fb?q=1": "https://example.com/a%2Fb",
 	} {
-		if got := RedactURL(raw); got != want {
-			t.Errorf("RedactURL(%q) = %q; want %q", raw, got, want)
+		if got := redactURL(raw); got != want {
+			t.Errorf("redactURL(%q) = %q; want %q", raw, got, want)
 		}
 	}
 }
@@ -109,7 +109,7 @@ func TestTraceContextRoundTrip(t *testing.T) {
 		t.Errorf("span context %+v", sc)
 	}
 	out := http.Header{}
-	Inject(Remote(context.Background(), got), out)
+	inject(Remote(context.Background(), got), out)
 	if out.Get("traceparent") != parent || out.Get("tracestate") != "vendor=x" || out.Get("baggage") != "" {
 		t.Errorf("injected %v", out)
 	}
@@ -120,8 +120,13 @@ func TestTraceContextRoundTrip(t *testing.T) {
 	if got := FromHeader(bad); !got.IsZero() {
 		t.Errorf("an invalid traceparent gave %+v", got)
 	}
+	alone := http.Header{}
+	alone.Set("baggage", "tenant=acme")
+	if got := FromHeader(alone); got != (lifecycle.Trace{Baggage: "tenant=acme"}) {
+		t.Errorf("baggage alone gave %+v", got)
+	}
 	none := http.Header{}
-	Inject(context.Background(), none)
+	inject(context.Background(), none)
 	if len(none) != 0 {
 		t.Errorf("no span injected %v", none)
 	}
