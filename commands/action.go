@@ -73,6 +73,7 @@ func (a Action) actor() string { return journal.OperatorActor(a.Operator) }
 // one that had settled for its lane joins the back of it, blocked when the
 // lane is held.
 func (w *Writer) Redeliver(ctx context.Context, messageID, deliveryID uuid.UUID, a Action) (*projection.Message, error) {
+	start := time.Now()
 	if err := a.check(); err != nil {
 		return nil, err
 	}
@@ -89,6 +90,7 @@ func (w *Writer) Redeliver(ctx context.Context, messageID, deliveryID uuid.UUID,
 	if err != nil {
 		return nil, fmt.Errorf("redeliver delivery %s of message %s: %w", deliveryID, messageID, err)
 	}
+	w.traceAction(ctx, "redeliver", start, m, a, deliveryID)
 	return m, nil
 }
 
@@ -124,6 +126,7 @@ func redeliverOn(c *change, lanes *projection.LaneBook, deliveryID uuid.UUID, no
 // delivery of the lane go; skipping one that waits takes it out of the
 // lane.
 func (w *Writer) Skip(ctx context.Context, messageID, deliveryID uuid.UUID, a Action) (*projection.Message, error) {
+	start := time.Now()
 	if err := a.check(); err != nil {
 		return nil, err
 	}
@@ -140,6 +143,7 @@ func (w *Writer) Skip(ctx context.Context, messageID, deliveryID uuid.UUID, a Ac
 	if err != nil {
 		return nil, fmt.Errorf("skip delivery %s of message %s: %w", deliveryID, messageID, err)
 	}
+	w.traceAction(ctx, "skip", start, m, a, deliveryID)
 	return m, nil
 }
 
@@ -153,6 +157,7 @@ func skipOn(c *change, deliveryID uuid.UUID, now time.Time, a Action) error {
 // current generation, for each matched target that has none in it. Only a
 // dispatched message can be redispatched (ErrNotRedispatchable).
 func (w *Writer) Redispatch(ctx context.Context, id uuid.UUID, a Action) (*projection.Message, error) {
+	start := time.Now()
 	if err := a.check(); err != nil {
 		return nil, err
 	}
@@ -170,6 +175,7 @@ func (w *Writer) Redispatch(ctx context.Context, id uuid.UUID, a Action) (*proje
 	if err != nil {
 		return nil, fmt.Errorf("redispatch message %s: %w", id, err)
 	}
+	w.traceAction(ctx, "redispatch", start, m, a, uuid.Nil)
 	return m, nil
 }
 
@@ -183,6 +189,7 @@ func (w *Writer) Redispatch(ctx context.Context, id uuid.UUID, a Action) (*proje
 // payload retention expunged, is ErrNotResendable, with the reason; a target not of the current
 // generation is ErrInvalid.
 func (w *Writer) Resend(ctx context.Context, id uuid.UUID, targets []string, a Action) (*projection.Message, error) {
+	start := time.Now()
 	if err := a.check(); err != nil {
 		return nil, err
 	}
@@ -192,6 +199,7 @@ func (w *Writer) Resend(ctx context.Context, id uuid.UUID, targets []string, a A
 	if err != nil {
 		return nil, fmt.Errorf("resend message %s: %w", id, err)
 	}
+	w.traceAction(ctx, "resend", start, m, a, uuid.Nil)
 	return m, nil
 }
 
@@ -200,6 +208,7 @@ func (w *Writer) Resend(ctx context.Context, id uuid.UUID, targets []string, a A
 // matching: the new generation is not routed). It supersedes and is
 // refused as Resend is.
 func (w *Writer) Replay(ctx context.Context, id uuid.UUID, a Action) (*projection.Message, error) {
+	start := time.Now()
 	if err := a.check(); err != nil {
 		return nil, err
 	}
@@ -209,6 +218,7 @@ func (w *Writer) Replay(ctx context.Context, id uuid.UUID, a Action) (*projectio
 	if err != nil {
 		return nil, fmt.Errorf("replay message %s: %w", id, err)
 	}
+	w.traceAction(ctx, "replay", start, m, a, uuid.Nil)
 	return m, nil
 }
 

@@ -21,6 +21,8 @@ type CallbackClaim struct {
 	LeaseEnd time.Time
 	// Callback is the callback after the claim: its URL and what it says.
 	Callback projection.Callback
+	// Trace is the message's trace context, which the call continues.
+	Trace lifecycle.Trace
 }
 
 // ClaimCallback takes a message's callback for one call when it is due
@@ -64,7 +66,7 @@ func (c *change) claimCallback(lease time.Duration, now time.Time) (CallbackClai
 	if err != nil {
 		return CallbackClaim{}, refused(ErrNotClaimable, err)
 	}
-	claim.Callback = *c.after.Callback
+	claim.Callback, claim.Trace = *c.after.Callback, c.after.Trace
 	return claim, nil
 }
 

@@ -410,6 +410,7 @@ func attempted(deliveryID uuid.UUID, payload func(*projection.Delivery) journal.
 // nothing; it is journaled as refused and the command returns
 // ErrReceiptRefused.
 func (w *Writer) Receipt(ctx context.Context, deliveryID uuid.UUID, positive bool, detail, actor string) (*projection.Message, error) {
+	start := time.Now()
 	if err := journal.CheckActor(actor); err != nil {
 		return nil, invalid(err)
 	}
@@ -429,6 +430,7 @@ func (w *Writer) Receipt(ctx context.Context, deliveryID uuid.UUID, positive boo
 		c.result = &StateError{Err: ErrReceiptRefused, State: ill.State, Allowed: ill.Allowed, Reason: ill.Reason}
 		return c, nil
 	})
+	w.traceReceipt(ctx, start, m, deliveryID, actor, positive, true, err)
 	if err != nil {
 		return m, fmt.Errorf("receipt for delivery %s: %w", deliveryID, err)
 	}

@@ -45,6 +45,9 @@ type NewMessage struct {
 	// Type, when set, is what the message is in the sender's words, such
 	// as a webhook's event type (lifecycle.CheckMessageType).
 	Type string
+	// Trace is the trace context the message belongs to: its ingest's
+	// span, or what its sender brought when tracing is off.
+	Trace lifecycle.Trace
 	// Row, when set, is the inbox row the message was read from: the
 	// transaction that stores the message records that the row's processed
 	// marker is owed.
@@ -123,7 +126,7 @@ func (w *Writer) acceptance(ctx context.Context, in NewMessage, cfg *configState
 		Source: in.Source, From: in.From, To: in.To, ContentType: in.ContentType,
 		PayloadSize: int64(len(in.Payload)), PayloadSHA256: hex.EncodeToString(sum[:]),
 		IdempotencyKey: in.IdempotencyKey, OrderingKey: in.OrderingKey, DuplicateKey: in.DuplicateKey,
-		CallbackURL: in.CallbackURL, Type: in.Type,
+		CallbackURL: in.CallbackURL, Type: in.Type, TraceParent: in.Trace.Parent, TraceState: in.Trace.State, Baggage: in.Trace.Baggage,
 	}
 	if err := accepted.Validate(); err != nil {
 		return nil, invalid(err)

@@ -199,6 +199,7 @@ func (w *Writer) Operate(ctx context.Context, o *projection.Operation, ids []uui
 	if len(ids) == 0 {
 		return nil, fmt.Errorf("operation %s: %w", o.ID, invalid(errors.New("a batch takes at least one message")))
 	}
+	start := time.Now()
 	operator := journal.OperatorName(o.CreatedBy)
 	side := &operationSide{want: o}
 	ops, err := w.bulkBatch(ctx, o.Action, o.Filter.Target, Action{Operator: operator, Reason: o.Reason, Operation: o.ID}, ids, side)
@@ -213,6 +214,7 @@ func (w *Writer) Operate(ctx context.Context, o *projection.Operation, ids []uui
 			w.notify(p.c.wakeups)
 		}
 	}
+	w.traceOperation(ctx, start, o, ops)
 	return side.after, nil
 }
 

@@ -62,11 +62,13 @@ func (w *Writer) ReceiptByExternalID(ctx context.Context, r ExternalReceipt, act
 	if err := errors.Join(r.Validate(), journal.CheckActor(actor)); err != nil {
 		return nil, uuid.Nil, invalid(err)
 	}
+	start := time.Now()
 	for try := 1; ; try++ {
 		m, id, err := w.receiptByExternalID(ctx, r, actor)
 		if errors.Is(err, errCorrelationMoved) && try < maxTries {
 			continue
 		}
+		w.traceReceipt(ctx, start, m, id, actor, r.Positive, r.Final, err)
 		if err != nil && !errors.Is(err, ErrReceiptRefused) {
 			return nil, uuid.Nil, fmt.Errorf("receipt by id %q of %s: %w", r.ExternalID, r.Target, err)
 		}

@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/waybill/waybill/internal/seal"
 	"github.com/waybill/waybill/journal"
@@ -61,6 +62,7 @@ type Writer struct {
 	ttl      time.Duration
 	log      *slog.Logger
 	secrets  *seal.Box
+	tracer   trace.Tracer
 
 	mu     sync.Mutex
 	cached *configState
@@ -98,7 +100,8 @@ func New(cfg Config) (*Writer, error) {
 		return nil, errors.New("commands: Config.DB is required")
 	}
 	base := cfg.Base.WithDefaults()
-	w := &Writer{db: cfg.DB, notifier: cfg.Notifier, clock: base.Now, ttl: cfg.ConfigTTL, log: base.Logger, secrets: cfg.Secrets}
+	w := &Writer{db: cfg.DB, notifier: cfg.Notifier, clock: base.Now, ttl: cfg.ConfigTTL, log: base.Logger, secrets: cfg.Secrets,
+		tracer: base.Tracer}
 	if w.ttl <= 0 {
 		w.ttl = 30 * time.Second
 	}

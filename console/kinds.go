@@ -44,6 +44,8 @@ var (
 				Hint: "Sent with every attempt, one Name: value a line. A Content-Type here is used for payloads that have none."},
 			{Key: "timeout", Label: "Request timeout", Input: "text", Hint: "A duration such as 10s; empty leaves it to the attempt timeout."},
 			{Key: "tls_skip_verify", Label: "Accept any server certificate", Input: "check", Hint: "Off: the server's certificate is verified."},
+			{Key: "propagate_baggage", Label: "Pass the message's baggage on", Input: "check",
+				Hint: "With tracing on, each attempt carries the W3C baggage the message came with; off, it carries none."},
 		},
 		"file": {
 			{Key: "dir", Label: "Directory", Input: "text", Hint: "Where each delivery's file is written: an absolute path. Required."},

@@ -41,7 +41,9 @@ func (s *Server) ingest(w http.ResponseWriter, r *http.Request) error {
 	if err := s.checkCallback(r.Context(), in.CallbackURL); err != nil {
 		return err
 	}
-	m, created, err := s.cfg.Writer.Ingest(r.Context(), in)
+	ctx, traced := s.traceIngest(r, &in)
+	m, created, err := s.cfg.Writer.Ingest(ctx, in)
+	traced(m, created, err)
 	if errors.Is(err, commands.ErrIdempotencyConflict) {
 		return err
 	}
@@ -53,7 +55,7 @@ func (s *Server) ingest(w http.ResponseWriter, r *http.Request) error {
 		status = http.StatusCreated
 		w.Header().Set("Location", Prefix+"/messages/"+m.ID.String())
 	}
-	s.log.Debug("message ingested", "message_id", m.ID, "source", m.Source, "status", m.Status, "new", created)
+	s.log.DebugContext(ctx, "message ingested", "message_id", m.ID, "source", m.Source, "status", m.Status, "new", created)
 	writeJSON(w, status, messageFor(r, m))
 	return nil
 }

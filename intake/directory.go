@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/waybill/waybill/commands"
 	"github.com/waybill/waybill/service"
@@ -40,6 +41,7 @@ type directory struct {
 	w          *commands.Writer
 	now        func() time.Time
 	log        *slog.Logger
+	tracer     trace.Tracer
 	maxPayload int64
 
 	// seen holds, by name, each file waiting in the directory as last
@@ -72,7 +74,7 @@ type sighting struct {
 var errCrashed = errors.New("crashed at a test's crash point")
 
 func newDirectory(name string, cfg sources.DirectoryConfig, w *commands.Writer, base service.Base, maxPayload int64) *directory {
-	return &directory{name: name, cfg: cfg, w: w, now: base.Now, log: base.Logger.With("source", name),
+	return &directory{name: name, cfg: cfg, w: w, now: base.Now, log: base.Logger.With("source", name), tracer: base.Tracer,
 		maxPayload: maxPayload, seen: map[string]sighting{}, rename: os.Rename}
 }
 
@@ -226,8 +228,11 @@ func (d *directory) take(ctx context.Context, name string, rep *report) error {
 	if d.crashes("claimed") {
 		return errCrashed
 	}
-	m, created, err := d.w.Ingest(ctx, commands.NewMessage{Source: d.name, From: d.cfg.From, To: d.cfg.To,
-		ContentType: d.cfg.ContentType, Payload: data, IdempotencyKey: FileKey(name, info.Size(), info.ModTime(), data)})
+	in := commands.NewMessage{Source: d.name, From: d.cfg.From, To: d.cfg.To,
+		ContentType: d.cfg.ContentType, Payload: data, IdempotencyKey: FileKey(name, info.Size(), info.ModTime(), data)}
+	traced, span := traceIngest(ctx, d.tracer, &in)
+	m, created, err := d.w.Ingest(traced, in)
+	endIngest(span, m, created, err)
 	// A key held by a message with other content (another file of the
 	// same identity cannot have it) is this file's refusal: taken, it
 	// would be lost as a repeat.

@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/waybill/waybill/commands"
 	"github.com/waybill/waybill/journal"
@@ -40,6 +41,7 @@ type inbox struct {
 	db         *pgxpool.Pool
 	now        func() time.Time
 	log        *slog.Logger
+	tracer     trace.Tracer
 	maxPayload int64
 
 	pool *pgxpool.Pool
@@ -69,7 +71,8 @@ const (
 )
 
 func newInbox(name string, cfg sources.InboxConfig, w *commands.Writer, db *pgxpool.Pool, base service.Base, maxPayload int64) *inbox {
-	return &inbox{name: name, cfg: cfg, w: w, db: db, now: base.Now, log: base.Logger.With("source", name), maxPayload: maxPayload}
+	return &inbox{name: name, cfg: cfg, w: w, db: db, now: base.Now, log: base.Logger.With("source", name), maxPayload: maxPayload,
+		tracer: base.Tracer}
 }
 
 // resume starts over from the stored watermark: the gaps and the frontier
@@ -321,7 +324,17 @@ func (p *inbox) take(ctx context.Context, rows []row, rep *report) (int, error) 
 			p.conflict(rows[i].id, err, rep)
 		}
 	}
+	var spans []trace.Span // with tracing on, each message's ingest
+	if p.tracer != nil {
+		spans = make([]trace.Span, len(fresh))
+		for k := range fresh {
+			_, spans[k] = traceIngest(ctx, p.tracer, &fresh[k])
+		}
+	}
 	for k, res := range p.w.IngestMany(ctx, fresh) {
+		if spans != nil {
+			endIngest(spans[k], res.Message, res.Created, res.Err)
+		}
 		switch {
 		case errors.Is(res.Err, commands.ErrIdempotencyConflict):
 			p.conflict(rows[index[k]].id, res.Err, rep)

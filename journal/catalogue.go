@@ -258,6 +258,16 @@ type MessageAccepted struct {
 	// Type, when set, is what the message is, in the sender's words: the
 	// event type a webhook names (invoice.created).
 	Type string `json:"type,omitempty"`
+	// TraceParent, TraceState and Baggage are the W3C trace context the
+	// message belongs to (lifecycle.Trace), when it has one.
+	TraceParent string `json:"traceparent,omitempty"`
+	TraceState  string `json:"tracestate,omitempty"`
+	Baggage     string `json:"baggage,omitempty"`
+}
+
+// Trace is the trace context the message belongs to.
+func (p *MessageAccepted) Trace() lifecycle.Trace {
+	return lifecycle.Trace{Parent: p.TraceParent, State: p.TraceState, Baggage: p.Baggage}
 }
 
 func (*MessageAccepted) Kind() Kind { return KindMessageAccepted }
@@ -285,7 +295,7 @@ func (p *MessageAccepted) Validate() error {
 	return errors.Join(lifecycle.CheckName("source", p.Source), lifecycle.CheckParty("from", p.From),
 		lifecycle.CheckParty("to", p.To), lifecycle.CheckParty("content_type", p.ContentType), size, sha, key,
 		lifecycle.CheckOrderingKey("ordering_key", p.OrderingKey), dup, checkCallbackURL(p.CallbackURL),
-		lifecycle.CheckMessageType("type", p.Type))
+		lifecycle.CheckMessageType("type", p.Type), p.Trace().Check(""))
 }
 
 // isSHA256 reports whether s is 64 hexadecimal digits of either case, as

@@ -238,7 +238,7 @@ func (p *DeliveryWoken) decodeFast(d *fastDecoder) {
 func (p *MessageAccepted) decodeFast(d *fastDecoder) {
 	o := d.begin()
 	for {
-		switch d.field(&o, "source", "from", "to", "content_type", "payload_size", "payload_sha256", "idempotency_key", "ordering_key", "duplicate_key", "possible_duplicate_of", "callback_url", "type") {
+		switch d.field(&o, "source", "from", "to", "content_type", "payload_size", "payload_sha256", "idempotency_key", "ordering_key", "duplicate_key", "possible_duplicate_of", "callback_url", "type", "traceparent", "tracestate", "baggage") {
 		case 0:
 			d.string(&p.Source)
 		case 1:
@@ -263,6 +263,12 @@ func (p *MessageAccepted) decodeFast(d *fastDecoder) {
 			d.string(&p.CallbackURL)
 		case 11:
 			d.string(&p.Type)
+		case 12:
+			d.string(&p.TraceParent)
+		case 13:
+			d.string(&p.TraceState)
+		case 14:
+			d.string(&p.Baggage)
 		default:
 			return
 		}

@@ -462,7 +462,7 @@ func sameMessage(a, b *Message) bool {
 		a.PayloadSize == b.PayloadSize && a.PayloadSHA256 == b.PayloadSHA256 && a.Stage == b.Stage &&
 		a.Refusal == b.Refusal && a.Status == b.Status && a.Error == b.Error &&
 		a.AttemptCount == b.AttemptCount && a.CreatedAt.Equal(b.CreatedAt) && a.UpdatedAt.Equal(b.UpdatedAt) &&
-		a.PayloadExpunged == b.PayloadExpunged
+		a.PayloadExpunged == b.PayloadExpunged && a.Trace == b.Trace
 }
 
 // sameDelivery is diffFields(a, b) finding nothing, without reflection.

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+
+	"github.com/waybill/waybill/lifecycle"
 )
 
 // change sets v, a field, to another value of its type.
@@ -22,6 +24,8 @@ func change(t *testing.T, name string, v reflect.Value) {
 		v.SetBool(!v.Bool())
 	case v.Type() == reflect.TypeFor[uuid.UUID]():
 		v.Set(reflect.ValueOf(uuid.New()))
+	case v.Type() == reflect.TypeFor[lifecycle.Trace]():
+		v.Set(reflect.ValueOf(lifecycle.Trace{Parent: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}))
 	case v.Kind() == reflect.Bool:
 		v.SetBool(!v.Bool())
 	default:

@@ -56,6 +56,9 @@ type Message struct {
 	// Callback is the message's outcome callback, nil when it has no
 	// callback URL.
 	Callback *Callback
+	// Trace is the trace context the message belongs to, which its
+	// attempts, callbacks and the actions on it continue.
+	Trace lifecycle.Trace
 }
 
 // Delivery is the folded state of one delivery: a row of the deliveries table.

@@ -211,7 +211,10 @@ CREATE TABLE IF NOT EXISTS messages (
 	attempt_count   int         NOT NULL,
 	created_at      timestamptz NOT NULL,
 	updated_at      timestamptz NOT NULL,
-	payload_expunged boolean     NOT NULL DEFAULT false
+	payload_expunged boolean     NOT NULL DEFAULT false,
+	traceparent     text,
+	tracestate      text,
+	baggage         text
 );
 
 -- A command read the message at a version; finding it at another means a

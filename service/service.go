@@ -13,6 +13,8 @@ import (
 	"log/slog"
 	"sync"
 	"time"
+
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Service is a long-running part of a process.
@@ -33,6 +35,9 @@ type Base struct {
 	Now func() time.Time
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
+	// Tracer makes the spans of the process's traces; nil when tracing
+	// is off, and then no part makes a span, so tracing costs nothing.
+	Tracer trace.Tracer
 }
 
 // WithDefaults fills what b leaves unset.

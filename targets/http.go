@@ -17,6 +17,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/waybill/waybill/internal/tracing"
 	"github.com/waybill/waybill/lifecycle"
 )
 
@@ -33,13 +34,18 @@ type httpConfig struct {
 	Timeout lifecycle.Duration `json:"timeout,omitzero"`
 	// TLSSkipVerify accepts any server certificate.
 	TLSSkipVerify bool `json:"tls_skip_verify,omitempty"`
+	// PropagateBaggage sends the message's W3C baggage with each attempt,
+	// when tracing is on: the sender's baggage may hold what only this
+	// receiver should see.
+	PropagateBaggage bool `json:"propagate_baggage,omitempty"`
 }
 
 var httpMethods = []string{http.MethodPost, http.MethodPut, http.MethodPatch}
 
 // reservedHeaders are set on every attempt by Waybill or by the HTTP
 // client, so a configured value would be overwritten or dropped unseen.
-// Any name starting with Waybill- is reserved too.
+// Any name starting with Waybill- is reserved too, and so are the trace
+// context's (tracing.Reserved), with a problem of their own.
 var reservedHeaders = []string{"Content-Length", "Host", "Idempotency-Key", "Transfer-Encoding",
 	HeaderWebhookID, HeaderWebhookTimestamp, HeaderWebhookSignature}
 
@@ -76,6 +82,8 @@ func checkHeaders(headers map[string]string) []error {
 			problem = fmt.Sprintf("%q is not a header name", name)
 		case slices.Contains(reservedHeaders, canonical) || strings.HasPrefix(canonical, "Waybill-"):
 			problem = fmt.Sprintf("%s is set on every attempt and cannot be configured", canonical)
+		case tracing.Reserved(name):
+			problem = fmt.Sprintf("%s is the W3C trace context's, which Waybill sets when tracing is on, and cannot be configured", name)
 		case seen[canonical] != "":
 			problem = fmt.Sprintf("%q and %q are the same header", seen[canonical], name)
 		case strings.ContainsFunc(headers[name], isControl):
@@ -132,7 +140,7 @@ func newHTTP(t lifecycle.Target, keys []Key, now func() time.Time) (Deliverer, e
 		transport.TLSClientConfig = &tls.Config{InsecureSkipVerify: true}
 	}
 	client := &http.Client{
-		Transport: transport,
+		Transport: tracing.Transport(transport, cfg.PropagateBaggage),
 		Timeout:   cfg.Timeout.D(),
 		// A redirect is the receiver's answer, not a place to send the
 		// payload again: it is recorded as the outcome.

@@ -49,6 +49,9 @@ type Attempt struct {
 	ContentType string
 	// Payload is the message body, sent as it is.
 	Payload []byte
+	// Trace is the message's trace context: the attempt's span continues
+	// it, and a target that opts in passes its baggage on.
+	Trace lifecycle.Trace
 }
 
 // Deliverer makes one attempt. ctx ends at the attempt timeout or when the

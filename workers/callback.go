@@ -21,6 +21,7 @@ import (
 
 	"github.com/waybill/waybill/commands"
 	"github.com/waybill/waybill/internal/netguard"
+	"github.com/waybill/waybill/internal/tracing"
 	"github.com/waybill/waybill/lifecycle"
 	"github.com/waybill/waybill/service"
 	"github.com/waybill/waybill/targets"
@@ -39,6 +40,9 @@ type CallbackWork struct {
 	// is when the message settled. The retry policy counts from them.
 	Attempt int
 	Since   time.Time
+	// Trace is the message's trace context, which the call's span
+	// continues.
+	Trace lifecycle.Trace
 }
 
 // callbackBody is what a callback says.
@@ -67,7 +71,8 @@ func callbackWork(c commands.CallbackClaim) CallbackWork {
 		body.Deliveries = append(body.Deliveries, callbackDelivery{Target: d.Target, State: d.State, LastError: last})
 	}
 	data, _ := json.Marshal(body) // plain values: cannot fail
-	return CallbackWork{MessageID: cb.MessageID, Seq: cb.Seq, URL: cb.URL, Body: data, Attempt: c.Attempt, Since: cb.SettledAt}
+	return CallbackWork{MessageID: cb.MessageID, Seq: cb.Seq, URL: cb.URL, Body: data, Attempt: c.Attempt, Since: cb.SettledAt,
+		Trace: c.Trace}
 }
 
 // CallbackStore is the Store of the messages' outcome callbacks: the
@@ -157,7 +162,8 @@ func newCallbackDeliverer(cfg CallbackConfig, maxAttempts func() int) *callbackD
 		}}
 	d.transport = &http.Transport{DialContext: dial, ForceAttemptHTTP2: true, MaxIdleConns: 100,
 		IdleConnTimeout: 90 * time.Second, TLSHandshakeTimeout: 10 * time.Second, ExpectContinueTimeout: time.Second}
-	d.client = &http.Client{Transport: d.transport, Timeout: cfg.Timeout,
+	// A callback passes no baggage on: its URL is the sender's, who has it.
+	d.client = &http.Client{Transport: tracing.Transport(d.transport, false), Timeout: cfg.Timeout,
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	return d
 }
@@ -334,7 +340,7 @@ func NewCallbacks(cfg CallbackConfig) (*Callbacks, error) {
 	w, err := NewWorker(Config[CallbackWork]{
 		Name:           "callbacks",
 		Store:          &CallbackStore{w: cfg.Writer, lease: 2*cfg.Timeout + time.Minute, metrics: c.metrics},
-		Deliverer:      newCallbackDeliverer(cfg, func() int { return int(c.maxAttempts.Load()) }),
+		Deliverer:      traced(cfg.Tracer, newCallbackDeliverer(cfg, func() int { return int(c.maxAttempts.Load()) }), callbackSpan),
 		MaxConcurrent:  cfg.MaxConcurrent,
 		AttemptTimeout: cfg.Timeout,
 		DrainGrace:     cfg.DrainGrace,

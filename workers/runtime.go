@@ -209,7 +209,7 @@ func (r *Runtime) startWorker(ctx context.Context, t lifecycle.Target) (*targetW
 	w, err := NewWorker(Config[targets.Attempt]{
 		Name:           t.Name,
 		Store:          store,
-		Deliverer:      &policyDeliverer{target: t, kind: kind, now: r.cfg.Now},
+		Deliverer:      traced(r.cfg.Tracer, &policyDeliverer{target: t, kind: kind, now: r.cfg.Now}, attemptSpan),
 		NATS:           r.cfg.NATS,
 		Subject:        DeliverySubject(t.Name),
 		MaxConcurrent:  t.MaxConcurrent,

@@ -79,6 +79,10 @@ variable, since a flag's value shows in ps to every user of the machine
 (--token warns so on stderr). The server is --server's,
 else $WAYBILL_SERVER's, else the one whose URL the data dir's server.url
 holds, else http://127.0.0.1:8080.
+
+serve exports OpenTelemetry traces when the standard OTEL_* variables
+name an endpoint (OTEL_EXPORTER_OTLP_ENDPOINT, OTEL_EXPORTER_OTLP_PROTOCOL,
+OTEL_SERVICE_NAME, OTEL_TRACES_SAMPLER; docs/operations.md, Traces).
 `
 
 func main() {

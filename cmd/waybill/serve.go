@@ -34,6 +34,7 @@ import (
 	"github.com/waybill/waybill/internal/dirlock"
 	"github.com/waybill/waybill/internal/seal"
 	"github.com/waybill/waybill/internal/securefile"
+	"github.com/waybill/waybill/internal/tracing"
 	"github.com/waybill/waybill/lifecycle"
 	"github.com/waybill/waybill/natsserver"
 	"github.com/waybill/waybill/pgserver"
@@ -179,9 +180,9 @@ func env(name, def string) string {
 func newLogger(format string, w io.Writer) (*slog.Logger, error) {
 	switch format {
 	case "text":
-		return slog.New(slog.NewTextHandler(w, nil)), nil
+		return slog.New(tracing.LogHandler(slog.NewTextHandler(w, nil))), nil
 	case "json":
-		return slog.New(slog.NewJSONHandler(w, nil)), nil
+		return slog.New(tracing.LogHandler(slog.NewJSONHandler(w, nil))), nil
 	}
 	return nil, fmt.Errorf("--log-format: %q: allowed are text, json", format)
 }
@@ -200,6 +201,10 @@ func serve(ctx context.Context, cfg *serveConfig, stderr io.Writer) error {
 		return err
 	}
 	slog.SetDefault(log)
+	traceCfg, err := tracing.FromEnv()
+	if err != nil {
+		return err
+	}
 	if os.Getenv("GOGC") == "" {
 		debug.SetGCPercent(gcPercent)
 	}
@@ -274,8 +279,17 @@ func serve(ctx context.Context, cfg *serveConfig, stderr io.Writer) error {
 			return err
 		}
 	}
-	// One clock and one logger for every part of the process.
-	base := service.Base{Now: time.Now, Logger: log}
+	// The spans still held are exported when the provider stops, after
+	// every service that makes them.
+	tracer, err := tracing.New(ctx, traceCfg, log)
+	if err != nil {
+		return err
+	}
+	if err := resources.Start(ctx, "tracing", tracer); err != nil {
+		return err
+	}
+	// One clock, one logger and one tracer for every part of the process.
+	base := service.Base{Now: time.Now, Logger: log, Tracer: tracer.Tracer()}
 	tokens := auth.NewStore(db, base.Now)
 	tokenFile := filepath.Join(cfg.dataDir, auth.AdminTokenFile)
 	firstStart, err := tokens.EnsureAdminToken(ctx, tokenFile)

@@ -80,11 +80,18 @@ func (b *lockedBuffer) String() string {
 
 func startServer(t *testing.T, bin string, args ...string) *server {
 	t.Helper()
+	return startServerEnv(t, bin, nil, args...)
+}
+
+// startServerEnv starts a server with env (NAME=value) added to the
+// test's environment, over it.
+func startServerEnv(t *testing.T, bin string, env []string, args ...string) *server {
+	t.Helper()
 	s := &server{addr: freeAddr(t)}
 	s.cmd = exec.Command(bin, append([]string{"serve", "--listen", s.addr, "--log-format", "json"}, args...)...)
 	s.cmd.Stdout, s.cmd.Stderr = &s.logs, &s.logs
 	// The key the tests' Writers seal with, unless args give another.
-	s.cmd.Env = append(os.Environ(), "WAYBILL_SECRETS_KEY_FILE="+dbtest.SecretsKeyFile(t))
+	s.cmd.Env = append(append(os.Environ(), "WAYBILL_SECRETS_KEY_FILE="+dbtest.SecretsKeyFile(t)), env...)
 	if err := s.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
