@@ -141,7 +141,6 @@ func newHTTP(t lifecycle.Target, keys []Key, now func() time.Time) (Deliverer, e
 	}
 	client := &http.Client{
 		Transport: tracing.Transport(transport, cfg.PropagateBaggage),
-		Timeout:   cfg.Timeout.D(),
 		// A redirect is the receiver's answer, not a place to send the
 		// payload again: it is recorded as the outcome.
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
@@ -152,6 +151,9 @@ func newHTTP(t lifecycle.Target, keys []Key, now func() time.Time) (Deliverer, e
 	}
 	return h, nil
 }
+
+// errTimeout is the cause of a request's end at the target's timeout.
+var errTimeout = errors.New("the target's timeout passed")
 
 // bodyExcerpt is how much of a response body goes into the outcome text.
 const bodyExcerpt = 256
@@ -170,6 +172,14 @@ const (
 // fails for good. A delivered outcome carries the receiver's id
 // for the message when the target's receipt.correlate says where it is.
 func (h *httpTarget) Deliver(ctx context.Context, a Attempt) lifecycle.Outcome {
+	// The timeout is the request's deadline rather than the client's: a
+	// client whose transport is wrapped (tracing) does not always say that
+	// its own timeout passed, and the outcome should.
+	if d := h.cfg.Timeout.D(); d > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeoutCause(ctx, d, errTimeout)
+		defer cancel()
+	}
 	req, err := http.NewRequestWithContext(ctx, h.cfg.Method, h.cfg.URL, bytes.NewReader(a.Payload))
 	if err != nil {
 		return lifecycle.Failed(fmt.Sprintf("build request: %v", err))
@@ -193,7 +203,11 @@ func (h *httpTarget) Deliver(ctx context.Context, a Attempt) lifecycle.Outcome {
 	if err != nil {
 		// The client's error names the method and the URL, without the
 		// URL's password.
-		return lifecycle.Outcome{Kind: lifecycle.OutcomeRetry, Text: err.Error()}
+		text := err.Error()
+		if errors.Is(context.Cause(ctx), errTimeout) {
+			text += fmt.Sprintf(" (the target's timeout of %s passed)", h.cfg.Timeout.D())
+		}
+		return lifecycle.Outcome{Kind: lifecycle.OutcomeRetry, Text: text}
 	}
 	defer resp.Body.Close()
 	limit := int64(answerLimit)

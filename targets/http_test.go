@@ -303,7 +303,7 @@ func TestHTTPTimeoutsAreRetries(t *testing.T) {
 	t.Run("config timeout", func(t *testing.T) {
 		srv := stalled(t)
 		out := prepare(t, "http", httpConfigFor(srv.URL, `,"timeout":"50ms"`)).Deliver(t.Context(), attempt(1, "p"))
-		if out.Kind != lifecycle.OutcomeRetry || !strings.Contains(out.Text, "Timeout") {
+		if out.Kind != lifecycle.OutcomeRetry || !strings.Contains(out.Text, "timeout of 50ms passed") {
 			t.Errorf("outcome %+v", out)
 		}
 	})
