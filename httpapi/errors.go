@@ -362,6 +362,11 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 	if f.body.Code == CodeUnauthorized {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="waybill"`)
 	}
+	if f.status == http.StatusServiceUnavailable {
+		// Nothing was changed: the client may try again at once, and a
+		// load balancer may send it to another server.
+		w.Header().Set("Retry-After", "1")
+	}
 	var method *methodError
 	if errors.As(err, &method) {
 		w.Header().Set("Allow", strings.Join(method.allow, ", "))

@@ -192,11 +192,14 @@ func TestIngestThatCannotBeStoredIs503(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := b.as(t, ingestToken, http.MethodPost, "/messages",
-		httpapi.IngestRequest{Source: "erp", From: "acme", To: "globex", Payload: new("hello")}).
-		fails(t, http.StatusServiceUnavailable, httpapi.CodeUnavailable)
+	r := b.as(t, ingestToken, http.MethodPost, "/messages",
+		httpapi.IngestRequest{Source: "erp", From: "acme", To: "globex", Payload: new("hello")})
+	e := r.fails(t, http.StatusServiceUnavailable, httpapi.CodeUnavailable)
 	if strings.Contains(e.Message, "disk full") {
 		t.Errorf("the cause leaked: %q", e.Message)
+	}
+	if got := r.header.Get("Retry-After"); got != "1" {
+		t.Errorf("Retry-After %q, want 1: the client may try again at once", got)
 	}
 	b.unchanged(t, before)
 }

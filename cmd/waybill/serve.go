@@ -56,7 +56,10 @@ type serveConfig struct {
 	logFormat    string
 	alertWebhook string
 	drainGrace   time.Duration
-	maxPayload   int64
+	// shutdownDelay is how long a stopping server stays unready, still
+	// serving, before it stops anything: a load balancer's time to notice.
+	shutdownDelay time.Duration
+	maxPayload    int64
 	// metricsListen, when set, is the address of a server of its own
 	// for /metrics, without a token; otherwise /metrics is on listen and
 	// takes a token.
@@ -97,6 +100,8 @@ func serveFlags(fs *flag.FlagSet) *serveConfig {
 		"URL every alert is POSTed to, besides NATS (env WAYBILL_ALERT_WEBHOOK)")
 	fs.DurationVar(&c.drainGrace, "drain-grace", 5*time.Second,
 		"how long a stop lets attempts in flight finish before it cancels them (env WAYBILL_DRAIN_GRACE)")
+	fs.DurationVar(&c.shutdownDelay, "shutdown-delay", 2*time.Second,
+		"how long a stop keeps serving with /readyz answering 503, so a load balancer stops sending first, before it stops anything (env WAYBILL_SHUTDOWN_DELAY)")
 	fs.Int64Var(&c.maxPayload, "max-payload", httpapi.DefaultMaxPayload,
 		"largest request body the API takes, and largest file or row a source takes, in bytes (env WAYBILL_MAX_PAYLOAD)")
 	return c
@@ -412,8 +417,25 @@ func serve(ctx context.Context, cfg *serveConfig, stderr io.Writer) error {
 			web.addr(), web.addr(), abs, abs, web.addr())
 	}
 	<-ctx.Done()
+	unready(&ready, web, cfg.shutdownDelay, log)
 	log.Info("stopping: no more claims; attempts in flight get the drain grace", "drain_grace", cfg.drainGrace)
 	return nil
+}
+
+// unready is the first step of a stop: /readyz answers 503 at once, while
+// everything else still serves for delay, so a load balancer that probes
+// it stops sending here before the listener closes. Connections are not
+// kept alive meanwhile: a client's next request opens one that the load
+// balancer may send elsewhere. A second signal ends the process, delay or
+// not (main).
+func unready(ready *atomic.Bool, web *httpService, delay time.Duration, log *slog.Logger) {
+	ready.Store(false)
+	if delay <= 0 {
+		return
+	}
+	web.srv.SetKeepAlivesEnabled(false)
+	log.Info("stopping: unready, still serving", "shutdown_delay", delay)
+	time.Sleep(delay)
 }
 
 // namedService is a service with the name its start and stop are logged
@@ -618,8 +640,10 @@ func mainMux(api *httpapi.Server, ui *console.Console, db *pgxpool.Pool, withMet
 		defer cancel()
 		switch {
 		case !ready.Load():
+			w.Header().Set("Retry-After", "1")
 			http.Error(w, "starting or stopping", http.StatusServiceUnavailable)
 		case db.Ping(ctx) != nil:
+			w.Header().Set("Retry-After", "1")
 			http.Error(w, "database unreachable", http.StatusServiceUnavailable)
 		default:
 			fmt.Fprintln(w, "ready")

@@ -25,6 +25,7 @@ import (
 
 	"github.com/waybill/waybill/commands"
 	"github.com/waybill/waybill/internal/dbtest"
+	"github.com/waybill/waybill/internal/testpoll"
 	"github.com/waybill/waybill/journal"
 	"github.com/waybill/waybill/lifecycle"
 	"github.com/waybill/waybill/natsserver"
@@ -294,4 +295,52 @@ func TestServeRefusesAnotherSecretsKey(t *testing.T) {
 	}
 	startServer(t, bin, "--database-url", dbURL, "--nats-url", ns.ClientURL(), "--data-dir", filepath.Join(dir, "var2"),
 		"--secrets-key-file", dbtest.SecretsKeyFile(t))
+}
+
+// TestServeTurnsUnreadyBeforeItStops sends SIGTERM to a server with a
+// shutdown delay: /readyz answers 503 with Retry-After at once, while the
+// rest still answers, on connections it does not keep; the server exits 0
+// after the delay.
+func TestServeTurnsUnreadyBeforeItStops(t *testing.T) {
+	t.Parallel()
+	_, dbURL, ns := shared(t)
+	srv := startServer(t, buildBinary(t), "--database-url", dbURL, "--nats-url", ns.ClientURL(),
+		"--data-dir", t.TempDir(), "--shutdown-delay", "3s")
+	base := "http://" + srv.addr
+	if err := srv.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	get := func(path string) (*http.Response, error) {
+		resp, err := http.Get(base + path)
+		if err == nil {
+			resp.Body.Close()
+		}
+		return resp, err
+	}
+	testpoll.Until(t, "/readyz answers 503", func() bool {
+		resp, err := get("/readyz")
+		if err != nil {
+			t.Fatalf("/readyz refused before the shutdown delay ended: %v", err)
+		}
+		return resp.StatusCode == http.StatusServiceUnavailable
+	})
+	resp, _ := get("/readyz")
+	if resp.Header.Get("Retry-After") == "" {
+		t.Error("the unready answer has no Retry-After")
+	}
+	for _, path := range []string{"/healthz", "/ui/signin"} {
+		resp, err := get(path)
+		if err != nil {
+			t.Fatalf("GET %s while unready: %v", path, err)
+		}
+		if resp.StatusCode != http.StatusOK || !resp.Close {
+			t.Errorf("GET %s while unready: %d, close %v; want 200 on a connection not kept", path, resp.StatusCode, resp.Close)
+		}
+	}
+	if err := srv.cmd.Wait(); err != nil {
+		t.Fatalf("serve exited with %v, want 0", err)
+	}
+	if _, err := get("/healthz"); err == nil {
+		t.Error("the server still answers after it exited")
+	}
 }
