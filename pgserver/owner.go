@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -118,6 +119,18 @@ func (s *instance) rolePassword(name string) (string, error) {
 	password := rand.Text()
 	if err := os.WriteFile(path, []byte(password+"\n"), 0o600); err != nil {
 		return "", fmt.Errorf("store the password of role %s: %w", name, err)
+	}
+	// Every file of the data directory is the server user's, as the
+	// directory is: a base backup (pg_basebackup, for a standby) reads
+	// them all as that user.
+	dir, err := os.Stat(s.dataDir)
+	if err != nil {
+		return "", fmt.Errorf("store the password of role %s: %w", name, err)
+	}
+	if st, ok := dir.Sys().(*syscall.Stat_t); ok {
+		if err := os.Chown(path, int(st.Uid), int(st.Gid)); err != nil {
+			return "", fmt.Errorf("store the password of role %s: %w", name, err)
+		}
 	}
 	return password, nil
 }
