@@ -907,9 +907,9 @@ func (*SettingsChanged) Kind() Kind { return KindSettingsChanged }
 func (p *SettingsChanged) Text() string {
 	s := p.Settings.WithDefaults()
 	text := fmt.Sprintf("settings changed: max_dispatches %d, callback_max_attempts %d, operations rate %d/s; retention: %s; "+
-		"live histories: %d a process, %d a session",
+		"live histories: %d a process, %d a session; signing: callbacks %s, alerts %s",
 		s.Delivery.MaxDispatches, s.CallbackMaxAttempts, s.Operations.Rate, p.Settings.Retention,
-		s.Console.MaxStreams, s.Console.MaxStreamsPerSession)
+		s.Console.MaxStreams, s.Console.MaxStreamsPerSession, s.Callbacks.Signing.Scheme, s.Alerts.Signing.Scheme)
 	if c := s.Callbacks; len(c.AllowedNetworks) > 0 || len(c.AllowedHosts) > 0 {
 		text += fmt.Sprintf("; callbacks: allowed networks [%s], allowed hosts [%s]",
 			strings.Join(c.AllowedNetworks, ", "), strings.Join(c.AllowedHosts, ", "))

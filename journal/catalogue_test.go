@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+
+	"github.com/waybill/waybill/lifecycle"
 )
 
 func TestDecodeRefusesWhatIsNotInTheCatalogue(t *testing.T) {
@@ -110,5 +112,16 @@ func TestValidShortCutsAgree(t *testing.T) {
 		if isSHA256(s) != (err == nil && len(b) == 32) {
 			t.Errorf("%q: isSHA256 %v, hex %v %d", s, isSHA256(s), err, len(b))
 		}
+	}
+}
+
+// TestSettingsChangedNamesTheSigningSchemes: the history of a change of
+// the settings tells which scheme signs the callbacks and the alerts.
+func TestSettingsChangedNamesTheSigningSchemes(t *testing.T) {
+	s := lifecycle.DefaultSettings()
+	s.Alerts.Signing.Scheme = "ed25519"
+	got := (&SettingsChanged{Settings: s}).Text()
+	if !strings.Contains(got, "signing: callbacks hmac-sha256, alerts ed25519") {
+		t.Errorf("settings.changed reads %q: it does not name the signing schemes", got)
 	}
 }
