@@ -43,4 +43,3 @@ func TestSchedule(t *testing.T) {
 		})
 	}
 }
-

@@ -329,6 +329,8 @@ func runClient(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		fs.StringVar(&cursor, "cursor", "", "the page after this cursor, as a previous page named it")
 	case "redispatch":
 		fs.usage = "waybill redispatch MESSAGE_ID [--if-version V]"
+	case "deliver-now":
+		fs.usage = "waybill deliver-now MESSAGE_ID [--if-version V]"
 	}
 	if slices.Contains(actionCommands, cmd) {
 		fs.IntVar(&version, "if-version", 0,
@@ -409,7 +411,7 @@ func runClient(ctx context.Context, args []string, stdout, stderr io.Writer) int
 }
 
 // actionCommands are the operator's actions on one message.
-var actionCommands = []string{"redeliver", "skip", "redispatch", "resend", "replay"}
+var actionCommands = []string{"redeliver", "skip", "redispatch", "deliver-now", "resend", "replay"}
 
 // messageAction is the path and the body of an action's request and what
 // to say once it is done, or what is wrong with its arguments.
@@ -435,7 +437,8 @@ func messageAction(cmd string, pos []string, reason string, targets []string) (p
 		done = fmt.Sprintf("delivery %s %s", pos[1], map[string]string{"redeliver": "redelivered", "skip": "skipped"}[cmd])
 		path += "deliveries/" + pos[1] + "/" + cmd
 	default:
-		done = fmt.Sprintf("message %s %s", pos[0], map[string]string{"redispatch": "redispatched", "resend": "resent", "replay": "replayed"}[cmd])
+		done = fmt.Sprintf("message %s %s", pos[0], map[string]string{"redispatch": "redispatched", "deliver-now": "delivered now",
+			"resend": "resent", "replay": "replayed"}[cmd])
 		path += cmd
 	}
 	switch cmd {

@@ -183,6 +183,7 @@ func TestRedeliverAndRedispatch(t *testing.T) {
 	api := newFakeAPI(t, map[string]answer{
 		"POST /api/v1/messages/" + msgID + "/deliveries/" + dlvID + "/redeliver": {200, messageJSON},
 		"POST /api/v1/messages/" + msgID + "/redispatch":                         {200, messageJSON},
+		"POST /api/v1/messages/" + msgID + "/deliver-now":                        {200, messageJSON},
 	})
 	post := request{Method: "POST", Authorization: "Bearer t", ContentType: "application/json", Accept: "application/json"}
 
@@ -195,10 +196,15 @@ func TestRedeliverAndRedispatch(t *testing.T) {
 	if code != 0 || !strings.HasPrefix(out, "message "+msgID+" redispatched\n\nmessage                "+msgID+"\n") {
 		t.Fatalf("redispatch: exit %d\n%s%s", code, out, errOut)
 	}
-	r1, r2 := post, post
+	code, out, errOut = waybillCLI(t, "deliver-now", msgID, "--server", api.URL, "--token", "t")
+	if code != 0 || !strings.HasPrefix(out, "message "+msgID+" delivered now\n\n") {
+		t.Fatalf("deliver-now: exit %d\n%s%s", code, out, errOut)
+	}
+	r1, r2, r3 := post, post, post
 	r1.Path = "/api/v1/messages/" + msgID + "/deliveries/" + dlvID + "/redeliver"
 	r2.Path = "/api/v1/messages/" + msgID + "/redispatch"
-	checkRequests(t, api.seen(), r1, r2)
+	r3.Path = "/api/v1/messages/" + msgID + "/deliver-now"
+	checkRequests(t, api.seen(), r1, r2, r3)
 }
 
 func TestResendReplayIfVersion(t *testing.T) {
