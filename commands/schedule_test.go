@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
+
 	"github.com/waybill/waybill/commands"
 	"github.com/waybill/waybill/journal"
 	"github.com/waybill/waybill/lifecycle"
@@ -146,5 +148,37 @@ func TestDeliverNow(t *testing.T) {
 	if _, _, err := b.w.Ingest(b.ctx, in); !errors.Is(err, commands.ErrInvalid) {
 		t.Fatalf("deliver_at 30 days and a minute ahead: %v", err)
 	}
+	b.audit(t)
+}
+
+// TestScheduledHeadHoldsItsLane: a scheduled delivery at the head of a
+// fifo lane holds it until it has come due and settled; the delivery
+// behind it waits, blocked.
+func TestScheduledHeadHoldsItsLane(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.fifoTarget(t, "orders", lifecycle.OnFailureBlock)
+	in := newMessage()
+	in.OrderingKey, in.DeliverAt = "order-1", b.clock.Now().Add(time.Hour)
+	head, _, err := b.w.Ingest(b.ctx, in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	next := b.ingestKeyed(t, "order-1")
+	b.wantStates(t, map[uuid.UUID]lifecycle.DeliveryState{
+		head.ID: lifecycle.StateScheduled, next.ID: lifecycle.StateBlocked}, head, next)
+	b.clock.Advance(time.Hour)
+	if _, err := b.w.ComeDue(b.ctx, head.Deliveries[0].ID); err != nil {
+		t.Fatal(err)
+	}
+	c, err := b.w.Claim(b.ctx, head.Deliveries[0].ID, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.w.Complete(b.ctx, head.Deliveries[0].ID, c.Token, lifecycle.Delivered("200 OK")); err != nil {
+		t.Fatal(err)
+	}
+	b.wantStates(t, map[uuid.UUID]lifecycle.DeliveryState{
+		head.ID: lifecycle.StateDelivered, next.ID: lifecycle.StateQueued}, head, next)
 	b.audit(t)
 }

@@ -1,5 +1,6 @@
 // Package sweep runs the recovery loop every server process has: it expires
-// the leases of attempts whose worker went away, wakes due deliveries again
+// the leases of attempts whose worker went away, queues the scheduled
+// deliveries whose time has come, wakes due deliveries again
 // (so a lost wake-up, or a retry whose process went away, costs time, never
 // a delivery) and stalls those woken
 // max_dispatches times unclaimed, fails deliveries whose receipt is
