@@ -104,17 +104,18 @@ func TestMessagesList(t *testing.T) {
 			"next_cursor":"eyJ0IjoiMjAyNSJ9 =="}`},
 	})
 	// Flags before and after the command's own.
-	code, out, errOut := waybillCLI(t, "messages", "--server", api.URL+"/", "--status", "retrying", "--limit", "2", "--token", "wb_secret")
+	code, out, errOut := waybillCLI(t, "messages", "--server", api.URL+"/", "--status", "retrying", "--type", "invoice.created",
+		"--from", "acme", "--limit", "2", "--token", "wb_secret")
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errOut)
 	}
-	checkRequests(t, api.seen(), request{Method: "GET", Path: "/api/v1/messages", Query: "limit=2&status=retrying",
+	checkRequests(t, api.seen(), request{Method: "GET", Path: "/api/v1/messages", Query: "from=acme&limit=2&status=retrying&type=invoice.created",
 		Authorization: "Bearer wb_secret", Accept: "application/json"})
 	want := `ID                                    CREATED               STATUS    STAGE       SOURCE  FROM  TO       ERROR
 0190a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a01  2025-03-04T10:11:12Z  retrying  dispatched  erp     acme  globex   -
 0190a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a02  2025-03-04T10:00:00Z  refused   refused     erp     acme  initech  no route matched and the payload was refused by a rule that…
 
-next page: waybill messages --status retrying --limit 2 --cursor 'eyJ0IjoiMjAyNSJ9 =='
+next page: waybill messages --status retrying --type invoice.created --from acme --limit 2 --cursor 'eyJ0IjoiMjAyNSJ9 =='
 `
 	if out != want {
 		t.Errorf("output:\n%s\nwant:\n%s", out, want)
