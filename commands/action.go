@@ -154,7 +154,9 @@ func skipOn(c *change, deliveryID uuid.UUID, now time.Time, a Action) error {
 }
 
 // Redispatch matches the current routes again and adds a delivery, to the
-// current generation, for each matched target that has none in it. Only a
+// current generation, for each matched target that has none in it,
+// scheduled with the message's scheduled deliveries when it has some, so a
+// message is scheduled as a whole. Only a
 // dispatched message can be redispatched (ErrNotRedispatchable).
 func (w *Writer) Redispatch(ctx context.Context, id uuid.UUID, a Action) (*projection.Message, error) {
 	start := time.Now()
@@ -170,12 +172,49 @@ func (w *Writer) Redispatch(ctx context.Context, id uuid.UUID, a Action) (*proje
 			return nil, err
 		}
 		c := newChange(m)
-		return c, refusedToSend(ErrNotRedispatchable, w.dispatchOn(c, cfg, lanes, now, a.actor(), true, a.Operation))
+		return c, refusedToSend(ErrNotRedispatchable, w.dispatchOn(c, cfg, lanes, now, a.actor(), true, a.Operation, m.ScheduledUntil()))
 	})
 	if err != nil {
 		return nil, fmt.Errorf("redispatch message %s: %w", id, err)
 	}
 	w.traceAction(ctx, "redispatch", start, m, a, uuid.Nil)
+	return m, nil
+}
+
+// DeliverNow makes a scheduled message's deliveries due now, ahead of
+// their time: each scheduled one is queued and woken (delivery.due, early),
+// journaled as the operator's. A message that is not scheduled is
+// ErrNotScheduled, a *StateError naming its status.
+func (w *Writer) DeliverNow(ctx context.Context, id uuid.UUID, a Action) (*projection.Message, error) {
+	start := time.Now()
+	if err := a.check(); err != nil {
+		return nil, err
+	}
+	m, err := w.run(ctx, message(id), func(m *projection.Message, _ *projection.LaneBook, now time.Time) (*change, error) {
+		if err := a.fresh(m); err != nil {
+			return nil, err
+		}
+		if m.Status != lifecycle.StatusScheduled {
+			return nil, &StateError{Err: ErrNotScheduled, State: string(m.Status),
+				Allowed: []string{string(lifecycle.StatusScheduled)}, Reason: "only a scheduled message is delivered now"}
+		}
+		c := newChange(m)
+		for _, d := range m.Deliveries {
+			if !m.Current(&d) || d.State != lifecycle.StateScheduled {
+				continue
+			}
+			p := &journal.DeliveryDue{DispatchCount: 1, NextDue: now.Add(lifecycle.DispatchBackoff(1)), Early: true}
+			if err := c.record(journal.Event{RecordedAt: now, DeliveryID: d.ID, Actor: a.actor(), Payload: p}); err != nil {
+				return nil, err
+			}
+			c.wakeups = append(c.wakeups, Wakeup{DeliveryID: d.ID, Target: d.Target})
+		}
+		return c, nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("deliver message %s now: %w", id, err)
+	}
+	w.traceAction(ctx, "deliver_now", start, m, a, uuid.Nil)
 	return m, nil
 }
 
@@ -282,7 +321,7 @@ func resendDecision(cfg *configState, a Action, choose func(*projection.Message,
 		}
 		// The new generation joins the back of its lanes, behind the old
 		// heads it supersedes, which then let their lanes go.
-		nd, err := newDeliveries(m, targets, lanes, now)
+		nd, err := newDeliveries(m, targets, lanes, now, time.Time{})
 		if err != nil {
 			return nil, err
 		}
@@ -292,7 +331,7 @@ func resendDecision(cfg *configState, a Action, choose func(*projection.Message,
 			return nil, err
 		}
 		c.touched = append(c.touched, superseded...)
-		c.added(nd.Deliveries)
+		c.added(nd)
 		return c, nil
 	}
 }

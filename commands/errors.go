@@ -41,6 +41,8 @@ var (
 	ErrReceiptRefused = errors.New("receipt refused")
 	// ErrNotRedispatchable: only a dispatched message can be redispatched.
 	ErrNotRedispatchable = errors.New("message not redispatchable")
+	// ErrNotScheduled: only a scheduled message is delivered now.
+	ErrNotScheduled = errors.New("message not scheduled")
 	// ErrNotRedeliverable: the delivery is not in a redeliverable state.
 	ErrNotRedeliverable = errors.New("delivery not redeliverable")
 	// ErrPayloadExpunged: retention dropped the message's payload, so it

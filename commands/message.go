@@ -45,6 +45,11 @@ type NewMessage struct {
 	// Type, when set, is what the message is in the sender's words, such
 	// as a webhook's event type (lifecycle.CheckMessageType).
 	Type string
+	// DeliverAt or Delay, when one is set, schedules the message: its
+	// deliveries are made at ingest but first due then
+	// (lifecycle.Schedule). Only Ingest and IngestMany schedule.
+	DeliverAt time.Time
+	Delay     *lifecycle.Duration
 	// Trace is the trace context the message belongs to: its ingest's
 	// span, or what its sender brought when tracing is off.
 	Trace lifecycle.Trace
@@ -121,8 +126,12 @@ func (w *Writer) acceptance(ctx context.Context, in NewMessage, cfg *configState
 	if in.ContentType == "" {
 		in.ContentType = "application/octet-stream"
 	}
+	due, err := lifecycle.Schedule(in.DeliverAt, in.Delay, w.now())
+	if err != nil {
+		return nil, invalid(err)
+	}
 	sum := sha256.Sum256(in.Payload)
-	accepted := &journal.MessageAccepted{
+	accepted := &journal.MessageAccepted{DeliverAt: due,
 		Source: in.Source, From: in.From, To: in.To, ContentType: in.ContentType,
 		PayloadSize: int64(len(in.Payload)), PayloadSHA256: hex.EncodeToString(sum[:]),
 		IdempotencyKey: in.IdempotencyKey, OrderingKey: in.OrderingKey, DuplicateKey: in.DuplicateKey,
@@ -159,7 +168,7 @@ func (w *Writer) acceptance(ctx context.Context, in NewMessage, cfg *configState
 			c.also(func(b *pgx.Batch) { sources.QueueMarkerOwed(b, row.Source, row.ID, id, now) })
 		}
 		if cfg != nil {
-			if err := w.dispatchOn(c, cfg, lanes, now, journal.SourceActor(in.Source), false, uuid.Nil); err != nil {
+			if err := w.dispatchOn(c, cfg, lanes, now, journal.SourceActor(in.Source), false, uuid.Nil, due); err != nil {
 				return nil, err
 			}
 		}
@@ -289,9 +298,10 @@ func isIdempotencyConflict(err error) bool {
 // dispatchOn matches the routes for c's message and records the deliveries
 // of the targets that have none in its current generation, each in its
 // lane when the target keeps order and the message has a key: a dispatch,
-// or a redispatch (for op, when a bulk operation does it).
+// or a redispatch (for op, when a bulk operation does it). When due is
+// after now, the deliveries are scheduled until then.
 func (w *Writer) dispatchOn(c *change, cfg *configState, lanes *projection.LaneBook, now time.Time, actor string,
-	redispatch bool, op uuid.UUID) error {
+	redispatch bool, op uuid.UUID, due time.Time) error {
 	m := c.after
 	targets, err := routed(cfg, m)
 	if err != nil {
@@ -300,7 +310,7 @@ func (w *Writer) dispatchOn(c *change, cfg *configState, lanes *projection.LaneB
 	targets = slices.DeleteFunc(targets, func(target string) bool {
 		return slices.ContainsFunc(m.Deliveries, func(d projection.Delivery) bool { return d.Target == target && m.Current(&d) })
 	})
-	nd, err := newDeliveries(m, targets, lanes, now)
+	nd, err := newDeliveries(m, targets, lanes, now, due)
 	if err != nil {
 		return err
 	}
@@ -311,7 +321,7 @@ func (w *Writer) dispatchOn(c *change, cfg *configState, lanes *projection.LaneB
 	if err := c.record(journal.Event{RecordedAt: now, Actor: actor, Payload: p}); err != nil {
 		return err
 	}
-	c.added(nd.Deliveries)
+	c.added(nd)
 	return nil
 }
 
@@ -328,8 +338,9 @@ func routed(cfg *configState, m *projection.Message) ([]string, error) {
 }
 
 // newDeliveries makes a delivery of m to each target, numbered on, each
-// placed in its lane, due for its first wake-up by the dispatch back-off.
-func newDeliveries(m *projection.Message, targets []string, lanes *projection.LaneBook, now time.Time) (journal.NewDeliveries, error) {
+// placed in its lane, due for its first wake-up by the dispatch back-off,
+// or scheduled until due when that is after now.
+func newDeliveries(m *projection.Message, targets []string, lanes *projection.LaneBook, now, due time.Time) (journal.NewDeliveries, error) {
 	var add []journal.NewDelivery
 	for _, target := range targets {
 		place, err := lanes.Place(target, m.OrderingKey)
@@ -340,18 +351,23 @@ func newDeliveries(m *projection.Message, targets []string, lanes *projection.La
 			Target: target, Lane: place})
 	}
 	nd := journal.NewDeliveries{Deliveries: add}
-	if len(add) > 0 {
+	switch {
+	case len(add) == 0:
+	case due.After(now):
+		nd.NextDue, nd.Scheduled = due, true
+	default:
 		nd.NextDue = now.Add(lifecycle.DispatchBackoff(1))
 	}
 	return nd, nil
 }
 
 // added notes the new deliveries a recorded event made: their rows are
-// written, and those not blocked are woken after the commit.
-func (c *change) added(deliveries []journal.NewDelivery) {
-	for _, d := range deliveries {
+// written, and those neither blocked nor scheduled are woken after the
+// commit.
+func (c *change) added(nd journal.NewDeliveries) {
+	for _, d := range nd.Deliveries {
 		c.touched = append(c.touched, d.ID)
-		if !d.Blocked {
+		if !d.Blocked && !nd.Scheduled {
 			c.wakeups = append(c.wakeups, Wakeup{DeliveryID: d.ID, Target: d.Target})
 		}
 	}
@@ -375,7 +391,7 @@ func (w *Writer) Dispatch(ctx context.Context, id uuid.UUID, actor string) (*pro
 			return nil, nil
 		}
 		c := newChange(m)
-		return c, w.dispatchOn(c, cfg, lanes, now, actor, false, uuid.Nil)
+		return c, w.dispatchOn(c, cfg, lanes, now, actor, false, uuid.Nil, time.Time{})
 	})
 	if err != nil {
 		return nil, fmt.Errorf("dispatch message %s: %w", id, err)

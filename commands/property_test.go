@@ -63,6 +63,21 @@ func TestLifecycleProperty(t *testing.T) {
 				expected(err)
 				messages = append(messages, m.ID)
 			},
+			// A scheduled message: due in up to two hours, or at once.
+			"ingest scheduled": func(rt *rapid.T) {
+				in := newMessage()
+				delay := lifecycle.Duration(time.Duration(rapid.IntRange(0, 120).Draw(rt, "delay minutes")) * time.Minute)
+				in.Delay = &delay
+				m, _, err := b.w.Ingest(b.ctx, in)
+				expected(err)
+				messages = append(messages, m.ID)
+			},
+			"deliver now": func(rt *rapid.T) {
+				if m, _, _ := pickDelivery(); m != uuid.Nil {
+					_, err := b.w.DeliverNow(b.ctx, m, commands.Action{Operator: "admin"})
+					expected(err, commands.ErrNotScheduled)
+				}
+			},
 			// An ingest whose targets' workers have slots free claims for them.
 			"ingest to idle workers": func(rt *rapid.T) {
 				k := &taker{free: map[string]int{}, lease: time.Duration(rapid.IntRange(1, 10).Draw(rt, "lease")) * time.Minute}
@@ -174,6 +189,8 @@ func TestLifecycleProperty(t *testing.T) {
 					expected(err)
 					_, err = b.w.TimeoutReceipt(b.ctx, id)
 					expected(err)
+					_, err = b.w.ComeDue(b.ctx, id)
+					expected(err)
 				}
 			},
 			"time passes": func(rt *rapid.T) {
@@ -182,7 +199,7 @@ func TestLifecycleProperty(t *testing.T) {
 			},
 		}
 		for range rapid.IntRange(1, 25).Draw(rt, "steps") {
-			name := rapid.SampledFrom([]string{"ingest", "claim", "complete", "release", "receipt",
+			name := rapid.SampledFrom([]string{"ingest", "ingest scheduled", "deliver now", "claim", "complete", "release", "receipt",
 				"redeliver", "redispatch", "skip", "resend", "replay", "stale action", "sweep", "time passes"}).Draw(rt, "action")
 			actions[name](rt)
 			for _, id := range messages {
@@ -196,7 +213,7 @@ func TestLifecycleProperty(t *testing.T) {
 						states = append(states, d.State)
 					}
 					// The count of due deliveries relies on this (WaitRule).
-					if lifecycle.WakeRule.Admits(d.State) && (d.NextDue.IsZero() || !m.Current(&d)) {
+					if (lifecycle.WakeRule.Admits(d.State) || d.State == lifecycle.StateScheduled) && (d.NextDue.IsZero() || !m.Current(&d)) {
 						rt.Fatalf("after %s: delivery %s is %s with next_due %v in generation %d of %d",
 							name, d.ID, d.State, d.NextDue, d.Generation, m.Generation)
 					}

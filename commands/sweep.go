@@ -48,6 +48,18 @@ func (w *Writer) Wake(ctx context.Context, deliveryID uuid.UUID) (journal.Kind, 
 	})
 }
 
+// ComeDue queues a scheduled delivery whose time has come
+// (lifecycle.DueRule) and wakes it: delivery.due, the wake-up published
+// after commit.
+func (w *Writer) ComeDue(ctx context.Context, deliveryID uuid.UUID) (journal.Kind, error) {
+	return w.sweepStep(ctx, "queue scheduled", deliveryID, func(d *projection.Delivery, _ *configState, _ *projection.LaneBook, now time.Time) (journal.Payload, error) {
+		if !lifecycle.DueRule.Holds(d.Facts(), now) {
+			return nil, nil
+		}
+		return &journal.DeliveryDue{DispatchCount: 1, NextDue: now.Add(lifecycle.DispatchBackoff(1))}, nil
+	})
+}
+
 // TimeoutReceipt fails a delivery whose receipt deadline has passed, with a
 // reason that names how long it waited from the hand-over.
 func (w *Writer) TimeoutReceipt(ctx context.Context, deliveryID uuid.UUID) (journal.Kind, error) {
@@ -119,7 +131,8 @@ func (w *Writer) sweepStep(ctx context.Context, verb string, deliveryID uuid.UUI
 				return nil, err
 			}
 		}
-		if k := p.Kind(); k == journal.KindDeliveryWoken || k == journal.KindDeliveryUnblocked || k == journal.KindDeliveryLeaseExpired {
+		if k := p.Kind(); k == journal.KindDeliveryWoken || k == journal.KindDeliveryUnblocked || k == journal.KindDeliveryLeaseExpired ||
+			k == journal.KindDeliveryDue {
 			c.wakeups = []Wakeup{{DeliveryID: deliveryID, Target: d.Target}}
 		}
 		kind = p.Kind()

@@ -581,3 +581,23 @@ func TestSettingsCallbacks(t *testing.T) {
 		t.Errorf("settings %+v, %v", s.Callbacks, err)
 	}
 }
+
+func TestDeliverNowAsksThenActs(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.target(t, "billing")
+	delay := lifecycle.Duration(time.Hour)
+	m, _, err := b.w.Ingest(b.ctx, commands.NewMessage{Source: "erp", From: "acme", To: "globex", Type: "invoice.created",
+		ContentType: "text/plain; charset=utf-8", Payload: []byte("later"), Delay: &delay})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := b.signedIn(t, b.admin)
+	page := "/ui/messages/" + m.ID.String()
+	c.get(t, page).has(t, `href="`+page+`/deliver-now"`, "Scheduled")
+	c.get(t, "/ui/messages?status=scheduled&type=invoice.created").has(t, page)
+	c.get(t, "/ui/messages?type=invoice.updated").lacks(t, page)
+	c.get(t, page+"/deliver-now").want(t, http.StatusOK).has(t, "Deliver message "+m.ID.String()+" now?")
+	c.post(t, page+"/deliver-now", nil).redirects(t, page)
+	c.get(t, page).has(t, "Delivered now: its deliveries are queued.", "In progress").lacks(t, `href="`+page+`/deliver-now"`)
+}

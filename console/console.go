@@ -203,6 +203,8 @@ var routeTable = []route{
 	{"GET /ui/messages/{id}/payload", reading, (*Console).payload},
 	{"GET /ui/messages/{id}/live", reading, (*Console).live},
 	{"GET /ui/messages/{id}/live/status", reading, (*Console).liveState},
+	{"GET /ui/messages/{id}/deliver-now", administering, (*Console).deliverNow},
+	{"POST /ui/messages/{id}/deliver-now", administering, (*Console).deliverNow},
 	{"GET /ui/messages/{id}/redispatch", administering, (*Console).redispatch},
 	{"POST /ui/messages/{id}/redispatch", administering, (*Console).redispatch},
 	{"GET /ui/messages/{id}/resend", administering, (*Console).resend},

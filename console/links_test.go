@@ -54,6 +54,11 @@ func TestEveryLinkInATemplateIsServed(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// A scheduled message, which an operator may deliver now.
+	if _, _, err := b.w.Ingest(b.ctx, commands.NewMessage{Source: "erp", From: "acme", To: "globex", ContentType: "text/plain",
+		Payload: []byte("later"), DeliverAt: b.clock.Now().Add(time.Hour)}); err != nil {
+		t.Fatal(err)
+	}
 	resent, err := b.w.Resend(b.ctx, failed.ID, []string{"billing"}, commands.Action{Operator: "setup"})
 	if err != nil {
 		t.Fatal(err)

@@ -279,6 +279,36 @@ func (c *Console) redispatch(w http.ResponseWriter, r *http.Request, s *auth.Ses
 	})
 }
 
+// deliverNow asks, then makes a scheduled message's deliveries due now
+// (POST /messages/{id}/deliver-now).
+func (c *Console) deliverNow(w http.ResponseWriter, r *http.Request, s *auth.Session) error {
+	m, err := c.loadMessage(r)
+	if err != nil {
+		return err
+	}
+	id := m.ID
+	v := confirmView{
+		Question: "Deliver message " + id.String() + " now?",
+		Explanation: fmt.Sprintf("The message from %s (%s → %s) is scheduled for %s. Delivering it now queues its deliveries at once, ahead of that time.",
+			m.Source, m.From, m.To, stamp(m.ScheduledUntil())),
+		Button:  "Deliver now",
+		Back:    "/ui/messages/" + id.String(),
+		Version: m.Version,
+	}
+	return c.confirm(w, r, "Deliver now", v, func() (string, error) {
+		a, err := messageAction(r, s, "")
+		if err != nil {
+			return "", err
+		}
+		after, err := c.cfg.Writer.DeliverNow(r.Context(), id, a)
+		if err != nil {
+			return "", err
+		}
+		c.log.Info("message delivered now", "message_id", id, "operator", s.Name, "version", after.Version, "via", "console")
+		return "Delivered now: its deliveries are queued.", nil
+	})
+}
+
 // redeliver asks, then queues one delivery of a message again (POST
 // /messages/{id}/deliveries/{delivery_id}/redeliver): "Send again" for a
 // delivered one.
@@ -414,9 +444,10 @@ func pathID(r *http.Request, name string) (uuid.UUID, error) {
 }
 
 // nextAttempt is when a delivery is next woken while it is queued or
-// retrying, zero in any other state: the API's next_attempt_at.
+// retrying, or comes due while scheduled, zero in any other state: the
+// API's next_attempt_at.
 func nextAttempt(d projection.Delivery) time.Time {
-	if d.State == lifecycle.StateQueued || d.State == lifecycle.StateRetrying {
+	if d.State == lifecycle.StateQueued || d.State == lifecycle.StateRetrying || d.State == lifecycle.StateScheduled {
 		return d.NextDue
 	}
 	return time.Time{}

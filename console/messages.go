@@ -35,6 +35,7 @@ type messagesView struct {
 // filterForm is the filters as the form holds them.
 type filterForm struct {
 	Status, Source, Target, OrderingKey, PossibleDuplicate, CreatedAfter, CreatedBefore string
+	Type, From, To, IdempotencyKey                                                      string
 }
 
 // values are the filters that are set, as a query.
@@ -42,7 +43,7 @@ func (f filterForm) values() url.Values {
 	q := url.Values{}
 	for name, v := range map[string]string{"status": f.Status, "source": f.Source, "target": f.Target,
 		"ordering_key": f.OrderingKey, "possible_duplicate": f.PossibleDuplicate, "created_after": f.CreatedAfter,
-		"created_before": f.CreatedBefore} {
+		"created_before": f.CreatedBefore, "type": f.Type, "from": f.From, "to": f.To, "idempotency_key": f.IdempotencyKey} {
 		if v != "" {
 			q.Set(name, v)
 		}
@@ -98,8 +99,10 @@ func (c *Console) messages(w http.ResponseWriter, r *http.Request, _ *auth.Sessi
 func parseFilter(q url.Values) (projection.MessageFilter, filterForm, error) {
 	get := func(name string) string { return strings.TrimSpace(q.Get(name)) }
 	form := filterForm{Status: get("status"), Source: get("source"), Target: get("target"), OrderingKey: q.Get("ordering_key"),
-		PossibleDuplicate: get("possible_duplicate"), CreatedAfter: get("created_after"), CreatedBefore: get("created_before")}
-	f := projection.MessageFilter{Source: form.Source, Target: form.Target, OrderingKey: form.OrderingKey, Limit: pageSize}
+		PossibleDuplicate: get("possible_duplicate"), CreatedAfter: get("created_after"), CreatedBefore: get("created_before"),
+		Type: get("type"), From: q.Get("from"), To: q.Get("to"), IdempotencyKey: q.Get("idempotency_key")}
+	f := projection.MessageFilter{Source: form.Source, Target: form.Target, OrderingKey: form.OrderingKey, Type: form.Type,
+		From: form.From, To: form.To, IdempotencyKey: form.IdempotencyKey, Limit: pageSize}
 	var errs []error
 	if form.Status != "" {
 		s, err := lifecycle.ParseMessageStatus(form.Status)
@@ -115,6 +118,14 @@ func parseFilter(q url.Values) (projection.MessageFilter, filterForm, error) {
 		errs = append(errs, lifecycle.CheckName("target", form.Target))
 	}
 	errs = append(errs, lifecycle.CheckOrderingKey("ordering_key", form.OrderingKey))
+	if form.Type != "" {
+		errs = append(errs, lifecycle.CheckMessageType("type", form.Type))
+	}
+	for _, p := range []struct{ field, v string }{{"from", form.From}, {"to", form.To}, {"idempotency_key", form.IdempotencyKey}} {
+		if p.v != "" {
+			errs = append(errs, lifecycle.CheckParty(p.field, p.v))
+		}
+	}
 	if v := form.PossibleDuplicate; v != "" {
 		// As the API: only true keeps a filter; every message is either.
 		var err error

@@ -350,7 +350,7 @@ func (c *Console) loadOperation(r *http.Request) (*projection.Operation, error) 
 // filter chooses, "" when an operation cannot choose the same messages:
 // none is set, or one an operation's filter lacks.
 func bulkLink(f filterForm) string {
-	if f.OrderingKey != "" || f.PossibleDuplicate != "" {
+	if f.OrderingKey != "" || f.PossibleDuplicate != "" || f.Type != "" || f.From != "" || f.To != "" || f.IdempotencyKey != "" {
 		return ""
 	}
 	q := url.Values{}

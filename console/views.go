@@ -308,7 +308,7 @@ func statusTone(s lifecycle.MessageStatus) string {
 		return "bad"
 	case lifecycle.StatusRetrying, lifecycle.StatusStalled, lifecycle.StatusBlocked:
 		return "warn"
-	case lifecycle.StatusReceived, lifecycle.StatusInProgress, lifecycle.StatusAwaitingReceipt:
+	case lifecycle.StatusReceived, lifecycle.StatusScheduled, lifecycle.StatusInProgress, lifecycle.StatusAwaitingReceipt:
 		return "info"
 	}
 	return "neutral"
@@ -323,7 +323,7 @@ func stateTone(s lifecycle.DeliveryState) string {
 		return "bad"
 	case lifecycle.StateRetrying, lifecycle.StateStalled, lifecycle.StateBlocked:
 		return "warn"
-	case lifecycle.StateQueued, lifecycle.StateDelivering, lifecycle.StateAwaitingAck:
+	case lifecycle.StateScheduled, lifecycle.StateQueued, lifecycle.StateDelivering, lifecycle.StateAwaitingAck:
 		return "info"
 	}
 	return "neutral"

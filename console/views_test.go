@@ -15,7 +15,7 @@ func TestEveryStatusAndStateHasATone(t *testing.T) {
 		lifecycle.StatusReceived: "info", lifecycle.StatusInProgress: "info", lifecycle.StatusRetrying: "warn",
 		lifecycle.StatusAwaitingReceipt: "info", lifecycle.StatusStalled: "warn", lifecycle.StatusDelivered: "ok",
 		lifecycle.StatusNotRouted: "neutral", lifecycle.StatusRefused: "bad", lifecycle.StatusError: "bad",
-		lifecycle.StatusBlocked: "warn", lifecycle.StatusSkipped: "neutral",
+		lifecycle.StatusBlocked: "warn", lifecycle.StatusSkipped: "neutral", lifecycle.StatusScheduled: "info",
 	}
 	for _, s := range lifecycle.MessageStatuses {
 		if got := statusTone(s); got != want[s] {
@@ -26,6 +26,7 @@ func TestEveryStatusAndStateHasATone(t *testing.T) {
 		lifecycle.StateQueued: "info", lifecycle.StateDelivering: "info", lifecycle.StateRetrying: "warn",
 		lifecycle.StateAwaitingAck: "info", lifecycle.StateDelivered: "ok", lifecycle.StateFailed: "bad",
 		lifecycle.StateStalled: "warn", lifecycle.StateBlocked: "warn", lifecycle.StateSkipped: "neutral", lifecycle.StateSuperseded: "neutral",
+		lifecycle.StateScheduled: "info",
 	}
 	for _, s := range lifecycle.DeliveryStates {
 		if got := stateTone(s); got != wantState[s] {

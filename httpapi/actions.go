@@ -76,6 +76,13 @@ func (s *Server) redispatch(w http.ResponseWriter, r *http.Request) error {
 	}, "message redispatched")
 }
 
+// deliverNow makes a scheduled message's deliveries due now.
+func (s *Server) deliverNow(w http.ResponseWriter, r *http.Request) error {
+	return s.actOn(w, r, &ActionRequest{}, noReason, func(id uuid.UUID, a commands.Action) (*projection.Message, error) {
+		return s.cfg.Writer.DeliverNow(r.Context(), id, a)
+	}, "message delivered now")
+}
+
 // redeliver queues one delivery of the message again.
 func (s *Server) redeliver(w http.ResponseWriter, r *http.Request) error {
 	deliveryID, err := pathID(r, "delivery_id")

@@ -34,6 +34,7 @@ const (
 	CodeTooManyKeys          = "TOO_MANY_KEYS"
 	CodeNotRedispatchable    = "NOT_REDISPATCHABLE"
 	CodeNotRedeliverable     = "NOT_REDELIVERABLE"
+	CodeNotScheduled         = "NOT_SCHEDULED"
 	CodeNotSkippable         = "NOT_SKIPPABLE"
 	CodeNotResendable        = "NOT_RESENDABLE"
 	CodePreconditionFailed   = "PRECONDITION_FAILED"
@@ -76,7 +77,8 @@ type ErrorDetails struct {
 	// Value is what was given (INVALID_STATUS, UNSUPPORTED_MEDIA_TYPE,
 	// ALREADY_EXISTS).
 	Value string `json:"value,omitempty"`
-	// Stage or State is what the message or delivery is in (the 409s).
+	// Stage or State is what the message or delivery is in (the 409s;
+	// the message's status for NOT_SCHEDULED).
 	Stage string `json:"stage,omitempty"`
 	State string `json:"state,omitempty"`
 	// Allowed lists what would have been accepted: statuses, stages,
@@ -245,6 +247,8 @@ func failureOf(err error) failure {
 		switch state.Err {
 		case commands.ErrNotRedispatchable:
 			return f(http.StatusConflict, CodeNotRedispatchable, ErrorDetails{Stage: state.State, Allowed: state.Allowed})
+		case commands.ErrNotScheduled:
+			return f(http.StatusConflict, CodeNotScheduled, ErrorDetails{State: state.State, Allowed: state.Allowed})
 		case commands.ErrNotRedeliverable:
 			return f(http.StatusConflict, CodeNotRedeliverable, ErrorDetails{State: state.State, Allowed: state.Allowed})
 		case commands.ErrNotSkippable:

@@ -44,5 +44,5 @@ func DecodeStrict(data []byte, v any) error { return decodeStrict(data, v) }
 
 // Codes are the error codes.
 var Codes = []string{CodeSignatureInvalid, CodeCorrelationConsumed, CodeIdempotencyConflict, CodeInvalidField, CodeInvalidStatus, CodeUnauthorized, CodeForbidden, CodeNotFound,
-	CodeMethodNotAllowed, CodeAlreadyExists, CodeTargetInUse, CodeTooManyKeys, CodeNotRedispatchable, CodeNotRedeliverable, CodeNotSkippable, CodeNotResendable, CodePreconditionFailed,
+	CodeMethodNotAllowed, CodeAlreadyExists, CodeTargetInUse, CodeTooManyKeys, CodeNotRedispatchable, CodeNotRedeliverable, CodeNotScheduled, CodeNotSkippable, CodeNotResendable, CodePreconditionFailed,
 	CodeReceiptRefused, CodePayloadExpunged, CodeNotCancellable, CodeConflict, CodePayloadTooLarge, CodeUnsupportedMediaType, CodeUnavailable, CodeLastAdminToken, CodeInternal}

@@ -118,7 +118,10 @@ func (s *Server) mayPost(r *http.Request, source string) error {
 func newMessage(req IngestRequest) (commands.NewMessage, error) {
 	in := commands.NewMessage{Source: req.Source, From: req.From, To: req.To, ContentType: req.ContentType,
 		IdempotencyKey: req.IdempotencyKey, OrderingKey: req.OrderingKey, DuplicateKey: req.DuplicateKey,
-		CallbackURL: req.CallbackURL, Type: req.Type}
+		CallbackURL: req.CallbackURL, Type: req.Type, Delay: req.Delay}
+	if req.DeliverAt != nil {
+		in.DeliverAt = *req.DeliverAt
+	}
 	var errs []error
 	if sources.ReservedKey(req.IdempotencyKey) {
 		errs = append(errs, &lifecycle.FieldError{Field: "idempotency_key", Problem: fmt.Sprintf(
@@ -167,8 +170,8 @@ const (
 
 // listMessages pages the messages newest first (projection.ListMessages).
 func (s *Server) listMessages(w http.ResponseWriter, r *http.Request) error {
-	q, err := query(r, "status", "source", "target", "ordering_key", "possible_duplicate", "created_after", "created_before",
-		"limit", "cursor")
+	q, err := query(r, "status", "source", "target", "ordering_key", "possible_duplicate", "type", "from", "to",
+		"idempotency_key", "created_after", "created_before", "limit", "cursor")
 	if err != nil {
 		return err
 	}
@@ -221,6 +224,19 @@ func messageFilterOf(q url.Values) (projection.MessageFilter, error) {
 	}
 	if f.OrderingKey = q.Get("ordering_key"); f.OrderingKey != "" {
 		errs = append(errs, lifecycle.CheckOrderingKey("ordering_key", f.OrderingKey))
+	}
+	if f.Type = q.Get("type"); f.Type != "" {
+		errs = append(errs, lifecycle.CheckMessageType("type", f.Type))
+	}
+	if f.From = q.Get("from"); f.From != "" {
+		errs = append(errs, lifecycle.CheckParty("from", f.From))
+	}
+	if f.To = q.Get("to"); f.To != "" {
+		errs = append(errs, lifecycle.CheckParty("to", f.To))
+	}
+	if f.IdempotencyKey = q.Get("idempotency_key"); len(f.IdempotencyKey) > lifecycle.MaxPartyLength {
+		errs = append(errs, &lifecycle.FieldError{Field: "idempotency_key",
+			Problem: fmt.Sprintf("must be at most %d bytes, got %d", lifecycle.MaxPartyLength, len(f.IdempotencyKey))})
 	}
 	if v := q.Get("possible_duplicate"); v != "" {
 		if f.PossibleDuplicate, err = strconv.ParseBool(v); err != nil || !f.PossibleDuplicate {

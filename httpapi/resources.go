@@ -42,6 +42,11 @@ type IngestRequest struct {
 	// Type, when given, is what the message is in the sender's words,
 	// such as invoice.created: 1 to 255 bytes of A-Z a-z 0-9 . _ : / -.
 	Type string `json:"type"`
+	// DeliverAt (RFC 3339) or Delay (a duration such as "90s"), when one
+	// is given, schedules the message: its deliveries are made now but
+	// first due then, at most 30 days ahead; a time past is now.
+	DeliverAt *time.Time          `json:"deliver_at"`
+	Delay     *lifecycle.Duration `json:"delay"`
 }
 
 // Message is the message resource.
@@ -77,6 +82,9 @@ type Message struct {
 	// Type is what the message is in its sender's words; null when none
 	// was given.
 	Type *string `json:"type"`
+	// DeliverAt is when a scheduled message's deliveries come due; null
+	// unless the message is scheduled.
+	DeliverAt *time.Time `json:"deliver_at"`
 	// Deliveries are every generation's, newest generation first, each in
 	// the order it was made.
 	Deliveries []Delivery `json:"deliveries"`
@@ -111,7 +119,7 @@ type Delivery struct {
 	State      lifecycle.DeliveryState `json:"state"`
 	Attempts   int                     `json:"attempts"`
 	// NextAttemptAt is when the delivery is next woken while queued or
-	// retrying; null in any other state.
+	// retrying, or comes due while scheduled; null in any other state.
 	NextAttemptAt *time.Time `json:"next_attempt_at"`
 	LastError     *string    `json:"last_error"`
 	CreatedAt     time.Time  `json:"created_at"`
@@ -314,7 +322,8 @@ func messageOf(m *projection.Message) Message {
 	out := Message{ID: m.ID, Version: m.Version, Source: m.Source, From: m.From, To: m.To, Stage: m.Stage, Status: m.Status,
 		Generation: m.Generation, Error: optional(m.Error), CreatedAt: m.CreatedAt, UpdatedAt: m.UpdatedAt,
 		PayloadSize: m.PayloadSize, PayloadSHA256: m.PayloadSHA256, PayloadExpunged: m.PayloadExpunged, OrderingKey: optional(m.OrderingKey),
-		DuplicateKey: optional(m.DuplicateKey), Type: optional(m.Type), Deliveries: make([]Delivery, 0, len(m.Deliveries))}
+		DuplicateKey: optional(m.DuplicateKey), Type: optional(m.Type), DeliverAt: optionalTime(m.ScheduledUntil()),
+		Deliveries: make([]Delivery, 0, len(m.Deliveries))}
 	if m.PossibleDuplicateOf != uuid.Nil {
 		out.PossibleDuplicateOf = &m.PossibleDuplicateOf
 	}
@@ -338,7 +347,7 @@ func messageOf(m *projection.Message) Message {
 // deliveryOf is the resource of one delivery.
 func deliveryOf(d projection.Delivery) Delivery {
 	var next *time.Time
-	if d.State == lifecycle.StateQueued || d.State == lifecycle.StateRetrying {
+	if d.State == lifecycle.StateQueued || d.State == lifecycle.StateRetrying || d.State == lifecycle.StateScheduled {
 		next = optionalTime(d.NextDue)
 	}
 	out := Delivery{ID: d.ID, Generation: d.Generation, Target: d.Target, State: d.State,

@@ -84,7 +84,7 @@ func TestStats(t *testing.T) {
 		RefusedLast24h:   1,
 		MessagesLast7d:   8,
 		DeliveriesByState: map[lifecycle.DeliveryState]int64{"queued": 1, "blocked": 0, "delivering": 0, "retrying": 1,
-			"awaiting_ack": 0, "delivered": 0, "failed": 3, "stalled": 1, "skipped": 0},
+			"awaiting_ack": 0, "delivered": 0, "failed": 3, "stalled": 1, "skipped": 0, "scheduled": 0},
 		DueDeliveries:    1, // the queued one, due 10 s after its dispatch
 		OldestDueSeconds: 10,
 		// In flight the queued and the retrying one; failed the one in

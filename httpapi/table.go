@@ -32,6 +32,7 @@ var routes = []route{
 	{http.MethodGet, "/messages/{id}/payload", (*Server).getPayload, nil, nil, http.StatusOK},
 	{http.MethodGet, "/messages/{id}/history", (*Server).getHistory, nil, History{}, http.StatusOK},
 	{http.MethodPost, "/messages/{id}/redispatch", (*Server).redispatch, ActionRequest{}, Message{}, http.StatusOK},
+	{http.MethodPost, "/messages/{id}/deliver-now", (*Server).deliverNow, ActionRequest{}, Message{}, http.StatusOK},
 	{http.MethodPost, "/messages/{id}/resend", (*Server).resend, ResendRequest{}, Message{}, http.StatusOK},
 	{http.MethodPost, "/messages/{id}/replay", (*Server).replay, ReplayRequest{}, Message{}, http.StatusOK},
 	{http.MethodPost, "/messages/{id}/deliveries/{delivery_id}/redeliver", (*Server).redeliver, ActionRequest{}, Message{}, http.StatusOK},

@@ -43,6 +43,7 @@ const (
 	KindDeliverySkipped      Kind = "delivery.skipped"
 	KindDeliveryLaneHeld     Kind = "delivery.lane_held"
 	KindReceiptIntermediate  Kind = "delivery.receipt_intermediate"
+	KindDeliveryDue          Kind = "delivery.due"
 
 	KindRouteCreated     Kind = "route.created"
 	KindRouteUpdated     Kind = "route.updated"
@@ -96,6 +97,7 @@ var catalogue = map[Kind]func() Payload{
 	KindDeliverySkipped:      func() Payload { return new(DeliverySkipped) },
 	KindDeliveryLaneHeld:     func() Payload { return new(DeliveryLaneHeld) },
 	KindReceiptIntermediate:  func() Payload { return new(ReceiptIntermediate) },
+	KindDeliveryDue:          func() Payload { return new(DeliveryDue) },
 	KindCallbackClaimed:      func() Payload { return new(CallbackClaimed) },
 	KindCallbackAttempted:    func() Payload { return new(CallbackAttempted) },
 	KindCallbackReleased:     func() Payload { return new(CallbackReleased) },
@@ -258,6 +260,10 @@ type MessageAccepted struct {
 	// Type, when set, is what the message is, in the sender's words: the
 	// event type a webhook names (invoice.created).
 	Type string `json:"type,omitempty"`
+	// DeliverAt, when set, is when the sender asked the deliveries to be
+	// first due (deliver_at, or the ingest's time plus delay): the
+	// dispatch schedules them for then.
+	DeliverAt time.Time `json:"deliver_at,omitzero"`
 	// TraceParent, TraceState and Baggage are the W3C trace context the
 	// message belongs to (lifecycle.Trace), when it has one.
 	TraceParent string `json:"traceparent,omitempty"`
@@ -272,7 +278,11 @@ func (p *MessageAccepted) Trace() lifecycle.Trace {
 
 func (*MessageAccepted) Kind() Kind { return KindMessageAccepted }
 func (p *MessageAccepted) Text() string {
-	return fmt.Sprintf("accepted from %s: %s to %s, %d bytes of %s", p.Source, p.From, p.To, p.PayloadSize, p.ContentType)
+	s := fmt.Sprintf("accepted from %s: %s to %s, %d bytes of %s", p.Source, p.From, p.To, p.PayloadSize, p.ContentType)
+	if !p.DeliverAt.IsZero() {
+		s += ", to be delivered at " + p.DeliverAt.UTC().Format(time.RFC3339)
+	}
+	return s
 }
 func (p *MessageAccepted) Validate() error {
 	var size, sha, key error
@@ -351,8 +361,12 @@ func (l Lane) validate(prefix string) error {
 type NewDeliveries struct {
 	Deliveries []NewDelivery `json:"deliveries"`
 	// NextDue is when the sweep first wakes the new deliveries again, in case
-	// the wake-up published after commit is lost.
+	// the wake-up published after commit is lost; for scheduled ones, when
+	// they are first due.
 	NextDue time.Time `json:"next_due,omitzero"`
+	// Scheduled makes the deliveries scheduled until NextDue (a message's
+	// deliver_at): not woken nor claimed before delivery.due.
+	Scheduled bool `json:"scheduled,omitempty"`
 }
 
 func (p NewDeliveries) validate() error {
@@ -401,6 +415,14 @@ func (p NewDeliveries) valid() bool {
 	return len(p.Deliveries) == 0 || !p.NextDue.IsZero()
 }
 
+// schedule says when scheduled deliveries are due, for a Text.
+func (p NewDeliveries) schedule() string {
+	if !p.Scheduled {
+		return ""
+	}
+	return ", scheduled for " + p.NextDue.UTC().Format(time.RFC3339)
+}
+
 func (p NewDeliveries) targets() string {
 	names := make([]string, len(p.Deliveries))
 	for i, d := range p.Deliveries {
@@ -419,7 +441,7 @@ func (p *MessageDispatched) Text() string {
 	if len(p.Deliveries) == 0 {
 		return "no route matched"
 	}
-	return "dispatched to " + p.targets()
+	return "dispatched to " + p.targets() + p.schedule()
 }
 
 // MessageRedispatched: an operator matched the current routes again and a
@@ -436,7 +458,7 @@ func (p *MessageRedispatched) Text() string {
 	if len(p.Deliveries) == 0 {
 		return "redispatched: every matched target already had a delivery"
 	}
-	return "redispatched: added " + p.targets()
+	return "redispatched: added " + p.targets() + p.schedule()
 }
 
 // MessageResent: an operator sent a dispatched message again, as a new
@@ -749,6 +771,26 @@ func (p *DeliveryUnblocked) Text() string {
 	return "unblocked: the delivery ahead of it in its lane settled (" + p.After.String() + ")"
 }
 func (p *DeliveryUnblocked) Validate() error {
+	return errors.Join(positive("dispatch_count", p.DispatchCount), required("next_due", !p.NextDue.IsZero()))
+}
+
+// DeliveryDue: a scheduled delivery came due (the sweep), or an operator
+// delivered its message now, ahead of its time (Early): it is queued and
+// woken.
+type DeliveryDue struct {
+	DispatchCount int       `json:"dispatch_count"`
+	NextDue       time.Time `json:"next_due"`
+	Early         bool      `json:"early,omitempty"`
+}
+
+func (*DeliveryDue) Kind() Kind { return KindDeliveryDue }
+func (p *DeliveryDue) Text() string {
+	if p.Early {
+		return "delivered now by an operator, ahead of its schedule"
+	}
+	return "came due on its schedule"
+}
+func (p *DeliveryDue) Validate() error {
 	return errors.Join(positive("dispatch_count", p.DispatchCount), required("next_due", !p.NextDue.IsZero()))
 }
 

@@ -111,6 +111,22 @@ func (p *DeliveryClaimed) decodeFast(d *fastDecoder) {
 	}
 }
 
+func (p *DeliveryDue) decodeFast(d *fastDecoder) {
+	o := d.begin()
+	for {
+		switch d.field(&o, "dispatch_count", "next_due", "early") {
+		case 0:
+			d.int(&p.DispatchCount)
+		case 1:
+			d.unmarshalJSON(&p.NextDue)
+		case 2:
+			d.bool(&p.Early)
+		default:
+			return
+		}
+	}
+}
+
 func (p *DeliveryLaneHeld) decodeFast(d *fastDecoder) {
 	o := d.begin()
 	for {
@@ -238,7 +254,7 @@ func (p *DeliveryWoken) decodeFast(d *fastDecoder) {
 func (p *MessageAccepted) decodeFast(d *fastDecoder) {
 	o := d.begin()
 	for {
-		switch d.field(&o, "source", "from", "to", "content_type", "payload_size", "payload_sha256", "idempotency_key", "ordering_key", "duplicate_key", "possible_duplicate_of", "callback_url", "type", "traceparent", "tracestate", "baggage") {
+		switch d.field(&o, "source", "from", "to", "content_type", "payload_size", "payload_sha256", "idempotency_key", "ordering_key", "duplicate_key", "possible_duplicate_of", "callback_url", "type", "deliver_at", "traceparent", "tracestate", "baggage") {
 		case 0:
 			d.string(&p.Source)
 		case 1:
@@ -264,10 +280,12 @@ func (p *MessageAccepted) decodeFast(d *fastDecoder) {
 		case 11:
 			d.string(&p.Type)
 		case 12:
-			d.string(&p.TraceParent)
+			d.unmarshalJSON(&p.DeliverAt)
 		case 13:
-			d.string(&p.TraceState)
+			d.string(&p.TraceParent)
 		case 14:
+			d.string(&p.TraceState)
+		case 15:
 			d.string(&p.Baggage)
 		default:
 			return
@@ -278,11 +296,13 @@ func (p *MessageAccepted) decodeFast(d *fastDecoder) {
 func (p *MessageDispatched) decodeFast(d *fastDecoder) {
 	o := d.begin()
 	for {
-		switch d.field(&o, "deliveries", "next_due") {
+		switch d.field(&o, "deliveries", "next_due", "scheduled") {
 		case 0:
 			decodeArray(d, &p.NewDeliveries.Deliveries, decodeFastNewDelivery)
 		case 1:
 			d.unmarshalJSON(&p.NewDeliveries.NextDue)
+		case 2:
+			d.bool(&p.NewDeliveries.Scheduled)
 		default:
 			return
 		}
@@ -308,12 +328,14 @@ func (p *MessagePayloadExpunged) decodeFast(d *fastDecoder) {
 func (p *MessageRedispatched) decodeFast(d *fastDecoder) {
 	o := d.begin()
 	for {
-		switch d.field(&o, "deliveries", "next_due", "operation") {
+		switch d.field(&o, "deliveries", "next_due", "scheduled", "operation") {
 		case 0:
 			decodeArray(d, &p.NewDeliveries.Deliveries, decodeFastNewDelivery)
 		case 1:
 			d.unmarshalJSON(&p.NewDeliveries.NextDue)
 		case 2:
+			d.bool(&p.NewDeliveries.Scheduled)
+		case 3:
 			d.unmarshalText(&p.Operation)
 		default:
 			return
@@ -338,7 +360,7 @@ func (p *MessageRefused) decodeFast(d *fastDecoder) {
 func (p *MessageResent) decodeFast(d *fastDecoder) {
 	o := d.begin()
 	for {
-		switch d.field(&o, "generation", "replay", "superseded", "deliveries", "next_due", "reason", "operation") {
+		switch d.field(&o, "generation", "replay", "superseded", "deliveries", "next_due", "scheduled", "reason", "operation") {
 		case 0:
 			d.int(&p.Generation)
 		case 1:
@@ -350,8 +372,10 @@ func (p *MessageResent) decodeFast(d *fastDecoder) {
 		case 4:
 			d.unmarshalJSON(&p.NewDeliveries.NextDue)
 		case 5:
-			d.string(&p.Reason)
+			d.bool(&p.NewDeliveries.Scheduled)
 		case 6:
+			d.string(&p.Reason)
+		case 7:
 			d.unmarshalText(&p.Operation)
 		default:
 			return

@@ -109,13 +109,20 @@ var (
 	// unless it is being attempted or already delivered or skipped
 	// (delivery.skipped).
 	SkipRule = Rule{Name: "skippable", cases: []ruleCase{
-		{StateQueued, nil}, {StateBlocked, nil}, {StateRetrying, nil}, {StateStalled, nil},
+		{StateScheduled, nil}, {StateQueued, nil}, {StateBlocked, nil}, {StateRetrying, nil}, {StateStalled, nil},
 		{StateFailed, nil}, {StateAwaitingAck, nil},
+	}}
+	// DueRule: a scheduled delivery whose time has come is queued and
+	// woken (delivery.due, by the sweep); an operator's deliver now
+	// queues a scheduled one before its time, which the fold admits by
+	// the event's early flag.
+	DueRule = Rule{Name: "scheduled and due", cases: []ruleCase{
+		{StateScheduled, []Cond{Due}},
 	}}
 	// InHandRule: a delivery still being worked on, or waiting to be: a
 	// message is sent again only when none of its current generation is.
 	InHandRule = Rule{Name: "in hand", cases: []ruleCase{
-		{StateQueued, nil}, {StateBlocked, nil}, {StateDelivering, nil}, {StateRetrying, nil}, {StateAwaitingAck, nil},
+		{StateScheduled, nil}, {StateQueued, nil}, {StateBlocked, nil}, {StateDelivering, nil}, {StateRetrying, nil}, {StateAwaitingAck, nil},
 	}}
 	// SupersedeRule: what a resend or a replay supersedes of the current
 	// generation: the deliveries that failed or stalled.
@@ -148,7 +155,7 @@ var (
 // Rules lists every rule, for the tests that hold the SQL and the fold to
 // them.
 var Rules = []Rule{ClaimRule, LeaseExpiryRule, CatchUpRule, WakeRule, SweepWakeRule, WaitRule, ReceiptTimeoutRule, RedeliverRule,
-	SkipRule, UnblockRule, InHandRule, SupersedeRule, CallbackClaimRule, CallbackCatchUpRule}
+	SkipRule, DueRule, UnblockRule, InHandRule, SupersedeRule, CallbackClaimRule, CallbackCatchUpRule}
 
 // Or is a rule that admits what r or o admits. They must not share a
 // state.

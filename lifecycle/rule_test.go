@@ -44,6 +44,12 @@ func TestRuleHolds(t *testing.T) {
 		{ReceiptTimeoutRule, Facts{State: StateAwaitingAck, NextDue: past}, true},
 		{ReceiptTimeoutRule, Facts{State: StateAwaitingAck, NextDue: future}, false},
 		{RedeliverRule, Facts{State: StateDelivered}, true},
+		{DueRule, Facts{State: StateScheduled, NextDue: now}, true},
+		{DueRule, Facts{State: StateScheduled, NextDue: future}, false},
+		{DueRule, Facts{State: StateQueued, NextDue: past}, false},
+		{ClaimRule, Facts{State: StateScheduled, NextDue: past}, false},
+		{WakeRule, Facts{State: StateScheduled, NextDue: past}, false},
+		{SkipRule, Facts{State: StateScheduled, NextDue: future}, true},
 		{RedeliverRule, Facts{State: StateAwaitingAck}, false},
 	}
 	for _, tt := range tests {

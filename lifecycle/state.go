@@ -7,6 +7,10 @@ type DeliveryState string
 
 // The delivery states.
 const (
+	// StateScheduled: made at ingest but first due later (deliver_at or
+	// delay); not claimed nor woken until it comes due or an operator
+	// delivers its message now (delivery.due).
+	StateScheduled DeliveryState = "scheduled"
 	// StateQueued: waiting to be claimed for its first attempt, or again
 	// after a redelivery or a release before any I/O.
 	StateQueued DeliveryState = "queued"
@@ -36,7 +40,7 @@ const (
 
 // DeliveryStates is the canonical set, in lifecycle order.
 var DeliveryStates = []DeliveryState{
-	StateQueued, StateBlocked, StateDelivering, StateRetrying, StateAwaitingAck,
+	StateScheduled, StateQueued, StateBlocked, StateDelivering, StateRetrying, StateAwaitingAck,
 	StateDelivered, StateFailed, StateStalled, StateSkipped, StateSuperseded,
 }
 
@@ -78,6 +82,8 @@ func StatesWhere(keep func(DeliveryState) bool) []DeliveryState {
 // Label is the state as a person reads it.
 func (s DeliveryState) Label() string {
 	switch s {
+	case StateScheduled:
+		return "Scheduled"
 	case StateQueued:
 		return "Queued"
 	case StateDelivering:

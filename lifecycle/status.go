@@ -7,6 +7,7 @@ type MessageStatus string
 // The message statuses.
 const (
 	StatusReceived        MessageStatus = "received"
+	StatusScheduled       MessageStatus = "scheduled"
 	StatusInProgress      MessageStatus = "in_progress"
 	StatusRetrying        MessageStatus = "retrying"
 	StatusBlocked         MessageStatus = "blocked"
@@ -21,7 +22,7 @@ const (
 
 // MessageStatuses is the canonical set.
 var MessageStatuses = []MessageStatus{
-	StatusReceived, StatusInProgress, StatusRetrying, StatusBlocked, StatusAwaitingReceipt,
+	StatusReceived, StatusScheduled, StatusInProgress, StatusRetrying, StatusBlocked, StatusAwaitingReceipt,
 	StatusStalled, StatusSkipped, StatusDelivered, StatusNotRouted, StatusRefused, StatusError,
 }
 
@@ -69,6 +70,8 @@ func (s MessageStatus) Label() string {
 	switch s {
 	case StatusReceived:
 		return "Received"
+	case StatusScheduled:
+		return "Scheduled"
 	case StatusInProgress:
 		return "In progress"
 	case StatusRetrying:
@@ -96,7 +99,8 @@ func (s MessageStatus) Label() string {
 // statusRanks is the heart of DeriveStatus: for a dispatched message with
 // deliveries, the first row whose states any delivery is in gives the
 // status. Work still to do on our side (retrying, queued, delivering)
-// ranks above waiting for a receipt, and a failure above a stall; every
+// ranks above work we will do at its time (scheduled), then above waiting
+// for a receipt, and a failure above a stall; every
 // delivery state is in exactly one row.
 var statusRanks = []struct {
 	states []DeliveryState
@@ -104,6 +108,7 @@ var statusRanks = []struct {
 }{
 	{[]DeliveryState{StateRetrying}, StatusRetrying},
 	{[]DeliveryState{StateQueued, StateDelivering}, StatusInProgress},
+	{[]DeliveryState{StateScheduled}, StatusScheduled},
 	{[]DeliveryState{StateBlocked}, StatusBlocked},
 	{[]DeliveryState{StateAwaitingAck}, StatusAwaitingReceipt},
 	{[]DeliveryState{StateFailed}, StatusError},

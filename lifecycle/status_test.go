@@ -16,6 +16,7 @@ func TestDeriveStatus(t *testing.T) {
 		s = StateStalled
 		b = StateBlocked
 		k = StateSkipped
+		w = StateScheduled
 	)
 	tests := []struct {
 		name       string
@@ -53,6 +54,14 @@ func TestDeriveStatus(t *testing.T) {
 		{"skipped beats delivered", StageDispatched, "", []DeliveryState{d, k}, StatusSkipped},
 		{"stalled beats skipped", StageDispatched, "", []DeliveryState{k, s}, StatusStalled},
 		{"failed beats skipped", StageDispatched, "", []DeliveryState{k, f}, StatusError},
+		{"scheduled", StageDispatched, "", []DeliveryState{w, w}, StatusScheduled},
+		{"accepted with a schedule is received", StageAccepted, "", []DeliveryState{w}, StatusReceived},
+		{"in progress beats scheduled", StageDispatched, "", []DeliveryState{w, q}, StatusInProgress},
+		{"retrying beats scheduled", StageDispatched, "", []DeliveryState{r, w}, StatusRetrying},
+		{"scheduled beats blocked", StageDispatched, "", []DeliveryState{b, w}, StatusScheduled},
+		{"scheduled beats failed", StageDispatched, "", []DeliveryState{f, w}, StatusScheduled},
+		{"scheduled beats skipped", StageDispatched, "", []DeliveryState{k, w}, StatusScheduled},
+		{"scheduled beats delivered", StageDispatched, "", []DeliveryState{d, w}, StatusScheduled},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

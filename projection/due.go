@@ -34,7 +34,10 @@ var (
 			WHERE d.target = t.name AND ` + lifecycle.CatchUpRule.StatesSQL("d") + ` AND ` + lifecycle.SweepWakeRule.SQL("d", "$1") + `
 			ORDER BY coalesce(d.next_due, d.lease_end, d.updated_at) LIMIT $2) d
 		WHERE t.name IS NOT NULL`
-	receiptSQL = `SELECT id FROM deliveries WHERE ` + lifecycle.ReceiptTimeoutRule.SQL("", "$1") + ` ORDER BY next_due LIMIT $2`
+	// scheduledDueSQL takes the scheduled deliveries whose time has come,
+	// on deliveries_due (lifecycle.DueRule).
+	scheduledDueSQL = `SELECT id FROM deliveries WHERE ` + lifecycle.DueRule.SQL("", "$1") + ` ORDER BY next_due LIMIT $2`
+	receiptSQL      = `SELECT id FROM deliveries WHERE ` + lifecycle.ReceiptTimeoutRule.SQL("", "$1") + ` ORDER BY next_due LIMIT $2`
 	// releaseSQL finds the blocked deliveries of the lanes of targets that
 	// keep no order any more ($1 lists those that do): the lanes with
 	// deliveries waiting, on lanes_waiting, then theirs on deliveries_lane.
@@ -62,6 +65,12 @@ func ExpiredLeases(ctx context.Context, q journal.Querier, now time.Time, limit 
 // (lifecycle.SweepWakeRule), in the order the claim takes them.
 func SweepDue(ctx context.Context, q journal.Querier, now time.Time, perTarget int) ([]uuid.UUID, error) {
 	return deliveryIDs(ctx, q, "deliveries due", sweepDueSQL, now, perTarget)
+}
+
+// ScheduledDue returns up to limit scheduled deliveries due at now
+// (lifecycle.DueRule), the longest due first.
+func ScheduledDue(ctx context.Context, q journal.Querier, now time.Time, limit int) ([]uuid.UUID, error) {
+	return deliveryIDs(ctx, q, "scheduled deliveries due", scheduledDueSQL, now, limit)
 }
 
 // OverdueReceipts returns up to limit deliveries whose receipt is overdue

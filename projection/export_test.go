@@ -59,3 +59,9 @@ func ShareIDs(n int) []Share {
 	}
 	return out
 }
+
+// ListSQL is the query of a page of ListMessages, for its plan's test.
+func ListSQL(f MessageFilter) (string, []any) {
+	sql, args, _ := listSQL(f)
+	return sql, args
+}

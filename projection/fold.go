@@ -113,7 +113,7 @@ func messageStep(next *Message, e *journal.Event) error {
 		if next.Stage != lifecycle.StageAccepted {
 			return illegalStage(e, next, "only an accepted message is dispatched", lifecycle.StageAccepted)
 		}
-		if err := addDeliveries(next, e, p.Deliveries, p.NextDue); err != nil {
+		if err := addDeliveries(next, e, p.NewDeliveries); err != nil {
 			return err
 		}
 		next.Stage = lifecycle.StageDispatched
@@ -121,7 +121,7 @@ func messageStep(next *Message, e *journal.Event) error {
 		if next.Stage != lifecycle.StageDispatched {
 			return illegalStage(e, next, "only a dispatched message is redispatched", lifecycle.StageDispatched)
 		}
-		if err := addDeliveries(next, e, p.Deliveries, p.NextDue); err != nil {
+		if err := addDeliveries(next, e, p.NewDeliveries); err != nil {
 			return err
 		}
 	case *journal.MessageResent:
@@ -150,7 +150,7 @@ func messageStep(next *Message, e *journal.Event) error {
 			return illegalStage(e, next, fmt.Sprintf("it supersedes %v, but %v failed or stalled", p.Superseded, superseded))
 		}
 		next.Deliveries, next.Generation = deliveries, p.Generation
-		if err := addDeliveries(next, e, p.Deliveries, p.NextDue); err != nil {
+		if err := addDeliveries(next, e, p.NewDeliveries); err != nil {
 			return err
 		}
 	case *journal.MessageRefused:
@@ -177,10 +177,11 @@ func illegalStage(e *journal.Event, m *Message, reason string, allowed ...lifecy
 }
 
 // addDeliveries appends the new deliveries of a dispatch, queued and counted
-// as woken once: the dispatch publishes their first wake-up.
-func addDeliveries(next *Message, e *journal.Event, add []journal.NewDelivery, nextDue time.Time) error {
+// as woken once: the dispatch publishes their first wake-up; or scheduled
+// until their time, not woken.
+func addDeliveries(next *Message, e *journal.Event, nds journal.NewDeliveries) error {
 	deliveries := slices.Clip(next.Deliveries)
-	for i, nd := range add {
+	for i, nd := range nds.Deliveries {
 		switch {
 		case nd.Seq != len(next.Deliveries)+i+1:
 			return illegalStage(e, next, fmt.Sprintf("delivery %s has seq %d, the next is %d", nd.ID, nd.Seq, len(next.Deliveries)+i+1))
@@ -193,8 +194,11 @@ func addDeliveries(next *Message, e *journal.Event, add []journal.NewDelivery, n
 		}
 		d := Delivery{
 			ID: nd.ID, MessageID: next.ID, MessageCreatedAt: next.CreatedAt, Seq: nd.Seq, Generation: next.Generation, Target: nd.Target,
-			State: lifecycle.StateQueued, DispatchCount: 1, NextDue: nextDue, CreatedAt: e.RecordedAt,
+			State: lifecycle.StateQueued, DispatchCount: 1, NextDue: nds.NextDue, CreatedAt: e.RecordedAt,
 			UpdatedAt: e.RecordedAt,
+		}
+		if nds.Scheduled {
+			d.State, d.DispatchCount = lifecycle.StateScheduled, 0
 		}
 		d.enterLane(nd.Lane, next.OrderingKey)
 		deliveries = append(deliveries, d)
@@ -391,6 +395,21 @@ func deliveryStep(d *Delivery, e *journal.Event) error {
 			return illegal("the next wake-up is not after the unblocking")
 		}
 		d.State, d.DispatchCount, d.NextDue = lifecycle.StateQueued, p.DispatchCount, p.NextDue
+	case *journal.DeliveryDue:
+		if p.Early {
+			if d.State != lifecycle.StateScheduled {
+				return illegal("only a scheduled delivery is delivered now", lifecycle.StateScheduled)
+			}
+		} else if err := against(lifecycle.DueRule, "only a scheduled delivery comes due", "scheduled until ", d.NextDue); err != nil {
+			return err
+		}
+		if !p.NextDue.After(at) {
+			return illegal("the next wake-up is not after the delivery came due")
+		}
+		// The retry policy's budget counts from now, as after a
+		// redelivery: a delivery's schedule takes nothing of its max_age.
+		d.State, d.DispatchCount, d.NextDue = lifecycle.StateQueued, p.DispatchCount, p.NextDue
+		d.RedeliveredAt, d.RedeliveredAttempts = at, d.Attempts
 	case *journal.DeliverySkipped:
 		if err := against(lifecycle.SkipRule, "only a delivery that waits or has failed may be skipped", "", time.Time{}); err != nil {
 			return err

@@ -28,6 +28,9 @@ type MessageFilter struct {
 	Target string
 	// OrderingKey keeps the messages with that ordering key.
 	OrderingKey string
+	// Type, From, To and IdempotencyKey keep the messages with exactly
+	// that type, parties and idempotency key.
+	Type, From, To, IdempotencyKey string
 	// PossibleDuplicate keeps the messages that are possible duplicates of
 	// an earlier one.
 	PossibleDuplicate bool
@@ -94,54 +97,13 @@ type TxBeginner interface {
 // index or, with a status or source, messages_status_created or
 // messages_source_created, with an ordering key
 // messages_ordering_key_created, and of the possible duplicates
-// messages_possible_duplicate_created. With a target it walks that target's deliveries
+// messages_possible_duplicate_created, with a type, a party or an
+// idempotency key messages_type_created, messages_from_created,
+// messages_to_created or messages_idempotency_key_created. With a target it walks that target's deliveries
 // on deliveries_target_message, which holds their messages' (created_at,
 // id), so a target with few messages costs no more than one with many.
 func ListMessages(ctx context.Context, db TxBeginner, f MessageFilter) ([]*Message, *Cursor, error) {
-	var (
-		where []string
-		args  []any
-	)
-	arg := func(v any) string {
-		args = append(args, v)
-		return "$" + strconv.Itoa(len(args))
-	}
-	from, createdAt, id := "messages m", "m.created_at", "m.id"
-	if f.Target != "" {
-		from, createdAt, id = "deliveries d JOIN messages m ON m.id = d.message_id", "d.message_created_at", "d.message_id"
-		where = append(where, "d.target = "+arg(f.Target))
-	}
-	if f.Status != "" {
-		where = append(where, "m.status = "+arg(f.Status))
-	}
-	if f.Source != "" {
-		where = append(where, "m.source = "+arg(f.Source))
-	}
-	if len(f.Sources) > 0 {
-		where = append(where, "m.source = ANY("+arg(f.Sources)+")")
-	}
-	if f.OrderingKey != "" {
-		where = append(where, "m.ordering_key = "+arg(f.OrderingKey))
-	}
-	if f.PossibleDuplicate {
-		where = append(where, "m.possible_duplicate_of IS NOT NULL")
-	}
-	if !f.CreatedAfter.IsZero() {
-		where = append(where, createdAt+" > "+arg(f.CreatedAfter))
-	}
-	if !f.CreatedBefore.IsZero() {
-		where = append(where, createdAt+" < "+arg(f.CreatedBefore))
-	}
-	if f.After != nil {
-		where = append(where, "("+createdAt+", "+id+") < ("+arg(f.After.CreatedAt)+", "+arg(f.After.ID)+")")
-	}
-	limit := max(f.Limit, 1)
-	sql := "SELECT m.id FROM " + from
-	if len(where) > 0 {
-		sql += " WHERE " + strings.Join(where, " AND ")
-	}
-	sql += " ORDER BY " + createdAt + " DESC, " + id + " DESC LIMIT " + arg(limit+1)
-
+	sql, args, limit := listSQL(f)
 	var page []*Message
 	// One snapshot for the page and its deliveries, so every item is as it
 	// was when the page was chosen.
@@ -178,4 +140,61 @@ func ListMessages(ctx context.Context, db TxBeginner, f MessageFilter) ([]*Messa
 	}
 	last := page[limit-1]
 	return page[:limit], &Cursor{CreatedAt: last.CreatedAt, ID: last.ID}, nil
+}
+
+// listSQL is the query of a page of ListMessages, its arguments and the
+// page's size.
+func listSQL(f MessageFilter) (string, []any, int) {
+	var (
+		where []string
+		args  []any
+	)
+	arg := func(v any) string {
+		args = append(args, v)
+		return "$" + strconv.Itoa(len(args))
+	}
+	from, createdAt, id := "messages m", "m.created_at", "m.id"
+	if f.Target != "" {
+		from, createdAt, id = "deliveries d JOIN messages m ON m.id = d.message_id", "d.message_created_at", "d.message_id"
+		where = append(where, "d.target = "+arg(f.Target))
+	}
+	if f.Status != "" {
+		where = append(where, "m.status = "+arg(f.Status))
+	}
+	if f.Source != "" {
+		where = append(where, "m.source = "+arg(f.Source))
+	}
+	if len(f.Sources) > 0 {
+		where = append(where, "m.source = ANY("+arg(f.Sources)+")")
+	}
+	if f.OrderingKey != "" {
+		where = append(where, "m.ordering_key = "+arg(f.OrderingKey))
+	}
+	if f.PossibleDuplicate {
+		where = append(where, "m.possible_duplicate_of IS NOT NULL")
+	}
+	// Each has an index on (column, created_at, id), which the page walks.
+	for _, c := range []struct{ column, value string }{
+		{"m.type", f.Type}, {"m.from_party", f.From}, {"m.to_party", f.To}, {"m.idempotency_key", f.IdempotencyKey},
+	} {
+		if c.value != "" {
+			where = append(where, c.column+" = "+arg(c.value))
+		}
+	}
+	if !f.CreatedAfter.IsZero() {
+		where = append(where, createdAt+" > "+arg(f.CreatedAfter))
+	}
+	if !f.CreatedBefore.IsZero() {
+		where = append(where, createdAt+" < "+arg(f.CreatedBefore))
+	}
+	if f.After != nil {
+		where = append(where, "("+createdAt+", "+id+") < ("+arg(f.After.CreatedAt)+", "+arg(f.After.ID)+")")
+	}
+	limit := max(f.Limit, 1)
+	sql := "SELECT m.id FROM " + from
+	if len(where) > 0 {
+		sql += " WHERE " + strings.Join(where, " AND ")
+	}
+	sql += " ORDER BY " + createdAt + " DESC, " + id + " DESC LIMIT " + arg(limit+1)
+	return sql, args, limit
 }

@@ -57,6 +57,9 @@ func TestRulesAgreeInSQLAndFold(t *testing.T) {
 		lifecycle.ReceiptTimeoutRule.Name: {func(d projection.Delivery) journal.Payload {
 			return &journal.ReceiptTimedOut{Deadline: d.NextDue, Reason: "late"}
 		}},
+		lifecycle.DueRule.Name: {func(projection.Delivery) journal.Payload {
+			return &journal.DeliveryDue{DispatchCount: 1, NextDue: now.Add(time.Minute)}
+		}},
 		lifecycle.RedeliverRule.Name: {func(projection.Delivery) journal.Payload {
 			return &journal.DeliveryRedelivered{DispatchCount: 1, NextDue: now.Add(time.Minute)}
 		}},

@@ -85,10 +85,10 @@ type Delivery struct {
 	// DispatchCount counts the wake-ups since the last claim.
 	DispatchCount int
 	Redeliveries  int
-	// RedeliveredAt is when an operator last redelivered the delivery, zero
-	// if never, and RedeliveredAttempts is Attempts then: a redelivery
-	// starts the retry policy's budget afresh, so max_attempts and max_age
-	// count from it.
+	// RedeliveredAt is when an operator last redelivered the delivery, or
+	// when it came due after its schedule (delivery.due), zero if neither,
+	// and RedeliveredAttempts is Attempts then: either starts the retry
+	// policy's budget afresh, so max_attempts and max_age count from it.
 	RedeliveredAt       time.Time
 	RedeliveredAttempts int
 	// NextDue is when the sweep next acts on the delivery: the next wake-up
@@ -152,6 +152,17 @@ func (m *Message) settle() {
 // Current reports whether the delivery is of the message's current
 // generation, the one its status and every count read.
 func (m *Message) Current(d *Delivery) bool { return d.Generation == m.Generation }
+
+// ScheduledUntil is when the message's scheduled deliveries come due;
+// zero when it has none.
+func (m *Message) ScheduledUntil() time.Time {
+	for i := range m.Deliveries {
+		if d := &m.Deliveries[i]; m.Current(d) && d.State == lifecycle.StateScheduled {
+			return d.NextDue
+		}
+	}
+	return time.Time{}
+}
 
 // NewestFirst returns the message's deliveries newest generation first,
 // each generation's in Seq order: how the API and the console list them,

@@ -397,6 +397,14 @@ CREATE INDEX IF NOT EXISTS messages_payload_held ON messages (status, created_at
 	WHERE NOT payload_expunged AND ` + lifecycle.StatusesSQL("status", lifecycle.ExpungeStatuses()) + `;
 CREATE INDEX IF NOT EXISTS messages_ordering_key_created ON messages (ordering_key, created_at DESC, id DESC)
 	WHERE ordering_key IS NOT NULL;
+-- The messages list's filters by type, party and idempotency key, each a
+-- keyset walk newest first; the optional columns only where set.
+CREATE INDEX IF NOT EXISTS messages_type_created ON messages (type, created_at DESC, id DESC)
+	WHERE type IS NOT NULL;
+CREATE INDEX IF NOT EXISTS messages_from_created ON messages (from_party, created_at DESC, id DESC);
+CREATE INDEX IF NOT EXISTS messages_to_created ON messages (to_party, created_at DESC, id DESC);
+CREATE INDEX IF NOT EXISTS messages_idempotency_key_created ON messages (idempotency_key, created_at DESC, id DESC)
+	WHERE idempotency_key IS NOT NULL;
 -- The latest earlier message of a source with a duplicate key, found at
 -- ingest; and the possible duplicates, newest first.
 CREATE INDEX IF NOT EXISTS messages_duplicate_key ON messages (source, duplicate_key, created_at DESC)

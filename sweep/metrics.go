@@ -44,4 +44,4 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 }
 
 // steps names the steps of a pass, in their order.
-var steps = []string{"expire_leases", "wake", "time_out_receipts", "release_blocked", "report_held_lanes"}
+var steps = []string{"expire_leases", "scheduled_due", "wake", "time_out_receipts", "release_blocked", "report_held_lanes"}

@@ -1,5 +1,6 @@
 // Package sweep runs the recovery loop every server process has: it expires
-// the leases of attempts whose worker went away, wakes due deliveries again
+// the leases of attempts whose worker went away, queues the scheduled
+// deliveries whose time has come, wakes due deliveries again
 // (so a lost wake-up, or a retry whose process went away, costs time, never
 // a delivery) and stalls those woken
 // max_dispatches times unclaimed, fails deliveries whose receipt is
@@ -58,6 +59,8 @@ type Result struct {
 	// Released counts blocked deliveries let go because their target keeps
 	// no order any more; Reported the lanes reported held too long.
 	Released, Reported int
+	// Due counts the scheduled deliveries queued as their time came.
+	Due int
 }
 
 // Sweeper runs passes on an interval.
@@ -158,6 +161,8 @@ func (s *Sweeper) Pass(ctx context.Context) (Result, error) {
 	err = errors.Join(
 		s.step(ctx, "expire_leases", false, now(projection.ExpiredLeases, s.cfg.Batch),
 			func(id uuid.UUID) (journal.Kind, error) { return w.ExpireLease(ctx, id) }, &r),
+		s.step(ctx, "scheduled_due", false, now(projection.ScheduledDue, s.cfg.Batch),
+			func(id uuid.UUID) (journal.Kind, error) { return w.ComeDue(ctx, id) }, &r),
 		s.step(ctx, "wake", true, now(projection.SweepDue, s.cfg.WakePerTarget),
 			func(id uuid.UUID) (journal.Kind, error) { return w.Wake(ctx, id) }, &r),
 		s.step(ctx, "time_out_receipts", false, now(projection.OverdueReceipts, s.cfg.Batch),
@@ -176,7 +181,7 @@ func (s *Sweeper) Pass(ctx context.Context) (Result, error) {
 	}
 	if r != (Result{}) {
 		s.log.Info("sweep pass", "expired", r.Expired, "woken", r.Woken, "stalled", r.Stalled, "timed_out", r.TimedOut,
-			"released", r.Released, "reported", r.Reported)
+			"released", r.Released, "reported", r.Reported, "due", r.Due)
 	}
 	return r, nil
 }
@@ -220,6 +225,8 @@ func (s *Sweeper) step(ctx context.Context, name string, once bool, query func()
 					r.TimedOut++
 				case journal.KindDeliveryUnblocked:
 					r.Released++
+				case journal.KindDeliveryDue:
+					r.Due++
 				case journal.KindDeliveryLaneHeld:
 					r.Reported++
 				default:

@@ -559,6 +559,7 @@ func TestGauges(t *testing.T) {
 		"waybill_deliveries{state=stalled}":      1,
 		"waybill_deliveries{state=blocked}":      0,
 		"waybill_deliveries{state=skipped}":      0,
+		"waybill_deliveries{state=scheduled}":    0,
 		"waybill_deliveries_due":                 0,
 		"waybill_deliveries_oldest_due_seconds":  0,
 		"waybill_journal_position":               position,
@@ -623,5 +624,41 @@ func TestStartAndStop(t *testing.T) {
 	}
 	failing.Stop(b.ctx)
 	failing.Stop(b.ctx)
+	b.audit(t)
+}
+
+// TestPassQueuesScheduledWhenDue: a pass leaves a scheduled delivery
+// alone until its time, then queues and wakes it, and the retry budget
+// (max_age) counts from then.
+func TestPassQueuesScheduledWhenDue(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.targets(t, "alpha")
+	delay := lifecycle.Duration(time.Hour)
+	m, _, err := b.w.Ingest(b.ctx, commands.NewMessage{Source: "erp", From: "acme", To: "globex",
+		ContentType: "text/plain", Payload: []byte("later"), Delay: &delay})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := m.Deliveries[0]
+	s := b.sweeper(t, sweep.Config{})
+	b.clock.Advance(59 * time.Minute)
+	if r, err := s.Pass(b.ctx); err != nil || r != (sweep.Result{}) {
+		t.Fatalf("pass before its time: %+v %v", r, err)
+	}
+	if got := b.delivery(t, d); got.State != lifecycle.StateScheduled {
+		t.Fatalf("before its time: %s", got.State)
+	}
+	b.clock.Advance(time.Minute)
+	if r, err := s.Pass(b.ctx); err != nil || r != (sweep.Result{Due: 1}) {
+		t.Fatalf("pass at its time: %+v %v", r, err)
+	}
+	got := b.delivery(t, d)
+	if got.State != lifecycle.StateQueued || got.DispatchCount != 1 || !got.RedeliveredAt.Equal(b.clock.Now()) {
+		t.Fatalf("at its time: %s woken %d budget from %v", got.State, got.DispatchCount, got.RedeliveredAt)
+	}
+	if seen := b.wake.take(t); len(seen[d.ID]) != 1 {
+		t.Fatalf("wake-ups %v, want one of %s", seen, d.ID)
+	}
 	b.audit(t)
 }

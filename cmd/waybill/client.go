@@ -299,14 +299,17 @@ func runClient(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	cmd := args[0]
 	fs := newFlagSet("waybill "+cmd, stderr)
 	cfg := clientFlags(fs)
-	var status, cursor, reason string
+	var cursor, reason string
+	filters := make([]string, len(messageFilters))
 	var limit, version int
 	var blocked, duplicates bool
 	var targets stringList
 	switch cmd {
 	case "messages":
-		fs.usage = "waybill messages [--status S] [--possible-duplicates] [--limit N] [--cursor C]\n       waybill messages show MESSAGE_ID"
-		fs.StringVar(&status, "status", "", "only messages of this status: "+strings.Join(lifecycle.Strings(lifecycle.MessageStatuses), ", "))
+		fs.usage = "waybill messages [--status S] [--type T] [--from F] [--to T] [--idempotency-key K] [--possible-duplicates] [--limit N] [--cursor C]\n       waybill messages show MESSAGE_ID"
+		for i, f := range messageFilters {
+			fs.StringVar(&filters[i], f.flag, "", f.usage)
+		}
 		fs.BoolVar(&duplicates, "possible-duplicates", false, "only messages that name a possible duplicate")
 		fs.IntVar(&limit, "limit", 0, "at most this many messages (the server's default when 0)")
 		fs.StringVar(&cursor, "cursor", "", "the page after this cursor, as a previous page named it")
@@ -329,6 +332,8 @@ func runClient(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		fs.StringVar(&cursor, "cursor", "", "the page after this cursor, as a previous page named it")
 	case "redispatch":
 		fs.usage = "waybill redispatch MESSAGE_ID [--if-version V]"
+	case "deliver-now":
+		fs.usage = "waybill deliver-now MESSAGE_ID [--if-version V]"
 	}
 	if slices.Contains(actionCommands, cmd) {
 		fs.IntVar(&version, "if-version", 0,
@@ -356,7 +361,7 @@ func runClient(ctx context.Context, args []string, stdout, stderr io.Writer) int
 			return misuse("--limit: must be positive")
 		}
 		act = func(ctx context.Context, c *client) error {
-			return listMessages(ctx, c, stdout, status, duplicates, limit, cursor)
+			return listMessages(ctx, c, stdout, filters, duplicates, limit, cursor)
 		}
 	case cmd == "messages" && pos[0] == "show":
 		if len(pos) != 2 {
@@ -409,7 +414,7 @@ func runClient(ctx context.Context, args []string, stdout, stderr io.Writer) int
 }
 
 // actionCommands are the operator's actions on one message.
-var actionCommands = []string{"redeliver", "skip", "redispatch", "resend", "replay"}
+var actionCommands = []string{"redeliver", "skip", "redispatch", "deliver-now", "resend", "replay"}
 
 // messageAction is the path and the body of an action's request and what
 // to say once it is done, or what is wrong with its arguments.
@@ -435,7 +440,8 @@ func messageAction(cmd string, pos []string, reason string, targets []string) (p
 		done = fmt.Sprintf("delivery %s %s", pos[1], map[string]string{"redeliver": "redelivered", "skip": "skipped"}[cmd])
 		path += "deliveries/" + pos[1] + "/" + cmd
 	default:
-		done = fmt.Sprintf("message %s %s", pos[0], map[string]string{"redispatch": "redispatched", "resend": "resent", "replay": "replayed"}[cmd])
+		done = fmt.Sprintf("message %s %s", pos[0], map[string]string{"redispatch": "redispatched", "deliver-now": "delivered now",
+			"resend": "resent", "replay": "replayed"}[cmd])
 		path += cmd
 	}
 	switch cmd {
@@ -466,12 +472,26 @@ func (l *stringList) Set(v string) error {
 	return nil
 }
 
-func listMessages(ctx context.Context, c *client, w io.Writer, status string, duplicates bool, limit int, cursor string) error {
+// messageFilters are the exact filters of waybill messages: each flag and
+// the query parameter it sets.
+var messageFilters = []struct{ flag, param, usage string }{
+	{"status", "status", "only messages of this status: " + strings.Join(lifecycle.Strings(lifecycle.MessageStatuses), ", ")},
+	{"type", "type", "only messages of exactly this type"},
+	{"from", "from", "only messages from exactly this party"},
+	{"to", "to", "only messages to exactly this party"},
+	{"idempotency-key", "idempotency_key", "only messages with exactly this idempotency key"},
+}
+
+// listMessages prints a page of messages; filters holds the value of each
+// of messageFilters, "" when not given.
+func listMessages(ctx context.Context, c *client, w io.Writer, filters []string, duplicates bool, limit int, cursor string) error {
 	q := url.Values{}
 	var again []string
-	if status != "" {
-		q.Set("status", status)
-		again = append(again, "--status", status)
+	for i, f := range messageFilters {
+		if v := filters[i]; v != "" {
+			q.Set(f.param, v)
+			again = append(again, "--"+f.flag, v)
+		}
 	}
 	if duplicates {
 		q.Set("possible_duplicate", "true")

@@ -104,17 +104,18 @@ func TestMessagesList(t *testing.T) {
 			"next_cursor":"eyJ0IjoiMjAyNSJ9 =="}`},
 	})
 	// Flags before and after the command's own.
-	code, out, errOut := waybillCLI(t, "messages", "--server", api.URL+"/", "--status", "retrying", "--limit", "2", "--token", "wb_secret")
+	code, out, errOut := waybillCLI(t, "messages", "--server", api.URL+"/", "--status", "retrying", "--type", "invoice.created",
+		"--from", "acme", "--limit", "2", "--token", "wb_secret")
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errOut)
 	}
-	checkRequests(t, api.seen(), request{Method: "GET", Path: "/api/v1/messages", Query: "limit=2&status=retrying",
+	checkRequests(t, api.seen(), request{Method: "GET", Path: "/api/v1/messages", Query: "from=acme&limit=2&status=retrying&type=invoice.created",
 		Authorization: "Bearer wb_secret", Accept: "application/json"})
 	want := `ID                                    CREATED               STATUS    STAGE       SOURCE  FROM  TO       ERROR
 0190a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a01  2025-03-04T10:11:12Z  retrying  dispatched  erp     acme  globex   -
 0190a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a02  2025-03-04T10:00:00Z  refused   refused     erp     acme  initech  no route matched and the payload was refused by a rule that…
 
-next page: waybill messages --status retrying --limit 2 --cursor 'eyJ0IjoiMjAyNSJ9 =='
+next page: waybill messages --status retrying --type invoice.created --from acme --limit 2 --cursor 'eyJ0IjoiMjAyNSJ9 =='
 `
 	if out != want {
 		t.Errorf("output:\n%s\nwant:\n%s", out, want)
@@ -183,6 +184,7 @@ func TestRedeliverAndRedispatch(t *testing.T) {
 	api := newFakeAPI(t, map[string]answer{
 		"POST /api/v1/messages/" + msgID + "/deliveries/" + dlvID + "/redeliver": {200, messageJSON},
 		"POST /api/v1/messages/" + msgID + "/redispatch":                         {200, messageJSON},
+		"POST /api/v1/messages/" + msgID + "/deliver-now":                        {200, messageJSON},
 	})
 	post := request{Method: "POST", Authorization: "Bearer t", ContentType: "application/json", Accept: "application/json"}
 
@@ -195,10 +197,15 @@ func TestRedeliverAndRedispatch(t *testing.T) {
 	if code != 0 || !strings.HasPrefix(out, "message "+msgID+" redispatched\n\nmessage                "+msgID+"\n") {
 		t.Fatalf("redispatch: exit %d\n%s%s", code, out, errOut)
 	}
-	r1, r2 := post, post
+	code, out, errOut = waybillCLI(t, "deliver-now", msgID, "--server", api.URL, "--token", "t")
+	if code != 0 || !strings.HasPrefix(out, "message "+msgID+" delivered now\n\n") {
+		t.Fatalf("deliver-now: exit %d\n%s%s", code, out, errOut)
+	}
+	r1, r2, r3 := post, post, post
 	r1.Path = "/api/v1/messages/" + msgID + "/deliveries/" + dlvID + "/redeliver"
 	r2.Path = "/api/v1/messages/" + msgID + "/redispatch"
-	checkRequests(t, api.seen(), r1, r2)
+	r3.Path = "/api/v1/messages/" + msgID + "/deliver-now"
+	checkRequests(t, api.seen(), r1, r2, r3)
 }
 
 func TestResendReplayIfVersion(t *testing.T) {

@@ -2,7 +2,8 @@
 // commands against its database: audit replays the journal and checks it
 // and the projections; rebuild recreates the projections from the journal;
 // reset drops them; token creates API tokens. messages, lanes, the
-// operator's actions (redeliver, skip, redispatch, resend, replay) and the
+// operator's actions (redeliver, skip, redispatch, deliver-now, resend,
+// replay) and the
 // bulk operations talk to a running server's REST API.
 package main
 
@@ -44,7 +45,8 @@ commands:
 
 commands that talk to a running server (--server URL or the data dir's server.url; the token
 $WAYBILL_TOKEN, else the data dir's admin.token; --token T works too, but shows in ps):
-  messages [--status S] [--possible-duplicates] [--limit N] [--cursor C]
+  messages [--status S] [--type T] [--from F] [--to T] [--idempotency-key K] [--possible-duplicates]
+           [--limit N] [--cursor C]
                                                 list messages, newest first, a page at a time
   messages show MESSAGE_ID                      a message, its deliveries and its history
   lanes    TARGET [--blocked] [--limit N] [--cursor C]
@@ -52,6 +54,7 @@ $WAYBILL_TOKEN, else the data dir's admin.token; --token T works too, but shows 
   redeliver MESSAGE_ID DELIVERY_ID              queue one delivery of a message again
   skip     MESSAGE_ID DELIVERY_ID [--reason R]  settle one delivery of a message without sending it
   redispatch MESSAGE_ID                         match the routes again; add deliveries for new targets
+  deliver-now MESSAGE_ID                        make a scheduled message's deliveries due now
   resend   MESSAGE_ID [--target T]... [--reason R]
                                                 send the message again, as a new generation, to its targets
   replay   MESSAGE_ID [--reason R]              send the message again, as a new generation, to the targets
@@ -180,7 +183,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return runToken(ctx, args[1:], stdout, stderr)
 	case "bench":
 		return runBench(ctx, args[1:], stdout, stderr)
-	case "messages", "redeliver", "redispatch", "skip", "resend", "replay", "lanes":
+	case "messages", "redeliver", "redispatch", "deliver-now", "skip", "resend", "replay", "lanes":
 		return runClient(ctx, args, stdout, stderr)
 	case "operations":
 		return runOperations(ctx, args[1:], stdout, stderr)

@@ -110,7 +110,7 @@ func TestHelpNamesEveryCommandAndFlag(t *testing.T) {
 	_, help, _ := waybillCLI(t, "help")
 	flagLine := regexp.MustCompile(`(?m)^  -([a-z][a-z-]*)`)
 	for _, cmd := range [][]string{{"serve"}, {"audit"}, {"rebuild"}, {"reset"}, {"token", "create"}, {"token", "list"},
-		{"token", "revoke"}, {"bench"}, {"messages"}, {"messages", "show"}, {"redeliver"}, {"redispatch"},
+		{"token", "revoke"}, {"bench"}, {"messages"}, {"messages", "show"}, {"redeliver"}, {"redispatch"}, {"deliver-now"},
 		{"operations", "create"}, {"operations", "list"}, {"operations", "show"}, {"operations", "cancel"}} {
 		name := strings.Join(cmd, " ")
 		if !regexp.MustCompile(`(?m)^  ` + strings.Join(cmd, ` +`) + `\b`).MatchString(help) {

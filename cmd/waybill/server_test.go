@@ -151,6 +151,13 @@ func TestEveryLoopInOneServer(t *testing.T) {
 		ingest(partner, "erp", "refused until fixed", nil),
 		ingest(b, "nowhere", "routed nowhere", nil),
 	}
+	// A scheduled message waits for the sweep of either server to queue it.
+	var scheduled message
+	a.call("POST", "/messages", map[string]any{"source": "erp", "from": "acme", "to": "globex", "payload": "scheduled",
+		"delay": "1s"}, http.StatusCreated, &scheduled)
+	if scheduled.Status != "scheduled" {
+		t.Fatalf("a message with a delay is %s", scheduled.Status)
+	}
 	// The audit holds in the middle of the work too: deliveries in
 	// flight, a callback owed, a bulk runner and retention's loop on.
 	audit(t, bin, dbURL)
@@ -161,10 +168,10 @@ func TestEveryLoopInOneServer(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	testpoll.Until(t, "the workers deliver, the callback is made, the file is taken in, the alert is sent", func() bool {
+	testpoll.Until(t, "the workers deliver (the scheduled message once due), the callback is made, the file is taken in, the alert is sent", func() bool {
 		mu.Lock()
 		defer mu.Unlock()
-		return delivered["with a callback"] == 1 && delivered["from a file"] == 1 && callbacks.Load() == 1 &&
+		return delivered["with a callback"] == 1 && delivered["from a file"] == 1 && delivered["scheduled"] == 1 && callbacks.Load() == 1 &&
 			alerts.Load() == 1 && status(ids[1]) == "error" && status(ids[2]) == "not_routed"
 	})
 
@@ -232,7 +239,7 @@ func TestEveryLoopInOneServer(t *testing.T) {
 			removed += m[`waybill_retention_removed_total{class="settled"}`]
 			sweeps += m["waybill_sweep_pass_duration_seconds_count"]
 		}
-		return expunged >= 1 && removed == 4 && sweeps >= 2
+		return expunged >= 1 && removed == 5 && sweeps >= 2
 	})
 	// Retention and the alerts hold their leases only while they work, so
 	// two scrapes a moment apart may each see one held: only the bulk
