@@ -42,6 +42,10 @@ type IngestRequest struct {
 	// Type, when given, is what the message is in the sender's words,
 	// such as invoice.created: 1 to 255 bytes of A-Z a-z 0-9 . _ : / -.
 	Type string `json:"type"`
+	// Headers, when given, are the message's headers: string values, at
+	// most 64 of them and 8 KiB in all; names are case-insensitive and
+	// kept lower case.
+	Headers map[string]string `json:"headers"`
 }
 
 // Message is the message resource.
@@ -77,6 +81,8 @@ type Message struct {
 	// Type is what the message is in its sender's words; null when none
 	// was given.
 	Type *string `json:"type"`
+	// Headers are the message's headers, names lower case; {} for none.
+	Headers map[string]string `json:"headers"`
 	// Deliveries are every generation's, newest generation first, each in
 	// the order it was made.
 	Deliveries []Delivery `json:"deliveries"`
@@ -245,6 +251,18 @@ type RouteRequest struct {
 	From   string `json:"from"`
 	To     string `json:"to"`
 	Target string `json:"target"`
+	// Types are the message types the route takes (*, exact, or a
+	// prefix such as invoice.*); none takes any.
+	Types []string `json:"types"`
+	// Filter is a CEL expression over the message that must yield true
+	// for the route to match (docs/routing.md).
+	Filter string `json:"filter"`
+}
+
+// route is the route req describes, with id.
+func (req RouteRequest) route(id uuid.UUID) lifecycle.Route {
+	return lifecycle.Route{ID: id, Source: req.Source, From: req.From, To: req.To, Target: req.Target,
+		Types: req.Types, Filter: req.Filter}
 }
 
 // RouteList is every route, oldest first.
@@ -314,7 +332,10 @@ func messageOf(m *projection.Message) Message {
 	out := Message{ID: m.ID, Version: m.Version, Source: m.Source, From: m.From, To: m.To, Stage: m.Stage, Status: m.Status,
 		Generation: m.Generation, Error: optional(m.Error), CreatedAt: m.CreatedAt, UpdatedAt: m.UpdatedAt,
 		PayloadSize: m.PayloadSize, PayloadSHA256: m.PayloadSHA256, PayloadExpunged: m.PayloadExpunged, OrderingKey: optional(m.OrderingKey),
-		DuplicateKey: optional(m.DuplicateKey), Type: optional(m.Type), Deliveries: make([]Delivery, 0, len(m.Deliveries))}
+		DuplicateKey: optional(m.DuplicateKey), Type: optional(m.Type), Headers: m.Headers, Deliveries: make([]Delivery, 0, len(m.Deliveries))}
+	if out.Headers == nil {
+		out.Headers = map[string]string{}
+	}
 	if m.PossibleDuplicateOf != uuid.Nil {
 		out.PossibleDuplicateOf = &m.PossibleDuplicateOf
 	}
