@@ -1002,7 +1002,14 @@ func validateRoute(r lifecycle.Route) error {
 }
 
 func routeText(r lifecycle.Route) string {
-	return fmt.Sprintf("%s: %s to %s -> %s", r.Source, r.From, r.To, r.Target)
+	s := fmt.Sprintf("%s: %s to %s -> %s", r.Source, r.From, r.To, r.Target)
+	if len(r.Types) > 0 {
+		s += ", types " + strings.Join(r.Types, ", ")
+	}
+	if r.Filter != "" {
+		s += ", filter " + r.Filter
+	}
+	return s
 }
 
 func positive(name string, n int) error {

@@ -14,7 +14,7 @@ import (
 	"github.com/google/cel-go/cel"
 	"github.com/google/cel-go/common/ast"
 	"github.com/google/cel-go/common/types"
-	"github.com/google/cel-go/common/types/ref"
+	"github.com/google/cel-go/interpreter"
 	"github.com/google/cel-go/ext"
 
 	"github.com/waybill/waybill/journal"
@@ -120,7 +120,8 @@ type Input struct {
 	m      Message
 	fields map[string]any
 	parsed bool
-	value  ref.Val
+	// act is the variables as made last, with the payload once parsed.
+	act interpreter.Activation
 }
 
 // NewInput makes the input of the expressions on m.
@@ -135,18 +136,19 @@ func NewInput(m Message) *Input {
 	}}
 }
 
-// activation is the variables of an expression that reads the payload when
-// payload says so.
-func (in *Input) activation(payload bool) map[string]any {
+// activation is the variables of an expression, which reads the payload
+// when payload says so: made once, and again once the payload is parsed.
+func (in *Input) activation(payload bool) interpreter.Activation {
 	if payload && !in.parsed {
 		in.parsed = true
 		in.fields["payload"] = parsePayload(in.m.ContentType, in.m.Payload)
-		in.value = nil
+		in.act = nil
 	}
-	if in.value == nil {
-		in.value = types.DefaultTypeAdapter.NativeToValue(in.fields)
+	if in.act == nil {
+		// A map of values of the types the adapter knows never fails.
+		in.act, _ = interpreter.NewActivation(map[string]any{"message": types.DefaultTypeAdapter.NativeToValue(in.fields)})
 	}
-	return map[string]any{"message": in.value}
+	return in.act
 }
 
 // parsePayload is the payload as an expression sees it: the JSON value when
