@@ -1,8 +1,8 @@
 package console_test
 
 import (
-	"errors"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"html"
 	"net/http"
