@@ -124,3 +124,29 @@ func TestNewTableReusesPrograms(t *testing.T) {
 		t.Fatal("the unchanged filter was compiled again, or the new one not at all")
 	}
 }
+
+// TestCancelTestTraffic is docs/routing.md's example: test traffic, by
+// header or payload field, matches nothing; anything else, text included,
+// matches without a failure.
+func TestCancelTestTraffic(t *testing.T) {
+	table, err := NewTable([]lifecycle.Route{route("billing", nil, `!('x-test' in message.headers) && message.payload.?test.orValue(false) != true`)}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		m       Message
+		matches bool
+	}{
+		{Message{Headers: map[string]string{"x-test": "1"}, ContentType: "text/plain", Payload: []byte("hi")}, false},
+		{Message{ContentType: "application/json", Payload: []byte(`{"test": true}`)}, false},
+		{Message{ContentType: "application/json", Payload: []byte(`{"test": false}`)}, true},
+		{Message{ContentType: "application/json", Payload: []byte(`{}`)}, true},
+		{Message{ContentType: "text/plain", Payload: []byte("hi")}, true},
+	} {
+		tc.m.Source, tc.m.From, tc.m.To = "shop", "a", "b"
+		d := table.Match(tc.m)
+		if (len(d.Targets) == 1) != tc.matches || len(d.FilterErrors) != 0 {
+			t.Errorf("%s: %+v, want matched %t and no failure", tc.m.Payload, d, tc.matches)
+		}
+	}
+}
