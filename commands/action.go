@@ -12,6 +12,7 @@ import (
 	"github.com/waybill/waybill/journal"
 	"github.com/waybill/waybill/lifecycle"
 	"github.com/waybill/waybill/projection"
+	"github.com/waybill/waybill/routing"
 )
 
 // Action is who acts on a message, for an operator's command, and on what
@@ -167,12 +168,16 @@ func (w *Writer) Redispatch(ctx context.Context, id uuid.UUID, a Action) (*proje
 	if err != nil {
 		return nil, fmt.Errorf("redispatch message %s: %w", id, err)
 	}
+	payloads, err := w.routingPayloads(ctx, cfg, id)
+	if err != nil {
+		return nil, fmt.Errorf("redispatch message %s: %w", id, err)
+	}
 	m, err := w.run(ctx, message(id), func(m *projection.Message, lanes *projection.LaneBook, now time.Time) (*change, error) {
 		if err := a.fresh(m); err != nil {
 			return nil, err
 		}
 		c := newChange(m)
-		return c, refusedToSend(ErrNotRedispatchable, w.dispatchOn(c, cfg, lanes, now, a.actor(), true, a.Operation, m.ScheduledUntil()))
+		return c, refusedToSend(ErrNotRedispatchable, w.dispatchOn(c, cfg, payloads[m.ID], lanes, now, a.actor(), true, a.Operation, m.ScheduledUntil()))
 	})
 	if err != nil {
 		return nil, fmt.Errorf("redispatch message %s: %w", id, err)
@@ -232,8 +237,9 @@ func (w *Writer) Resend(ctx context.Context, id uuid.UUID, targets []string, a A
 	if err := a.check(); err != nil {
 		return nil, err
 	}
-	m, err := w.resend(ctx, id, a, func(m *projection.Message, _ *configState) ([]string, error) {
-		return resendTargets(m, targets)
+	m, err := w.resend(ctx, id, a, func(m *projection.Message, _ *configState, _ []byte) (routing.Decision, error) {
+		targets, err := resendTargets(m, targets)
+		return routing.Decision{Targets: targets}, err
 	}, false)
 	if err != nil {
 		return nil, fmt.Errorf("resend message %s: %w", id, err)
@@ -251,9 +257,7 @@ func (w *Writer) Replay(ctx context.Context, id uuid.UUID, a Action) (*projectio
 	if err := a.check(); err != nil {
 		return nil, err
 	}
-	m, err := w.resend(ctx, id, a, func(m *projection.Message, cfg *configState) ([]string, error) {
-		return routed(cfg, m)
-	}, true)
+	m, err := w.resend(ctx, id, a, routed, true)
 	if err != nil {
 		return nil, fmt.Errorf("replay message %s: %w", id, err)
 	}
@@ -287,20 +291,28 @@ func resendTargets(m *projection.Message, targets []string) ([]string, error) {
 	return slices.Compact(slices.Sorted(slices.Values(targets))), nil
 }
 
+// chooser picks the targets of a new generation of a message, whose body
+// is payload when a replay's filters read it (routingPayloads).
+type chooser func(m *projection.Message, cfg *configState, payload []byte) (routing.Decision, error)
+
 // resend records a new generation of the message to the targets chosen.
-func (w *Writer) resend(ctx context.Context, id uuid.UUID, a Action,
-	choose func(*projection.Message, *configState) ([]string, error), replay bool) (*projection.Message, error) {
+func (w *Writer) resend(ctx context.Context, id uuid.UUID, a Action, choose chooser, replay bool) (*projection.Message, error) {
 	cfg, err := w.config(ctx)
 	if err != nil {
 		return nil, err
 	}
-	return w.run(ctx, message(id), resendDecision(cfg, a, choose, replay))
+	var payloads map[uuid.UUID][]byte
+	if replay {
+		if payloads, err = w.routingPayloads(ctx, cfg, id); err != nil {
+			return nil, err
+		}
+	}
+	return w.run(ctx, message(id), resendDecision(cfg, payloads, a, choose, replay))
 }
 
 // resendDecision records a new generation of the message to the targets
 // choose picks, or refuses the message with ErrNotResendable.
-func resendDecision(cfg *configState, a Action, choose func(*projection.Message, *configState) ([]string, error),
-	replay bool) decision {
+func resendDecision(cfg *configState, payloads map[uuid.UUID][]byte, a Action, choose chooser, replay bool) decision {
 	return func(m *projection.Message, lanes *projection.LaneBook, now time.Time) (*change, error) {
 		if err := a.fresh(m); err != nil {
 			return nil, err
@@ -308,7 +320,7 @@ func resendDecision(cfg *configState, a Action, choose func(*projection.Message,
 		if err := Resendable(m); err != nil {
 			return nil, err
 		}
-		targets, err := choose(m, cfg)
+		d, err := choose(m, cfg, payloads[m.ID])
 		if err != nil {
 			return nil, err
 		}
@@ -321,10 +333,11 @@ func resendDecision(cfg *configState, a Action, choose func(*projection.Message,
 		}
 		// The new generation joins the back of its lanes, behind the old
 		// heads it supersedes, which then let their lanes go.
-		nd, err := newDeliveries(m, targets, lanes, now, time.Time{})
+		nd, err := newDeliveries(m, d.Targets, lanes, now, time.Time{})
 		if err != nil {
 			return nil, err
 		}
+		nd.Routing = d.Routing
 		p := &journal.MessageResent{Generation: m.Generation + 1, Replay: replay, Superseded: superseded,
 			NewDeliveries: nd, Reason: a.Reason, Operation: a.Operation}
 		if err := c.record(journal.Event{RecordedAt: now, Actor: a.actor(), Payload: p}); err != nil {

@@ -13,13 +13,16 @@ import (
 
 	"github.com/waybill/waybill/journal"
 	"github.com/waybill/waybill/lifecycle"
+	"github.com/waybill/waybill/routing"
 	"github.com/waybill/waybill/targets"
 )
 
 // configState is the whole configuration at one version of its stream.
 type configState struct {
-	version  int
-	routes   []lifecycle.Route
+	version int
+	routes  []lifecycle.Route
+	// table is the routes with their filters compiled.
+	table    *routing.Table
 	targets  map[string]lifecycle.Target
 	sources  map[string]lifecycle.Source
 	settings lifecycle.Settings
@@ -60,12 +63,16 @@ func (w *Writer) loadConfig(ctx context.Context) (*configState, error) {
 		settings: lifecycle.DefaultSettings(), loaded: w.clock()}
 	b := &pgx.Batch{}
 	journal.QueueStreamVersion(b, journal.ConfigStream, &c.version)
-	b.Queue(`SELECT id, source, from_pattern, to_pattern, target FROM routes ORDER BY created_at, id`).
+	b.Queue(`SELECT id, source, from_pattern, to_pattern, target, types, filter FROM routes ORDER BY created_at, id`).
 		Query(func(rows pgx.Rows) error {
 			var err error
 			c.routes, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (lifecycle.Route, error) {
 				var r lifecycle.Route
-				return r, row.Scan(&r.ID, &r.Source, &r.From, &r.To, &r.Target)
+				err := row.Scan(&r.ID, &r.Source, &r.From, &r.To, &r.Target, &r.Types, &r.Filter)
+				if len(r.Types) == 0 {
+					r.Types = nil
+				}
+				return r, err
 			})
 			return err
 		})
@@ -105,6 +112,19 @@ func (w *Writer) loadConfig(ctx context.Context) (*configState, error) {
 		return err
 	})
 	if err := w.db.SendBatch(ctx, b).Close(); err != nil {
+		return nil, fmt.Errorf("load configuration: %w", err)
+	}
+	// The programs of the cached table are reused, so a reload compiles
+	// only the filters that changed.
+	w.mu.Lock()
+	prev := w.cached
+	w.mu.Unlock()
+	var prevTable *routing.Table
+	if prev != nil {
+		prevTable = prev.table
+	}
+	var err error
+	if c.table, err = routing.NewTable(c.routes, prevTable); err != nil {
 		return nil, fmt.Errorf("load configuration: %w", err)
 	}
 	return c, nil
@@ -360,6 +380,11 @@ func (w *Writer) changeRoute(ctx context.Context, r lifecycle.Route, actor strin
 	if err := r.Validate(); err != nil {
 		return invalid(err)
 	}
+	if r.Filter != "" {
+		if _, err := routing.CompileFilter(r.Filter); err != nil {
+			return invalid(err)
+		}
+	}
 	return w.changeConfig(ctx, actor, func(c *configState, now time.Time) ([]journal.Payload, func(*pgx.Batch), error) {
 		if _, ok := c.targets[r.Target]; !ok {
 			return nil, nil, fmt.Errorf("%w: %w", ErrInvalidTarget,
@@ -371,17 +396,25 @@ func (w *Writer) changeRoute(ctx context.Context, r lifecycle.Route, actor strin
 			return nil, nil, &ExistsError{Kind: "route", Field: "id", Value: r.ID.String()}
 		case create:
 			return []journal.Payload{&journal.RouteCreated{Route: r}}, func(b *pgx.Batch) {
-				b.Queue(`INSERT INTO routes (id, source, from_pattern, to_pattern, target, created_at, updated_at)
-					VALUES ($1, $2, $3, $4, $5, $6, $6)`, r.ID, r.Source, r.From, r.To, r.Target, now)
+				b.Queue(`INSERT INTO routes (id, source, from_pattern, to_pattern, target, types, filter, created_at, updated_at)
+					VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $8)`, r.ID, r.Source, r.From, r.To, r.Target, typesArray(r.Types), r.Filter, now)
 			}, nil
 		case !exists:
 			return nil, nil, ErrNotFound
 		}
 		return []journal.Payload{&journal.RouteUpdated{Route: r}}, func(b *pgx.Batch) {
-			b.Queue(`UPDATE routes SET source = $2, from_pattern = $3, to_pattern = $4, target = $5, updated_at = $6
-				WHERE id = $1`, r.ID, r.Source, r.From, r.To, r.Target, now)
+			b.Queue(`UPDATE routes SET source = $2, from_pattern = $3, to_pattern = $4, target = $5, types = $6, filter = $7,
+				updated_at = $8 WHERE id = $1`, r.ID, r.Source, r.From, r.To, r.Target, typesArray(r.Types), r.Filter, now)
 		}, nil
 	})
+}
+
+// typesArray is a route's types as their NOT NULL column holds them.
+func typesArray(types []string) []string {
+	if types == nil {
+		return []string{}
+	}
+	return types
 }
 
 // DeleteRoute removes a route. Messages dispatched before keep their

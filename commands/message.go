@@ -16,6 +16,7 @@ import (
 	"github.com/waybill/waybill/journal"
 	"github.com/waybill/waybill/lifecycle"
 	"github.com/waybill/waybill/projection"
+	"github.com/waybill/waybill/routing"
 	"github.com/waybill/waybill/sources"
 )
 
@@ -50,6 +51,9 @@ type NewMessage struct {
 	// (lifecycle.Schedule). Only Ingest and IngestMany schedule.
 	DeliverAt time.Time
 	Delay     *lifecycle.Duration
+	// Headers are the message's headers, names in any case: they are kept
+	// lower case (lifecycle.LowerHeaders).
+	Headers map[string]string
 	// Trace is the trace context the message belongs to: its ingest's
 	// span, or what its sender brought when tracing is off.
 	Trace lifecycle.Trace
@@ -63,21 +67,6 @@ type NewMessage struct {
 type InboxRow struct {
 	Source string
 	ID     int64
-}
-
-// MatchRoutes is the one routing decision: the distinct targets, in name
-// order, of the routes whose source is the message's and whose from and to
-// patterns cover its parties (AnyParty covers any name; any other pattern
-// only that exact name). Overlapping routes to one target yield it once.
-func MatchRoutes(routes []lifecycle.Route, source, from, to string) []string {
-	var targets []string
-	for _, r := range routes {
-		if r.Covers(source, from, to) && !slices.Contains(targets, r.Target) {
-			targets = append(targets, r.Target)
-		}
-	}
-	slices.Sort(targets)
-	return targets
 }
 
 // Ingest stores a message and dispatches it in one transaction, so an
@@ -128,10 +117,14 @@ func (w *Writer) acceptance(ctx context.Context, in NewMessage, cfg *configState
 	}
 	due, err := lifecycle.Schedule(in.DeliverAt, in.Delay, w.now())
 	if err != nil {
+		return nil, err
+	}
+	headers, err := lifecycle.LowerHeaders("headers", in.Headers)
+	if err != nil {
 		return nil, invalid(err)
 	}
 	sum := sha256.Sum256(in.Payload)
-	accepted := &journal.MessageAccepted{DeliverAt: due,
+	accepted := &journal.MessageAccepted{DeliverAt: due, Headers: headers,
 		Source: in.Source, From: in.From, To: in.To, ContentType: in.ContentType,
 		PayloadSize: int64(len(in.Payload)), PayloadSHA256: hex.EncodeToString(sum[:]),
 		IdempotencyKey: in.IdempotencyKey, OrderingKey: in.OrderingKey, DuplicateKey: in.DuplicateKey,
@@ -168,7 +161,7 @@ func (w *Writer) acceptance(ctx context.Context, in NewMessage, cfg *configState
 			c.also(func(b *pgx.Batch) { sources.QueueMarkerOwed(b, row.Source, row.ID, id, now) })
 		}
 		if cfg != nil {
-			if err := w.dispatchOn(c, cfg, lanes, now, journal.SourceActor(in.Source), false, uuid.Nil, due); err != nil {
+			if err := w.dispatchOn(c, cfg, c.body, lanes, now, journal.SourceActor(in.Source), false, uuid.Nil, due); err != nil {
 				return nil, err
 			}
 		}
@@ -295,25 +288,27 @@ func isIdempotencyConflict(err error) bool {
 	return errors.As(err, &pgErr) && pgErr.Code == "23505" && pgErr.ConstraintName == "messages_idempotency_key"
 }
 
-// dispatchOn matches the routes for c's message and records the deliveries
-// of the targets that have none in its current generation, each in its
-// lane when the target keeps order and the message has a key: a dispatch,
-// or a redispatch (for op, when a bulk operation does it). When due is
-// after now, the deliveries are scheduled until then.
-func (w *Writer) dispatchOn(c *change, cfg *configState, lanes *projection.LaneBook, now time.Time, actor string,
+// dispatchOn matches the routes for c's message, whose body is payload
+// (nil when no filter reads it, routingPayloads), and records the
+// deliveries of the targets that have none in its current generation, each
+// in its lane when the target keeps order and the message has a key: a
+// dispatch, or a redispatch (for op, when a bulk operation does it). When
+// due is after now, the deliveries are scheduled until then.
+func (w *Writer) dispatchOn(c *change, cfg *configState, payload []byte, lanes *projection.LaneBook, now time.Time, actor string,
 	redispatch bool, op uuid.UUID, due time.Time) error {
 	m := c.after
-	targets, err := routed(cfg, m)
+	d, err := routed(m, cfg, payload)
 	if err != nil {
 		return err
 	}
-	targets = slices.DeleteFunc(targets, func(target string) bool {
+	targets := slices.DeleteFunc(d.Targets, func(target string) bool {
 		return slices.ContainsFunc(m.Deliveries, func(d projection.Delivery) bool { return d.Target == target && m.Current(&d) })
 	})
 	nd, err := newDeliveries(m, targets, lanes, now, due)
 	if err != nil {
 		return err
 	}
+	nd.Routing = d.Routing
 	var p journal.Payload = &journal.MessageDispatched{NewDeliveries: nd}
 	if redispatch {
 		p = &journal.MessageRedispatched{NewDeliveries: nd, Operation: op}
@@ -325,16 +320,38 @@ func (w *Writer) dispatchOn(c *change, cfg *configState, lanes *projection.LaneB
 	return nil
 }
 
-// routed is the targets the routes send the message to, each of which must
-// exist.
-func routed(cfg *configState, m *projection.Message) ([]string, error) {
-	targets := MatchRoutes(cfg.routes, m.Source, m.From, m.To)
-	for _, target := range targets {
+// routed is where the routes send the message, whose body is payload, each
+// target of which must exist; the decision names the configuration's
+// version.
+func routed(m *projection.Message, cfg *configState, payload []byte) (routing.Decision, error) {
+	d := cfg.table.Match(RoutingMessage(m, payload))
+	d.ConfigVersion = int64(cfg.version)
+	for _, target := range d.Targets {
 		if _, ok := cfg.targets[target]; !ok {
-			return nil, fmt.Errorf("%w: a route sends to %q, which is no target", ErrInvalidTarget, target)
+			return routing.Decision{}, fmt.Errorf("%w: a route sends to %q, which is no target", ErrInvalidTarget, target)
 		}
 	}
-	return targets, nil
+	return d, nil
+}
+
+// RoutingMessage is m, with its body payload, as the routes see it.
+func RoutingMessage(m *projection.Message, payload []byte) routing.Message {
+	return routing.Message{Source: m.Source, From: m.From, To: m.To, Type: m.Type, Headers: m.Headers,
+		ContentType: m.ContentType, Size: m.PayloadSize, Payload: payload}
+}
+
+// routingPayloads reads the bodies of the messages ids for a decision
+// that routes them again, when a filter may read them; nil when none does.
+func (w *Writer) routingPayloads(ctx context.Context, cfg *configState, ids ...uuid.UUID) (map[uuid.UUID][]byte, error) {
+	if !cfg.table.ReadsPayload() {
+		return nil, nil
+	}
+	b := &pgx.Batch{}
+	bodies := projection.QueuePayloads(b, ids)
+	if err := w.db.SendBatch(ctx, b).Close(); err != nil {
+		return nil, fmt.Errorf("read payloads to route: %w", err)
+	}
+	return bodies, nil
 }
 
 // newDeliveries makes a delivery of m to each target, numbered on, each
@@ -386,12 +403,16 @@ func (w *Writer) Dispatch(ctx context.Context, id uuid.UUID, actor string) (*pro
 	if err != nil {
 		return nil, fmt.Errorf("dispatch message %s: %w", id, err)
 	}
+	payloads, err := w.routingPayloads(ctx, cfg, id)
+	if err != nil {
+		return nil, fmt.Errorf("dispatch message %s: %w", id, err)
+	}
 	m, err := w.run(ctx, message(id), func(m *projection.Message, lanes *projection.LaneBook, now time.Time) (*change, error) {
 		if m.Stage != lifecycle.StageAccepted {
 			return nil, nil
 		}
 		c := newChange(m)
-		return c, w.dispatchOn(c, cfg, lanes, now, actor, false, uuid.Nil, time.Time{})
+		return c, w.dispatchOn(c, cfg, payloads[m.ID], lanes, now, actor, false, uuid.Nil, time.Time{})
 	})
 	if err != nil {
 		return nil, fmt.Errorf("dispatch message %s: %w", id, err)

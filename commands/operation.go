@@ -14,6 +14,7 @@ import (
 	"github.com/waybill/waybill/journal"
 	"github.com/waybill/waybill/lifecycle"
 	"github.com/waybill/waybill/projection"
+	"github.com/waybill/waybill/routing"
 )
 
 // Bulk operations. An operation's stream holds its creation, the messages
@@ -228,7 +229,13 @@ func (w *Writer) bulkBatch(ctx context.Context, action lifecycle.OperationAction
 	if err != nil {
 		return nil, err
 	}
-	decide := bulkDecision(cfg, action, target, a)
+	var payloads map[uuid.UUID][]byte
+	if action == lifecycle.ActionReplay {
+		if payloads, err = w.routingPayloads(ctx, cfg, ids...); err != nil {
+			return nil, err
+		}
+	}
+	decide := bulkDecision(cfg, payloads, action, target, a)
 	ops := make([]*op, len(ids))
 	for i, id := range ids {
 		ops[i] = &op{ctx: ctx, on: message(id), decide: decide, key: id}
@@ -452,16 +459,15 @@ func tooManyMessages() error {
 //     Resend and Replay do, whatever target.
 //
 // A message with nothing the action may take is refused with the reason.
-func bulkDecision(cfg *configState, action lifecycle.OperationAction, target string, a Action) decision {
+func bulkDecision(cfg *configState, payloads map[uuid.UUID][]byte, action lifecycle.OperationAction, target string, a Action) decision {
 	switch action {
 	case lifecycle.ActionResend:
-		return resendDecision(cfg, a, func(m *projection.Message, _ *configState) ([]string, error) {
-			return resendTargets(m, nil)
+		return resendDecision(cfg, nil, a, func(m *projection.Message, _ *configState, _ []byte) (routing.Decision, error) {
+			targets, err := resendTargets(m, nil)
+			return routing.Decision{Targets: targets}, err
 		}, false)
 	case lifecycle.ActionReplay:
-		return resendDecision(cfg, a, func(m *projection.Message, cfg *configState) ([]string, error) {
-			return routed(cfg, m)
-		}, true)
+		return resendDecision(cfg, payloads, a, routed, true)
 	case lifecycle.ActionRedeliver:
 		return eachDelivery(target, ErrNotRedeliverable, "failed or stalled",
 			func(d *projection.Delivery) bool {

@@ -1,6 +1,7 @@
 package console_test
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"html"
@@ -582,6 +583,8 @@ func TestSettingsCallbacks(t *testing.T) {
 	}
 }
 
+// TestDeliverNowAsksThenActs: a scheduled message offers deliver now,
+// which asks first, then queues its deliveries.
 func TestDeliverNowAsksThenActs(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
@@ -600,4 +603,37 @@ func TestDeliverNowAsksThenActs(t *testing.T) {
 	c.get(t, page+"/deliver-now").want(t, http.StatusOK).has(t, "Deliver message "+m.ID.String()+" now?")
 	c.post(t, page+"/deliver-now", nil).redirects(t, page)
 	c.get(t, page).has(t, "Delivered now: its deliveries are queued.", "In progress").lacks(t, `href="`+page+`/deliver-now"`)
+}
+
+// TestRouteWithTypesAndFilter: the form takes a route's types and filter,
+// refuses a filter that does not compile, and a message's page shows its
+// headers and, in its history, which route took it and why.
+func TestRouteWithTypesAndFilter(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	if _, err := b.w.CreateTarget(b.ctx, lifecycle.Target{Name: "billing", Kind: "http", Enabled: true,
+		Config: json.RawMessage(`{"url":"http://127.0.0.1:9/"}`)}, "operator:test"); err != nil {
+		t.Fatal(err)
+	}
+	c := b.signedIn(t, b.admin)
+	form := func(filter string) url.Values {
+		return url.Values{"source": {"erp"}, "from": {"*"}, "to": {"*"}, "target": {"billing"},
+			"types": {"invoice.*, order.created"}, "filter": {filter}}
+	}
+	c.get(t, "/ui/routes").want(t, http.StatusOK).has(t, `name="filter"`, `name="types"`)
+	c.post(t, "/ui/routes", form("message.payload.amount >")).want(t, http.StatusBadRequest).
+		has(t, "<code>filter</code>", "at 1:25:", `value="invoice.*, order.created"`)
+	c.post(t, "/ui/routes", form(`message.headers[?"x-tier"].orValue("") == "gold"`)).redirects(t, "/ui/routes")
+	c.get(t, "/ui/routes").has(t, "Route added: from erp (* → *) to billing, types invoice.*, order.created, filter",
+		"<td class=\"wrap\" data-label=\"Types\">invoice.*, order.created</td>")
+	m, _, err := b.w.Ingest(b.ctx, commands.NewMessage{Source: "erp", From: "acme", To: "globex", Type: "invoice.paid",
+		ContentType: "text/plain", Payload: []byte("hi"), Headers: map[string]string{"X-Tier": "gold"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(m.Deliveries) != 1 {
+		t.Fatalf("deliveries %+v", m.Deliveries)
+	}
+	c.get(t, "/ui/messages/"+m.ID.String()).want(t, http.StatusOK).has(t, "<dt>Headers</dt>", "<code>x-tier: gold</code>",
+		"routed to billing by route ")
 }

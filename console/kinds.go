@@ -26,7 +26,8 @@ type configField struct {
 	Hint string
 	// Input is how it is written: text, number (a whole number), check
 	// (a boolean), select (one of Options, the first the default), lines (an object of
-	// strings, one "Name: value" a line), or json (an object, as JSON).
+	// strings, one "Name: value" a line), list (strings, comma-separated),
+	// or json (an object, as JSON).
 	Input   string
 	Options []string
 }
@@ -42,6 +43,8 @@ var (
 			{Key: "method", Label: "Method", Input: "select", Options: []string{"POST", "PUT", "PATCH"}, Hint: "The request's method."},
 			{Key: "headers", Label: "Headers", Input: "lines",
 				Hint: "Sent with every attempt, one Name: value a line. A Content-Type here is used for payloads that have none."},
+			{Key: "forward_headers", Label: "Forward message headers", Input: "list",
+				Hint: "The message's headers sent on, comma-separated: names (x-tenant) or prefixes (x-request-*). Reserved ones never are."},
 			{Key: "timeout", Label: "Request timeout", Input: "text", Hint: "A duration such as 10s; empty leaves it to the attempt timeout."},
 			{Key: "tls_skip_verify", Label: "Accept any server certificate", Input: "check", Hint: "Off: the server's certificate is verified."},
 			{Key: "propagate_baggage", Label: "Pass the message's baggage on", Input: "check",
@@ -133,6 +136,12 @@ func valuesOf(fields []configField, config json.RawMessage) configValues {
 			if v {
 				vs[f.Key] = "on"
 			}
+		case []any:
+			var items []string
+			for _, item := range v {
+				items = append(items, fmt.Sprint(item))
+			}
+			vs[f.Key] = strings.Join(items, ", ")
 		case map[string]any:
 			var lines []string
 			for _, name := range slices.Sorted(maps.Keys(v)) {
@@ -179,6 +188,14 @@ func (vs configValues) config(fields []configField) (json.RawMessage, error) {
 				continue
 			}
 			object[f.Key] = json.RawMessage(v)
+		case f.Input == "list":
+			var items []string
+			for item := range strings.SplitSeq(v, ",") {
+				if item = strings.TrimSpace(item); item != "" {
+					items = append(items, item)
+				}
+			}
+			object[f.Key] = items
 		case f.Input == "number":
 			n, err := strconv.Atoi(v)
 			if err != nil {

@@ -39,7 +39,12 @@ func (c *Console) showRoutes(w http.ResponseWriter, r *http.Request, status int,
 // createRoute adds the route of the form (POST /routes).
 func (c *Console) createRoute(w http.ResponseWriter, r *http.Request, s *auth.Session) error {
 	get := func(name string) string { return strings.TrimSpace(r.PostForm.Get(name)) }
-	rt := lifecycle.Route{Source: get("source"), From: get("from"), To: get("to"), Target: get("target")}
+	rt := lifecycle.Route{Source: get("source"), From: get("from"), To: get("to"), Target: get("target"), Filter: get("filter")}
+	for t := range strings.SplitSeq(get("types"), ",") {
+		if t = strings.TrimSpace(t); t != "" {
+			rt.Types = append(rt.Types, t)
+		}
+	}
 	created, err := c.cfg.Writer.CreateRoute(r.Context(), rt, journal.OperatorActor(s.Name))
 	if err != nil {
 		p := problemOf(err)
@@ -88,5 +93,12 @@ func (c *Console) deleteRoute(w http.ResponseWriter, r *http.Request, s *auth.Se
 
 // routeText is a route in words.
 func routeText(rt lifecycle.Route) string {
-	return fmt.Sprintf("from %s (%s → %s) to %s", rt.Source, rt.From, rt.To, rt.Target)
+	s := fmt.Sprintf("from %s (%s → %s) to %s", rt.Source, rt.From, rt.To, rt.Target)
+	if len(rt.Types) > 0 {
+		s += ", types " + strings.Join(rt.Types, ", ")
+	}
+	if rt.Filter != "" {
+		s += ", filter " + rt.Filter
+	}
+	return s
 }

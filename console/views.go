@@ -257,6 +257,7 @@ func (v *views) funcs() template.FuncMap {
 		"short":         short,
 		"problemsFor":   problemsFor,
 		"fieldOf":       fieldOf,
+		"join":          strings.Join,
 	}
 }
 

@@ -118,7 +118,7 @@ func (s *Server) mayPost(r *http.Request, source string) error {
 func newMessage(req IngestRequest) (commands.NewMessage, error) {
 	in := commands.NewMessage{Source: req.Source, From: req.From, To: req.To, ContentType: req.ContentType,
 		IdempotencyKey: req.IdempotencyKey, OrderingKey: req.OrderingKey, DuplicateKey: req.DuplicateKey,
-		CallbackURL: req.CallbackURL, Type: req.Type, Delay: req.Delay}
+		CallbackURL: req.CallbackURL, Type: req.Type, Delay: req.Delay, Headers: req.Headers}
 	if req.DeliverAt != nil {
 		in.DeliverAt = *req.DeliverAt
 	}
@@ -154,6 +154,10 @@ func newMessage(req IngestRequest) (commands.NewMessage, error) {
 		accepted := journal.MessageAccepted{Source: in.Source, From: in.From, To: in.To, ContentType: in.ContentType,
 			PayloadSHA256: strings.Repeat("0", 64), IdempotencyKey: in.IdempotencyKey, OrderingKey: in.OrderingKey,
 			DuplicateKey: in.DuplicateKey, CallbackURL: in.CallbackURL, Type: in.Type}
+		var err error
+		if accepted.Headers, err = lifecycle.LowerHeaders("headers", in.Headers); err != nil {
+			errs = append(errs, err)
+		}
 		if accepted.ContentType == "" {
 			accepted.ContentType = "application/octet-stream"
 		}

@@ -4,7 +4,9 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
+	"fmt"
 	"net/http"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -137,6 +139,11 @@ func TestIngestRefusesBadInputAndWritesNothing(t *testing.T) {
 		{"not JSON", `{"source":`, "body"},
 		{"empty", ``, "body"},
 		{"long key", `{"source":"erp","from":"acme","to":"globex","payload":"hi","idempotency_key":"` + strings.Repeat("k", 256) + `"}`, "idempotency_key"},
+		{"headers not strings", `{"source":"erp","from":"acme","to":"globex","payload":"hi","headers":{"x-a":1}}`, "headers"},
+		{"header name", `{"source":"erp","from":"acme","to":"globex","payload":"hi","headers":{"x a":"1"}}`, "headers"},
+		{"header value", `{"source":"erp","from":"acme","to":"globex","payload":"hi","headers":{"x-a":"1\r\nx-b: 2"}}`, "headers.x-a"},
+		{"header twice", `{"source":"erp","from":"acme","to":"globex","payload":"hi","headers":{"X-A":"1","x-a":"2"}}`, "headers.x-a"},
+		{"too many headers", `{"source":"erp","from":"acme","to":"globex","payload":"hi","headers":{` + manyHeaders(65) + `}}`, "headers"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			post("application/json", tc.body).invalidField(t, tc.field)
@@ -460,5 +467,34 @@ func TestExpungedPayloadIsGone(t *testing.T) {
 	b.as(t, readerToken, http.MethodGet, path, nil).want(t, http.StatusOK, &got)
 	if !got.PayloadExpunged || got.PayloadSize != m.PayloadSize || got.PayloadSHA256 != m.PayloadSHA256 || m.PayloadExpunged {
 		t.Errorf("message %+v, before %+v", got, m)
+	}
+}
+
+// manyHeaders is n headers as the members of a JSON object.
+func manyHeaders(n int) string {
+	members := make([]string, n)
+	for i := range members {
+		members[i] = fmt.Sprintf(`"x-%d":"v"`, i)
+	}
+	return strings.Join(members, ",")
+}
+
+// TestIngestKeepsHeadersLowerCase: a message's headers are kept with names
+// lower case and shown on its resource, {} when it has none.
+func TestIngestKeepsHeadersLowerCase(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.target(t, "billing", nil)
+	m := b.ingest(t, ingestToken, httpapi.IngestRequest{Headers: map[string]string{"X-Tenant": "acme", "x-request-id": "r 1"}})
+	var got httpapi.Message
+	b.as(t, readerToken, http.MethodGet, "/messages/"+m.ID.String(), nil).want(t, http.StatusOK, &got)
+	if want := map[string]string{"x-tenant": "acme", "x-request-id": "r 1"}; !reflect.DeepEqual(got.Headers, want) || !reflect.DeepEqual(m.Headers, want) {
+		t.Errorf("headers %v, then %v; want %v", m.Headers, got.Headers, want)
+	}
+	b.as(t, ingestToken, http.MethodPost, "/messages", httpapi.IngestRequest{Source: "erp", From: "a", To: "b", Payload: new("hi"),
+		Headers: map[string]string{"x-a": strings.Repeat("v", 8<<10)}}).invalidField(t, "headers")
+	plain := b.ingest(t, ingestToken, httpapi.IngestRequest{})
+	if plain.Headers == nil || len(plain.Headers) != 0 {
+		t.Errorf("no headers shown as %#v, want {}", plain.Headers)
 	}
 }

@@ -47,6 +47,10 @@ type IngestRequest struct {
 	// first due then, at most 30 days ahead; a time past is now.
 	DeliverAt *time.Time          `json:"deliver_at"`
 	Delay     *lifecycle.Duration `json:"delay"`
+	// Headers, when given, are the message's headers: string values, at
+	// most 64 of them and 8 KiB in all; names are case-insensitive and
+	// kept lower case.
+	Headers map[string]string `json:"headers"`
 }
 
 // Message is the message resource.
@@ -85,6 +89,8 @@ type Message struct {
 	// DeliverAt is when a scheduled message's deliveries come due; null
 	// unless the message is scheduled.
 	DeliverAt *time.Time `json:"deliver_at"`
+	// Headers are the message's headers, names lower case; {} for none.
+	Headers map[string]string `json:"headers"`
 	// Deliveries are every generation's, newest generation first, each in
 	// the order it was made.
 	Deliveries []Delivery `json:"deliveries"`
@@ -253,6 +259,18 @@ type RouteRequest struct {
 	From   string `json:"from"`
 	To     string `json:"to"`
 	Target string `json:"target"`
+	// Types are the message types the route takes (*, exact, or a
+	// prefix such as invoice.*); none takes any.
+	Types []string `json:"types"`
+	// Filter is a CEL expression over the message that must yield true
+	// for the route to match (docs/routing.md).
+	Filter string `json:"filter"`
+}
+
+// route is the route req describes, with id.
+func (req RouteRequest) route(id uuid.UUID) lifecycle.Route {
+	return lifecycle.Route{ID: id, Source: req.Source, From: req.From, To: req.To, Target: req.Target,
+		Types: req.Types, Filter: req.Filter}
 }
 
 // RouteList is every route, oldest first.
@@ -323,7 +341,10 @@ func messageOf(m *projection.Message) Message {
 		Generation: m.Generation, Error: optional(m.Error), CreatedAt: m.CreatedAt, UpdatedAt: m.UpdatedAt,
 		PayloadSize: m.PayloadSize, PayloadSHA256: m.PayloadSHA256, PayloadExpunged: m.PayloadExpunged, OrderingKey: optional(m.OrderingKey),
 		DuplicateKey: optional(m.DuplicateKey), Type: optional(m.Type), DeliverAt: optionalTime(m.ScheduledUntil()),
-		Deliveries: make([]Delivery, 0, len(m.Deliveries))}
+		Headers: m.Headers, Deliveries: make([]Delivery, 0, len(m.Deliveries))}
+	if out.Headers == nil {
+		out.Headers = map[string]string{}
+	}
 	if m.PossibleDuplicateOf != uuid.Nil {
 		out.PossibleDuplicateOf = &m.PossibleDuplicateOf
 	}

@@ -4,8 +4,9 @@ import (
 	"fmt"
 	"net/http"
 
+	"github.com/google/uuid"
+
 	"github.com/waybill/waybill/commands"
-	"github.com/waybill/waybill/lifecycle"
 )
 
 func (s *Server) listRoutes(w http.ResponseWriter, r *http.Request) error {
@@ -40,8 +41,7 @@ func (s *Server) createRoute(w http.ResponseWriter, r *http.Request) error {
 	if err := s.readJSON(w, r, &req, false); err != nil {
 		return err
 	}
-	rt, err := s.cfg.Writer.CreateRoute(r.Context(),
-		lifecycle.Route{Source: req.Source, From: req.From, To: req.To, Target: req.Target}, actor(r))
+	rt, err := s.cfg.Writer.CreateRoute(r.Context(), req.route(uuid.Nil), actor(r))
 	if err != nil {
 		return err
 	}
@@ -61,7 +61,7 @@ func (s *Server) updateRoute(w http.ResponseWriter, r *http.Request) error {
 	if err := s.readJSON(w, r, &req, false); err != nil {
 		return err
 	}
-	rt := lifecycle.Route{ID: id, Source: req.Source, From: req.From, To: req.To, Target: req.Target}
+	rt := req.route(id)
 	if err := s.cfg.Writer.UpdateRoute(r.Context(), rt, actor(r)); err != nil {
 		return err
 	}

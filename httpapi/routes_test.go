@@ -2,6 +2,8 @@ package httpapi_test
 
 import (
 	"net/http"
+	"reflect"
+	"strings"
 	"testing"
 
 	"github.com/google/uuid"
@@ -52,7 +54,7 @@ func TestRoutes(t *testing.T) {
 	}
 	var got lifecycle.Route
 	b.as(t, readerToken, http.MethodGet, "/routes/"+rt.ID.String(), nil).want(t, http.StatusOK, &got)
-	if got != rt {
+	if !reflect.DeepEqual(got, rt) {
 		t.Errorf("read %+v, want %+v", got, rt)
 	}
 
@@ -68,7 +70,7 @@ func TestRoutes(t *testing.T) {
 
 	var list httpapi.RouteList
 	b.as(t, readerToken, http.MethodGet, "/routes", nil).want(t, http.StatusOK, &list)
-	if len(list.Items) != 1 || list.Items[0] != got {
+	if len(list.Items) != 1 || !reflect.DeepEqual(list.Items[0], got) {
 		t.Errorf("list %+v", list)
 	}
 
@@ -82,5 +84,66 @@ func TestRoutes(t *testing.T) {
 	}
 	if n := b.changes.Load() - changes; n != 3 {
 		t.Errorf("%d changes reported, want 3", n)
+	}
+}
+
+// TestRouteTypesAndFilter: a filter that does not compile is refused with
+// its position and nothing is saved; a route's types and filter decide which
+// messages it takes, by type, payload field and header.
+func TestRouteTypesAndFilter(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	for _, name := range []string{"billing", "eu"} {
+		b.admin(t, http.MethodPost, "/targets", map[string]any{"name": name, "kind": "http",
+			"config": map[string]string{"url": "http://127.0.0.1:9/"}}).want(t, http.StatusCreated, nil)
+	}
+	before := b.counts(t)
+	e := b.admin(t, http.MethodPost, "/routes", httpapi.RouteRequest{Source: "erp", From: "*", To: "*", Target: "billing",
+		Filter: "message.payload.amount >"}).invalidField(t, "filter")
+	if !strings.Contains(e.Details.Problem, "at 1:25:") {
+		t.Errorf("the problem gives no position: %q", e.Details.Problem)
+	}
+	e = b.admin(t, http.MethodPost, "/routes", httpapi.RouteRequest{Source: "erp", From: "*", To: "*", Target: "billing",
+		Filter: "message.amount > 1"}).invalidField(t, "filter")
+	if !strings.Contains(e.Details.Problem, `message has no field "amount"`) {
+		t.Errorf("problem %q", e.Details.Problem)
+	}
+	b.admin(t, http.MethodPost, "/routes", httpapi.RouteRequest{Source: "erp", From: "*", To: "*", Target: "billing",
+		Filter: `"yes"`}).invalidField(t, "filter")
+	b.admin(t, http.MethodPost, "/routes", httpapi.RouteRequest{Source: "erp", From: "*", To: "*", Target: "billing",
+		Types: []string{"invoice.*", "in*voice"}}).invalidField(t, "types[1]")
+	b.unchanged(t, before)
+
+	var billing lifecycle.Route
+	b.admin(t, http.MethodPost, "/routes", httpapi.RouteRequest{Source: "erp", From: "*", To: "*", Target: "billing",
+		Types: []string{"invoice.*"}, Filter: "message.payload.amount > 1000"}).want(t, http.StatusCreated, &billing)
+	if !reflect.DeepEqual(billing.Types, []string{"invoice.*"}) || billing.Filter != "message.payload.amount > 1000" {
+		t.Errorf("created %+v", billing)
+	}
+	b.admin(t, http.MethodPost, "/routes", httpapi.RouteRequest{Source: "erp", From: "*", To: "*", Target: "eu",
+		Filter: `message.headers[?"x-region"].orValue("") == "eu"`}).want(t, http.StatusCreated, nil)
+
+	for _, tc := range []struct {
+		name, typ, payload string
+		headers            map[string]string
+		targets            []string
+		status             lifecycle.MessageStatus
+	}{
+		{"large invoice", "invoice.paid", `{"amount": 1500}`, nil, []string{"billing"}, lifecycle.StatusInProgress},
+		{"small invoice", "invoice.paid", `{"amount": 15}`, nil, nil, lifecycle.StatusNotRouted},
+		{"large order", "order.created", `{"amount": 1500}`, nil, nil, lifecycle.StatusNotRouted},
+		{"eu invoice", "invoice.paid", `{"amount": 1500}`, map[string]string{"X-Region": "eu"}, []string{"billing", "eu"}, lifecycle.StatusInProgress},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m := b.ingest(t, ingestToken, httpapi.IngestRequest{Source: "erp", From: "acme", To: "globex", Type: tc.typ,
+				Payload: &tc.payload, ContentType: "application/json", Headers: tc.headers})
+			var targets []string
+			for _, d := range m.Deliveries {
+				targets = append(targets, d.Target)
+			}
+			if !reflect.DeepEqual(targets, tc.targets) || m.Status != tc.status {
+				t.Errorf("%s to %v, want %s to %v", m.Status, targets, tc.status, tc.targets)
+			}
+		})
 	}
 }

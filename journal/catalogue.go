@@ -264,6 +264,9 @@ type MessageAccepted struct {
 	// first due (deliver_at, or the ingest's time plus delay): the
 	// dispatch schedules them for then.
 	DeliverAt time.Time `json:"deliver_at,omitzero"`
+	// Headers are the message's headers, names lower case
+	// (lifecycle.CheckHeaders).
+	Headers map[string]string `json:"headers,omitempty"`
 	// TraceParent, TraceState and Baggage are the W3C trace context the
 	// message belongs to (lifecycle.Trace), when it has one.
 	TraceParent string `json:"traceparent,omitempty"`
@@ -305,7 +308,7 @@ func (p *MessageAccepted) Validate() error {
 	return errors.Join(lifecycle.CheckName("source", p.Source), lifecycle.CheckParty("from", p.From),
 		lifecycle.CheckParty("to", p.To), lifecycle.CheckParty("content_type", p.ContentType), size, sha, key,
 		lifecycle.CheckOrderingKey("ordering_key", p.OrderingKey), dup, checkCallbackURL(p.CallbackURL),
-		lifecycle.CheckMessageType("type", p.Type), p.Trace().Check(""))
+		lifecycle.CheckMessageType("type", p.Type), lifecycle.CheckHeaders("headers", p.Headers), p.Trace().Check(""))
 }
 
 // isSHA256 reports whether s is 64 hexadecimal digits of either case, as
@@ -367,6 +370,54 @@ type NewDeliveries struct {
 	// Scheduled makes the deliveries scheduled until NextDue (a message's
 	// deliver_at): not woken nor claimed before delivery.due.
 	Scheduled bool `json:"scheduled,omitempty"`
+	Routing
+}
+
+// Routing is why a dispatch went where it did: the routes that matched,
+// the filters that failed, and the version of the config stream whose
+// routes were matched (0 in the events of before it was recorded).
+type Routing struct {
+	Routes        []MatchedRoute `json:"routes,omitempty"`
+	FilterErrors  []FilterError  `json:"filter_errors,omitempty"`
+	ConfigVersion int64          `json:"config_version,omitempty"`
+}
+
+// MatchedRoute is a route that matched a message, with what it matched on.
+type MatchedRoute struct {
+	ID     uuid.UUID `json:"id"`
+	Target string    `json:"target"`
+	Types  []string  `json:"types,omitempty"`
+	Filter string    `json:"filter,omitempty"`
+}
+
+// FilterError is a route whose filter failed on a message, which it
+// therefore did not match.
+type FilterError struct {
+	Route uuid.UUID `json:"route"`
+	Error string    `json:"error"`
+}
+
+// routingText is the routes and failed filters of a dispatch in words.
+func (r Routing) routingText() string {
+	var parts []string
+	for _, m := range r.Routes {
+		s := "to " + m.Target + " by route " + m.ID.String()
+		var why []string
+		if len(m.Types) > 0 {
+			why = append(why, "types "+strings.Join(m.Types, ", "))
+		}
+		if m.Filter != "" {
+			why = append(why, "filter "+m.Filter)
+		}
+		if len(why) > 0 {
+			s += " (" + strings.Join(why, "; ") + ")"
+		}
+		parts = append(parts, s)
+	}
+	for _, e := range r.FilterErrors {
+		parts = append(parts, "the filter of route "+e.Route.String()+" failed: "+e.Error)
+	}
+	return strings.Join(parts, "; ")
 }
 
 func (p NewDeliveries) validate() error {
@@ -396,6 +447,16 @@ func (p NewDeliveries) problems() error {
 	if len(p.Deliveries) > 0 {
 		errs = append(errs, required("next_due", !p.NextDue.IsZero()))
 	}
+	for i, r := range p.Routes {
+		name := fmt.Sprintf("routes[%d]", i)
+		errs = append(errs, required(name+".id", r.ID != uuid.Nil), lifecycle.CheckName(name+".target", r.Target))
+	}
+	for i, e := range p.FilterErrors {
+		errs = append(errs, required(fmt.Sprintf("filter_errors[%d].route", i), e.Route != uuid.Nil))
+	}
+	if p.ConfigVersion < 0 {
+		errs = append(errs, field("config_version", "must not be negative"))
+	}
 	return errors.Join(errs...)
 }
 
@@ -412,7 +473,17 @@ func (p NewDeliveries) valid() bool {
 			}
 		}
 	}
-	return len(p.Deliveries) == 0 || !p.NextDue.IsZero()
+	for _, r := range p.Routes {
+		if r.ID == uuid.Nil || lifecycle.CheckName("", r.Target) != nil {
+			return false
+		}
+	}
+	for _, e := range p.FilterErrors {
+		if e.Route == uuid.Nil {
+			return false
+		}
+	}
+	return p.ConfigVersion >= 0 && (len(p.Deliveries) == 0 || !p.NextDue.IsZero())
 }
 
 // schedule says when scheduled deliveries are due, for a Text.
@@ -438,10 +509,14 @@ type MessageDispatched struct{ NewDeliveries }
 func (*MessageDispatched) Kind() Kind        { return KindMessageDispatched }
 func (p *MessageDispatched) Validate() error { return p.validate() }
 func (p *MessageDispatched) Text() string {
+	text := "dispatched to " + p.targets() + p.schedule()
 	if len(p.Deliveries) == 0 {
-		return "no route matched"
+		text = "no route matched"
 	}
-	return "dispatched to " + p.targets() + p.schedule()
+	if why := p.routingText(); why != "" {
+		text += "; routed " + why
+	}
+	return text
 }
 
 // MessageRedispatched: an operator matched the current routes again and a
@@ -455,10 +530,14 @@ type MessageRedispatched struct {
 func (*MessageRedispatched) Kind() Kind        { return KindMessageRedispatched }
 func (p *MessageRedispatched) Validate() error { return p.validate() }
 func (p *MessageRedispatched) Text() string {
+	text := "redispatched: added " + p.targets() + p.schedule()
 	if len(p.Deliveries) == 0 {
-		return "redispatched: every matched target already had a delivery"
+		text = "redispatched: every matched target already had a delivery"
 	}
-	return "redispatched: added " + p.targets() + p.schedule()
+	if why := p.routingText(); why != "" {
+		text += "; routed " + why
+	}
+	return text
 }
 
 // MessageResent: an operator sent a dispatched message again, as a new
@@ -965,7 +1044,14 @@ func validateRoute(r lifecycle.Route) error {
 }
 
 func routeText(r lifecycle.Route) string {
-	return fmt.Sprintf("%s: %s to %s -> %s", r.Source, r.From, r.To, r.Target)
+	s := fmt.Sprintf("%s: %s to %s -> %s", r.Source, r.From, r.To, r.Target)
+	if len(r.Types) > 0 {
+		s += ", types " + strings.Join(r.Types, ", ")
+	}
+	if r.Filter != "" {
+		s += ", filter " + r.Filter
+	}
+	return s
 }
 
 func positive(name string, n int) error {

@@ -250,6 +250,45 @@ func (d *fastDecoder) bool(p *bool) {
 	}
 }
 
+// stringMap reads an object of string values; null is nil, as encoding/json
+// reads them. A key given twice keeps its last value, as there.
+func (d *fastDecoder) stringMap(p *map[string]string) {
+	if d.null() {
+		*p = nil
+		return
+	}
+	if d.next() != '{' {
+		d.fail()
+		return
+	}
+	d.i++
+	m := map[string]string{}
+	for i := 0; !d.failed; i++ {
+		if d.next() == '}' {
+			d.i++
+			*p = m
+			return
+		}
+		if i > 0 {
+			if d.next() != ',' {
+				d.fail()
+				return
+			}
+			d.i++
+		}
+		key := d.text()
+		if d.failed || d.next() != ':' {
+			d.fail()
+			return
+		}
+		d.i++
+		var v string
+		if d.string(&v); !d.failed {
+			m[string(key)] = v
+		}
+	}
+}
+
 // decodeArray reads an array of values, each with elem; null is nil and []
 // an empty slice, as encoding/json reads them.
 func decodeArray[T any](d *fastDecoder, p *[]T, elem func(d *fastDecoder, e *T)) {

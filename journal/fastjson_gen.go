@@ -254,7 +254,7 @@ func (p *DeliveryWoken) decodeFast(d *fastDecoder) {
 func (p *MessageAccepted) decodeFast(d *fastDecoder) {
 	o := d.begin()
 	for {
-		switch d.field(&o, "source", "from", "to", "content_type", "payload_size", "payload_sha256", "idempotency_key", "ordering_key", "duplicate_key", "possible_duplicate_of", "callback_url", "type", "deliver_at", "traceparent", "tracestate", "baggage") {
+		switch d.field(&o, "source", "from", "to", "content_type", "payload_size", "payload_sha256", "idempotency_key", "ordering_key", "duplicate_key", "possible_duplicate_of", "callback_url", "type", "deliver_at", "headers", "traceparent", "tracestate", "baggage") {
 		case 0:
 			d.string(&p.Source)
 		case 1:
@@ -282,10 +282,12 @@ func (p *MessageAccepted) decodeFast(d *fastDecoder) {
 		case 12:
 			d.unmarshalJSON(&p.DeliverAt)
 		case 13:
-			d.string(&p.TraceParent)
+			d.stringMap(&p.Headers)
 		case 14:
-			d.string(&p.TraceState)
+			d.string(&p.TraceParent)
 		case 15:
+			d.string(&p.TraceState)
+		case 16:
 			d.string(&p.Baggage)
 		default:
 			return
@@ -296,13 +298,19 @@ func (p *MessageAccepted) decodeFast(d *fastDecoder) {
 func (p *MessageDispatched) decodeFast(d *fastDecoder) {
 	o := d.begin()
 	for {
-		switch d.field(&o, "deliveries", "next_due", "scheduled") {
+		switch d.field(&o, "deliveries", "next_due", "scheduled", "routes", "filter_errors", "config_version") {
 		case 0:
 			decodeArray(d, &p.NewDeliveries.Deliveries, decodeFastNewDelivery)
 		case 1:
 			d.unmarshalJSON(&p.NewDeliveries.NextDue)
 		case 2:
 			d.bool(&p.NewDeliveries.Scheduled)
+		case 3:
+			decodeArray(d, &p.NewDeliveries.Routing.Routes, decodeFastMatchedRoute)
+		case 4:
+			decodeArray(d, &p.NewDeliveries.Routing.FilterErrors, decodeFastFilterError)
+		case 5:
+			d.int64(&p.NewDeliveries.Routing.ConfigVersion)
 		default:
 			return
 		}
@@ -328,7 +336,7 @@ func (p *MessagePayloadExpunged) decodeFast(d *fastDecoder) {
 func (p *MessageRedispatched) decodeFast(d *fastDecoder) {
 	o := d.begin()
 	for {
-		switch d.field(&o, "deliveries", "next_due", "scheduled", "operation") {
+		switch d.field(&o, "deliveries", "next_due", "scheduled", "routes", "filter_errors", "config_version", "operation") {
 		case 0:
 			decodeArray(d, &p.NewDeliveries.Deliveries, decodeFastNewDelivery)
 		case 1:
@@ -336,6 +344,12 @@ func (p *MessageRedispatched) decodeFast(d *fastDecoder) {
 		case 2:
 			d.bool(&p.NewDeliveries.Scheduled)
 		case 3:
+			decodeArray(d, &p.NewDeliveries.Routing.Routes, decodeFastMatchedRoute)
+		case 4:
+			decodeArray(d, &p.NewDeliveries.Routing.FilterErrors, decodeFastFilterError)
+		case 5:
+			d.int64(&p.NewDeliveries.Routing.ConfigVersion)
+		case 6:
 			d.unmarshalText(&p.Operation)
 		default:
 			return
@@ -360,7 +374,7 @@ func (p *MessageRefused) decodeFast(d *fastDecoder) {
 func (p *MessageResent) decodeFast(d *fastDecoder) {
 	o := d.begin()
 	for {
-		switch d.field(&o, "generation", "replay", "superseded", "deliveries", "next_due", "scheduled", "reason", "operation") {
+		switch d.field(&o, "generation", "replay", "superseded", "deliveries", "next_due", "scheduled", "routes", "filter_errors", "config_version", "reason", "operation") {
 		case 0:
 			d.int(&p.Generation)
 		case 1:
@@ -374,8 +388,14 @@ func (p *MessageResent) decodeFast(d *fastDecoder) {
 		case 5:
 			d.bool(&p.NewDeliveries.Scheduled)
 		case 6:
-			d.string(&p.Reason)
+			decodeArray(d, &p.NewDeliveries.Routing.Routes, decodeFastMatchedRoute)
 		case 7:
+			decodeArray(d, &p.NewDeliveries.Routing.FilterErrors, decodeFastFilterError)
+		case 8:
+			d.int64(&p.NewDeliveries.Routing.ConfigVersion)
+		case 9:
+			d.string(&p.Reason)
+		case 10:
 			d.unmarshalText(&p.Operation)
 		default:
 			return
@@ -493,6 +513,38 @@ func decodeFastNewDelivery(d *fastDecoder, p *NewDelivery) {
 			d.bool(&p.Lane.Blocked)
 		case 5:
 			d.bool(&p.Lane.Continue)
+		default:
+			return
+		}
+	}
+}
+
+func decodeFastMatchedRoute(d *fastDecoder, p *MatchedRoute) {
+	o := d.begin()
+	for {
+		switch d.field(&o, "id", "target", "types", "filter") {
+		case 0:
+			d.unmarshalText(&p.ID)
+		case 1:
+			d.string(&p.Target)
+		case 2:
+			decodeArray(d, &p.Types, func(d *fastDecoder, e *string) { d.string(e) })
+		case 3:
+			d.string(&p.Filter)
+		default:
+			return
+		}
+	}
+}
+
+func decodeFastFilterError(d *fastDecoder, p *FilterError) {
+	o := d.begin()
+	for {
+		switch d.field(&o, "route", "error") {
+		case 0:
+			d.unmarshalText(&p.Route)
+		case 1:
+			d.string(&p.Error)
 		default:
 			return
 		}

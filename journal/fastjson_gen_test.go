@@ -204,14 +204,16 @@ func (g *fastGenerator) value(t reflect.Type, ptr string) (string, error) {
 			g.nested = append(g.nested, t)
 		}
 		return fmt.Sprintf("%s(d, %s)", nestedFunc(t), ptr), nil
+	case t == reflect.TypeFor[map[string]string]():
+		return fmt.Sprintf("d.stringMap(%s)", ptr), nil
 	case t.Kind() == reflect.Slice && t.Name() == "":
 		elem, err := g.value(t.Elem(), "e")
 		if err != nil {
 			return "", err
 		}
 		fn := fmt.Sprintf("func(d *fastDecoder, e *%s) { %s }", g.typeName(t.Elem()), elem)
-		if decodeStruct := nestedFunc(t.Elem()); elem == decodeStruct+"(d, e)" {
-			fn = decodeStruct
+		if t.Elem().Kind() == reflect.Struct && elem == nestedFunc(t.Elem())+"(d, e)" {
+			fn = nestedFunc(t.Elem())
 		}
 		return fmt.Sprintf("decodeArray(d, %s, %s)", ptr, fn), nil
 	}

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -21,6 +22,12 @@ type Route struct {
 	From   string    `json:"from"`
 	To     string    `json:"to"`
 	Target string    `json:"target"`
+	// Types, when set, are the message types the route takes (CoversType);
+	// none takes every message.
+	Types []string `json:"types,omitempty"`
+	// Filter, when set, is a CEL expression over the message that must
+	// yield true for the route to match (package routing).
+	Filter string `json:"filter,omitempty"`
 }
 
 // Covers reports whether the route applies to a message of source from one
@@ -34,14 +41,72 @@ func patternCovers(pattern, name string) bool {
 	return pattern == AnyParty || pattern == name
 }
 
-// Validate checks every field and returns all problems joined.
+// CoversType reports whether the route's types take a message of type t:
+// no types, or one that is AnyParty, t exactly, or a prefix pattern such
+// as "invoice.*" that t starts with ("invoice.created"). A message without
+// a type is taken only by a route without types or with AnyParty.
+func (r Route) CoversType(t string) bool {
+	if len(r.Types) == 0 {
+		return true
+	}
+	for _, p := range r.Types {
+		if p == AnyParty || p == t && t != "" {
+			return true
+		}
+		if prefix, ok := strings.CutSuffix(p, "*"); ok && t != "" && strings.HasPrefix(t, prefix) {
+			return true
+		}
+	}
+	return false
+}
+
+// Route limits: the types a route lists and the length of its filter.
+const (
+	MaxRouteTypes   = 32
+	MaxFilterLength = 2048
+)
+
+// Validate checks every field and returns all problems joined. The filter
+// is checked here only for its length; package routing compiles it.
 func (r Route) Validate() error {
+	var filter error
+	if len(r.Filter) > MaxFilterLength {
+		filter = &FieldError{Field: "filter", Problem: fmt.Sprintf("must be at most %d bytes, got %d", MaxFilterLength, len(r.Filter))}
+	}
 	return errors.Join(
 		CheckName("source", r.Source),
 		CheckParty("from", r.From),
 		CheckParty("to", r.To),
 		CheckName("target", r.Target),
+		checkTypePatterns(r.Types),
+		filter,
 	)
+}
+
+// checkTypePatterns checks a route's types: AnyParty, a message type, or a
+// message type's prefix followed by "*" (invoice.*), each once.
+func checkTypePatterns(types []string) error {
+	if len(types) > MaxRouteTypes {
+		return &FieldError{Field: "types", Problem: fmt.Sprintf("must list at most %d patterns, got %d", MaxRouteTypes, len(types))}
+	}
+	var errs []error
+	for i, p := range types {
+		field := fmt.Sprintf("types[%d]", i)
+		name := strings.TrimSuffix(p, "*")
+		switch {
+		case p == AnyParty:
+		case name == "":
+			errs = append(errs, &FieldError{Field: field, Problem: `must be "*", a message type such as invoice.created, or a prefix such as invoice.*`})
+		case strings.Contains(name, "*"):
+			errs = append(errs, &FieldError{Field: field, Problem: fmt.Sprintf("%q may have a * only at its end", p)})
+		default:
+			errs = append(errs, CheckMessageType(field, name))
+		}
+		if slices.Contains(types[:i], p) {
+			errs = append(errs, &FieldError{Field: field, Problem: fmt.Sprintf("%q is listed twice", p)})
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // Target is a destination deliveries are made to. Its name identifies it

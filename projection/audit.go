@@ -3,6 +3,7 @@ package projection
 import (
 	"context"
 	"fmt"
+	"maps"
 	"reflect"
 	"slices"
 	"time"
@@ -132,6 +133,9 @@ type Folded struct {
 	// stream).
 	opsInOrder []*Operation
 	trails     map[uuid.UUID]*opTrail
+	// routes follows the routes to match each dispatch again; nil unless
+	// the audit of the whole journal asks.
+	routes *routeLedger
 }
 
 // missingDuplicate is a possible duplicate of a message the fold did not
@@ -173,6 +177,9 @@ type reading struct {
 	// snapshotTaken, when set, is called once every connection has the
 	// snapshot and before anything is read.
 	snapshotTaken func()
+	// routing matches each dispatch's routes again (the audit's, not the
+	// rebuild's).
+	routing bool
 }
 
 var defaultReading = reading{connections: 3, chunk: 8192}
@@ -186,10 +193,18 @@ func foldSnapshot(ctx context.Context, s *snapshot, rd reading) (*Folded, error)
 		return nil, err
 	}
 	f := newFolded()
+	if rd.routing {
+		f.routes = &routeLedger{}
+	}
 	if err := journal.ScanRanges(ctx, qs, 1, last, rd.chunk, f.fold); err != nil {
 		return nil, err
 	}
 	f.finish()
+	if f.routes != nil {
+		if err := f.checkPayloadRoutes(ctx, qs[0]); err != nil {
+			return nil, err
+		}
+	}
 	return f, nil
 }
 
@@ -261,6 +276,9 @@ func (f *Folded) fold(e journal.Event) error {
 			f.foldSource(e)
 			f.foldKey(e)
 		}
+		if f.routes != nil {
+			f.routes.configure(e)
+		}
 		return nil
 	case journal.RetentionStream:
 		if p, ok := e.Payload.(*journal.RetentionArchived); ok {
@@ -301,6 +319,9 @@ func (f *Folded) fold(e journal.Event) error {
 		return nil
 	}
 	f.noteActed(id, e)
+	if f.routes != nil {
+		f.checkRouting(m, e)
+	}
 	if f.lanes != nil {
 		if at, off := f.disabled[e.Target]; off && e.Kind() == journal.KindDeliveryClaimed {
 			f.Violations = append(f.Violations, Violation{Position: e.Position, MessageID: id, DeliveryID: e.DeliveryID,
@@ -375,6 +396,7 @@ func audit(ctx context.Context, db *pgxpool.Pool, message uuid.UUID, rd reading)
 		return nil, fmt.Errorf("audit: %w", err)
 	}
 	defer s.close()
+	rd.routing = true
 	if rd.snapshotTaken != nil {
 		rd.snapshotTaken()
 	}
@@ -462,7 +484,7 @@ func sameMessage(a, b *Message) bool {
 		a.PayloadSize == b.PayloadSize && a.PayloadSHA256 == b.PayloadSHA256 && a.Stage == b.Stage &&
 		a.Refusal == b.Refusal && a.Status == b.Status && a.Error == b.Error &&
 		a.AttemptCount == b.AttemptCount && a.CreatedAt.Equal(b.CreatedAt) && a.UpdatedAt.Equal(b.UpdatedAt) &&
-		a.PayloadExpunged == b.PayloadExpunged && a.Trace == b.Trace
+		a.PayloadExpunged == b.PayloadExpunged && a.Trace == b.Trace && maps.Equal(a.Headers, b.Headers)
 }
 
 // sameDelivery is diffFields(a, b) finding nothing, without reflection.

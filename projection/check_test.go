@@ -22,6 +22,8 @@ func change(t *testing.T, name string, v reflect.Value) {
 		v.SetInt(v.Int() + 1)
 	case v.Kind() == reflect.Bool:
 		v.SetBool(!v.Bool())
+	case v.Type() == reflect.TypeFor[map[string]string]():
+		v.Set(reflect.ValueOf(map[string]string{"x-tenant": "acme"}))
 	case v.Type() == reflect.TypeFor[uuid.UUID]():
 		v.Set(reflect.ValueOf(uuid.New()))
 	case v.Type() == reflect.TypeFor[lifecycle.Trace]():

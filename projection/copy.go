@@ -58,6 +58,11 @@ func copyFolded(ctx context.Context, tx pgx.Tx, f *Folded) error {
 		b.nullText(m.Trace.Parent)
 		b.nullText(m.Trace.State)
 		b.nullText(m.Trace.Baggage)
+		if h := headersJSON(m.Headers); h != nil {
+			b.jsonb(h)
+		} else {
+			b.null()
+		}
 		return true
 	})
 	if err != nil {
@@ -137,7 +142,7 @@ func copyFolded(ctx context.Context, tx pgx.Tx, f *Folded) error {
 
 var messageCopyColumns = []string{"id", "version", "source", "from_party", "to_party", "content_type",
 	"idempotency_key", "ordering_key", "duplicate_key", "possible_duplicate_of", "type", "generation", "payload_size", "payload_sha256", "stage", "refusal", "status", "error", "delivery_count",
-	"attempt_count", "created_at", "updated_at", "payload_expunged", "traceparent", "tracestate", "baggage"}
+	"attempt_count", "created_at", "updated_at", "payload_expunged", "traceparent", "tracestate", "baggage", "headers"}
 
 var deliveryCopyColumns = []string{"id", "message_id", "message_created_at", "seq", "generation", "target", "lane_key", "lane_seq", "lane_continue", "state", "attempts",
 	"dispatch_count", "redeliveries", "redelivered_at", "redelivered_attempts", "next_due", "claim_token",

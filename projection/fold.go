@@ -104,7 +104,7 @@ func messageStep(next *Message, e *journal.Event) error {
 			ID: id, Source: p.Source, From: p.From, To: p.To, ContentType: p.ContentType,
 			IdempotencyKey: p.IdempotencyKey, OrderingKey: p.OrderingKey, DuplicateKey: p.DuplicateKey,
 			PossibleDuplicateOf: p.PossibleDuplicateOf, Type: p.Type, PayloadSize: p.PayloadSize, PayloadSHA256: p.PayloadSHA256,
-			Stage: lifecycle.StageAccepted, Generation: 1, CreatedAt: at, Trace: p.Trace(),
+			Stage: lifecycle.StageAccepted, Generation: 1, CreatedAt: at, Trace: p.Trace(), Headers: p.Headers,
 		}
 		if p.CallbackURL != "" {
 			next.Callback = &Callback{MessageID: id, URL: p.CallbackURL, UpdatedAt: at}

@@ -70,14 +70,17 @@ func QueueDeletePayloads(b *pgx.Batch, ids []uuid.UUID) {
 	b.Queue(`DELETE FROM payloads WHERE message_id = ANY($1::uuid[])`, ids)
 }
 
+// payloadsSQL reads the bodies of the messages $1 that have one.
+const payloadsSQL = `SELECT k.id, p.body FROM unnest($1::uuid[]) AS k(id),
+	LATERAL (SELECT body FROM payloads WHERE message_id = k.id OFFSET 0) p`
+
 // QueuePayloads queues on b the read of the messages' payloads into the
 // map it returns, which is filled when the batch is closed; a message
 // without one is not in it. It looks each id up on its own, as Lock does,
 // so a generic plan cannot scan the table.
 func QueuePayloads(b *pgx.Batch, ids []uuid.UUID) map[uuid.UUID][]byte {
 	bodies := make(map[uuid.UUID][]byte, len(ids))
-	b.Queue(`SELECT k.id, p.body FROM unnest($1::uuid[]) AS k(id),
-		LATERAL (SELECT body FROM payloads WHERE message_id = k.id OFFSET 0) p`, ids).
+	b.Queue(payloadsSQL, ids).
 		Query(func(rows pgx.Rows) error {
 			var (
 				id   uuid.UUID

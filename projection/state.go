@@ -30,6 +30,8 @@ type Message struct {
 	PossibleDuplicateOf uuid.UUID
 	// Type is what the message is in its sender's words; empty for none.
 	Type string
+	// Headers are the message's headers, names lower case; nil for none.
+	Headers map[string]string
 	// Generation counts the message's sends, from 1: a resend or a replay
 	// starts the next. Its status and counts read its current
 	// generation's deliveries only.

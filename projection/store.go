@@ -3,6 +3,7 @@ package projection
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
@@ -25,7 +26,7 @@ const messageColumns = `m.id, m.version, m.source, m.from_party, m.to_party, m.c
 	coalesce(m.idempotency_key, ''), coalesce(m.ordering_key, ''), coalesce(m.duplicate_key, ''),
 	coalesce(m.possible_duplicate_of, '00000000-0000-0000-0000-000000000000'), coalesce(m.type, ''), m.generation, m.payload_size, m.payload_sha256, m.stage, coalesce(m.refusal, ''),
 	m.status, m.error, m.attempt_count, m.created_at, m.updated_at, m.payload_expunged,
-	coalesce(m.traceparent, ''), coalesce(m.tracestate, ''), coalesce(m.baggage, '')`
+	coalesce(m.traceparent, ''), coalesce(m.tracestate, ''), coalesce(m.baggage, ''), m.headers`
 
 const deliveryColumns = `d.id, d.message_id, d.message_created_at, d.seq, d.generation, d.target, d.lane_key, d.lane_seq,
 	d.lane_continue, d.state, d.attempts,
@@ -313,7 +314,7 @@ func ScanChosen(rows pgx.Rows) ([]Chosen, error) {
 func (m *Message) scanDest() []any {
 	return []any{&m.ID, &m.Version, &m.Source, &m.From, &m.To, &m.ContentType, &m.IdempotencyKey, &m.OrderingKey,
 		&m.DuplicateKey, &m.PossibleDuplicateOf, &m.Type, &m.Generation, &m.PayloadSize, &m.PayloadSHA256, &m.Stage, &m.Refusal, &m.Status, &m.Error, &m.AttemptCount,
-		&m.CreatedAt, &m.UpdatedAt, &m.PayloadExpunged, &m.Trace.Parent, &m.Trace.State, &m.Trace.Baggage}
+		&m.CreatedAt, &m.UpdatedAt, &m.PayloadExpunged, &m.Trace.Parent, &m.Trace.State, &m.Trace.Baggage, &m.Headers}
 }
 
 // normalize puts read times in UTC, as the fold keeps them.
@@ -396,7 +397,8 @@ func Queue(b *pgx.Batch, lanes []Lane, writes ...Write) {
 				nullString(m.IdempotencyKey), nullString(m.OrderingKey), nullString(m.DuplicateKey),
 				pgUUID(m.PossibleDuplicateOf), nullString(m.Type), m.Generation, m.PayloadSize, m.PayloadSHA256, m.Stage,
 				nullString(string(m.Refusal)), m.Status, m.Error, m.currentDeliveries(), m.AttemptCount,
-				m.CreatedAt, m.UpdatedAt, nullString(m.Trace.Parent), nullString(m.Trace.State), nullString(m.Trace.Baggage))
+				m.CreatedAt, m.UpdatedAt, nullString(m.Trace.Parent), nullString(m.Trace.State), nullString(m.Trace.Baggage),
+				headersJSON(m.Headers))
 		} else {
 			updated.add(w.Before.Version, m)
 		}
@@ -568,8 +570,10 @@ func scanCounts(rows pgx.Rows, counts map[lifecycle.DeliveryState]int64) error {
 // message has its payload.
 const insertMessageSQL = `INSERT INTO messages (id, version, source, from_party, to_party, content_type,
 	idempotency_key, ordering_key, duplicate_key, possible_duplicate_of, type, generation, payload_size, payload_sha256,
-	stage, refusal, status, error, delivery_count, attempt_count, created_at, updated_at, traceparent, tracestate, baggage)
-	VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23, $24, $25)`
+	stage, refusal, status, error, delivery_count, attempt_count, created_at, updated_at, traceparent, tracestate, baggage,
+	headers)
+	VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23, $24, $25,
+	$26)`
 
 // updateMessagesSQL updates the messages of a batch, each where it is
 // still at the version read, in one statement.
@@ -676,6 +680,16 @@ func (c *deliveryColumnsOf) args() []any {
 	return []any{c.id, c.messageID, c.messageCreatedAt, c.seq, c.generation, c.target, c.laneKey, c.laneSeq, c.laneContinue, c.state, c.attempts, c.dispatches,
 		c.redelivs, c.redeliveredAt, c.redeliveredAttempts, c.nextDue, c.claimToken, c.leaseEnd, c.lastError,
 		c.createdAt, c.updatedAt, c.finishedAt}
+}
+
+// headersJSON is a message's headers as their column holds them: NULL for
+// none.
+func headersJSON(h map[string]string) []byte {
+	if len(h) == 0 {
+		return nil
+	}
+	data, _ := json.Marshal(h) // a map of strings always encodes
+	return data
 }
 
 func pgUUID(id uuid.UUID) pgtype.UUID { return pgtype.UUID{Bytes: id, Valid: id != uuid.Nil} }

@@ -17,7 +17,7 @@ import (
 // its tables change: a database of the old version then refuses to start.
 const (
 	JournalVersion    = 4
-	ProjectionVersion = 9
+	ProjectionVersion = 10
 )
 
 // CodeTargetDisabled is the SQLSTATE of targets_expect_enabled's refusal:
@@ -174,6 +174,9 @@ CREATE TABLE IF NOT EXISTS routes (
 	updated_at   timestamptz NOT NULL
 );
 CREATE INDEX IF NOT EXISTS routes_target ON routes (target);
+ALTER TABLE routes
+	ADD COLUMN IF NOT EXISTS types  text[] NOT NULL DEFAULT '{}',
+	ADD COLUMN IF NOT EXISTS filter text   NOT NULL DEFAULT '';
 
 CREATE TABLE IF NOT EXISTS settings (
 	singleton bool  PRIMARY KEY DEFAULT true CHECK (singleton),
@@ -214,7 +217,8 @@ CREATE TABLE IF NOT EXISTS messages (
 	payload_expunged boolean     NOT NULL DEFAULT false,
 	traceparent     text,
 	tracestate      text,
-	baggage         text
+	baggage         text,
+	headers         jsonb
 );
 
 -- A command read the message at a version; finding it at another means a

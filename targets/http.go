@@ -34,6 +34,10 @@ type httpConfig struct {
 	Timeout lifecycle.Duration `json:"timeout,omitzero"`
 	// TLSSkipVerify accepts any server certificate.
 	TLSSkipVerify bool `json:"tls_skip_verify,omitempty"`
+	// ForwardHeaders are the message headers sent as request headers:
+	// names, or prefixes ending in * (x-request-*), any case. Reserved
+	// headers (forwardReserved) are never sent, whatever a prefix covers.
+	ForwardHeaders []string `json:"forward_headers,omitempty"`
 	// PropagateBaggage sends the message's W3C baggage with each attempt,
 	// when tracing is on: the sender's baggage may hold what only this
 	// receiver should see.
@@ -62,6 +66,7 @@ func (c *httpConfig) check() error {
 			Problem: fmt.Sprintf("%q: allowed are %s", c.Method, strings.Join(httpMethods, ", "))})
 	}
 	errs = append(errs, checkHeaders(c.Headers)...)
+	errs = append(errs, checkForward(c.ForwardHeaders)...)
 	if c.Timeout < 0 {
 		errs = append(errs, &lifecycle.FieldError{Field: "config.timeout", Problem: fmt.Sprintf("must not be negative, got %s", c.Timeout)})
 	}
@@ -95,6 +100,69 @@ func checkHeaders(headers map[string]string) []error {
 		seen[canonical] = name
 	}
 	return errs
+}
+
+// hopByHop are the headers of one connection (RFC 9110, 7.6.1), which a
+// request made anew must not carry over.
+var hopByHop = []string{"connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "proxy-connection",
+	"te", "trailer", "transfer-encoding", "upgrade"}
+
+// forwardReserved reports a header name (lower case) that no message header
+// may set on an attempt: those Waybill or the client set, the signature's,
+// the hop-by-hop headers and the trace context's.
+func forwardReserved(name string) bool {
+	canonical := http.CanonicalHeaderKey(name)
+	return name == "content-type" || slices.Contains(reservedHeaders, canonical) || slices.Contains(hopByHop, name) ||
+		strings.HasPrefix(name, "waybill-") || strings.HasPrefix(name, "webhook-") || tracing.Reserved(name)
+}
+
+// maxForward bounds the patterns of forward_headers, as a message bounds
+// its headers.
+const maxForward = lifecycle.MaxHeaders
+
+// checkForward refuses a pattern that is no header name or prefix, or that
+// names only reserved headers (forwardReserved).
+func checkForward(patterns []string) []error {
+	if len(patterns) > maxForward {
+		return []error{&lifecycle.FieldError{Field: "config.forward_headers",
+			Problem: fmt.Sprintf("must list at most %d patterns, got %d", maxForward, len(patterns))}}
+	}
+	var errs []error
+	for i, p := range patterns {
+		field := fmt.Sprintf("config.forward_headers[%d]", i)
+		lower := strings.ToLower(p)
+		name, prefix := strings.CutSuffix(lower, "*")
+		var problem string
+		switch {
+		case !isToken(name) && !(prefix && name == ""):
+			problem = fmt.Sprintf("%q is not a header name, or a prefix of one ending in * such as x-request-*", p)
+		case strings.Contains(name, "*"):
+			problem = fmt.Sprintf("%q may have a * only at its end", p)
+		case !prefix && forwardReserved(name),
+			prefix && (strings.HasPrefix(name, "waybill-") || strings.HasPrefix(name, "webhook-")):
+			problem = fmt.Sprintf("%q is reserved: content-type, content-length, host, idempotency-key, webhook-*, waybill-*, "+
+				"the hop-by-hop headers and the trace context's are never forwarded", p)
+		}
+		if problem != "" {
+			errs = append(errs, &lifecycle.FieldError{Field: field, Problem: problem})
+		}
+	}
+	return errs
+}
+
+// forwards reports whether the patterns take the message header name
+// (lower case): it must not be reserved.
+func (c *httpConfig) forwards(name string) bool {
+	if forwardReserved(name) {
+		return false
+	}
+	for _, p := range c.ForwardHeaders {
+		p = strings.ToLower(p)
+		if prefix, ok := strings.CutSuffix(p, "*"); ok && strings.HasPrefix(name, prefix) || p == name {
+			return true
+		}
+	}
+	return false
 }
 
 // isToken reports whether s is an HTTP token (RFC 9110), as a header name
@@ -183,6 +251,12 @@ func (h *httpTarget) Deliver(ctx context.Context, a Attempt) lifecycle.Outcome {
 	req, err := http.NewRequestWithContext(ctx, h.cfg.Method, h.cfg.URL, bytes.NewReader(a.Payload))
 	if err != nil {
 		return lifecycle.Failed(fmt.Sprintf("build request: %v", err))
+	}
+	// The target's own headers win over the message's.
+	for name, value := range a.Headers {
+		if h.cfg.forwards(name) {
+			req.Header.Set(name, value)
+		}
 	}
 	for name, value := range h.cfg.Headers {
 		req.Header.Set(name, value)

@@ -100,6 +100,31 @@ func TestHTTPSendsThePayloadWithItsHeaders(t *testing.T) {
 	}
 }
 
+// TestHTTPForwardsMessageHeaders: the message headers forward_headers
+// names arrive, the target's own win, and reserved ones never do, whatever
+// a prefix covers.
+func TestHTTPForwardsMessageHeaders(t *testing.T) {
+	srv := newRecorder(t, status(http.StatusOK, ""))
+	d := prepare(t, "http", httpConfigFor(srv.URL, `,"headers":{"X-Tenant":"own"},"forward_headers":["X-Tenant","x-request-*","c*","w*","i*","t*","h*"]`))
+	a := attempt(1, "x")
+	a.Headers = map[string]string{"x-tenant": "acme", "x-request-id": "r1", "x-request-path": "/a", "x-other": "no",
+		"content-type": "text/evil", "connection": "close", "waybill-attempt": "9", "webhook-signature": "v1,forged",
+		"idempotency-key": "k", "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", "host": "evil"}
+	if out := d.Deliver(t.Context(), a); out.Kind != lifecycle.OutcomeDelivered {
+		t.Fatalf("outcome %+v", out)
+	}
+	h := srv.seen()[0].header
+	for name, want := range map[string]string{
+		"X-Tenant": "own", "X-Request-Id": "r1", "X-Request-Path": "/a", "X-Other": "",
+		"Content-Type": "application/xml", "Waybill-Attempt": "1", "Webhook-Signature": "",
+		"Idempotency-Key": a.DeliveryID.String(), "Traceparent": "",
+	} {
+		if got := h.Get(name); got != want {
+			t.Errorf("%s: %q, want %q", name, got, want)
+		}
+	}
+}
+
 func TestHTTPMethodAndContentTypeFallback(t *testing.T) {
 	srv := newRecorder(t, status(http.StatusOK, ""))
 	d := prepare(t, "http", httpConfigFor(srv.URL, `,"method":"PUT","headers":{"Content-Type":"text/plain"}`))

@@ -49,6 +49,9 @@ type Attempt struct {
 	ContentType string
 	// Payload is the message body, sent as it is.
 	Payload []byte
+	// Headers are the message's headers, names lower case: an http target
+	// sends those its forward_headers name.
+	Headers map[string]string
 	// Trace is the message's trace context: the attempt's span continues
 	// it, and a target that opts in passes its baggage on.
 	Trace lifecycle.Trace

@@ -103,6 +103,7 @@ func attempt(m *projection.Message, d projection.Delivery, payload []byte) targe
 		MessageID: m.ID, DeliveryID: d.ID, Seq: d.Seq, Target: d.Target, Number: d.Attempts,
 		Round: d.Attempts - d.RedeliveredAttempts, Redelivered: d.Redeliveries > 0, Since: since,
 		Source: m.Source, From: m.From, To: m.To, ContentType: m.ContentType, Payload: payload, Trace: m.Trace,
+		Headers: m.Headers,
 	}
 }
 

@@ -106,8 +106,9 @@ func TestEveryLoopInOneServer(t *testing.T) {
 
 	a.call("POST", "/targets", map[string]any{"name": "sink", "kind": "http", "config": map[string]any{"url": sink.URL}},
 		http.StatusCreated, nil)
-	for _, source := range []string{"erp", "drop"} {
-		a.call("POST", "/routes", map[string]any{"source": source, "from": "*", "to": "*", "target": "sink"},
+	// erp's route lets through all but test traffic, by a filter.
+	for source, filter := range map[string]string{"erp": `!("x-test" in message.headers)`, "drop": ""} {
+		a.call("POST", "/routes", map[string]any{"source": source, "from": "*", "to": "*", "target": "sink", "filter": filter},
 			http.StatusCreated, nil)
 	}
 	spool := filepath.Join(dir, "spool")
@@ -150,6 +151,7 @@ func TestEveryLoopInOneServer(t *testing.T) {
 		ingest(a, "erp", "with a callback", map[string]any{"callback_url": hooks.URL + "/callback"}),
 		ingest(partner, "erp", "refused until fixed", nil),
 		ingest(b, "nowhere", "routed nowhere", nil),
+		ingest(a, "erp", "test traffic", map[string]any{"headers": map[string]string{"X-Test": "1"}}),
 	}
 	// A scheduled message waits for the sweep of either server to queue it.
 	var scheduled message
@@ -168,11 +170,14 @@ func TestEveryLoopInOneServer(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	testpoll.Until(t, "the workers deliver (the scheduled message once due), the callback is made, the file is taken in, the alert is sent", func() bool {
+	// An alert of messages not routed for each source that had one:
+	// nowhere, and erp's test traffic, which its route's filter keeps out.
+	testpoll.Until(t, "the workers deliver (the scheduled message once due), the callback is made, the file is taken in, the alerts are sent", func() bool {
 		mu.Lock()
 		defer mu.Unlock()
 		return delivered["with a callback"] == 1 && delivered["from a file"] == 1 && delivered["scheduled"] == 1 && callbacks.Load() == 1 &&
-			alerts.Load() == 1 && status(ids[1]) == "error" && status(ids[2]) == "not_routed"
+			alerts.Load() == 2 && status(ids[1]) == "error" && status(ids[2]) == "not_routed" &&
+			status(ids[3]) == "not_routed"
 	})
 
 	// The deliveries are signed with the target's key, the callbacks and

@@ -1,0 +1,73 @@
+package projection
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/waybill/waybill/journal"
+	"github.com/waybill/waybill/lifecycle"
+)
+
+// TestAuditMatchesRoutingAgain: a dispatch whose recorded routing is not
+// what the routes of its config version decide is a violation; one that
+// is, or that names the routes of an older version it was decided on, is
+// not.
+func TestAuditMatchesRoutingAgain(t *testing.T) {
+	at := time.Date(2026, 12, 1, 8, 0, 0, 0, time.UTC)
+	invoices := lifecycle.Route{ID: uuid.New(), Source: "erp", From: "*", To: "*", Target: "billing", Types: []string{"invoice.*"}}
+	all := lifecycle.Route{ID: uuid.New(), Source: "erp", From: "*", To: "*", Target: "archive", Filter: "message.size > 3"}
+	f := newFolded()
+	f.routes = &routeLedger{}
+	position := int64(0)
+	event := func(stream string, version int, p journal.Payload) journal.Event {
+		position++
+		return journal.Event{Position: position, Stream: stream, Version: version, RecordedAt: at, Actor: "operator:admin", Payload: p}
+	}
+	for i, p := range []journal.Payload{&journal.RouteCreated{Route: invoices}, &journal.RouteCreated{Route: all}} {
+		if err := f.fold(event(journal.ConfigStream, i+1, p)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	matched := func(routes ...lifecycle.Route) []journal.MatchedRoute {
+		var out []journal.MatchedRoute
+		for _, r := range routes {
+			out = append(out, journal.MatchedRoute{ID: r.ID, Target: r.Target, Types: r.Types, Filter: r.Filter})
+		}
+		return out
+	}
+	for _, tc := range []struct {
+		name     string
+		typ      string
+		size     int64
+		recorded journal.Routing
+		wrong    bool
+	}{
+		{"both", "invoice.paid", 5, journal.Routing{Routes: matched(invoices, all), ConfigVersion: 2}, false},
+		{"in another order", "invoice.paid", 5, journal.Routing{Routes: matched(all, invoices), ConfigVersion: 2}, false},
+		{"on the older version", "invoice.paid", 5, journal.Routing{Routes: matched(invoices), ConfigVersion: 1}, false},
+		{"filter left out", "order.created", 2, journal.Routing{ConfigVersion: 2}, false},
+		{"a route too many", "order.created", 2, journal.Routing{Routes: matched(all), ConfigVersion: 2}, true},
+		{"a route missing", "invoice.paid", 2, journal.Routing{ConfigVersion: 2}, true},
+		{"before routing was recorded", "invoice.paid", 2, journal.Routing{}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			before := len(f.Violations)
+			id := uuid.New()
+			accepted := &journal.MessageAccepted{Source: "erp", From: "a", To: "b", ContentType: "text/plain", Type: tc.typ,
+				PayloadSize: tc.size, PayloadSHA256: strings.Repeat("0", 64)}
+			dispatched := &journal.MessageDispatched{NewDeliveries: journal.NewDeliveries{Routing: tc.recorded}}
+			for i, p := range []journal.Payload{accepted, dispatched} {
+				if err := f.fold(event(journal.MessageStream(id), i+1, p)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			found := f.Violations[before:]
+			if tc.wrong != (len(found) == 1) || len(found) > 1 || tc.wrong && !strings.Contains(found[0].Problem, "the routes of config version 2 route it") {
+				t.Errorf("violations %v", found)
+			}
+		})
+	}
+}
