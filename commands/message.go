@@ -270,7 +270,7 @@ func (w *Writer) IngestMany(ctx context.Context, ins []NewMessage) []Ingested {
 			o.handOver()
 			if o.err == nil {
 				m = o.c.after
-				w.notify(o.c.wakeups)
+				w.committed(o.c)
 			}
 			m, created, err := w.held(ctx, ins[i], m, o.err)
 			if err != nil {

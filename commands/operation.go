@@ -212,7 +212,7 @@ func (w *Writer) Operate(ctx context.Context, o *projection.Operation, ids []uui
 	}
 	for _, p := range ops {
 		if p.c != nil {
-			w.notify(p.c.wakeups)
+			w.committed(p.c)
 		}
 	}
 	w.traceOperation(ctx, start, o, ops)

@@ -77,3 +77,15 @@ func (w *Writer) traceReceipt(ctx context.Context, start time.Time, m *projectio
 		attribute.Bool("waybill.receipt.positive", positive), attribute.Bool("waybill.receipt.final", final),
 		attribute.Bool("waybill.receipt.refused", err != nil))
 }
+
+// sampledTraceID is the id of m's trace when tracing is on and the trace
+// is sampled, so its spans were exported; "" otherwise.
+func (w *Writer) sampledTraceID(m *projection.Message) string {
+	if w.tracer == nil {
+		return ""
+	}
+	if sc := tracing.SpanContext(m.Trace); sc.IsSampled() {
+		return sc.TraceID().String()
+	}
+	return ""
+}

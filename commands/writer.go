@@ -18,6 +18,7 @@ import (
 
 	"github.com/waybill/waybill/internal/seal"
 	"github.com/waybill/waybill/journal"
+	"github.com/waybill/waybill/lifecycle"
 	"github.com/waybill/waybill/projection"
 	"github.com/waybill/waybill/service"
 )
@@ -34,6 +35,15 @@ type Notifier interface {
 	Notify(wakeups []Wakeup)
 }
 
+// Observer is told what the committed commands did, for the metrics.
+type Observer interface {
+	// Delivered tells that a delivery to target became delivered, took
+	// after its ingest, or the redelivery that began it again, in the
+	// sampled trace of traceID, "" when there is none or tracing is off.
+	// It must not block.
+	Delivered(target string, took time.Duration, traceID string)
+}
+
 // Config configures a Writer.
 type Config struct {
 	// Base gives the clock, which every decision reads once per batch, and
@@ -44,6 +54,9 @@ type Config struct {
 	// Notifier receives wake-ups after commit; nil drops them, leaving
 	// every delivery to the sweep.
 	Notifier Notifier
+	// Observer is told of the deliveries the commands delivered; nil
+	// tells nobody.
+	Observer Observer
 	// ConfigTTL bounds how long a configuration written by another process
 	// (or behind Waybill's back) may go unseen. Default 30 s.
 	ConfigTTL time.Duration
@@ -58,6 +71,7 @@ type Config struct {
 type Writer struct {
 	db       *pgxpool.Pool
 	notifier Notifier
+	observer Observer
 	clock    func() time.Time
 	ttl      time.Duration
 	log      *slog.Logger
@@ -100,7 +114,7 @@ func New(cfg Config) (*Writer, error) {
 		return nil, errors.New("commands: Config.DB is required")
 	}
 	base := cfg.Base.WithDefaults()
-	w := &Writer{db: cfg.DB, notifier: cfg.Notifier, clock: base.Now, ttl: cfg.ConfigTTL, log: base.Logger, secrets: cfg.Secrets,
+	w := &Writer{db: cfg.DB, notifier: cfg.Notifier, observer: cfg.Observer, clock: base.Now, ttl: cfg.ConfigTTL, log: base.Logger, secrets: cfg.Secrets,
 		tracer: base.Tracer}
 	if w.ttl <= 0 {
 		w.ttl = 30 * time.Second
@@ -201,7 +215,7 @@ func (w *Writer) runOp(o *op) (*projection.Message, error) {
 	if o.c == nil {
 		return o.m, nil
 	}
-	w.notify(o.c.wakeups)
+	w.committed(o.c)
 	return o.c.after, o.c.result
 }
 
@@ -364,9 +378,30 @@ func (w *Writer) cutAt(point string, b *pgx.Batch) {
 	}
 }
 
-func (w *Writer) notify(wakeups []Wakeup) {
-	if len(wakeups) > 0 && w.notifier != nil {
-		w.notifier.Notify(wakeups)
+// committed publishes the wake-ups of c, a committed change, and tells the
+// observer of the deliveries it delivered.
+func (w *Writer) committed(c *change) {
+	if len(c.wakeups) > 0 && w.notifier != nil {
+		w.notifier.Notify(c.wakeups)
+	}
+	if w.observer == nil {
+		return
+	}
+	for i := range c.after.Deliveries {
+		d := &c.after.Deliveries[i]
+		if d.State != lifecycle.StateDelivered {
+			continue
+		}
+		if c.before != nil {
+			if was := c.before.Delivery(d.ID); was != nil && was.State == lifecycle.StateDelivered {
+				continue
+			}
+		}
+		began := d.CreatedAt
+		if !d.RedeliveredAt.IsZero() {
+			began = d.RedeliveredAt
+		}
+		w.observer.Delivered(d.Target, d.FinishedAt.Sub(began), w.sampledTraceID(c.after))
 	}
 }
 

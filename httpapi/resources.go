@@ -97,6 +97,17 @@ type Message struct {
 	// Callback is the message's outcome callback; null when it has no
 	// callback URL.
 	Callback *MessageCallback `json:"callback"`
+	// Trace is the W3C trace context the message belongs to; null when it
+	// has none.
+	Trace *MessageTrace `json:"trace"`
+}
+
+// MessageTrace is a message's trace context, without its baggage, which
+// holds the sender's own values.
+type MessageTrace struct {
+	Traceparent string `json:"traceparent"`
+	// Tracestate is null when the trace has none.
+	Tracestate *string `json:"tracestate"`
 }
 
 // MessageCallback is a message's outcome callback: the call of its URL for
@@ -350,6 +361,9 @@ func messageOf(m *projection.Message) Message {
 	}
 	for _, d := range m.NewestFirst() {
 		out.Deliveries = append(out.Deliveries, deliveryOf(d))
+	}
+	if m.Trace.Parent != "" {
+		out.Trace = &MessageTrace{Traceparent: m.Trace.Parent, Tracestate: optional(m.Trace.State)}
 	}
 	if cb := m.Callback; cb != nil {
 		out.Callback = &MessageCallback{URL: cb.URL, Seq: cb.Seq, Attempts: cb.Attempts, LastError: optional(cb.LastError),

@@ -2,9 +2,11 @@ package httpapi_test
 
 import (
 	"net/http"
+	"strings"
 	"testing"
 
 	"github.com/waybill/waybill/httpapi"
+	"github.com/waybill/waybill/journal"
 	"github.com/waybill/waybill/lifecycle"
 	"github.com/waybill/waybill/projection"
 )
@@ -43,5 +45,45 @@ func TestIngestKeepsTheSendersTraceWithTracingOff(t *testing.T) {
 				t.Errorf("kept %+v; want %+v", stored.Trace, c.want)
 			}
 		})
+	}
+}
+
+// TestMessageShowsItsTraceNotItsBaggage: the message resource shows the
+// trace context it keeps, without its baggage, which the journal shows
+// masked to a reader and whole to an admin; a message without a trace
+// shows null.
+func TestMessageShowsItsTraceNotItsBaggage(t *testing.T) {
+	b := setup(t)
+	const parent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+	h := http.Header{"Content-Type": {"application/json"}, "Traceparent": {parent}, "Baggage": {"session=s3cret"}}
+	var m httpapi.Message
+	b.sendHeader(t, adminToken, "POST", "/messages", h,
+		[]byte(`{"source":"erp","from":"acme","to":"globex","payload":"x"}`)).want(t, http.StatusCreated, &m)
+	b.as(t, readerToken, http.MethodGet, "/messages/"+m.ID.String(), nil).want(t, http.StatusOK, &m)
+	if m.Trace == nil || m.Trace.Traceparent != parent || m.Trace.Tracestate != nil {
+		t.Errorf("trace %+v; want %s and no tracestate", m.Trace, parent)
+	}
+	for token, want := range map[string]string{readerToken: `"baggage":"***"`, adminToken: `"baggage":"session=s3cret"`} {
+		var page httpapi.JournalPage
+		b.as(t, token, http.MethodGet, "/journal?limit=500", nil).want(t, http.StatusOK, &page)
+		found := false
+		for _, e := range page.Items {
+			if e.Stream == m.ID.String() && e.Kind == journal.KindMessageAccepted {
+				found = true
+				if !strings.Contains(string(e.Payload), want) {
+					t.Errorf("%s reads %s; want %s", token, e.Payload, want)
+				}
+			}
+		}
+		if !found {
+			t.Errorf("%s found no message.accepted of the message", token)
+		}
+	}
+
+	var plain httpapi.Message
+	b.as(t, adminToken, "POST", "/messages", map[string]any{"source": "erp", "from": "acme", "to": "globex", "payload": "y"}).
+		want(t, http.StatusCreated, &plain)
+	if plain.Trace != nil {
+		t.Errorf("a message without a trace shows %+v", plain.Trace)
 	}
 }

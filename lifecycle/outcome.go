@@ -44,6 +44,10 @@ type Outcome struct {
 	// (HTTP 410): recording it disables the target too. Not journaled with
 	// the outcome: the target's own event, target.disabled, records it.
 	Gone bool `json:"-"`
+	// StatusCode is the HTTP status of the answer the attempt got, 0 when
+	// it got none (a file target, an error before the answer). Not
+	// journaled: Text holds the status line.
+	StatusCode int `json:"-"`
 }
 
 // Delivered is a successful attempt.

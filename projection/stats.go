@@ -70,11 +70,23 @@ var targetStatsSQL = `SELECT t.target,
 	(SELECT count(*) FROM deliveries d WHERE d.target = t.target AND ` +
 	lifecycle.StatusesSQL("d.state", lifecycle.StatesWhere(lifecycle.DeliveryState.Faulted)) + ` AND d.message_created_at >= $1),
 	first.state, first.next_due
-	FROM (SELECT DISTINCT target FROM delivery_counts) t
-	LEFT JOIN LATERAL (SELECT d.state, d.next_due FROM deliveries d WHERE d.target = t.target AND ` +
-	lifecycle.WakeRule.StatesSQL("d") + `
-		ORDER BY coalesce(d.next_due, d.lease_end, d.updated_at) LIMIT 1) first ON true
+	FROM (SELECT DISTINCT target FROM delivery_counts) t ` + firstDueSQL + `
 	ORDER BY t.target`
+
+// firstDueSQL joins to each target t the state and next_due of the
+// delivery lifecycle.WakeRule would wake first (oldestDue judges it).
+var firstDueSQL = `LEFT JOIN LATERAL (SELECT d.state, d.next_due FROM deliveries d WHERE d.target = t.target AND ` +
+	lifecycle.WakeRule.StatesSQL("d") + `
+		ORDER BY coalesce(d.next_due, d.lease_end, d.updated_at) LIMIT 1) first ON true`
+
+// oldestDue is how long the delivery of firstDueSQL, in state and due at
+// next, has been due at now; 0 when it is not due, or there is none.
+func oldestDue(now time.Time, state lifecycle.DeliveryState, next time.Time) time.Duration {
+	if f := (lifecycle.Facts{State: state, NextDue: next}); lifecycle.WakeRule.Holds(f, now) {
+		return overdue(now, f.NextDue)
+	}
+	return 0
+}
 
 // messageStatsSQL sums the kept counts of messages (Tally): by status for
 // the messages in flight, by status and hour of creation for the windows
@@ -139,10 +151,7 @@ func ReadStats(ctx context.Context, db BatchSender, now time.Time) (Stats, error
 			next  pgtype.Timestamptz
 		)
 		_, err := pgx.ForEachRow(rows, []any{&t.Target, &t.InFlight, &t.FailedLast24h, &state, &next}, func() error {
-			t.OldestDue = 0
-			if f := (lifecycle.Facts{State: lifecycle.DeliveryState(state.String), NextDue: timeOf(next)}); lifecycle.WakeRule.Holds(f, now) {
-				t.OldestDue = overdue(now, f.NextDue)
-			}
+			t.OldestDue = oldestDue(now, lifecycle.DeliveryState(state.String), timeOf(next))
 			out.Targets = append(out.Targets, t)
 			return nil
 		})

@@ -507,6 +507,54 @@ const countsSQL = `SELECT state, sum(n)::bigint FROM delivery_counts GROUP BY st
 // targetCountsSQL reads the kept counts by target and state.
 const targetCountsSQL = `SELECT target, state, sum(n)::bigint FROM delivery_counts GROUP BY target, state`
 
+// QueueTargetCounts queues on b the read of the number of deliveries of
+// each target in each state, from the kept counts; the returned function
+// gives them once the batch is read, with an entry for every state of each
+// target the counts name.
+func QueueTargetCounts(b *pgx.Batch) func() map[string]map[lifecycle.DeliveryState]int64 {
+	out := map[string]map[lifecycle.DeliveryState]int64{}
+	b.Queue(targetCountsSQL).Query(func(rows pgx.Rows) error {
+		var (
+			target, state string
+			n             int64
+		)
+		_, err := pgx.ForEachRow(rows, []any{&target, &state, &n}, func() error {
+			if out[target] == nil {
+				out[target] = make(map[lifecycle.DeliveryState]int64, len(lifecycle.CountedStates))
+				for _, s := range lifecycle.CountedStates {
+					out[target][s] = 0
+				}
+			}
+			out[target][lifecycle.DeliveryState(state)] = n
+			return nil
+		})
+		return err
+	})
+	return func() map[string]map[lifecycle.DeliveryState]int64 { return out }
+}
+
+// QueueTargetsOldestDue queues on b the read of how long before now each of
+// the targets' most overdue delivery due for a wake-up has been due, as
+// GET /stats gives it (targetStatsSQL's firstDueSQL); the returned function
+// gives them once the batch is read, 0 for a target with none due.
+func QueueTargetsOldestDue(b *pgx.Batch, now time.Time, targets []string) func() map[string]time.Duration {
+	out := make(map[string]time.Duration, len(targets))
+	b.Queue(`SELECT t.target, first.state, first.next_due FROM unnest($1::text[]) t(target) `+firstDueSQL, targets).Query(
+		func(rows pgx.Rows) error {
+			var (
+				target string
+				state  pgtype.Text
+				next   pgtype.Timestamptz
+			)
+			_, err := pgx.ForEachRow(rows, []any{&target, &state, &next}, func() error {
+				out[target] = oldestDue(now, lifecycle.DeliveryState(state.String), timeOf(next))
+				return nil
+			})
+			return err
+		})
+	return func() map[string]time.Duration { return out }
+}
+
 // QueueDue queues on b the count of the deliveries due for a wake-up at now
 // (lifecycle.WakeRule) and the oldest due time (dueSQL); the returned
 // function gives them once the batch is read, the time zero when none is

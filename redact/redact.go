@@ -98,10 +98,19 @@ func SourceConfig(raw json.RawMessage) (json.RawMessage, bool) {
 }
 
 // Payload is p with the secrets of a target's or a source's definition
-// masked (Target, SourceConfig), for readers of the journal who do not
-// write the definitions; any other payload comes back as it is.
+// masked (Target, SourceConfig), and a message's W3C baggage, whose
+// members are the sender's own (a user, a tenant, a token), masked whole,
+// for readers of the journal who do not write the definitions; any other
+// payload comes back as it is.
 func Payload(p journal.Payload) journal.Payload {
 	switch p := p.(type) {
+	case *journal.MessageAccepted:
+		if p.Baggage == "" {
+			return p
+		}
+		masked := *p
+		masked.Baggage = Mask
+		return &masked
 	case *journal.TargetCreated:
 		return &journal.TargetCreated{Target: Target(p.Target)}
 	case *journal.TargetUpdated:

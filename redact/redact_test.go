@@ -60,6 +60,8 @@ func TestPayload(t *testing.T) {
 	t.Parallel()
 	target := lifecycle.Target{Name: "erp", Kind: "http", Config: json.RawMessage(`{"headers":{"Authorization":"Bearer t0ken"}}`)}
 	source := lifecycle.Source{Name: "up", Kind: "inbox_table", Config: json.RawMessage(`{"database_url":"postgres://u:s3cret@db/x"}`)}
+	accepted := &journal.MessageAccepted{TraceParent: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+		Baggage: "session=s3cret"}
 	for _, tc := range []struct {
 		p    journal.Payload
 		want string
@@ -69,6 +71,9 @@ func TestPayload(t *testing.T) {
 		{&journal.SourceCreated{Source: source}, `"config":{"database_url":"postgres://u:***@db/x"}`},
 		{&journal.SourceUpdated{Source: source}, `"config":{"database_url":"postgres://u:***@db/x"}`},
 		{&journal.TargetDeleted{Name: "erp"}, `{"name":"erp"}`},
+		{accepted, `"baggage":"***"`},
+		{&journal.MessageAccepted{TraceParent: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"},
+			`"traceparent":"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"`},
 	} {
 		got, err := json.Marshal(redact.Payload(tc.p))
 		if err != nil {
@@ -78,7 +83,8 @@ func TestPayload(t *testing.T) {
 			t.Errorf("redact.Payload(%s) = %s, want it to hold %s", tc.p.Kind(), got, tc.want)
 		}
 	}
-	if string(target.Config) != `{"headers":{"Authorization":"Bearer t0ken"}}` || string(source.Config) != `{"database_url":"postgres://u:s3cret@db/x"}` {
+	if string(target.Config) != `{"headers":{"Authorization":"Bearer t0ken"}}` || string(source.Config) != `{"database_url":"postgres://u:s3cret@db/x"}` ||
+		accepted.Baggage != "session=s3cret" {
 		t.Errorf("redact.Payload changed the event it was given")
 	}
 }

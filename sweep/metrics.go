@@ -1,14 +1,22 @@
 package sweep
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"sync"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
 
 type metrics struct {
 	passSeconds     prometheus.Histogram
 	rows            *prometheus.CounterVec
 	deliveries      *prometheus.GaugeVec
 	due             prometheus.Gauge
-	oldestDue       prometheus.Gauge
+	oldestDue       *prometheus.GaugeVec
 	journalPosition prometheus.Gauge
+
+	mu sync.Mutex
+	// targets are the targets the per-target gauges have series of.
+	targets map[string]bool
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -21,14 +29,14 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "waybill_sweep_rows_total", Help: "Deliveries a sweep step changed, by step.",
 		}, []string{"step"}),
 		deliveries: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "waybill_deliveries", Help: "Deliveries per state, at the last sweep pass.",
-		}, []string{"state"}),
+			Name: "waybill_deliveries", Help: "Deliveries of the messages' current generations, by target and state, at the last sweep pass.",
+		}, []string{"target", "state"}),
 		due: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "waybill_deliveries_due", Help: "Queued or retrying deliveries whose wake-up is due, at the last sweep pass.",
 		}),
-		oldestDue: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "waybill_deliveries_oldest_due_seconds", Help: "How long the most overdue wake-up has been due, at the last sweep pass.",
-		}),
+		oldestDue: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "waybill_oldest_due_seconds", Help: "How long the target's most overdue wake-up has been due, at the last sweep pass; 0 when none is.",
+		}, []string{"target"}),
 		journalPosition: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "waybill_journal_position", Help: "The journal's last position; its rate is the append rate.",
 		}),
@@ -37,6 +45,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	for _, step := range steps {
 		m.rows.WithLabelValues(step)
 	}
+	m.targets = map[string]bool{}
 	if reg != nil {
 		reg.MustRegister(m.passSeconds, m.rows, m.deliveries, m.due, m.oldestDue, m.journalPosition)
 	}
@@ -45,3 +54,21 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 
 // steps names the steps of a pass, in their order.
 var steps = []string{"expire_leases", "scheduled_due", "wake", "time_out_receipts", "release_blocked", "report_held_lanes"}
+
+// track removes the per-target series of targets no longer among targets
+// (deleted ones); the pass then sets those of each target.
+func (m *metrics) track(targets []string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	now := make(map[string]bool, len(targets))
+	for _, t := range targets {
+		now[t] = true
+	}
+	for t := range m.targets {
+		if !now[t] {
+			m.deliveries.DeletePartialMatch(prometheus.Labels{"target": t})
+			m.oldestDue.DeleteLabelValues(t)
+		}
+	}
+	m.targets = now
+}

@@ -25,6 +25,7 @@ import (
 
 	"github.com/waybill/waybill/commands"
 	"github.com/waybill/waybill/journal"
+	"github.com/waybill/waybill/lifecycle"
 	"github.com/waybill/waybill/projection"
 	"github.com/waybill/waybill/service"
 )
@@ -173,7 +174,11 @@ func (s *Sweeper) Pass(ctx context.Context) (Result, error) {
 			func(id uuid.UUID) (journal.Kind, error) { return w.ReportLaneHeld(ctx, id) }, &r),
 	)
 	if err == nil {
-		err = s.measure(ctx)
+		names := make([]string, len(targets))
+		for i, t := range targets {
+			names[i] = t.Name
+		}
+		err = s.measure(ctx, names)
 	}
 	s.metrics.passSeconds.Observe(time.Since(began).Seconds())
 	if err != nil {
@@ -253,29 +258,32 @@ func (s *Sweeper) step(ctx context.Context, name string, once bool, query func()
 	}
 }
 
-// measure sets the gauges: deliveries per state, the due ones and the age
-// of the oldest, and the journal's last position (its rate is the append
+// measure sets the gauges: the deliveries of each of the targets by state
+// and how long its most overdue wake-up has been due (every series at zero
+// from a target's first pass; a deleted target's removed), the due
+// deliveries, and the journal's last position (its rate is the append
 // rate).
-func (s *Sweeper) measure(ctx context.Context) error {
+func (s *Sweeper) measure(ctx context.Context, targets []string) error {
 	now := s.cfg.Now()
 	var position int64
 	b := &pgx.Batch{}
-	counts := projection.QueueCounts(b)
+	counts := projection.QueueTargetCounts(b)
+	oldest := projection.QueueTargetsOldestDue(b, now, targets)
 	due := projection.QueueDue(b, now)
 	journal.QueueLastPosition(b, &position)
 	if err := s.cfg.DB.SendBatch(ctx, b).Close(); err != nil {
 		return fmt.Errorf("measure: %w", err)
 	}
-	for state, n := range counts() {
-		s.metrics.deliveries.WithLabelValues(string(state)).Set(float64(n))
+	s.metrics.track(targets)
+	byTarget, oldestDue := counts(), oldest()
+	for _, t := range targets {
+		for _, state := range lifecycle.CountedStates {
+			s.metrics.deliveries.WithLabelValues(t, string(state)).Set(float64(byTarget[t][state]))
+		}
+		s.metrics.oldestDue.WithLabelValues(t).Set(oldestDue[t].Seconds())
 	}
-	n, oldest := due()
+	n, _ := due()
 	s.metrics.due.Set(float64(n))
-	age := 0.0
-	if !oldest.IsZero() {
-		age = now.Sub(oldest).Seconds()
-	}
-	s.metrics.oldestDue.Set(age)
 	s.metrics.journalPosition.Set(float64(position))
 	return nil
 }

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -529,6 +530,11 @@ func TestGauges(t *testing.T) {
 	b := setup(t)
 	b.targets(t, "alpha")
 	b.maxDispatches(t, 1)
+	// A target with no delivery has its series, at zero.
+	idle := lifecycle.Target{Name: "idle", Kind: "http", Enabled: true, Config: json.RawMessage(`{"url":"http://127.0.0.1:9/"}`)}
+	if _, err := b.w.CreateTarget(b.ctx, idle, admin); err != nil {
+		t.Fatal(err)
+	}
 
 	stalls := b.ingest(t)
 	b.clock.Advance(10 * time.Second)
@@ -550,19 +556,16 @@ func TestGauges(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := map[string]float64{
-		"waybill_deliveries{state=queued}":       1,
-		"waybill_deliveries{state=delivering}":   1,
-		"waybill_deliveries{state=retrying}":     1,
-		"waybill_deliveries{state=awaiting_ack}": 1,
-		"waybill_deliveries{state=delivered}":    2,
-		"waybill_deliveries{state=failed}":       1,
-		"waybill_deliveries{state=stalled}":      1,
-		"waybill_deliveries{state=blocked}":      0,
-		"waybill_deliveries{state=skipped}":      0,
-		"waybill_deliveries{state=scheduled}":    0,
-		"waybill_deliveries_due":                 0,
-		"waybill_deliveries_oldest_due_seconds":  0,
-		"waybill_journal_position":               position,
+		"waybill_deliveries_due":                   0,
+		"waybill_oldest_due_seconds{target=alpha}": 0,
+		"waybill_oldest_due_seconds{target=idle}":  0,
+		"waybill_journal_position":                 position,
+	}
+	alpha := map[lifecycle.DeliveryState]float64{lifecycle.StateQueued: 1, lifecycle.StateDelivering: 1, lifecycle.StateRetrying: 1,
+		lifecycle.StateAwaitingAck: 1, lifecycle.StateDelivered: 2, lifecycle.StateFailed: 1, lifecycle.StateStalled: 1}
+	for _, state := range lifecycle.CountedStates {
+		want["waybill_deliveries{state="+string(state)+"}{target=alpha}"] = alpha[state]
+		want["waybill_deliveries{state="+string(state)+"}{target=idle}"] = 0
 	}
 	got := gauges(t, reg)
 	for name, v := range want {
@@ -586,9 +589,22 @@ func TestGauges(t *testing.T) {
 		t.Fatalf("pass ahead: %+v %v", r, err)
 	}
 	got = gauges(t, reg)
-	if got["waybill_deliveries_due"] != 1 || got["waybill_deliveries_oldest_due_seconds"] != 50 {
+	if got["waybill_deliveries_due"] != 1 || got["waybill_oldest_due_seconds{target=alpha}"] != 50 {
 		t.Errorf("due %v, oldest %v s; want 1 and 50 s (queued due %s)",
-			got["waybill_deliveries_due"], got["waybill_deliveries_oldest_due_seconds"], queued.NextDue)
+			got["waybill_deliveries_due"], got["waybill_oldest_due_seconds{target=alpha}"], queued.NextDue)
+	}
+
+	// A deleted target's series go with it.
+	if err := b.w.DeleteTarget(b.ctx, "idle", admin); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ahead.Pass(b.ctx); err != nil {
+		t.Fatal(err)
+	}
+	for name := range gauges(t, reg) {
+		if strings.Contains(name, "{target=idle}") {
+			t.Errorf("%s after the target's deletion", name)
+		}
 	}
 	b.audit(t)
 }

@@ -306,21 +306,23 @@ func (h *httpTarget) Deliver(ctx context.Context, a Attempt) lifecycle.Outcome {
 // answer's Retry-After when it has one (read against now); 410 Gone fails
 // for good and disables the target, as the Standard Webhooks
 // specification asks of a sender; anything else, a redirect included,
-// fails for good. The text is the status line, a
+// fails for good. The outcome keeps the status code; the text is the status line, a
 // redirect's location and the start of the body on one line.
 func HTTPOutcome(resp *http.Response, body []byte, now time.Time) lifecycle.Outcome {
 	text := responseText(resp, body)
+	var o lifecycle.Outcome
 	switch code := resp.StatusCode; {
 	case code >= 200 && code < 300:
-		return lifecycle.Delivered(text)
+		o = lifecycle.Delivered(text)
 	case code == http.StatusRequestTimeout || code == http.StatusTooManyRequests || code >= 500:
-		return lifecycle.Outcome{Kind: lifecycle.OutcomeRetry, Text: text,
-			RetryAt: retryAfter(resp.Header.Get("Retry-After"), now)}
+		o = lifecycle.Outcome{Kind: lifecycle.OutcomeRetry, Text: text, RetryAt: retryAfter(resp.Header.Get("Retry-After"), now)}
 	case code == http.StatusGone:
-		return lifecycle.Gone(text)
+		o = lifecycle.Gone(text)
 	default:
-		return lifecycle.Failed(text)
+		o = lifecycle.Failed(text)
 	}
+	o.StatusCode = resp.StatusCode
+	return o
 }
 
 // responseText is the status line, the redirect's location if any, and

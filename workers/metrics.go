@@ -1,20 +1,24 @@
 package workers
 
 import (
+	"strconv"
 	"sync"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/waybill/waybill/lifecycle"
 )
 
-// Metrics are the runtime's counters. Labels are target names, outcome
-// kinds and claim results only. Every series of a target exists, at zero,
-// from the moment the runtime knows the target (Track), so a dashboard
-// draws 0 rather than nothing.
+// Metrics are the runtime's counters, and the commands.Observer of the
+// deliveries' latency. Labels are target names, outcome kinds, status
+// classes and claim results only. Every series of a target exists, at
+// zero, from the moment the runtime knows the target (Track), so a
+// dashboard draws 0 rather than nothing.
 type Metrics struct {
 	attempts         *prometheus.CounterVec
 	attemptSeconds   *prometheus.HistogramVec
+	latency          *prometheus.HistogramVec
 	claims           *prometheus.CounterVec
 	wakeupsPublished *prometheus.CounterVec
 	wakeupsFailed    *prometheus.CounterVec
@@ -30,20 +34,39 @@ const (
 	claimConflict = "conflict"
 )
 
-// attemptOutcomes are the outcome labels of waybill_attempts_total: the
-// outcome kinds, and a claim given back.
-var attemptOutcomes = append(lifecycle.Strings(lifecycle.OutcomeKinds), "released")
+// released is the outcome label of waybill_attempts_total of a claim
+// given back, whose status class is always none.
+const released = "released"
+
+// statusClasses are the status_class labels of waybill_attempts_total:
+// the class of the answer's HTTP status, or none without an answer.
+var statusClasses = []string{"2xx", "3xx", "4xx", "5xx", noStatus}
+
+const noStatus = "none"
+
+// statusClass is the status_class label of an answer's HTTP status, 0
+// for none.
+func statusClass(code int) string {
+	if code < 200 || code > 599 {
+		return noStatus
+	}
+	return strconv.Itoa(code/100) + "xx"
+}
 
 // NewMetrics makes the metrics and registers them on reg; nil registers
 // them nowhere.
 func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
 		attempts: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "waybill_attempts_total", Help: "Attempts recorded, by target and outcome (delivered, awaiting_ack, retry, failed, released).",
-		}, []string{"target", "outcome"}),
+			Name: "waybill_attempts_total", Help: "Attempts recorded, by target, outcome (delivered, awaiting_ack, retry, failed, released) and the class of the answer's HTTP status (2xx, 3xx, 4xx, 5xx, none).",
+		}, []string{"target", "outcome", "status_class"}),
 		attemptSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name: "waybill_attempt_duration_seconds", Help: "Time one attempt took, by target.",
 			Buckets: prometheus.ExponentialBuckets(0.001, 4, 10),
+		}, []string{"target"}),
+		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "waybill_delivery_latency_seconds", Help: "Time from a delivery's start (its message's ingest, or its redelivery) to its delivery, by target; with tracing on, exemplars carry the trace_id.",
+			Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600, 14400, 86400},
 		}, []string{"target"}),
 		claims: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "waybill_claims_total", Help: "Claims by target and result: claimed, or conflict for a wake-up whose delivery was not claimable any more (claimed elsewhere, settled, not due).",
@@ -59,7 +82,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}, []string{"target"}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.attempts, m.attemptSeconds, m.claims, m.wakeupsPublished, m.wakeupsFailed, m.wakeupsDropped)
+		reg.MustRegister(m.attempts, m.attemptSeconds, m.latency, m.claims, m.wakeupsPublished, m.wakeupsFailed, m.wakeupsDropped)
 	}
 	return m
 }
@@ -76,10 +99,14 @@ func (m *Metrics) Track(targets []string) {
 		if m.tracked[t] {
 			continue
 		}
-		for _, o := range attemptOutcomes {
-			m.attempts.WithLabelValues(t, o)
+		for _, o := range lifecycle.OutcomeKinds {
+			for _, c := range statusClasses {
+				m.attempts.WithLabelValues(t, string(o), c)
+			}
 		}
+		m.attempts.WithLabelValues(t, released, noStatus)
 		m.attemptSeconds.WithLabelValues(t)
+		m.latency.WithLabelValues(t)
 		m.claims.WithLabelValues(t, claimClaimed)
 		m.claims.WithLabelValues(t, claimConflict)
 		m.wakeupsPublished.WithLabelValues(t)
@@ -89,13 +116,24 @@ func (m *Metrics) Track(targets []string) {
 	for t := range m.tracked {
 		if !now[t] {
 			for _, vec := range []interface{ DeletePartialMatch(prometheus.Labels) int }{
-				m.attempts, m.attemptSeconds, m.claims, m.wakeupsPublished, m.wakeupsFailed, m.wakeupsDropped,
+				m.attempts, m.attemptSeconds, m.latency, m.claims, m.wakeupsPublished, m.wakeupsFailed, m.wakeupsDropped,
 			} {
 				vec.DeletePartialMatch(prometheus.Labels{"target": t})
 			}
 		}
 	}
 	m.tracked = now
+}
+
+// Delivered observes the latency of a delivery, with its trace as the
+// exemplar when it has one (commands.Observer).
+func (m *Metrics) Delivered(target string, took time.Duration, traceID string) {
+	h := m.latency.WithLabelValues(target)
+	if traceID == "" {
+		h.Observe(took.Seconds())
+		return
+	}
+	h.(prometheus.ExemplarObserver).ObserveWithExemplar(took.Seconds(), prometheus.Labels{"trace_id": traceID})
 }
 
 // orNop returns m, or unregistered metrics when m is nil, so callers need

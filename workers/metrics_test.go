@@ -1,6 +1,7 @@
 package workers_test
 
 import (
+	"net/http"
 	"slices"
 	"strings"
 	"testing"
@@ -27,11 +28,15 @@ func TestMetricsShowEveryTargetFromTheStart(t *testing.T) {
 
 	want := func(target string) []string {
 		var out []string
-		for _, o := range []string{"delivered", "awaiting_ack", "retry", "failed", "released"} {
-			out = append(out, "waybill_attempts_total{outcome="+o+",target="+target+"}")
+		for _, o := range []string{"delivered", "awaiting_ack", "retry", "failed"} {
+			for _, c := range []string{"2xx", "3xx", "4xx", "5xx", "none"} {
+				out = append(out, "waybill_attempts_total{outcome="+o+",status_class="+c+",target="+target+"}")
+			}
 		}
 		return append(out,
+			"waybill_attempts_total{outcome=released,status_class=none,target="+target+"}",
 			"waybill_attempt_duration_seconds{target="+target+"}",
+			"waybill_delivery_latency_seconds{target="+target+"}",
 			"waybill_claims_total{result=claimed,target="+target+"}",
 			"waybill_claims_total{result=conflict,target="+target+"}",
 			"waybill_wakeups_dropped_total{target="+target+"}",
@@ -73,6 +78,31 @@ func TestMetricsShowEveryTargetFromTheStart(t *testing.T) {
 	b.waitStatus(t, lifecycle.StatusDelivered, ms...)
 	if v := series(t, b.reg)["waybill_claims_total{result=claimed,target=web}"]; v != 3 {
 		t.Errorf("claimed %v, want 3", v)
+	}
+
+	// Each attempt counts by its outcome and its answer's class; each
+	// delivery delivered, by its latency.
+	b.sink.mu.Lock()
+	b.sink.answer = func(n int, _ http.ResponseWriter, _ *http.Request) int {
+		if code, ok := map[int]int{4: http.StatusBadRequest, 5: http.StatusServiceUnavailable}[n]; ok {
+			return code
+		}
+		return http.StatusOK
+	}
+	b.sink.mu.Unlock()
+	b.waitState(t, b.ingest(t, 1)[0].Deliveries[0].ID, lifecycle.StateFailed)
+	b.waitState(t, b.ingest(t, 1)[0].Deliveries[0].ID, lifecycle.StateRetrying)
+	got = series(t, b.reg)
+	for s, want := range map[string]float64{
+		"waybill_attempts_total{outcome=delivered,status_class=2xx,target=web}": 3,
+		"waybill_attempts_total{outcome=failed,status_class=4xx,target=web}":    1,
+		"waybill_attempts_total{outcome=retry,status_class=5xx,target=web}":     1,
+		"waybill_attempts_total{outcome=retry,status_class=none,target=web}":    0,
+		"waybill_delivery_latency_seconds{target=web}":                          3,
+	} {
+		if got[s] != want {
+			t.Errorf("%s = %v, want %v", s, got[s], want)
+		}
 	}
 }
 

@@ -78,7 +78,8 @@ func setup(t testing.TB) *bundle {
 
 func (b *bundle) writer(t testing.TB, n commands.Notifier) *commands.Writer {
 	t.Helper()
-	w, err := commands.New(commands.Config{Secrets: dbtest.Secrets(), Base: service.Base{Now: b.clock.Now, Logger: quiet}, DB: b.db, Notifier: n})
+	w, err := commands.New(commands.Config{Secrets: dbtest.Secrets(), Base: service.Base{Now: b.clock.Now, Logger: quiet}, DB: b.db, Notifier: n,
+		Observer: b.metrics})
 	if err != nil {
 		t.Fatal(err)
 	}

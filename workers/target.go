@@ -118,22 +118,25 @@ type policyDeliverer struct {
 // Deliver makes the attempt and turns its report into the outcome to record:
 // a hand-over awaits its receipt when the target wants one, and a failure
 // for now is retried by the policy or, past its bounds, fails for good.
+// The outcome keeps the answer's status code.
 func (p *policyDeliverer) Deliver(ctx context.Context, a targets.Attempt) lifecycle.Outcome {
 	o := p.kind.Deliver(ctx, a)
 	now := p.now()
+	out := o
 	switch o.Kind {
 	case lifecycle.OutcomeDelivered:
 		if r := p.target.Receipt; r != nil {
-			handed := lifecycle.AwaitingAck(o.Text, now.Add(r.Timeout.D()))
-			handed.ExternalID = o.ExternalID
-			return handed
+			out = lifecycle.AwaitingAck(o.Text, now.Add(r.Timeout.D()))
+			out.ExternalID = o.ExternalID
 		}
 	case lifecycle.OutcomeRetry:
 		at, stop := p.target.Retry.Next(a.Round, a.Since, now, o.RetryAt, rand.Float64()*2-1)
 		if stop != "" {
-			return lifecycle.Failed(o.Text + "; " + stop)
+			out = lifecycle.Failed(o.Text + "; " + stop)
+		} else {
+			out = lifecycle.Retry(at, o.Text)
 		}
-		return lifecycle.Retry(at, o.Text)
 	}
-	return o
+	out.StatusCode = o.StatusCode
+	return out
 }

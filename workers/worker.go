@@ -431,7 +431,7 @@ func (w *Worker[T]) attempt(job Job[T]) *Job[T] {
 	if outcome.Kind == lifecycle.OutcomeRetry {
 		w.retries.add(outcome.RetryAt)
 	}
-	w.metrics.attempts.WithLabelValues(w.cfg.Name, string(outcome.Kind)).Inc()
+	w.metrics.attempts.WithLabelValues(w.cfg.Name, string(outcome.Kind), statusClass(outcome.StatusCode)).Inc()
 	if next == nil {
 		return nil
 	}
@@ -451,7 +451,7 @@ func (w *Worker[T]) giveBack(job Job[T], started bool, reason string) {
 	if w.record(job, "release", release) != nil {
 		return
 	}
-	w.metrics.attempts.WithLabelValues(w.cfg.Name, "released").Inc()
+	w.metrics.attempts.WithLabelValues(w.cfg.Name, released, noStatus).Inc()
 }
 
 // Stop stops claiming (unsubscribes, ends the loop, its catch-up and the

@@ -310,7 +310,8 @@ func serve(ctx context.Context, cfg *serveConfig, stderr io.Writer) error {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	metrics := workers.NewMetrics(reg)
-	w, err := commands.New(commands.Config{Base: base, DB: db, Notifier: workers.NewPublisher(nc, log, metrics), Secrets: secrets})
+	w, err := commands.New(commands.Config{Base: base, DB: db, Notifier: workers.NewPublisher(nc, log, metrics), Observer: metrics,
+		Secrets: secrets})
 	if err != nil {
 		return err
 	}
@@ -333,7 +334,7 @@ func serve(ctx context.Context, cfg *serveConfig, stderr io.Writer) error {
 		return err
 	}
 	var ready atomic.Bool
-	scrape := promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg})
+	scrape := promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg, EnableOpenMetrics: true})
 	web := newHTTPService(l, mainMux(api, ui, db, metricsL == nil, scrape, &ready), log)
 	servers := []namedService{{"http server", web}}
 	metricsURL := "http://" + web.addr() + "/metrics"

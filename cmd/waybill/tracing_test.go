@@ -3,9 +3,11 @@ package main
 import (
 	"bytes"
 	"compress/gzip"
+	"context"
 	"encoding/hex"
 	"encoding/json"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -17,6 +19,7 @@ import (
 
 	collectortrace "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
+	"google.golang.org/grpc"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/waybill/waybill/internal/testpoll"
@@ -50,25 +53,57 @@ func newCollector(t *testing.T) *collector {
 			http.Error(w, "not an OTLP trace export", http.StatusBadRequest)
 			return
 		}
-		c.mu.Lock()
-		c.requests++
-		for _, rs := range req.ResourceSpans {
-			for _, a := range rs.GetResource().GetAttributes() {
-				if a.Key == "service.name" {
-					c.services = append(c.services, a.GetValue().GetStringValue())
-				}
-			}
-			for _, ss := range rs.ScopeSpans {
-				c.spans = append(c.spans, ss.Spans...)
-			}
-		}
-		c.mu.Unlock()
+		c.keep(&req)
 		w.Header().Set("Content-Type", "application/x-protobuf")
 		out, _ := proto.Marshal(&collectortrace.ExportTraceServiceResponse{})
 		_, _ = w.Write(out)
 	}))
 	t.Cleanup(c.srv.Close)
 	return c
+}
+
+// keep keeps the spans of an export.
+func (c *collector) keep(req *collectortrace.ExportTraceServiceRequest) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.requests++
+	for _, rs := range req.ResourceSpans {
+		for _, a := range rs.GetResource().GetAttributes() {
+			if a.Key == "service.name" {
+				c.services = append(c.services, a.GetValue().GetStringValue())
+			}
+		}
+		for _, ss := range rs.ScopeSpans {
+			c.spans = append(c.spans, ss.Spans...)
+		}
+	}
+}
+
+// grpcCollector is an OTLP/gRPC receiver of spans, in the test's process,
+// on a loopback port; it keeps them in a collector.
+type grpcCollector struct {
+	collectortrace.UnimplementedTraceServiceServer
+	*collector
+	addr string
+}
+
+func newGRPCCollector(t *testing.T) *grpcCollector {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &grpcCollector{collector: &collector{}, addr: l.Addr().String()}
+	srv := grpc.NewServer()
+	collectortrace.RegisterTraceServiceServer(srv, c)
+	go func() { _ = srv.Serve(l) }()
+	t.Cleanup(srv.Stop)
+	return c
+}
+
+// Export implements the OTLP trace service.
+func (c *grpcCollector) Export(_ context.Context, req *collectortrace.ExportTraceServiceRequest) (*collectortrace.ExportTraceServiceResponse, error) {
+	c.keep(req)
+	return &collectortrace.ExportTraceServiceResponse{}, nil
 }
 
 // find is the spans of the trace with that name.
@@ -213,7 +248,7 @@ const (
 func TestTracesFollowAMessage(t *testing.T) {
 	otlp := newCollector(t)
 	sink := newHeaderSink(t)
-	_, a := tracingSetup(t, []string{"OTEL_SDK_DISABLED=false", "OTEL_EXPORTER_OTLP_ENDPOINT=" + otlp.srv.URL,
+	s, a := tracingSetup(t, []string{"OTEL_SDK_DISABLED=false", "OTEL_EXPORTER_OTLP_ENDPOINT=" + otlp.srv.URL,
 		"OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf", "OTEL_TRACES_SAMPLER=parentbased_always_on", "OTEL_BSP_SCHEDULE_DELAY=50",
 		"OTEL_SERVICE_NAME="}, sink)
 
@@ -249,9 +284,9 @@ func TestTracesFollowAMessage(t *testing.T) {
 		t.Errorf("attempt has no duration: %v", got)
 	}
 	var client *tracepb.Span
-	for _, s := range otlp.find(sentTraceID, "POST") {
-		if bytes.Equal(s.ParentSpanId, attempt.SpanId) {
-			client = s
+	for _, span := range otlp.find(sentTraceID, "POST") {
+		if bytes.Equal(span.ParentSpanId, attempt.SpanId) {
+			client = span
 		}
 	}
 	if client == nil {
@@ -280,6 +315,11 @@ func TestTracesFollowAMessage(t *testing.T) {
 	if h.Get("tracestate") != "vendor=x" || h.Get("baggage") != "tenant=acme" {
 		t.Errorf("the receiver got tracestate %q, baggage %q", h.Get("tracestate"), h.Get("baggage"))
 	}
+	// The delivery's latency carries the trace as its exemplar, which
+	// OpenMetrics serves.
+	testpoll.Until(t, "the trace as the latency's exemplar", func() bool {
+		return strings.Contains(openMetrics(t, s, a.token), `# {trace_id="`+sentTraceID+`"}`)
+	})
 	testpoll.Until(t, "the callback", func() bool { return len(sink.headers("/callback")) == 1 })
 	cb := sink.headers("/callback")[0]
 	if !strings.HasPrefix(cb.Get("traceparent"), "00-"+sentTraceID+"-") || cb.Get("baggage") != "" {
@@ -326,6 +366,54 @@ func TestTracesFollowAMessage(t *testing.T) {
 	}
 }
 
+// TestTracesOverGRPC: with OTEL_EXPORTER_OTLP_PROTOCOL grpc the spans go
+// to an OTLP/gRPC receiver: the ingest continues the sender's trace, the
+// attempt is its child, and the receiver got that trace.
+func TestTracesOverGRPC(t *testing.T) {
+	otlp := newGRPCCollector(t)
+	sink := newHeaderSink(t)
+	_, a := tracingSetup(t, []string{"OTEL_SDK_DISABLED=false", "OTEL_EXPORTER_OTLP_ENDPOINT=http://" + otlp.addr,
+		"OTEL_EXPORTER_OTLP_PROTOCOL=grpc", "OTEL_TRACES_SAMPLER=parentbased_always_on", "OTEL_BSP_SCHEDULE_DELAY=50"}, sink)
+
+	id := ingestTraced(t, a, "00-"+sentTraceID+"-"+sentSpanID+"-01", sink.srv.URL+"/callback")
+	testpoll.Until(t, "the ingest and attempt spans", func() bool {
+		return len(otlp.find(sentTraceID, "ingest")) == 1 && len(otlp.find(sentTraceID, "attempt")) == 1
+	})
+	ingest, attempt := otlp.find(sentTraceID, "ingest")[0], otlp.find(sentTraceID, "attempt")[0]
+	if hex.EncodeToString(ingest.ParentSpanId) != sentSpanID || attrs(ingest)["messaging.message.id"] != id {
+		t.Errorf("ingest span: parent %x, attributes %v", ingest.ParentSpanId, attrs(ingest))
+	}
+	if !bytes.Equal(attempt.ParentSpanId, ingest.SpanId) || attrs(attempt)["waybill.attempt.outcome"] != "delivered" {
+		t.Errorf("attempt span: parent %x (the ingest is %x), attributes %v", attempt.ParentSpanId, ingest.SpanId, attrs(attempt))
+	}
+	deliveries := sink.headers("/in")
+	if len(deliveries) != 1 || !strings.HasPrefix(deliveries[0].Get("traceparent"), "00-"+sentTraceID+"-") {
+		t.Errorf("the receiver got %v", deliveries)
+	}
+}
+
+// openMetrics is the server's /metrics in the OpenMetrics format, the one
+// with exemplars.
+func openMetrics(t *testing.T, s *server, token string) string {
+	t.Helper()
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, "http://"+s.addr+"/metrics", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+token)
+	req.Header.Set("Accept", "application/openmetrics-text; version=1.0.0")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	data, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET /metrics: %s %s", resp.Status, data)
+	}
+	return string(data)
+}
+
 // TestTracingOff: a server whose tracing is off (OTEL_SDK_DISABLED,
 // though an endpoint is set) exports no span, even on its stop, and sends
 // its receiver no trace header, though the message came with one.
@@ -337,6 +425,9 @@ func TestTracingOff(t *testing.T) {
 	testpoll.Until(t, "the delivery and the callback", func() bool {
 		return len(sink.headers("/in")) == 1 && len(sink.headers("/callback")) == 1
 	})
+	if body := openMetrics(t, s, a.token); strings.Contains(body, `# {trace_id=`) {
+		t.Errorf("an exemplar with tracing off:\n%s", body)
+	}
 	stopServer(t, s)
 	for _, h := range append(sink.headers("/in"), sink.headers("/callback")...) {
 		for _, name := range []string{"traceparent", "tracestate", "baggage"} {
