@@ -132,6 +132,8 @@ type Folded struct {
 	// stream).
 	opsInOrder []*Operation
 	trails     map[uuid.UUID]*opTrail
+	// outcomes holds the outcomes by the minute of every event folded.
+	outcomes Tally
 }
 
 // missingDuplicate is a possible duplicate of a message the fold did not
@@ -300,6 +302,7 @@ func (f *Folded) fold(e journal.Event) error {
 		f.Violations = append(f.Violations, Violation{Position: e.Position, MessageID: id, DeliveryID: e.DeliveryID, Problem: err.Error()})
 		return nil
 	}
+	f.outcomes.addOutcome(&e, m.CreatedAt, 1)
 	f.noteActed(id, e)
 	if f.lanes != nil {
 		if at, off := f.disabled[e.Target]; off && e.Kind() == journal.KindDeliveryClaimed {
