@@ -17,6 +17,7 @@ import (
 	"github.com/waybill/waybill/httpapi"
 	"github.com/waybill/waybill/journal"
 	"github.com/waybill/waybill/lifecycle"
+	"github.com/waybill/waybill/projection"
 	"github.com/waybill/waybill/redact"
 	"github.com/waybill/waybill/targets"
 )
@@ -124,6 +125,9 @@ type targetView struct {
 	Messages string
 	// Signing is how the target signs; nil for a kind that does not.
 	Signing *signingView
+	// Charts are its outcomes and its answers over time, as of At.
+	Charts chartSet
+	At     time.Time
 }
 
 // signingView is a target's signing scheme and the keys that sign now,
@@ -153,14 +157,19 @@ func (c *Console) target(w http.ResponseWriter, r *http.Request, s *auth.Session
 	if redact.Hides(s.Role) {
 		t = redact.Target(t)
 	}
-	v := targetView{Target: t, Config: indent(t.Config), Messages: listURL(url.Values{"target": {t.Name}})}
+	now := c.cfg.Now().UTC()
+	minutes, err := projection.ReadMinutes(r.Context(), c.cfg.DB, t.Name, readSince(now))
+	if err != nil {
+		return err
+	}
+	v := targetView{Target: t, Config: indent(t.Config), Messages: listURL(url.Values{"target": {t.Name}}),
+		Charts: charts(minutes, now, "target-", true), At: now}
 	if t.Signing != nil {
 		v.Signing = &signingView{Scheme: t.Signing.Scheme}
 		keys, err := c.targetKeys(r.Context(), t)
 		if err != nil {
 			return err
 		}
-		now := c.cfg.Now()
 		for _, k := range keys {
 			v.Signing.Keys = append(v.Signing.Keys, keyView{ID: k.ID, Fingerprint: k.Fingerprint(), CreatedAt: k.CreatedAt,
 				Age: now.Sub(k.CreatedAt).Truncate(time.Minute), ExpiresAt: k.ExpiresAt})
