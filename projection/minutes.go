@@ -202,21 +202,42 @@ func checkMinutes(ctx context.Context, q journal.Querier, want map[minuteKey]int
 	return out, nil
 }
 
-// PruneMinutes deletes the outcomes by the minute recorded before before,
-// and records it as the horizon below which no count is written or
-// audited. A horizon never moves back.
-func PruneMinutes(ctx context.Context, q journal.Querier, before time.Time) (int64, error) {
-	before = before.UTC().Truncate(time.Minute)
-	var n int64
-	err := scanRows(ctx, q, `WITH kept AS (INSERT INTO delivery_minutes_kept (since) VALUES ($1)
+// TidyMinutes keeps the outcomes by the minute small, at now: it deletes
+// the minutes older than MinutesKept, recording where the kept ones begin
+// (the horizon below which no count is written or audited; it never moves
+// back), and folds the shards of each minute before the last into shard
+// 0, so a chart reads a row per minute and key, not one per backend that
+// wrote it. Rows a transaction holds are left for the next time; a count
+// written to a folded minute later takes a row of its own again. It
+// returns the rows deleted and folded.
+func TidyMinutes(ctx context.Context, q journal.Querier, now time.Time) (pruned, folded int64, err error) {
+	now = now.UTC().Truncate(time.Minute)
+	horizon := now.Add(-MinutesKept)
+	err = scanRows(ctx, q, `WITH kept AS (INSERT INTO delivery_minutes_kept (since) VALUES ($1)
 			ON CONFLICT (singleton) DO UPDATE SET since = greatest(delivery_minutes_kept.since, excluded.since)),
 		gone AS (DELETE FROM delivery_minute_counts WHERE minute < $1 RETURNING 1)
-		SELECT count(*) FROM gone`, []any{before}, func(rows pgx.Rows) error { return rows.Scan(&n) })
-	if err != nil {
-		return 0, fmt.Errorf("prune outcomes by the minute before %s: %w", before.Format(time.RFC3339), err)
+		SELECT count(*) FROM gone`, []any{horizon}, func(rows pgx.Rows) error { return rows.Scan(&pruned) })
+	if err == nil {
+		err = scanRows(ctx, q, foldMinutesSQL, []any{horizon, now.Add(-time.Minute)}, func(rows pgx.Rows) error { return rows.Scan(&folded) })
 	}
-	return n, nil
+	if err != nil {
+		return 0, 0, fmt.Errorf("tidy the outcomes by the minute: %w", err)
+	}
+	return pruned, folded, nil
 }
+
+// foldMinutesSQL moves the counts of shards other than 0 of the minutes
+// from $1 to before $2 into shard 0. It skips the rows a transaction
+// holds, so it waits for none: the only lock it may wait for is a row of
+// shard 0, and whoever holds one (a removal whose backend's shard is 0)
+// waits for none of the rows it deleted.
+const foldMinutesSQL = `WITH moved AS (DELETE FROM delivery_minute_counts c
+		USING (SELECT ctid FROM delivery_minute_counts WHERE minute >= $1 AND minute < $2 AND shard <> 0 FOR UPDATE SKIP LOCKED) s
+		WHERE c.ctid = s.ctid RETURNING c.target, c.minute, c.outcome, c.class, c.bucket, c.n),
+	summed AS (INSERT INTO delivery_minute_counts (target, minute, outcome, class, bucket, shard, n)
+		SELECT target, minute, outcome, class, bucket, 0, sum(n) FROM moved GROUP BY 1, 2, 3, 4, 5 ORDER BY 1, 2, 3, 4, 5
+		ON CONFLICT (target, minute, outcome, class, bucket, shard) DO UPDATE SET n = delivery_minute_counts.n + excluded.n)
+	SELECT count(*) FROM moved`
 
 // MinuteCount is a kept count of outcomes in one minute, summed over the
 // shards (and over the targets, for all of them).

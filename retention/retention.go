@@ -203,8 +203,8 @@ func (r *Retention) pass(ctx context.Context) (Result, lifecycle.Retention, erro
 	}
 	rs := settings.Retention
 	// Whatever the settings: the charts' minutes are kept for a fixed
-	// period, and every process may prune them, as the deletes agree.
-	if _, err := projection.PruneMinutes(ctx, r.cfg.DB, r.cfg.Now().Add(-projection.MinutesKept)); err != nil {
+	// period, and every process may tidy them, as two at once agree.
+	if _, _, err := projection.TidyMinutes(ctx, r.cfg.DB, r.cfg.Now()); err != nil {
 		return res, rs, fmt.Errorf("retention: %w", err)
 	}
 	err = r.run(ctx, rs, &res)
