@@ -204,10 +204,10 @@ func TestTimeline(t *testing.T) {
 		ev(3*time.Second+time.Millisecond, "worker", &journal.DeliveryClaimed{Attempt: 2}, d),
 		ev(4*time.Second, "worker", &journal.DeliveryAttempted{Attempt: 2, Outcome: lifecycle.Delivered("200 OK")}, d),
 	})
-	// 464 units over 4 s: 116 a second.
+	// 448 units over 4 s: 112 a second.
 	wantBars := []bar{
-		{X: 284, Y: 42, W: 23.2, H: 16, Tone: "warn", Title: "billing: attempt 1: retry at 2026-12-01T09:00:00Z: 503 Busy, took 200ms"},
-		{X: 516.1, Y: 42, W: 115.9, H: 16, Tone: "ok", Title: "billing: attempt 2: delivered: 200 OK, took 999ms"},
+		{X: 280, Y: 42, W: 22.4, H: 16, Tone: "warn", Title: "billing: attempt 1: retry at 2026-12-01T09:00:00Z: 503 Busy, took 200ms"},
+		{X: 504.1, Y: 42, W: 111.9, H: 16, Tone: "ok", Title: "billing: attempt 2: delivered: 200 OK, took 999ms"},
 	}
 	if !slices.Equal(tl.Bars, wantBars) {
 		t.Errorf("bars\n%+v\nwant\n%+v", tl.Bars, wantBars)

@@ -43,7 +43,7 @@ type step struct {
 
 // The timeline's box: labels on the left, then the plot.
 const (
-	timelineLeft, timelineRight = 168, 632
+	timelineLeft, timelineRight = 168, 616
 	timelineRow                 = 28
 	timelineTop                 = 8
 	timelineMinBar              = 2
