@@ -1,11 +1,13 @@
 package console
 
 import (
+	"context"
 	"fmt"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/waybill/waybill/journal"
 	"github.com/waybill/waybill/lifecycle"
 	"github.com/waybill/waybill/projection"
 )
@@ -359,8 +361,13 @@ const (
 	dayStep           = 15 * time.Minute
 )
 
-// readSince is the first minute the charts read at now.
-func readSince(now time.Time) time.Time { return windowTo(now, dayStep, dayBins).Start }
+// readMinutes reads what the charts at now show, of target or of all:
+// by the minute from the quarter hour the last hour begins in, by the
+// quarter hour before.
+func readMinutes(ctx context.Context, q journal.Querier, target string, now time.Time) ([]projection.MinuteCount, error) {
+	fine := windowTo(now, time.Minute, hourBins).Start.Truncate(dayStep)
+	return projection.ReadMinutes(ctx, q, target, windowTo(now, dayStep, dayBins).Start, fine, dayStep)
+}
 
 // charts draws the charts of counts at now; prefix makes their ids
 // unique on the page, and classes adds the answers' classes.

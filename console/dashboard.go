@@ -47,7 +47,7 @@ func (c *Console) dashboard(w http.ResponseWriter, r *http.Request, _ *auth.Sess
 	if err != nil {
 		return err
 	}
-	minutes, err := projection.ReadMinutes(r.Context(), c.cfg.DB, "", readSince(now))
+	minutes, err := readMinutes(r.Context(), c.cfg.DB, "", now)
 	if err != nil {
 		return err
 	}

@@ -17,7 +17,6 @@ import (
 	"github.com/waybill/waybill/httpapi"
 	"github.com/waybill/waybill/journal"
 	"github.com/waybill/waybill/lifecycle"
-	"github.com/waybill/waybill/projection"
 	"github.com/waybill/waybill/redact"
 	"github.com/waybill/waybill/targets"
 )
@@ -158,7 +157,7 @@ func (c *Console) target(w http.ResponseWriter, r *http.Request, s *auth.Session
 		t = redact.Target(t)
 	}
 	now := c.cfg.Now().UTC()
-	minutes, err := projection.ReadMinutes(r.Context(), c.cfg.DB, t.Name, readSince(now))
+	minutes, err := readMinutes(r.Context(), c.cfg.DB, t.Name, now)
 	if err != nil {
 		return err
 	}

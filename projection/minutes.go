@@ -259,16 +259,20 @@ type MinuteCount struct {
 func LatencyBounds() []time.Duration { return slices.Clone(latencyBounds) }
 
 // ReadMinutes reads the kept outcomes by the minute from since on, of one
-// target or, for "", of all: a range of the table's key, rows of minutes
-// no older than MinutesKept, whatever the number of messages.
-func ReadMinutes(ctx context.Context, q journal.Querier, target string, since time.Time) ([]MinuteCount, error) {
+// target or, for "", of all: those before fine summed by step (each sum
+// at the start of its step, counted from the Unix epoch), the others by
+// the minute. Rows of minutes no older than MinutesKept, one per minute
+// and key once retention has tidied them, whatever the number of
+// messages.
+func ReadMinutes(ctx context.Context, q journal.Querier, target string, since, fine time.Time, step time.Duration) ([]MinuteCount, error) {
 	// A target's is a range of the table's key, all targets' a range of
 	// delivery_minute_counts_minute.
-	where, args := `minute >= $1`, []any{since.UTC().Truncate(time.Minute)}
+	where, args := `minute >= $1`, []any{since.UTC().Truncate(time.Minute), fine.UTC(), step}
 	if target != "" {
-		where, args = `target = $2 AND minute >= $1`, append(args, target)
+		where, args = `target = $4 AND minute >= $1`, append(args, target)
 	}
-	sql := `SELECT minute, outcome, class, bucket, sum(n)::bigint FROM delivery_minute_counts WHERE ` + where +
+	sql := `SELECT CASE WHEN minute >= $2 THEN minute ELSE date_bin($3::interval, minute, 'epoch') END,
+		outcome, class, bucket, sum(n)::bigint FROM delivery_minute_counts WHERE ` + where +
 		` GROUP BY 1, 2, 3, 4 ORDER BY 1, 2, 3, 4`
 	var (
 		out    []MinuteCount
