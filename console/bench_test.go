@@ -108,6 +108,26 @@ func loadMessages(b *testing.B, bd *bundle, n int) {
 		lifecycle.Strings(lifecycle.MessageStatuses), projection.MessageCountShards); err != nil {
 		b.Fatal(err)
 	}
+	// Likewise the outcomes by the minute, as a drain of 48 hours on many
+	// connections leaves them once retention has tidied them
+	// (projection.TidyMinutes): every minute it keeps, of both targets,
+	// delivered in four latency buckets, retried and failed, one row each,
+	// and the last two minutes' in every shard.
+	if _, err := bd.db.Exec(bd.ctx, `
+		INSERT INTO delivery_minute_counts (target, minute, outcome, class, bucket, shard, n)
+		SELECT t, m, o.outcome, o.class, o.bucket, sh, 0
+		FROM unnest(ARRAY['archive', 'billing']) t,
+			generate_series($1::timestamptz, $2::timestamptz, interval '1 minute') m,
+			generate_series(0, CASE WHEN m >= $2::timestamptz - interval '1 minute' THEN $3 - 1 ELSE 0 END) sh,
+			(VALUES ('delivered', '2xx', 8), ('delivered', '2xx', 9), ('delivered', '2xx', 10), ('delivered', '2xx', 11),
+				('retrying', '5xx', -1), ('failed', '4xx', -1)) AS o(outcome, class, bucket)
+		ON CONFLICT DO NOTHING`, end.Add(-projection.MinutesKept).Truncate(time.Minute), end.Truncate(time.Minute),
+		projection.MessageCountShards); err != nil {
+		b.Fatal(err)
+	}
+	if _, _, err := projection.TidyMinutes(bd.ctx, bd.db, end); err != nil {
+		b.Fatal(err)
+	}
 	if _, err := bd.db.Exec(bd.ctx, `VACUUM ANALYZE`); err != nil {
 		b.Fatal(err)
 	}

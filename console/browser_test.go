@@ -223,6 +223,33 @@ func (br *browser) clean(t *testing.T) {
 	}
 }
 
+// dark puts the page in the dark theme, or back in the light one.
+func (br *browser) dark(t *testing.T, on bool) {
+	t.Helper()
+	var features []*emulation.MediaFeature
+	if on {
+		features = []*emulation.MediaFeature{{Name: "prefers-color-scheme", Value: "dark"}}
+	}
+	br.do(t, chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
+		_, err := chromedp.Call(ctx, emulation.SetEmulatedMedia, emulation.SetEmulatedMediaParams{Features: features})
+		return err
+	}))
+}
+
+// charts checks that the page shows n charts, each an image with a title
+// and a description and a table of its figures.
+func (br *browser) charts(t *testing.T, n int) {
+	t.Helper()
+	got := eval[int](t, br, `[...document.querySelectorAll("figure.chart")].filter(f => {
+		const svg = f.querySelector("svg[role=img]");
+		return svg && svg.querySelector("title").textContent && svg.querySelector("desc").textContent &&
+			f.querySelector("details summary") && svg.getBoundingClientRect().height > 100;
+	}).length`)
+	if got != n {
+		t.Errorf("%d charts with a title, a description, a table and room on the page, want %d", got, n)
+	}
+}
+
 // shot writes a screenshot of the whole page, when screenshots are asked
 // for.
 func (br *browser) shot(t *testing.T, name string) {
@@ -369,19 +396,28 @@ func TestInTheBrowser(t *testing.T) {
 		if err != nil || focused != "Every message of the last 7 days" {
 			t.Errorf("after a refresh the focus is on %q (%v)", focused, err)
 		}
-		br.do(t, chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
-			_, err := chromedp.Call(ctx, emulation.SetEmulatedMedia, emulation.SetEmulatedMediaParams{
-				Features: []*emulation.MediaFeature{{Name: "prefers-color-scheme", Value: "dark"}}})
-			return err
-		}))
+		br.charts(t, 4)
+		br.dark(t, true)
 		if bg := eval[string](t, br, `getComputedStyle(document.body).backgroundColor`); bg != "rgb(13, 17, 23)" {
 			t.Errorf("the dark theme's page is %s", bg)
 		}
+		if fill := eval[string](t, br, `getComputedStyle(document.querySelector("#all-outcomes-hour rect.ink-ok")).fill`); fill != "rgb(63, 185, 80)" {
+			t.Errorf("the dark theme's delivered bars are %s", fill)
+		}
 		br.shot(t, "dashboard-dark")
-		br.do(t, chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
-			_, err := chromedp.Call(ctx, emulation.SetEmulatedMedia, emulation.SetEmulatedMediaParams{})
-			return err
-		}))
+		br.dark(t, false)
+	})
+
+	t.Run("target page", func(t *testing.T) {
+		br.open(t, "/ui/targets/billing")
+		br.charts(t, 6)
+		if got := eval[string](t, br, `document.querySelector("#target-classes-hour desc").textContent`); !strings.Contains(got, "4xx 1") || !strings.Contains(got, "5xx 2") {
+			t.Errorf("the answers by status read %q", got)
+		}
+		br.shot(t, "target")
+		br.dark(t, true)
+		br.shot(t, "target-dark")
+		br.dark(t, false)
 	})
 
 	t.Run("filtered list", func(t *testing.T) {
@@ -422,6 +458,20 @@ func TestInTheBrowser(t *testing.T) {
 			t.Errorf("the payload reads %q", got)
 		}
 		br.shot(t, "message")
+		if got := eval[string](t, br, `document.querySelector("#timeline-desc").textContent`); !strings.HasPrefix(got, "8 events over 1m0s from the ingest; 3 attempts") {
+			t.Errorf("the timeline reads %q", got)
+		}
+		if n := eval[int](t, br, `document.querySelectorAll(".timeline rect").length`); n != 3 {
+			t.Errorf("the timeline has %d attempts, want 3", n)
+		}
+		br.do(t, chromedp.Click(chromedp.CSS(".timeline summary")))
+		if got := br.text(t, ".timeline ol"); !strings.Contains(got, "billing: attempt 2: failed: 400 Bad Request") {
+			t.Errorf("the timeline's text reads %q", got)
+		}
+		br.shot(t, "message-timeline")
+		br.dark(t, true)
+		br.shot(t, "message-timeline-dark")
+		br.dark(t, false)
 	})
 
 	t.Run("action with its confirmation", func(t *testing.T) {

@@ -19,6 +19,8 @@ type dashboardView struct {
 	Targets []targetRow
 	// The lists behind the cards.
 	Errors, Stalled, Refused, Week string
+	// Charts are the outcomes of all targets over time.
+	Charts chartSet
 }
 
 // targetRow is a target and its figures (zero for one that has had no
@@ -45,7 +47,11 @@ func (c *Console) dashboard(w http.ResponseWriter, r *http.Request, _ *auth.Sess
 	if err != nil {
 		return err
 	}
-	v := dashboardView{Stats: stats, At: now,
+	minutes, err := readMinutes(r.Context(), c.cfg.DB, "", now)
+	if err != nil {
+		return err
+	}
+	v := dashboardView{Stats: stats, At: now, Charts: charts(minutes, now, "all-", false),
 		Errors:  listURL(url.Values{"status": {string(lifecycle.StatusError)}, "created_after": {formTime(now.Add(-24 * time.Hour))}}),
 		Stalled: listURL(url.Values{"status": {string(lifecycle.StatusStalled)}, "created_after": {formTime(now.Add(-24 * time.Hour))}}),
 		Refused: listURL(url.Values{"status": {string(lifecycle.StatusRefused)}, "created_after": {formTime(now.Add(-24 * time.Hour))}}),

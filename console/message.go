@@ -28,7 +28,9 @@ type messageView struct {
 	Summary    summaryView
 	Deliveries deliveriesView
 	Events     []journal.Event
-	Preview    preview
+	// Timeline draws Events.
+	Timeline timeline
+	Preview  preview
 	// Version is the last version of the history shown: the live history
 	// continues after it.
 	Version int
@@ -85,7 +87,7 @@ func (c *Console) message(w http.ResponseWriter, r *http.Request, s *auth.Sessio
 	admin := s.Role.Allows(auth.Administer)
 	v := messageView{Summary: summaryView{Message: m, Admin: admin}, Deliveries: deliveriesView{Message: m, Admin: admin},
 		Live:   liveStatus{MessageID: m.ID, Live: true},
-		Events: events}
+		Events: events, Timeline: buildTimeline(m, events)}
 	if !m.PayloadExpunged {
 		v.Preview = previewOf(payload)
 	}

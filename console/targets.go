@@ -124,6 +124,9 @@ type targetView struct {
 	Messages string
 	// Signing is how the target signs; nil for a kind that does not.
 	Signing *signingView
+	// Charts are its outcomes and its answers over time, as of At.
+	Charts chartSet
+	At     time.Time
 }
 
 // signingView is a target's signing scheme and the keys that sign now,
@@ -153,14 +156,19 @@ func (c *Console) target(w http.ResponseWriter, r *http.Request, s *auth.Session
 	if redact.Hides(s.Role) {
 		t = redact.Target(t)
 	}
-	v := targetView{Target: t, Config: indent(t.Config), Messages: listURL(url.Values{"target": {t.Name}})}
+	now := c.cfg.Now().UTC()
+	minutes, err := readMinutes(r.Context(), c.cfg.DB, t.Name, now)
+	if err != nil {
+		return err
+	}
+	v := targetView{Target: t, Config: indent(t.Config), Messages: listURL(url.Values{"target": {t.Name}}),
+		Charts: charts(minutes, now, "target-", true), At: now}
 	if t.Signing != nil {
 		v.Signing = &signingView{Scheme: t.Signing.Scheme}
 		keys, err := c.targetKeys(r.Context(), t)
 		if err != nil {
 			return err
 		}
-		now := c.cfg.Now()
 		for _, k := range keys {
 			v.Signing.Keys = append(v.Signing.Keys, keyView{ID: k.ID, Fingerprint: k.Fingerprint(), CreatedAt: k.CreatedAt,
 				Age: now.Sub(k.CreatedAt).Truncate(time.Minute), ExpiresAt: k.ExpiresAt})

@@ -81,6 +81,13 @@ var colourPairs = []struct {
 	{"focus", "card-bg", nonTextAA},
 	{"control-line", "page-bg", nonTextAA},
 	{"alert-fg", "page-bg", nonTextAA}, // the border of an invalid input
+	// The charts' marks, on the page and on a card.
+	{"chart-ok", "page-bg", nonTextAA}, {"chart-ok", "card-bg", nonTextAA},
+	{"chart-info", "page-bg", nonTextAA}, {"chart-info", "card-bg", nonTextAA},
+	{"chart-warn", "page-bg", nonTextAA}, {"chart-warn", "card-bg", nonTextAA},
+	{"chart-bad", "page-bg", nonTextAA}, {"chart-bad", "card-bg", nonTextAA},
+	{"chart-other", "page-bg", nonTextAA}, {"chart-other", "card-bg", nonTextAA},
+	{"chart-neutral", "page-bg", nonTextAA}, {"chart-neutral", "card-bg", nonTextAA},
 }
 
 // decorative colours separate what is already apart; they carry nothing

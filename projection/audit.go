@@ -136,6 +136,8 @@ type Folded struct {
 	// routes follows the routes to match each dispatch again; nil unless
 	// the audit of the whole journal asks.
 	routes *routeLedger
+	// outcomes holds the outcomes by the minute of every event folded.
+	outcomes Tally
 }
 
 // missingDuplicate is a possible duplicate of a message the fold did not
@@ -318,6 +320,7 @@ func (f *Folded) fold(e journal.Event) error {
 		f.Violations = append(f.Violations, Violation{Position: e.Position, MessageID: id, DeliveryID: e.DeliveryID, Problem: err.Error()})
 		return nil
 	}
+	f.outcomes.addOutcome(&e, m.CreatedAt, 1)
 	f.noteActed(id, e)
 	if f.routes != nil {
 		f.checkRouting(m, e)

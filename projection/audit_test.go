@@ -57,9 +57,9 @@ func setup(t testing.TB) *bundle {
 func (b *bundle) lifecycles(t *testing.T, n int, rng *rand.Rand) {
 	t.Helper()
 	outcomes := []func() lifecycle.Outcome{
-		func() lifecycle.Outcome { return lifecycle.Delivered("200") },
-		func() lifecycle.Outcome { return lifecycle.Retry(b.now.Add(time.Minute), "503") },
-		func() lifecycle.Outcome { return lifecycle.Failed("400") },
+		func() lifecycle.Outcome { return lifecycle.Delivered("200 OK") },
+		func() lifecycle.Outcome { return lifecycle.Retry(b.now.Add(time.Minute), "503 Service Unavailable") },
+		func() lifecycle.Outcome { return lifecycle.Failed("400 Bad Request") },
 		func() lifecycle.Outcome { return lifecycle.AwaitingAck("sent", b.now.Add(time.Hour)) },
 		func() lifecycle.Outcome {
 			// Ids the receivers reuse: a correlation moves to the newest.
@@ -222,7 +222,7 @@ func TestAuditAndRebuildReadAJournalOfJSONB(t *testing.T) {
 	if r := b.audit(t); len(r.Violations) > 0 || r.Messages != 41 {
 		t.Fatalf("audit with a claim in flight: %d messages, %v", r.Messages, r.Violations)
 	}
-	if _, err := b.w.Complete(b.ctx, m.Deliveries[0].ID, c.Token, lifecycle.Delivered("200")); err != nil {
+	if _, err := b.w.Complete(b.ctx, m.Deliveries[0].ID, c.Token, lifecycle.Delivered("200 OK")); err != nil {
 		t.Fatal(err)
 	}
 	r, err := projection.Rebuild(b.ctx, b.db)

@@ -18,13 +18,15 @@ import (
 // counts the messages or the deliveries: the deliveries of each message's
 // current generation by target and state (delivery_counts), the messages by status
 // (message_counts) and by status and hour of creation
-// (message_hour_counts). Whatever writes the projection tables adds to a
-// tally what it changes and queues the tally in the same transaction:
-// Queue for the commands, the rebuild for the whole journal, QueueRemove
-// for the messages retention deletes, each added with sign -1.
+// (message_hour_counts), and the outcomes of attempts by the minute
+// (delivery_minute_counts). Whatever writes the projection
+// tables adds to a tally what it changes and queues the tally in the same
+// transaction: Queue for the commands, the rebuild for the whole journal,
+// QueueRemove for the messages retention deletes, each added with sign -1.
 type Tally struct {
 	deliveries map[targetState]int64
 	messages   map[statusHour]int64
+	minutes    map[minuteKey]int64
 }
 
 // statusHour is the key of a message count: a status and the hour the
@@ -94,6 +96,7 @@ func (t *Tally) Queue(b *pgx.Batch) {
 	if len(statuses) > 0 {
 		b.Queue(addMessageHourCountsSQL, statuses, hours, ns, MessageCountShards)
 	}
+	queueMinutes(b, t.minutes)
 }
 
 // byStatus sums the tally's message counts over the hours.
@@ -134,9 +137,10 @@ const addMessageHourCountsSQL = `INSERT INTO message_hour_counts (status, hour, 
 	SELECT k.status, k.hour, pg_backend_pid() % $4, k.n FROM unnest($1::text[], $2::timestamptz[], $3::bigint[]) AS k(status, hour, n)
 	ON CONFLICT (status, hour, shard) DO UPDATE SET n = message_hour_counts.n + excluded.n`
 
-// tally is the fold's counts: every message added once.
+// tally is the fold's counts: every message added once, and the
+// outcomes of every event.
 func (f *Folded) tally() Tally {
-	var t Tally
+	t := Tally{minutes: f.outcomes.minutes}
 	for _, m := range f.inOrder {
 		t.Add(m, 1)
 	}
@@ -208,7 +212,8 @@ func checkCounts(ctx context.Context, q journal.Querier, f *Folded) ([]Violation
 				of, time.Unix(k.hour, 0).UTC().Format(time.RFC3339), got, wantByHour[k])})
 		}
 	}
-	return out, nil
+	minutes, err := checkMinutes(ctx, q, want.minutes)
+	return append(out, minutes...), err
 }
 
 // union is the set of the keys of a and b.

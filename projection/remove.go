@@ -17,16 +17,23 @@ import (
 // projections: their payloads, their deliveries, their outcome callbacks, and the
 // correlations of receivers' ids one of their deliveries holds (a
 // correlation another delivery took since stays); and the messages leave
-// the kept counts (Tally). events are the messages' whole streams, which
+// the kept counts (Tally), their outcomes by the minute with them. events are the messages' whole streams, which
 // name those ids; ms must be as stored, as the counts hold them. Retention
 // calls it in the transaction that removes the streams from the journal,
 // so the tables and the journal stay each other's fold.
 func QueueRemove(b *pgx.Batch, ms []*Message, events []journal.Event) {
 	ids := make([]uuid.UUID, len(ms))
 	var tally Tally
+	byStream := map[string]*Message{}
 	for i, m := range ms {
 		ids[i] = m.ID
 		tally.Add(m, -1)
+		byStream[journal.MessageStream(m.ID)] = m
+	}
+	for i := range events {
+		if m := byStream[events[i].Stream]; m != nil {
+			tally.addOutcome(&events[i], m.CreatedAt, -1)
+		}
 	}
 	keys := map[CorrelationKey]bool{}
 	for _, e := range events {

@@ -416,6 +416,9 @@ func Queue(b *pgx.Batch, lanes []Lane, writes ...Write) {
 			tally.Add(w.Before, -1)
 		}
 		tally.Add(m, 1)
+		for i := range w.Events {
+			tally.addOutcome(&w.Events[i], m.CreatedAt, 1)
+		}
 	}
 	if len(updated.id) > 0 {
 		b.Queue(updateMessagesSQL, updated.args()...)

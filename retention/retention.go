@@ -202,6 +202,11 @@ func (r *Retention) pass(ctx context.Context) (Result, lifecycle.Retention, erro
 		return res, lifecycle.Retention{}, fmt.Errorf("retention: %w", err)
 	}
 	rs := settings.Retention
+	// Whatever the settings: the charts' minutes are kept for a fixed
+	// period, and every process may tidy them, as two at once agree.
+	if _, _, err := projection.TidyMinutes(ctx, r.cfg.DB, r.cfg.Now()); err != nil {
+		return res, rs, fmt.Errorf("retention: %w", err)
+	}
 	err = r.run(ctx, rs, &res)
 	if merr := r.measure(ctx); err == nil {
 		err = merr

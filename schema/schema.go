@@ -325,6 +325,29 @@ CREATE TABLE IF NOT EXISTS message_hour_counts (
 	n      bigint      NOT NULL,
 	PRIMARY KEY (status, hour, shard)
 );
+-- The outcomes of attempts by the minute (of UTC) they were recorded in:
+-- by target, the state the outcome left the delivery in (delivered,
+-- retrying, failed, awaiting_ack), the class of the answer's HTTP status
+-- ('2xx' … '5xx', or 'none') and, for delivered, the bucket of the time
+-- since the message's ingest (-1 for the others). The console's charts
+-- read them. Sharded as the counts above; retention deletes the minutes
+-- before a horizon and records it in delivery_minutes_kept, which no
+-- rebuild drops: the counts below it are gone, and neither the rebuild
+-- nor the audit writes or compares them.
+CREATE TABLE IF NOT EXISTS delivery_minute_counts (
+	target  text        NOT NULL,
+	minute  timestamptz NOT NULL,
+	outcome text        NOT NULL,
+	class   text        NOT NULL,
+	bucket  smallint    NOT NULL,
+	shard   int         NOT NULL,
+	n       bigint      NOT NULL,
+	PRIMARY KEY (target, minute, outcome, class, bucket, shard)
+);
+CREATE TABLE IF NOT EXISTS delivery_minutes_kept (
+	singleton boolean     PRIMARY KEY DEFAULT true CHECK (singleton),
+	since     timestamptz NOT NULL
+);
 
 -- A receiver's own id for a message names one delivery per target: the
 -- newest hand-over that took it. consumed is set by the first final
@@ -426,6 +449,8 @@ CREATE INDEX IF NOT EXISTS lanes_waiting ON lanes (target, ordering_key) WHERE w
 -- waited longest first, for the runner.
 CREATE INDEX IF NOT EXISTS operations_created ON operations (created_at DESC, id DESC);
 CREATE INDEX IF NOT EXISTS operations_running ON operations (updated_at, id) WHERE state = 'running';
+-- The dashboard's charts read the minutes of all targets from a time on.
+CREATE INDEX IF NOT EXISTS delivery_minute_counts_minute ON delivery_minute_counts (minute);
 CREATE INDEX IF NOT EXISTS deliveries_due ON deliveries (state, next_due) WHERE next_due IS NOT NULL;
 CREATE INDEX IF NOT EXISTS deliveries_lease ON deliveries (lease_end) WHERE ` + lifecycle.LeaseExpiryRule.StatesSQL("") + `;
 -- A target's messages, newest first, for GET /messages?target=: one
@@ -563,7 +588,7 @@ func RecreateProjections(ctx context.Context, db *pgxpool.Pool, load func(pgx.Tx
 		if err := checkVersion(ctx, tx, PartJournal, JournalVersion); err != nil {
 			return err
 		}
-		if _, err := tx.Exec(ctx, `DROP TABLE IF EXISTS messages, deliveries, delivery_counts, message_counts, message_hour_counts, lanes, callbacks, correlations, operations;
+		if _, err := tx.Exec(ctx, `DROP TABLE IF EXISTS messages, deliveries, delivery_counts, message_counts, message_hour_counts, delivery_minute_counts, lanes, callbacks, correlations, operations;
 			DELETE FROM schema_version WHERE part = 'projections';
 			DELETE FROM schema_digest`); err != nil {
 			return fmt.Errorf("drop projection tables: %w", err)
@@ -589,7 +614,7 @@ func RecreateProjections(ctx context.Context, db *pgxpool.Pool, load func(pgx.Tx
 // version; the journal, the payloads and the configuration stay. The next
 // Ensure creates them empty, for a rebuild to fill.
 func ResetProjections(ctx context.Context, db *pgxpool.Pool) error {
-	_, err := db.Exec(ctx, `DROP TABLE IF EXISTS messages, deliveries, delivery_counts, message_counts, message_hour_counts, lanes, callbacks, correlations, operations;
+	_, err := db.Exec(ctx, `DROP TABLE IF EXISTS messages, deliveries, delivery_counts, message_counts, message_hour_counts, delivery_minute_counts, lanes, callbacks, correlations, operations;
 		`+versionDDL+`;
 		DELETE FROM schema_version WHERE part = 'projections';
 		DELETE FROM schema_digest`)
