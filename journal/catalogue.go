@@ -61,6 +61,12 @@ const (
 	// ConfigStream.
 	KindTargetDisabled Kind = "target.disabled"
 
+	// A target's health stream (TargetStream).
+	KindBreakerOpened     Kind = "target.breaker_opened"
+	KindBreakerHalfOpened Kind = "target.breaker_half_opened"
+	KindBreakerClosed     Kind = "target.breaker_closed"
+	KindTargetThrottled   Kind = "target.throttled"
+
 	// Retention's (docs/retention.md): the first belongs to a message's
 	// stream, the others to RetentionStream.
 	KindMessagePayloadExpunged Kind = "message.payload_expunged"
@@ -118,6 +124,11 @@ var catalogue = map[Kind]func() Payload{
 
 	KindTargetDisabled: func() Payload { return new(TargetDisabled) },
 
+	KindBreakerOpened:     func() Payload { return new(BreakerOpened) },
+	KindBreakerHalfOpened: func() Payload { return new(BreakerHalfOpened) },
+	KindBreakerClosed:     func() Payload { return new(BreakerClosed) },
+	KindTargetThrottled:   func() Payload { return new(TargetThrottled) },
+
 	KindMessagePayloadExpunged: func() Payload { return new(MessagePayloadExpunged) },
 	KindRetentionArchived:      func() Payload { return new(RetentionArchived) },
 	KindRetentionPass:          func() Payload { return new(RetentionPass) },
@@ -148,11 +159,11 @@ func (k Kind) Operation() bool { return strings.HasPrefix(string(k), "operation.
 
 // Stream is the stream the kind belongs to: RetentionStream for the
 // retention kinds, ConfigStream for the configuration kinds, and "" for
-// message and operation kinds, whose stream is their message's or their
-// operation's.
+// message, operation and health kinds, whose stream is their message's,
+// their operation's or their target's.
 func (k Kind) Stream() string {
 	switch {
-	case strings.HasPrefix(string(k), "message.") || k.Delivery() || k.Operation():
+	case strings.HasPrefix(string(k), "message.") || k.Delivery() || k.Operation() || k.Health():
 		return ""
 	case strings.HasPrefix(string(k), "retention."):
 		return RetentionStream

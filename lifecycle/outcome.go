@@ -44,6 +44,17 @@ type Outcome struct {
 	// (HTTP 410): recording it disables the target too. Not journaled with
 	// the outcome: the target's own event, target.disabled, records it.
 	Gone bool `json:"-"`
+	// Hold, when set, is the receiver's request that the whole target be
+	// left alone for a while. Not journaled with the outcome: the
+	// target's target.throttled records it.
+	Hold *Hold `json:"-"`
+}
+
+// Hold is a receiver's request, answered with Status (Throttles) and a
+// Retry-After, that its target be left alone until Until.
+type Hold struct {
+	Until  time.Time
+	Status int
 }
 
 // Delivered is a successful attempt.

@@ -240,8 +240,11 @@ func HTTPOutcome(resp *http.Response, body []byte, now time.Time) lifecycle.Outc
 	case code >= 200 && code < 300:
 		return lifecycle.Delivered(text)
 	case code == http.StatusRequestTimeout || code == http.StatusTooManyRequests || code >= 500:
-		return lifecycle.Outcome{Kind: lifecycle.OutcomeRetry, Text: text,
-			RetryAt: retryAfter(resp.Header.Get("Retry-After"), now)}
+		o := lifecycle.Outcome{Kind: lifecycle.OutcomeRetry, Text: text, RetryAt: retryAfter(resp.Header.Get("Retry-After"), now)}
+		if lifecycle.Throttles(code) && o.RetryAt.After(now) {
+			o.Hold = &lifecycle.Hold{Until: o.RetryAt, Status: code}
+		}
+		return o
 	case code == http.StatusGone:
 		return lifecycle.Gone(text)
 	default:

@@ -50,6 +50,10 @@ func (s *DeliveryStore) ClaimDue(ctx context.Context, n int) ([]Job[targets.Atte
 	return s.jobs(claims), nil
 }
 
+// HeldUntil is when the target's health lets its deliveries be claimed
+// again, as the Writer last read it; zero when it does now.
+func (s *DeliveryStore) HeldUntil() time.Time { return s.w.HeldUntil(s.target.Name) }
+
 // Complete records the outcome of the job's attempt and claims, with the
 // target's lease, the next job as claim asks: the delivery the outcome
 // lets go in its lane, or with NextDue on a target without lanes its
@@ -129,10 +133,20 @@ func (p *policyDeliverer) Deliver(ctx context.Context, a targets.Attempt) lifecy
 		}
 	case lifecycle.OutcomeRetry:
 		at, stop := p.target.Retry.Next(a.Round, a.Since, now, o.RetryAt, rand.Float64()*2-1)
+		next := lifecycle.Retry(at, o.Text)
 		if stop != "" {
-			return lifecycle.Failed(o.Text + "; " + stop)
+			next = lifecycle.Failed(o.Text + "; " + stop)
 		}
-		return lifecycle.Retry(at, o.Text)
+		if h := o.Hold; h != nil {
+			// A receiver holds its target no longer than the policy
+			// would wait for its Retry-After.
+			until := h.Until
+			if most := now.Add(p.target.Retry.MaxDelay.D()); until.After(most) {
+				until = most
+			}
+			next.Hold = &lifecycle.Hold{Until: until, Status: h.Status}
+		}
+		return next
 	}
 	return o
 }
