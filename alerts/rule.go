@@ -95,12 +95,15 @@ type Alert struct {
 //     refused and raises nothing.
 func Derive(e journal.Event, before, after *projection.Message) []Alert {
 	if p, ok := e.Payload.(*journal.TargetDisabled); ok {
+		details := map[string]any{"target": p.Target, "reason": p.Reason, "status_code": p.StatusCode}
+		if p.Reason == journal.DisabledFailing {
+			details = map[string]any{"target": p.Target, "reason": p.Reason, "failing_since": p.FailingSince}
+		}
 		return []Alert{{ID: fmt.Sprintf("%s:%s:%d", CodeTargetDisabled, p.Target, e.Version), Code: CodeTargetDisabled,
 			Severity: SeverityCritical, Key: fmt.Sprintf("%s:%s", CodeTargetDisabled, p.Target),
-			Summary: fmt.Sprintf("target %s disabled (%s): its receiver answered %d to delivery %s; it claims nothing until an operator enables it again",
-				p.Target, p.Reason, p.StatusCode, p.DeliveryID),
+			Summary:   p.Text() + "; it claims nothing until an operator enables it again",
 			MessageID: p.MessageID, DeliveryID: p.DeliveryID, Position: e.Position, RaisedAt: e.RecordedAt,
-			Details: map[string]any{"target": p.Target, "reason": p.Reason, "status_code": p.StatusCode}}}
+			Details: details}}
 	}
 	if p, ok := e.Payload.(*journal.BreakerOpened); ok {
 		if p.Probe {

@@ -2,6 +2,7 @@ package commands
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -131,6 +132,10 @@ type healthStep struct {
 	trip, probe, ok, halfOpen bool
 	delivery                  uuid.UUID
 	hold                      *lifecycle.Hold
+	// disable: every attempt failed for the health's disable_after, the
+	// last of delivery (of message); disableFailing runs it.
+	disable bool
+	message uuid.UUID
 }
 
 // decide is the event the step comes to on the health h of a target with
@@ -205,9 +210,10 @@ func cmpString(a, b string) int {
 	return 0
 }
 
-// healthSteps are the steps the rows as the tallies left them, and the
-// outcomes among events, call for.
-func healthSteps(rows []projection.TargetHealth, ts []projection.OutcomeTally, events []journal.Event, cfg *configState) []healthStep {
+// healthSteps are the steps the rows as the tallies left them at now, and
+// the outcomes among events, call for.
+func healthSteps(rows []projection.TargetHealth, ts []projection.OutcomeTally, events []journal.Event, cfg *configState,
+	now time.Time) []healthStep {
 	var steps []healthStep
 	for _, e := range events {
 		if p, ok := e.Payload.(*journal.DeliveryAttempted); ok && p.Outcome.Hold != nil {
@@ -216,7 +222,19 @@ func healthSteps(rows []projection.TargetHealth, ts []projection.OutcomeTally, e
 	}
 	for _, h := range rows {
 		t, ok := cfg.targets[h.Target]
-		if !ok || t.Health == nil || t.Health.Breaker == nil {
+		if !ok || t.Health == nil {
+			continue
+		}
+		if after := t.Health.DisableAfter; after != nil && t.Enabled && !h.FailingSince.IsZero() && !h.FailingSince.Add(after.D()).After(now) {
+			s := healthStep{target: h.Target, disable: true}
+			for _, e := range events {
+				if _, ok := e.Payload.(*journal.DeliveryAttempted); ok && e.Target == h.Target {
+					s.delivery, s.message = e.DeliveryID, uuid.MustParse(e.Stream)
+				}
+			}
+			steps = append(steps, s)
+		}
+		if t.Health.Breaker == nil {
 			continue
 		}
 		switch h.Breaker {
@@ -246,8 +264,13 @@ func healthSteps(rows []projection.TargetHealth, ts []projection.OutcomeTally, e
 func (w *Writer) runHealthSteps(steps []healthStep) {
 	for _, s := range steps {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		actor := journal.WorkerActor(s.target)
-		if _, err := w.changeHealth(ctx, s.target, actor, s.decide); err != nil {
+		var err error
+		if s.disable {
+			err = w.disableFailing(ctx, s)
+		} else {
+			_, err = w.changeHealth(ctx, s.target, journal.WorkerActor(s.target), s.decide)
+		}
+		if err != nil {
 			w.log.Warn("change of target health", "target", s.target, "err", err)
 		}
 		cancel()
@@ -347,5 +370,60 @@ func breakerOf(cfg *configState, target string) *lifecycle.Breaker {
 	if t, ok := cfg.targets[target]; ok && t.Health != nil {
 		return t.Health.Breaker
 	}
+	return nil
+}
+
+// disableFailing disables the step's target, whose attempts have all
+// failed for its health's disable_after, as a 410 disables one (gone.go):
+// under the target's claim lock held alone, with its row locked, once
+// however many processes decide it (target.disabled, reason failing),
+// unless it is disabled already or has succeeded since.
+func (w *Writer) disableFailing(ctx context.Context, s healthStep) (err error) {
+	defer w.recovered(&err, "a target disabled for failing")
+	conn, err := w.db.Acquire(ctx)
+	if err != nil {
+		return err
+	}
+	defer w.release(conn)
+	g := &goneRead{target: s.target}
+	var h projection.TargetHealth
+	b := &pgx.Batch{}
+	b.Queue(`BEGIN`)
+	b.Queue(`SELECT pg_advisory_xact_lock($1::int, hashtext($2))`, int32(schema.ClassTarget), s.target)
+	g.queue(b)
+	projection.QueueReadHealth(b, s.target, &h)
+	if err := conn.SendBatch(ctx, b).Close(); err != nil {
+		return fmt.Errorf("read target %s: %w", s.target, err)
+	}
+	if g.spec == nil || h.FailingSince.IsZero() {
+		return nil // release ends the transaction
+	}
+	var t lifecycle.Target
+	if err := json.Unmarshal(g.spec, &t); err != nil {
+		return fmt.Errorf("read target %s: %w", s.target, err)
+	}
+	now := w.now()
+	if !t.Enabled || t.Health == nil || t.Health.DisableAfter == nil || h.FailingSince.Add(t.Health.DisableAfter.D()).After(now) {
+		return nil
+	}
+	t.Enabled = false
+	spec, err := json.Marshal(t)
+	if err != nil {
+		return err
+	}
+	e := journal.Event{RecordedAt: now, Stream: journal.ConfigStream, Version: g.version + 1, Actor: journal.WorkerActor(t.Name),
+		Payload: &journal.TargetDisabled{Target: t.Name, Reason: journal.DisabledFailing, MessageID: s.message,
+			DeliveryID: s.delivery, FailingSince: h.FailingSince}}
+	b = &pgx.Batch{}
+	if err := journal.Queue(b, e); err != nil {
+		return err
+	}
+	b.Queue(`UPDATE targets SET spec = $2, updated_at = $3 WHERE name = $1`, t.Name, spec, now)
+	projection.QueueEndFailing(b, t.Name)
+	b.Queue(`COMMIT`)
+	if err := w.send(ctx, conn, b); err != nil {
+		return fmt.Errorf("disable target %s: %w", t.Name, err)
+	}
+	w.Invalidate()
 	return nil
 }

@@ -217,3 +217,69 @@ func TestCloseBreakerByHand(t *testing.T) {
 	}
 	b.audit(t)
 }
+
+func TestFailingTargetIsDisabledOnce(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	after := lifecycle.Duration(30 * time.Second)
+	spec := lifecycle.Target{Name: "alpha", Kind: "http", Enabled: true, Config: sinkConfig,
+		Health: &lifecycle.Health{DisableAfter: &after}}
+	if _, err := b.w.CreateTarget(b.ctx, spec, admin); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.w.CreateRoute(b.ctx, lifecycle.Route{Source: "erp", From: "*", To: "*", Target: "alpha"}, admin); err != nil {
+		t.Fatal(err)
+	}
+	for range 4 {
+		b.ingest(t)
+	}
+	fail := func() {
+		t.Helper()
+		claims := b.claimDue(t, "alpha", 1, time.Minute)
+		if len(claims) != 1 {
+			t.Fatalf("claimed %d", len(claims))
+		}
+		if _, err := b.w.Complete(b.ctx, claims[0].Delivery.ID, claims[0].Token, lifecycle.Retry(b.clock.Now().Add(time.Hour), "500")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	disabled := func() []*journal.TargetDisabled {
+		t.Helper()
+		events, err := journal.Stream(b.ctx, b.db, journal.ConfigStream)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []*journal.TargetDisabled
+		for _, e := range events {
+			if p, ok := e.Payload.(*journal.TargetDisabled); ok {
+				out = append(out, p)
+			}
+		}
+		return out
+	}
+	start := b.clock.Now()
+	fail()
+	b.clock.Advance(29 * time.Second)
+	fail()
+	if got := disabled(); len(got) != 0 {
+		t.Fatalf("disabled before disable_after: %+v", got)
+	}
+	b.clock.Advance(time.Second)
+	fail()
+	got := disabled()
+	if len(got) != 1 || got[0].Reason != journal.DisabledFailing || !got[0].FailingSince.Equal(start) {
+		t.Fatalf("disabled: %+v", got)
+	}
+	if claims := b.claimDue(t, "alpha", 5, time.Minute); len(claims) != 0 {
+		t.Fatalf("claimed %d of a disabled target", len(claims))
+	}
+	// Enabled again, it counts afresh.
+	if _, err := b.w.UpdateTarget(b.ctx, spec, admin); err != nil {
+		t.Fatal(err)
+	}
+	fail()
+	if got := disabled(); len(got) != 1 {
+		t.Fatalf("disabled again at once: %+v", got)
+	}
+	b.audit(t)
+}

@@ -114,6 +114,12 @@ func QueueWriteHealth(b *pgx.Batch, h TargetHealth) {
 		nullTime(h.FailingSince))
 }
 
+// QueueEndFailing queues the end of target's failing: a target disabled
+// for it counts afresh once enabled again.
+func QueueEndFailing(b *pgx.Batch, target string) {
+	b.Queue(`UPDATE target_health SET failing_since = NULL WHERE target = $1`, target)
+}
+
 // QueueReadHealth queues the read of target's health; dst gets it once
 // the batch is read (closed, with nothing counted, for a target without a
 // row).
