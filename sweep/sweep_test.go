@@ -562,6 +562,13 @@ func TestGauges(t *testing.T) {
 		"waybill_deliveries_due":                 0,
 		"waybill_deliveries_oldest_due_seconds":  0,
 		"waybill_journal_position":               position,
+		// Five outcomes are too few to open the default breaker.
+		"waybill_target_health{state=closed}{target=alpha}":    1,
+		"waybill_target_health{state=open}{target=alpha}":      0,
+		"waybill_target_health{state=half_open}{target=alpha}": 0,
+		"waybill_target_health{state=throttled}{target=alpha}": 0,
+		"waybill_target_health{state=disabled}{target=alpha}":  0,
+		"waybill_target_held{target=alpha}":                    0,
 	}
 	got := gauges(t, reg)
 	for name, v := range want {
