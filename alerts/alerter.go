@@ -232,7 +232,7 @@ func (a *Alerter) readUnknown(ctx context.Context, events []journal.Event) (read
 	first := map[string]int{}
 	asked := map[string]bool{}
 	for _, e := range events {
-		if e.Kind().Stream() != "" || e.Kind().Operation() {
+		if !e.Kind().Message() {
 			continue
 		}
 		if _, ok := first[e.Stream]; !ok {
@@ -277,7 +277,7 @@ func (a *Alerter) handleEvent(ctx context.Context, e journal.Event, read map[str
 	if !MayRaise(e) {
 		return nil
 	}
-	if e.Kind().Stream() != "" {
+	if !e.Kind().Message() {
 		// Of no message: raised from the event alone.
 		return a.recordAll(ctx, Derive(e, nil, nil))
 	}
@@ -315,7 +315,7 @@ func (a *Alerter) recordAll(ctx context.Context, alerts []Alert) error {
 // remembered, an event seen again after a failed handle, an event the fold
 // refuses) it forgets the stream and returns nils: fold reads it instead.
 func (a *Alerter) next(e journal.Event) (before, after *projection.Message) {
-	if e.Kind().Stream() != "" || e.Kind().Operation() {
+	if !e.Kind().Message() {
 		return nil, nil
 	}
 	before = a.states[e.Stream]

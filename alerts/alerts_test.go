@@ -261,6 +261,33 @@ func (e *env) fail(t *testing.T) {
 // gone makes target beacon, routed from source iot beside target spare,
 // whose receiver answers two attempts 410 Gone: one target.disabled, and
 // no message fails, each having a delivery to spare still to go.
+// unhealthy opens the breaker of a target "flaky" whose one attempt fails.
+func (e *env) unhealthy(t *testing.T) {
+	t.Helper()
+	b := lifecycle.DefaultBreaker()
+	b.MinRequests, b.FailureRate = 1, 1
+	after := lifecycle.Duration(lifecycle.DefaultDisableAfter)
+	target := lifecycle.Target{Name: "flaky", Kind: "http", Enabled: true, Config: json.RawMessage(`{"url":"http://127.0.0.1:9/"}`),
+		Health: &lifecycle.Health{Breaker: &b, DisableAfter: &after}}
+	if _, err := e.w.CreateTarget(e.ctx, target, admin); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.w.CreateRoute(e.ctx, lifecycle.Route{Source: "sensor", From: "*", To: "*", Target: "flaky"}, admin); err != nil {
+		t.Fatal(err)
+	}
+	m, _, err := e.w.Ingest(e.ctx, commands.NewMessage{Source: "sensor", From: "acme", To: "globex", Payload: []byte("hi")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	claim, err := e.w.Claim(e.ctx, m.Deliveries[0].ID, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.w.Complete(e.ctx, claim.Delivery.ID, claim.Token, lifecycle.Retry(e.clock.Now().Add(time.Hour), "500")); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func (e *env) gone(t *testing.T) {
 	t.Helper()
 	for _, name := range []string{"beacon", "spare"} {
@@ -366,10 +393,11 @@ func TestEachAlertOnceAcrossARestart(t *testing.T) {
 	e.fail(t)
 	e.laneHeld(t)
 	e.gone(t)
+	e.unhealthy(t)
 
-	testpoll.Until(t, "five alerts sent both ways", func() bool {
+	testpoll.Until(t, "six alerts sent both ways", func() bool {
 		_, accepted := e.hook.state()
-		return len(got.all()) == 5 && accepted == 5 && e.allSent(t, 5)
+		return len(got.all()) == 6 && accepted == 6 && e.allSent(t, 6)
 	})
 	ids := map[string]alerts.Code{}
 	for _, m := range got.all() {
@@ -387,7 +415,7 @@ func TestEachAlertOnceAcrossARestart(t *testing.T) {
 			yield(string(c))
 		}
 	})
-	if !slices.Equal(codes, []string{"delivery_stalled", "lane_blocked", "message_failed", "message_not_routed", "target_disabled"}) {
+	if !slices.Equal(codes, []string{"delivery_stalled", "lane_blocked", "message_failed", "message_not_routed", "target_disabled", "target_unhealthy"}) {
 		t.Fatalf("codes %v", codes)
 	}
 	keys, _ := e.hook.state()
@@ -420,10 +448,10 @@ func TestEachAlertOnceAcrossARestart(t *testing.T) {
 		}
 	}
 	var n int
-	if err := e.db.QueryRow(e.ctx, `SELECT count(*) FROM alerts`).Scan(&n); err != nil || n != 5 {
+	if err := e.db.QueryRow(e.ctx, `SELECT count(*) FROM alerts`).Scan(&n); err != nil || n != 6 {
 		t.Errorf("%d alerts stored, %v", n, err)
 	}
-	if keys, _ := e.hook.state(); len(got.all()) != 5 || len(keys) != 5 {
+	if keys, _ := e.hook.state(); len(got.all()) != 6 || len(keys) != 6 {
 		t.Errorf("after the restart: %d on NATS, %d webhook requests", len(got.all()), len(keys))
 	}
 }

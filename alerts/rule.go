@@ -31,10 +31,14 @@ const (
 	// answered (target.disabled); it claims nothing until an operator
 	// enables it again.
 	CodeTargetDisabled Code = "target_disabled"
+	// CodeTargetUnhealthy: a target's breaker opened from closed
+	// (target.breaker_opened); its attempts are held until it closes.
+	CodeTargetUnhealthy Code = "target_unhealthy"
 )
 
 // Codes lists every code, for metrics that show each from the start.
-var Codes = []Code{CodeDeliveryStalled, CodeMessageNotRouted, CodeMessageFailed, CodeLaneBlocked, CodeTargetDisabled}
+var Codes = []Code{CodeDeliveryStalled, CodeMessageNotRouted, CodeMessageFailed, CodeLaneBlocked, CodeTargetDisabled,
+	CodeTargetUnhealthy}
 
 // Severity says how urgent an alert is.
 type Severity string
@@ -57,7 +61,7 @@ type Alert struct {
 	// at one target.
 	Key        string    `json:"key"`
 	Summary    string    `json:"summary"`
-	MessageID  uuid.UUID `json:"message_id"`
+	MessageID  uuid.UUID `json:"message_id,omitzero"`
 	DeliveryID uuid.UUID `json:"delivery_id,omitzero"`
 	// Position is the journal position of the event that raised the alert.
 	Position int64 `json:"position"`
@@ -75,6 +79,9 @@ type Alert struct {
 //   - target.disabled raises target_disabled, critical, once per event
 //     (the id has the config stream's version): once per time the target
 //     is disabled, however many answers said so.
+//   - target.breaker_opened from closed (not a failed probe's) raises
+//     target_unhealthy, an error, once per event (the id has the health
+//     stream's version): once per episode, until the breaker closes.
 //   - delivery.stalled raises delivery_stalled. Its id is the delivery's,
 //     so a delivery that stalls again after a claim or a redelivery has
 //     raised it already.
@@ -88,12 +95,27 @@ type Alert struct {
 //     refused and raises nothing.
 func Derive(e journal.Event, before, after *projection.Message) []Alert {
 	if p, ok := e.Payload.(*journal.TargetDisabled); ok {
+		details := map[string]any{"target": p.Target, "reason": p.Reason, "status_code": p.StatusCode}
+		if p.Reason == journal.DisabledFailing {
+			details = map[string]any{"target": p.Target, "reason": p.Reason, "failing_since": p.FailingSince}
+		}
 		return []Alert{{ID: fmt.Sprintf("%s:%s:%d", CodeTargetDisabled, p.Target, e.Version), Code: CodeTargetDisabled,
 			Severity: SeverityCritical, Key: fmt.Sprintf("%s:%s", CodeTargetDisabled, p.Target),
-			Summary: fmt.Sprintf("target %s disabled (%s): its receiver answered %d to delivery %s; it claims nothing until an operator enables it again",
-				p.Target, p.Reason, p.StatusCode, p.DeliveryID),
+			Summary:   p.Text() + "; it claims nothing until an operator enables it again",
 			MessageID: p.MessageID, DeliveryID: p.DeliveryID, Position: e.Position, RaisedAt: e.RecordedAt,
-			Details: map[string]any{"target": p.Target, "reason": p.Reason, "status_code": p.StatusCode}}}
+			Details: details}}
+	}
+	if p, ok := e.Payload.(*journal.BreakerOpened); ok {
+		if p.Probe {
+			return nil // the same episode: the breaker has not closed since
+		}
+		return []Alert{{ID: fmt.Sprintf("%s:%s:%d", CodeTargetUnhealthy, p.Target, e.Version), Code: CodeTargetUnhealthy,
+			Severity: SeverityError, Key: fmt.Sprintf("%s:%s", CodeTargetUnhealthy, p.Target),
+			Summary: fmt.Sprintf("target %s unhealthy: %d of %d attempts failed within %s; its breaker holds every attempt until it closes",
+				p.Target, p.Failures, p.Requests, p.Window),
+			Position: e.Position, RaisedAt: e.RecordedAt,
+			Details: map[string]any{"target": p.Target, "requests": p.Requests, "failures": p.Failures, "window": p.Window.String(),
+				"until": p.Until}}}
 	}
 	var out []Alert
 	base := func(code Code, sev Severity, id, key, summary string, details map[string]any) Alert {
@@ -153,6 +175,8 @@ func MayRaise(e journal.Event) bool {
 		return true
 	case *journal.DeliveryStalled, *journal.DeliveryLaneHeld, *journal.TargetDisabled:
 		return true
+	case *journal.BreakerOpened:
+		return !p.Probe
 	}
 	return e.Kind().Delivery() && lifecycle.MayBecome(e.OldState, e.NewState, lifecycle.StatusError)
 }

@@ -222,6 +222,24 @@ func TestDeriveFields(t *testing.T) {
 	if details["target"] != "alpha" || details["reason"] != "gone" || details["status_code"] != 410 {
 		t.Errorf("target disabled details %v", details)
 	}
+
+	// A breaker opened from closed raises target_unhealthy once per
+	// event; opened again by a failed probe, nothing: the episode goes on.
+	opened := &journal.BreakerOpened{Target: "alpha", Requests: 10, Failures: 6, Window: lifecycle.Duration(time.Minute),
+		Cooldown: lifecycle.Duration(30 * time.Second), Until: s.at.Add(30 * time.Second)}
+	e = journal.Event{Position: 50, RecordedAt: s.at, Stream: journal.TargetStream("alpha"), Version: 3, Actor: journal.WorkerActor("alpha"),
+		Payload: opened}
+	if !alerts.MayRaise(e) || alerts.NeedsFailure(e) {
+		t.Errorf("target.breaker_opened: MayRaise %v, NeedsFailure %v", alerts.MayRaise(e), alerts.NeedsFailure(e))
+	}
+	if all = alerts.Derive(e, nil, nil); len(all) != 1 || all[0].ID != "target_unhealthy:alpha:3" || all[0].Code != alerts.CodeTargetUnhealthy ||
+		all[0].Key != "target_unhealthy:alpha" || all[0].Details["failures"] != 6 {
+		t.Errorf("breaker opened raised %+v", all)
+	}
+	e.Payload = &journal.BreakerOpened{Target: "alpha", Window: opened.Window, Cooldown: opened.Cooldown, Until: opened.Until, Probe: true}
+	if alerts.MayRaise(e) || len(alerts.Derive(e, nil, nil)) != 0 {
+		t.Errorf("a failed probe raised an alert")
+	}
 }
 
 // TestRememberedFoldsMatchTheStream folds two interleaved stories event by

@@ -76,6 +76,9 @@ type op struct {
 	handOff bool
 	slots   map[string]Slot
 	handed  []handed
+	// health are the changes of targets' health the batch's outcomes call
+	// for, which the op's goroutine runs once its result is set.
+	health []healthStep
 	// Set by the batch: the message as read, the change written (nil when
 	// decide wrote nothing) or the error; and the claim of claimNext.
 	m     *projection.Message
@@ -256,6 +259,10 @@ func (w *Writer) retry(ctx context.Context, ops []*op, side *operationSide) erro
 		if targetDisabled(err) {
 			// Decide again on the configuration as it is now.
 			w.Invalidate()
+		}
+		if target, ok := targetHeld(err); ok {
+			// Decide again without its claims.
+			w.holdTarget(target)
 		}
 		if w.lost != nil {
 			w.lost(err)
@@ -443,9 +450,33 @@ func (w *Writer) writeBatch(ctx context.Context, ops []*op, side *operationSide)
 		}
 		return nil
 	}
-	bodies, err := w.commit(ctx, conn, d.changes, d.events, d.lanes, d.operation, explicit)
+	// The outcomes count into their targets' health with the rest.
+	ts := tallies(d.events, cfg)
+	var counted []projection.TargetHealth
+	write := d.operation
+	if len(ts) > 0 {
+		write = func(b *pgx.Batch) {
+			if d.operation != nil {
+				d.operation(b)
+			}
+			projection.QueueTallies(b, ts, now, func(rows []projection.TargetHealth) { counted = rows })
+		}
+	}
+	bodies, err := w.commit(ctx, conn, d.changes, d.events, d.lanes, write, explicit)
 	if err != nil {
 		return err
+	}
+	for _, h := range counted {
+		w.learnHealth(h)
+	}
+	if steps := healthSteps(counted, ts, d.events, cfg, now); len(steps) > 0 {
+		// The first op written runs them once its result is set.
+		for _, o := range ops {
+			if o.c != nil && o.err == nil {
+				o.health = steps
+				break
+			}
+		}
 	}
 	if len(d.disabled) > 0 {
 		w.Invalidate()
@@ -493,7 +524,7 @@ func (w *Writer) decide(ops []*op, read map[uuid.UUID]*projection.Message, lanes
 	}
 	book := newLaneBook(cfg, state, lanes)
 	dis := &disabling{}
-	off := func(target string) bool { return dis.off(cfg, target) }
+	off := func(target string) bool { return dis.off(cfg, target) || w.gates.shut(target, now) }
 	defer func() { d.lanes, d.disabled = book.Changed(), dis.targets }()
 	merged := map[uuid.UUID]*change{}
 	keep := func(c *change) {
@@ -515,7 +546,7 @@ func (w *Writer) decide(ops []*op, read map[uuid.UUID]*projection.Message, lanes
 		d.changes = append(d.changes, all)
 	}
 	for _, o := range ops {
-		o.m, o.c, o.err, o.next, o.nextC, o.handed = nil, nil, nil, nil, nil, nil
+		o.m, o.c, o.err, o.next, o.nextC, o.handed, o.health = nil, nil, nil, nil, nil, nil, nil
 		if err := o.ctx.Err(); err != nil {
 			o.err = err
 			continue
@@ -546,7 +577,11 @@ func (w *Writer) decide(ops []*op, read map[uuid.UUID]*projection.Message, lanes
 		}
 		if c != nil {
 			if target := claimsOff(c, off); target != "" {
-				o.err = &StateError{Err: ErrNotClaimable, Reason: fmt.Sprintf("its target %s is disabled", target)}
+				reason := fmt.Sprintf("its target %s is disabled", target)
+				if !dis.off(cfg, target) {
+					reason = fmt.Sprintf("its target %s is held by its health", target)
+				}
+				o.err = &StateError{Err: ErrNotClaimable, Reason: reason}
 				continue
 			}
 		}

@@ -201,7 +201,13 @@ func (w *Writer) ClaimDue(ctx context.Context, target string, n int, lease time.
 	if lease <= 0 || n <= 0 {
 		return nil, invalid(&lifecycle.FieldError{Field: "lease", Problem: "lease and count must be positive"})
 	}
-	claims, err := w.claimDue(ctx, target, n, lease)
+	claims, halfOpen, err := w.claimDue(ctx, target, n, lease)
+	if halfOpen {
+		// The breaker's cooldown is over: it is half-open, and this claim
+		// may take the probe.
+		w.runHealthSteps([]healthStep{{target: target, halfOpen: true}})
+		claims, _, err = w.claimDue(ctx, target, n, lease)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("claim due deliveries of %s: %w", target, err)
 	}
@@ -213,18 +219,18 @@ func (w *Writer) ClaimDue(ctx context.Context, target string, n int, lease time.
 // their messages and reads the messages; the writes with COMMIT. A message
 // the choice read at another version than it locked is read again in a
 // round trip between the two.
-func (w *Writer) claimDue(ctx context.Context, target string, n int, lease time.Duration) (_ []Claim, err error) {
+func (w *Writer) claimDue(ctx context.Context, target string, n int, lease time.Duration) (_ []Claim, halfOpen bool, err error) {
 	defer w.recovered(&err, "a claim of due deliveries")
 	cfg, err := w.config(ctx)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	if t, ok := cfg.targets[target]; ok && !t.Enabled {
-		return nil, nil
+		return nil, false, nil
 	}
 	conn, err := w.db.Acquire(ctx)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	defer w.release(conn)
 	now := w.now()
@@ -232,9 +238,11 @@ func (w *Writer) claimDue(ctx context.Context, target string, n int, lease time.
 	var chosen []projection.Chosen
 	var unread []uuid.UUID
 	seen := map[uuid.UUID]bool{}
+	var health projection.TargetHealth
 	b := &pgx.Batch{}
 	b.Queue(`BEGIN`)
 	b.Queue(projection.LookupPlanSQL)
+	projection.QueueReadHealth(b, target, &health)
 	w.queueChoice(b, now, map[string]int{target: n}, func(_ string, c projection.Chosen) {
 		if seen[c.MessageID] {
 			return
@@ -246,15 +254,17 @@ func (w *Writer) claimDue(ctx context.Context, target string, n int, lease time.
 		}
 	})
 	if err := conn.SendBatch(ctx, b).Close(); err != nil {
-		return nil, err
+		return nil, false, err
 	}
+	w.learnHealth(health)
 	if len(chosen) == 0 {
-		return nil, nil // release ends the transaction
+		// release ends the transaction
+		return nil, (healthStep{target: target, halfOpen: true}).decide(health, breakerOf(cfg, target), now) != nil, nil
 	}
 	if len(unread) > 0 {
 		messages, err := projection.LoadMany(ctx, conn, unread)
 		if err != nil {
-			return nil, err
+			return nil, false, err
 		}
 		byID := make(map[uuid.UUID]*projection.Message, len(messages))
 		for _, m := range messages {
@@ -285,7 +295,7 @@ func (w *Writer) claimDue(ctx context.Context, target string, n int, lease time.
 		changes = append(changes, c)
 	}
 	if len(claims) == 0 {
-		return nil, nil
+		return nil, false, nil
 	}
 	var events []journal.Event
 	for _, c := range changes {
@@ -297,15 +307,20 @@ func (w *Writer) claimDue(ctx context.Context, target string, n int, lease time.
 		// Disabled since the configuration was read: nothing to claim,
 		// and the next claim reads it anew.
 		w.Invalidate()
-		return nil, nil
+		return nil, false, nil
+	}
+	if _, ok := targetHeld(err); ok {
+		// Its health changed since the choice read it: the next choice
+		// reads it anew.
+		return nil, false, nil
 	}
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	for i := range claims {
 		claims[i].Payload = bodies[claims[i].Message.ID]
 	}
-	return claims, nil
+	return claims, false, nil
 }
 
 // Complete records the outcome of a claimed attempt. It is conditional on the

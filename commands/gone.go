@@ -23,7 +23,7 @@ import (
 // and writes the definition with enabled false, once, however many
 // outcomes of the target say so at once. Claims are held to it: every
 // transaction that writes claims takes its targets' locks (ClassTarget)
-// shared and checks they are still enabled (targets_expect_enabled), and
+// shared and checks they are still enabled (targets_admit), and
 // one that disables a target takes its lock alone before it writes
 // anything. So no claim of a target is journaled after its target.disabled
 // until an operator enables it again, whichever process claims.
@@ -98,16 +98,25 @@ func (s *disabling) disable(c *change, g *goneRead, deliveryID uuid.UUID, now ti
 // the locks of the targets they claim for (shared) and disable (alone),
 // in the order of their hash so that two transactions never wait for
 // each other in a cycle, then the check that the targets claimed for are
-// still enabled. A transaction that neither claims nor disables takes
-// none.
+// still enabled and that their health lets as many claims through
+// (targets_admit, health.go). A transaction that neither claims nor
+// disables takes none.
 func queueTargetLocks(b *pgx.Batch, events []journal.Event) {
 	var claimed, names []string
+	var counts []int32
 	var alone []bool
+	var at, leaseEnd time.Time
 	for _, e := range events {
 		switch p := e.Payload.(type) {
 		case *journal.DeliveryClaimed:
-			if !slices.Contains(claimed, e.Target) {
-				claimed = append(claimed, e.Target)
+			i := slices.Index(claimed, e.Target)
+			if i < 0 {
+				claimed, counts, i = append(claimed, e.Target), append(counts, 0), len(claimed)
+			}
+			counts[i]++
+			at = e.RecordedAt
+			if p.LeaseEnd.After(leaseEnd) {
+				leaseEnd = p.LeaseEnd
 			}
 		case *journal.TargetDisabled:
 			names, alone = append(names, p.Target), append(alone, true)
@@ -125,11 +134,11 @@ func queueTargetLocks(b *pgx.Batch, events []journal.Event) {
 		FROM (SELECT hashtext(n) AS h, bool_or(alone) AS alone FROM unnest($1::text[], $2::bool[]) AS x(n, alone)
 			GROUP BY 1 ORDER BY 1 OFFSET 0) l`, names, alone, int32(schema.ClassTarget))
 	if len(claimed) > 0 {
-		b.Queue(`SELECT targets_expect_enabled($1)`, claimed)
+		b.Queue(`SELECT targets_admit($1, $2, $3, $4)`, claimed, counts, at, leaseEnd)
 	}
 }
 
-// targetDisabled reports the refusal of targets_expect_enabled: a target
+// targetDisabled reports the refusal of targets_admit: a target
 // claimed for was disabled after the configuration was read.
 func targetDisabled(err error) bool {
 	var pgErr *pgconn.PgError

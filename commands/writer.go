@@ -96,6 +96,8 @@ type Writer struct {
 	written  map[uuid.UUID]*projection.Message
 	// cursors keeps where each target's choices of due deliveries start.
 	cursors claimCursors
+	// gates keeps the targets' health as last read (health.go).
+	gates gates
 	// taker, when set, takes the deliveries ingests dispatch (SetTaker).
 	taker atomic.Pointer[Taker]
 
@@ -209,6 +211,9 @@ func (w *Writer) runOp(o *op) (*projection.Message, error) {
 	}
 	w.batches.do(o, w.runBatch)
 	o.handOver()
+	if len(o.health) > 0 {
+		w.runHealthSteps(o.health)
+	}
 	if o.err != nil {
 		return nil, o.err
 	}
@@ -407,9 +412,10 @@ func (w *Writer) committed(c *change) {
 
 // retryable reports a lost race: another writer took the stream version,
 // moved the message row since it was read, or disabled a target claimed
-// for since the configuration was read.
+// for since the configuration was read, or changed its health.
 func retryable(err error) bool {
 	var pgErr *pgconn.PgError
-	return journal.IsVersionConflict(err) || errors.Is(err, errLaneRace) || targetDisabled(err) ||
+	_, held := targetHeld(err)
+	return journal.IsVersionConflict(err) || errors.Is(err, errLaneRace) || targetDisabled(err) || held ||
 		errors.As(err, &pgErr) && (pgErr.Code == "40001" || pgErr.Code == "40P01")
 }

@@ -55,6 +55,13 @@ func TestMessagesListFiltersAndPages(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	b.target(t, "billing")
+	// Its twelve failures within a minute would open the breaker, which
+	// would hold the deliveries settled by hand below.
+	after := lifecycle.Duration(lifecycle.DefaultDisableAfter)
+	if _, err := b.w.UpdateTarget(b.ctx, lifecycle.Target{Name: "billing", Kind: "http", Enabled: true,
+		Config: []byte(`{"url":"http://127.0.0.1:9/"}`), Health: &lifecycle.Health{DisableAfter: &after}}, "operator:setup"); err != nil {
+		t.Fatal(err)
+	}
 	var ids []uuid.UUID
 	for i := range 120 {
 		m := b.ingestKeyed(t, "erp", []string{"", "p-1", "p 2"}[i%3], fmt.Sprint(i))

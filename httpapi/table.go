@@ -51,6 +51,7 @@ var routes = []route{
 	{http.MethodGet, "/targets/{name}", (*Server).getTarget, nil, lifecycle.Target{}, http.StatusOK},
 	{http.MethodPut, "/targets/{name}", (*Server).updateTarget, lifecycle.Target{}, lifecycle.Target{}, http.StatusOK},
 	{http.MethodDelete, "/targets/{name}", (*Server).deleteTarget, nil, nil, http.StatusNoContent},
+	{http.MethodPost, "/targets/{name}/health/close", (*Server).closeBreaker, nil, lifecycle.Target{}, http.StatusOK},
 	{http.MethodGet, "/targets/{name}/lanes", (*Server).listLanes, nil, LaneList{}, http.StatusOK},
 	{http.MethodGet, "/targets/{name}/secret", (*Server).getTargetSecret, nil, TargetSecret{}, http.StatusOK},
 	{http.MethodPost, "/targets/{name}/secret/rotate", (*Server).rotateTargetSecret, RotateRequest{}, TargetSecret{}, http.StatusOK},

@@ -7,12 +7,16 @@ import (
 
 	"github.com/waybill/waybill/commands"
 	"github.com/waybill/waybill/lifecycle"
+	"github.com/waybill/waybill/projection"
 	"github.com/waybill/waybill/redact"
 )
 
 func (s *Server) listTargets(w http.ResponseWriter, r *http.Request) error {
 	targets, err := s.cfg.Writer.Targets(r.Context())
 	if err != nil {
+		return err
+	}
+	if targets, err = projection.WithHealth(r.Context(), s.cfg.DB, targets, s.cfg.Now()); err != nil {
 		return err
 	}
 	writeJSON(w, http.StatusOK, TargetList{Items: nonNil(targetsForCaller(r, targets))})
@@ -50,11 +54,29 @@ func (s *Server) getTarget(w http.ResponseWriter, r *http.Request) error {
 	}
 	for _, t := range targets {
 		if t.Name == name {
-			writeJSON(w, http.StatusOK, targetsForCaller(r, []lifecycle.Target{t})[0])
+			shown, err := projection.WithHealth(r.Context(), s.cfg.DB, []lifecycle.Target{t}, s.cfg.Now())
+			if err != nil {
+				return err
+			}
+			writeJSON(w, http.StatusOK, targetsForCaller(r, shown)[0])
 			return nil
 		}
 	}
 	return fmt.Errorf("target %s: %w", name, commands.ErrNotFound)
+}
+
+// closeBreaker closes a target's breaker by hand (journaled with the
+// operator) and answers the target as getTarget does.
+func (s *Server) closeBreaker(w http.ResponseWriter, r *http.Request) error {
+	name, err := targetName(r)
+	if err != nil {
+		return err
+	}
+	if _, err := s.cfg.Writer.CloseBreaker(r.Context(), name, actor(r)); err != nil {
+		return err
+	}
+	s.log.Info("target breaker closed", "target", name, "operator", identity(r).Name)
+	return s.getTarget(w, r)
 }
 
 // createTarget adds a target. One that leaves enabled out is enabled, as a

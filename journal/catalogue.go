@@ -62,6 +62,12 @@ const (
 	// ConfigStream.
 	KindTargetDisabled Kind = "target.disabled"
 
+	// A target's health stream (TargetStream).
+	KindBreakerOpened     Kind = "target.breaker_opened"
+	KindBreakerHalfOpened Kind = "target.breaker_half_opened"
+	KindBreakerClosed     Kind = "target.breaker_closed"
+	KindTargetThrottled   Kind = "target.throttled"
+
 	// Retention's (docs/retention.md): the first belongs to a message's
 	// stream, the others to RetentionStream.
 	KindMessagePayloadExpunged Kind = "message.payload_expunged"
@@ -120,6 +126,11 @@ var catalogue = map[Kind]func() Payload{
 
 	KindTargetDisabled: func() Payload { return new(TargetDisabled) },
 
+	KindBreakerOpened:     func() Payload { return new(BreakerOpened) },
+	KindBreakerHalfOpened: func() Payload { return new(BreakerHalfOpened) },
+	KindBreakerClosed:     func() Payload { return new(BreakerClosed) },
+	KindTargetThrottled:   func() Payload { return new(TargetThrottled) },
+
 	KindMessagePayloadExpunged: func() Payload { return new(MessagePayloadExpunged) },
 	KindRetentionArchived:      func() Payload { return new(RetentionArchived) },
 	KindRetentionPass:          func() Payload { return new(RetentionPass) },
@@ -150,11 +161,11 @@ func (k Kind) Operation() bool { return strings.HasPrefix(string(k), "operation.
 
 // Stream is the stream the kind belongs to: RetentionStream for the
 // retention kinds, ConfigStream for the configuration kinds, and "" for
-// message and operation kinds, whose stream is their message's or their
-// operation's.
+// message, operation and health kinds, whose stream is their message's,
+// their operation's or their target's.
 func (k Kind) Stream() string {
 	switch {
-	case strings.HasPrefix(string(k), "message.") || k.Delivery() || k.Operation():
+	case strings.HasPrefix(string(k), "message.") || k.Delivery() || k.Operation() || k.Health():
 		return ""
 	case strings.HasPrefix(string(k), "retention."):
 		return RetentionStream
@@ -987,33 +998,49 @@ func (p *TargetKeyAdded) Validate() error {
 		required("scheme", p.Scheme != ""), required("fingerprint", p.Fingerprint != ""))
 }
 
-// DisabledGone is the reason of a target disabled because its receiver
-// answered 410 Gone.
-const DisabledGone = "gone"
+// The reasons a target is disabled by what its receiver answered: a 410
+// Gone, or failures alone for its health's disable_after.
+const (
+	DisabledGone    = "gone"
+	DisabledFailing = "failing"
+)
 
 // TargetDisabled: the target was disabled by what its receiver answered,
 // not by an operator, and its definition's enabled is false from then on;
 // an operator's target.updated enables it again. With Reason DisabledGone,
-// the attempt of DeliveryID (of MessageID) was answered StatusCode 410.
+// the attempt of DeliveryID (of MessageID) was answered StatusCode 410;
+// with DisabledFailing, every attempt failed from FailingSince on, the
+// attempt of DeliveryID the last.
 type TargetDisabled struct {
-	Target     string    `json:"target"`
-	Reason     string    `json:"reason"`
-	MessageID  uuid.UUID `json:"message_id"`
-	DeliveryID uuid.UUID `json:"delivery_id"`
-	StatusCode int       `json:"status_code"`
+	Target       string    `json:"target"`
+	Reason       string    `json:"reason"`
+	MessageID    uuid.UUID `json:"message_id"`
+	DeliveryID   uuid.UUID `json:"delivery_id"`
+	StatusCode   int       `json:"status_code,omitzero"`
+	FailingSince time.Time `json:"failing_since,omitzero"`
 }
 
 func (*TargetDisabled) Kind() Kind { return KindTargetDisabled }
 func (p *TargetDisabled) Text() string {
+	if p.Reason == DisabledFailing {
+		return fmt.Sprintf("target %s disabled (%s): every attempt failed since %s, the last of delivery %s", p.Target, p.Reason,
+			stamp(p.FailingSince), p.DeliveryID)
+	}
 	return fmt.Sprintf("target %s disabled (%s): its receiver answered %d to delivery %s", p.Target, p.Reason, p.StatusCode, p.DeliveryID)
 }
 func (p *TargetDisabled) Validate() error {
 	var reason, status error
-	if p.Reason != DisabledGone {
-		reason = field("reason", fmt.Sprintf("%q: allowed is %q", p.Reason, DisabledGone))
-	}
-	if p.StatusCode != 410 {
-		status = field("status_code", fmt.Sprintf("must be 410 for reason %q, got %d", DisabledGone, p.StatusCode))
+	switch p.Reason {
+	case DisabledGone:
+		if p.StatusCode != 410 {
+			status = field("status_code", fmt.Sprintf("must be 410 for reason %q, got %d", DisabledGone, p.StatusCode))
+		}
+	case DisabledFailing:
+		if p.StatusCode != 0 || p.FailingSince.IsZero() {
+			status = field("failing_since", fmt.Sprintf("is required, and status_code allowed for none, for reason %q", DisabledFailing))
+		}
+	default:
+		reason = field("reason", fmt.Sprintf("%q: allowed are %q and %q", p.Reason, DisabledGone, DisabledFailing))
 	}
 	return errors.Join(lifecycle.CheckName("target", p.Target), reason, required("message_id", p.MessageID != uuid.Nil),
 		required("delivery_id", p.DeliveryID != uuid.Nil), status)

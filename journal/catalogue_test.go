@@ -25,7 +25,7 @@ func TestDecodeRefusesWhatIsNotInTheCatalogue(t *testing.T) {
 		{"missing field", KindDeliveryStalled, `{"wake_ups":5}`, "reason"},
 		{"bad state", KindMessageRefused, `{"refusal":"maybe","reason":"r"}`, "refusal"},
 		{"not JSON", KindDeliveryWoken, `{`, "unexpected EOF"},
-		{"disabled for no reason given", KindTargetDisabled, `{"target":"web","reason":"tired","message_id":"0194a2b1-0000-7000-8000-000000000001","delivery_id":"0194a2b1-0000-7000-8000-000000000002","status_code":410}`, `allowed is "gone"`},
+		{"disabled for no reason given", KindTargetDisabled, `{"target":"web","reason":"tired","message_id":"0194a2b1-0000-7000-8000-000000000001","delivery_id":"0194a2b1-0000-7000-8000-000000000002","status_code":410}`, `allowed are "gone" and "failing"`},
 		{"gone without 410", KindTargetDisabled, `{"target":"web","reason":"gone","message_id":"0194a2b1-0000-7000-8000-000000000001","delivery_id":"0194a2b1-0000-7000-8000-000000000002","status_code":404}`, "status_code"},
 		{"gone without its delivery", KindTargetDisabled, `{"target":"web","reason":"gone","message_id":"0194a2b1-0000-7000-8000-000000000001","status_code":410}`, "delivery_id"},
 		{"bad outcome", KindDeliveryAttempted, `{"token":"0194a2b1-0000-7000-8000-000000000001","attempt":1,"outcome":{"kind":"retry","text":"x"}}`, "retry_at"},

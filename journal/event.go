@@ -81,7 +81,9 @@ func (e Event) CheckEnvelope() error {
 		errs = append(errs, err)
 	}
 	_, opStream := OperationOf(e.Stream)
-	if s := k.Stream(); s != "" && e.Stream != s || s == "" && namedStream(e.Stream) || k.Operation() != opStream {
+	_, healthStream := TargetOf(e.Stream)
+	if s := k.Stream(); s != "" && e.Stream != s || s == "" && namedStream(e.Stream) || k.Operation() != opStream ||
+		k.Health() != healthStream {
 		errs = append(errs, fmt.Errorf("kind %s does not belong to stream %q", k, e.Stream))
 	}
 	if k.Delivery() {

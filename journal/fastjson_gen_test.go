@@ -29,8 +29,8 @@ const fastJSONFile = "fastjson_gen.go"
 
 // fastKind reports whether the payloads of the kind have a fast decoder:
 // the message and delivery kinds, which every read of the journal decodes;
-// configuration and operation kinds, rare, do not.
-func fastKind(k Kind) bool { return k.Stream() == "" && !k.Operation() }
+// configuration, operation and health kinds, rare, do not.
+func fastKind(k Kind) bool { return k.Message() }
 
 func TestFastJSONGenerated(t *testing.T) {
 	src, err := generateFastJSON()

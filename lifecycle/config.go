@@ -117,7 +117,7 @@ type Target struct {
 	// Kind is one of the kinds of the targets package, which checks Config.
 	Kind string `json:"kind"`
 	// Enabled false makes the target claim nothing: its deliveries are
-	// woken until max_dispatches runs out and then stall.
+	// held, neither woken nor stalled, until it is enabled again.
 	Enabled bool `json:"enabled"`
 	// Config is the kind's own configuration, a JSON object.
 	Config json.RawMessage `json:"config"`
@@ -137,6 +137,8 @@ type Target struct {
 	// Signing is how an http target signs its attempts; the targets
 	// package fills its default and checks it.
 	Signing *Signing `json:"signing,omitempty"`
+	// Health is the breaker and the auto-disable; default DefaultHealth.
+	Health *Health `json:"health,omitempty"`
 }
 
 // Signing is how a target signs what it sends, by the Standard Webhooks
@@ -243,6 +245,9 @@ func (t Target) WithDefaults(kindConcurrency int) Target {
 	}
 	t.Retry = t.Retry.WithDefaults()
 	t.Ordering = t.Ordering.WithDefaults()
+	if t.Health == nil {
+		t.Health = DefaultHealth()
+	}
 	return t
 }
 
@@ -267,6 +272,9 @@ func (t Target) Validate() error {
 		errs = append(errs, &FieldError{Field: "attempt_timeout", Problem: "must be from 1ms to 1h"})
 	}
 	errs = append(errs, t.Retry.Validate(), t.Ordering.Validate())
+	if t.Health != nil {
+		errs = append(errs, t.Health.Validate())
+	}
 	if t.Receipt != nil && (t.Receipt.Timeout < Duration(time.Second) || t.Receipt.Timeout.D() > MaxReceiptTimeout) {
 		errs = append(errs, &FieldError{Field: "receipt.timeout", Problem: "must be from 1s to 720h"})
 	}

@@ -48,6 +48,17 @@ type Outcome struct {
 	// it got none (a file target, an error before the answer). Not
 	// journaled: Text holds the status line.
 	StatusCode int `json:"-"`
+	// Hold, when set, is the receiver's request that the whole target be
+	// left alone for a while. Not journaled with the outcome: the
+	// target's target.throttled records it.
+	Hold *Hold `json:"-"`
+}
+
+// Hold is a receiver's request, answered with Status (Throttles) and a
+// Retry-After, that its target be left alone until Until.
+type Hold struct {
+	Until  time.Time
+	Status int
 }
 
 // Delivered is a successful attempt.

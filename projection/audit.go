@@ -138,6 +138,10 @@ type Folded struct {
 	routes *routeLedger
 	// outcomes holds the outcomes by the minute of every event folded.
 	outcomes Tally
+	// health holds, by target, the fold of its health stream; nil for one
+	// stream. No delivery.claimed of the target may come while its
+	// breaker is open.
+	health map[string]*TargetHealth
 }
 
 // missingDuplicate is a possible duplicate of a message the fold did not
@@ -215,7 +219,7 @@ func newFolded() *Folded {
 	f := &Folded{Messages: map[uuid.UUID]*Message{}, ordering: map[string]lifecycle.Ordering{},
 		inboxes: map[string]*inboxLedger{}, Correlations: map[CorrelationKey]Correlation{},
 		Operations: map[uuid.UUID]*Operation{}, trails: map[uuid.UUID]*opTrail{},
-		keys: map[string]map[string]targets.KeyRecord{}, disabled: map[string]int64{}}
+		keys: map[string]map[string]targets.KeyRecord{}, disabled: map[string]int64{}, health: map[string]*TargetHealth{}}
 	f.lanes = NewLaneBook(func(target string) lifecycle.Ordering { return f.ordering[target] },
 		func(message, delivery uuid.UUID) *Delivery {
 			if m := f.Messages[message]; m != nil {
@@ -268,6 +272,18 @@ func (f *Folded) configure(e journal.Event) {
 	}
 }
 
+// foldHealth folds an event of target's health stream.
+func (f *Folded) foldHealth(target string, e journal.Event) {
+	h := f.health[target]
+	if h == nil {
+		h = &TargetHealth{Target: target, Breaker: lifecycle.HealthClosed}
+		f.health[target] = h
+	}
+	if err := ApplyHealth(h, e); err != nil {
+		f.Violations = append(f.Violations, Violation{Position: e.Position, Problem: err.Error()})
+	}
+}
+
 // fold folds one event; it reports an event Apply refuses and returns nil.
 func (f *Folded) fold(e journal.Event) error {
 	f.Events++
@@ -287,6 +303,12 @@ func (f *Folded) fold(e journal.Event) error {
 			if v := f.Removed.add(e, p); v != nil {
 				f.Violations = append(f.Violations, *v)
 			}
+		}
+		return nil
+	}
+	if target, ok := journal.TargetOf(e.Stream); ok {
+		if f.health != nil {
+			f.foldHealth(target, e)
 		}
 		return nil
 	}
@@ -329,6 +351,10 @@ func (f *Folded) fold(e journal.Event) error {
 		if at, off := f.disabled[e.Target]; off && e.Kind() == journal.KindDeliveryClaimed {
 			f.Violations = append(f.Violations, Violation{Position: e.Position, MessageID: id, DeliveryID: e.DeliveryID,
 				Problem: fmt.Sprintf("claimed for target %s, which the target.disabled at position %d disabled and no target.updated enabled since", e.Target, at)})
+		}
+		if h := f.health[e.Target]; h != nil && h.Breaker == lifecycle.HealthOpen && e.Kind() == journal.KindDeliveryClaimed {
+			f.Violations = append(f.Violations, Violation{Position: e.Position, MessageID: id, DeliveryID: e.DeliveryID,
+				Problem: fmt.Sprintf("claimed for target %s while its breaker was open (since %s)", e.Target, stamp(h.Since))})
 		}
 		if err := f.lanes.Apply(e, m); err != nil {
 			v := Violation{Position: e.Position, MessageID: id, DeliveryID: e.DeliveryID, Problem: err.Error()}

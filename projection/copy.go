@@ -128,6 +128,17 @@ func copyFolded(ctx context.Context, tx pgx.Tx, f *Folded) error {
 	if err := copyCallbacks(ctx, tx, f); err != nil {
 		return fmt.Errorf("copy callbacks: %w", err)
 	}
+	if len(f.health) > 0 {
+		// A handful of rows, one per target with a health stream.
+		b := &pgx.Batch{}
+		for _, target := range slices.Sorted(maps.Keys(f.health)) {
+			b.Queue(`INSERT INTO target_health (target) VALUES ($1)`, target)
+			QueueWriteHealth(b, *f.health[target])
+		}
+		if err := tx.SendBatch(ctx, b).Close(); err != nil {
+			return fmt.Errorf("write target health: %w", err)
+		}
+	}
 	b := &pgx.Batch{}
 	tally := f.tally()
 	tally.Queue(b)

@@ -20,9 +20,13 @@ const (
 	ProjectionVersion = 10
 )
 
-// CodeTargetDisabled is the SQLSTATE of targets_expect_enabled's refusal:
-// a claim of a target disabled since the configuration was read.
-const CodeTargetDisabled = "WB001"
+// The SQLSTATEs of targets_admit's refusals: a claim of a target disabled
+// since the configuration was read, and one of a target whose health
+// holds its deliveries (the target's name is the error's detail).
+const (
+	CodeTargetDisabled = "WB001"
+	CodeTargetHeld     = "WB002"
+)
 
 // The parts, as recorded in schema_version.
 const (
@@ -149,20 +153,6 @@ CREATE TABLE IF NOT EXISTS targets (
 	created_at timestamptz NOT NULL,
 	updated_at timestamptz NOT NULL
 );
-
--- A transaction that writes claims calls this after taking its targets'
--- claim locks (ClassTarget, shared): a target disabled before then fails
--- it, and the commands decide again on the configuration read anew.
-CREATE OR REPLACE FUNCTION targets_expect_enabled(names text[]) RETURNS void
-LANGUAGE plpgsql AS $$
-DECLARE
-	off text;
-BEGIN
-	SELECT name INTO off FROM targets WHERE name = ANY(names) AND spec->>'enabled' = 'false' LIMIT 1;
-	IF off IS NOT NULL THEN
-		RAISE EXCEPTION 'target % is disabled', off USING ERRCODE = '` + CodeTargetDisabled + `';
-	END IF;
-END $$;
 
 CREATE TABLE IF NOT EXISTS routes (
 	id           uuid        PRIMARY KEY,
@@ -380,6 +370,25 @@ CREATE TABLE IF NOT EXISTS correlations (
 	message_id  uuid    NOT NULL,
 	consumed    boolean NOT NULL
 );
+
+-- A target's health: the fold of its health stream (version to
+-- throttled_until), and beside it what is not journaled: the end of a
+-- half-open breaker's probe, the window of outcomes the breaker counts and
+-- since when every attempt failed. A target with no row is closed.
+CREATE TABLE IF NOT EXISTS target_health (
+	target          text        PRIMARY KEY,
+	version         int         NOT NULL DEFAULT 0,
+	breaker         text        NOT NULL DEFAULT 'closed',
+	since           timestamptz,
+	until           timestamptz,
+	cooldown_ms     bigint      NOT NULL DEFAULT 0,
+	throttled_until timestamptz,
+	probe_until     timestamptz,
+	window_start    timestamptz,
+	window_requests int         NOT NULL DEFAULT 0,
+	window_failures int         NOT NULL DEFAULT 0,
+	failing_since   timestamptz
+);
 `
 
 // projectionIndexesDDL adds the keys and indexes of the projection tables
@@ -469,6 +478,49 @@ CREATE INDEX IF NOT EXISTS deliveries_claimable ON deliveries (target, (coalesce
 -- in a state it may take are here.
 CREATE INDEX IF NOT EXISTS callbacks_due ON callbacks ((coalesce(next_due, lease_end)))
 	WHERE ` + lifecycle.CallbackCatchUpRule.StatesSQL("") + `;
+
+-- How many of want claims of a target its health lets through at a time
+-- (lifecycle.Gate), none while it is disabled: a choice of claimable
+-- deliveries takes no more, and the sweep wakes none of a target that lets
+-- none through.
+CREATE OR REPLACE FUNCTION target_allowance(name text, at timestamptz, want int) RETURNS int
+LANGUAGE sql STABLE AS $$
+	SELECT CASE WHEN EXISTS (SELECT FROM targets t WHERE t.name = $1 AND t.spec->>'enabled' = 'false') THEN 0
+		ELSE coalesce((SELECT ` + lifecycle.GateAllowanceSQL("h", "at", "want") + `
+			FROM target_health h WHERE h.target = name), want) END
+$$;
+
+-- A transaction that writes claims calls this after taking its targets'
+-- claim locks (ClassTarget, shared), with the number of claims of each,
+-- the time and the end of their lease: a target disabled before then
+-- fails it (WB001), and so does one whose health lets fewer claims
+-- through (WB002, the target in the detail); the commands then decide
+-- again on what they read anew. A half-open breaker's probe is taken here,
+-- until the lease's end, so one process alone makes it.
+CREATE OR REPLACE FUNCTION targets_admit(names text[], counts int[], at timestamptz, lease_end timestamptz) RETURNS void
+LANGUAGE plpgsql AS $$
+DECLARE
+	off text;
+	h record;
+BEGIN
+	SELECT name INTO off FROM targets WHERE name = ANY(names) AND spec->>'enabled' = 'false' LIMIT 1;
+	IF off IS NOT NULL THEN
+		RAISE EXCEPTION 'target % is disabled', off USING ERRCODE = '` + CodeTargetDisabled + `';
+	END IF;
+	FOR h IN SELECT x.name, x.n, target_allowance(x.name, at, x.n) AS allowed, g.breaker
+		FROM unnest(names, counts) AS x(name, n) JOIN target_health g ON g.target = x.name ORDER BY x.name LOOP
+		IF h.allowed < h.n THEN
+			RAISE EXCEPTION 'target % is held by its health', h.name USING ERRCODE = '` + CodeTargetHeld + `', DETAIL = h.name;
+		END IF;
+		IF h.breaker = 'half_open' THEN
+			UPDATE target_health SET probe_until = lease_end
+				WHERE target = h.name AND (probe_until IS NULL OR probe_until <= at);
+			IF NOT FOUND THEN
+				RAISE EXCEPTION 'target % is held by its health', h.name USING ERRCODE = '` + CodeTargetHeld + `', DETAIL = h.name;
+			END IF;
+		END IF;
+	END LOOP;
+END $$;
 `
 
 // ddlDigest names this build's DDL and versions.
@@ -588,7 +640,7 @@ func RecreateProjections(ctx context.Context, db *pgxpool.Pool, load func(pgx.Tx
 		if err := checkVersion(ctx, tx, PartJournal, JournalVersion); err != nil {
 			return err
 		}
-		if _, err := tx.Exec(ctx, `DROP TABLE IF EXISTS messages, deliveries, delivery_counts, message_counts, message_hour_counts, delivery_minute_counts, lanes, callbacks, correlations, operations;
+		if _, err := tx.Exec(ctx, `DROP TABLE IF EXISTS messages, deliveries, delivery_counts, message_counts, message_hour_counts, delivery_minute_counts, lanes, callbacks, correlations, operations, target_health;
 			DELETE FROM schema_version WHERE part = 'projections';
 			DELETE FROM schema_digest`); err != nil {
 			return fmt.Errorf("drop projection tables: %w", err)
@@ -614,7 +666,7 @@ func RecreateProjections(ctx context.Context, db *pgxpool.Pool, load func(pgx.Tx
 // version; the journal, the payloads and the configuration stay. The next
 // Ensure creates them empty, for a rebuild to fill.
 func ResetProjections(ctx context.Context, db *pgxpool.Pool) error {
-	_, err := db.Exec(ctx, `DROP TABLE IF EXISTS messages, deliveries, delivery_counts, message_counts, message_hour_counts, delivery_minute_counts, lanes, callbacks, correlations, operations;
+	_, err := db.Exec(ctx, `DROP TABLE IF EXISTS messages, deliveries, delivery_counts, message_counts, message_hour_counts, delivery_minute_counts, lanes, callbacks, correlations, operations, target_health;
 		`+versionDDL+`;
 		DELETE FROM schema_version WHERE part = 'projections';
 		DELETE FROM schema_digest`)

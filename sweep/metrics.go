@@ -17,6 +17,10 @@ type metrics struct {
 	mu sync.Mutex
 	// targets are the targets the per-target gauges have series of.
 	targets map[string]bool
+	// The targets' health: 1 for each target's state, 0 for the others,
+	// and its held deliveries.
+	targetHealth *prometheus.GaugeVec
+	targetHeld   *prometheus.GaugeVec
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -40,6 +44,12 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		journalPosition: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "waybill_journal_position", Help: "The journal's last position; its rate is the append rate.",
 		}),
+		targetHealth: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "waybill_target_health", Help: "1 for each target's health state (closed, open, half_open, throttled, disabled), 0 for the others, at the last sweep pass.",
+		}, []string{"target", "state"}),
+		targetHeld: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "waybill_target_held", Help: "A target's deliveries held while it may take none, at the last sweep pass.",
+		}, []string{"target"}),
 	}
 	// Every step's series exists from the start, at zero.
 	for _, step := range steps {
@@ -47,7 +57,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	}
 	m.targets = map[string]bool{}
 	if reg != nil {
-		reg.MustRegister(m.passSeconds, m.rows, m.deliveries, m.due, m.oldestDue, m.journalPosition)
+		reg.MustRegister(m.passSeconds, m.rows, m.deliveries, m.due, m.oldestDue, m.journalPosition, m.targetHealth, m.targetHeld)
 	}
 	return m
 }

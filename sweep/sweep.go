@@ -285,5 +285,34 @@ func (s *Sweeper) measure(ctx context.Context, targets []string) error {
 	n, _ := due()
 	s.metrics.due.Set(float64(n))
 	s.metrics.journalPosition.Set(float64(position))
+	return s.measureHealth(ctx, now)
+}
+
+// healthStates are the states of waybill_target_health.
+var healthStates = []lifecycle.HealthState{lifecycle.HealthClosed, lifecycle.HealthOpen, lifecycle.HealthHalfOpen,
+	lifecycle.HealthThrottled, lifecycle.HealthDisabled}
+
+// measureHealth sets the gauges of the targets' health, a deleted
+// target's series gone with it.
+func (s *Sweeper) measureHealth(ctx context.Context, now time.Time) error {
+	targets, err := s.cfg.Writer.Targets(ctx)
+	if err == nil {
+		targets, err = projection.WithHealth(ctx, s.cfg.DB, targets, now)
+	}
+	if err != nil {
+		return fmt.Errorf("measure target health: %w", err)
+	}
+	s.metrics.targetHealth.Reset()
+	s.metrics.targetHeld.Reset()
+	for _, t := range targets {
+		for _, state := range healthStates {
+			v := 0.0
+			if t.Health.State == state {
+				v = 1
+			}
+			s.metrics.targetHealth.WithLabelValues(t.Name, string(state)).Set(v)
+		}
+		s.metrics.targetHeld.WithLabelValues(t.Name).Set(float64(*t.Health.Held))
+	}
 	return nil
 }

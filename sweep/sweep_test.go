@@ -561,6 +561,14 @@ func TestGauges(t *testing.T) {
 		"waybill_oldest_due_seconds{target=idle}":  0,
 		"waybill_journal_position":                 position,
 	}
+	// Five outcomes are too few to open the default breaker.
+	for _, target := range []string{"alpha", "idle"} {
+		for _, state := range []string{"closed", "open", "half_open", "throttled", "disabled"} {
+			want["waybill_target_health{state="+state+"}{target="+target+"}"] = 0
+		}
+		want["waybill_target_health{state=closed}{target="+target+"}"] = 1
+		want["waybill_target_held{target="+target+"}"] = 0
+	}
 	alpha := map[lifecycle.DeliveryState]float64{lifecycle.StateQueued: 1, lifecycle.StateDelivering: 1, lifecycle.StateRetrying: 1,
 		lifecycle.StateAwaitingAck: 1, lifecycle.StateDelivered: 2, lifecycle.StateFailed: 1, lifecycle.StateStalled: 1}
 	for _, state := range lifecycle.CountedStates {

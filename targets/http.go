@@ -316,6 +316,9 @@ func HTTPOutcome(resp *http.Response, body []byte, now time.Time) lifecycle.Outc
 		o = lifecycle.Delivered(text)
 	case code == http.StatusRequestTimeout || code == http.StatusTooManyRequests || code >= 500:
 		o = lifecycle.Outcome{Kind: lifecycle.OutcomeRetry, Text: text, RetryAt: retryAfter(resp.Header.Get("Retry-After"), now)}
+		if lifecycle.Throttles(code) && o.RetryAt.After(now) {
+			o.Hold = &lifecycle.Hold{Until: o.RetryAt, Status: code}
+		}
 	case code == http.StatusGone:
 		o = lifecycle.Gone(text)
 	default:

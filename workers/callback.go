@@ -94,7 +94,11 @@ func (s *CallbackStore) Claim(ctx context.Context, id uuid.UUID) (Job[CallbackWo
 	return Job[CallbackWork]{ID: id, Token: c.Token, LeaseEnd: c.LeaseEnd, Work: callbackWork(c)}, nil
 }
 
+// HeldUntil is zero: no callback is held back.
+func (s *CallbackStore) HeldUntil() time.Time { return time.Time{} }
+
 // ClaimDue claims up to n due callbacks.
+
 func (s *CallbackStore) ClaimDue(ctx context.Context, n int) ([]Job[CallbackWork], error) {
 	claims, err := s.w.ClaimDueCallbacks(ctx, n, s.lease)
 	if err != nil || len(claims) == 0 {

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/waybill/waybill/internal/testpoll"
 	"github.com/waybill/waybill/journal"
 	"github.com/waybill/waybill/lifecycle"
 	"github.com/waybill/waybill/projection"
@@ -97,43 +98,63 @@ func TestGoneDisablesTheTarget(t *testing.T) {
 
 // TestRetryAfterHoldsTheDelivery: an answer 429, 502, 503 or 504 with a
 // Retry-After, in seconds or as an HTTP date, makes the delivery due no
-// sooner than it says (and no later than max_delay); without one, or with
-// one sooner than the back-off, the back-off decides.
+// sooner than it says (and no later than max_delay), and holds the whole
+// target as long (target.throttled); without one, or with one sooner than
+// the back-off, the back-off decides.
 func TestRetryAfterHoldsTheDelivery(t *testing.T) {
 	t.Parallel()
-	b := setup(t)
-	spec := b.httpTarget("web")
-	spec.Retry = lifecycle.RetryPolicy{Strategy: lifecycle.RetryFixed, BaseDelay: lifecycle.Duration(10 * time.Second),
-		MaxDelay: lifecycle.Duration(time.Hour), Jitter: new(0.0)}
-	b.target(t, spec)
-	b.runtime(t, 0)
-	now := b.clock.Now()
 	tests := []struct {
 		name       string
 		code       int
-		retryAfter string
-		want       time.Duration
+		retryAfter func(now time.Time) string
+		want, hold time.Duration
 	}{
-		{"429 in seconds", http.StatusTooManyRequests, "30", 30 * time.Second},
-		{"502 as a date", http.StatusBadGateway, now.Add(45 * time.Second).Format(http.TimeFormat), 45 * time.Second},
-		{"503 past max_delay", http.StatusServiceUnavailable, "7200", time.Hour},
-		{"504 sooner than the back-off", http.StatusGatewayTimeout, "3", 10 * time.Second},
-		{"503 without", http.StatusServiceUnavailable, "", 10 * time.Second},
+		{"429 in seconds", http.StatusTooManyRequests, func(time.Time) string { return "30" }, 30 * time.Second, 30 * time.Second},
+		{"502 as a date", http.StatusBadGateway, func(now time.Time) string { return now.Add(45 * time.Second).Format(http.TimeFormat) },
+			45 * time.Second, 45 * time.Second},
+		{"503 past max_delay", http.StatusServiceUnavailable, func(time.Time) string { return "7200" }, time.Hour, time.Hour},
+		{"504 sooner than the back-off", http.StatusGatewayTimeout, func(time.Time) string { return "3" }, 10 * time.Second, 3 * time.Second},
+		{"503 without", http.StatusServiceUnavailable, func(time.Time) string { return "" }, 10 * time.Second, 0},
 	}
 	for _, tt := range tests {
-		b.sink.setAnswer(func(_ int, w http.ResponseWriter, _ *http.Request) int {
-			if tt.retryAfter != "" {
-				w.Header().Set("Retry-After", tt.retryAfter)
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			spec := b.httpTarget("web")
+			spec.Retry = lifecycle.RetryPolicy{Strategy: lifecycle.RetryFixed, BaseDelay: lifecycle.Duration(10 * time.Second),
+				MaxDelay: lifecycle.Duration(time.Hour), Jitter: new(0.0)}
+			b.target(t, spec)
+			b.runtime(t, 0)
+			now := b.clock.Now()
+			b.sink.setAnswer(func(_ int, w http.ResponseWriter, _ *http.Request) int {
+				if v := tt.retryAfter(now); v != "" {
+					w.Header().Set("Retry-After", v)
+				}
+				return tt.code
+			})
+			m := b.ingest(t, 1)[0]
+			b.waitState(t, m.Deliveries[0].ID, lifecycle.StateRetrying)
+			if got := b.load(t, m.ID).Deliveries[0].NextDue; !got.Equal(now.Add(tt.want)) {
+				t.Errorf("due %s after the answer, want %s", got.Sub(now), tt.want)
 			}
-			return tt.code
+			var events []journal.Event
+			testpoll.Until(t, "the target's hold", func() bool {
+				var err error
+				events, err = journal.Stream(b.ctx, b.db, journal.TargetStream("web"))
+				return err == nil && (tt.hold == 0 || len(events) == 1)
+			})
+			if tt.hold == 0 {
+				if len(events) != 0 {
+					t.Errorf("held without a Retry-After: %v", events)
+				}
+				return
+			}
+			if p, ok := events[0].Payload.(*journal.TargetThrottled); !ok || !p.Until.Equal(now.Add(tt.hold)) || p.StatusCode != tt.code {
+				t.Errorf("throttled: %+v, want until %s after the answer", events[0].Payload, tt.hold)
+			}
+			b.audit(t)
 		})
-		m := b.ingest(t, 1)[0]
-		b.waitState(t, m.Deliveries[0].ID, lifecycle.StateRetrying)
-		if got := b.load(t, m.ID).Deliveries[0].NextDue; !got.Equal(now.Add(tt.want)) {
-			t.Errorf("%s: due %s after the answer, want %s", tt.name, got.Sub(now), tt.want)
-		}
 	}
-	b.audit(t)
 }
 
 // deliveryTo returns m's delivery to target.

@@ -39,6 +39,8 @@ func (s *flakyStore) Claim(context.Context, uuid.UUID) (workers.Job[string], err
 	panic("no wake-ups in this test")
 }
 
+func (s *flakyStore) HeldUntil() time.Time { return time.Time{} }
+
 func (s *flakyStore) ClaimDue(context.Context, int) ([]workers.Job[string], error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()

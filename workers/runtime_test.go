@@ -375,10 +375,10 @@ func TestReceiptsByTheReceiversID(t *testing.T) {
 	b.audit(t)
 }
 
-// TestDisabledTargetStallsThenRecovers: a disabled target claims nothing;
-// its deliveries are woken until max_dispatches runs out and stall;
+// TestDisabledTargetHoldsThenRecovers: a disabled target claims nothing;
+// its deliveries are held, neither woken nor stalled by the sweep;
 // enabling it claims them again with no other action.
-func TestDisabledTargetStallsThenRecovers(t *testing.T) {
+func TestDisabledTargetHoldsThenRecovers(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	spec := b.httpTarget("web")
@@ -387,19 +387,21 @@ func TestDisabledTargetStallsThenRecovers(t *testing.T) {
 	rt := b.runtime(t, 0)
 	ms := b.ingest(t, 3)
 	s := b.sweeper(t)
-	stalled := 0
 	for n := 1; n <= lifecycle.DefaultMaxDispatches; n++ {
 		b.clock.Advance(lifecycle.DispatchBackoff(n))
 		r, err := s.Pass(b.ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
-		stalled += r.Stalled
+		if r.Stalled != 0 || r.Woken != 0 {
+			t.Fatalf("pass %d: woke %d and stalled %d of a disabled target's deliveries", n, r.Woken, r.Stalled)
+		}
 	}
-	if stalled != 3 {
-		t.Fatalf("stalled %d, want 3", stalled)
+	for _, m := range ms {
+		if d := b.load(t, m.ID).Deliveries[0]; d.State != lifecycle.StateQueued || d.Attempts != 0 {
+			t.Fatalf("delivery of a disabled target %s after %d attempts", d.State, d.Attempts)
+		}
 	}
-	b.waitStatus(t, lifecycle.StatusStalled, ms...)
 	if b.sink.requests() != 0 {
 		t.Fatal("a disabled target was sent to")
 	}

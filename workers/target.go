@@ -50,6 +50,10 @@ func (s *DeliveryStore) ClaimDue(ctx context.Context, n int) ([]Job[targets.Atte
 	return s.jobs(claims), nil
 }
 
+// HeldUntil is when the target's health lets its deliveries be claimed
+// again, as the Writer last read it; zero when it does now.
+func (s *DeliveryStore) HeldUntil() time.Time { return s.w.HeldUntil(s.target.Name) }
+
 // Complete records the outcome of the job's attempt and claims, with the
 // target's lease, the next job as claim asks: the delivery the outcome
 // lets go in its lane, or with NextDue on a target without lanes its
@@ -135,6 +139,15 @@ func (p *policyDeliverer) Deliver(ctx context.Context, a targets.Attempt) lifecy
 			out = lifecycle.Failed(o.Text + "; " + stop)
 		} else {
 			out = lifecycle.Retry(at, o.Text)
+		}
+		if h := o.Hold; h != nil {
+			// A receiver holds its target no longer than the policy
+			// would wait for its Retry-After.
+			until := h.Until
+			if most := now.Add(p.target.Retry.MaxDelay.D()); until.After(most) {
+				until = most
+			}
+			out.Hold = &lifecycle.Hold{Until: until, Status: h.Status}
 		}
 	}
 	out.StatusCode = o.StatusCode

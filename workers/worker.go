@@ -55,6 +55,10 @@ type Store[T any] interface {
 	// ClaimDue takes up to n jobs that are due, skipping those other
 	// workers are claiming.
 	ClaimDue(ctx context.Context, n int) ([]Job[T], error)
+	// HeldUntil is when jobs the store holds back now (a target's health
+	// holding its deliveries) may be claimed again; zero when none is
+	// held. A catch-up that comes back short catches up again then.
+	HeldUntil() time.Time
 	// Complete records an attempt's outcome; commands.ErrClaimLost when the
 	// claim is no longer the job's. It may be called again for the same
 	// job after an error that commands.Transient reports as passing. next
@@ -342,6 +346,9 @@ func (w *Worker[T]) catchUp() {
 			w.releaseSlot()
 		}
 		if err != nil || len(jobs) < n {
+			if at := w.cfg.Store.HeldUntil(); !at.IsZero() {
+				w.retries.add(at)
+			}
 			if w.dropped.Swap(false) || len(jobs) > 0 {
 				w.empty = 0
 			}

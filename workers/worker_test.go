@@ -32,6 +32,8 @@ func (s *skippingStore) Claim(context.Context, uuid.UUID) (workers.Job[string], 
 	panic("no wake-ups in this test")
 }
 
+func (s *skippingStore) HeldUntil() time.Time { return time.Time{} }
+
 func (s *skippingStore) ClaimDue(_ context.Context, n int) ([]workers.Job[string], error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
