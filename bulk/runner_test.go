@@ -69,8 +69,10 @@ func (b *bundle) process(t *testing.T, db *pgxpool.Pool, reg prometheus.Register
 func (b *bundle) targets(t *testing.T, names ...string) {
 	t.Helper()
 	for _, name := range names {
+		// No health: the tests fail many attempts, which the operations
+		// then act on, not a breaker.
 		if _, err := b.w.CreateTarget(b.ctx, lifecycle.Target{Name: name, Kind: "http", Enabled: true,
-			Config: json.RawMessage(`{"url":"http://127.0.0.1:9/"}`)}, admin); err != nil {
+			Config: json.RawMessage(`{"url":"http://127.0.0.1:9/"}`), Health: &lifecycle.Health{}}, admin); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := b.w.CreateRoute(b.ctx, lifecycle.Route{Source: "erp", From: "*", To: "*", Target: name}, admin); err != nil {

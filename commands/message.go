@@ -117,7 +117,7 @@ func (w *Writer) acceptance(ctx context.Context, in NewMessage, cfg *configState
 	}
 	due, err := lifecycle.Schedule(in.DeliverAt, in.Delay, w.now())
 	if err != nil {
-		return nil, err
+		return nil, invalid(err)
 	}
 	headers, err := lifecycle.LowerHeaders("headers", in.Headers)
 	if err != nil {

@@ -20,7 +20,9 @@ func TestStats(t *testing.T) {
 		t.Errorf("stats of nothing %+v", empty)
 	}
 
-	b.target(t, "billing", nil)
+	// Its attempts fail over eight days: its health neither holds nor
+	// disables it, so that each failure is a figure of its own.
+	b.target(t, "billing", map[string]any{"health": map[string]any{"breaker": nil, "disable_after": nil}})
 	b.admin(t, http.MethodPut, "/settings", lifecycle.Settings{Delivery: lifecycle.DeliverySettings{MaxDispatches: 1}}).
 		want(t, http.StatusOK, nil)
 	failed := func() {

@@ -155,7 +155,7 @@ CREATE TABLE messages (
 	payload_sha256 text NOT NULL, stage text NOT NULL, refusal text, status text NOT NULL, error text NOT NULL,
 	delivery_count int NOT NULL, attempt_count int NOT NULL, created_at timestamptz NOT NULL,
 	updated_at timestamptz NOT NULL, payload_expunged boolean NOT NULL DEFAULT false,
-	traceparent text, tracestate text, baggage text,
+	traceparent text, tracestate text, baggage text, headers jsonb,
 	CONSTRAINT messages_idempotency_key UNIQUE (source, idempotency_key)
 );
 CREATE INDEX messages_created ON messages (created_at DESC, id DESC);
