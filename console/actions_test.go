@@ -637,3 +637,37 @@ func TestRouteWithTypesAndFilter(t *testing.T) {
 	c.get(t, "/ui/messages/"+m.ID.String()).want(t, http.StatusOK).has(t, "<dt>Headers</dt>", "<code>x-tier: gold</code>",
 		"routed to billing by route ")
 }
+
+// TestBreakerBadgeAndCloseByHand: a target whose breaker opened shows it,
+// on its page and the dashboard, with how many deliveries it holds; an
+// admin closes it by hand, after a confirmation.
+func TestBreakerBadgeAndCloseByHand(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	breaker := &lifecycle.Breaker{Window: lifecycle.Duration(time.Minute), MinRequests: 1, FailureRate: 1,
+		Cooldown: lifecycle.Duration(30 * time.Second), MaxCooldown: lifecycle.Duration(10 * time.Minute)}
+	if _, err := b.w.CreateTarget(b.ctx, lifecycle.Target{Name: "billing", Kind: "http", Enabled: true,
+		Config: json.RawMessage(`{"url":"http://127.0.0.1:9/"}`), Health: &lifecycle.Health{Breaker: breaker}}, "operator:setup"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.w.CreateRoute(b.ctx, lifecycle.Route{Source: "erp", From: "*", To: "*", Target: "billing"}, "operator:setup"); err != nil {
+		t.Fatal(err)
+	}
+	first := b.ingest(t, "fails")
+	b.ingest(t, "waits")
+	c := b.signedIn(t, b.admin)
+	page := "/ui/targets/billing"
+	c.get(t, page).has(t, "<dt>Health</dt>", ">Healthy</span>").lacks(t, "/health/close")
+
+	b.settle(t, first.Deliveries[0].ID, lifecycle.Failed("503 Service Unavailable"))
+	c.get(t, page).has(t, ">Breaker open</span> until ", "then one probe; ", "1 held", `href="`+page+`/health/close"`)
+	c.get(t, "/ui/").has(t, ">Breaker open</span>")
+	reader := b.signedIn(t, b.reader)
+	reader.get(t, page).has(t, ">Breaker open</span>").lacks(t, "/health/close")
+	reader.get(t, page+"/health/close").want(t, http.StatusForbidden)
+
+	c.get(t, page+"/health/close").want(t, http.StatusOK).has(t, "Close the breaker of target billing?")
+	c.post(t, page+"/health/close", nil).redirects(t, page)
+	c.get(t, page).has(t, "The breaker of target billing is closed.", ">Healthy</span>").lacks(t, "/health/close")
+	c.get(t, "/ui/targets/nowhere/health/close").want(t, http.StatusNotFound)
+}

@@ -226,6 +226,8 @@ var routeTable = []route{
 	{"POST /ui/targets/{name}/enable", administering, (*Console).enableTarget},
 	{"GET /ui/targets/{name}/disable", administering, (*Console).enableTarget},
 	{"POST /ui/targets/{name}/disable", administering, (*Console).enableTarget},
+	{"GET /ui/targets/{name}/health/close", administering, (*Console).closeBreaker},
+	{"POST /ui/targets/{name}/health/close", administering, (*Console).closeBreaker},
 	{"GET /ui/targets/{name}/secret", administering, (*Console).revealKeys},
 	{"POST /ui/targets/{name}/secret", administering, (*Console).revealKeys},
 	{"GET /ui/targets/{name}/secret/rotate", administering, (*Console).rotateKey},

@@ -47,6 +47,9 @@ func (c *Console) dashboard(w http.ResponseWriter, r *http.Request, _ *auth.Sess
 	if err != nil {
 		return err
 	}
+	if targets, err = projection.WithHealth(r.Context(), c.cfg.DB, targets, now); err != nil {
+		return err
+	}
 	minutes, err := readMinutes(r.Context(), c.cfg.DB, "", now)
 	if err != nil {
 		return err

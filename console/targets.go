@@ -17,6 +17,7 @@ import (
 	"github.com/waybill/waybill/httpapi"
 	"github.com/waybill/waybill/journal"
 	"github.com/waybill/waybill/lifecycle"
+	"github.com/waybill/waybill/projection"
 	"github.com/waybill/waybill/redact"
 	"github.com/waybill/waybill/targets"
 )
@@ -157,6 +158,11 @@ func (c *Console) target(w http.ResponseWriter, r *http.Request, s *auth.Session
 		t = redact.Target(t)
 	}
 	now := c.cfg.Now().UTC()
+	shown, err := projection.WithHealth(r.Context(), c.cfg.DB, []lifecycle.Target{t}, now)
+	if err != nil {
+		return err
+	}
+	t = shown[0]
 	minutes, err := readMinutes(r.Context(), c.cfg.DB, t.Name, now)
 	if err != nil {
 		return err
@@ -176,6 +182,24 @@ func (c *Console) target(w http.ResponseWriter, r *http.Request, s *auth.Session
 	}
 	c.render(w, r, http.StatusOK, "target", page{Title: "Target " + t.Name, Nav: "targets", View: v})
 	return nil
+}
+
+// closeBreaker asks, then closes a target's breaker by hand (GET and POST
+// /targets/{name}/health/close): its held deliveries go again.
+func (c *Console) closeBreaker(w http.ResponseWriter, r *http.Request, s *auth.Session) error {
+	t, err := c.findTarget(r.Context(), r.PathValue("name"))
+	if err != nil {
+		return err
+	}
+	v := confirmView{Back: "/ui/targets/" + t.Name, Question: "Close the breaker of target " + t.Name + "?", Button: "Close breaker",
+		Explanation: "Its held deliveries go again at once, in their due order; the breaker opens again if they fail as before."}
+	return c.confirm(w, r, v.Button+" of "+t.Name, v, func() (string, error) {
+		if _, err := c.cfg.Writer.CloseBreaker(r.Context(), t.Name, journal.OperatorActor(s.Name)); err != nil {
+			return "", err
+		}
+		c.log.Info("breaker closed by hand", "target", t.Name, "operator", s.Name, "via", "console")
+		return "The breaker of target " + t.Name + " is closed.", nil
+	})
 }
 
 // targetKeys are the keys that sign for t now; none when it does not sign.
@@ -458,7 +482,7 @@ func (c *Console) enableTarget(w http.ResponseWriter, r *http.Request, s *auth.S
 		v.Explanation = "Its workers claim its deliveries again, the stalled ones included."
 	} else {
 		v.Question, v.Button, v.Danger = "Disable target "+t.Name+"?", "Disable", true
-		v.Explanation = "It claims nothing while disabled. Its deliveries are woken until the settings' max_dispatches runs out, then they stall until it is enabled again."
+		v.Explanation = "It claims nothing while disabled. Its deliveries are held, not attempted nor stalled, until it is enabled again."
 	}
 	return c.confirm(w, r, v.Button+" "+t.Name, v, func() (string, error) {
 		t.Enabled = enable

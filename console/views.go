@@ -247,6 +247,9 @@ func (v *views) funcs() template.FuncMap {
 		"statusTone":    statusTone,
 		"stateTone":     stateTone,
 		"operationTone": operationTone,
+		"healthTone":    healthTone,
+		"healthLabel":   healthLabel,
+		"healthNote":    healthNote,
 		"filterText":    filterText,
 		"operator":      journal.OperatorName,
 		"redelivery":    redeliveryLabel,
@@ -313,6 +316,65 @@ func statusTone(s lifecycle.MessageStatus) string {
 		return "info"
 	}
 	return "neutral"
+}
+
+// healthTone is the badge colour of a target's health state: ok while its
+// attempts go, bad while its breaker holds them, warn while a probe or a
+// receiver's hold decides, neutral while an operator or the health keep it
+// disabled.
+func healthTone(s lifecycle.HealthState) string {
+	switch s {
+	case lifecycle.HealthClosed:
+		return "ok"
+	case lifecycle.HealthOpen:
+		return "bad"
+	case lifecycle.HealthHalfOpen, lifecycle.HealthThrottled:
+		return "warn"
+	}
+	return "neutral"
+}
+
+// healthLabel names a target's health state as the badge shows it.
+func healthLabel(s lifecycle.HealthState) string {
+	switch s {
+	case lifecycle.HealthClosed:
+		return "Healthy"
+	case lifecycle.HealthOpen:
+		return "Breaker open"
+	case lifecycle.HealthHalfOpen:
+		return "Breaker half-open"
+	case lifecycle.HealthThrottled:
+		return "Throttled"
+	case lifecycle.HealthDisabled:
+		return "Disabled"
+	}
+	return string(s)
+}
+
+// healthNote is what the badge of h's state leaves out: until when, the
+// window's failure rate, since when every attempt failed, how many
+// deliveries wait.
+func healthNote(h lifecycle.Health) string {
+	var parts []string
+	switch h.State {
+	case lifecycle.HealthOpen:
+		parts = append(parts, "until "+stamp(h.Until)+", then one probe")
+	case lifecycle.HealthHalfOpen:
+		parts = append(parts, "one probe may go")
+	case lifecycle.HealthThrottled:
+		parts = append(parts, "by its receiver until "+stamp(h.Until))
+	case lifecycle.HealthClosed:
+		if h.FailureRate != nil && *h.FailureRate > 0 {
+			parts = append(parts, fmt.Sprintf("%.0f %% of the window's attempts failed", *h.FailureRate*100))
+		}
+	}
+	if !h.FailingSince.IsZero() {
+		parts = append(parts, "every attempt failed since "+stamp(h.FailingSince))
+	}
+	if h.Held != nil && *h.Held > 0 {
+		parts = append(parts, count(*h.Held)+" held")
+	}
+	return strings.Join(parts, "; ")
 }
 
 // stateTone is the badge colour of a delivery state, by the same rule.
