@@ -2,6 +2,7 @@ package console_test
 
 import (
 	"context"
+	"encoding/json"
 	"html"
 	"io/fs"
 	"maps"
@@ -72,6 +73,22 @@ func TestEveryLinkInATemplateIsServed(t *testing.T) {
 	if _, err := b.w.UpdateTarget(b.ctx, ts[0], "operator:setup"); err != nil {
 		t.Fatal(err)
 	}
+
+	// A target whose breaker opened: its Close breaker.
+	breaker := &lifecycle.Breaker{Window: lifecycle.Duration(time.Minute), MinRequests: 1, FailureRate: 1,
+		Cooldown: lifecycle.Duration(time.Minute), MaxCooldown: lifecycle.Duration(time.Hour)}
+	if _, err := b.w.CreateTarget(b.ctx, lifecycle.Target{Name: "flaky", Kind: "http", Enabled: true,
+		Config: json.RawMessage(`{"url":"http://127.0.0.1:9/"}`), Health: &lifecycle.Health{Breaker: breaker}}, "operator:setup"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.w.CreateRoute(b.ctx, lifecycle.Route{Source: "iot", From: "*", To: "*", Target: "flaky"}, "operator:setup"); err != nil {
+		t.Fatal(err)
+	}
+	tripped, _, err := b.w.Ingest(b.ctx, commands.NewMessage{Source: "iot", From: "acme", To: "globex", ContentType: "text/plain", Payload: []byte("trips")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.settle(t, tripped.Deliveries[0].ID, lifecycle.Failed("503 Service Unavailable"))
 
 	// Sources, one of them disabled: their pages and actions.
 	b.inbox(t, "aodb")

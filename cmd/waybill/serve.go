@@ -418,23 +418,20 @@ func serve(ctx context.Context, cfg *serveConfig, stderr io.Writer) error {
 			web.addr(), web.addr(), abs, abs, web.addr())
 	}
 	<-ctx.Done()
-	unready(&ready, web, cfg.shutdownDelay, log)
+	unready(&ready, cfg.shutdownDelay, log)
 	log.Info("stopping: no more claims; attempts in flight get the drain grace", "drain_grace", cfg.drainGrace)
 	return nil
 }
 
 // unready is the first step of a stop: /readyz answers 503 at once, while
 // everything else still serves for delay, so a load balancer that probes
-// it stops sending here before the listener closes. Connections are not
-// kept alive meanwhile: a client's next request opens one that the load
-// balancer may send elsewhere. A second signal ends the process, delay or
-// not (main).
-func unready(ready *atomic.Bool, web *httpService, delay time.Duration, log *slog.Logger) {
+// it stops sending here before the listener closes. A second signal ends
+// the process, delay or not (main).
+func unready(ready *atomic.Bool, delay time.Duration, log *slog.Logger) {
 	ready.Store(false)
 	if delay <= 0 {
 		return
 	}
-	web.srv.SetKeepAlivesEnabled(false)
 	log.Info("stopping: unready, still serving", "shutdown_delay", delay)
 	time.Sleep(delay)
 }
@@ -625,7 +622,7 @@ type httpService struct {
 // withMetrics, the metrics to an unscoped token of any role: /healthz answers while
 // the process runs, /readyz only while the database answers and every
 // service has started.
-func mainMux(api *httpapi.Server, ui *console.Console, db *pgxpool.Pool, withMetrics bool, metrics http.Handler, ready *atomic.Bool) *http.ServeMux {
+func mainMux(api *httpapi.Server, ui *console.Console, db *pgxpool.Pool, withMetrics bool, metrics http.Handler, ready *atomic.Bool) http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle(httpapi.Prefix+"/", api)
 	mux.Handle(console.Prefix, ui)
@@ -650,7 +647,17 @@ func mainMux(api *httpapi.Server, ui *console.Console, db *pgxpool.Pool, withMet
 			fmt.Fprintln(w, "ready")
 		}
 	})
-	return mux
+	// While it is not ready, and so while a stop's delay runs, each
+	// answer closes its connection: the client's next request opens a new
+	// one, which a load balancer sends elsewhere. Idle connections are left
+	// alone until the listener closes: closing one as a client picks it
+	// would reset that client's request.
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !ready.Load() {
+			w.Header().Set("Connection", "close")
+		}
+		mux.ServeHTTP(w, r)
+	})
 }
 
 // newHTTPService serves handler on l, taken before anything else starts
