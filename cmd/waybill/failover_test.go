@@ -235,13 +235,7 @@ func TestFailoverToASynchronousStandby(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	testpoll.Until(t, "every message delivered", func() bool {
-		var open int
-		if err := db.QueryRow(ctx, `SELECT count(*) FROM messages WHERE status <> 'delivered'`).Scan(&open); err != nil {
-			t.Fatal(err)
-		}
-		return open == 0
-	})
+	waitEveryMessageDelivered(t, db)
 	rows, err := db.Query(ctx, `SELECT stream, count(*) FILTER (WHERE payload->'outcome'->>'kind' = 'delivered')
 		FROM journal WHERE kind = $1 GROUP BY 1`, journal.KindDeliveryAttempted)
 	if err != nil {

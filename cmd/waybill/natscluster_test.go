@@ -103,7 +103,6 @@ func (n *natsNode) connections(t *testing.T) int {
 // message is lost, and none waits for its delivery longer than a sweep
 // pass (the lost wake-ups are the sweep's to make up).
 func TestNATSNodeKilledLosesNothing(t *testing.T) {
-	ctx := t.Context()
 	bin := buildBinary(t)
 	db := dbtest.Pool(t)
 	nodes := startNATSCluster(t, 3)
@@ -213,13 +212,7 @@ func TestNATSNodeKilledLosesNothing(t *testing.T) {
 		return
 	}
 
-	testpoll.Until(t, "every message delivered", func() bool {
-		var open int
-		if err := db.QueryRow(ctx, `SELECT count(*) FROM messages WHERE status <> 'delivered'`).Scan(&open); err != nil {
-			t.Fatal(err)
-		}
-		return open == 0
-	})
+	waitEveryMessageDelivered(t, db)
 	// The deliveries' Idempotency-Key is the delivery's id.
 	mu.Lock()
 	defer mu.Unlock()

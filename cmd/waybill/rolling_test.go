@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/waybill/waybill/internal/dbtest"
 	"github.com/waybill/waybill/internal/testpoll"
 	"github.com/waybill/waybill/journal"
@@ -178,13 +180,7 @@ func TestRollingRestartLosesNothing(t *testing.T) {
 
 	// Within testpoll's minute, less than a lease (two minutes): nothing
 	// waited for one to end.
-	testpoll.Until(t, "every message delivered", func() bool {
-		var open int
-		if err := db.QueryRow(ctx, `SELECT count(*) FROM messages WHERE status <> 'delivered'`).Scan(&open); err != nil {
-			t.Fatal(err)
-		}
-		return open == 0
-	})
+	waitEveryMessageDelivered(t, db)
 	var messages, delivered int
 	if err := db.QueryRow(ctx, `SELECT (SELECT count(*) FROM messages),
 		(SELECT count(*) FROM journal WHERE kind = $1 AND payload->'outcome'->>'kind' = 'delivered')`,
@@ -195,4 +191,17 @@ func TestRollingRestartLosesNothing(t *testing.T) {
 		t.Fatalf("%d acknowledged, %d messages stored, %d delivered: want all equal", n, messages, delivered)
 	}
 	dbtest.Audit(t, db)
+}
+
+// waitEveryMessageDelivered waits, within testpoll's minute, until every
+// message of db is delivered.
+func waitEveryMessageDelivered(t *testing.T, db *pgxpool.Pool) {
+	t.Helper()
+	testpoll.Until(t, "every message delivered", func() bool {
+		var open int
+		if err := db.QueryRow(t.Context(), `SELECT count(*) FROM messages WHERE status <> 'delivered'`).Scan(&open); err != nil {
+			t.Fatal(err)
+		}
+		return open == 0
+	})
 }
