@@ -450,21 +450,19 @@ func (w *Writer) writeBatch(ctx context.Context, ops []*op, side *operationSide)
 		}
 		return nil
 	}
-	// The outcomes count into their targets' health with the rest.
-	ts := tallies(d.events, cfg)
-	var counted []projection.TargetHealth
-	write := d.operation
-	if len(ts) > 0 {
-		write = func(b *pgx.Batch) {
-			if d.operation != nil {
-				d.operation(b)
-			}
-			projection.QueueTallies(b, ts, now, func(rows []projection.TargetHealth) { counted = rows })
-		}
-	}
-	bodies, err := w.commit(ctx, conn, d.changes, d.events, d.lanes, write, explicit)
+	bodies, err := w.commit(ctx, conn, d.changes, d.events, d.lanes, d.operation, explicit)
 	if err != nil {
 		return err
+	}
+	// The outcomes count into their targets' health once they are
+	// committed; a count that fails leaves the breaker's window short,
+	// not the outcomes unrecorded.
+	var counted []projection.TargetHealth
+	ts := tallies(d.events, cfg)
+	if len(ts) > 0 {
+		if counted, err = projection.CountTallies(ctx, conn, ts, now); err != nil {
+			w.log.Warn("outcomes not counted into target health", "err", err)
+		}
 	}
 	for _, h := range counted {
 		w.learnHealth(h)

@@ -32,8 +32,10 @@ import (
 // alone before it writes its event, so no claim is journaled after an
 // opening while the breaker is open, whichever process claims.
 //
-// Outcomes count into the window in their own transaction (QueueTallies,
-// one statement for a batch's targets). What the counts call for (the
+// Outcomes count into the window once they are committed, in a
+// transaction of their own (projection.CountTallies, one statement for a
+// batch's targets), so the row is never held through a batch's commit.
+// What the counts call for (the
 // breaker to open, a probe's outcome to close or open it again, the
 // receiver's hold) is then decided again on the row locked, in a
 // transaction of its own (changeHealth) run by the command that recorded

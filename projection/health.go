@@ -148,17 +148,30 @@ type OutcomeTally struct {
 	Succeeded bool
 }
 
-// QueueTallies queues the count of the tallies at now into their targets'
-// rows, made when missing, in the order of their targets: a breaker that
-// is not closed, and a window over, start the window at now; a half-open
+// CountTallies counts the tallies at now into their targets' rows, made
+// when missing, in the order of their targets: a breaker that is not
+// closed, and a window over, start the window at now; a half-open
 // breaker's probe is over; a success ends the failing, a failure starts it
-// if none had. fn gets the rows as written once the batch is read.
-func QueueTallies(b *pgx.Batch, tallies []OutcomeTally, now time.Time, fn func([]TargetHealth)) {
+// if none had. It returns the rows as written.
+//
+// It runs in a transaction of its own, after the outcomes' commit and
+// with synchronous_commit off: the row is one per target, so counting in
+// the outcomes' transaction would hold it locked through their commit and
+// queue every other batch of the target behind it. The counts are a
+// measure, not a record (a rebuild starts them afresh), so a crash may
+// lose the last few.
+func CountTallies(ctx context.Context, db interface {
+	SendBatch(context.Context, *pgx.Batch) pgx.BatchResults
+}, tallies []OutcomeTally, now time.Time) ([]TargetHealth, error) {
 	n := len(tallies)
 	targets, windows, requests, failures, succeeded := make([]string, n), make([]int64, n), make([]int32, n), make([]int32, n), make([]bool, n)
 	for i, t := range tallies {
 		targets[i], windows[i], requests[i], failures[i], succeeded[i] = t.Target, t.Window.Milliseconds(), int32(t.Requests), int32(t.Failures), t.Succeeded
 	}
+	var out []TargetHealth
+	b := &pgx.Batch{}
+	b.Queue(`BEGIN`)
+	b.Queue(`SET LOCAL synchronous_commit = off`)
 	b.Queue(`INSERT INTO target_health (target) SELECT unnest($1::text[]) ORDER BY 1 ON CONFLICT DO NOTHING`, targets)
 	b.Queue(`UPDATE target_health h SET
 			window_start = CASE WHEN x.fresh THEN $6 ELSE h.window_start END,
@@ -173,7 +186,6 @@ func QueueTallies(b *pgx.Batch, tallies []OutcomeTally, now time.Time, fn func([
 		RETURNING h.target, h.version, h.breaker, h.since, h.until, h.cooldown_ms, h.throttled_until, h.probe_until,
 			h.window_start, h.window_requests, h.window_failures, h.failing_since`,
 		targets, windows, requests, failures, succeeded, now).Query(func(rows pgx.Rows) error {
-		var out []TargetHealth
 		for rows.Next() {
 			h, err := scanHealth(rows)
 			if err != nil {
@@ -181,12 +193,13 @@ func QueueTallies(b *pgx.Batch, tallies []OutcomeTally, now time.Time, fn func([
 			}
 			out = append(out, h)
 		}
-		if err := rows.Err(); err != nil {
-			return err
-		}
-		fn(out)
-		return nil
+		return rows.Err()
 	})
+	b.Queue(`COMMIT`)
+	if err := db.SendBatch(ctx, b).Close(); err != nil {
+		return nil, fmt.Errorf("count outcomes into target health: %w", err)
+	}
+	return out, nil
 }
 
 // LoadHealth returns the health rows of targets, by target; a target
