@@ -477,7 +477,7 @@ func (w *Writer) writeBatch(ctx context.Context, ops []*op, side *operationSide)
 		}
 	}
 	if len(d.disabled) > 0 {
-		w.Invalidate()
+		w.tellDisabled()
 	}
 	for _, o := range ops {
 		if o.c != nil && o.c.readBody {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/waybill/waybill/journal"
 	"github.com/waybill/waybill/lifecycle"
+	"github.com/waybill/waybill/projection"
 	"github.com/waybill/waybill/routing"
 	"github.com/waybill/waybill/targets"
 )
@@ -219,7 +220,7 @@ func (w *Writer) changeConfig(ctx context.Context, actor string,
 // CreateTarget adds a target, with its kind's defaults filled in;
 // ErrExists when the name is taken, by a target of any kind.
 func (w *Writer) CreateTarget(ctx context.Context, t lifecycle.Target, actor string) (lifecycle.Target, error) {
-	t, err := w.changeTarget(ctx, t, actor, true)
+	t, err := w.changeTarget(ctx, t, actor, true, false)
 	if err != nil {
 		return t, fmt.Errorf("create target %s: %w", t.Name, err)
 	}
@@ -228,14 +229,26 @@ func (w *Writer) CreateTarget(ctx context.Context, t lifecycle.Target, actor str
 
 // UpdateTarget replaces a target's definition; ErrNotFound when it has none.
 func (w *Writer) UpdateTarget(ctx context.Context, t lifecycle.Target, actor string) (lifecycle.Target, error) {
-	t, err := w.changeTarget(ctx, t, actor, false)
+	t, err := w.changeTarget(ctx, t, actor, false, false)
 	if err != nil {
 		return t, fmt.Errorf("update target %s: %w", t.Name, err)
 	}
 	return t, nil
 }
 
-func (w *Writer) changeTarget(ctx context.Context, t lifecycle.Target, actor string, create bool) (lifecycle.Target, error) {
+// UpdateTargetKeepingEnabled replaces a target's definition as
+// UpdateTarget does but for its enabled, which stays as the configuration
+// has it when the change is written: a disabling that commits after the
+// caller read the target (a 410, disable_after) stands.
+func (w *Writer) UpdateTargetKeepingEnabled(ctx context.Context, t lifecycle.Target, actor string) (lifecycle.Target, error) {
+	t, err := w.changeTarget(ctx, t, actor, false, true)
+	if err != nil {
+		return t, fmt.Errorf("update target %s: %w", t.Name, err)
+	}
+	return t, nil
+}
+
+func (w *Writer) changeTarget(ctx context.Context, t lifecycle.Target, actor string, create, keepEnabled bool) (lifecycle.Target, error) {
 	signingGiven := t.Signing != nil
 	t, err := targets.Prepare(t)
 	if err != nil {
@@ -270,6 +283,12 @@ func (w *Writer) changeTarget(ctx context.Context, t lifecycle.Target, actor str
 		case !create:
 			if err := keepSigning(&t, old, signingGiven); err != nil {
 				return nil, nil, invalid(err)
+			}
+			if keepEnabled {
+				// Decided on the configuration as the write finds it: a
+				// disabling committed meanwhile moved the config stream,
+				// so this write loses on its version and decides again.
+				t.Enabled = old.Enabled
 			}
 		}
 		spec, err := json.Marshal(t)
@@ -333,7 +352,8 @@ func (w *Writer) TargetKeys(ctx context.Context, name string) ([]targets.Key, er
 }
 
 // DeleteTarget removes a target no route names; ErrTargetInUse otherwise.
-// Its deliveries stay, and stall unless it comes back.
+// Its deliveries stay, and stall unless it comes back; its health ends
+// (projection.ResetHealth).
 func (w *Writer) DeleteTarget(ctx context.Context, name, actor string) error {
 	err := w.changeConfig(ctx, actor, func(c *configState, now time.Time) ([]journal.Payload, func(*pgx.Batch), error) {
 		if _, ok := c.targets[name]; !ok {
@@ -347,11 +367,15 @@ func (w *Writer) DeleteTarget(ctx context.Context, name, actor string) error {
 		return []journal.Payload{&journal.TargetDeleted{Name: name}}, func(b *pgx.Batch) {
 			targets.QueueDeleteKeys(b, name)
 			b.Queue(`DELETE FROM targets WHERE name = $1`, name)
+			// A target made again under the name starts with a health of
+			// its own, as the fold of target.deleted has it.
+			projection.QueueResetHealth(b, name)
 		}, nil
 	})
 	if err != nil {
 		return fmt.Errorf("delete target %s: %w", name, err)
 	}
+	w.gates.set(name, gateSeen{})
 	return nil
 }
 

@@ -380,6 +380,11 @@ func (w *Writer) complete(ctx context.Context, deliveryID, token uuid.UUID, outc
 		o.read = o.gone.queue
 	}
 	m, err := w.runOp(o)
+	if outcome.Gone && errors.Is(err, ErrClaimLost) {
+		// A try whose answer was lost after its commit may have
+		// disabled the target.
+		w.tellDisabled()
+	}
 	if err != nil {
 		return nil, nil, fmt.Errorf("complete delivery %s: %w", deliveryID, err)
 	}

@@ -28,6 +28,29 @@ import (
 // anything. So no claim of a target is journaled after its target.disabled
 // until an operator enables it again, whichever process claims.
 
+// OnDisable makes f what the Writer calls once it has committed the
+// disabling of a target by an outcome (a 410, or its health's
+// disable_after), or found the claim of a 410 lost (its answer may have
+// been lost after the commit), so that the workers of every process stop
+// at once rather than at their next reading of the configuration; nil
+// calls nothing. workers.Runtime gives its ConfigChanged from Start to
+// Stop. f must not block.
+func (w *Writer) OnDisable(f func()) {
+	if f == nil {
+		w.disabled.Store(nil)
+		return
+	}
+	w.disabled.Store(&f)
+}
+
+// tellDisabled drops the cached configuration and calls OnDisable's f.
+func (w *Writer) tellDisabled() {
+	w.Invalidate()
+	if f := w.disabled.Load(); f != nil {
+		(*f)()
+	}
+}
+
 // goneRead is what the op of an outcome lifecycle.Gone reads, under the
 // lock of the target's row: its definition (none when the target is gone
 // from the configuration) and the config stream's version.

@@ -178,3 +178,69 @@ func TestGoneOfADisabledTarget(t *testing.T) {
 	}
 	b.audit(t)
 }
+
+// TestUpdateKeepingEnabledLetsADisablingStand: updates that leave enabled
+// to the configuration (a PUT without it), made from a definition read
+// while the target was enabled and racing a 410, never enable the target
+// again; one that says enabled does.
+func TestUpdateKeepingEnabledLetsADisablingStand(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.targets(t, "alpha")
+	stale := b.target(t, "alpha")
+	m := b.ingest(t)
+	claim, err := b.w.Claim(b.ctx, deliveryTo(t, m, "alpha").ID, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := newWriter(b, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := make(chan struct{})
+	var (
+		wg      sync.WaitGroup
+		updates int
+	)
+	wg.Go(func() {
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			next := stale
+			next.MaxConcurrent = 1 + updates%3
+			got, err := other.UpdateTargetKeepingEnabled(b.ctx, next, admin)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			if !got.Enabled {
+				return // the disabling came first, and stood
+			}
+			updates++
+		}
+	})
+	if _, err := b.w.Complete(b.ctx, claim.Delivery.ID, claim.Token, lifecycle.Gone("410 Gone")); err != nil {
+		t.Fatal(err)
+	}
+	// One more update after the disabling, whatever the race did.
+	got, err := other.UpdateTargetKeepingEnabled(b.ctx, stale, admin)
+	close(stop)
+	wg.Wait()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Enabled || b.target(t, "alpha").Enabled {
+		t.Fatalf("enabled again by an update that left enabled out (answer %v, %d updates before)", got.Enabled, updates)
+	}
+	if n := len(disabledEvents(t, b)); n != 1 {
+		t.Fatalf("%d target.disabled events, want 1", n)
+	}
+	stale.Enabled = true
+	if got, err := other.UpdateTarget(b.ctx, stale, admin); err != nil || !got.Enabled || !b.target(t, "alpha").Enabled {
+		t.Fatalf("an update that says enabled: %+v, %v", got, err)
+	}
+	b.audit(t)
+}

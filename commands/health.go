@@ -426,6 +426,6 @@ func (w *Writer) disableFailing(ctx context.Context, s healthStep) (err error) {
 	if err := w.send(ctx, conn, b); err != nil {
 		return fmt.Errorf("disable target %s: %w", t.Name, err)
 	}
-	w.Invalidate()
+	w.tellDisabled()
 	return nil
 }

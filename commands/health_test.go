@@ -283,3 +283,64 @@ func TestFailingTargetIsDisabledOnce(t *testing.T) {
 	}
 	b.audit(t)
 }
+
+// TestDeletedTargetTakesItsHealthAlong: a target deleted with its breaker
+// open and failing, and made again under its name, starts closed with
+// nothing counted, in the table and in the fold of the journal: its claims
+// go, the audit finds none made while a breaker was open, and a rebuild
+// comes to the same health.
+func TestDeletedTargetTakesItsHealthAlong(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	breaker := &lifecycle.Breaker{Window: lifecycle.Duration(time.Minute), MinRequests: 1, FailureRate: 0.5,
+		Cooldown: lifecycle.Duration(10 * time.Minute), MaxCooldown: lifecycle.Duration(10 * time.Minute)}
+	b.healthTarget(t, breaker)
+	b.ingest(t)
+	b.ingest(t)
+	claims := b.claimDue(t, "alpha", 1, time.Minute)
+	if len(claims) != 1 {
+		t.Fatalf("claimed %d, want 1", len(claims))
+	}
+	if _, err := b.w.Complete(b.ctx, claims[0].Delivery.ID, claims[0].Token, lifecycle.Retry(b.clock.Now().Add(time.Second), "500")); err != nil {
+		t.Fatal(err)
+	}
+	health := func() projection.TargetHealth {
+		t.Helper()
+		rows, err := projection.LoadHealth(b.ctx, b.db, []string{"alpha"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return rows["alpha"]
+	}
+	if h := health(); h.Breaker != lifecycle.HealthOpen || h.FailingSince.IsZero() {
+		t.Fatalf("health before the deletion: %+v", h)
+	}
+
+	routes, err := b.w.Routes(b.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range routes {
+		if err := b.w.DeleteRoute(b.ctx, r.ID, admin); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := b.w.DeleteTarget(b.ctx, "alpha", admin); err != nil {
+		t.Fatal(err)
+	}
+	want := projection.TargetHealth{Target: "alpha", Version: 1, Breaker: lifecycle.HealthClosed}
+	if h := health(); h != want {
+		t.Fatalf("health after the deletion: %+v, want %+v", h, want)
+	}
+	b.healthTarget(t, breaker)
+	if claims := b.claimDue(t, "alpha", 5, time.Minute); len(claims) != 1 {
+		t.Fatalf("claimed %d of the target made again, want 1", len(claims))
+	}
+	if _, err := projection.Rebuild(b.ctx, b.db); err != nil {
+		t.Fatal(err)
+	}
+	if h := health(); h != want {
+		t.Fatalf("health after a rebuild: %+v, want %+v", h, want)
+	}
+	b.audit(t)
+}

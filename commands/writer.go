@@ -100,6 +100,9 @@ type Writer struct {
 	gates gates
 	// taker, when set, takes the deliveries ingests dispatch (SetTaker).
 	taker atomic.Pointer[Taker]
+	// disabled, when set, is told of the targets an outcome disabled
+	// (OnDisable).
+	disabled atomic.Pointer[func()]
 
 	// cut, set by tests, may queue statements at the named points of a
 	// command's batch (to end the session there, as a crash would).

@@ -1,9 +1,9 @@
 package httpapi
 
 import (
+	"encoding/json"
 	"fmt"
 	"net/http"
-	"slices"
 
 	"github.com/waybill/waybill/commands"
 	"github.com/waybill/waybill/lifecycle"
@@ -101,23 +101,21 @@ func (s *Server) createTarget(w http.ResponseWriter, r *http.Request) error {
 
 // updateTarget replaces a target's definition. The name is the path's; a
 // body may repeat it but not change it. A body that leaves enabled out
-// keeps the target's current value, as if the client had read the target
-// and sent that back; an unknown target is left to UpdateTarget, which
-// checks the body before it answers 404.
+// keeps the target's value as the change is written, so it never undoes a
+// disabling that commits meanwhile (a 410, disable_after); an unknown
+// target is left to UpdateTarget, which checks the body before it answers
+// 404.
 func (s *Server) updateTarget(w http.ResponseWriter, r *http.Request) error {
 	name, err := targetName(r)
 	if err != nil {
 		return err
 	}
-	current, err := s.cfg.Writer.Targets(r.Context())
-	if err != nil {
+	var body json.RawMessage
+	if err := s.readJSON(w, r, &body, false); err != nil {
 		return err
 	}
 	var t lifecycle.Target
-	if i := slices.IndexFunc(current, func(c lifecycle.Target) bool { return c.Name == name }); i >= 0 {
-		t.Enabled = current[i].Enabled
-	}
-	if err := s.readJSON(w, r, &t, false); err != nil {
+	if err := decodeStrict(body, &t); err != nil {
 		return err
 	}
 	switch t.Name {
@@ -127,7 +125,14 @@ func (s *Server) updateTarget(w http.ResponseWriter, r *http.Request) error {
 	default:
 		return fieldError("name", fmt.Sprintf("%q differs from the path's %q: a target cannot be renamed", t.Name, name))
 	}
-	t, err = s.cfg.Writer.UpdateTarget(r.Context(), t, actor(r))
+	update := s.cfg.Writer.UpdateTarget
+	var given struct {
+		Enabled *bool `json:"enabled"`
+	}
+	if err := json.Unmarshal(body, &given); err != nil || given.Enabled == nil {
+		update = s.cfg.Writer.UpdateTargetKeepingEnabled
+	}
+	t, err = update(r.Context(), t, actor(r))
 	if err != nil {
 		return err
 	}

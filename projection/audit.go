@@ -252,8 +252,9 @@ func (f *Folded) finish() {
 	}
 }
 
-// configure follows a target's ordering, and whether a target.disabled
-// holds it disabled, through the configuration events.
+// configure follows a target's ordering, whether a target.disabled holds
+// it disabled, and the end of its health with its target.deleted,
+// through the configuration events.
 func (f *Folded) configure(e journal.Event) {
 	switch p := e.Payload.(type) {
 	case *journal.TargetCreated:
@@ -267,6 +268,9 @@ func (f *Folded) configure(e journal.Event) {
 	case *journal.TargetDeleted:
 		delete(f.ordering, p.Name)
 		delete(f.disabled, p.Name)
+		if h := f.health[p.Name]; h != nil {
+			ResetHealth(h)
+		}
 	case *journal.TargetDisabled:
 		f.disabled[p.Target] = e.Position
 	}

@@ -114,6 +114,21 @@ func QueueWriteHealth(b *pgx.Batch, h TargetHealth) {
 		nullTime(h.FailingSince))
 }
 
+// ResetHealth is what the target.deleted of h's target leaves of h: a
+// closed breaker, nothing counted, no hold, at the version its stream is
+// at, so a target made again under the name starts afresh.
+func ResetHealth(h *TargetHealth) {
+	*h = TargetHealth{Target: h.Target, Version: h.Version, Breaker: lifecycle.HealthClosed}
+}
+
+// QueueResetHealth queues ResetHealth of target's row, if it has one, in
+// the transaction that journals its target.deleted.
+func QueueResetHealth(b *pgx.Batch, target string) {
+	b.Queue(`UPDATE target_health SET breaker = 'closed', since = NULL, until = NULL, cooldown_ms = 0,
+		throttled_until = NULL, probe_until = NULL, window_start = NULL, window_requests = 0, window_failures = 0,
+		failing_since = NULL WHERE target = $1`, target)
+}
+
 // QueueEndFailing queues the end of target's failing: a target disabled
 // for it counts afresh once enabled again.
 func QueueEndFailing(b *pgx.Batch, target string) {

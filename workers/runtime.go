@@ -98,6 +98,9 @@ func (r *Runtime) Start(ctx context.Context) error {
 		return err
 	}
 	r.cfg.Writer.SetTaker(r)
+	// An outcome that disables a target (a 410, or its health's
+	// disable_after) stops its workers in every process at once.
+	r.cfg.Writer.OnDisable(r.ConfigChanged)
 	return nil
 }
 
@@ -205,7 +208,7 @@ func (r *Runtime) startWorker(ctx context.Context, t lifecycle.Target) (*targetW
 	if err != nil {
 		return nil, fmt.Errorf("target %s: %w", t.Name, err)
 	}
-	store := NewDeliveryStore(r.cfg.Writer, t, r.ConfigChanged)
+	store := NewDeliveryStore(r.cfg.Writer, t)
 	w, err := NewWorker(Config[targets.Attempt]{
 		Name:           t.Name,
 		Store:          store,
@@ -242,6 +245,7 @@ func (r *Runtime) Stop(ctx context.Context) {
 	r.taking.Store(nil)
 	r.mu.Unlock()
 	r.cfg.Writer.DropTaker(r)
+	r.cfg.Writer.OnDisable(nil)
 	if r.sub != nil {
 		_ = r.sub.Unsubscribe()
 	}

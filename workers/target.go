@@ -2,7 +2,6 @@ package workers
 
 import (
 	"context"
-	"errors"
 	"math/rand/v2"
 	"time"
 
@@ -19,15 +18,11 @@ import (
 type DeliveryStore struct {
 	w      *commands.Writer
 	target lifecycle.Target
-	// changed is told that a recorded outcome disabled the target.
-	changed func()
 }
 
-// NewDeliveryStore returns the store of the target's deliveries; changed
-// is called once an outcome lifecycle.Gone is recorded, which disables the
-// target (or found it disabled), so the configuration is read again.
-func NewDeliveryStore(w *commands.Writer, target lifecycle.Target, changed func()) *DeliveryStore {
-	return &DeliveryStore{w: w, target: target, changed: changed}
+// NewDeliveryStore returns the store of the target's deliveries.
+func NewDeliveryStore(w *commands.Writer, target lifecycle.Target) *DeliveryStore {
+	return &DeliveryStore{w: w, target: target}
 }
 
 var _ Store[targets.Attempt] = (*DeliveryStore)(nil)
@@ -57,19 +52,9 @@ func (s *DeliveryStore) HeldUntil() time.Time { return s.w.HeldUntil(s.target.Na
 // Complete records the outcome of the job's attempt and claims, with the
 // target's lease, the next job as claim asks: the delivery the outcome
 // lets go in its lane, or with NextDue on a target without lanes its
-// oldest due delivery. An outcome lifecycle.Gone, once recorded, tells
-// every process that the configuration changed: the target is disabled.
-// So does one whose claim was lost, which a try whose answer was lost
-// after its commit finds.
+// oldest due delivery. An outcome that disables the target tells the
+// workers of every process through the Writer (Runtime.Start).
 func (s *DeliveryStore) Complete(ctx context.Context, job Job[targets.Attempt], outcome lifecycle.Outcome, claim Next) (*Job[targets.Attempt], error) {
-	next, err := s.complete(ctx, job, outcome, claim)
-	if outcome.Gone && (err == nil || errors.Is(err, commands.ErrClaimLost)) {
-		s.changed()
-	}
-	return next, err
-}
-
-func (s *DeliveryStore) complete(ctx context.Context, job Job[targets.Attempt], outcome lifecycle.Outcome, claim Next) (*Job[targets.Attempt], error) {
 	if claim == NextNone {
 		_, err := s.w.Complete(ctx, job.ID, job.Token, outcome)
 		return nil, err

@@ -257,18 +257,27 @@ func TestEveryLoopInOneServer(t *testing.T) {
 	}
 
 	// A receiver that answers 410 Gone has its target disabled, alerted
-	// once.
+	// once, and its health shows it; the healthy one's breaker is closed.
 	a.call("POST", "/targets", map[string]any{"name": "gone", "kind": "http", "config": map[string]any{"url": sink.URL + "/gone"}},
 		http.StatusCreated, nil)
 	a.call("POST", "/routes", map[string]any{"source": "iot", "from": "*", "to": "*", "target": "gone"}, http.StatusCreated, nil)
 	// Through the server that made the route: another learns of a change
 	// by a lossy wake-up, or within ConfigTTL.
 	ingest(a, "iot", "to a receiver gone", nil)
+	type health struct {
+		Enabled bool
+		Health  struct{ State string }
+	}
 	testpoll.Until(t, "a 410 disables its target and the alert is sent", func() bool {
-		var target struct{ Enabled bool }
+		var target health
 		a.call("GET", "/targets/gone", nil, http.StatusOK, &target)
-		return !target.Enabled && disabledAlerts.Load() == 1
+		return !target.Enabled && target.Health.State == "disabled" && disabledAlerts.Load() == 1
 	})
+	var sinkHealth health
+	b.call("GET", "/targets/sink", nil, http.StatusOK, &sinkHealth)
+	if sinkHealth.Health.State != "closed" {
+		t.Errorf("the healthy target's health is %q, want closed", sinkHealth.Health.State)
+	}
 
 	for _, s := range servers {
 		if err := s.cmd.Process.Signal(syscall.SIGTERM); err != nil {
