@@ -144,7 +144,7 @@ func CheckHeaderPatterns(field string, patterns []string) []error {
 		case !prefix && forwardReserved(name),
 			prefix && (strings.HasPrefix(name, "waybill-") || strings.HasPrefix(name, "webhook-")):
 			problem = fmt.Sprintf("%q is reserved: content-type, content-length, host, idempotency-key, webhook-*, waybill-*, "+
-				"the hop-by-hop headers and the trace context's are never forwarded", p)
+				"the hop-by-hop headers and the trace context's are never forwarded nor kept from a webhook", p)
 		}
 		if problem != "" {
 			errs = append(errs, &lifecycle.FieldError{Field: field, Problem: problem})
