@@ -64,6 +64,7 @@ var (
 			{Key: "from", Label: "From", Input: "text", Hint: "The sender of every message. Required."},
 			{Key: "to", Label: "To", Input: "text", Hint: "The receiver of every message. Required."},
 			{Key: "content_type", Label: "Content type", Input: "text", Hint: "Of the messages. Default " + sources.DefaultContentType + "."},
+			typeField, headersField,
 			{Key: "interval", Label: "Interval", Input: "text", Hint: "Between two looks at the directory, from 10ms to 1h. Default 2s."},
 			{Key: "settle", Label: "Settle", Input: "text",
 				Hint: "How long a file must stay the same before it is taken, from 1ms to 1h. Default 2s."},
@@ -84,6 +85,7 @@ var (
 			{Key: "processed_column", Label: "Processed column", Input: "text", Hint: "Marked once a row is taken in. Required."},
 			{Key: "processed_value", Label: "Processed value", Input: "text", Hint: "The marker written. Default: the time of the write."},
 			{Key: "content_type", Label: "Content type", Input: "text", Hint: "Of the messages. Default " + sources.DefaultContentType + "."},
+			typeField, headersField,
 			{Key: "interval", Label: "Interval", Input: "text", Hint: "Between two reads that found nothing, from 10ms to 1h. Default 1s."},
 			{Key: "batch", Label: "Batch", Input: "number", Hint: fmt.Sprintf("Rows a read takes at most, from 1 to %d. Default %d.", sources.MaxBatch, sources.DefaultBatch)},
 			{Key: "max_commit_delay", Label: "Longest commit delay", Input: "text",
@@ -100,8 +102,16 @@ var (
 			{Key: "to", Label: "To", Input: "text", Hint: "The receiver of every message. Default *."},
 			{Key: "tolerance", Label: "Tolerance", Input: "text",
 				Hint: "How far a signed timestamp may be from now, from 1s to 1h. Default 5m0s."},
+			{Key: "headers", Label: "Headers kept", Input: "list",
+				Hint: "The request's headers the message keeps, comma-separated: names (x-tenant) or prefixes (x-request-*). Reserved ones and credentials never."},
+			{Key: "type", Label: "Type", Input: "text", Hint: "The message's type when the request names none, such as shop.order."},
 		},
 	}
+	// typeField and headersField are a polled source's type and headers,
+	// the same for every message it takes.
+	typeField    = configField{Key: "type", Label: "Type", Input: "text", Hint: "Of every message, such as invoice.created; empty for none."}
+	headersField = configField{Key: "headers", Label: "Headers", Input: "lines",
+		Hint: "Of every message, one Name: value a line, for routes to match and targets to forward."}
 )
 
 // kindNames is the kinds of a registry, in name order.

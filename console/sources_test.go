@@ -52,7 +52,8 @@ func TestSourceAddEditEnableDisableDelete(t *testing.T) {
 		`href="/ui/sources?add=inbox_table#add"`).lacks(t, `action="/ui/sources"`)
 	// The form of a kind has the kind's fields, each on its own.
 	c.get(t, "/ui/sources?add=inbox_table").want(t, http.StatusOK).has(t, `action="/ui/sources"`, `name="kind" value="inbox_table"`,
-		`name="config.database_url"`, `name="config.id_column"`, `type="number" id="config.batch"`).lacks(t, `name="config.dir"`, "<textarea")
+		`name="config.database_url"`, `name="config.id_column"`, `type="number" id="config.batch"`, `<textarea id="config.headers"`).
+		lacks(t, `name="config.dir"`, `name="config.verify"`)
 	c.get(t, "/ui/sources?add=directory").want(t, http.StatusOK).has(t, `name="config.dir"`, `<option value="move" selected>`)
 	c.get(t, "/ui/sources?add=ftp").want(t, http.StatusBadRequest).has(t, "<code>add</code>", "inbox_table")
 

@@ -68,7 +68,7 @@ func (s *Server) webhook(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	msg := commands.NewMessage{Source: name, From: cfg.From, To: cfg.To, ContentType: r.Header.Get("Content-Type"),
-		Payload: body, Type: in.Type}
+		Payload: body, Type: in.Type, Headers: in.Headers}
 	if msg.ContentType == "" {
 		msg.ContentType = sources.DefaultContentType
 	}

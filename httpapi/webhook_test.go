@@ -263,3 +263,49 @@ func TestWebhookRouteTakesNoToken(t *testing.T) {
 	}
 	b.post(t, "gh", "text/plain", ghBody, signed...).want(t, http.StatusCreated, nil)
 }
+
+// TestWebhookSourceHeaders: a webhook source keeps the request headers its
+// config names as the message's headers, which a route's filter reads, and
+// its type where the scheme names none; a header the message cannot hold
+// refuses the request with 400 and stores nothing; a pattern of a reserved
+// header or a credential is refused when the source is saved.
+func TestWebhookSourceHeaders(t *testing.T) {
+	t.Parallel()
+	b := setupWith(t, httpapi.Config{MaxPayload: 4096})
+	b.target(t, "billing", nil)
+	b.admin(t, http.MethodPost, "/sources", httpapi.SourceRequest{Name: "shop", Kind: "webhook", Enabled: true,
+		Config: mustJSON(t, map[string]any{"verify": map[string]any{"scheme": "hmac", "header": "X-Sig", "secret": "s"},
+			"headers": []string{"Authorization"}})}).invalidField(t, "config.headers[0]")
+	b.admin(t, http.MethodPost, "/sources", httpapi.SourceRequest{Name: "shop", Kind: "webhook", Enabled: true,
+		Config: mustJSON(t, map[string]any{"verify": map[string]any{"scheme": "hmac", "header": "X-Sig", "secret": "s"},
+			"headers": []string{"X-Tenant", "x-request-*"}, "type": "shop.order"})}).want(t, http.StatusCreated, nil)
+	b.admin(t, http.MethodPost, "/routes", httpapi.RouteRequest{Source: "shop", From: "*", To: "*", Target: "billing",
+		Types: []string{"shop.*"}, Filter: `message.headers[?"x-tenant"].orValue("") == "acme"`}).want(t, http.StatusCreated, nil)
+	sign := func(body string) string {
+		m := hmac.New(sha256.New, []byte("s"))
+		m.Write([]byte(body))
+		return hex.EncodeToString(m.Sum(nil))
+	}
+	for _, tc := range []struct {
+		tenant  string
+		headers map[string]string
+		routed  bool
+	}{
+		{"acme", map[string]string{"x-tenant": "acme", "x-request-id": "r1"}, true},
+		{"globex", map[string]string{"x-tenant": "globex", "x-request-id": "r1"}, false},
+	} {
+		body := `{"tenant":"` + tc.tenant + `"}`
+		var got httpapi.WebhookReceived
+		b.post(t, "shop", "application/json", body, "X-Sig", sign(body), "X-Tenant", tc.tenant, "X-Request-Id", "r1",
+			"X-Other", "o", "Authorization", "Bearer t").want(t, http.StatusCreated, &got)
+		m := b.message(t, got.MessageID)
+		if fmt.Sprint(m.Headers) != fmt.Sprint(tc.headers) || m.Type == nil || *m.Type != "shop.order" ||
+			(len(m.Deliveries) == 1) != tc.routed {
+			t.Errorf("%s: the message %+v", tc.tenant, m)
+		}
+	}
+	before := b.counts(t)
+	body := `{"tenant":"?"}`
+	b.post(t, "shop", "application/json", body, "X-Sig", sign(body), "X-Tenant", "\xff").invalidField(t, "headers.x-tenant")
+	b.unchanged(t, before)
+}

@@ -228,7 +228,7 @@ func (d *directory) take(ctx context.Context, name string, rep *report) error {
 	if d.crashes("claimed") {
 		return errCrashed
 	}
-	in := commands.NewMessage{Source: d.name, From: d.cfg.From, To: d.cfg.To,
+	in := commands.NewMessage{Source: d.name, From: d.cfg.From, To: d.cfg.To, Type: d.cfg.Type, Headers: d.cfg.Headers,
 		ContentType: d.cfg.ContentType, Payload: data, IdempotencyKey: FileKey(name, info.Size(), info.ModTime(), data)}
 	traced, span := traceIngest(ctx, d.tracer, &in)
 	m, created, err := d.w.Ingest(traced, in)

@@ -385,7 +385,7 @@ func (p *inbox) message(r row) (commands.NewMessage, error) {
 		return commands.NewMessage{}, fmt.Errorf("row %d cannot be taken: %s", r.id, strings.Join(problems, "; "))
 	}
 	return commands.NewMessage{Source: p.name, From: r.from.String, To: r.to.String, ContentType: p.cfg.ContentType,
-		Payload: r.payload, IdempotencyKey: RowKey(r.id), OrderingKey: r.ordering.String,
+		Type: p.cfg.Type, Headers: p.cfg.Headers, Payload: r.payload, IdempotencyKey: RowKey(r.id), OrderingKey: r.ordering.String,
 		Row: &commands.InboxRow{Source: p.name, ID: r.id}}, nil
 }
 

@@ -200,3 +200,40 @@ func gather(t *testing.T, reg *prometheus.Registry) map[string]float64 {
 	}
 	return out
 }
+
+// TestRuntimeSourcesStampTypeAndHeaders: a directory's and an inbox's
+// messages carry the type and headers of their source's configuration,
+// names lower case, which routes match on.
+func TestRuntimeSourcesStampTypeAndHeaders(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	if _, err := f.w.CreateTarget(f.ctx, lifecycle.Target{Name: "billing", Kind: "http", Enabled: true,
+		Config: json.RawMessage(`{"url": "http://127.0.0.1:9/"}`)}, admin); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	url, inboxDB := inboxDB(t)
+	stamp := map[string]any{"type": "invoice.created", "headers": map[string]string{"X-Tenant": "acme"}}
+	f.source(t, "drop", sources.KindDirectory, map[string]any{"dir": dir, "from": "a", "to": "b", "interval": "10ms",
+		"settle": "1ms", "type": stamp["type"], "headers": stamp["headers"]})
+	f.source(t, "inbox", sources.KindInboxTable, map[string]any{"database_url": url, "table": "inbox", "id_column": "id",
+		"payload_column": "body", "from_column": "sender", "to_column": "receiver", "processed_column": "processed",
+		"interval": "10ms", "type": stamp["type"], "headers": stamp["headers"]})
+	for _, source := range []string{"drop", "inbox"} {
+		if _, err := f.w.CreateRoute(f.ctx, lifecycle.Route{Source: source, From: "*", To: "*", Target: "billing",
+			Types: []string{"invoice.*"}, Filter: `message.headers["x-tenant"] == "acme"`}, admin); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f.runtime(t, f.db, "one", nil)
+	write(t, dir, "1.xml", "<invoice/>")
+	insert(t, inboxDB, "invoice")
+	for _, source := range []string{"drop", "inbox"} {
+		testpoll.Until(t, source+" taken", func() bool { f.clock.Advance(time.Millisecond); return f.count(t, source) == 1 })
+		m := f.messages(t, source)[0]
+		if m.Type != "invoice.created" || len(m.Headers) != 1 || m.Headers["x-tenant"] != "acme" ||
+			len(m.Deliveries) != 1 || m.Deliveries[0].Target != "billing" {
+			t.Errorf("%s: the message %+v", source, m)
+		}
+	}
+}

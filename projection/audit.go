@@ -133,8 +133,8 @@ type Folded struct {
 	// stream).
 	opsInOrder []*Operation
 	trails     map[uuid.UUID]*opTrail
-	// routes follows the routes to match each dispatch again; nil unless
-	// the audit of the whole journal asks.
+	// routes follows the routes to match each dispatch again; nil where
+	// routing is not checked (a rebuild).
 	routes *routeLedger
 	// outcomes holds the outcomes by the minute of every event folded.
 	outcomes Tally
@@ -153,16 +153,28 @@ type missingDuplicate struct {
 
 // FoldJournal replays the journal, or one message's stream when message is
 // not uuid.Nil, through Apply. An event Apply refuses is reported and
-// skipped, so the rest of its stream is still checked.
+// skipped, so the rest of its stream is still checked. One message's
+// routing decisions are matched again as the whole journal's are, against
+// the routes the config stream held at each decision's version.
 func FoldJournal(ctx context.Context, q journal.Querier, message uuid.UUID) (*Folded, error) {
 	if message != uuid.Nil {
-		f := &Folded{Messages: map[uuid.UUID]*Message{}}
+		f := &Folded{Messages: map[uuid.UUID]*Message{}, routes: &routeLedger{}}
+		config, err := journal.Stream(ctx, q, journal.ConfigStream)
+		if err != nil {
+			return nil, err
+		}
+		for _, e := range config {
+			f.routes.configure(e)
+		}
 		events, err := journal.Stream(ctx, q, journal.MessageStream(message))
 		if err != nil {
 			return nil, err
 		}
 		for _, e := range events {
 			_ = f.fold(e)
+		}
+		if err := f.checkPayloadRoutes(ctx, q); err != nil {
+			return nil, err
 		}
 		return f, nil
 	}

@@ -18,6 +18,7 @@ import (
 
 	"github.com/waybill/waybill/commands"
 	"github.com/waybill/waybill/internal/dbtest"
+	"github.com/waybill/waybill/journal"
 	"github.com/waybill/waybill/lifecycle"
 	"github.com/waybill/waybill/projection"
 	"github.com/waybill/waybill/schema"
@@ -509,5 +510,49 @@ func TestAuditNamesAForgedPossibleDuplicate(t *testing.T) {
 		return v.Position == position && strings.Contains(v.Problem, "possible duplicate of "+other.ID.String())
 	}) {
 		t.Fatalf("violations %v", r.Violations)
+	}
+}
+
+// TestAuditNamesATamperedRouting: a redispatch whose recorded routing is
+// not what the routes of its config version decide on the message, its
+// payload included, is reported by the audit of the whole journal and by
+// that of the message alone.
+func TestAuditNamesATamperedRouting(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	big, err := b.w.CreateRoute(b.ctx, lifecycle.Route{Source: "erp", From: "*", To: "*", Target: "alpha",
+		Filter: `message.payload == "big"`}, "operator:admin")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, _, err := b.w.Ingest(b.ctx, commands.NewMessage{Source: "erp", From: "a", To: "b", ContentType: "text/plain", Payload: []byte("small")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := b.audit(t); len(r.Violations) != 0 {
+		t.Fatalf("violations before: %v", r.Violations)
+	}
+	// A redispatch that claims the filtered route took the message, written
+	// behind the commands' back.
+	var position int64
+	err = b.db.QueryRow(b.ctx, `INSERT INTO journal (recorded_at, stream, version, kind, actor, payload)
+		VALUES ($1, $2, $3, 'message.redispatched', 'operator:admin', jsonb_build_object('deliveries', '[]'::jsonb,
+			'routes', jsonb_build_array(jsonb_build_object('id', $4::text, 'target', 'alpha', 'filter', $5::text)),
+			'config_version', (SELECT max(version) FROM journal WHERE stream = $6)))
+		RETURNING position`, b.now, m.ID.String(), m.Version+1, big.ID.String(), big.Filter, journal.ConfigStream).Scan(&position)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tampered := func(v projection.Violation) bool {
+		return v.Position == position && v.MessageID == m.ID && strings.Contains(v.Problem, "route it by routes")
+	}
+	for _, message := range []uuid.UUID{uuid.Nil, m.ID} {
+		r, err := projection.Audit(b.ctx, b.db, message)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.ContainsFunc(r.Violations, tampered) {
+			t.Errorf("audit of %s: violations %v", message, r.Violations)
+		}
 	}
 }

@@ -150,3 +150,74 @@ func TestCancelTestTraffic(t *testing.T) {
 		}
 	}
 }
+
+// TestMatchTypeFilterMatrix is every kind of types against every kind of
+// filter, for messages of each kind of type: a route matches when its types
+// take the message's type and its filter yields true; a filter that fails
+// is recorded only where the types took the message.
+func TestMatchTypeFilterMatrix(t *testing.T) {
+	typeRows := []struct {
+		name  string
+		types []string
+		// takes are the message types the row takes.
+		takes []string
+	}{
+		{"any", nil, []string{"", "invoice", "invoice.created", "invoice.paid", "invoicex.created", "order.created"}},
+		{"star", []string{"*"}, []string{"", "invoice", "invoice.created", "invoice.paid", "invoicex.created", "order.created"}},
+		{"exact", []string{"invoice.created"}, []string{"invoice.created"}},
+		{"prefix", []string{"invoice.*"}, []string{"invoice.created", "invoice.paid"}},
+		{"list", []string{"invoice.created", "order.*"}, []string{"invoice.created", "order.created"}},
+	}
+	filterRows := []struct {
+		name, filter string
+		// yields is the filter's result on a message of the type; fails,
+		// that it fails on every message.
+		yields func(typ string) bool
+		fails  bool
+	}{
+		{"none", "", func(string) bool { return true }, false},
+		{"true", "message.size >= 0", func(string) bool { return true }, false},
+		{"false", "message.size < 0", func(string) bool { return false }, false},
+		{"on type", `message.type.endsWith(".created")`, func(typ string) bool { return strings.HasSuffix(typ, ".created") }, false},
+		{"fails", "message.payload.amount > 1", nil, true},
+	}
+	var routes []lifecycle.Route
+	for _, tr := range typeRows {
+		for _, fr := range filterRows {
+			routes = append(routes, route(tr.name+"/"+fr.name, tr.types, fr.filter))
+		}
+	}
+	table, err := NewTable(routes, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, typ := range []string{"", "invoice", "invoice.created", "invoice.paid", "invoicex.created", "order.created"} {
+		var targets, failed []string
+		for _, tr := range typeRows {
+			if !slices.Contains(tr.takes, typ) {
+				continue
+			}
+			for _, fr := range filterRows {
+				switch {
+				case fr.fails:
+					failed = append(failed, tr.name+"/"+fr.name)
+				case fr.yields(typ):
+					targets = append(targets, tr.name+"/"+fr.name)
+				}
+			}
+		}
+		slices.Sort(targets)
+		d := table.Match(Message{Source: "shop", From: "a", To: "b", Type: typ, ContentType: "application/json", Payload: []byte(`{}`), Size: 2})
+		var gotFailed []string
+		for _, e := range d.FilterErrors {
+			i := slices.IndexFunc(routes, func(r lifecycle.Route) bool { return r.ID == e.Route })
+			gotFailed = append(gotFailed, routes[i].Target)
+			if !strings.Contains(e.Error, "no such key: amount") {
+				t.Errorf("type %q: %s failed with %q", typ, routes[i].Target, e.Error)
+			}
+		}
+		if !slices.Equal(d.Targets, targets) || !slices.Equal(gotFailed, failed) || len(d.Routes) != len(targets) {
+			t.Errorf("type %q: targets %v, failed %v; want %v, failed %v", typ, d.Targets, gotFailed, targets, failed)
+		}
+	}
+}

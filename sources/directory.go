@@ -40,6 +40,10 @@ type DirectoryConfig struct {
 	// ContentType is the messages' content type. Default
 	// application/octet-stream.
 	ContentType string `json:"content_type"`
+	// Type and Headers are every message's type and headers, for routes
+	// to match and targets to forward; none by default.
+	Type    string            `json:"type,omitempty"`
+	Headers map[string]string `json:"headers,omitempty"`
 	// Interval is the time between two looks at the directory. Default 2 s.
 	Interval lifecycle.Duration `json:"interval"`
 	// Settle is how long a file's size and modification time must stay the
@@ -70,7 +74,7 @@ func (c *DirectoryConfig) check(string) error {
 			Problem: fmt.Sprintf("%q is not a pattern of file names, such as *.xml", c.Pattern)})
 	}
 	errs = append(errs, lifecycle.CheckParty("config.from", c.From), lifecycle.CheckParty("config.to", c.To),
-		checkContentType(&c.ContentType),
+		checkContentType(&c.ContentType), checkStamp(c.Type, &c.Headers),
 		checkDuration("interval", &c.Interval, 2*time.Second, minInterval, maxInterval),
 		checkDuration("settle", &c.Settle, 2*time.Second, time.Millisecond, time.Hour))
 	if c.After == "" {

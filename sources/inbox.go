@@ -52,6 +52,10 @@ type InboxConfig struct {
 	// ContentType is the messages' content type. Default
 	// application/octet-stream.
 	ContentType string `json:"content_type"`
+	// Type and Headers are every message's type and headers, for routes
+	// to match and targets to forward; none by default.
+	Type    string            `json:"type,omitempty"`
+	Headers map[string]string `json:"headers,omitempty"`
 	// Interval is the time between two reads when the last one found
 	// nothing more to take. Default 1 s.
 	Interval lifecycle.Duration `json:"interval"`
@@ -112,7 +116,7 @@ func (c *InboxConfig) check(string) error {
 	if c.Batch < 1 || c.Batch > MaxBatch {
 		errs = append(errs, &lifecycle.FieldError{Field: "config.batch", Problem: fmt.Sprintf("must be from 1 to %d, got %d", MaxBatch, c.Batch)})
 	}
-	errs = append(errs, checkContentType(&c.ContentType),
+	errs = append(errs, checkContentType(&c.ContentType), checkStamp(c.Type, &c.Headers),
 		checkDuration("interval", &c.Interval, time.Second, minInterval, maxInterval),
 		checkDuration("max_commit_delay", &c.MaxCommitDelay, 5*time.Minute, time.Second, 720*time.Hour),
 		checkDuration("force_marker_after", &c.ForceMarkerAfter, 24*time.Hour, time.Second, 8760*time.Hour))

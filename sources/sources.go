@@ -152,3 +152,14 @@ func checkContentType(ct *string) error {
 	}
 	return lifecycle.CheckParty("config.content_type", *ct)
 }
+
+// checkStamp checks the type and headers a polled source gives every
+// message (lifecycle.CheckMessageType, lifecycle.LowerHeaders), and keeps
+// the headers' names lower case.
+func checkStamp(typ string, headers *map[string]string) error {
+	lower, err := lifecycle.LowerHeaders("config.headers", *headers)
+	if err == nil {
+		*headers = lower
+	}
+	return errors.Join(lifecycle.CheckMessageType("config.type", typ), err)
+}

@@ -41,6 +41,8 @@ func TestPrepareFillsDefaults(t *testing.T) {
 			`{"dir":"/var/in","pattern":"*","from":"acme","to":"globex","content_type":"application/octet-stream","interval":"2s","settle":"2s","after":"move","done_dir":"/var/in/done"}`},
 		{sources.KindDirectory, `{"dir": "/in", "from": "a", "to": "b", "after": "delete", "settle": "1ms"}`,
 			`{"dir":"/in","pattern":"*","from":"a","to":"b","content_type":"application/octet-stream","interval":"2s","settle":"1ms","after":"delete"}`},
+		{sources.KindDirectory, `{"dir": "/in", "from": "a", "to": "b", "type": "invoice.created", "headers": {"X-Tenant": "acme"}}`,
+			`{"dir":"/in","pattern":"*","from":"a","to":"b","content_type":"application/octet-stream","type":"invoice.created","headers":{"x-tenant":"acme"},"interval":"2s","settle":"2s","after":"move","done_dir":"/in/done"}`},
 		{sources.KindInboxTable, `{"database_url": "postgres://u:p@db/x", "table": "inbox.cminmsgs", "id_column": "id",
 			"payload_column": "body", "from_column": "sender", "to_column": "receiver", "processed_column": "date_processed"}`,
 			`{"database_url":"postgres://u:p@db/x","table":"inbox.cminmsgs","id_column":"id","payload_column":"body","from_column":"sender","to_column":"receiver","processed_column":"date_processed","content_type":"application/octet-stream","interval":"1s","batch":500,"max_commit_delay":"5m0s","force_marker_after":"24h0m0s"}`},
@@ -80,6 +82,11 @@ func TestPrepareNamesEveryWrongField(t *testing.T) {
 				"config.processed_column", "config.table"}},
 		{"in", sources.KindInboxTable, `{"database_url": "postgres://h/d", "table": "t", "id_column": "id", "payload_column": "p",
 			"from_column": "f", "to_column": "t", "processed_column": "d", "batch": 10001}`, []string{"config.batch"}},
+		{"in", sources.KindDirectory, `{"dir": "/in", "from": "a", "to": "b", "type": "invoice created", "headers": {"X-A": "1", "x-a": "2"}}`,
+			[]string{"config.headers.x-a", "config.type"}},
+		{"in", sources.KindInboxTable, `{"database_url": "postgres://h/d", "table": "t", "id_column": "id", "payload_column": "p",
+			"from_column": "f", "to_column": "t", "processed_column": "d", "headers": {"x tenant": "a"}, "type": 7}`,
+			[]string{"config.headers", "config.type"}},
 	} {
 		_, err := sources.Prepare(lifecycle.Source{Name: tc.name, Kind: tc.kind, Config: json.RawMessage(tc.config)})
 		if got := fields(err); !slices.Equal(got, tc.want) {

@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"hash"
+	"maps"
 	"net/http"
 	"slices"
 	"strconv"
@@ -78,7 +79,20 @@ type WebhookConfig struct {
 	// way, for the schemes that sign one (standard-webhooks, stripe).
 	// Default 5 min, from 1 s to 1 h.
 	Tolerance lifecycle.Duration `json:"tolerance"`
+	// Headers name the request headers a message keeps as its headers,
+	// as forward_headers names them (targets.CheckHeaderPatterns): for
+	// routes to match and targets to forward. None by default; reserved
+	// headers and credentials (neverTaken) never.
+	Headers []string `json:"headers,omitempty"`
+	// Type is the messages' type when the request names none, as the hmac
+	// scheme never does; none by default.
+	Type string `json:"type,omitempty"`
 }
+
+// neverTaken are the request headers no pattern of a webhook source takes:
+// credentials, which every reader of the message would see and a target
+// might forward.
+var neverTaken = []string{"authorization", "cookie"}
 
 // Verify is a webhook source's check of a request's signature.
 type Verify struct {
@@ -126,7 +140,15 @@ func (c *WebhookConfig) check(source string) error {
 		c.To = lifecycle.AnyParty
 	}
 	errs = append(errs, lifecycle.CheckParty("config.from", c.From), lifecycle.CheckParty("config.to", c.To),
-		checkDuration("tolerance", &c.Tolerance, defaultTolerance, minTolerance, maxTolerance), c.Verify.check())
+		checkDuration("tolerance", &c.Tolerance, defaultTolerance, minTolerance, maxTolerance), c.Verify.check(),
+		lifecycle.CheckMessageType("config.type", c.Type))
+	errs = append(errs, targets.CheckHeaderPatterns("config.headers", c.Headers)...)
+	for i, p := range c.Headers {
+		if slices.Contains(neverTaken, strings.ToLower(p)) {
+			errs = append(errs, &lifecycle.FieldError{Field: fmt.Sprintf("config.headers[%d]", i),
+				Problem: fmt.Sprintf("%q is a credential: a webhook source never keeps %s", p, strings.Join(neverTaken, " or "))})
+		}
+	}
 	return errors.Join(errs...)
 }
 
@@ -249,8 +271,11 @@ type Inbound struct {
 	// it; empty when the scheme names none.
 	ID string
 	// Type is the provider's event type, when it names one that is a
-	// message type (lifecycle.CheckMessageType); empty otherwise.
+	// message type (lifecycle.CheckMessageType); else the source's type.
 	Type string
+	// Headers are the request's headers the source's patterns take, names
+	// lower case, several values of one joined by ", "; nil for none.
+	Headers map[string]string
 }
 
 // maxDeliveryID bounds the id a sender gives its delivery: the key
@@ -279,10 +304,31 @@ func (c WebhookConfig) Check(h http.Header, body []byte, now time.Time) (Inbound
 	if err != nil {
 		return Inbound{}, err
 	}
-	if lifecycle.CheckMessageType("type", in.Type) != nil {
-		in.Type = ""
+	if in.Type == "" || lifecycle.CheckMessageType("type", in.Type) != nil {
+		in.Type = c.Type
 	}
+	in.Headers = c.messageHeaders(h)
 	return in, nil
+}
+
+// messageHeaders are the headers of h the source's patterns take.
+func (c WebhookConfig) messageHeaders(h http.Header) map[string]string {
+	var out map[string]string
+	for _, name := range slices.Sorted(maps.Keys(h)) {
+		lower := strings.ToLower(name)
+		if slices.Contains(neverTaken, lower) || !targets.HeaderPatternsTake(c.Headers, lower) {
+			continue
+		}
+		if out == nil {
+			out = map[string]string{}
+		}
+		value := strings.Join(h[name], ", ")
+		if prev, ok := out[lower]; ok {
+			value = prev + ", " + value
+		}
+		out[lower] = value
+	}
+	return out
 }
 
 // header is the one value of the header name, or a refusal when there is

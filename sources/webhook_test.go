@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"reflect"
 	"slices"
 	"testing"
 	"time"
@@ -186,7 +187,7 @@ func TestWebhookSchemesVerify(t *testing.T) {
 		switch {
 		case tc.reason == "" && err != nil:
 			t.Errorf("%s: %v", tc.name, err)
-		case tc.reason == "" && got != tc.want:
+		case tc.reason == "" && !reflect.DeepEqual(got, tc.want):
 			t.Errorf("%s: %+v, want %+v", tc.name, got, tc.want)
 		case tc.reason != "" && (!errors.As(err, &refused) || refused.Reason != tc.reason || !errors.Is(err, sources.ErrUnverified)):
 			t.Errorf("%s: %v, want refused for %s", tc.name, err, tc.reason)
@@ -247,6 +248,9 @@ func TestWebhookConfig(t *testing.T) {
 		{`{"verify": {"scheme": "hmac", "secret": "x", "algorithm": "md5", "encoding": "base32", "id_header": "X Id", "prefix": "a b"}}`,
 			[]string{"config.verify.algorithm", "config.verify.encoding", "config.verify.header", "config.verify.id_header", "config.verify.prefix"}},
 		{`{"verify": {"scheme": "github", "secret": "x"}, "from": "", "to": "a\u0001"}`, []string{"config.to"}},
+		{`{"verify": {"scheme": "github", "secret": "x"}, "type": "a b",
+			"headers": ["X-Tenant", "content-type", "Authorization", "x-*-y", "webhook-*", "x request", "x-request-*", "*"]}`,
+			[]string{"config.headers[1]", "config.headers[2]", "config.headers[3]", "config.headers[4]", "config.headers[5]", "config.type"}},
 	} {
 		_, err := sources.Prepare(lifecycle.Source{Name: "hooks", Kind: sources.KindWebhook, Config: json.RawMessage(tc.config)})
 		if got := fields(err); !slices.Equal(got, tc.want) {
@@ -266,5 +270,37 @@ func TestWebhookKeysAreReserved(t *testing.T) {
 	}
 	if sources.Polled(sources.KindWebhook) || !sources.Polled(sources.KindDirectory) || !sources.Polled(sources.KindInboxTable) {
 		t.Error("Polled")
+	}
+}
+
+// TestWebhookKeepsTheHeadersItNames: a verified request's headers that the
+// source's patterns take become the message's, lower case, several values
+// joined; reserved headers and credentials never do, even under *. The
+// source's type stands in where the scheme names none.
+func TestWebhookKeepsTheHeadersItNames(t *testing.T) {
+	t.Parallel()
+	const body = `{"order": 1}`
+	sign := func(secret string) string {
+		m := hmac.New(sha256.New, []byte(secret))
+		m.Write([]byte(body))
+		return hex.EncodeToString(m.Sum(nil))
+	}
+	request := headers("X-Sig", sign("s"), "X-Tenant", "acme", "X-Request-Id", "r1", "X-Request-Hop", "a", "X-Request-Hop", "b",
+		"X-Other", "o", "Authorization", "Bearer t", "Cookie", "c=1", "Content-Type", "application/json", "Webhook-Id", "w1",
+		"Traceparent", "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01")
+	for _, tc := range []struct {
+		config string
+		want   sources.Inbound
+	}{
+		{`{"verify": {"scheme": "hmac", "header": "X-Sig", "secret": "s"}}`, sources.Inbound{}},
+		{`{"verify": {"scheme": "hmac", "header": "X-Sig", "secret": "s"}, "headers": ["X-Tenant", "x-request-*"], "type": "shop.order"}`,
+			sources.Inbound{Type: "shop.order", Headers: map[string]string{"x-tenant": "acme", "x-request-id": "r1", "x-request-hop": "a, b"}}},
+		{`{"verify": {"scheme": "hmac", "header": "X-Sig", "secret": "s"}, "headers": ["*"]}`,
+			sources.Inbound{Headers: map[string]string{"x-sig": sign("s"), "x-tenant": "acme", "x-request-id": "r1", "x-request-hop": "a, b", "x-other": "o"}}},
+	} {
+		got, err := webhook(t, tc.config).Check(request, []byte(body), time.Now())
+		if err != nil || !reflect.DeepEqual(got, tc.want) {
+			t.Errorf("%s: %+v %v, want %+v", tc.config, got, err, tc.want)
+		}
 	}
 }

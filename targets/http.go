@@ -66,7 +66,7 @@ func (c *httpConfig) check() error {
 			Problem: fmt.Sprintf("%q: allowed are %s", c.Method, strings.Join(httpMethods, ", "))})
 	}
 	errs = append(errs, checkHeaders(c.Headers)...)
-	errs = append(errs, checkForward(c.ForwardHeaders)...)
+	errs = append(errs, CheckHeaderPatterns("config.forward_headers", c.ForwardHeaders)...)
 	if c.Timeout < 0 {
 		errs = append(errs, &lifecycle.FieldError{Field: "config.timeout", Problem: fmt.Sprintf("must not be negative, got %s", c.Timeout)})
 	}
@@ -120,16 +120,19 @@ func forwardReserved(name string) bool {
 // its headers.
 const maxForward = lifecycle.MaxHeaders
 
-// checkForward refuses a pattern that is no header name or prefix, or that
-// names only reserved headers (forwardReserved).
-func checkForward(patterns []string) []error {
+// CheckHeaderPatterns checks the header patterns of field (forward_headers,
+// a webhook source's headers): names, or prefixes ending in * such as
+// x-request-*, at most lifecycle.MaxHeaders. A pattern that is neither, or
+// that names only reserved headers (those HeaderPatternsTake never takes),
+// is a *lifecycle.FieldError on field[i].
+func CheckHeaderPatterns(field string, patterns []string) []error {
 	if len(patterns) > maxForward {
-		return []error{&lifecycle.FieldError{Field: "config.forward_headers",
+		return []error{&lifecycle.FieldError{Field: field,
 			Problem: fmt.Sprintf("must list at most %d patterns, got %d", maxForward, len(patterns))}}
 	}
 	var errs []error
 	for i, p := range patterns {
-		field := fmt.Sprintf("config.forward_headers[%d]", i)
+		field := fmt.Sprintf("%s[%d]", field, i)
 		lower := strings.ToLower(p)
 		name, prefix := strings.CutSuffix(lower, "*")
 		var problem string
@@ -141,7 +144,7 @@ func checkForward(patterns []string) []error {
 		case !prefix && forwardReserved(name),
 			prefix && (strings.HasPrefix(name, "waybill-") || strings.HasPrefix(name, "webhook-")):
 			problem = fmt.Sprintf("%q is reserved: content-type, content-length, host, idempotency-key, webhook-*, waybill-*, "+
-				"the hop-by-hop headers and the trace context's are never forwarded", p)
+				"the hop-by-hop headers and the trace context's are never forwarded nor kept from a webhook", p)
 		}
 		if problem != "" {
 			errs = append(errs, &lifecycle.FieldError{Field: field, Problem: problem})
@@ -150,13 +153,13 @@ func checkForward(patterns []string) []error {
 	return errs
 }
 
-// forwards reports whether the patterns take the message header name
-// (lower case): it must not be reserved.
-func (c *httpConfig) forwards(name string) bool {
+// HeaderPatternsTake reports whether patterns (CheckHeaderPatterns) take the
+// header name (lower case); a reserved one they never do.
+func HeaderPatternsTake(patterns []string, name string) bool {
 	if forwardReserved(name) {
 		return false
 	}
-	for _, p := range c.ForwardHeaders {
+	for _, p := range patterns {
 		p = strings.ToLower(p)
 		if prefix, ok := strings.CutSuffix(p, "*"); ok && strings.HasPrefix(name, prefix) || p == name {
 			return true
@@ -254,7 +257,7 @@ func (h *httpTarget) Deliver(ctx context.Context, a Attempt) lifecycle.Outcome {
 	}
 	// The target's own headers win over the message's.
 	for name, value := range a.Headers {
-		if h.cfg.forwards(name) {
+		if HeaderPatternsTake(h.cfg.ForwardHeaders, name) {
 			req.Header.Set(name, value)
 		}
 	}
