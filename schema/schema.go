@@ -44,7 +44,7 @@ type VersionError struct {
 
 func (e *VersionError) Error() string {
 	if e.Part == PartProjections {
-		return fmt.Sprintf("the projections are schema version %d and this build uses %d: run `waybill rebuild` (it resets the projections and replays the journal)", e.Stored, e.Code)
+		return fmt.Sprintf("the projections are schema version %d and this build uses %d: run this build's `waybill rebuild --online` beside the running servers, or `waybill rebuild` with them stopped (both replay the journal)", e.Stored, e.Code)
 	}
 	return fmt.Sprintf("the journal is schema version %d and this build uses %d: this build cannot read it; run the build that wrote it", e.Stored, e.Code)
 }

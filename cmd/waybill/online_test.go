@@ -17,6 +17,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/waybill/waybill/internal/dbtest"
 	"github.com/waybill/waybill/internal/testpoll"
 )
 
@@ -173,4 +174,68 @@ func projectionRows(t *testing.T, db *pgxpool.Pool) string {
 		t.Fatal(err)
 	}
 	return s
+}
+
+// TestServeWaitsForItsProjections starts a server on a database whose
+// projections are of an older version than its build's, as after an
+// upgrade: it answers 503 with Retry-After, naming `waybill rebuild
+// --online`, and readyz is unready, until an online rebuild of its build
+// makes the projections its own; then it serves.
+func TestServeWaitsForItsProjections(t *testing.T) {
+	bin := buildBinary(t)
+	db, dbURL, ns := shared(t)
+	if _, err := db.Exec(t.Context(), `UPDATE schema_version SET version = version - 1 WHERE part = 'projections'`); err != nil {
+		t.Fatal(err)
+	}
+	s := &server{addr: freeAddr(t)}
+	dir := t.TempDir()
+	s.cmd = exec.Command(bin, "serve", "--listen", s.addr, "--log-format", "json", "--database-url", dbURL,
+		"--nats-url", ns.ClientURL(), "--data-dir", dir)
+	s.cmd.Stdout, s.cmd.Stderr = &s.logs, &s.logs
+	s.cmd.Env = append(os.Environ(), "WAYBILL_SECRETS_KEY_FILE="+dbtest.SecretsKeyFile(t))
+	if err := s.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if s.cmd.ProcessState == nil {
+			_ = s.cmd.Process.Kill()
+			_ = s.cmd.Wait()
+		}
+		if t.Failed() {
+			t.Logf("log of the server:\n%s", s.logs.String())
+		}
+	})
+	var body string
+	testpoll.Until(t, "the server answering 503", func() bool {
+		resp, err := http.Post("http://"+s.addr+"/api/v1/messages", "application/json", strings.NewReader(`{}`))
+		if err != nil {
+			return false
+		}
+		data, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") == "" {
+			t.Fatalf("answered %d (Retry-After %q): %s", resp.StatusCode, resp.Header.Get("Retry-After"), data)
+		}
+		body = string(data)
+		return true
+	})
+	if !strings.Contains(body, "waybill rebuild --online") || !strings.Contains(body, `"code":"UNAVAILABLE"`) {
+		t.Fatalf("503 body: %s", body)
+	}
+	if resp, err := http.Get("http://" + s.addr + "/readyz"); err != nil || resp.StatusCode != http.StatusServiceUnavailable {
+		t.Fatalf("readyz while waiting: %v %v", resp, err)
+	} else {
+		resp.Body.Close()
+	}
+	if out, err := exec.Command(bin, "rebuild", "--online", "--database-url", dbURL).CombinedOutput(); err != nil {
+		t.Fatalf("online rebuild: %v\n%s", err, out)
+	}
+	waitReady(t, "http://"+s.addr+"/readyz")
+	token, err := os.ReadFile(filepath.Join(dir, "admin.token"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin := &api{t: t, base: "http://" + s.addr + "/api/v1", token: strings.TrimSpace(string(token))}
+	admin.call("POST", "/messages", map[string]any{"source": "erp", "from": "a", "to": "b", "payload": "x"}, http.StatusCreated, nil)
+	stopServer(t, s)
 }
