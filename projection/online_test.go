@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
+
 	"github.com/waybill/waybill/commands"
 	"github.com/waybill/waybill/internal/dbtest"
 	"github.com/waybill/waybill/internal/testpoll"
@@ -262,5 +264,47 @@ func sameRows(t *testing.T, aName string, a []string, bName string, b []string) 
 		if count[r] < 0 {
 			t.Errorf("only %s: %s", bName, r)
 		}
+	}
+}
+
+// TestAuditAndOnlineRebuildWaitForNoWriter holds a writer's transaction
+// open on the journal and the projection tables while an audit runs and an
+// online rebuild folds and writes its shadow tables: neither waits for it
+// (each would hang until it ends). Only the switch waits for writers, by
+// design, so the writer commits when the catch-up begins.
+func TestAuditAndOnlineRebuildWaitForNoWriter(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.lifecycles(t, 10, rand.New(rand.NewPCG(9, 10)))
+	writer, err := b.db.Begin(b.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if writer != nil {
+			_ = writer.Rollback(b.ctx)
+		}
+	}()
+	// The lock every writer of these tables holds till it commits: DDL
+	// on them, or a lock that keeps writers out, waits for it.
+	if _, err := writer.Exec(b.ctx, `LOCK TABLE journal, messages, deliveries, message_counts, delivery_counts IN ROW EXCLUSIVE MODE`); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(b.ctx, 30*time.Second)
+	defer cancel()
+	if r, err := projection.Audit(ctx, b.db, uuid.Nil); err != nil || len(r.Violations) > 0 {
+		t.Fatalf("audit beside an open writer: %v %v", err, r)
+	}
+	r, err := projection.OnlineRebuild(b.ctx, b.db, projection.OnlineOptions{Pause: func(p projection.OnlinePhase) {
+		if p != projection.PhaseCatchUp || writer == nil {
+			return
+		}
+		if err := writer.Commit(b.ctx); err != nil {
+			t.Errorf("commit the writer: %v", err)
+		}
+		writer = nil
+	}})
+	if err != nil || len(r.Violations) > 0 || r.Messages != 10 {
+		t.Fatalf("online rebuild: %v %+v", err, r)
 	}
 }
