@@ -63,10 +63,11 @@ type Config struct {
 
 // Server serves the API. It is an http.Handler for paths under Prefix.
 type Server struct {
-	cfg     Config
-	log     *slog.Logger
-	mux     *http.ServeMux
-	metrics *metrics
+	cfg      Config
+	log      *slog.Logger
+	mux      *http.ServeMux
+	metrics  *metrics
+	rebuilds rebuilds
 }
 
 // New returns the Server of cfg, with its metrics registered.

@@ -76,6 +76,9 @@ var routes = []route{
 	{http.MethodPost, "/operations/{id}/cancel", (*Server).cancelOperation, CancelRequest{}, Operation{}, http.StatusOK},
 	{http.MethodGet, "/operations/{id}/refusals", (*Server).listRefusals, nil, RefusalList{}, http.StatusOK},
 
+	{http.MethodPost, "/rebuilds", (*Server).startRebuild, nil, Rebuild{}, http.StatusAccepted},
+	{http.MethodGet, "/rebuilds/{id}", (*Server).getRebuild, nil, Rebuild{}, http.StatusOK},
+
 	{http.MethodGet, "/tokens", (*Server).listTokens, nil, TokenList{}, http.StatusOK},
 	{http.MethodPost, "/tokens", (*Server).createToken, TokenRequest{}, NewToken{}, http.StatusCreated},
 	{http.MethodDelete, "/tokens/{name}", (*Server).deleteToken, nil, nil, http.StatusNoContent},

@@ -41,6 +41,26 @@ func ReadCommitted(ctx context.Context, q Querier, after Mark, limit int) ([]Eve
 	return events, marks, nil
 }
 
+// visibleSQL is committedSQL without its bound: every row the reader's
+// snapshot holds.
+const visibleSQL = `SELECT txid::text AS txid_text, ` + columns + ` FROM journal
+	WHERE (txid, position) > ($1::text::xid8, $2)
+	ORDER BY txid, position LIMIT $3`
+
+// ReadVisible is ReadCommitted for a reader that sees every event it will
+// ever need: one in a snapshot it stays in, or one that holds the writers
+// off with a lock they take before they commit. It returns up to limit
+// events after the mark that q sees, with their marks, whether or not
+// transactions that could still commit are older: a later read from its
+// last mark could miss their events.
+func ReadVisible(ctx context.Context, q Querier, after Mark, limit int) ([]Event, []Mark, error) {
+	events, marks, err := scanMarked(ctx, q, visibleSQL, strconv.FormatUint(after.TxID, 10), after.Position, limit)
+	if err != nil {
+		return nil, nil, fmt.Errorf("read journal after %d/%d: %w", after.TxID, after.Position, err)
+	}
+	return events, marks, nil
+}
+
 // scanMarked runs sql, whose first column is the text of each event's
 // txid, and returns the events with the mark of each.
 func scanMarked(ctx context.Context, q Querier, sql string, args ...any) ([]Event, []Mark, error) {

@@ -198,6 +198,10 @@ type reading struct {
 	// routing matches each dispatch's routes again (the audit's, not the
 	// rebuild's).
 	routing bool
+	// versions, when set, receives the version of each stream's last
+	// event, and the fold is left unfinished: an online rebuild folds on
+	// from the events committed since.
+	versions map[string]int
 }
 
 var defaultReading = reading{connections: 3, chunk: 8192}
@@ -214,10 +218,19 @@ func foldSnapshot(ctx context.Context, s *snapshot, rd reading) (*Folded, error)
 	if rd.routing {
 		f.routes = &routeLedger{}
 	}
-	if err := journal.ScanRanges(ctx, qs, 1, last, rd.chunk, f.fold); err != nil {
+	fold := f.fold
+	if rd.versions != nil {
+		fold = func(e journal.Event) error {
+			rd.versions[e.Stream] = e.Version
+			return f.fold(e)
+		}
+	}
+	if err := journal.ScanRanges(ctx, qs, 1, last, rd.chunk, fold); err != nil {
 		return nil, err
 	}
-	f.finish()
+	if rd.versions == nil {
+		f.finish()
+	}
 	if f.routes != nil {
 		if err := f.checkPayloadRoutes(ctx, qs[0]); err != nil {
 			return nil, err

@@ -298,18 +298,18 @@ func (c *tableCheck) readCallbacks(ctx context.Context, q journal.Querier, sh sh
 var callbackCopyColumns = []string{"message_id", "url", "seq", "status", "settled_at", "deliveries", "state", "attempts",
 	"next_due", "claim_token", "lease_end", "last_error", "updated_at", "finished_at"}
 
-// copyCallbacks loads the fold's callbacks, in the order their messages
-// began, into the callbacks table tx created.
-func copyCallbacks(ctx context.Context, tx pgx.Tx, f *Folded) error {
+// copyCallbacks loads the callbacks of messages, in their order, into the
+// callbacks table (see copyIn for freeze).
+func copyCallbacks(ctx context.Context, tx pgx.Tx, messages []*Message, freeze bool) error {
 	i := 0
-	return copyIn(ctx, tx, "callbacks", callbackCopyColumns, func(b *copyRow) bool {
-		for i < len(f.inOrder) && f.inOrder[i].Callback == nil {
+	return copyIn(ctx, tx, "callbacks", callbackCopyColumns, freeze, func(b *copyRow) bool {
+		for i < len(messages) && messages[i].Callback == nil {
 			i++
 		}
-		if i == len(f.inOrder) {
+		if i == len(messages) {
 			return false
 		}
-		cb := f.inOrder[i].Callback
+		cb := messages[i].Callback
 		i++
 		b.begin(len(callbackCopyColumns))
 		b.uuid(cb.MessageID)

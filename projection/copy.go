@@ -16,16 +16,54 @@ import (
 )
 
 // copyFolded loads the fold into the projection tables, which tx created:
-// the messages, deliveries, correlations and callbacks with COPY FREEZE in PostgreSQL's binary
-// format (the rows need no visibility checks later and are encoded without
-// pgx's per-value work), then the kept counts (Tally).
+// the rows of the messages (copyMessages), then the targets' health, the
+// kept counts (Tally), the lanes and the operations.
 func copyFolded(ctx context.Context, tx pgx.Tx, f *Folded) error {
 	// In the order the streams began, as the projector inserts them: the
 	// rows lie in the table as they lie in memory, which keeps reading
 	// them back to compare with the fold cheap.
-	messages := f.inOrder
+	if err := copyMessages(ctx, tx, f.inOrder, f.Correlations, true); err != nil {
+		return err
+	}
+	if err := copyHealth(ctx, tx, f); err != nil {
+		return err
+	}
+	b := &pgx.Batch{}
+	tally := f.tally()
+	tally.Queue(b)
+	if err := tx.SendBatch(ctx, b).Close(); err != nil {
+		return fmt.Errorf("store the counts: %w", err)
+	}
+	if err := copyLanes(ctx, tx, f.lanes.All()); err != nil {
+		return err
+	}
+	return copyOperations(ctx, tx, f.opsInOrder)
+}
+
+// copyHealth writes the fold's health of each target: a handful of rows,
+// one per target with a health stream.
+func copyHealth(ctx context.Context, tx pgx.Tx, f *Folded) error {
+	if len(f.health) == 0 {
+		return nil
+	}
+	b := &pgx.Batch{}
+	for _, target := range slices.Sorted(maps.Keys(f.health)) {
+		b.Queue(`INSERT INTO target_health (target) VALUES ($1)`, target)
+		QueueWriteHealth(b, *f.health[target])
+	}
+	if err := tx.SendBatch(ctx, b).Close(); err != nil {
+		return fmt.Errorf("write target health: %w", err)
+	}
+	return nil
+}
+
+// copyMessages loads messages, their deliveries and callbacks and the
+// correlations with COPY in PostgreSQL's binary format (encoded without
+// pgx's per-value work); with FREEZE when tx created the tables, so the
+// rows need no visibility checks later.
+func copyMessages(ctx context.Context, tx pgx.Tx, messages []*Message, correlations map[CorrelationKey]Correlation, freeze bool) error {
 	i := 0
-	err := copyIn(ctx, tx, "messages", messageCopyColumns, func(b *copyRow) bool {
+	err := copyIn(ctx, tx, "messages", messageCopyColumns, freeze, func(b *copyRow) bool {
 		if i == len(messages) {
 			return false
 		}
@@ -69,7 +107,7 @@ func copyFolded(ctx context.Context, tx pgx.Tx, f *Folded) error {
 		return fmt.Errorf("copy messages: %w", err)
 	}
 	i, j := 0, 0
-	err = copyIn(ctx, tx, "deliveries", deliveryCopyColumns, func(b *copyRow) bool {
+	err = copyIn(ctx, tx, "deliveries", deliveryCopyColumns, freeze, func(b *copyRow) bool {
 		for i < len(messages) && j == len(messages[i].Deliveries) {
 			i, j = i+1, 0
 		}
@@ -106,14 +144,14 @@ func copyFolded(ctx context.Context, tx pgx.Tx, f *Folded) error {
 	if err != nil {
 		return fmt.Errorf("copy deliveries: %w", err)
 	}
-	keys := slices.SortedFunc(maps.Keys(f.Correlations), compareKeys)
-	err = copyIn(ctx, tx, "correlations", correlationCopyColumns, func(b *copyRow) bool {
+	keys := slices.SortedFunc(maps.Keys(correlations), compareKeys)
+	err = copyIn(ctx, tx, "correlations", correlationCopyColumns, freeze, func(b *copyRow) bool {
 		if len(keys) == 0 {
 			return false
 		}
 		k := keys[0]
 		keys = keys[1:]
-		c := f.Correlations[k]
+		c := correlations[k]
 		b.begin(len(correlationCopyColumns))
 		b.text(k.Target)
 		b.text(k.ExternalID)
@@ -125,30 +163,10 @@ func copyFolded(ctx context.Context, tx pgx.Tx, f *Folded) error {
 	if err != nil {
 		return fmt.Errorf("copy correlations: %w", err)
 	}
-	if err := copyCallbacks(ctx, tx, f); err != nil {
+	if err := copyCallbacks(ctx, tx, messages, freeze); err != nil {
 		return fmt.Errorf("copy callbacks: %w", err)
 	}
-	if len(f.health) > 0 {
-		// A handful of rows, one per target with a health stream.
-		b := &pgx.Batch{}
-		for _, target := range slices.Sorted(maps.Keys(f.health)) {
-			b.Queue(`INSERT INTO target_health (target) VALUES ($1)`, target)
-			QueueWriteHealth(b, *f.health[target])
-		}
-		if err := tx.SendBatch(ctx, b).Close(); err != nil {
-			return fmt.Errorf("write target health: %w", err)
-		}
-	}
-	b := &pgx.Batch{}
-	tally := f.tally()
-	tally.Queue(b)
-	if err := tx.SendBatch(ctx, b).Close(); err != nil {
-		return fmt.Errorf("store the counts: %w", err)
-	}
-	if err := copyLanes(ctx, tx, f.lanes.All()); err != nil {
-		return err
-	}
-	return copyOperations(ctx, tx, f.opsInOrder)
+	return nil
 }
 
 var messageCopyColumns = []string{"id", "version", "source", "from_party", "to_party", "content_type",
@@ -161,10 +179,14 @@ var deliveryCopyColumns = []string{"id", "message_id", "message_created_at", "se
 
 var correlationCopyColumns = []string{"target", "external_id", "delivery_id", "message_id", "consumed"}
 
-// copyIn runs COPY … FROM STDIN (FORMAT binary, FREEZE) into table, with
-// the rows row appends until it returns false.
-func copyIn(ctx context.Context, tx pgx.Tx, table string, columns []string, row func(*copyRow) bool) error {
-	sql := "COPY " + pgx.Identifier{table}.Sanitize() + " (" + strings.Join(columns, ", ") + ") FROM STDIN (FORMAT binary, FREEZE)"
+// copyIn runs COPY … FROM STDIN (FORMAT binary) into table, FREEZE when
+// freeze is set, with the rows row appends until it returns false.
+func copyIn(ctx context.Context, tx pgx.Tx, table string, columns []string, freeze bool, row func(*copyRow) bool) error {
+	options := "FORMAT binary"
+	if freeze {
+		options += ", FREEZE"
+	}
+	sql := "COPY " + pgx.Identifier{table}.Sanitize() + " (" + strings.Join(columns, ", ") + ") FROM STDIN (" + options + ")"
 	r := &copyReader{row: row}
 	r.b.buf = append(r.b.buf, "PGCOPY\n\xff\r\n\x00\x00\x00\x00\x00\x00\x00\x00\x00"...)
 	if _, err := tx.Conn().PgConn().CopyFrom(ctx, r, sql); err != nil {

@@ -1,6 +1,7 @@
 package schema
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -35,6 +36,9 @@ const (
 	KeyRetention LockKey = 0x77617962696c6c30
 	// KeyBulk is the lease of the bulk operations' runner.
 	KeyBulk LockKey = 0x77617962696c6c31
+	// KeyOnlineRebuild is held alone by an online rebuild, which also
+	// holds KeyServer shared, as a server does.
+	KeyOnlineRebuild LockKey = 0x77617962696c6c40
 )
 
 // LockClass is the first key of an advisory lock of two int keys, whose
@@ -59,10 +63,18 @@ const (
 // while a server runs, or a server while a rebuild runs.
 var ErrDatabaseInUse = errors.New("database in use")
 
+// ErrRebuildRunning is returned when an online rebuild already runs on the
+// database.
+var ErrRebuildRunning = errors.New("an online rebuild is running")
+
 // Lock is a held advisory lock; it lives as long as its connection.
 type Lock struct {
 	conn   *pgxpool.Conn
 	unlock string
+	// key is the lock unlock gives up, KeyServer unless set; shared says
+	// the server lock is held shared beside it.
+	key    LockKey
+	shared bool
 }
 
 // LockServer takes the server lock shared, as every running server does.
@@ -90,10 +102,61 @@ func lock(ctx context.Context, db *pgxpool.Pool, sql, unlock, inUse string) (*Lo
 		return nil, fmt.Errorf("lock database: %w", err)
 	}
 	if !ok {
+		if who := holder(ctx, conn, KeyOnlineRebuild); who != "" {
+			inUse = "an online rebuild is running on this database (" + who + "): let it finish, or stop it, then run this again"
+		}
 		conn.Release()
 		return nil, fmt.Errorf("%w: %s", ErrDatabaseInUse, inUse)
 	}
 	return &Lock{conn: conn, unlock: unlock}, nil
+}
+
+// LockOnline takes the online rebuild's locks: KeyOnlineRebuild alone, so
+// a second online rebuild fails with ErrRebuildRunning naming the first,
+// and the server lock shared, so an offline rebuild or a reset waits for
+// it as for a server (and it fails with ErrDatabaseInUse while one runs).
+func LockOnline(ctx context.Context, db *pgxpool.Pool) (*Lock, error) {
+	conn, err := db.Acquire(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("lock database: %w", err)
+	}
+	var mine, shared bool
+	if err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock($1)`, int64(KeyOnlineRebuild)).Scan(&mine); err != nil {
+		conn.Release()
+		return nil, fmt.Errorf("lock database: %w", err)
+	}
+	if !mine {
+		who := holder(ctx, conn, KeyOnlineRebuild)
+		conn.Release()
+		return nil, fmt.Errorf("%w on this database (%s): let it finish; only one runs at a time", ErrRebuildRunning, who)
+	}
+	l := &Lock{conn: conn, unlock: `SELECT pg_advisory_unlock($1)`, key: KeyOnlineRebuild}
+	if err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock_shared($1)`, int64(KeyServer)).Scan(&shared); err != nil || !shared {
+		l.Release()
+		if err != nil {
+			return nil, fmt.Errorf("lock database: %w", err)
+		}
+		return nil, fmt.Errorf("%w: an offline rebuild or a reset is running on this database; run this when it has finished", ErrDatabaseInUse)
+	}
+	l.shared = true
+	return l, nil
+}
+
+// holder names the session that holds key, "" when none does: its
+// PostgreSQL backend, client address, application and start.
+func holder(ctx context.Context, conn *pgxpool.Conn, key LockKey) string {
+	var pid int32
+	var addr, app string
+	var since time.Time
+	err := conn.QueryRow(ctx, `SELECT a.pid, coalesce(host(a.client_addr), 'a local socket'), a.application_name, a.backend_start
+		FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
+		WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1 AND l.mode = 'ExclusiveLock'
+			AND l.classid = ($1::bigint >> 32)::text::oid AND l.objid = ($1::bigint & x'ffffffff'::bigint)::text::oid
+		LIMIT 1`, int64(key)).Scan(&pid, &addr, &app, &since)
+	if err != nil {
+		return ""
+	}
+	return fmt.Sprintf("PostgreSQL backend %d of %q from %s, connected since %s", pid, app, addr, since.UTC().Format(time.RFC3339))
 }
 
 // Release gives the lock up; safe to call twice.
@@ -101,7 +164,12 @@ func (l *Lock) Release() {
 	if l.conn == nil {
 		return
 	}
-	releaseConn(l.conn, l.unlock, KeyServer)
+	if l.shared {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_, _ = l.conn.Exec(ctx, `SELECT pg_advisory_unlock_shared($1)`, int64(KeyServer))
+		cancel()
+	}
+	releaseConn(l.conn, l.unlock, cmp.Or(l.key, KeyServer))
 	l.conn = nil
 }
 

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -43,7 +44,7 @@ type VersionError struct {
 
 func (e *VersionError) Error() string {
 	if e.Part == PartProjections {
-		return fmt.Sprintf("the projections are schema version %d and this build uses %d: run `waybill rebuild` (it resets the projections and replays the journal)", e.Stored, e.Code)
+		return fmt.Sprintf("the projections are schema version %d and this build uses %d: run this build's `waybill rebuild --online` beside the running servers, or `waybill rebuild` with them stopped (both replay the journal)", e.Stored, e.Code)
 	}
 	return fmt.Sprintf("the journal is schema version %d and this build uses %d: this build cannot read it; run the build that wrote it", e.Stored, e.Code)
 }
@@ -391,6 +392,12 @@ CREATE TABLE IF NOT EXISTS target_health (
 );
 `
 
+// projectionTables are the tables projectionTablesDDL creates that a
+// rebuild replaces: all but delivery_minutes_kept, retention's horizon of
+// the minute counts, which no rebuild drops.
+var projectionTables = []string{"messages", "deliveries", "delivery_counts", "message_counts", "message_hour_counts",
+	"delivery_minute_counts", "lanes", "callbacks", "correlations", "operations", "target_health"}
+
 // projectionIndexesDDL adds the keys and indexes of the projection tables
 // that are missing. The keys are constraints, which have no IF NOT EXISTS.
 // The partial indexes hold the states of the lifecycle's rules their
@@ -640,7 +647,7 @@ func RecreateProjections(ctx context.Context, db *pgxpool.Pool, load func(pgx.Tx
 		if err := checkVersion(ctx, tx, PartJournal, JournalVersion); err != nil {
 			return err
 		}
-		if _, err := tx.Exec(ctx, `DROP TABLE IF EXISTS messages, deliveries, delivery_counts, message_counts, message_hour_counts, delivery_minute_counts, lanes, callbacks, correlations, operations, target_health;
+		if _, err := tx.Exec(ctx, `DROP TABLE IF EXISTS `+strings.Join(projectionTables, ", ")+`;
 			DELETE FROM schema_version WHERE part = 'projections';
 			DELETE FROM schema_digest`); err != nil {
 			return fmt.Errorf("drop projection tables: %w", err)
@@ -666,7 +673,7 @@ func RecreateProjections(ctx context.Context, db *pgxpool.Pool, load func(pgx.Tx
 // version; the journal, the payloads and the configuration stay. The next
 // Ensure creates them empty, for a rebuild to fill.
 func ResetProjections(ctx context.Context, db *pgxpool.Pool) error {
-	_, err := db.Exec(ctx, `DROP TABLE IF EXISTS messages, deliveries, delivery_counts, message_counts, message_hour_counts, delivery_minute_counts, lanes, callbacks, correlations, operations, target_health;
+	_, err := db.Exec(ctx, `DROP TABLE IF EXISTS `+strings.Join(projectionTables, ", ")+`;
 		`+versionDDL+`;
 		DELETE FROM schema_version WHERE part = 'projections';
 		DELETE FROM schema_digest`)

@@ -13,6 +13,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/signal"
 	"syscall"
@@ -31,7 +32,8 @@ commands:
   serve    [flags]                              run the service; waybill serve --help lists the flags
   audit    [--message ID] [--archive DIR]       replay the journal and check it against the projections,
                                                 and the retention archive in DIR against the journal
-  rebuild                                       recreate the projections from the journal, then audit
+  rebuild  [--online]                           recreate the projections from the journal, then audit;
+                                                --online beside running servers, switching the new tables in
   reset    --projections                        drop the projection tables
   token    create NAME|--name N --role R [--sources S,…|--targets T,…] [--expires 90d]
                                                 create an API token (admin, ingest, reader or receipt), maybe
@@ -73,8 +75,8 @@ audit, rebuild, reset and token take --database-url URL, or --data-dir DIR
 (default ./var) for the embedded PostgreSQL: that of the server running on
 the directory, or, with none running, started for the time of the command,
 which owns the directory meanwhile. rebuild and reset need every server
-stopped (Ctrl-C or SIGTERM to waybill serve); audit and token run beside
-servers. A data directory has one server: a second serve on it is refused.
+stopped (Ctrl-C or SIGTERM to waybill serve); audit, rebuild --online and
+token run beside servers. A data directory has one server: a second serve on it is refused.
 
 Every --database-url defaults to $WAYBILL_DATABASE_URL, --data-dir to
 $WAYBILL_DATA_DIR, --token to $WAYBILL_TOKEN: pass a token through the
@@ -155,7 +157,15 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			return max(code, printArchiveReport(stdout, a)), nil
 		}
 	case "rebuild":
+		online := fs.Bool("online", false, "rebuild beside running servers, which keep serving, and switch the new tables in")
 		cmd = func(ctx context.Context, db *pgxpool.Pool) (int, error) {
+			if *online {
+				r, err := projection.OnlineRebuild(ctx, db, onlineOptions(stderr))
+				if err != nil {
+					return 1, err
+				}
+				return printReport(stdout, "rebuild", r), nil
+			}
 			r, err := projection.Rebuild(ctx, db)
 			if err != nil {
 				return 1, err
@@ -216,6 +226,35 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "waybill %s: %v\n", args[0], err)
 	}
 	return code
+}
+
+// pauseEnv names a phase of the online rebuild (fold, catch_up, switch)
+// in which it stops, its work uncommitted, until the process ends: the
+// tests end it there with SIGKILL.
+const pauseEnv = "WAYBILL_TEST_REBUILD_PAUSE"
+
+// onlineOptions tell the online rebuild's phases and rounds on stderr.
+func onlineOptions(stderr io.Writer) projection.OnlineOptions {
+	var last projection.OnlinePhase
+	opt := projection.OnlineOptions{
+		Log: slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelInfo})),
+		Progress: func(p projection.OnlineProgress) {
+			if p.Phase == last && p.Phase != projection.PhaseCatchUp {
+				return
+			}
+			last = p.Phase
+			fmt.Fprintf(stderr, "online rebuild: %s; %d events folded, %d read in the last round\n", p.Phase, p.Events, p.Lag)
+		},
+	}
+	if phase := projection.OnlinePhase(os.Getenv(pauseEnv)); phase != "" {
+		opt.Pause = func(p projection.OnlinePhase) {
+			if p == phase {
+				fmt.Fprintf(stderr, "online rebuild: paused in %s\n", p)
+				select {}
+			}
+		}
+	}
+	return opt
 }
 
 func printReport(w io.Writer, what string, r *projection.Report) int {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -266,7 +267,7 @@ func serve(ctx context.Context, cfg *serveConfig, stderr io.Writer) error {
 		return err
 	}
 	resources.Defer(db.Close)
-	if err := schema.Ensure(ctx, db); err != nil {
+	if err := ensureOwnProjections(ctx, db, l, log); err != nil {
 		return err
 	}
 	if err := secrets.Check(ctx, db); err != nil {
@@ -696,3 +697,74 @@ func (h *httpService) Stop(ctx context.Context) {
 	}
 	_ = h.l.Close()
 }
+
+// projectionsPoll is how often a server whose build's projections are not
+// the database's looks again.
+const projectionsPoll = time.Second
+
+// ensureOwnProjections runs schema.Ensure. When the database's projections
+// are of another version than this build's (an upgrade with a changed
+// model), it does not fail: it answers every request on l 503, with
+// Retry-After, saying to run this build's `waybill rebuild --online`
+// (readyz unready), until the projections are this build's, then ensures
+// again and returns with l open for the service.
+func ensureOwnProjections(ctx context.Context, db *pgxpool.Pool, l net.Listener, log *slog.Logger) error {
+	err := schema.Ensure(ctx, db)
+	var version *schema.VersionError
+	if !errors.As(err, &version) || version.Part != schema.PartProjections {
+		return err
+	}
+	msg := fmt.Sprintf("the database's projections are version %d and this server's build uses %d: it serves when they are its own; run this build's `waybill rebuild --online` beside the running servers", version.Stored, version.Code)
+	if version.Stored > version.Code {
+		msg = fmt.Sprintf("the database's projections are version %d, newer than this server's build's %d: run the newer build", version.Stored, version.Code)
+	}
+	log.Warn("waiting for the projections of this build", "stored", version.Stored, "build", version.Code,
+		"run", "waybill rebuild --online")
+	body, _ := json.Marshal(httpapi.ErrorResponse{Error: httpapi.ErrorBody{Code: httpapi.CodeUnavailable, Message: msg}})
+	srv := &http.Server{ReadHeaderTimeout: 10 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/healthz" {
+			fmt.Fprintln(w, "ok")
+			return
+		}
+		w.Header().Set("Retry-After", "5")
+		w.Header().Set("Connection", "close")
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusServiceUnavailable)
+		_, _ = w.Write(append(body, '\n'))
+	})}
+	held := &heldListener{TCPListener: l.(*net.TCPListener)}
+	served := make(chan struct{})
+	go func() {
+		defer close(served)
+		_ = srv.Serve(held)
+	}()
+	defer func() {
+		_ = srv.Shutdown(context.Background())
+		<-served
+		_ = held.SetDeadline(time.Time{})
+	}()
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(projectionsPoll):
+		}
+		var stored int
+		if err := db.QueryRow(ctx, `SELECT version FROM schema_version WHERE part = $1`, schema.PartProjections).Scan(&stored); err != nil {
+			log.Warn("read the projections' version", "err", err)
+			continue
+		}
+		if stored == schema.ProjectionVersion {
+			log.Info("the projections are this build's: starting")
+			return schema.Ensure(ctx, db)
+		}
+	}
+}
+
+// heldListener is the listener a server answers on while it waits for
+// its projections, kept open when that answering stops: its Close only
+// ends the Accept under way (a deadline in the past), and the service
+// then serves on the listener itself.
+type heldListener struct{ *net.TCPListener }
+
+func (l *heldListener) Close() error { return l.SetDeadline(time.Unix(1, 0)) }
