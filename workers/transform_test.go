@@ -44,9 +44,10 @@ func TestRetrySendsWhatTheTransformMade(t *testing.T) {
 	}))
 	t.Cleanup(receiver.Close)
 	cfg, _ := json.Marshal(map[string]string{"url": receiver.URL + "/hooks"})
+	noJitter := 0.0
 	spec := lifecycle.Target{Name: "billing", Kind: "http", Enabled: true, Config: cfg,
 		Retry: lifecycle.RetryPolicy{Strategy: lifecycle.RetryFixed, BaseDelay: lifecycle.Duration(time.Second),
-			MaxDelay: lifecycle.Duration(time.Minute), MaxAttempts: 5, MaxAge: lifecycle.Duration(time.Hour)},
+			MaxDelay: lifecycle.Duration(time.Minute), MaxAttempts: 5, MaxAge: lifecycle.Duration(time.Hour), Jitter: &noJitter},
 		Transform: `{"payload": {"invoice": message.payload.id}, "path": "/invoices/" + message.payload.id, "method": "PUT",
 			"headers": {"X-Tenant": message.headers["x-tenant"]}}`}
 	b.target(t, spec)
