@@ -301,11 +301,9 @@ func (w *Writer) resend(ctx context.Context, id uuid.UUID, a Action, choose choo
 	if err != nil {
 		return nil, err
 	}
-	var payloads map[uuid.UUID][]byte
-	if replay {
-		if payloads, err = w.routingPayloads(ctx, cfg, id); err != nil {
-			return nil, err
-		}
+	payloads, err := w.routingPayloads(ctx, cfg, id)
+	if err != nil {
+		return nil, err
 	}
 	return w.run(ctx, message(id), resendDecision(cfg, payloads, a, choose, replay))
 }
@@ -333,7 +331,7 @@ func resendDecision(cfg *configState, payloads map[uuid.UUID][]byte, a Action, c
 		}
 		// The new generation joins the back of its lanes, behind the old
 		// heads it supersedes, which then let their lanes go.
-		nd, err := newDeliveries(m, d.Targets, lanes, now, time.Time{})
+		nd, shapes, err := newDeliveries(m, d.Targets, lanes, now, time.Time{}, shaper(cfg, m, payloads[m.ID]))
 		if err != nil {
 			return nil, err
 		}
@@ -344,7 +342,7 @@ func resendDecision(cfg *configState, payloads map[uuid.UUID][]byte, a Action, c
 			return nil, err
 		}
 		c.touched = append(c.touched, superseded...)
-		c.added(nd)
+		c.added(nd, shapes)
 		return c, nil
 	}
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/waybill/waybill/journal"
 	"github.com/waybill/waybill/projection"
+	"github.com/waybill/waybill/routing"
 )
 
 // subject names the message a command acts on: by its id, or by the id of
@@ -450,7 +451,7 @@ func (w *Writer) writeBatch(ctx context.Context, ops []*op, side *operationSide)
 		}
 		return nil
 	}
-	bodies, err := w.commit(ctx, conn, d.changes, d.events, d.lanes, d.operation, explicit)
+	got, err := w.commit(ctx, conn, d.changes, d.events, d.lanes, d.operation, explicit)
 	if err != nil {
 		return err
 	}
@@ -481,10 +482,11 @@ func (w *Writer) writeBatch(ctx context.Context, ops []*op, side *operationSide)
 	}
 	for _, o := range ops {
 		if o.c != nil && o.c.readBody {
-			o.c.body = bodies[o.c.after.ID]
+			o.c.body, o.c.shapes = got.payloads[o.c.after.ID], got.shapes
 		}
 		if o.next != nil {
-			o.next.Message, o.next.Payload = o.nextC.after, bodies[o.nextC.after.ID]
+			o.next.Message, o.next.Payload = o.nextC.after, got.payloads[o.nextC.after.ID]
+			o.next.Shape = shapeOf(got.shapes, o.next.Delivery.ID)
 		}
 	}
 	return nil
@@ -693,17 +695,33 @@ func claimChosen(due map[string][]uuid.UUID, state map[uuid.UUID]*projection.Mes
 	return nil, nil
 }
 
+// read is what a transaction read for the claims it made, by message id
+// the payloads, by delivery id the shapes of those messages' deliveries.
+type read struct {
+	payloads map[uuid.UUID][]byte
+	shapes   map[uuid.UUID]routing.Shaped
+}
+
+// shapeOf is the shape of the delivery id among shapes, nil when it has
+// none.
+func shapeOf(shapes map[uuid.UUID]routing.Shaped, id uuid.UUID) *routing.Shaped {
+	if s, ok := shapes[id]; ok {
+		return &s
+	}
+	return nil
+}
+
 // commit is the write round trip of a transaction on conn: the changes,
 // their events in the order recorded, the lanes they moved, the read of the
-// bodies those that ask for one want, and COMMIT when the transaction is
-// explicit (else the batch is an implicit one). It returns the bodies read,
-// by message id, and remembers which message each delivery written belongs
+// bodies and shapes those that ask for one want, and COMMIT when the
+// transaction is explicit (else the batch is an implicit one). It returns
+// what it read, and remembers which message each delivery written belongs
 // to, for the batcher.
 func (w *Writer) commit(ctx context.Context, conn *pgxpool.Conn, changes []*change, events []journal.Event,
-	lanes []projection.Lane, operation func(*pgx.Batch), explicit bool) (map[uuid.UUID][]byte, error) {
+	lanes []projection.Lane, operation func(*pgx.Batch), explicit bool) (read, error) {
 	b := &pgx.Batch{}
 	if err := w.queue(b, changes, events, lanes, operation); err != nil {
-		return nil, err
+		return read{}, err
 	}
 	var withBody []uuid.UUID
 	for _, c := range changes {
@@ -711,20 +729,21 @@ func (w *Writer) commit(ctx context.Context, conn *pgxpool.Conn, changes []*chan
 			withBody = append(withBody, c.after.ID)
 		}
 	}
-	var bodies map[uuid.UUID][]byte
+	var r read
 	if len(withBody) > 0 {
-		bodies = projection.QueuePayloads(b, withBody)
+		r.payloads = projection.QueuePayloads(b, withBody)
+		r.shapes = projection.QueueShapes(b, withBody)
 	}
 	if explicit {
 		b.Queue(`COMMIT`)
 	}
 	if err := w.send(ctx, conn, b); err != nil {
-		return nil, err
+		return read{}, err
 	}
 	written := make([]*projection.Message, len(changes))
 	for i, c := range changes {
 		written[i] = c.after
 	}
 	w.learn(written...)
-	return bodies, nil
+	return r, nil
 }

@@ -3,6 +3,7 @@ package commands
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -23,12 +24,14 @@ type configState struct {
 	version int
 	routes  []lifecycle.Route
 	// table is the routes with their filters compiled.
-	table    *routing.Table
-	targets  map[string]lifecycle.Target
-	sources  map[string]lifecycle.Source
-	settings lifecycle.Settings
-	loaded   time.Time
-	own      ownKeys
+	table *routing.Table
+	// transforms are the targets' transforms compiled.
+	transforms routing.Transforms
+	targets    map[string]lifecycle.Target
+	sources    map[string]lifecycle.Source
+	settings   lifecycle.Settings
+	loaded     time.Time
+	own        ownKeys
 }
 
 // config returns the configuration dispatch decides with: cached, reloaded
@@ -121,11 +124,15 @@ func (w *Writer) loadConfig(ctx context.Context) (*configState, error) {
 	prev := w.cached
 	w.mu.Unlock()
 	var prevTable *routing.Table
+	var prevTransforms routing.Transforms
 	if prev != nil {
-		prevTable = prev.table
+		prevTable, prevTransforms = prev.table, prev.transforms
 	}
 	var err error
 	if c.table, err = routing.NewTable(c.routes, prevTable); err != nil {
+		return nil, fmt.Errorf("load configuration: %w", err)
+	}
+	if c.transforms, err = routing.NewTransforms(c.targets, prevTransforms); err != nil {
 		return nil, fmt.Errorf("load configuration: %w", err)
 	}
 	return c, nil
@@ -251,6 +258,11 @@ func (w *Writer) UpdateTargetKeepingEnabled(ctx context.Context, t lifecycle.Tar
 func (w *Writer) changeTarget(ctx context.Context, t lifecycle.Target, actor string, create, keepEnabled bool) (lifecycle.Target, error) {
 	signingGiven := t.Signing != nil
 	t, err := targets.Prepare(t)
+	if t.Transform != "" && len(t.Transform) <= lifecycle.MaxFilterLength {
+		if _, terr := routing.CompileTransform(t.Transform); terr != nil {
+			err = errors.Join(err, terr)
+		}
+	}
 	if err != nil {
 		return t, invalid(err)
 	}
@@ -479,4 +491,15 @@ func (w *Writer) SetSettings(ctx context.Context, s lifecycle.Settings, actor st
 		return fmt.Errorf("set settings: %w", err)
 	}
 	return nil
+}
+
+// Try decides where m would go and what each target's transform would
+// make of its delivery, by the configuration dispatch decides with now
+// (package routing's Try), writing nothing.
+func (w *Writer) Try(ctx context.Context, m routing.Message) (routing.Trial, error) {
+	cfg, err := w.config(ctx)
+	if err != nil {
+		return routing.Trial{}, fmt.Errorf("try the routes: %w", err)
+	}
+	return routing.Try(cfg.table, cfg.transforms, m), nil
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/waybill/waybill/journal"
 	"github.com/waybill/waybill/lifecycle"
 	"github.com/waybill/waybill/projection"
+	"github.com/waybill/waybill/routing"
 )
 
 // Claim is a worker's hold on one attempt at a delivery.
@@ -30,6 +31,9 @@ type Claim struct {
 	// so that the attempt needs no round trip of its own for it; nil when
 	// the message has no payload row.
 	Payload []byte
+	// Shape is what the target's transform made of the delivery when it
+	// was made, read with the payload; nil when it made nothing.
+	Shape *routing.Shaped
 }
 
 // Claim takes a delivery for one attempt, by compare-and-swap on its state
@@ -55,6 +59,7 @@ func (w *Writer) Claim(ctx context.Context, deliveryID uuid.UUID, lease time.Dur
 		return Claim{}, fmt.Errorf("claim delivery %s: %w", deliveryID, err)
 	}
 	claim.Message, claim.Delivery, claim.Payload = m, *m.Delivery(deliveryID), c.body
+	claim.Shape = shapeOf(c.shapes, deliveryID)
 	return claim, nil
 }
 
@@ -302,7 +307,7 @@ func (w *Writer) claimDue(ctx context.Context, target string, n int, lease time.
 		events = append(events, c.events...)
 	}
 	// A claim moves no lane: only a lane's head is ever claimable.
-	bodies, err := w.commit(ctx, conn, changes, events, nil, nil, true)
+	read, err := w.commit(ctx, conn, changes, events, nil, nil, true)
 	if targetDisabled(err) {
 		// Disabled since the configuration was read: nothing to claim,
 		// and the next claim reads it anew.
@@ -318,7 +323,8 @@ func (w *Writer) claimDue(ctx context.Context, target string, n int, lease time.
 		return nil, false, err
 	}
 	for i := range claims {
-		claims[i].Payload = bodies[claims[i].Message.ID]
+		claims[i].Payload = read.payloads[claims[i].Message.ID]
+		claims[i].Shape = shapeOf(read.shapes, claims[i].Delivery.ID)
 	}
 	return claims, false, nil
 }

@@ -95,6 +95,7 @@ func (o *op) handOver() {
 		for _, h := range o.handed {
 			claim := h.claim
 			claim.Message, claim.Delivery, claim.Payload = o.c.after, *o.c.after.Delivery(h.deliveryID), o.c.body
+			claim.Shape = shapeOf(o.c.shapes, h.deliveryID)
 			o.slots[h.target].Run(claim)
 			delete(o.slots, h.target)
 		}

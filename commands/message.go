@@ -304,7 +304,7 @@ func (w *Writer) dispatchOn(c *change, cfg *configState, payload []byte, lanes *
 	targets := slices.DeleteFunc(d.Targets, func(target string) bool {
 		return slices.ContainsFunc(m.Deliveries, func(d projection.Delivery) bool { return d.Target == target && m.Current(&d) })
 	})
-	nd, err := newDeliveries(m, targets, lanes, now, due)
+	nd, shapes, err := newDeliveries(m, targets, lanes, now, due, shaper(cfg, m, payload))
 	if err != nil {
 		return err
 	}
@@ -316,7 +316,7 @@ func (w *Writer) dispatchOn(c *change, cfg *configState, payload []byte, lanes *
 	if err := c.record(journal.Event{RecordedAt: now, Actor: actor, Payload: p}); err != nil {
 		return err
 	}
-	c.added(nd)
+	c.added(nd, shapes)
 	return nil
 }
 
@@ -341,9 +341,10 @@ func RoutingMessage(m *projection.Message, payload []byte) routing.Message {
 }
 
 // routingPayloads reads the bodies of the messages ids for a decision
-// that routes them again, when a filter may read them; nil when none does.
+// that routes them again or makes deliveries of them, when a filter or a
+// transform may read them; nil when none does.
 func (w *Writer) routingPayloads(ctx context.Context, cfg *configState, ids ...uuid.UUID) (map[uuid.UUID][]byte, error) {
-	if !cfg.table.ReadsPayload() {
+	if !cfg.table.ReadsPayload() && !cfg.transforms.ReadsPayload() {
 		return nil, nil
 	}
 	b := &pgx.Batch{}
@@ -356,16 +357,31 @@ func (w *Writer) routingPayloads(ctx context.Context, cfg *configState, ids ...u
 
 // newDeliveries makes a delivery of m to each target, numbered on, each
 // placed in its lane, due for its first wake-up by the dispatch back-off,
-// or scheduled until due when that is after now.
-func newDeliveries(m *projection.Message, targets []string, lanes *projection.LaneBook, now, due time.Time) (journal.NewDeliveries, error) {
+// or scheduled until due when that is after now; each shaped by its
+// target's transform (shape), which may settle it as it is made: such a
+// delivery takes no place in a lane. It returns the shapes by delivery.
+func newDeliveries(m *projection.Message, targets []string, lanes *projection.LaneBook, now, due time.Time,
+	shape func(target string) *routing.Shaped) (journal.NewDeliveries, map[uuid.UUID]routing.Shaped, error) {
 	var add []journal.NewDelivery
+	var shapes map[uuid.UUID]routing.Shaped
 	for _, target := range targets {
-		place, err := lanes.Place(target, m.OrderingKey)
-		if err != nil {
-			return journal.NewDeliveries{}, err
+		d := journal.NewDelivery{ID: uuid.Must(uuid.NewV7()), Seq: len(m.Deliveries) + len(add) + 1, Target: target}
+		s := shape(target)
+		if s != nil {
+			d.Shape = &s.Shape
+			if shapes == nil {
+				shapes = map[uuid.UUID]routing.Shaped{}
+			}
+			shapes[d.ID] = *s
 		}
-		add = append(add, journal.NewDelivery{ID: uuid.Must(uuid.NewV7()), Seq: len(m.Deliveries) + len(add) + 1,
-			Target: target, Lane: place})
+		if !d.Shape.Settled() {
+			place, err := lanes.Place(target, m.OrderingKey)
+			if err != nil {
+				return journal.NewDeliveries{}, nil, err
+			}
+			d.Lane = place
+		}
+		add = append(add, d)
 	}
 	nd := journal.NewDeliveries{Deliveries: add}
 	switch {
@@ -375,19 +391,49 @@ func newDeliveries(m *projection.Message, targets []string, lanes *projection.La
 	default:
 		nd.NextDue = now.Add(lifecycle.DispatchBackoff(1))
 	}
-	return nd, nil
+	return nd, shapes, nil
 }
 
-// added notes the new deliveries a recorded event made: their rows are
-// written, and those neither blocked nor scheduled are woken after the
-// commit.
-func (c *change) added(nd journal.NewDeliveries) {
+// shaper is the transforms of cfg run on m, whose body is payload (nil
+// when none reads it, routingPayloads): the payload is parsed once, for
+// the first transform that reads it.
+func shaper(cfg *configState, m *projection.Message, payload []byte) func(target string) *routing.Shaped {
+	rm := RoutingMessage(m, payload)
+	var in *routing.Input
+	return func(target string) *routing.Shaped {
+		if cfg.transforms[target] == nil {
+			return nil
+		}
+		if in == nil {
+			in = routing.NewInput(rm)
+		}
+		return cfg.transforms.Shape(target, rm, in)
+	}
+}
+
+// added notes the new deliveries a recorded event made, with their
+// shapes: their rows are written, the shapes beside them, and those
+// neither blocked, scheduled nor settled are woken after the commit.
+func (c *change) added(nd journal.NewDeliveries, shapes map[uuid.UUID]routing.Shaped) {
 	for _, d := range nd.Deliveries {
 		c.touched = append(c.touched, d.ID)
-		if !d.Blocked && !nd.Scheduled {
+		if !d.Blocked && !nd.Scheduled && !d.Shape.Settled() {
 			c.wakeups = append(c.wakeups, Wakeup{DeliveryID: d.ID, Target: d.Target})
 		}
 	}
+	if len(shapes) == 0 {
+		return
+	}
+	c.shapes = shapes
+	id := c.after.ID
+	var ids []uuid.UUID
+	var rows []routing.Shaped
+	for _, d := range nd.Deliveries {
+		if s, ok := shapes[d.ID]; ok {
+			ids, rows = append(ids, d.ID), append(rows, s)
+		}
+	}
+	c.also(func(b *pgx.Batch) { projection.QueueInsertShapes(b, id, ids, rows) })
 }
 
 // Dispatch routes an accepted message. A message past its intake is

@@ -230,7 +230,7 @@ func (w *Writer) bulkBatch(ctx context.Context, action lifecycle.OperationAction
 		return nil, err
 	}
 	var payloads map[uuid.UUID][]byte
-	if action == lifecycle.ActionReplay {
+	if action == lifecycle.ActionReplay || action == lifecycle.ActionResend {
 		if payloads, err = w.routingPayloads(ctx, cfg, ids...); err != nil {
 			return nil, err
 		}
@@ -462,7 +462,7 @@ func tooManyMessages() error {
 func bulkDecision(cfg *configState, payloads map[uuid.UUID][]byte, action lifecycle.OperationAction, target string, a Action) decision {
 	switch action {
 	case lifecycle.ActionResend:
-		return resendDecision(cfg, nil, a, func(m *projection.Message, _ *configState, _ []byte) (routing.Decision, error) {
+		return resendDecision(cfg, payloads, a, func(m *projection.Message, _ *configState, _ []byte) (routing.Decision, error) {
 			targets, err := resendTargets(m, nil)
 			return routing.Decision{Targets: targets}, err
 		}, false)

@@ -20,6 +20,7 @@ import (
 	"github.com/waybill/waybill/journal"
 	"github.com/waybill/waybill/lifecycle"
 	"github.com/waybill/waybill/projection"
+	"github.com/waybill/waybill/routing"
 	"github.com/waybill/waybill/service"
 )
 
@@ -151,6 +152,9 @@ type change struct {
 	result   error
 	readBody bool
 	body     []byte
+	// shapes are the shapes of the deliveries the change made, by id, for
+	// the claims an ingest hands over.
+	shapes map[uuid.UUID]routing.Shaped
 	// extra are statements of the command's own, written in its
 	// transaction after everything else.
 	extra []func(*pgx.Batch)

@@ -248,6 +248,8 @@ var routeTable = []route{
 	{"POST /ui/sources/{name}/delete", administering, (*Console).deleteSource},
 
 	{"GET /ui/routes", reading, (*Console).routesPage},
+	{"GET /ui/try", reading, (*Console).tryRoutes},
+	{"POST /ui/try", reading, (*Console).tryRoutes},
 	{"POST /ui/routes", administering, (*Console).createRoute},
 	{"GET /ui/routes/{id}/delete", administering, (*Console).deleteRoute},
 	{"POST /ui/routes/{id}/delete", administering, (*Console).deleteRoute},

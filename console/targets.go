@@ -318,6 +318,7 @@ type targetForm struct {
 	Strategy, BaseDelay, MaxDelay, Jitter, MaxAttempts string
 	MaxAge, ReceiptTimeout                             string
 	OrderingMode, OnFailure, HeadAlertAfter            string
+	Transform                                          string
 	// Config is the kind's configuration, field by field.
 	Config configValues
 }
@@ -344,7 +345,7 @@ func formOf(t lifecycle.Target) targetForm {
 		AttemptTimeout: t.AttemptTimeout.String(), Strategy: string(t.Retry.Strategy),
 		BaseDelay: t.Retry.BaseDelay.String(), MaxDelay: t.Retry.MaxDelay.String(),
 		MaxAttempts: strconv.Itoa(t.Retry.MaxAttempts), MaxAge: t.Retry.MaxAge.String(),
-		Config: valuesOf(targetKinds[t.Kind], t.Config)}
+		Config: valuesOf(targetKinds[t.Kind], t.Config), Transform: t.Transform}
 	if t.Retry.Jitter != nil {
 		f.Jitter = strconv.FormatFloat(*t.Retry.Jitter, 'g', -1, 64)
 	}
@@ -366,7 +367,8 @@ func readTargetForm(kind string, form url.Values) targetForm {
 		AttemptTimeout: get("attempt_timeout"), Strategy: get("retry.strategy"), BaseDelay: get("retry.base_delay"),
 		MaxDelay: get("retry.max_delay"), Jitter: get("retry.jitter"), MaxAttempts: get("retry.max_attempts"),
 		MaxAge: get("retry.max_age"), ReceiptTimeout: get("receipt.timeout"), Config: readValues(targetKinds[kind], form),
-		OrderingMode: get("ordering.mode"), OnFailure: get("ordering.on_failure"), HeadAlertAfter: get("ordering.head_alert_after")}
+		OrderingMode: get("ordering.mode"), OnFailure: get("ordering.on_failure"), HeadAlertAfter: get("ordering.head_alert_after"),
+		Transform: get("transform")}
 }
 
 // definition is the target of the kind the form describes, as a POST or
@@ -375,7 +377,7 @@ func readTargetForm(kind string, form url.Values) targetForm {
 // empty none. A value that cannot be read is a *lifecycle.FieldError named
 // as the API names the field.
 func (f targetForm) definition(kind string) (lifecycle.Target, error) {
-	t := lifecycle.Target{Name: f.Name, Kind: kind, Enabled: f.Enabled,
+	t := lifecycle.Target{Name: f.Name, Kind: kind, Enabled: f.Enabled, Transform: f.Transform,
 		Retry:    lifecycle.RetryPolicy{Strategy: lifecycle.RetryStrategy(f.Strategy)},
 		Ordering: lifecycle.Ordering{Mode: lifecycle.OrderingMode(f.OrderingMode), OnFailure: lifecycle.OnFailure(f.OnFailure)}}
 	var errs []error

@@ -347,6 +347,76 @@ type NewDelivery struct {
 	// ordering key; none when the target keeps no order or the message has
 	// no key.
 	Lane
+	// Shape is what the target's transform made of the delivery where it
+	// differs from the message; nil when the target has none or it
+	// changed nothing.
+	Shape *Shape `json:"shape,omitempty"`
+}
+
+// Shape is what a target's transform made of one delivery when it was
+// made: what its attempts send instead of the message's, or why it is
+// not sent. The shaped payload itself is kept beside the message's
+// (projection's delivery_shapes), as the message's is, so that retention
+// can expunge it; the journal holds its size and digest.
+type Shape struct {
+	// Cancel skips the delivery with this reason: it is made skipped.
+	Cancel string `json:"cancel,omitempty"`
+	// Error is why the transform failed: the delivery is made failed.
+	Error string `json:"error,omitempty"`
+	// Method and Path (appended to the target URL's path) and Headers
+	// are sent instead of the target's method and beside its headers.
+	Method  string            `json:"method,omitempty"`
+	Path    string            `json:"path,omitempty"`
+	Headers map[string]string `json:"headers,omitempty"`
+	// ContentType, PayloadSize and PayloadSHA256 describe the payload
+	// sent instead of the message's; empty when it is the message's.
+	ContentType   string `json:"content_type,omitempty"`
+	PayloadSize   int64  `json:"payload_size,omitempty"`
+	PayloadSHA256 string `json:"payload_sha256,omitempty"`
+}
+
+// Settled reports whether the shape settles the delivery as it is made:
+// cancelled or failed.
+func (s *Shape) Settled() bool { return s != nil && (s.Cancel != "" || s.Error != "") }
+
+// Shaped reports whether a payload other than the message's is sent.
+func (s *Shape) Shaped() bool { return s != nil && s.PayloadSHA256 != "" }
+
+func (s *Shape) validate(prefix string) error {
+	switch {
+	case s == nil:
+		return nil
+	case s.Cancel != "" && s.Error != "":
+		return field(prefix+"cancel", "a delivery is cancelled or its transform failed, not both")
+	case s.Settled() && (s.Method != "" || s.Path != "" || len(s.Headers) > 0 || s.ContentType != "" || s.PayloadSHA256 != ""):
+		return field(prefix+"cancel", "a delivery that is not sent has nothing to send")
+	case s.PayloadSHA256 != "" && !isSHA256(s.PayloadSHA256):
+		return field(prefix+"payload_sha256", "must be 64 hexadecimal digits")
+	case s.PayloadSize < 0 || (s.PayloadSize > 0 && s.PayloadSHA256 == ""):
+		return field(prefix+"payload_size", "needs a payload_sha256 and must not be negative")
+	}
+	return nil
+}
+
+// shapesText is what the transforms did to a dispatch's deliveries, in
+// words.
+func (p NewDeliveries) shapesText() string {
+	var parts []string
+	for _, d := range p.Deliveries {
+		switch {
+		case d.Shape == nil:
+		case d.Shape.Cancel != "":
+			parts = append(parts, "cancelled by target "+d.Target+"'s transform: "+d.Shape.Cancel)
+		case d.Shape.Error != "":
+			parts = append(parts, "target "+d.Target+"'s transform failed: "+d.Shape.Error)
+		default:
+			parts = append(parts, "shaped by target "+d.Target+"'s transform")
+		}
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return "; " + strings.Join(parts, "; ")
 }
 
 // Lane is a delivery's place in its lane: LaneSeq orders the lane's
@@ -452,7 +522,10 @@ func (p NewDeliveries) problems() error {
 		if targets[d.Target] {
 			errs = append(errs, field(name+".target", "must be unique in the message"))
 		}
-		errs = append(errs, d.Lane.validate(name+"."))
+		errs = append(errs, d.Lane.validate(name+"."), d.Shape.validate(name+".shape."))
+		if d.Shape.Settled() && d.LaneSeq > 0 {
+			errs = append(errs, field(name+".lane_seq", "a delivery that is not sent takes no place in a lane"))
+		}
 		seqs[d.Seq], targets[d.Target] = true, true
 	}
 	if len(p.Deliveries) > 0 {
@@ -475,7 +548,8 @@ func (p NewDeliveries) problems() error {
 // would give: the journal's decoding asks it of every dispatch.
 func (p NewDeliveries) valid() bool {
 	for i, d := range p.Deliveries {
-		if d.ID == uuid.Nil || d.Seq < 1 || lifecycle.CheckName("", d.Target) != nil || d.Lane.validate("") != nil {
+		if d.ID == uuid.Nil || d.Seq < 1 || lifecycle.CheckName("", d.Target) != nil || d.Lane.validate("") != nil ||
+			d.Shape.validate("") != nil || d.Shape.Settled() && d.LaneSeq > 0 {
 			return false
 		}
 		for _, e := range p.Deliveries[:i] {
@@ -520,7 +594,7 @@ type MessageDispatched struct{ NewDeliveries }
 func (*MessageDispatched) Kind() Kind        { return KindMessageDispatched }
 func (p *MessageDispatched) Validate() error { return p.validate() }
 func (p *MessageDispatched) Text() string {
-	text := "dispatched to " + p.targets() + p.schedule()
+	text := "dispatched to " + p.targets() + p.schedule() + p.shapesText()
 	if len(p.Deliveries) == 0 {
 		text = "no route matched"
 	}
@@ -541,7 +615,7 @@ type MessageRedispatched struct {
 func (*MessageRedispatched) Kind() Kind        { return KindMessageRedispatched }
 func (p *MessageRedispatched) Validate() error { return p.validate() }
 func (p *MessageRedispatched) Text() string {
-	text := "redispatched: added " + p.targets() + p.schedule()
+	text := "redispatched: added " + p.targets() + p.schedule() + p.shapesText()
 	if len(p.Deliveries) == 0 {
 		text = "redispatched: every matched target already had a delivery"
 	}
@@ -588,7 +662,7 @@ func (p *MessageResent) Text() string {
 	if len(p.Deliveries) == 0 {
 		s += ": no route matched"
 	} else {
-		s += " to " + p.targets()
+		s += " to " + p.targets() + p.shapesText()
 	}
 	if n := len(p.Superseded); n > 0 {
 		s += fmt.Sprintf("; %d superseded", n)

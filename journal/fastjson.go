@@ -319,3 +319,16 @@ func decodeArray[T any](d *fastDecoder, p *[]T, elem func(d *fastDecoder, e *T))
 		*p = append(*p, e)
 	}
 }
+
+// decodePointer reads a value into *p with decode, allocating it when *p
+// is nil; null is nil, as encoding/json reads it.
+func decodePointer[T any](d *fastDecoder, p **T, decode func(d *fastDecoder, e *T)) {
+	if d.null() {
+		*p = nil
+		return
+	}
+	if *p == nil {
+		*p = new(T)
+	}
+	decode(d, *p)
+}

@@ -500,7 +500,7 @@ func decodeFastLifecycleOutcome(d *fastDecoder, p *lifecycle.Outcome) {
 func decodeFastNewDelivery(d *fastDecoder, p *NewDelivery) {
 	o := d.begin()
 	for {
-		switch d.field(&o, "id", "seq", "target", "lane_seq", "blocked", "continue") {
+		switch d.field(&o, "id", "seq", "target", "lane_seq", "blocked", "continue", "shape") {
 		case 0:
 			d.unmarshalText(&p.ID)
 		case 1:
@@ -513,6 +513,8 @@ func decodeFastNewDelivery(d *fastDecoder, p *NewDelivery) {
 			d.bool(&p.Lane.Blocked)
 		case 5:
 			d.bool(&p.Lane.Continue)
+		case 6:
+			decodePointer(d, &p.Shape, decodeFastShape)
 		default:
 			return
 		}
@@ -545,6 +547,32 @@ func decodeFastFilterError(d *fastDecoder, p *FilterError) {
 			d.unmarshalText(&p.Route)
 		case 1:
 			d.string(&p.Error)
+		default:
+			return
+		}
+	}
+}
+
+func decodeFastShape(d *fastDecoder, p *Shape) {
+	o := d.begin()
+	for {
+		switch d.field(&o, "cancel", "error", "method", "path", "headers", "content_type", "payload_size", "payload_sha256") {
+		case 0:
+			d.string(&p.Cancel)
+		case 1:
+			d.string(&p.Error)
+		case 2:
+			d.string(&p.Method)
+		case 3:
+			d.string(&p.Path)
+		case 4:
+			d.stringMap(&p.Headers)
+		case 5:
+			d.string(&p.ContentType)
+		case 6:
+			d.int64(&p.PayloadSize)
+		case 7:
+			d.string(&p.PayloadSHA256)
 		default:
 			return
 		}

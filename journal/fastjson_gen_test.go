@@ -204,6 +204,12 @@ func (g *fastGenerator) value(t reflect.Type, ptr string) (string, error) {
 			g.nested = append(g.nested, t)
 		}
 		return fmt.Sprintf("%s(d, %s)", nestedFunc(t), ptr), nil
+	case t.Kind() == reflect.Pointer && t.Elem().Kind() == reflect.Struct:
+		elem, err := g.value(t.Elem(), "e")
+		if err != nil {
+			return "", err
+		}
+		return fmt.Sprintf("decodePointer(d, %s, %s)", ptr, strings.TrimSuffix(elem, "(d, e)")), nil
 	case t == reflect.TypeFor[map[string]string]():
 		return fmt.Sprintf("d.stringMap(%s)", ptr), nil
 	case t.Kind() == reflect.Slice && t.Name() == "":

@@ -139,6 +139,9 @@ type Target struct {
 	Signing *Signing `json:"signing,omitempty"`
 	// Health is the breaker and the auto-disable; default DefaultHealth.
 	Health *Health `json:"health,omitempty"`
+	// Transform is a CEL expression over the message that shapes each
+	// delivery as it is made (package routing, docs/routing.md).
+	Transform string `json:"transform,omitempty"`
 }
 
 // Signing is how a target signs what it sends, by the Standard Webhooks
@@ -280,6 +283,9 @@ func (t Target) Validate() error {
 	}
 	if t.Receipt != nil && t.Receipt.Correlate != nil {
 		errs = append(errs, t.Receipt.Correlate.Validate())
+	}
+	if len(t.Transform) > MaxFilterLength {
+		errs = append(errs, &FieldError{Field: "transform", Problem: fmt.Sprintf("must be at most %d bytes, got %d", MaxFilterLength, len(t.Transform))})
 	}
 	return errors.Join(errs...)
 }

@@ -30,7 +30,8 @@ const (
 	// StateBlocked: waiting behind an unsettled earlier delivery of its
 	// lane (a fifo target's deliveries of one ordering key).
 	StateBlocked DeliveryState = "blocked"
-	// StateSkipped: settled by an operator without being sent.
+	// StateSkipped: settled without being sent, by an operator or, as it
+	// was made, by its target's transform (a cancel).
 	StateSkipped DeliveryState = "skipped"
 	// StateSuperseded: a delivery of an earlier generation that had failed
 	// or stalled when its message was sent again; final, and counted

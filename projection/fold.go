@@ -178,7 +178,8 @@ func illegalStage(e *journal.Event, m *Message, reason string, allowed ...lifecy
 
 // addDeliveries appends the new deliveries of a dispatch, queued and counted
 // as woken once: the dispatch publishes their first wake-up; or scheduled
-// until their time, not woken.
+// until their time, not woken; or skipped or failed, when their target's
+// transform cancelled them or failed.
 func addDeliveries(next *Message, e *journal.Event, nds journal.NewDeliveries) error {
 	deliveries := slices.Clip(next.Deliveries)
 	for i, nd := range nds.Deliveries {
@@ -197,7 +198,16 @@ func addDeliveries(next *Message, e *journal.Event, nds journal.NewDeliveries) e
 			State: lifecycle.StateQueued, DispatchCount: 1, NextDue: nds.NextDue, CreatedAt: e.RecordedAt,
 			UpdatedAt: e.RecordedAt,
 		}
-		if nds.Scheduled {
+		switch {
+		case nd.Shape.Settled():
+			// The target's transform settled it as it was made: nothing
+			// is sent, nor woken.
+			d.State, d.DispatchCount, d.NextDue, d.FinishedAt = lifecycle.StateSkipped, 0, time.Time{}, e.RecordedAt
+			d.LastError = "cancelled by target " + nd.Target + "'s transform: " + nd.Shape.Cancel
+			if nd.Shape.Error != "" {
+				d.State, d.LastError = lifecycle.StateFailed, "target "+nd.Target+"'s transform failed: "+nd.Shape.Error
+			}
+		case nds.Scheduled:
 			d.State, d.DispatchCount = lifecycle.StateScheduled, 0
 		}
 		d.enterLane(nd.Lane, next.OrderingKey)

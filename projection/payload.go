@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/waybill/waybill/journal"
+	"github.com/waybill/waybill/routing"
 )
 
 // Payload is a message's bytes with the content type its source gave.
@@ -68,6 +69,7 @@ func QueueInsertPayloads(b *pgx.Batch, ids []uuid.UUID, bodies [][]byte) {
 // removal).
 func QueueDeletePayloads(b *pgx.Batch, ids []uuid.UUID) {
 	b.Queue(`DELETE FROM payloads WHERE message_id = ANY($1::uuid[])`, ids)
+	b.Queue(`DELETE FROM delivery_shapes WHERE message_id = ANY($1::uuid[])`, ids)
 }
 
 // payloadsSQL reads the bodies of the messages $1 that have one.
@@ -93,4 +95,40 @@ func QueuePayloads(b *pgx.Batch, ids []uuid.UUID) map[uuid.UUID][]byte {
 			return err
 		})
 	return bodies
+}
+
+// QueueInsertShapes queues on b the insert of the shapes of the new
+// deliveries ids of the message, shapes[i] that of ids[i], in the
+// transaction that journals them.
+func QueueInsertShapes(b *pgx.Batch, messageID uuid.UUID, ids []uuid.UUID, shapes []routing.Shaped) {
+	docs := make([]journal.Shape, len(shapes))
+	bodies := make([][]byte, len(shapes))
+	for i, s := range shapes {
+		docs[i], bodies[i] = s.Shape, s.Body
+	}
+	b.Queue(`INSERT INTO delivery_shapes (delivery_id, message_id, shape, body)
+		SELECT k.id, $1, k.shape, k.body FROM unnest($2::uuid[], $3::jsonb[], $4::bytea[]) AS k(id, shape, body)`,
+		messageID, ids, docs, bodies)
+}
+
+// QueueShapes queues on b the read of the shapes of the messages'
+// deliveries into the map it returns, by delivery id, filled when the
+// batch is closed; a delivery without one is not in it.
+func QueueShapes(b *pgx.Batch, messageIDs []uuid.UUID) map[uuid.UUID]routing.Shaped {
+	shapes := map[uuid.UUID]routing.Shaped{}
+	b.Queue(`SELECT s.delivery_id, s.shape, s.body FROM unnest($1::uuid[]) AS k(id),
+		LATERAL (SELECT delivery_id, shape, body FROM delivery_shapes WHERE message_id = k.id OFFSET 0) s`, messageIDs).
+		Query(func(rows pgx.Rows) error {
+			var (
+				id uuid.UUID
+				s  routing.Shaped
+			)
+			_, err := pgx.ForEachRow(rows, []any{&id, &s.Shape, &s.Body}, func() error {
+				shapes[id] = s
+				s = routing.Shaped{}
+				return nil
+			})
+			return err
+		})
+	return shapes
 }

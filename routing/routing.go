@@ -79,7 +79,7 @@ func compile(field, src string, want *cel.Type) (*Program, error) {
 		}
 		return nil, &lifecycle.FieldError{Field: field, Problem: strings.Join(problems, "; ")}
 	}
-	if out := checked.OutputType(); !out.IsExactType(want) && !out.IsExactType(cel.DynType) {
+	if out := checked.OutputType(); !want.IsAssignableType(out) && !out.IsExactType(cel.DynType) {
 		return nil, &lifecycle.FieldError{Field: field, Problem: fmt.Sprintf("must yield a %s, yields a %s", want, out)}
 	}
 	if err := checkFields(field, checked); err != nil {

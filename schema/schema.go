@@ -147,6 +147,18 @@ CREATE TABLE IF NOT EXISTS payloads (
 	body       bytea NOT NULL
 );
 
+-- What a target's transform made of a delivery, where it differs from the
+-- message (the journal's shape, and the payload when it is another),
+-- sent by every attempt. Kept beside the payloads, as the journal is the
+-- truth of everything but the bodies.
+CREATE TABLE IF NOT EXISTS delivery_shapes (
+	delivery_id uuid  PRIMARY KEY,
+	message_id  uuid  NOT NULL,
+	shape       jsonb NOT NULL,
+	body        bytea
+);
+CREATE INDEX IF NOT EXISTS delivery_shapes_message ON delivery_shapes (message_id);
+
 -- spec is the whole lifecycle.Target as JSON, defaults filled.
 CREATE TABLE IF NOT EXISTS targets (
 	name       text        PRIMARY KEY,

@@ -36,7 +36,7 @@ type httpConfig struct {
 	TLSSkipVerify bool `json:"tls_skip_verify,omitempty"`
 	// ForwardHeaders are the message headers sent as request headers:
 	// names, or prefixes ending in * (x-request-*), any case. Reserved
-	// headers (forwardReserved) are never sent, whatever a prefix covers.
+	// headers (ForwardReserved) are never sent, whatever a prefix covers.
 	ForwardHeaders []string `json:"forward_headers,omitempty"`
 	// PropagateBaggage sends the message's W3C baggage with each attempt,
 	// when tracing is on: the sender's baggage may hold what only this
@@ -107,10 +107,10 @@ func checkHeaders(headers map[string]string) []error {
 var hopByHop = []string{"connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "proxy-connection",
 	"te", "trailer", "transfer-encoding", "upgrade"}
 
-// forwardReserved reports a header name (lower case) that no message header
+// ForwardReserved reports a header name (lower case) that no message header
 // may set on an attempt: those Waybill or the client set, the signature's,
 // the hop-by-hop headers and the trace context's.
-func forwardReserved(name string) bool {
+func ForwardReserved(name string) bool {
 	canonical := http.CanonicalHeaderKey(name)
 	return name == "content-type" || slices.Contains(reservedHeaders, canonical) || slices.Contains(hopByHop, name) ||
 		strings.HasPrefix(name, "waybill-") || strings.HasPrefix(name, "webhook-") || tracing.Reserved(name)
@@ -141,7 +141,7 @@ func CheckHeaderPatterns(field string, patterns []string) []error {
 			problem = fmt.Sprintf("%q is not a header name, or a prefix of one ending in * such as x-request-*", p)
 		case strings.Contains(name, "*"):
 			problem = fmt.Sprintf("%q may have a * only at its end", p)
-		case !prefix && forwardReserved(name),
+		case !prefix && ForwardReserved(name),
 			prefix && (strings.HasPrefix(name, "waybill-") || strings.HasPrefix(name, "webhook-")):
 			problem = fmt.Sprintf("%q is reserved: content-type, content-length, host, idempotency-key, webhook-*, waybill-*, "+
 				"the hop-by-hop headers and the trace context's are never forwarded nor kept from a webhook", p)
@@ -156,7 +156,7 @@ func CheckHeaderPatterns(field string, patterns []string) []error {
 // HeaderPatternsTake reports whether patterns (CheckHeaderPatterns) take the
 // header name (lower case); a reserved one they never do.
 func HeaderPatternsTake(patterns []string, name string) bool {
-	if forwardReserved(name) {
+	if ForwardReserved(name) {
 		return false
 	}
 	for _, p := range patterns {
@@ -190,7 +190,9 @@ func checkHTTP(raw json.RawMessage) (json.RawMessage, error) {
 
 // httpTarget sends each attempt's payload to a URL.
 type httpTarget struct {
-	cfg    httpConfig
+	cfg httpConfig
+	// url is cfg.URL parsed, which a transform's path is appended to.
+	url    *url.URL
 	client *http.Client
 	// correlate, when set, says where the receiver's id for the message
 	// is in its answer.
@@ -216,7 +218,11 @@ func newHTTP(t lifecycle.Target, keys []Key, now func() time.Time) (Deliverer, e
 		// payload again: it is recorded as the outcome.
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 	}
-	h := &httpTarget{cfg: cfg, client: client, keys: keys, now: now}
+	u, err := url.Parse(cfg.URL)
+	if err != nil {
+		return nil, fmt.Errorf("target %s: url: %w", t.Name, err)
+	}
+	h := &httpTarget{cfg: cfg, url: u, client: client, keys: keys, now: now}
 	if t.Receipt != nil {
 		h.correlate = t.Receipt.Correlate
 	}
@@ -251,7 +257,14 @@ func (h *httpTarget) Deliver(ctx context.Context, a Attempt) lifecycle.Outcome {
 		ctx, cancel = context.WithTimeoutCause(ctx, d, errTimeout)
 		defer cancel()
 	}
-	req, err := http.NewRequestWithContext(ctx, h.cfg.Method, h.cfg.URL, bytes.NewReader(a.Payload))
+	method, target := h.cfg.Method, h.cfg.URL
+	if a.Method != "" {
+		method = a.Method
+	}
+	if a.Path != "" {
+		target = h.url.JoinPath(a.Path).String()
+	}
+	req, err := http.NewRequestWithContext(ctx, method, target, bytes.NewReader(a.Payload))
 	if err != nil {
 		return lifecycle.Failed(fmt.Sprintf("build request: %v", err))
 	}
@@ -262,6 +275,9 @@ func (h *httpTarget) Deliver(ctx context.Context, a Attempt) lifecycle.Outcome {
 		}
 	}
 	for name, value := range h.cfg.Headers {
+		req.Header.Set(name, value)
+	}
+	for name, value := range a.SetHeaders {
 		req.Header.Set(name, value)
 	}
 	if a.ContentType != "" {

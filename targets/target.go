@@ -55,6 +55,17 @@ type Attempt struct {
 	// Trace is the message's trace context: the attempt's span continues
 	// it, and a target that opts in passes its baggage on.
 	Trace lifecycle.Trace
+	// Method, Path and SetHeaders are what the target's transform made of
+	// the delivery (Payload and ContentType are then its too): an http
+	// target sends with Method instead of its own, to Path appended to
+	// its URL's path, with SetHeaders over its own.
+	Method     string
+	Path       string
+	SetHeaders map[string]string
+	// NotSent is why nothing is sent: the target's transform settled the
+	// delivery when it was made and an operator redelivered it since, so
+	// the attempt fails for good with it.
+	NotSent string
 }
 
 // Deliverer makes one attempt. ctx ends at the attempt timeout or when the

@@ -10,6 +10,7 @@ import (
 	"github.com/waybill/waybill/commands"
 	"github.com/waybill/waybill/lifecycle"
 	"github.com/waybill/waybill/projection"
+	"github.com/waybill/waybill/routing"
 	"github.com/waybill/waybill/targets"
 )
 
@@ -78,22 +79,38 @@ func (s *DeliveryStore) jobs(claims []commands.Claim) []Job[targets.Attempt] {
 	jobs := make([]Job[targets.Attempt], len(claims))
 	for i, c := range claims {
 		jobs[i] = Job[targets.Attempt]{ID: c.Delivery.ID, Token: c.Token, LeaseEnd: c.LeaseEnd,
-			Work: attempt(c.Message, c.Delivery, c.Payload)}
+			Work: attempt(c.Message, c.Delivery, c.Payload, c.Shape)}
 	}
 	return jobs
 }
 
-func attempt(m *projection.Message, d projection.Delivery, payload []byte) targets.Attempt {
+// attempt is the attempt of the claimed delivery d of m, sending payload
+// as its target's transform shaped it, when it did (shape): every attempt
+// sends what the transform made when the delivery was made, so a retry's
+// body, idempotency key and signature are the first attempt's.
+func attempt(m *projection.Message, d projection.Delivery, payload []byte, shape *routing.Shaped) targets.Attempt {
 	since := d.CreatedAt
 	if !d.RedeliveredAt.IsZero() {
 		since = d.RedeliveredAt
 	}
-	return targets.Attempt{
+	a := targets.Attempt{
 		MessageID: m.ID, DeliveryID: d.ID, Seq: d.Seq, Target: d.Target, Number: d.Attempts,
 		Round: d.Attempts - d.RedeliveredAttempts, Redelivered: d.Redeliveries > 0, Since: since,
 		Source: m.Source, From: m.From, To: m.To, ContentType: m.ContentType, Payload: payload, Trace: m.Trace,
 		Headers: m.Headers,
 	}
+	switch {
+	case shape == nil:
+	case shape.Settled():
+		a.NotSent = "not sent: " + d.Target + "'s transform settled the delivery when it was made (" +
+			shape.Cancel + shape.Error + "); resend the message to run the transform in force now"
+	default:
+		a.Method, a.Path, a.SetHeaders = shape.Method, shape.Path, shape.Headers
+		if shape.Shaped() {
+			a.Payload, a.ContentType = shape.Body, shape.ContentType
+		}
+	}
+	return a
 }
 
 // policyDeliverer applies a target's retry and receipt policies to what its
@@ -109,6 +126,9 @@ type policyDeliverer struct {
 // for now is retried by the policy or, past its bounds, fails for good.
 // The outcome keeps the answer's status code.
 func (p *policyDeliverer) Deliver(ctx context.Context, a targets.Attempt) lifecycle.Outcome {
+	if a.NotSent != "" {
+		return lifecycle.Failed(a.NotSent)
+	}
 	o := p.kind.Deliver(ctx, a)
 	now := p.now()
 	out := o

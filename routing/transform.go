@@ -1,0 +1,283 @@
+package routing
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"mime"
+	"net/http"
+	"net/url"
+	"reflect"
+	"slices"
+	"strings"
+
+	"github.com/google/cel-go/cel"
+	"google.golang.org/protobuf/types/known/structpb"
+
+	"github.com/waybill/waybill/journal"
+	"github.com/waybill/waybill/lifecycle"
+	"github.com/waybill/waybill/targets"
+)
+
+// Shaped is what a delivery's attempts send as its target's transform
+// made it: the shape the journal records, and the payload when it is not
+// the message's.
+type Shaped struct {
+	journal.Shape
+	Body []byte
+}
+
+// transformKeys are the keys a transform's map may have.
+var transformKeys = []string{"payload", "content_type", "headers", "path", "method", "cancel"}
+
+// Methods are the methods a transform may send with.
+var Methods = []string{http.MethodPost, http.MethodPut, http.MethodPatch}
+
+// maxPath bounds a transform's path.
+const maxPath = 1024
+
+// CompileTransform compiles a target's transform, which must yield a map
+// (transformKeys).
+func CompileTransform(src string) (*Program, error) {
+	return compile("transform", src, cel.MapType(cel.StringType, cel.DynType))
+}
+
+// Transforms are the targets' transforms compiled, by target name.
+type Transforms map[string]*Program
+
+// NewTransforms compiles the transforms of ts, reusing the programs of
+// prev (which may be nil) for the transforms it has. A transform that
+// does not compile is an error naming its target: a target is checked
+// when saved, so it means a target saved by a build that allowed more.
+func NewTransforms(ts map[string]lifecycle.Target, prev Transforms) (Transforms, error) {
+	compiled := map[string]*Program{}
+	for _, p := range prev {
+		compiled[p.src] = p
+	}
+	out := Transforms{}
+	for name, t := range ts {
+		if t.Transform == "" {
+			continue
+		}
+		p := compiled[t.Transform]
+		if p == nil {
+			var err error
+			if p, err = CompileTransform(t.Transform); err != nil {
+				return nil, fmt.Errorf("target %s: %w", name, err)
+			}
+			compiled[t.Transform] = p
+		}
+		out[name] = p
+	}
+	return out, nil
+}
+
+// ReadsPayload reports whether a transform may read the payload, which then
+// must be at hand for Shape.
+func (t Transforms) ReadsPayload() bool {
+	for _, p := range t {
+		if p.payload {
+			return true
+		}
+	}
+	return false
+}
+
+// Shape runs the transform of target, if it has one, on in, the message
+// m's input: what the delivery sends where it differs from m, nil when
+// the target has no transform or it changed nothing. A transform that
+// fails, or yields what cannot be sent, settles the delivery as failed
+// with the reason (journal.Shape.Error).
+func (t Transforms) Shape(target string, m Message, in *Input) *Shaped {
+	p := t[target]
+	if p == nil {
+		return nil
+	}
+	s, err := p.Transform(m, in)
+	if err != nil {
+		return &Shaped{Shape: journal.Shape{Error: err.Error()}}
+	}
+	if s.Shape.PayloadSHA256 == "" && s.Shape.Method == "" && s.Shape.Path == "" && len(s.Shape.Headers) == 0 && s.Shape.Cancel == "" {
+		return nil
+	}
+	return &s
+}
+
+// Transform runs a transform on in, the input of m: what it makes of a
+// delivery of m, or why it cannot be sent (an error at run time, the cost
+// limit passed, a key or value not allowed).
+func (p *Program) Transform(m Message, in *Input) (Shaped, error) {
+	out, _, err := p.prg.Eval(in.activation(p.payload))
+	if err != nil {
+		return Shaped{}, err
+	}
+	native, err := out.ConvertToNative(reflect.TypeFor[*structpb.Value]())
+	if err != nil {
+		return Shaped{}, fmt.Errorf("yields a value that is not JSON: %w", err)
+	}
+	got, ok := native.(*structpb.Value).AsInterface().(map[string]any)
+	if !ok {
+		return Shaped{}, fmt.Errorf("yields %s, not a map", out.Type())
+	}
+	for _, k := range slices.Sorted(maps.Keys(got)) {
+		if !slices.Contains(transformKeys, k) {
+			return Shaped{}, fmt.Errorf("yields the key %q: allowed are %s", k, strings.Join(transformKeys, ", "))
+		}
+	}
+	var s Shaped
+	if c, ok := got["cancel"]; ok {
+		reason, ok := c.(string)
+		switch {
+		case !ok || strings.TrimSpace(reason) == "":
+			return Shaped{}, fmt.Errorf("cancel must be a reason, a string that is not blank")
+		case len(got) > 1:
+			return Shaped{}, fmt.Errorf("cancel comes alone: a delivery that is not sent has nothing to send")
+		}
+		s.Cancel = reason
+		return s, nil
+	}
+	if err := shapePayload(&s, m, got); err != nil {
+		return Shaped{}, err
+	}
+	if s.Headers, err = shapeHeaders(got["headers"]); err != nil {
+		return Shaped{}, err
+	}
+	if s.Path, err = stringKey(got, "path"); err != nil {
+		return Shaped{}, err
+	}
+	if err := CheckPath(s.Path); err != nil {
+		return Shaped{}, err
+	}
+	if s.Method, err = stringKey(got, "method"); err != nil {
+		return Shaped{}, err
+	}
+	if s.Method != "" && !slices.Contains(Methods, s.Method) {
+		return Shaped{}, fmt.Errorf("method %q: allowed are %s", s.Method, strings.Join(Methods, ", "))
+	}
+	return s, nil
+}
+
+// shapePayload sets the payload the transform yields, with its content
+// type, where it differs from the message's: a string is sent as it is
+// (text/plain unless content_type says otherwise), any other value as
+// JSON (application/json unless content_type says otherwise).
+func shapePayload(s *Shaped, m Message, got map[string]any) error {
+	contentType, err := stringKey(got, "content_type")
+	if err != nil {
+		return err
+	}
+	v, ok := got["payload"]
+	if !ok {
+		if contentType != "" {
+			return fmt.Errorf("content_type is the payload's: it needs a payload")
+		}
+		return nil
+	}
+	if contentType != "" {
+		if _, _, err := mime.ParseMediaType(contentType); err != nil || strings.ContainsFunc(contentType, func(r rune) bool { return r < ' ' || r == 0x7f }) {
+			return fmt.Errorf("content_type %q is not a media type", contentType)
+		}
+	}
+	var body []byte
+	if text, ok := v.(string); ok {
+		body = []byte(text)
+		if contentType == "" {
+			contentType = "text/plain; charset=utf-8"
+		}
+	} else {
+		if body, err = json.Marshal(v); err != nil {
+			return fmt.Errorf("payload: %w", err)
+		}
+		if contentType == "" {
+			contentType = "application/json"
+		}
+	}
+	if contentType == m.ContentType && string(body) == string(m.Payload) {
+		return nil
+	}
+	sum := sha256.Sum256(body)
+	s.Body, s.ContentType, s.PayloadSize, s.PayloadSHA256 = body, contentType, int64(len(body)), hex.EncodeToString(sum[:])
+	return nil
+}
+
+// shapeHeaders checks the headers a transform yields as a message's are
+// checked, names lower case, and refuses those no message header may set
+// on an attempt (targets.ForwardReserved).
+func shapeHeaders(v any) (map[string]string, error) {
+	if v == nil {
+		return nil, nil
+	}
+	raw, ok := v.(map[string]any)
+	if !ok {
+		return nil, fmt.Errorf("headers must be a map of strings")
+	}
+	h := make(map[string]string, len(raw))
+	for _, name := range slices.Sorted(maps.Keys(raw)) {
+		value, ok := raw[name].(string)
+		if !ok {
+			return nil, fmt.Errorf("the header %q must be a string", name)
+		}
+		h[name] = value
+	}
+	h, err := lifecycle.LowerHeaders("headers", h)
+	if err != nil {
+		return nil, err
+	}
+	for _, name := range slices.Sorted(maps.Keys(h)) {
+		if targets.ForwardReserved(name) {
+			return nil, fmt.Errorf("the header %q is reserved: content-type, content-length, host, idempotency-key, webhook-*, waybill-*, "+
+				"the hop-by-hop headers and the trace context's are Waybill's", name)
+		}
+	}
+	return h, nil
+}
+
+// stringKey is the string at key, "" when there is none.
+func stringKey(got map[string]any, key string) (string, error) {
+	v, ok := got[key]
+	if !ok {
+		return "", nil
+	}
+	s, ok := v.(string)
+	if !ok {
+		return "", fmt.Errorf("%s must be a string", key)
+	}
+	return s, nil
+}
+
+// CheckPath checks a path a transform appends to its target's URL path:
+// empty, or segments each starting with / of the characters a path may
+// hold unescaped or percent-escaped, none of them . or .., and no query
+// or fragment. So the path cannot leave the target's URL: no scheme,
+// host or parent directory is reached from it.
+func CheckPath(path string) error {
+	if path == "" {
+		return nil
+	}
+	if len(path) > maxPath {
+		return fmt.Errorf("path must be at most %d bytes, got %d", maxPath, len(path))
+	}
+	if !strings.HasPrefix(path, "/") {
+		return fmt.Errorf("path %q must start with /", path)
+	}
+	for _, seg := range strings.Split(path[1:], "/") {
+		if plain, err := url.PathUnescape(seg); err == nil && (plain == "." || plain == "..") {
+			return fmt.Errorf("path %q must not have a . or .. segment", path)
+		}
+		for i := 0; i < len(seg); i++ {
+			c := seg[i]
+			switch {
+			case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9', strings.IndexByte("-._~!$&'()*+,;=:@", c) >= 0:
+			case c == '%' && i+2 < len(seg) && isHex(seg[i+1]) && isHex(seg[i+2]):
+				i += 2
+			default:
+				return fmt.Errorf("path %q holds %q: escape it as %%%02X", path, string(c), c)
+			}
+		}
+	}
+	return nil
+}
+
+func isHex(c byte) bool { return c >= '0' && c <= '9' || c >= 'a' && c <= 'f' || c >= 'A' && c <= 'F' }

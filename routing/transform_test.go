@@ -1,0 +1,184 @@
+package routing
+
+import (
+	"errors"
+	"maps"
+	"strings"
+	"testing"
+
+	"github.com/waybill/waybill/lifecycle"
+)
+
+// TestTransformMatrix is the types × filter × transform matrix: the
+// fan-out of each message, and what each target's transform makes of its
+// delivery.
+func TestTransformMatrix(t *testing.T) {
+	routes := []lifecycle.Route{
+		route("billing", []string{"invoice.*"}, "has(message.payload.amount) && message.payload.amount > 1000"),
+		route("ledger", []string{"invoice.*"}, ""),
+		route("audit", nil, ""),
+	}
+	table, err := NewTable(routes, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tf, err := NewTransforms(map[string]lifecycle.Target{
+		// billing wants its own format, at a path of the invoice's kind.
+		"billing": {Name: "billing", Transform: `{"payload": {"invoice": message.payload.id, "cents": int(message.payload.amount * 100.0)},
+			"path": "/invoices/" + message.type.split(".")[1], "method": "PUT", "headers": {"X-Kind": message.type}}`},
+		// ledger takes text, and no test traffic.
+		"ledger": {Name: "ledger", Transform: `"x-test" in message.headers ? {"cancel": "test traffic"} :
+			{"payload": message.type + " " + string(message.payload.id), "content_type": "text/csv"}`},
+		"audit": {Name: "audit"},
+	}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const json = "application/json"
+	type out struct {
+		body, contentType, path, method, cancel, err string
+		headers                                      map[string]string
+	}
+	for _, tc := range []struct {
+		name   string
+		m      Message
+		shapes map[string]out // by target; a target without one is sent unchanged
+	}{
+		{"large invoice", Message{Type: "invoice.created", ContentType: json, Payload: []byte(`{"id":"in-1","amount":1500.25}`)},
+			map[string]out{
+				"billing": {body: `{"cents":150025,"invoice":"in-1"}`, contentType: json, path: "/invoices/created", method: "PUT",
+					headers: map[string]string{"x-kind": "invoice.created"}},
+				"ledger": {body: "invoice.created in-1", contentType: "text/csv"},
+				"audit":  {},
+			}},
+		{"small invoice", Message{Type: "invoice.paid", ContentType: json, Payload: []byte(`{"id":"in-2","amount":10}`)},
+			map[string]out{"ledger": {body: "invoice.paid in-2", contentType: "text/csv"}, "audit": {}}},
+		{"test invoice", Message{Type: "invoice.paid", Headers: map[string]string{"x-test": "1"}, ContentType: json, Payload: []byte(`{"id":"in-3","amount":10}`)},
+			map[string]out{"ledger": {cancel: "test traffic"}, "audit": {}}},
+		{"invoice without id", Message{Type: "invoice.paid", ContentType: json, Payload: []byte(`{"amount":5000}`)},
+			map[string]out{"billing": {err: "no such key: id"}, "ledger": {err: "no such key: id"}, "audit": {}}},
+		{"order", Message{Type: "order.created", ContentType: json, Payload: []byte(`{}`)},
+			map[string]out{"audit": {}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.m.Source, tc.m.From, tc.m.To, tc.m.Size = "shop", "a", "b", int64(len(tc.m.Payload))
+			d := table.Match(tc.m)
+			if got := d.Targets; !equalKeys(got, tc.shapes) {
+				t.Fatalf("targets %v; want those of %v", got, tc.shapes)
+			}
+			in := NewInput(tc.m)
+			for _, target := range d.Targets {
+				want := tc.shapes[target]
+				s := tf.Shape(target, tc.m, in)
+				var got out
+				if s != nil {
+					got = out{body: string(s.Body), contentType: s.ContentType, path: s.Path, method: s.Method, cancel: s.Cancel, headers: s.Headers}
+					if s.Error != "" {
+						got = out{err: s.Error}
+					}
+				}
+				if want.err != "" && strings.Contains(got.err, want.err) {
+					continue
+				}
+				if got.body != want.body || got.contentType != want.contentType || got.path != want.path || got.method != want.method ||
+					got.cancel != want.cancel || got.err != want.err || !maps.Equal(got.headers, want.headers) {
+					t.Errorf("%s: shape %+v; want %+v", target, got, want)
+				}
+			}
+		})
+	}
+}
+
+func equalKeys[V any](targets []string, m map[string]V) bool {
+	if len(targets) != len(m) {
+		return false
+	}
+	for _, t := range targets {
+		if _, ok := m[t]; !ok {
+			return false
+		}
+	}
+	return true
+}
+
+// TestTransformRefusesAtRunTime: what a transform yields that cannot be
+// sent fails it, with a reason that says what is allowed.
+func TestTransformRefusesAtRunTime(t *testing.T) {
+	for _, tc := range []struct {
+		src, want string
+	}{
+		{`{"body": "x"}`, `yields the key "body": allowed are payload`},
+		{`{"path": "/a/../b"}`, "must not have a . or .. segment"},
+		{`{"path": "/a/%2E%2E/b"}`, "must not have a . or .. segment"},
+		{`{"path": "//evil.example/x?y"}`, `holds "?"`},
+		{`{"path": "x"}`, "must start with /"},
+		{`{"method": "DELETE"}`, "allowed are POST, PUT, PATCH"},
+		{`{"headers": {"Idempotency-Key": "x"}}`, `"idempotency-key" is reserved`},
+		{`{"headers": {"webhook-id": "x"}}`, `"webhook-id" is reserved`},
+		{`{"headers": {"x-n": 1}}`, `"x-n" must be a string`},
+		{`{"cancel": ""}`, "cancel must be a reason"},
+		{`{"cancel": "x", "path": "/a"}`, "cancel comes alone"},
+		{`{"content_type": "text/plain"}`, "needs a payload"},
+		{`{"payload": "x", "content_type": "not a type"}`, "is not a media type"},
+		{`{"payload": message.payload.all(a, message.payload.all(b, a + b >= 0))}`, "cost limit"},
+	} {
+		p, err := CompileTransform(tc.src)
+		if err != nil {
+			t.Errorf("CompileTransform(%q): %v", tc.src, err)
+			continue
+		}
+		list := "[" + strings.Repeat("1,", 2000) + "1]"
+		m := Message{Source: "shop", ContentType: "application/json", Payload: []byte(list)}
+		if _, err := p.Transform(m, NewInput(m)); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("transform %s: %v; want an error with %q", tc.src, err, tc.want)
+		}
+	}
+}
+
+// TestCompileTransformRefuses: a transform that does not compile, or
+// cannot yield a map, is refused on transform with where and why.
+func TestCompileTransformRefuses(t *testing.T) {
+	for _, tc := range []struct {
+		src, want string
+	}{
+		{`{"payload": message.payload`, "at 1:28:"},
+		{`"text"`, "must yield a map(string, dyn), yields a string"},
+		{`{"payload": message.paylod}`, `at 1:20: message has no field "paylod"`},
+	} {
+		_, err := CompileTransform(tc.src)
+		var fe *lifecycle.FieldError
+		if !errors.As(err, &fe) || fe.Field != "transform" || !strings.Contains(fe.Problem, tc.want) {
+			t.Errorf("CompileTransform(%q) = %v; want a problem of transform with %q", tc.src, err, tc.want)
+		}
+	}
+}
+
+// TestTransformUnchanged: a transform that yields the message as it is
+// stores nothing.
+func TestTransformUnchanged(t *testing.T) {
+	tf, err := NewTransforms(map[string]lifecycle.Target{"t": {Transform: `{"payload": message.payload}`}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := Message{ContentType: "application/json", Payload: []byte(`{"a":1}`)}
+	if s := tf.Shape("t", m, NewInput(m)); s != nil {
+		t.Fatalf("shape %+v; want none", s)
+	}
+}
+
+// TestCancelTestTrafficTransform is the example of routing.md: test
+// traffic is cancelled, the rest sent as it is.
+func TestCancelTestTrafficTransform(t *testing.T) {
+	tf, err := NewTransforms(map[string]lifecycle.Target{"t": {Transform: `'x-test' in message.headers ? {'cancel': 'test traffic'} : {}`}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	test := Message{Headers: map[string]string{"x-test": "1"}, Payload: []byte("x")}
+	if s := tf.Shape("t", test, NewInput(test)); s == nil || s.Cancel != "test traffic" {
+		t.Errorf("test traffic: %+v", s)
+	}
+	other := Message{Payload: []byte("x")}
+	if s := tf.Shape("t", other, NewInput(other)); s != nil {
+		t.Errorf("other traffic: %+v", s)
+	}
+}
