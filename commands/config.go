@@ -39,7 +39,7 @@ type configState struct {
 // ConfigTTL after it was read.
 func (w *Writer) config(ctx context.Context) (*configState, error) {
 	w.mu.Lock()
-	c := w.cached
+	c, seen := w.cached, w.invalidated
 	w.mu.Unlock()
 	if c != nil && w.clock().Sub(c.loaded) < w.ttl {
 		return c, nil
@@ -49,7 +49,9 @@ func (w *Writer) config(ctx context.Context) (*configState, error) {
 		return nil, err
 	}
 	w.mu.Lock()
-	w.cached = c
+	if w.invalidated == seen {
+		w.cached = c
+	}
 	w.mu.Unlock()
 	return c, nil
 }
@@ -59,6 +61,7 @@ func (w *Writer) config(ctx context.Context) (*configState, error) {
 func (w *Writer) Invalidate() {
 	w.mu.Lock()
 	w.cached = nil
+	w.invalidated++
 	w.mu.Unlock()
 }
 

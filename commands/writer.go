@@ -81,6 +81,9 @@ type Writer struct {
 
 	mu     sync.Mutex
 	cached *configState
+	// invalidated counts the Invalidate calls, so a load begun before
+	// one is not cached after it.
+	invalidated uint64
 
 	// batches gathers the message commands into transactions.
 	batches batcher
