@@ -48,10 +48,13 @@ func TestGoneDisablesTheTarget(t *testing.T) {
 		}
 		return http.StatusGone
 	})
-	rt := b.runtime(t, 0)
+	// Both processes run on the real clock: a claim made on the bundle's
+	// frozen clock would look expired to the other process, which would
+	// claim that delivery again instead of the second one.
+	rt := b.process(t).runtime(t, b)
 	b.process(t).runtime(t, b)
-	// The first goes to this process's idle worker, the second's wake-up
-	// to the other process's, this one's slot being taken.
+	// Each wake-up reaches both processes; the one whose slot is free when
+	// the second comes claims it.
 	first := b.ingest(t, 2)
 	b.waitStatus(t, lifecycle.StatusError, first...)
 	for _, m := range first {
