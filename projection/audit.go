@@ -142,6 +142,9 @@ type Folded struct {
 	// stream. No delivery.claimed of the target may come while its
 	// breaker is open.
 	health map[string]*TargetHealth
+	// shapes holds, by delivery, the shapes the journal records, which
+	// delivery_shapes must hold (checkShapes).
+	shapes map[uuid.UUID]foldedShape
 }
 
 // missingDuplicate is a possible duplicate of a message the fold did not
@@ -373,6 +376,7 @@ func (f *Folded) fold(e journal.Event) error {
 	}
 	f.outcomes.addOutcome(&e, m.CreatedAt, 1)
 	f.noteActed(id, e)
+	f.noteShapes(id, e.Payload)
 	if f.routes != nil {
 		f.checkRouting(m, e)
 	}

@@ -42,6 +42,11 @@ func checkTables(ctx context.Context, qs []journal.Querier, f *Folded, message u
 		return nil, err
 	}
 	r := report(f, checks, shares)
+	shaped, err := checkShapes(ctx, qs[0], f, message)
+	if err != nil {
+		return nil, err
+	}
+	r.Violations = append(r.Violations, shaped...)
 	if message == uuid.Nil {
 		counted, err := checkCounts(ctx, qs[0], f)
 		if err != nil {
