@@ -151,17 +151,7 @@ func newMessage(req IngestRequest) (commands.NewMessage, error) {
 	if len(errs) > 0 {
 		// The Writer's check of the other fields, which it would run
 		// only once the payload is right.
-		accepted := journal.MessageAccepted{Source: in.Source, From: in.From, To: in.To, ContentType: in.ContentType,
-			PayloadSHA256: strings.Repeat("0", 64), IdempotencyKey: in.IdempotencyKey, OrderingKey: in.OrderingKey,
-			DuplicateKey: in.DuplicateKey, CallbackURL: in.CallbackURL, Type: in.Type}
-		var err error
-		if accepted.Headers, err = lifecycle.LowerHeaders("headers", in.Headers); err != nil {
-			errs = append(errs, err)
-		}
-		if accepted.ContentType == "" {
-			accepted.ContentType = "application/octet-stream"
-		}
-		errs = append(errs, accepted.Validate())
+		errs = append(errs, checkAccepted(in)...)
 	}
 	return in, invalid(errs...)
 }

@@ -216,6 +216,9 @@ func permission(method, pattern string) auth.Permission {
 		return auth.Administer
 	case method == http.MethodGet || method == http.MethodHead:
 		return auth.Read
+	case pattern == "POST "+Prefix+"/routes/try":
+		// It writes nothing: a read.
+		return auth.Read
 	case pattern == "POST "+Prefix+"/messages":
 		return auth.Ingest
 	case pattern == "POST "+Prefix+"/deliveries/{id}/receipt", pattern == "POST "+Prefix+"/receipts":
@@ -225,8 +228,8 @@ func permission(method, pattern string) auth.Permission {
 }
 
 // scopedRoutes are the routes a scoped token may take, within its scope,
-// which their handlers check: its sources' messages, its targets'
-// receipts, and the API's description.
+// which their handlers check: its sources' messages and the routes'
+// trial of them, its targets' receipts, and the API's description.
 var scopedRoutes = map[string]bool{
 	"POST " + Prefix + "/messages":                true,
 	"GET " + Prefix + "/messages":                 true,
@@ -236,6 +239,7 @@ var scopedRoutes = map[string]bool{
 	"POST " + Prefix + "/deliveries/{id}/receipt": true,
 	"POST " + Prefix + "/receipts":                true,
 	"GET " + Prefix + "/openapi.json":             true,
+	"POST " + Prefix + "/routes/try":              true,
 }
 
 // scopeOf says what a scoped identity is bound to, for the reasons of its

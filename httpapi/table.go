@@ -42,6 +42,7 @@ var routes = []route{
 
 	{http.MethodGet, "/routes", (*Server).listRoutes, nil, RouteList{}, http.StatusOK},
 	{http.MethodPost, "/routes", (*Server).createRoute, RouteRequest{}, lifecycle.Route{}, http.StatusCreated},
+	{http.MethodPost, "/routes/try", (*Server).tryRoutes, TryRequest{}, Trial{}, http.StatusOK},
 	{http.MethodGet, "/routes/{id}", (*Server).getRoute, nil, lifecycle.Route{}, http.StatusOK},
 	{http.MethodPut, "/routes/{id}", (*Server).updateRoute, RouteRequest{}, lifecycle.Route{}, http.StatusOK},
 	{http.MethodDelete, "/routes/{id}", (*Server).deleteRoute, nil, nil, http.StatusNoContent},
