@@ -1,6 +1,7 @@
 package routing
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/waybill/waybill/lifecycle"
@@ -36,5 +37,36 @@ func BenchmarkTransform(b *testing.B) {
 		if s := tf.Shape("billing", m, NewInput(m)); s == nil || s.Error != "" {
 			b.Fatal(s)
 		}
+	}
+}
+
+// BenchmarkLoops is a filter that loops over a payload's list: one loop
+// over 2,001 numbers, which ends within the cost limit, and two the cost
+// limit stops, one loop over 20,001 and two nested over 2,001. CEL's
+// tracking of the cost is what they mostly cost, and it grows with the
+// square of the steps taken.
+func BenchmarkLoops(b *testing.B) {
+	for _, c := range []struct {
+		name, filter string
+		n            int
+		stopped      bool
+	}{
+		{"one loop over 2001", "message.payload.all(a, a >= 0)", 2000, false},
+		{"one loop over 20001, stopped", "message.payload.all(a, a >= 0)", 20000, true},
+		{"nested loops over 2001, stopped", "message.payload.all(a, message.payload.all(b, a + b >= 0))", 2000, true},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			p, err := CompileFilter(c.filter)
+			if err != nil {
+				b.Fatal(err)
+			}
+			list := []byte("[" + strings.Repeat("1,", c.n) + "1]")
+			in := NewInput(Message{Source: "erp", ContentType: "application/json", Payload: list, Size: int64(len(list))})
+			for b.Loop() {
+				if _, err := p.Eval(in); (err != nil) != c.stopped || c.stopped && !strings.Contains(err.Error(), "cost limit") {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }

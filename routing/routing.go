@@ -23,8 +23,10 @@ import (
 
 // CostLimit bounds what one evaluation of an expression may cost, in CEL's
 // units (about one per operation or element visited): enough for a filter
-// that looks through a payload's list of a few thousand items, and an
-// evaluation stopped at it takes about a millisecond.
+// that looks through a payload's list of a few thousand items. It bounds
+// the work, deterministically, so the audit decides as the dispatch did;
+// CEL's tracking of it grows with the square of a loop's steps, so an
+// evaluation stopped at it takes a second or so (docs/performance.md).
 const CostLimit = 100_000
 
 // Message is what an expression sees of a message.
