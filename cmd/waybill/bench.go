@@ -14,7 +14,7 @@ import (
 )
 
 const benchUsage = `usage: waybill bench [--http] [--messages N] [--clients C] [--rate R] [--statements] [--database-url URL] [--cpuprofile FILE]
-       waybill bench --backlog N [--clients C] [--concurrency K] [--keys K] [--statements] [--database-url URL]
+       waybill bench --backlog N [--clients C] [--concurrency K] [--keys K] [--transform EXPR] [--statements] [--database-url URL]
 
 Runs a whole Waybill in this process (its own embedded PostgreSQL in a
 temporary directory unless --database-url is given, and its own NATS) with
@@ -29,7 +29,9 @@ ingested through the REST API, then enabled; it reports the drain rate, the
 CPU per delivery of the server and of PostgreSQL, claim-to-outcome times,
 the feed's lag and the server's memory. --keys K makes the target fifo and
 gives the messages K ordering keys in turn, so each key's lane drains one
-delivery at a time.
+delivery at a time. The messages are JSON ({"id", "amount", "customer"});
+--transform EXPR gives the target that transform (docs/routing.md), which
+must send every delivery.
 
 --statements loads pg_stat_statements into the embedded PostgreSQL and
 prints the costliest statements of the measured run: the ingest and
@@ -56,6 +58,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	fs.IntVar(&cfg.Concurrency, "concurrency", cfg.Concurrency, "with --backlog: the target's max_concurrent")
 	fs.IntVar(&cfg.Keys, "keys", 0, "with --backlog: make the target fifo and spread the messages over this many ordering keys")
 	fs.StringVar(&cfg.Signing, "signing", "", "the targets' signing scheme: hmac-sha256 (a new target's default), ed25519 or none")
+	fs.StringVar(&cfg.Transform, "transform", "", "with --backlog: the target's transform, a CEL expression over the JSON messages (fields id, amount, customer) that sends every delivery")
 	fs.BoolVar(&cfg.Statements, "statements", false, "print the costliest statements of the measured run (pg_stat_statements; the embedded PostgreSQL only)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {

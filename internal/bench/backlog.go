@@ -86,8 +86,12 @@ func (r *backlogResult) print(w io.Writer) {
 	if signing == "" {
 		signing = "hmac-sha256"
 	}
-	fmt.Fprintf(w, "backlog of %d deliveries to one http target (max_concurrent %d, %s, signing %s), ingested through REST by %d clients with the target disabled\n",
-		r.cfg.Backlog, r.cfg.Concurrency, order, signing, r.cfg.Clients)
+	transform := "no transform"
+	if r.cfg.Transform != "" {
+		transform = "transform " + r.cfg.Transform
+	}
+	fmt.Fprintf(w, "backlog of %d deliveries to one http target (max_concurrent %d, %s, signing %s, %s), ingested through REST by %d clients with the target disabled\n",
+		r.cfg.Backlog, r.cfg.Concurrency, order, signing, transform, r.cfg.Clients)
 	fmt.Fprintf(w, "  ingest: %.2fs, %.0f messages/s\n", r.ingest.Seconds(), n/r.ingest.Seconds())
 	fmt.Fprintf(w, "  drain:  %.2fs, %.0f deliveries/s\n", r.drain.Seconds(), n/r.drain.Seconds())
 	fmt.Fprintf(w, "  CPU per delivery during the drain: server %.3f ms", 1000*r.serverCPU/n)
@@ -228,6 +232,9 @@ func backlog(ctx context.Context, cfg Config, log *slog.Logger, stderr io.Writer
 	if cfg.Signing != "" {
 		target["signing"] = map[string]any{"scheme": cfg.Signing}
 	}
+	if cfg.Transform != "" {
+		target["transform"] = cfg.Transform
+	}
 	if _, err := c.post("/targets", target); err != nil {
 		return nil, fmt.Errorf("create the target: %w", err)
 	}
@@ -317,8 +324,8 @@ func ingestAll(c *client, n, clients, keys int) error {
 	for range clients {
 		wg.Go(func() {
 			for i := range next {
-				m := map[string]any{"source": "bench", "from": "a", "to": "b",
-					"content_type": "text/plain", "payload": fmt.Sprintf("message %d", i)}
+				m := map[string]any{"source": "bench", "from": "a", "to": "b", "content_type": "application/json",
+					"payload": fmt.Sprintf(`{"id": "message-%d", "amount": %d.5, "customer": "c-%d"}`, i, i%10000, i%100)}
 				if keys > 0 {
 					m["ordering_key"] = fmt.Sprintf("key-%d", i%keys)
 				}

@@ -45,6 +45,7 @@ func TestValidate(t *testing.T) {
 		{func(c *Config) { c.Rate = -0.5 }, "--rate must not be negative, not -0.5"},
 		{func(c *Config) { c.Backlog = -2 }, "--backlog must not be negative, not -2"},
 		{func(c *Config) { c.Keys = -3 }, "--keys must not be negative, not -3"},
+		{func(c *Config) { c.Transform = "{}" }, "--transform goes with --backlog"},
 		{func(c *Config) { c.OpenDB = nil }, "Serve, ServeCommand and OpenDB must be set"},
 	} {
 		cfg := ok

@@ -36,6 +36,11 @@ type Config struct {
 	// Signing is the targets' signing scheme; empty is the default a new
 	// target gets (hmac-sha256).
 	Signing string
+	// Transform is the backlog target's transform (a CEL expression,
+	// docs/routing.md), which must send every delivery; empty for none.
+	// The backlog's messages are JSON either way, so a transform can read
+	// their fields: id, amount and customer.
+	Transform string
 	// DatabaseURL is the PostgreSQL the bench writes to; when empty it
 	// starts its own in a temporary directory.
 	DatabaseURL string
@@ -96,6 +101,9 @@ func (c Config) Validate() error {
 	}
 	if c.Signing != "" && !slices.Contains([]string{"hmac-sha256", "ed25519", "none"}, c.Signing) {
 		errs = append(errs, fmt.Sprintf("--signing must be hmac-sha256, ed25519 or none, not %q", c.Signing))
+	}
+	if c.Transform != "" && c.Backlog == 0 {
+		errs = append(errs, "--transform goes with --backlog")
 	}
 	if c.Serve == nil || c.ServeCommand == nil || c.OpenDB == nil {
 		errs = append(errs, "Serve, ServeCommand and OpenDB must be set")
