@@ -21,7 +21,8 @@ test: ## every test, with the race detector, against a real PostgreSQL; then eac
 	@cache=$$(mktemp -d); trap 'rm -rf "$$cache"' EXIT; $(MAKE) --no-print-directory fuzz FUZZTIME=5000x FUZZCACHE="$$cache"
 
 # fuzz finds every fuzz target (func FuzzX in a _test.go file), builds each
-# package's test binary once, with the fuzzer's instrumentation, and runs
+# package's test binary once, with the fuzzer's instrumentation, all at
+# once (a build spends much of its time linking, on one core), and runs
 # each target on its own, as fuzzing requires. FUZZCACHE is where the
 # inputs found are kept: go test's own cache by default; make test gives
 # a fresh one, so its few seconds go to fuzzing, not to replaying all
@@ -29,11 +30,15 @@ test: ## every test, with the race detector, against a real PostgreSQL; then eac
 FUZZCACHE ?= $(shell $(GO) env GOCACHE)/fuzz/$(shell $(GO) list -m)
 fuzz: ## each fuzz target for FUZZTIME (default 1000000x, or a duration such as 5m); docs/fuzzing.md
 	@set -e; bin=$$(mktemp -d); trap 'rm -rf "$$bin"' EXIT; \
-	for pkg in $$(grep -rl --include='*_test.go' --exclude-dir=var --exclude-dir=bin --exclude-dir=testdata '^func Fuzz' . | xargs -n1 dirname | sort -u); do \
-		$(GO) test -c -fuzz . -o "$$bin/fuzz.test" $$pkg; \
+	pkgs=$$(grep -rl --include='*_test.go' --exclude-dir=var --exclude-dir=bin --exclude-dir=testdata '^func Fuzz' . | xargs -n1 dirname | sort -u); \
+	pids=; for pkg in $$pkgs; do \
+		$(GO) test -c -fuzz . -o "$$bin/$$(echo $${pkg#./} | tr / -).test" $$pkg & pids="$$pids $$!"; \
+	done; \
+	for pid in $$pids; do wait $$pid; done; \
+	for pkg in $$pkgs; do \
 		for target in $$(sed -n 's/^func \(Fuzz[A-Za-z0-9_]*\)(.*/\1/p' $$pkg/*_test.go); do \
 			echo "fuzz $$pkg $$target for $(FUZZTIME)"; \
-			(cd $$pkg && "$$bin/fuzz.test" -test.run '^$$' -test.fuzz "^$$target\$$" -test.fuzztime $(FUZZTIME) \
+			(cd $$pkg && "$$bin/$$(echo $${pkg#./} | tr / -).test" -test.run '^$$' -test.fuzz "^$$target\$$" -test.fuzztime $(FUZZTIME) \
 				-test.fuzzcachedir "$(FUZZCACHE)/$${pkg#./}"); \
 		done; \
 	done

@@ -163,7 +163,9 @@ func (b *bundle) snapshot(t *testing.T) []string {
 func TestRebuildEqualsTheTablesBefore(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	b.lifecycles(t, 300, rand.New(rand.NewPCG(1, 2)))
+	// By the 225th life this seed has made every succession of events in
+	// a message's stream that its first 300 make.
+	b.lifecycles(t, 225, rand.New(rand.NewPCG(1, 2)))
 	// A refused message, one only accepted and one no route matched, none
 	// with an idempotency key.
 	refused, _, err := b.w.Accept(b.ctx, commands.NewMessage{Source: "erp", From: "ä ö", To: "b", Payload: []byte("r")})
@@ -179,7 +181,7 @@ func TestRebuildEqualsTheTablesBefore(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r := b.audit(t); len(r.Violations) > 0 || r.Messages != 303 {
+	if r := b.audit(t); len(r.Violations) > 0 || r.Messages != 228 {
 		t.Fatalf("audit before: %d messages, %v", r.Messages, r.Violations)
 	}
 	before := b.snapshot(t)

@@ -3,9 +3,7 @@ package main
 import (
 	"context"
 	"net/http"
-	"os"
 	"path/filepath"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -26,6 +24,7 @@ import (
 // carrying the operation's id per message), which the audit proves from
 // the journal too.
 func TestBulkOperationSurvivesKill(t *testing.T) {
+	t.Parallel()
 	ctx := t.Context()
 	bin := buildBinary(t)
 	db, dbURL, ns := shared(t)
@@ -64,11 +63,7 @@ func TestBulkOperationSurvivesKill(t *testing.T) {
 	dir := t.TempDir()
 	common := []string{"--database-url", dbURL, "--nats-url", ns.ClientURL()}
 	first := startServer(t, bin, append(common, "--data-dir", filepath.Join(dir, "first"))...)
-	token, err := os.ReadFile(filepath.Join(dir, "first", "admin.token"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	client := &api{t: t, base: "http://" + first.addr + "/api/v1", token: strings.TrimSpace(string(token))}
+	client := first.adminClient(t, filepath.Join(dir, "first"))
 	var op struct {
 		ID      uuid.UUID
 		Matched int

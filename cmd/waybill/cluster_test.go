@@ -6,9 +6,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"path/filepath"
-	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -33,6 +31,7 @@ import (
 // sweeps with its clock past them) the second finishes everything: each
 // message delivered, each delivery recorded delivered once, the audit clean.
 func TestTwoProcessesOneKilled(t *testing.T) {
+	t.Parallel()
 	ctx := t.Context()
 	bin := buildBinary(t)
 	db, dbURL, ns := shared(t)
@@ -59,12 +58,8 @@ func TestTwoProcessesOneKilled(t *testing.T) {
 	common := []string{"--database-url", dbURL, "--nats-url", ns.ClientURL()}
 	first := startServer(t, bin, append(common, "--data-dir", filepath.Join(dir, "first"))...)
 	second := startServer(t, bin, append(common, "--data-dir", filepath.Join(dir, "second"))...)
-	token, err := os.ReadFile(filepath.Join(dir, "first", "admin.token"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	viaFirst := &api{t: t, base: "http://" + first.addr + "/api/v1", token: strings.TrimSpace(string(token))}
-	viaSecond := &api{t: t, base: "http://" + second.addr + "/api/v1", token: viaFirst.token}
+	viaFirst := first.adminClient(t, filepath.Join(dir, "first"))
+	viaSecond := second.client(t, viaFirst.token)
 
 	viaFirst.call("POST", "/targets", map[string]any{"name": "sink", "kind": "http", "enabled": true,
 		"max_concurrent": 4, "config": map[string]any{"url": sink.URL}}, http.StatusCreated, nil)

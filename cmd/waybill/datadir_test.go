@@ -76,6 +76,7 @@ func stopServer(t *testing.T, s *server) {
 // once, naming the first, and changes nothing; the first keeps serving on
 // its database.
 func TestSecondServeRefused(t *testing.T) {
+	t.Parallel()
 	bin := buildBinary(t)
 	dataDir := embeddedDataDir(t)
 	first := startServer(t, bin, "--data-dir", dataDir)
@@ -118,6 +119,7 @@ func TestSecondServeRefused(t *testing.T) {
 // takes the directory over, writes its own address, and the client commands
 // find it there on its non-default port. Its stop removes the URL files.
 func TestServeTakesOverStaleLock(t *testing.T) {
+	t.Parallel()
 	bin := buildBinary(t)
 	dataDir := embeddedDataDir(t)
 	first := startServer(t, bin, "--data-dir", dataDir)
@@ -186,6 +188,7 @@ func TestDialURL(t *testing.T) {
 // to others private, with a warning, and connects to its embedded
 // PostgreSQL as a role that owns the waybill database and is no superuser.
 func TestEmbeddedServerIsPrivate(t *testing.T) {
+	t.Parallel()
 	bin := buildBinary(t)
 	dataDir := embeddedDataDir(t)
 	if err := os.Mkdir(dataDir, 0o755); err != nil {

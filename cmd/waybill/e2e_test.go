@@ -70,6 +70,7 @@ func (a *api) call(method, path string, body any, want int, out any) {
 // messages, follows them to delivered, reads their history, stops the
 // server and audits the journal with `waybill audit --data-dir`.
 func TestEndToEnd(t *testing.T) {
+	t.Parallel()
 	bin := buildBinary(t)
 	dir, err := os.MkdirTemp("", "waybill-e2e-*")
 	if err != nil {
@@ -105,14 +106,10 @@ func TestEndToEnd(t *testing.T) {
 
 	srv := startServer(t, bin, "--data-dir", dataDir)
 	cmd, addr := srv.cmd, srv.addr
-	token, err := os.ReadFile(filepath.Join(dataDir, "admin.token"))
-	if err != nil {
-		t.Fatal(err)
-	}
 	if info, err := os.Stat(filepath.Join(dataDir, "admin.token")); err != nil || info.Mode().Perm() != 0o600 {
 		t.Fatalf("admin.token: %v, %v; want mode 0600", info.Mode(), err)
 	}
-	a := &api{t: t, base: "http://" + addr + "/api/v1", token: strings.TrimSpace(string(token))}
+	a := srv.adminClient(t, dataDir)
 
 	a.call("POST", "/targets", map[string]any{"name": "sink", "kind": "http",
 		"config": map[string]any{"url": sink.URL}}, http.StatusCreated, nil)
@@ -242,6 +239,7 @@ func TestEndToEnd(t *testing.T) {
 // token commands work on its database, and the server keeps it; rebuild
 // and reset refuse and say how to stop the server.
 func TestOperatorCommandsBesideServer(t *testing.T) {
+	t.Parallel()
 	bin := buildBinary(t)
 	dir, err := os.MkdirTemp("", "waybill-e2e-*")
 	if err != nil {
@@ -281,7 +279,7 @@ func TestOperatorCommandsBesideServer(t *testing.T) {
 	// The server knows the new token at once: its database is the one
 	// the command wrote to. The receipt role may post a receipt, so an
 	// unknown delivery is 404, not 401 or 403.
-	receiver := &api{t: t, base: "http://" + srv.addr + "/api/v1", token: token}
+	receiver := srv.client(t, token)
 	receiver.call("POST", "/deliveries/"+uuid.NewString()+"/receipt", map[string]any{"outcome": "positive"}, http.StatusNotFound, nil)
 
 	for _, args := range [][]string{{"rebuild"}, {"reset", "--projections"}} {

@@ -61,6 +61,7 @@ func asServerUser(t *testing.T, cmd *exec.Cmd, dirs ...string) {
 // follows the new primary without a restart, and every acknowledged
 // message is there and delivered once; the audit is clean.
 func TestFailoverToASynchronousStandby(t *testing.T) {
+	t.Parallel()
 	ctx := t.Context()
 	binDir, err := pgserver.FindBinDir()
 	if err != nil {
@@ -105,7 +106,7 @@ func TestFailoverToASynchronousStandby(t *testing.T) {
 	if err := os.Mkdir(standbyDir, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	backup := exec.CommandContext(ctx, filepath.Join(binDir, "pg_basebackup"), "-D", standbyDir, "-R", "-X", "stream",
+	backup := exec.CommandContext(ctx, filepath.Join(binDir, "pg_basebackup"), "-D", standbyDir, "-R", "-X", "stream", "--checkpoint", "fast",
 		"-d", fmt.Sprintf("host=%s port=%s user=%s application_name=standby", admin.Hostname(), admin.Port(), admin.User.Username()))
 	backup.Env = append(os.Environ(), "PGPASSWORD="+password)
 	backup.Dir = "/"
@@ -153,11 +154,7 @@ func TestFailoverToASynchronousStandby(t *testing.T) {
 
 	dir := t.TempDir()
 	srv := startServer(t, buildBinary(t), "--database-url", both.String(), "--data-dir", dir)
-	token, err := os.ReadFile(filepath.Join(dir, "admin.token"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	api := &api{t: t, base: "http://" + srv.addr + "/api/v1", token: strings.TrimSpace(string(token))}
+	api := srv.adminClient(t, dir)
 	api.call("POST", "/targets", map[string]any{"name": "sink", "kind": "http", "enabled": true,
 		"config": map[string]any{"url": sink.URL}}, http.StatusCreated, nil)
 	api.call("POST", "/routes", map[string]any{"source": "erp", "from": "*", "to": "*", "target": "sink"}, http.StatusCreated, nil)

@@ -18,9 +18,20 @@ import (
 	"github.com/waybill/waybill/schema"
 )
 
-func TestMain(m *testing.M) { dbtest.Main(m) }
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "waybill-bin-*")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	binaryDir = dir
+	code := dbtest.Run(m)
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
 
 func TestAuditRebuildReset(t *testing.T) {
+	t.Parallel()
 	ctx := t.Context()
 	url := dbtest.URL(t)
 	db, err := pgxpool.New(ctx, url)

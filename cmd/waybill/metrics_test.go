@@ -36,11 +36,7 @@ func metricsSetup(t *testing.T) (*server, *api) {
 	dir := filepath.Join(t.TempDir(), "var")
 	args := []string{"--database-url", dbURL, "--nats-url", ns.ClientURL(), "--data-dir", dir}
 	first := startServer(t, bin, args...)
-	token, err := os.ReadFile(filepath.Join(dir, "admin.token"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	a := &api{t: t, base: "http://" + first.addr + "/api/v1", token: strings.TrimSpace(string(token))}
+	a := first.adminClient(t, dir)
 	for _, name := range []string{"ok", "bad", "idle"} {
 		a.call("POST", "/targets", map[string]any{"name": name, "kind": "http",
 			"config": map[string]any{"url": receiver.URL + "/" + name}}, http.StatusCreated, nil)
@@ -79,6 +75,7 @@ func perTarget(target string) []string {
 // oldest_due_seconds (none here), and its delivered deliveries are its
 // attempts delivered with a 2xx and its latency's count.
 func TestPerTargetMetricsMatchTheAPI(t *testing.T) {
+	t.Parallel()
 	s, a := metricsSetup(t)
 	url := "http://" + s.addr + "/metrics"
 	got := scrape(t, url, a.token)
@@ -163,6 +160,7 @@ var documentedMetric = regexp.MustCompile("(?m)^\\| `(waybill_[a-z_]+)` \\|")
 // in docs/ queries is one a server serves, and every one a server serves is
 // in the table of docs/operations.md.
 func TestDashboardQueriesServedMetrics(t *testing.T) {
+	t.Parallel()
 	s, a := metricsSetup(t)
 	a.call("POST", "/messages", map[string]any{"source": "erp", "from": "acme", "to": "globex", "payload": "one"},
 		http.StatusCreated, nil)

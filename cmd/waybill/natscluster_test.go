@@ -7,7 +7,6 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -103,6 +102,7 @@ func (n *natsNode) connections(t *testing.T) int {
 // message is lost, and none waits for its delivery longer than a sweep
 // pass (the lost wake-ups are the sweep's to make up).
 func TestNATSNodeKilledLosesNothing(t *testing.T) {
+	t.Parallel()
 	bin := buildBinary(t)
 	db := dbtest.Pool(t)
 	nodes := startNATSCluster(t, 3)
@@ -131,11 +131,7 @@ func TestNATSNodeKilledLosesNothing(t *testing.T) {
 		servers = append(servers, startServer(t, bin, "--database-url", db.Config().ConnString(),
 			"--nats-url", strings.Join(urls, ","), "--data-dir", filepath.Join(dir, fmt.Sprint(i))))
 	}
-	token, err := os.ReadFile(filepath.Join(dir, "0", "admin.token"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	admin := &api{t: t, base: "http://" + servers[0].addr + "/api/v1", token: strings.TrimSpace(string(token))}
+	admin := servers[0].adminClient(t, filepath.Join(dir, "0"))
 	admin.call("POST", "/targets", map[string]any{"name": "sink", "kind": "http", "enabled": true,
 		"config": map[string]any{"url": sink.URL}}, http.StatusCreated, nil)
 	admin.call("POST", "/routes", map[string]any{"source": "erp", "from": "*", "to": "*", "target": "sink"}, http.StatusCreated, nil)

@@ -9,7 +9,6 @@ import (
 	"net/http/httptest"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -17,7 +16,6 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/waybill/waybill/internal/dbtest"
 	"github.com/waybill/waybill/internal/testpoll"
 )
 
@@ -29,6 +27,7 @@ import (
 // fails, every message is delivered once, the audit is clean, and the
 // tables equal what an offline rebuild makes of the journal.
 func TestOnlineRebuildBesideAServer(t *testing.T) {
+	t.Parallel()
 	ctx := t.Context()
 	bin := buildBinary(t)
 	db, dbURL, ns := shared(t)
@@ -38,11 +37,7 @@ func TestOnlineRebuildBesideAServer(t *testing.T) {
 	defer sink.Close()
 	dir := t.TempDir()
 	s := startServer(t, bin, "--database-url", dbURL, "--nats-url", ns.ClientURL(), "--data-dir", dir)
-	token, err := os.ReadFile(filepath.Join(dir, "admin.token"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	admin := &api{t: t, base: "http://" + s.addr + "/api/v1", token: strings.TrimSpace(string(token))}
+	admin := s.adminClient(t, dir)
 	admin.call("POST", "/targets", map[string]any{"name": "sink", "kind": "http", "enabled": true,
 		"config": map[string]any{"url": sink.URL}}, http.StatusCreated, nil)
 	admin.call("POST", "/routes", map[string]any{"source": "erp", "from": "*", "to": "*", "target": "sink"}, http.StatusCreated, nil)
@@ -182,29 +177,14 @@ func projectionRows(t *testing.T, db *pgxpool.Pool) string {
 // --online`, and readyz is unready, until an online rebuild of its build
 // makes the projections its own; then it serves.
 func TestServeWaitsForItsProjections(t *testing.T) {
+	t.Parallel()
 	bin := buildBinary(t)
 	db, dbURL, ns := shared(t)
 	if _, err := db.Exec(t.Context(), `UPDATE schema_version SET version = version - 1 WHERE part = 'projections'`); err != nil {
 		t.Fatal(err)
 	}
-	s := &server{addr: freeAddr(t)}
 	dir := t.TempDir()
-	s.cmd = exec.Command(bin, "serve", "--listen", s.addr, "--log-format", "json", "--database-url", dbURL,
-		"--nats-url", ns.ClientURL(), "--data-dir", dir)
-	s.cmd.Stdout, s.cmd.Stderr = &s.logs, &s.logs
-	s.cmd.Env = append(os.Environ(), "WAYBILL_SECRETS_KEY_FILE="+dbtest.SecretsKeyFile(t))
-	if err := s.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if s.cmd.ProcessState == nil {
-			_ = s.cmd.Process.Kill()
-			_ = s.cmd.Wait()
-		}
-		if t.Failed() {
-			t.Logf("log of the server:\n%s", s.logs.String())
-		}
-	})
+	s := launchServer(t, bin, nil, "--database-url", dbURL, "--nats-url", ns.ClientURL(), "--data-dir", dir)
 	var body string
 	testpoll.Until(t, "the server answering 503", func() bool {
 		resp, err := http.Post("http://"+s.addr+"/api/v1/messages", "application/json", strings.NewReader(`{}`))
@@ -231,11 +211,7 @@ func TestServeWaitsForItsProjections(t *testing.T) {
 		t.Fatalf("online rebuild: %v\n%s", err, out)
 	}
 	waitReady(t, "http://"+s.addr+"/readyz")
-	token, err := os.ReadFile(filepath.Join(dir, "admin.token"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	admin := &api{t: t, base: "http://" + s.addr + "/api/v1", token: strings.TrimSpace(string(token))}
+	admin := s.adminClient(t, dir)
 	admin.call("POST", "/messages", map[string]any{"source": "erp", "from": "a", "to": "b", "payload": "x"}, http.StatusCreated, nil)
 	stopServer(t, s)
 }

@@ -7,9 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"path/filepath"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -29,6 +27,7 @@ import (
 // none is expected), every acknowledged message is delivered once, in
 // less than a lease, and the audit is clean.
 func TestRollingRestartLosesNothing(t *testing.T) {
+	t.Parallel()
 	ctx := t.Context()
 	bin := buildBinary(t)
 	db, dbURL, ns := shared(t)
@@ -54,11 +53,7 @@ func TestRollingRestartLosesNothing(t *testing.T) {
 		servers = append(servers, s)
 		ready[s.addr] = true
 	}
-	token, err := os.ReadFile(filepath.Join(dir, "0", "admin.token"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	admin := &api{t: t, base: "http://" + servers[0].addr + "/api/v1", token: strings.TrimSpace(string(token))}
+	admin := servers[0].adminClient(t, filepath.Join(dir, "0"))
 	admin.call("POST", "/targets", map[string]any{"name": "sink", "kind": "http", "enabled": true,
 		"max_concurrent": 4, "config": map[string]any{"url": sink.URL}}, http.StatusCreated, nil)
 	admin.call("POST", "/routes", map[string]any{"source": "erp", "from": "*", "to": "*", "target": "sink"}, http.StatusCreated, nil)

@@ -33,13 +33,27 @@ import (
 	"github.com/waybill/waybill/workers"
 )
 
-// buildBinary builds the waybill command once for the tests that run it.
+// binaryDir is where buildBinary puts the waybill command; TestMain makes
+// it and removes it after the tests.
+var binaryDir string
+
+// built builds the waybill command on its first call, so that the tests
+// that run it share one build rather than link it each.
+var built = sync.OnceValues(func() (string, error) {
+	bin := filepath.Join(binaryDir, "waybill")
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		return "", fmt.Errorf("build waybill: %w\n%s", err, out)
+	}
+	return bin, nil
+})
+
+// buildBinary returns the path of the waybill command, built once for all
+// the tests that run it.
 func buildBinary(t *testing.T) string {
 	t.Helper()
-	bin := filepath.Join(t.TempDir(), "waybill")
-	out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput()
+	bin, err := built()
 	if err != nil {
-		t.Fatalf("build waybill: %v\n%s", err, out)
+		t.Fatal(err)
 	}
 	return bin
 }
@@ -79,14 +93,26 @@ func (b *lockedBuffer) String() string {
 	return b.buf.String()
 }
 
+// startServer starts `waybill serve` with args and waits until it is
+// ready.
 func startServer(t *testing.T, bin string, args ...string) *server {
 	t.Helper()
 	return startServerEnv(t, bin, nil, args...)
 }
 
 // startServerEnv starts a server with env (NAME=value) added to the
-// test's environment, over it.
+// test's environment, over it, and waits until it is ready.
 func startServerEnv(t *testing.T, bin string, env []string, args ...string) *server {
+	t.Helper()
+	s := launchServer(t, bin, env, args...)
+	waitReady(t, "http://"+s.addr+"/readyz")
+	return s
+}
+
+// launchServer starts `waybill serve` with args on a free loopback
+// address, with env added to the test's environment, and kills it at the
+// end of the test if it still runs; it does not wait for it to be ready.
+func launchServer(t *testing.T, bin string, env []string, args ...string) *server {
 	t.Helper()
 	s := &server{addr: freeAddr(t)}
 	s.cmd = exec.Command(bin, append([]string{"serve", "--listen", s.addr, "--log-format", "json"}, args...)...)
@@ -105,8 +131,23 @@ func startServerEnv(t *testing.T, bin string, env []string, args ...string) *ser
 			t.Logf("log of the server on %s:\n%s", s.addr, s.logs.String())
 		}
 	})
-	waitReady(t, "http://"+s.addr+"/readyz")
 	return s
+}
+
+// client is a client of the server's REST API that sends token.
+func (s *server) client(t *testing.T, token string) *api {
+	return &api{t: t, base: "http://" + s.addr + "/api/v1", token: token}
+}
+
+// adminClient is a client of the server's REST API with the admin token
+// that serve wrote to the data directory dataDir.
+func (s *server) adminClient(t *testing.T, dataDir string) *api {
+	t.Helper()
+	token, err := os.ReadFile(filepath.Join(dataDir, "admin.token"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s.client(t, strings.TrimSpace(string(token)))
 }
 
 // shared gives what a test and the server processes it starts share: a
@@ -127,6 +168,7 @@ func shared(t *testing.T) (*pgxpool.Pool, string, *natsserver.Server) {
 // hangs: the process stops claiming, gives the attempt its drain grace,
 // releases it as a retry due now, and exits 0. Nothing is failed.
 func TestServeStopsGently(t *testing.T) {
+	t.Parallel()
 	ctx := t.Context()
 	db, dbURL, ns := shared(t)
 	nc, err := nats.Connect(ns.ClientURL())
@@ -277,6 +319,7 @@ func TestServeEnvironment(t *testing.T) {
 // secrets were sealed with another key refuses to start, naming the flag;
 // with the same key it starts.
 func TestServeRefusesAnotherSecretsKey(t *testing.T) {
+	t.Parallel()
 	_, dbURL, ns := shared(t)
 	bin := buildBinary(t)
 	dir := t.TempDir()

@@ -36,6 +36,7 @@ import (
 // is refused elsewhere. The audit finds the journal, the projections and
 // the archive in agreement.
 func TestEveryLoopInOneServer(t *testing.T) {
+	t.Parallel()
 	_, dbURL, ns := shared(t)
 	bin := buildBinary(t)
 	dir := t.TempDir()
@@ -97,12 +98,8 @@ func TestEveryLoopInOneServer(t *testing.T) {
 			"--data-dir", filepath.Join(dir, "var"+strconv.Itoa(i)), "--alert-webhook", hooks.URL+"/alert",
 			"--secrets-key-file", secretsKey)
 	}
-	token, err := os.ReadFile(filepath.Join(dir, "var0", "admin.token"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	a := &api{t: t, base: "http://" + servers[0].addr + "/api/v1", token: strings.TrimSpace(string(token))}
-	b := &api{t: t, base: "http://" + servers[1].addr + "/api/v1", token: a.token}
+	a := servers[0].adminClient(t, filepath.Join(dir, "var0"))
+	b := servers[1].client(t, a.token)
 
 	a.call("POST", "/targets", map[string]any{"name": "sink", "kind": "http", "config": map[string]any{"url": sink.URL}},
 		http.StatusCreated, nil)
@@ -351,6 +348,7 @@ func get(t *testing.T, url, token string) *http.Response {
 // --metrics-listen it is served there alone, without a token, and no
 // longer on the main listener.
 func TestMetricsTakeATokenOrAnAddressOfTheirOwn(t *testing.T) {
+	t.Parallel()
 	_, dbURL, ns := shared(t)
 	bin := buildBinary(t)
 	dir := t.TempDir()
@@ -358,11 +356,7 @@ func TestMetricsTakeATokenOrAnAddressOfTheirOwn(t *testing.T) {
 	onMain := startServer(t, bin, "--database-url", dbURL, "--nats-url", ns.ClientURL(), "--data-dir", filepath.Join(dir, "main"))
 	own := startServer(t, bin, "--database-url", dbURL, "--nats-url", ns.ClientURL(), "--data-dir", filepath.Join(dir, "own"),
 		"--metrics-listen", metricsAddr)
-	admin, err := os.ReadFile(filepath.Join(dir, "main", "admin.token"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	a := &api{t: t, base: "http://" + onMain.addr + "/api/v1", token: strings.TrimSpace(string(admin))}
+	a := onMain.adminClient(t, filepath.Join(dir, "main"))
 	for _, token := range []string{"", "wb_not-a-token"} {
 		resp := get(t, "http://"+onMain.addr+"/metrics", token)
 		resp.Body.Close()

@@ -219,11 +219,7 @@ func tracingSetup(t *testing.T, env []string, sink *headerSink) (*server, *api) 
 	dir := t.TempDir()
 	s := startServerEnv(t, buildBinary(t), env, "--database-url", dbURL, "--nats-url", ns.ClientURL(),
 		"--data-dir", filepath.Join(dir, "var"))
-	token, err := os.ReadFile(filepath.Join(dir, "var", "admin.token"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	a := &api{t: t, base: "http://" + s.addr + "/api/v1", token: strings.TrimSpace(string(token))}
+	a := s.adminClient(t, filepath.Join(dir, "var"))
 	u, _ := url.Parse(sink.srv.URL + "/in?token=s3cret")
 	u.User = url.UserPassword("user", "pw")
 	a.call("POST", "/targets", map[string]any{"name": "sink", "kind": "http",
@@ -246,6 +242,7 @@ const (
 // span as its traceparent (with the baggage the target opts in to), the
 // callback carries the same trace, and an operator's redelivery joins it.
 func TestTracesFollowAMessage(t *testing.T) {
+	t.Parallel()
 	otlp := newCollector(t)
 	sink := newHeaderSink(t)
 	s, a := tracingSetup(t, []string{"OTEL_SDK_DISABLED=false", "OTEL_EXPORTER_OTLP_ENDPOINT=" + otlp.srv.URL,
@@ -370,6 +367,7 @@ func TestTracesFollowAMessage(t *testing.T) {
 // to an OTLP/gRPC receiver: the ingest continues the sender's trace, the
 // attempt is its child, and the receiver got that trace.
 func TestTracesOverGRPC(t *testing.T) {
+	t.Parallel()
 	otlp := newGRPCCollector(t)
 	sink := newHeaderSink(t)
 	_, a := tracingSetup(t, []string{"OTEL_SDK_DISABLED=false", "OTEL_EXPORTER_OTLP_ENDPOINT=http://" + otlp.addr,
@@ -418,6 +416,7 @@ func openMetrics(t *testing.T, s *server, token string) string {
 // though an endpoint is set) exports no span, even on its stop, and sends
 // its receiver no trace header, though the message came with one.
 func TestTracingOff(t *testing.T) {
+	t.Parallel()
 	otlp := newCollector(t)
 	sink := newHeaderSink(t)
 	s, a := tracingSetup(t, []string{"OTEL_SDK_DISABLED=true", "OTEL_EXPORTER_OTLP_ENDPOINT=" + otlp.srv.URL}, sink)

@@ -46,11 +46,12 @@ var adminURL string
 //
 // It os.Exit's with m.Run's code.
 func Main(m *testing.M) {
-	os.Exit(run(m))
+	os.Exit(Run(m))
 }
 
-// run is Main without the exit, so deferred cleanup runs first.
-func run(m *testing.M) int {
+// Run is Main without the exit: it returns m.Run's code, for a TestMain
+// that has cleanup of its own to do after the tests.
+func Run(m *testing.M) int {
 	if u := os.Getenv(envURL); u != "" {
 		adminURL = u
 		return m.Run()

@@ -1,6 +1,7 @@
 // Package dbtest gives tests a real PostgreSQL database of their own.
 //
-// A package's TestMain calls Main, which connects to the server named by
+// A package's TestMain calls Main (or Run, when it has cleanup of its own
+// to do after the tests), which connects to the server named by
 // WAYBILL_TEST_DATABASE_URL or, when that is unset, starts a throwaway
 // server with pgserver. Each test then calls URL for a fresh, empty
 // database that is dropped when the test ends, so tests can run in
