@@ -127,7 +127,7 @@ func (b *bundle) checkStats(t *testing.T, rng *rand.Rand) {
 
 // TestStatsEqualPlainCounts runs messages through random lives over nine
 // days, four writers at once (so the counts are spread over several
-// shards), the clock moving between rounds by up to three hours: messages
+// shards), the clock moving between rounds by up to six hours: messages
 // change status hours after their creation, and go through new
 // generations. After every round the figures of /stats equal plain counts
 // of the rows, for windows that begin on an hour, beside one and inside
@@ -163,7 +163,7 @@ func TestStatsEqualPlainCounts(t *testing.T) {
 			t.Fatal(err)
 		}
 		b.checkStats(t, rng)
-		b.now = b.now.Add(time.Duration(rng.Int64N(int64(3 * time.Hour))))
+		b.now = b.now.Add(time.Duration(rng.Int64N(int64(6 * time.Hour))))
 	}
 	if r := b.audit(t); len(r.Violations) > 0 {
 		t.Fatalf("audit: %v", r.Violations)
