@@ -108,7 +108,7 @@ func DropShadow(ctx context.Context, db *pgxpool.Pool) error {
 // transaction and returns how long it held the live tables. It locks them
 // all (ACCESS EXCLUSIVE: every command and reader of them waits, and as each
 // command writes its events and its rows in one transaction, every event
-// that changes them has committed), calls apply to bring the shadow tables
+// that changes them has committed) and the journal against appends, calls apply to bring the shadow tables
 // up to date (unqualified names resolve to them), drops the live tables and
 // moves the shadow ones, with their keys and indexes, into public, runs the
 // functions' DDL there (a build with another model brings its own), drops
@@ -126,7 +126,13 @@ func SwitchShadow(ctx context.Context, db *pgxpool.Pool, apply func(pgx.Tx) erro
 		if _, err := tx.Exec(ctx, fmt.Sprintf(`SET LOCAL lock_timeout = %d`, switchLockTimeout.Milliseconds())); err != nil {
 			return err
 		}
-		if _, err := tx.Exec(ctx, `LOCK TABLE `+strings.Join(live, ", ")+` IN ACCESS EXCLUSIVE MODE`); err != nil {
+		// The journal too, against appends only (SHARE): a command that
+		// appended before commits before the switch; one that appends
+		// after meets the version the switch records (journalDDL's
+		// journal_check_projections), so a server of another build writes
+		// nothing from the switch on. After the live tables, the order
+		// every command takes them in.
+		if _, err := tx.Exec(ctx, `LOCK TABLE `+strings.Join(live, ", ")+` IN ACCESS EXCLUSIVE MODE; LOCK TABLE journal IN SHARE MODE`); err != nil {
 			var pgErr *pgconn.PgError
 			if errors.As(err, &pgErr) && (pgErr.Code == "55P03" || pgErr.Code == "40P01") {
 				return ErrSwitchBusy
