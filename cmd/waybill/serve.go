@@ -324,13 +324,14 @@ func serve(ctx context.Context, cfg *serveConfig, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	rebuilds := httpapi.NewRebuilds(base, db)
 	api, err := httpapi.New(httpapi.Config{Base: base, Writer: w, DB: db, Auth: tokens, Tokens: tokens, MaxPayload: cfg.maxPayload,
-		Registerer: reg, OnConfigChange: rt.ConfigChanged, OnOperation: runner.Wake})
+		Registerer: reg, OnConfigChange: rt.ConfigChanged, OnOperation: runner.Wake, Rebuilds: rebuilds})
 	if err != nil {
 		return err
 	}
 	ui, err := console.New(console.Config{Base: base, Writer: w, DB: db, Tokens: tokens, OnConfigChange: rt.ConfigChanged,
-		OnOperation: runner.Wake, TrustedProxies: cfg.trustedProxies, SecureCookies: cfg.secureCookies})
+		OnOperation: runner.Wake, TrustedProxies: cfg.trustedProxies, SecureCookies: cfg.secureCookies, Rebuilds: rebuilds})
 	if err != nil {
 		return err
 	}
