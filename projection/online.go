@@ -187,6 +187,9 @@ func (o *online) run(ctx context.Context) (*Report, error) {
 		}
 		o.progress.LockHeld = held
 		o.opt.Log.Info("online rebuild switched the projection tables", "lock_held", held, "events_applied", o.progress.Lag)
+		if err := schema.DropRetired(ctx, o.db); err != nil {
+			o.opt.Log.Warn("online rebuild: the replaced tables stay until the next switch", "err", err)
+		}
 		break
 	}
 	o.phase(PhaseAudit)
