@@ -8,6 +8,8 @@ import (
 	"strings"
 
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/waybill/waybill/schema"
 )
 
 // Transient reports whether a command failed for a reason that can pass on
@@ -46,4 +48,14 @@ func Transient(err error) bool {
 	var netErr net.Error
 	return errors.As(err, &netErr) || pgconn.Timeout(err) || errors.Is(err, context.DeadlineExceeded) ||
 		errors.Is(err, pgconn.ErrConnClosed) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF)
+}
+
+// ProjectionsMoved reports whether a command was refused because the
+// database's projections are no longer of this build's model
+// (schema.CodeProjectionsMoved): an online rebuild of another build
+// switched them. Nothing was written, and this process writes nothing
+// more; a server of the other build can take the command.
+func ProjectionsMoved(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == schema.CodeProjectionsMoved
 }

@@ -65,6 +65,10 @@ type Config struct {
 	// makes the cookies Secure and adds Strict-Transport-Security. From
 	// any other peer the header is ignored, since anyone can send it.
 	TrustedProxies []netip.Prefix
+	// Rebuilds runs the online rebuilds the console starts: the API's
+	// (httpapi.Config.Rebuilds), so each sees the other's. New makes one
+	// when it is nil.
+	Rebuilds *httpapi.Rebuilds
 	// SecureCookies says the console is reached over HTTPS only, however
 	// the request arrives: every cookie is Secure and every answer has
 	// Strict-Transport-Security.
@@ -123,6 +127,9 @@ func New(cfg Config) (*Console, error) {
 		return nil, fmt.Errorf("console: %w", err)
 	}
 	cfg.Base = cfg.Base.WithDefaults()
+	if cfg.Rebuilds == nil {
+		cfg.Rebuilds = httpapi.NewRebuilds(cfg.Base, cfg.DB)
+	}
 	v, err := parseViews()
 	if err != nil {
 		return nil, fmt.Errorf("console: %w", err)
@@ -263,6 +270,9 @@ var routeTable = []route{
 
 	{"GET /ui/settings", reading, (*Console).settings},
 	{"POST /ui/settings", administering, (*Console).settings},
+	{"GET /ui/rebuild", reading, (*Console).rebuildPage},
+	{"GET /ui/rebuild/start", administering, (*Console).startRebuild},
+	{"POST /ui/rebuild/start", administering, (*Console).startRebuild},
 
 	{"GET /ui/tokens", administering, (*Console).tokensPage},
 	{"POST /ui/tokens", administering, (*Console).createToken},

@@ -280,6 +280,9 @@ func failureOf(err error) failure {
 		return f(http.StatusConflict, CodeTargetInUse, ErrorDetails{})
 	case errors.Is(err, commands.ErrTooManyKeys):
 		return f(http.StatusConflict, CodeTooManyKeys, ErrorDetails{Limit: targets.MaxLiveKeys})
+	case commands.ProjectionsMoved(err):
+		return failure{status: http.StatusServiceUnavailable, body: ErrorBody{Code: CodeUnavailable,
+			Message: ProjectionsMovedMessage}}
 	case errors.Is(err, errNotStored) || unavailable(err):
 		// The cause is ours and may name internals: the log has it.
 		return failure{status: http.StatusServiceUnavailable, body: ErrorBody{Code: CodeUnavailable,
@@ -351,6 +354,11 @@ func unavailable(err error) bool {
 	return errors.As(err, &connErr) || errors.As(err, &netErr) || pgconn.Timeout(err) ||
 		errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
 }
+
+// ProjectionsMovedMessage is the answer of a server whose build's
+// projections are no longer the database's: an online rebuild of a newer
+// build switched them, and this server writes nothing more.
+const ProjectionsMovedMessage = "the database's projections are now another build's (an online rebuild switched them): this server writes nothing more; nothing was changed, send it to a server of the new build"
 
 // fail answers err with the envelope; causes on our side are logged.
 func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {

@@ -3,93 +3,132 @@ package httpapi
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"sync"
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/waybill/waybill/commands"
 	"github.com/waybill/waybill/projection"
+	"github.com/waybill/waybill/service"
 )
 
-// rebuilds holds the online rebuilds this server started, for their
-// progress; a rebuild runs once on the database whichever server starts
-// it (schema.LockOnline), and a second fails at once, saying why.
-type rebuilds struct {
+// Rebuilds runs the online rebuilds a server starts, through the API or
+// the console, and keeps where each stands, in memory: a rebuild runs
+// once on the database whichever server starts it (schema.LockOnline),
+// and a second fails at once, saying why.
+type Rebuilds struct {
+	db  *pgxpool.Pool
+	log *slog.Logger
+	now func() time.Time
+
 	mu     sync.Mutex
 	runs   map[uuid.UUID]*Rebuild
 	latest uuid.UUID
 }
 
-// startRebuild starts an online rebuild in this process and answers 202
-// with where it stands.
-func (s *Server) startRebuild(w http.ResponseWriter, r *http.Request) error {
-	now := s.cfg.Now()
-	run := &Rebuild{ID: uuid.New(), Phase: projection.PhaseFold, StartedBy: identity(r).Name, StartedAt: now}
-	s.rebuilds.mu.Lock()
-	if s.rebuilds.runs == nil {
-		s.rebuilds.runs = map[uuid.UUID]*Rebuild{}
-	}
-	s.rebuilds.runs[run.ID], s.rebuilds.latest = run, run.ID
+// NewRebuilds returns the rebuilds of a server on db, timed by base's
+// clock; give the API and the console the same one.
+func NewRebuilds(base service.Base, db *pgxpool.Pool) *Rebuilds {
+	base = base.WithDefaults()
+	return &Rebuilds{db: db, log: base.Logger, now: base.Now, runs: map[uuid.UUID]*Rebuild{}}
+}
+
+// Start starts an online rebuild in this process for operator and returns
+// where it stands. It outlives the request that started it and ends with
+// the process, harmlessly (the next run starts over).
+func (rs *Rebuilds) Start(operator string) Rebuild {
+	run := &Rebuild{ID: uuid.New(), Phase: projection.PhaseFold, StartedBy: operator, StartedAt: rs.now()}
+	rs.mu.Lock()
+	rs.runs[run.ID], rs.latest = run, run.ID
 	answer := *run
-	s.rebuilds.mu.Unlock()
-	s.log.Info("online rebuild started", "rebuild_id", run.ID, "operator", run.StartedBy)
-	// It outlives the request; it ends with the process, harmlessly.
-	ctx := context.WithoutCancel(r.Context())
+	rs.mu.Unlock()
+	rs.log.Info("online rebuild started", "rebuild_id", run.ID, "operator", operator)
 	go func() {
-		report, err := projection.OnlineRebuild(ctx, s.cfg.DB, projection.OnlineOptions{Log: s.log,
+		report, err := projection.OnlineRebuild(context.Background(), rs.db, projection.OnlineOptions{Log: rs.log,
 			Progress: func(p projection.OnlineProgress) {
-				s.rebuilds.mu.Lock()
-				defer s.rebuilds.mu.Unlock()
-				run.Phase, run.Events, run.Lag, run.Rounds = p.Phase, p.Events, p.Lag, p.Rounds
+				rs.mu.Lock()
+				defer rs.mu.Unlock()
+				run.Events, run.Total, run.Lag, run.Rounds = p.Events, p.Total, p.Lag, p.Rounds
+				// The end is set below, with what it found, at once.
+				if p.Phase != projection.PhaseDone && p.Phase != projection.PhaseFailed {
+					run.Phase = p.Phase
+				}
 				if p.LockHeld > 0 {
 					ms := p.LockHeld.Milliseconds()
 					run.LockHeldMs = &ms
 				}
 			}})
-		s.rebuilds.mu.Lock()
-		defer s.rebuilds.mu.Unlock()
-		end := s.cfg.Now()
+		rs.mu.Lock()
+		defer rs.mu.Unlock()
+		end := rs.now()
 		run.FinishedAt = &end
 		if err != nil {
 			msg := err.Error()
 			run.Phase, run.Error = projection.PhaseFailed, &msg
-			s.log.Error("online rebuild failed", "rebuild_id", run.ID, "err", err)
+			rs.log.Error("online rebuild failed", "rebuild_id", run.ID, "err", err)
 			return
 		}
 		n := len(report.Violations)
-		run.Violations = &n
-		s.log.Info("online rebuild done", "rebuild_id", run.ID, "violations", n)
+		run.Phase, run.Violations = projection.PhaseDone, &n
+		rs.log.Info("online rebuild done", "rebuild_id", run.ID, "violations", n)
 	}()
+	return answer
+}
+
+// Get is where the rebuild id stands, false when this server started none
+// of that id.
+func (rs *Rebuilds) Get(id uuid.UUID) (Rebuild, bool) {
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	run := rs.runs[id]
+	if run == nil {
+		return Rebuild{}, false
+	}
+	return *run, true
+}
+
+// Latest is where the last rebuild this server started stands, false
+// when it started none.
+func (rs *Rebuilds) Latest() (Rebuild, bool) {
+	rs.mu.Lock()
+	id := rs.latest
+	rs.mu.Unlock()
+	return rs.Get(id)
+}
+
+// startRebuild starts an online rebuild in this process and answers 202
+// with where it stands.
+func (s *Server) startRebuild(w http.ResponseWriter, r *http.Request) error {
+	run := s.cfg.Rebuilds.Start(identity(r).Name)
 	w.Header().Set("Location", Prefix+"/rebuilds/"+run.ID.String())
-	writeJSON(w, http.StatusAccepted, answer)
+	writeJSON(w, http.StatusAccepted, run)
 	return nil
 }
 
 // getRebuild answers where an online rebuild this server started stands;
 // the id "latest" names the last it started.
 func (s *Server) getRebuild(w http.ResponseWriter, r *http.Request) error {
-	s.rebuilds.mu.Lock()
-	id := s.rebuilds.latest
-	s.rebuilds.mu.Unlock()
-	if r.PathValue("id") != "latest" {
-		var err error
-		if id, err = pathID(r, "id"); err != nil {
+	var (
+		run   Rebuild
+		found bool
+	)
+	if r.PathValue("id") == "latest" {
+		run, found = s.cfg.Rebuilds.Latest()
+	} else {
+		id, err := pathID(r, "id")
+		if err != nil {
 			return err
 		}
+		run, found = s.cfg.Rebuilds.Get(id)
 	}
-	s.rebuilds.mu.Lock()
-	run := s.rebuilds.runs[id]
-	var answer Rebuild
-	if run != nil {
-		answer = *run
-	}
-	s.rebuilds.mu.Unlock()
-	if run == nil {
+	if !found {
 		return fmt.Errorf("online rebuild %s, of this server: %w", r.PathValue("id"), commands.ErrNotFound)
 	}
-	writeJSON(w, http.StatusOK, answer)
+	writeJSON(w, http.StatusOK, run)
 	return nil
 }
 
@@ -99,9 +138,11 @@ type Rebuild struct {
 	ID uuid.UUID `json:"id"`
 	// Phase is fold, catch_up, switch, audit, then done or failed.
 	Phase projection.OnlinePhase `json:"phase"`
-	// Events is the journal events folded so far; Lag those the last
-	// catch-up round read; Rounds the catch-up rounds so far.
+	// Events is the journal events folded so far, Total those of the
+	// fold's snapshot; Lag those the last catch-up round read; Rounds the
+	// catch-up rounds so far.
 	Events int `json:"events"`
+	Total  int `json:"total"`
 	Lag    int `json:"lag"`
 	Rounds int `json:"rounds"`
 	// LockHeldMs is how long the switch held the live tables; null

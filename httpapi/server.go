@@ -59,15 +59,17 @@ type Config struct {
 	// created, so the caller can wake its runner. Like OnConfigChange it
 	// runs on the request's goroutine and should not block.
 	OnOperation func()
+	// Rebuilds runs the online rebuilds POST /rebuilds starts; New makes
+	// one when it is nil. Give the console the same.
+	Rebuilds *Rebuilds
 }
 
 // Server serves the API. It is an http.Handler for paths under Prefix.
 type Server struct {
-	cfg      Config
-	log      *slog.Logger
-	mux      *http.ServeMux
-	metrics  *metrics
-	rebuilds rebuilds
+	cfg     Config
+	log     *slog.Logger
+	mux     *http.ServeMux
+	metrics *metrics
 }
 
 // New returns the Server of cfg, with its metrics registered.
@@ -92,6 +94,9 @@ func New(cfg Config) (*Server, error) {
 		cfg.MaxPayload = DefaultMaxPayload
 	}
 	cfg.Base = cfg.Base.WithDefaults()
+	if cfg.Rebuilds == nil {
+		cfg.Rebuilds = NewRebuilds(cfg.Base, cfg.DB)
+	}
 	m, err := newMetrics(cfg.Registerer)
 	if err != nil {
 		return nil, fmt.Errorf("httpapi: %w", err)

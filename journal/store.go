@@ -227,6 +227,20 @@ func QueueLastPosition(b *pgx.Batch, dst *int64) {
 	b.Queue(lastPositionSQL).QueryRow(func(row pgx.Row) error { return row.Scan(dst) })
 }
 
+// Count returns the number of events in the journal, as q sees it: an
+// online rebuild's measure of its fold.
+func Count(ctx context.Context, q Querier) (int, error) {
+	var n int
+	rows, err := q.Query(ctx, `SELECT count(*) FROM journal`)
+	if err == nil {
+		n, err = pgx.CollectExactlyOneRow(rows, pgx.RowTo[int])
+	}
+	if err != nil {
+		return 0, fmt.Errorf("count the journal's events: %w", err)
+	}
+	return n, nil
+}
+
 // LastPosition returns the position of the last event, 0 for an empty journal.
 func LastPosition(ctx context.Context, q Querier) (int64, error) {
 	var last int64

@@ -33,8 +33,9 @@ const (
 // OnlineProgress is where an online rebuild stands.
 type OnlineProgress struct {
 	Phase OnlinePhase
-	// Events is the number of journal events folded so far.
-	Events int
+	// Events is the number of journal events folded so far, Total the
+	// number in the fold's snapshot.
+	Events, Total int
 	// Lag is the number of events the last catch-up round read: how far
 	// the shadow tables were behind the journal.
 	Lag int
@@ -138,7 +139,7 @@ func (o *online) run(ctx context.Context) (*Report, error) {
 	}
 	defer retention.Release()
 
-	o.phase(PhaseFold)
+	o.progress.Phase = PhaseFold // told with the snapshot's size
 	if err := o.fold(ctx); err != nil {
 		return nil, err
 	}
@@ -186,6 +187,9 @@ func (o *online) run(ctx context.Context) (*Report, error) {
 		}
 		o.progress.LockHeld = held
 		o.opt.Log.Info("online rebuild switched the projection tables", "lock_held", held, "events_applied", o.progress.Lag)
+		if err := schema.DropRetired(ctx, o.db); err != nil {
+			o.opt.Log.Warn("online rebuild: the replaced tables stay until the next switch", "err", err)
+		}
 		break
 	}
 	o.phase(PhaseAudit)
@@ -206,6 +210,10 @@ func (o *online) fold(ctx context.Context) error {
 		return err
 	}
 	if o.mark, err = journal.Horizon(ctx, s.queriers()[0]); err == nil {
+		o.progress.Total, err = journal.Count(ctx, s.queriers()[0])
+		o.tell()
+	}
+	if err == nil {
 		rd := defaultReading
 		rd.versions = o.versions
 		o.f, err = foldSnapshot(ctx, s, rd)

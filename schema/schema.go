@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
@@ -14,12 +15,31 @@ import (
 	"github.com/waybill/waybill/lifecycle"
 )
 
-// The versions of the two parts this code reads and writes. Raise one when
-// its tables change: a database of the old version then refuses to start.
-const (
-	JournalVersion    = 4
-	ProjectionVersion = 10
-)
+// JournalVersion is the version of the journal part this code reads and
+// writes. Raise it when its tables change: a database of the old version
+// then refuses to start.
+const JournalVersion = 4
+
+// ProjectionVersion is the version of this build's projection model, raised
+// as JournalVersion is; a build made with -ldflags "-X
+// github.com/waybill/waybill/schema.builtProjections=N" takes N instead,
+// which is how the tests make a build of another model.
+var ProjectionVersion = projectionVersion(builtProjections)
+
+var builtProjections string
+
+func projectionVersion(built string) int {
+	if n, err := strconv.Atoi(built); err == nil {
+		return n
+	}
+	return 10
+}
+
+// ProjectionsParam is the session setting in which a process declares the
+// projections version of its build (ConnConfig.RuntimeParams, sent when
+// the connection opens): the journal refuses an INSERT from a session that
+// declares another version than the database's (CodeProjectionsMoved).
+const ProjectionsParam = "waybill.projections"
 
 // The SQLSTATEs of targets_admit's refusals: a claim of a target disabled
 // since the configuration was read, and one of a target whose health
@@ -27,6 +47,11 @@ const (
 const (
 	CodeTargetDisabled = "WB001"
 	CodeTargetHeld     = "WB002"
+	// CodeProjectionsMoved refuses a journal INSERT by a session whose
+	// ProjectionsParam is not the database's projections version: after
+	// an online rebuild of another build switched the tables, the servers
+	// of the old build write nothing.
+	CodeProjectionsMoved = "WB003"
 )
 
 // The parts, as recorded in schema_version.
@@ -97,6 +122,28 @@ CREATE OR REPLACE TRIGGER journal_append_only BEFORE UPDATE ON journal
 	FOR EACH ROW EXECUTE FUNCTION journal_refuse_change();
 CREATE OR REPLACE TRIGGER journal_no_truncate BEFORE TRUNCATE ON journal
 	FOR EACH STATEMENT EXECUTE FUNCTION journal_refuse_change();
+
+-- Every command writes its events and its rows in one transaction, so a
+-- session whose build's projections are not the database's is refused
+-- here, at no round trip of its own (docs/operations.md, "Online
+-- rebuild"). A session that declares none (a test's, psql) is not checked.
+CREATE OR REPLACE FUNCTION journal_check_projections() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE
+	mine text := current_setting('waybill.projections', true);
+	theirs int;
+BEGIN
+	IF coalesce(mine, '') = '' THEN
+		RETURN NULL;
+	END IF;
+	SELECT version INTO theirs FROM schema_version WHERE part = 'projections';
+	IF theirs IS DISTINCT FROM mine::int THEN
+		RAISE EXCEPTION 'the projections are version %, this process''s build writes version %: it writes nothing until it is replaced by a build of version %', theirs, mine, theirs
+			USING ERRCODE = 'WB003';
+	END IF;
+	RETURN NULL;
+END $$;
+CREATE OR REPLACE TRIGGER journal_projections BEFORE INSERT ON journal
+	FOR EACH STATEMENT EXECUTE FUNCTION journal_check_projections();
 
 -- The one exception, retention's (docs/retention.md): a DELETE stands only
 -- when its transaction appended, before it, the retention.archived event

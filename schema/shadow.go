@@ -16,6 +16,12 @@ import (
 // the live ones in public, until SwitchShadow moves them in.
 const ShadowSchema = "waybill_rebuild"
 
+// retiredSchema holds the live tables a switch replaced until
+// DropRetired drops them, once the switch has committed: a DROP in the
+// switch would unlink their files at its commit, with the locks still
+// held, for a time that grows with the tables.
+const retiredSchema = "waybill_retired"
+
 // shadowPath makes the unqualified names of a transaction's statements
 // resolve to the shadow tables first, and to public for the rest (the
 // journal, the configuration), and creates what the DDL creates in the
@@ -96,6 +102,14 @@ func InShadow(ctx context.Context, db *pgxpool.Pool, fn func(pgx.Tx) error) erro
 	})
 }
 
+// DropRetired drops the tables a switch replaced (retiredSchema), if any.
+func DropRetired(ctx context.Context, db *pgxpool.Pool) error {
+	if _, err := db.Exec(ctx, `DROP SCHEMA IF EXISTS `+retiredSchema+` CASCADE`); err != nil {
+		return fmt.Errorf("drop the replaced projection tables (schema %s): %w", retiredSchema, err)
+	}
+	return nil
+}
+
 // DropShadow drops the shadow schema, for a run that gives up.
 func DropShadow(ctx context.Context, db *pgxpool.Pool) error {
 	if _, err := db.Exec(ctx, `DROP SCHEMA IF EXISTS `+ShadowSchema+` CASCADE`); err != nil {
@@ -108,9 +122,10 @@ func DropShadow(ctx context.Context, db *pgxpool.Pool) error {
 // transaction and returns how long it held the live tables. It locks them
 // all (ACCESS EXCLUSIVE: every command and reader of them waits, and as each
 // command writes its events and its rows in one transaction, every event
-// that changes them has committed), calls apply to bring the shadow tables
-// up to date (unqualified names resolve to them), drops the live tables and
-// moves the shadow ones, with their keys and indexes, into public, runs the
+// that changes them has committed) and the journal against appends, calls apply to bring the shadow tables
+// up to date (unqualified names resolve to them), moves the live tables
+// aside (DropRetired drops them once it has committed) and the shadow
+// ones, with their keys and indexes, into public, runs the
 // functions' DDL there (a build with another model brings its own), drops
 // the shadow schema and records the projections' version. Servers' prepared
 // statements plan again against the new tables, which have the same names.
@@ -118,6 +133,10 @@ func DropShadow(ctx context.Context, db *pgxpool.Pool) error {
 // having changed nothing.
 func SwitchShadow(ctx context.Context, db *pgxpool.Pool, apply func(pgx.Tx) error) (held time.Duration, err error) {
 	var locked time.Time
+	// What a switch that died before DropRetired left.
+	if err := DropRetired(ctx, db); err != nil {
+		return 0, err
+	}
 	err = pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
 		live := make([]string, len(projectionTables))
 		for i, t := range projectionTables {
@@ -126,7 +145,13 @@ func SwitchShadow(ctx context.Context, db *pgxpool.Pool, apply func(pgx.Tx) erro
 		if _, err := tx.Exec(ctx, fmt.Sprintf(`SET LOCAL lock_timeout = %d`, switchLockTimeout.Milliseconds())); err != nil {
 			return err
 		}
-		if _, err := tx.Exec(ctx, `LOCK TABLE `+strings.Join(live, ", ")+` IN ACCESS EXCLUSIVE MODE`); err != nil {
+		// The journal too, against appends only (SHARE): a command that
+		// appended before commits before the switch; one that appends
+		// after meets the version the switch records (journalDDL's
+		// journal_check_projections), so a server of another build writes
+		// nothing from the switch on. After the live tables, the order
+		// every command takes them in.
+		if _, err := tx.Exec(ctx, `LOCK TABLE `+strings.Join(live, ", ")+` IN ACCESS EXCLUSIVE MODE; LOCK TABLE journal IN SHARE MODE`); err != nil {
 			var pgErr *pgconn.PgError
 			if errors.As(err, &pgErr) && (pgErr.Code == "55P03" || pgErr.Code == "40P01") {
 				return ErrSwitchBusy
@@ -141,9 +166,9 @@ func SwitchShadow(ctx context.Context, db *pgxpool.Pool, apply func(pgx.Tx) erro
 			return err
 		}
 		var swap strings.Builder
-		swap.WriteString(`SET LOCAL search_path = public;`)
+		swap.WriteString(`SET LOCAL search_path = public; CREATE SCHEMA ` + retiredSchema + `;`)
 		for _, t := range projectionTables {
-			fmt.Fprintf(&swap, "DROP TABLE public.%s; ALTER TABLE %s.%s SET SCHEMA public;\n", t, ShadowSchema, t)
+			fmt.Fprintf(&swap, "ALTER TABLE public.%s SET SCHEMA %s; ALTER TABLE %s.%s SET SCHEMA public;\n", t, retiredSchema, ShadowSchema, t)
 		}
 		swap.WriteString(`DROP SCHEMA ` + ShadowSchema + ` CASCADE`)
 		if _, err := tx.Exec(ctx, swap.String()); err != nil {

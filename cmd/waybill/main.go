@@ -243,7 +243,7 @@ func onlineOptions(stderr io.Writer) projection.OnlineOptions {
 				return
 			}
 			last = p.Phase
-			fmt.Fprintf(stderr, "online rebuild: %s; %d events folded, %d read in the last round\n", p.Phase, p.Events, p.Lag)
+			fmt.Fprintf(stderr, "online rebuild: %s; %d events folded of %d in the snapshot, %d read in the last round\n", p.Phase, p.Events, p.Total, p.Lag)
 		},
 	}
 	if phase := projection.OnlinePhase(os.Getenv(pauseEnv)); phase != "" {

@@ -324,19 +324,20 @@ func serve(ctx context.Context, cfg *serveConfig, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	rebuilds := httpapi.NewRebuilds(base, db)
 	api, err := httpapi.New(httpapi.Config{Base: base, Writer: w, DB: db, Auth: tokens, Tokens: tokens, MaxPayload: cfg.maxPayload,
-		Registerer: reg, OnConfigChange: rt.ConfigChanged, OnOperation: runner.Wake})
+		Registerer: reg, OnConfigChange: rt.ConfigChanged, OnOperation: runner.Wake, Rebuilds: rebuilds})
 	if err != nil {
 		return err
 	}
 	ui, err := console.New(console.Config{Base: base, Writer: w, DB: db, Tokens: tokens, OnConfigChange: rt.ConfigChanged,
-		OnOperation: runner.Wake, TrustedProxies: cfg.trustedProxies, SecureCookies: cfg.secureCookies})
+		OnOperation: runner.Wake, TrustedProxies: cfg.trustedProxies, SecureCookies: cfg.secureCookies, Rebuilds: rebuilds})
 	if err != nil {
 		return err
 	}
-	var ready atomic.Bool
+	var ready, moved atomic.Bool
 	scrape := promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg, EnableOpenMetrics: true})
-	web := newHTTPService(l, mainMux(api, ui, db, metricsL == nil, scrape, &ready), log)
+	web := newHTTPService(l, mainMux(api, ui, db, metricsL == nil, scrape, &ready, &moved), log)
 	servers := []namedService{{"http server", web}}
 	metricsURL := "http://" + web.addr() + "/metrics"
 	if metricsL != nil {
@@ -392,11 +393,19 @@ func serve(ctx context.Context, cfg *serveConfig, stderr io.Writer) error {
 	// each before anything they use, and the console's live histories
 	// just before the HTTP server, whose stop waits for them. The sweep's
 	// first pass runs after the workers subscribed, so its wake-ups find
-	// them, and so do the sources' first messages.
-	var services service.List
+	// them, and so do the sources' first messages. The loops are a list of
+	// their own, which stops alone when the projections become another
+	// build's, the HTTP server answering 503 from then on.
+	var front, services service.List
+	defer stopWithin(&front, stopBudget)
 	defer stopWithin(&services, cfg.drainGrace+stopBudget)
-	for _, s := range append(servers, []namedService{{"console", ui}, {"alerter", alerter}, {"event stream", events}, {"runtime", rt}, {"callbacks", callbacks},
-		{"sweep", sw}, {"retention", ret}, {"bulk operations", runner}, {"sources", sources}}...) {
+	for _, s := range append(servers, namedService{"console", ui}) {
+		if err := front.Start(ctx, s.name, s.s); err != nil {
+			return err
+		}
+	}
+	for _, s := range []namedService{{"alerter", alerter}, {"event stream", events}, {"runtime", rt}, {"callbacks", callbacks},
+		{"sweep", sw}, {"retention", ret}, {"bulk operations", runner}, {"sources", sources}} {
 		if err := services.Start(ctx, s.name, s.s); err != nil {
 			return err
 		}
@@ -418,7 +427,20 @@ func serve(ctx context.Context, cfg *serveConfig, stderr io.Writer) error {
 			"  curl -H \"Authorization: Bearer $(cat %s)\" http://%s/api/v1/stats\n\n",
 			web.addr(), web.addr(), abs, abs, web.addr())
 	}
-	<-ctx.Done()
+	select {
+	case <-ctx.Done():
+	case stored := <-projectionsMoved(ctx, db):
+		// An online rebuild of another build switched the tables: the
+		// journal refuses this server's writes already; it stops its
+		// loops and answers 503 until it is replaced.
+		log.Warn("the projections are another build's: this server writes nothing more and answers 503; replace it with a server of that build",
+			"stored", stored, "build", schema.ProjectionVersion)
+		moved.Store(true)
+		ready.Store(false)
+		stopWithin(&services, cfg.drainGrace+stopBudget)
+		log.Info("every loop stopped: answering 503 until this server is stopped")
+		<-ctx.Done()
+	}
 	unready(&ready, cfg.shutdownDelay, log)
 	log.Info("stopping: no more claims; attempts in flight get the drain grace", "drain_grace", cfg.drainGrace)
 	return nil
@@ -545,7 +567,9 @@ func startEmbeddedPostgres(ctx context.Context, dataDir string, settings map[str
 // prepared statements, whose generic plans' estimates (an array of ids is
 // guessed at ten rows, joined to a guess) often pass jit_above_cost, and
 // compiling one took 100 to 200 ms where running it takes one
-// (performance.md).
+// (performance.md). Each session declares the projections version of this
+// build, so the journal refuses its writes once the projections are
+// another build's (schema.ProjectionsParam).
 func openDB(ctx context.Context, url string) (*pgxpool.Pool, error) {
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
@@ -554,6 +578,7 @@ func openDB(ctx context.Context, url string) (*pgxpool.Pool, error) {
 	cfg.ConnConfig.RuntimeParams["idle_in_transaction_session_timeout"] = "60000"
 	cfg.ConnConfig.RuntimeParams["jit"] = "off"
 	cfg.ConnConfig.RuntimeParams["application_name"] = "waybill"
+	cfg.ConnConfig.RuntimeParams[schema.ProjectionsParam] = strconv.Itoa(schema.ProjectionVersion)
 	cfg.AfterConnect = schema.AfterConnect
 	if cfg.MaxConns < 32 && !strings.Contains(url, "pool_max_conns") {
 		cfg.MaxConns = 32
@@ -623,7 +648,7 @@ type httpService struct {
 // withMetrics, the metrics to an unscoped token of any role: /healthz answers while
 // the process runs, /readyz only while the database answers and every
 // service has started.
-func mainMux(api *httpapi.Server, ui *console.Console, db *pgxpool.Pool, withMetrics bool, metrics http.Handler, ready *atomic.Bool) http.Handler {
+func mainMux(api *httpapi.Server, ui *console.Console, db *pgxpool.Pool, withMetrics bool, metrics http.Handler, ready, moved *atomic.Bool) http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle(httpapi.Prefix+"/", api)
 	mux.Handle(console.Prefix, ui)
@@ -653,9 +678,14 @@ func mainMux(api *httpapi.Server, ui *console.Console, db *pgxpool.Pool, withMet
 	// one, which a load balancer sends elsewhere. Idle connections are left
 	// alone until the listener closes: closing one as a client picks it
 	// would reset that client's request.
+	gone := unavailable(httpapi.ProjectionsMovedMessage)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !ready.Load() {
 			w.Header().Set("Connection", "close")
+		}
+		if moved.Load() && r.URL.Path != "/readyz" {
+			gone.ServeHTTP(w, r)
+			return
 		}
 		mux.ServeHTTP(w, r)
 	})
@@ -720,18 +750,7 @@ func ensureOwnProjections(ctx context.Context, db *pgxpool.Pool, l net.Listener,
 	}
 	log.Warn("waiting for the projections of this build", "stored", version.Stored, "build", version.Code,
 		"run", "waybill rebuild --online")
-	body, _ := json.Marshal(httpapi.ErrorResponse{Error: httpapi.ErrorBody{Code: httpapi.CodeUnavailable, Message: msg}})
-	srv := &http.Server{ReadHeaderTimeout: 10 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == "/healthz" {
-			fmt.Fprintln(w, "ok")
-			return
-		}
-		w.Header().Set("Retry-After", "5")
-		w.Header().Set("Connection", "close")
-		w.Header().Set("Content-Type", "application/json")
-		w.WriteHeader(http.StatusServiceUnavailable)
-		_, _ = w.Write(append(body, '\n'))
-	})}
+	srv := &http.Server{ReadHeaderTimeout: 10 * time.Second, Handler: unavailable(msg)}
 	held := &heldListener{TCPListener: l.(*net.TCPListener)}
 	served := make(chan struct{})
 	go func() {
@@ -743,22 +762,59 @@ func ensureOwnProjections(ctx context.Context, db *pgxpool.Pool, l net.Listener,
 		<-served
 		_ = held.SetDeadline(time.Time{})
 	}()
+	if _, err := pollProjections(ctx, db, func(stored int) bool { return stored == schema.ProjectionVersion }); err != nil {
+		return err
+	}
+	log.Info("the projections are this build's: starting")
+	return schema.Ensure(ctx, db)
+}
+
+// projectionsMoved gives the projections' version once it is no longer
+// this build's; it never gives one when ctx ends first.
+func projectionsMoved(ctx context.Context, db *pgxpool.Pool) <-chan int {
+	moved := make(chan int, 1)
+	go func() {
+		if stored, err := pollProjections(ctx, db, func(stored int) bool { return stored != schema.ProjectionVersion }); err == nil {
+			moved <- stored
+		}
+	}()
+	return moved
+}
+
+// pollProjections reads the projections' version every projectionsPoll
+// until done says it is the one awaited, and returns it; a read that fails
+// (the database away) is tried again at the next.
+func pollProjections(ctx context.Context, db *pgxpool.Pool, done func(stored int) bool) (int, error) {
 	for {
 		select {
 		case <-ctx.Done():
-			return ctx.Err()
+			return 0, ctx.Err()
 		case <-time.After(projectionsPoll):
 		}
 		var stored int
-		if err := db.QueryRow(ctx, `SELECT version FROM schema_version WHERE part = $1`, schema.PartProjections).Scan(&stored); err != nil {
-			log.Warn("read the projections' version", "err", err)
-			continue
-		}
-		if stored == schema.ProjectionVersion {
-			log.Info("the projections are this build's: starting")
-			return schema.Ensure(ctx, db)
+		err := db.QueryRow(ctx, `SELECT version FROM schema_version WHERE part = $1`, schema.PartProjections).Scan(&stored)
+		if err == nil && done(stored) {
+			return stored, nil
 		}
 	}
+}
+
+// unavailable answers every request but /healthz 503 with Retry-After and
+// msg in the API's error envelope, closing each connection: the answer of
+// a server whose build's projections are not the database's.
+func unavailable(msg string) http.Handler {
+	body, _ := json.Marshal(httpapi.ErrorResponse{Error: httpapi.ErrorBody{Code: httpapi.CodeUnavailable, Message: msg}})
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/healthz" {
+			fmt.Fprintln(w, "ok")
+			return
+		}
+		w.Header().Set("Retry-After", "5")
+		w.Header().Set("Connection", "close")
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusServiceUnavailable)
+		_, _ = w.Write(append(body, '\n'))
+	})
 }
 
 // heldListener is the listener a server answers on while it waits for

@@ -1,0 +1,268 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/waybill/waybill/internal/testpoll"
+)
+
+// scaleEnv opts in to TestOnlineRebuildAtScale: the number of messages
+// loaded before it (six events each).
+const scaleEnv = "WAYBILL_ONLINE_SCALE"
+
+// TestOnlineRebuildAtScale measures `waybill rebuild --online` on a
+// database of WAYBILL_ONLINE_SCALE messages, loaded by SQL, beside a server
+// under a steady ingest of 500 messages/s over REST: it logs the phases'
+// times, the switch's lock, the ingest's rate and its failed requests
+// (none may fail), checks the audit and that the tables equal an offline
+// rebuild's. Not in make test: WAYBILL_ONLINE_SCALE=1000000 go test -run
+// TestOnlineRebuildAtScale -timeout 60m ./cmd/waybill (docs/performance.md).
+func TestOnlineRebuildAtScale(t *testing.T) {
+	n, _ := strconv.Atoi(os.Getenv(scaleEnv))
+	if n <= 0 {
+		t.Skip(scaleEnv + " is not set: this measure runs on demand")
+	}
+	ctx := t.Context()
+	bin := buildBinary(t)
+	db, dbURL, ns := shared(t)
+	var delivered atomic.Int64
+	sink := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		delivered.Add(1)
+	}))
+	defer sink.Close()
+	dir := t.TempDir()
+	args := []string{"--database-url", dbURL, "--nats-url", ns.ClientURL(), "--data-dir", dir}
+	s := startServer(t, bin, args...)
+	token, err := os.ReadFile(filepath.Join(dir, "admin.token"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin := &api{t: t, base: "http://" + s.addr + "/api/v1", token: strings.TrimSpace(string(token))}
+	for _, name := range []string{"archive", "billing"} {
+		admin.call("POST", "/targets", map[string]any{"name": name, "kind": "http", "enabled": true,
+			"config": map[string]any{"url": sink.URL}}, http.StatusCreated, nil)
+		admin.call("POST", "/routes", map[string]any{"source": "erp", "from": "*", "to": "*", "target": name}, http.StatusCreated, nil)
+	}
+	stopServer(t, s)
+
+	began := time.Now()
+	loadDelivered(t, db, n)
+	t.Logf("loaded %d messages, %d events by SQL in %s", n, journalEvents(t, db), time.Since(began).Round(time.Second))
+	began = time.Now()
+	if out, err := exec.Command(bin, "rebuild", "--database-url", dbURL).CombinedOutput(); err != nil {
+		t.Fatalf("offline rebuild: %v\n%s", err, out)
+	}
+	t.Logf("offline rebuild (fold, tables, audit) in %s", time.Since(began).Round(100*time.Millisecond))
+	if _, err := db.Exec(ctx, `VACUUM ANALYZE`); err != nil {
+		t.Fatal(err)
+	}
+
+	s = startServer(t, bin, args...)
+	admin.base = "http://" + s.addr + "/api/v1"
+	const rate = 500
+	var (
+		acked, failed atomic.Int64
+		stop          = make(chan struct{})
+		wg            sync.WaitGroup
+		slowest       atomic.Int64
+	)
+	due := make(chan int)
+	wg.Go(func() {
+		defer close(due)
+		tick := time.NewTicker(time.Second / rate)
+		defer tick.Stop()
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+			}
+			select {
+			case due <- i:
+			case <-stop:
+				return
+			}
+		}
+	})
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 32}}
+	for range 32 {
+		wg.Go(func() {
+			for i := range due {
+				key := fmt.Sprint("live-", i)
+				body, _ := json.Marshal(map[string]any{"source": "erp", "from": "a", "to": "b", "payload": key, "idempotency_key": key})
+				req, _ := http.NewRequest("POST", admin.base+"/messages", bytes.NewReader(body))
+				req.Header.Set("Authorization", "Bearer "+admin.token)
+				req.Header.Set("Content-Type", "application/json")
+				start := time.Now()
+				resp, err := client.Do(req)
+				if err != nil {
+					failed.Add(1)
+					t.Logf("ingest %s: %v", key, err)
+					continue
+				}
+				data, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				if took := time.Since(start); took.Nanoseconds() > slowest.Load() {
+					slowest.Store(took.Nanoseconds())
+				}
+				if resp.StatusCode != http.StatusCreated {
+					failed.Add(1)
+					t.Logf("ingest %s: %d %s", key, resp.StatusCode, data)
+					continue
+				}
+				acked.Add(1)
+			}
+		})
+	}
+	ingestStart := time.Now()
+	steady := func(what string) {
+		from := acked.Load()
+		testpoll.Until(t, "a thousand more messages acknowledged "+what, func() bool { return acked.Load() >= from+1000 || failed.Load() > 0 })
+	}
+	steady("before the rebuild")
+	began = time.Now()
+	out, err := exec.Command(bin, "rebuild", "--online", "--database-url", dbURL).CombinedOutput()
+	took := time.Since(began)
+	steady("after the rebuild")
+	close(stop)
+	wg.Wait()
+	ingestFor := time.Since(ingestStart)
+	if err != nil || !strings.Contains(string(out), "; 0 violations") {
+		t.Fatalf("online rebuild: %v\n%s", err, out)
+	}
+	lock := regexp.MustCompile(`lock_held=(\S+)`).FindStringSubmatch(string(out))
+	if lock == nil {
+		t.Fatalf("no lock_held in:\n%s", out)
+	}
+	held, err := time.ParseDuration(lock[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("online rebuild in %s, the switch's lock held %s; ingest %d acknowledged in %s (%.0f messages/s), %d failed, the slowest answer %s\n%s",
+		took.Round(100*time.Millisecond), held, acked.Load(), ingestFor.Round(100*time.Millisecond),
+		float64(acked.Load())/ingestFor.Seconds(), failed.Load(), time.Duration(slowest.Load()).Round(time.Millisecond), out)
+	if failed.Load() > 0 {
+		t.Errorf("%d ingests failed", failed.Load())
+	}
+	if held >= time.Second {
+		t.Errorf("the switch held the live tables %s", held)
+	}
+	// The backlog the ingest left may take the workers more than a minute
+	// on a loaded machine: wait while it shrinks.
+	undelivered := func() int64 {
+		var n int64
+		if err := db.QueryRow(ctx, `SELECT count(*) FROM messages WHERE status <> 'delivered'`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	for open := undelivered(); open > 0; {
+		testpoll.Until(t, "fewer messages undelivered than "+fmt.Sprint(open), func() bool {
+			n := undelivered()
+			if n < open {
+				open = n
+				return true
+			}
+			return false
+		})
+	}
+	began = time.Now()
+	audit(t, bin, dbURL)
+	t.Logf("audit beside the server in %s", time.Since(began).Round(100*time.Millisecond))
+	online := tablesDigest(t, db)
+	stopServer(t, s)
+	if out, err := exec.Command(bin, "rebuild", "--database-url", dbURL).CombinedOutput(); err != nil {
+		t.Fatalf("offline rebuild: %v\n%s", err, out)
+	}
+	if offline := tablesDigest(t, db); online != offline {
+		t.Fatalf("the tables after the online rebuild differ from an offline rebuild's:\nonline  %s\noffline %s", online, offline)
+	}
+}
+
+// loadDelivered fills the journal by SQL with n messages of six events,
+// from erp to archive and billing, each delivered at its first attempt,
+// over the last seven days, and their payloads.
+func loadDelivered(t *testing.T, db *pgxpool.Pool, n int) {
+	t.Helper()
+	end := time.Now().Add(-time.Hour)
+	step := 7 * 24 * time.Hour / time.Duration(n)
+	const chunk = 100_000
+	for from := 1; from <= n; from += chunk {
+		_, err := db.Exec(t.Context(), `
+		INSERT INTO journal (recorded_at, stream, version, delivery_id, target, kind, actor, old_state, new_state, payload)
+		SELECT e.at, g.mid::text, e.version, e.did, e.target, e.kind, e.actor, e.old, e.new, e.payload
+		FROM (SELECT i, md5('scale' || i)::uuid AS mid, gen_random_uuid() AS a, gen_random_uuid() AS b,
+				gen_random_uuid() AS ta, gen_random_uuid() AS tb,
+				date_trunc('milliseconds', $3::timestamptz - ($4::bigint - i) * $5::interval) AS t0
+			FROM generate_series($1::bigint, $2::bigint) AS i) g
+		CROSS JOIN LATERAL (VALUES
+			(1, g.t0, NULL::uuid, NULL, 'message.accepted', 'source:erp', NULL, NULL,
+				jsonb_build_object('source', 'erp', 'from', 'acme', 'to', 'globex',
+					'content_type', 'application/json', 'payload_size', 17, 'payload_sha256', repeat('ab', 32))),
+			(2, g.t0, NULL, NULL, 'message.dispatched', 'source:erp', NULL, NULL,
+				jsonb_build_object('deliveries', jsonb_build_array(
+					jsonb_build_object('id', g.a, 'seq', 1, 'target', 'archive'),
+					jsonb_build_object('id', g.b, 'seq', 2, 'target', 'billing')),
+					'next_due', g.t0 + interval '10 seconds')),
+			(3, g.t0 + interval '1 second', g.a, 'archive', 'delivery.claimed', 'worker:archive', 'queued', 'delivering',
+				jsonb_build_object('token', g.ta, 'attempt', 1, 'lease_end', g.t0 + interval '61 seconds')),
+			(4, g.t0 + interval '2 seconds', g.a, 'archive', 'delivery.attempted', 'worker:archive', 'delivering', 'delivered',
+				jsonb_build_object('token', g.ta, 'attempt', 1, 'outcome', jsonb_build_object('kind', 'delivered', 'text', '200 OK'))),
+			(5, g.t0 + interval '1 second', g.b, 'billing', 'delivery.claimed', 'worker:billing', 'queued', 'delivering',
+				jsonb_build_object('token', g.tb, 'attempt', 1, 'lease_end', g.t0 + interval '61 seconds')),
+			(6, g.t0 + interval '3 seconds', g.b, 'billing', 'delivery.attempted', 'worker:billing', 'delivering', 'delivered',
+				jsonb_build_object('token', g.tb, 'attempt', 1, 'outcome', jsonb_build_object('kind', 'delivered', 'text', '200 OK')))
+		) AS e(version, at, did, target, kind, actor, old, new, payload)
+		ORDER BY g.i, e.version`, from, min(from+chunk-1, n), end, n, step)
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := db.Exec(t.Context(), `INSERT INTO payloads (message_id, body)
+		SELECT stream::uuid, '{"invoice": 4711}'::bytea FROM journal WHERE version = 1 AND kind = 'message.accepted'`); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func journalEvents(t *testing.T, db *pgxpool.Pool) int64 {
+	t.Helper()
+	var n int64
+	if err := db.QueryRow(t.Context(), `SELECT count(*) FROM journal`).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// tablesDigest sums a hash of every row of messages and deliveries, and
+// the delivery counts by target and state: equal tables, equal digests,
+// without the rows leaving the database.
+func tablesDigest(t *testing.T, db *pgxpool.Pool) string {
+	t.Helper()
+	var s string
+	if err := db.QueryRow(t.Context(), `SELECT concat_ws(' ',
+		(SELECT count(*) || ':' || coalesce(sum(hashtextextended(r::text, 0)::numeric), 0) FROM messages r),
+		(SELECT count(*) || ':' || coalesce(sum(hashtextextended(r::text, 0)::numeric), 0) FROM deliveries r),
+		(SELECT string_agg(format('%s/%s=%s', target, state, n), ',' ORDER BY target, state)
+			FROM (SELECT target, state, sum(n) AS n FROM delivery_counts GROUP BY 1, 2 HAVING sum(n) <> 0) c))`).Scan(&s); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
