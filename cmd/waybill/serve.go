@@ -749,8 +749,8 @@ func ensureOwnProjections(ctx context.Context, db *pgxpool.Pool, l net.Listener,
 			return ctx.Err()
 		case <-time.After(projectionsPoll):
 		}
-		var stored int
-		if err := db.QueryRow(ctx, `SELECT version FROM schema_version WHERE part = $1`, schema.PartProjections).Scan(&stored); err != nil {
+		stored, err := schema.StoredVersion(ctx, db, schema.PartProjections)
+		if err != nil {
 			log.Warn("read the projections' version", "err", err)
 			continue
 		}
