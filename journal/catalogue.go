@@ -292,7 +292,7 @@ func (p *MessageAccepted) Trace() lifecycle.Trace {
 
 func (*MessageAccepted) Kind() Kind { return KindMessageAccepted }
 func (p *MessageAccepted) Text() string {
-	s := fmt.Sprintf("accepted from %s: %s to %s, %d bytes of %s", p.Source, p.From, p.To, p.PayloadSize, p.ContentType)
+	s := fmt.Sprintf("accepted from %s: %s to %s, %s of %s", p.Source, p.From, p.To, lifecycle.Count(p.PayloadSize, "byte", "bytes"), p.ContentType)
 	if !p.DeliverAt.IsZero() {
 		s += ", to be delivered at " + p.DeliverAt.UTC().Format(time.RFC3339)
 	}

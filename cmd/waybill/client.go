@@ -364,8 +364,11 @@ func runClient(ctx context.Context, args []string, stdout, stderr io.Writer) int
 			return listMessages(ctx, c, stdout, filters, duplicates, limit, cursor)
 		}
 	case cmd == "messages" && pos[0] == "show":
-		if len(pos) != 2 {
+		if len(pos) < 2 {
 			return misuse("missing MESSAGE_ID: show takes one message id")
+		}
+		if len(pos) > 2 {
+			return misuse("unexpected arguments %q: show takes one message id", pos[2:])
 		}
 		if !isUUID(pos[1]) {
 			return misuse("%q is not a message id", pos[1])
@@ -614,7 +617,7 @@ func printMessage(w io.Writer, m *message) {
 	if m.Type != nil {
 		t.row("type", *m.Type)
 	}
-	t.row("payload", fmt.Sprintf("%s, sha256 %s", count(int(m.PayloadSize), "byte", "bytes"), m.PayloadSHA256))
+	t.row("payload", fmt.Sprintf("%s, sha256 %s", lifecycle.Count(m.PayloadSize, "byte", "bytes"), m.PayloadSHA256))
 	if m.OrderingKey != nil {
 		t.row("ordering key", *m.OrderingKey)
 	}
