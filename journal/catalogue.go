@@ -10,6 +10,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/waybill/waybill/internal/plainjson"
 	"github.com/waybill/waybill/lifecycle"
 )
 
@@ -189,13 +190,11 @@ func Encode(p Payload) ([]byte, error) {
 	if err := p.Validate(); err != nil {
 		return nil, fmt.Errorf("encode %s: %w", p.Kind(), err)
 	}
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(p); err != nil {
+	data, err := plainjson.Marshal(p)
+	if err != nil {
 		return nil, fmt.Errorf("encode %s: %w", p.Kind(), err)
 	}
-	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
+	return data, nil
 }
 
 // ErrUnknownKind is returned for a kind outside the catalogue.

@@ -21,6 +21,7 @@ import (
 
 	"github.com/waybill/waybill/auth"
 
+	"github.com/waybill/waybill/internal/plainjson"
 	"github.com/waybill/waybill/lifecycle"
 )
 
@@ -60,7 +61,7 @@ func (e *apiError) Error() string {
 	for _, k := range slices.Sorted(maps.Keys(e.Details)) {
 		v, ok := e.Details[k].(string)
 		if !ok {
-			j, _ := json.Marshal(e.Details[k])
+			j, _ := plainjson.Marshal(e.Details[k])
 			v = string(j)
 		}
 		fmt.Fprintf(&b, "\n  %s: %s", k, v)
@@ -81,7 +82,7 @@ func (c *client) doIfMatch(ctx context.Context, method, path string, query url.V
 	u.RawQuery = query.Encode()
 	var reqBody io.Reader = http.NoBody
 	if body != nil {
-		data, err := json.Marshal(body)
+		data, err := plainjson.Marshal(body)
 		if err != nil {
 			return err
 		}

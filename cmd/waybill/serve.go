@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -33,6 +32,7 @@ import (
 	"github.com/waybill/waybill/httpapi"
 	"github.com/waybill/waybill/intake"
 	"github.com/waybill/waybill/internal/dirlock"
+	"github.com/waybill/waybill/internal/plainjson"
 	"github.com/waybill/waybill/internal/seal"
 	"github.com/waybill/waybill/internal/securefile"
 	"github.com/waybill/waybill/internal/tracing"
@@ -720,7 +720,7 @@ func ensureOwnProjections(ctx context.Context, db *pgxpool.Pool, l net.Listener,
 	}
 	log.Warn("waiting for the projections of this build", "stored", version.Stored, "build", version.Code,
 		"run", "waybill rebuild --online")
-	body, _ := json.Marshal(httpapi.ErrorResponse{Error: httpapi.ErrorBody{Code: httpapi.CodeUnavailable, Message: msg}})
+	body, _ := plainjson.Marshal(httpapi.ErrorResponse{Error: httpapi.ErrorBody{Code: httpapi.CodeUnavailable, Message: msg}})
 	srv := &http.Server{ReadHeaderTimeout: 10 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/healthz" {
 			fmt.Fprintln(w, "ok")
