@@ -2,7 +2,6 @@ package alerts
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -15,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/waybill/waybill/feed"
+	"github.com/waybill/waybill/internal/plainjson"
 	"github.com/waybill/waybill/journal"
 	"github.com/waybill/waybill/projection"
 	"github.com/waybill/waybill/service"
@@ -376,7 +376,7 @@ const insertSQL = `INSERT INTO alerts (id, code, severity, key, position, raised
 // record stores the alert unless its id is stored already, and wakes the
 // send loops for a new one.
 func (a *Alerter) record(ctx context.Context, al Alert) error {
-	body, err := json.Marshal(al)
+	body, err := plainjson.Marshal(al)
 	if err != nil {
 		return fmt.Errorf("alerts: encode %s: %w", al.ID, err)
 	}

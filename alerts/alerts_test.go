@@ -667,6 +667,23 @@ func TestEventStreamPublishesEachEventOnceInOrder(t *testing.T) {
 		!strings.Contains(last, "postgres://waybill:***@inbox.example/aodb") {
 		t.Errorf("source.created published as %s", last)
 	}
+
+	// What is published reads as written: <, > and & are not escaped for HTML.
+	m, _, err := e.w.Ingest(e.ctx, commands.NewMessage{Source: "erp", From: "acme", To: "globex", Payload: []byte("hi")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	claim, err := e.w.Claim(e.ctx, m.Deliveries[0].ID, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.w.Complete(e.ctx, m.Deliveries[0].ID, claim.Token, lifecycle.Failed("400 <b>refused</b> & gone")); err != nil {
+		t.Fatal(err)
+	}
+	check()
+	if !slices.ContainsFunc(got.all(), func(m *nats.Msg) bool { return strings.Contains(string(m.Data), `"400 <b>refused</b> & gone"`) }) {
+		t.Errorf("no event published with the error as written; the last: %s", got.all()[len(got.all())-1].Data)
+	}
 }
 
 // counter reads the counter name{label} of reg.

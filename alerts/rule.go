@@ -111,8 +111,8 @@ func Derive(e journal.Event, before, after *projection.Message) []Alert {
 		}
 		return []Alert{{ID: fmt.Sprintf("%s:%s:%d", CodeTargetUnhealthy, p.Target, e.Version), Code: CodeTargetUnhealthy,
 			Severity: SeverityError, Key: fmt.Sprintf("%s:%s", CodeTargetUnhealthy, p.Target),
-			Summary: fmt.Sprintf("target %s unhealthy: %d of %d attempts failed within %s; its breaker holds every attempt until it closes",
-				p.Target, p.Failures, p.Requests, p.Window),
+			Summary: fmt.Sprintf("target %s unhealthy: %d of %s failed within %s; its breaker holds every attempt until it closes",
+				p.Target, p.Failures, lifecycle.Count(p.Requests, "attempt", "attempts"), p.Window),
 			Position: e.Position, RaisedAt: e.RecordedAt,
 			Details: map[string]any{"target": p.Target, "requests": p.Requests, "failures": p.Failures, "window": p.Window.String(),
 				"until": p.Until}}}

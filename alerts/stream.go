@@ -2,7 +2,6 @@ package alerts
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
@@ -14,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/waybill/waybill/feed"
+	"github.com/waybill/waybill/internal/plainjson"
 	"github.com/waybill/waybill/journal"
 	"github.com/waybill/waybill/lifecycle"
 	"github.com/waybill/waybill/redact"
@@ -89,7 +89,7 @@ type eventJSON struct {
 // server to have them all.
 func (s *EventStream) handle(ctx context.Context, events []journal.Event) error {
 	for _, e := range events {
-		data, err := json.Marshal(eventJSON{Position: e.Position, RecordedAt: e.RecordedAt, Stream: e.Stream,
+		data, err := plainjson.Marshal(eventJSON{Position: e.Position, RecordedAt: e.RecordedAt, Stream: e.Stream,
 			Version: e.Version, Kind: e.Kind(), Actor: e.Actor, DeliveryID: e.DeliveryID, Target: e.Target,
 			OldState: e.OldState, NewState: e.NewState, Payload: redact.Payload(e.Payload)})
 		if err != nil {

@@ -101,7 +101,11 @@ func (r *Runner) run(ctx context.Context) {
 		if n, err := projection.CountRunning(ctx, r.cfg.DB); err == nil {
 			r.metrics.running.Set(float64(n))
 		}
-		if mine, err := r.lease.Take(ctx); err == nil && mine {
+		mine, err := r.lease.Take(ctx)
+		if err != nil && ctx.Err() == nil {
+			r.log.Warn("take the bulk operations' lease", "err", err)
+		}
+		if err == nil && mine {
 			start := r.cfg.Now()
 			res, err := r.Step(ctx)
 			switch {

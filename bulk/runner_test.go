@@ -519,20 +519,13 @@ func TestOneRunnerAtATime(t *testing.T) {
 	o := b.create(t, commands.OperationSpec{Action: lifecycle.ActionSkip, Filter: lifecycle.OperationFilter{Source: "erp"}})
 	runners[0].Wake()
 	runners[1].Wake()
-	deadline := time.Now().Add(time.Minute)
-	for {
+	testpoll.Until(t, "the operation done", func() bool {
 		got, err := projection.LoadOperation(b.ctx, b.db, o.ID)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got.State == lifecycle.OperationDone {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("still %+v a minute on", got)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return got.State == lifecycle.OperationDone
+	})
 	var counts []float64
 	for _, reg := range regs {
 		counts = append(counts, taken(t, reg, "done"))

@@ -244,18 +244,10 @@ func TestFailedCommandsLeaveNoTransaction(t *testing.T) {
 	// broken one in the background) and every session idle.
 	idle := func(step string) {
 		t.Helper()
-		deadline := time.Now().Add(5 * time.Second)
-		for {
-			acquired := lb.pool.Stat().AcquiredConns()
+		testpoll.Until(t, step+": every connection back in the pool, every session idle", func() bool {
 			states, waiting := lb.sessions(t)
-			if acquired == 0 && states["idle"] == total(states) && waiting == 0 {
-				return
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: %d connections acquired, sessions %v", step, acquired, states)
-			}
-			time.Sleep(5 * time.Millisecond)
-		}
+			return lb.pool.Stat().AcquiredConns() == 0 && states["idle"] == total(states) && waiting == 0
+		})
 	}
 
 	// The write batch fails.

@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/waybill/waybill/internal/dbtest"
+	"github.com/waybill/waybill/internal/testpoll"
 	"github.com/waybill/waybill/lifecycle"
 	"github.com/waybill/waybill/projection"
 	"github.com/waybill/waybill/service"
@@ -89,12 +90,7 @@ func wantPanicError(t *testing.T, err error) {
 // idle fails the test unless every connection goes back to the pool.
 func idle(t *testing.T, w *Writer) {
 	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); w.db.Stat().AcquiredConns() > 0; {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d connections still acquired", w.db.Stat().AcquiredConns())
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testpoll.Until(t, "every connection back in the pool", func() bool { return w.db.Stat().AcquiredConns() == 0 })
 }
 
 // TestPanicFailsItsCommandAlone: a command that panics, in its decision
@@ -184,21 +180,13 @@ func TestPanicInABatchLeavesItsOthers(t *testing.T) {
 	for i := range maxLeaders {
 		wg.Go(func() { errs[i] = returns(ingestTo(w)) })
 	}
-	for deadline := time.Now().Add(10 * time.Second); started.Load() < maxLeaders; time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("the first batches did not start")
-		}
-	}
+	testpoll.Until(t, "the first batches started", func() bool { return started.Load() >= maxLeaders })
 	var panicked error
 	wg.Go(func() { panicked = returns(panicking(w, message(m.ID))) })
 	for i := maxLeaders; i < len(errs); i++ {
 		wg.Go(func() { errs[i] = returns(ingestTo(w)) })
 	}
-	for deadline := time.Now().Add(10 * time.Second); w.Pending() < len(errs)-maxLeaders+1; time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d commands queued, want %d", w.Pending(), len(errs)-maxLeaders+1)
-		}
-	}
+	testpoll.Until(t, fmt.Sprintf("%d commands queued", len(errs)-maxLeaders+1), func() bool { return w.Pending() >= len(errs)-maxLeaders+1 })
 	close(gate)
 	wg.Wait()
 	wantPanicError(t, panicked)

@@ -16,6 +16,7 @@ import (
 
 	"github.com/waybill/waybill/commands"
 	"github.com/waybill/waybill/internal/dbtest"
+	"github.com/waybill/waybill/internal/testpoll"
 	"github.com/waybill/waybill/lifecycle"
 	"github.com/waybill/waybill/service"
 )
@@ -93,19 +94,15 @@ func TestTransient(t *testing.T) {
 			done := make(chan error, 1)
 			go func() { done <- exec(db, ctx, "SELECT pg_sleep(30) -- cut") }()
 			defer proxy.Restore()
-			deadline := time.Now().Add(10 * time.Second)
-			for {
+			testpoll.Until(t, "the query running", func() bool {
 				var running bool
 				err := b.db.QueryRow(ctx, `SELECT EXISTS (SELECT FROM pg_stat_activity
 					WHERE query = 'SELECT pg_sleep(30) -- cut' AND state = 'active')`).Scan(&running)
 				if err != nil {
 					t.Fatal(err)
 				}
-				if running || time.Now().After(deadline) {
-					break
-				}
-				time.Sleep(5 * time.Millisecond)
-			}
+				return running
+			})
 			proxy.Cut()
 			return <-done
 		}, true},

@@ -786,11 +786,22 @@ func TestInTheBrowser(t *testing.T) {
 
 	t.Run("400 pixels wide", func(t *testing.T) {
 		br.do(t, chromedp.EmulateViewport(400, 860))
+		br.open(t, "/ui/operations")
+		operation := eval[string](t, br, `document.querySelector('main a[href^="/ui/operations/"]:not([href="/ui/operations/new"])')?.getAttribute("href") ?? ""`)
+		if operation == "" {
+			t.Fatal("no operation listed")
+		}
 		for _, p := range []struct{ path, shot string }{{"/ui/", "dashboard-400"}, {"/ui/messages", ""}, {msg, "message-400"},
 			{"/ui/targets", "targets-400"}, {"/ui/targets/billing", ""}, {"/ui/targets/orders/lanes", ""}, {"/ui/targets?add=http", ""},
 			{"/ui/sources", ""}, {"/ui/sources/aodb", ""}, {"/ui/sources?add=inbox_table", ""}, {"/ui/routes", ""},
-			{"/ui/operations", ""}, {"/ui/settings", ""}} {
+			{"/ui/operations", ""}, {operation, ""}, {"/ui/operations/new", ""}, {"/ui/try", ""}, {"/ui/tokens", ""}, {"/ui/settings", ""}} {
 			br.open(t, p.path)
+			// A card names each of its lines: every cell but a row's first
+			// has its column's name.
+			if unlabelled := eval[[]string](t, br, `[...document.querySelectorAll("tbody td:not(:first-child):not([data-label])")]
+				.map(td => (td.closest("table").id || td.closest("table").getAttribute("aria-labelledby") || "a table") + ": " + td.textContent.trim())`); len(unlabelled) > 0 {
+				t.Errorf("%s: cells without a data-label: %v", p.path, unlabelled)
+			}
 			// Neither the page nor a table is wider than the window: every
 			// table is a list of blocks, none scrolls in its box.
 			if w, c := eval[int](t, br, `document.documentElement.scrollWidth`), eval[int](t, br, `document.documentElement.clientWidth`); w > c {

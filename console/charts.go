@@ -190,7 +190,7 @@ func stackChart(id, title, per string, bins []bin, w window, ss []series, values
 			h := float64(v) / float64(scale) * (plotBottom - plotTop)
 			y -= h
 			c.Bars = append(c.Bars, bar{X: round(plotLeft + float64(i)*width), Y: round(y), W: round(width - gap), H: round(h),
-				Tone: ss[j].Tone, Title: fmt.Sprintf("%s: %s %s", b.At.Format("15:04"), count(v), strings.ToLower(ss[j].Label))})
+				Tone: ss[j].Tone, Title: fmt.Sprintf("%s: %s %s", stamp(b.At), count(v), strings.ToLower(ss[j].Label))})
 		}
 	}
 	c.Empty = top == 0
@@ -198,12 +198,12 @@ func stackChart(id, title, per string, bins []bin, w window, ss []series, values
 	for i, s := range ss {
 		parts = append(parts, fmt.Sprintf("%s %s", strings.ToLower(s.Label), count(totals[i])))
 	}
-	c.Desc = fmt.Sprintf("From %s to %s UTC, a bar per %s: %s in all.", w.Start.Format("15:04"),
-		w.Start.Add(time.Duration(w.N)*w.Step).Format("15:04"), per, strings.Join(parts, ", "))
+	c.Desc = fmt.Sprintf("From %s to %s, a bar per %s: %s in all.", stamp(w.Start),
+		stamp(w.Start.Add(time.Duration(w.N)*w.Step)), per, strings.Join(parts, ", "))
 	if c.Empty {
-		c.Desc = fmt.Sprintf("From %s to %s UTC: none.", w.Start.Format("15:04"), w.Start.Add(time.Duration(w.N)*w.Step).Format("15:04"))
+		c.Desc = fmt.Sprintf("From %s to %s: none.", stamp(w.Start), stamp(w.Start.Add(time.Duration(w.N)*w.Step)))
 	} else {
-		c.Desc += fmt.Sprintf(" The most in one %s: %s, at %s.", per, count(peak), peakAt.Format("15:04"))
+		c.Desc += fmt.Sprintf(" The most in one %s: %s, at %s.", per, count(peak), stamp(peakAt))
 	}
 	return c
 }
@@ -268,7 +268,7 @@ func latencyChart(id, title string, bins []bin, w window) chart {
 		c.Lines = append(c.Lines, l)
 	}
 	c.Empty = len(c.Rows) == 0
-	c.Desc = fmt.Sprintf("From %s to %s UTC: ", w.Start.Format("15:04"), w.Start.Add(time.Duration(w.N)*w.Step).Format("15:04"))
+	c.Desc = fmt.Sprintf("From %s to %s: ", stamp(w.Start), stamp(w.Start.Add(time.Duration(w.N)*w.Step)))
 	if c.Empty {
 		c.Desc += "nothing delivered."
 	} else {
@@ -332,7 +332,10 @@ func axisDuration(d time.Duration) string {
 	return s
 }
 
-// timeTicks marks w's time four times, at bins' starts.
+// timeTicks marks w's time four times, at bins' starts. A tick is the one
+// time the console writes short, hours and minutes: the axis has room for
+// five characters a tick, and the chart's description and table give each
+// time whole.
 func timeTicks(w window) []tick {
 	var out []tick
 	width := float64(plotRight-plotLeft) / float64(w.N)

@@ -93,11 +93,11 @@ func TestStackChart(t *testing.T) {
 		return stackChart("c", "Outcomes", "minute", binOutcomes(counts, w), w, outcomeSeries, outcomes)
 	}
 	empty := draw()
-	if !empty.Empty || len(empty.Bars) != 0 || len(empty.Rows) != 0 || empty.Desc != "From 09:00 to 09:04 UTC: none." {
+	if !empty.Empty || len(empty.Bars) != 0 || len(empty.Rows) != 0 || empty.Desc != "From 2026-12-01T09:00:00Z to 2026-12-01T09:04:00Z: none." {
 		t.Errorf("empty: %+v", empty)
 	}
 	one := draw(outcome(at(9, 1), "delivered", "2xx", 0, 1))
-	wantBars := []bar{{X: 200, Y: 10, W: 143, H: 166, Tone: "ok", Title: "09:01: 1 delivered"}}
+	wantBars := []bar{{X: 200, Y: 10, W: 143, H: 166, Tone: "ok", Title: "2026-12-01T09:01:00Z: 1 delivered"}}
 	if one.Empty || !slices.Equal(one.Bars, wantBars) {
 		t.Errorf("one point: %+v, want %+v", one.Bars, wantBars)
 	}
@@ -108,9 +108,9 @@ func TestStackChart(t *testing.T) {
 		outcome(at(9, 3), "retrying", "5xx", -1, 2))
 	// A scale to 5: 33.2 units a count.
 	wantBars = []bar{
-		{X: 56, Y: 76.4, W: 143, H: 99.6, Tone: "ok", Title: "09:00: 3 delivered"},
-		{X: 56, Y: 43.2, W: 143, H: 33.2, Tone: "bad", Title: "09:00: 1 failed"},
-		{X: 488, Y: 109.6, W: 143, H: 66.4, Tone: "warn", Title: "09:03: 2 retried"},
+		{X: 56, Y: 76.4, W: 143, H: 99.6, Tone: "ok", Title: "2026-12-01T09:00:00Z: 3 delivered"},
+		{X: 56, Y: 43.2, W: 143, H: 33.2, Tone: "bad", Title: "2026-12-01T09:00:00Z: 1 failed"},
+		{X: 488, Y: 109.6, W: 143, H: 66.4, Tone: "warn", Title: "2026-12-01T09:03:00Z: 2 retried"},
 	}
 	if !slices.Equal(stacked.Bars, wantBars) {
 		t.Errorf("stacked:\n%+v\nwant\n%+v", stacked.Bars, wantBars)
@@ -118,7 +118,7 @@ func TestStackChart(t *testing.T) {
 	if len(stacked.Rows) != 2 || !slices.Equal(stacked.Rows[0].Cells, []string{"3", "0", "1"}) {
 		t.Errorf("rows %+v", stacked.Rows)
 	}
-	wantDesc := "From 09:00 to 09:04 UTC, a bar per minute: delivered 3, retried 2, failed 1 in all. The most in one minute: 4, at 09:00."
+	wantDesc := "From 2026-12-01T09:00:00Z to 2026-12-01T09:04:00Z, a bar per minute: delivered 3, retried 2, failed 1 in all. The most in one minute: 4, at 2026-12-01T09:00:00Z."
 	if stacked.Desc != wantDesc {
 		t.Errorf("desc %q", stacked.Desc)
 	}
@@ -132,7 +132,7 @@ func TestLatencyChart(t *testing.T) {
 		return latencyChart("l", "Latency", binOutcomes(counts, w), w)
 	}
 	if c := draw(outcome(at(9, 1), "failed", "4xx", -1, 1)); !c.Empty || len(c.Lines[0].Segments)+len(c.Lines[0].Dots) != 0 ||
-		c.Desc != "From 09:00 to 09:05 UTC: nothing delivered." {
+		c.Desc != "From 2026-12-01T09:00:00Z to 2026-12-01T09:05:00Z: nothing delivered." {
 		t.Errorf("no deliveries: %+v", c)
 	}
 	// Bucket 1 is (5 ms, 10 ms]: p50 7.5 ms, p99 9.95 ms, on a scale to 10 ms.
@@ -171,7 +171,7 @@ func TestChartTemplate(t *testing.T) {
 		`<svg role="img" aria-labelledby="x-outcomes-hour-title x-outcomes-hour-desc"`,
 		`<title id="x-outcomes-hour-title">Outcomes per minute, last hour</title>`,
 		`<rect class="ink-ok"`, `<circle class="ink-info"`, `<summary>The figures of “Answers per 15 minutes by status, last 24 hours”</summary>`,
-		`<td><time datetime="2026-12-01T09:01:00Z">09:01</time></td><td class="num">2</td>`,
+		`<td data-label="From"><time datetime="2026-12-01T09:01:00Z">2026-12-01T09:01:00Z</time></td><td class="num" data-label="Delivered">2</td>`,
 	} {
 		if !strings.Contains(html, want) {
 			t.Errorf("no %s in\n%s", want, html)

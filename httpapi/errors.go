@@ -1,9 +1,7 @@
 package httpapi
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -15,6 +13,7 @@ import (
 
 	"github.com/waybill/waybill/auth"
 	"github.com/waybill/waybill/commands"
+	"github.com/waybill/waybill/internal/plainjson"
 	"github.com/waybill/waybill/lifecycle"
 	"github.com/waybill/waybill/sources"
 	"github.com/waybill/waybill/targets"
@@ -418,22 +417,9 @@ func subjects(r *http.Request) []any {
 	return attrs
 }
 
-// marshal encodes v as JSON as the API answers it: without escaping <, >
-// and & for HTML, which no client of a JSON API needs, so a message reads
-// "Bearer <token>" rather than "Bearer \u003ctoken\u003e".
-func marshal(v any) ([]byte, error) {
-	var b bytes.Buffer
-	enc := json.NewEncoder(&b)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(v); err != nil {
-		return nil, err
-	}
-	return bytes.TrimSuffix(b.Bytes(), []byte("\n")), nil
-}
-
 // writeJSON answers v as JSON with the status.
 func writeJSON(w http.ResponseWriter, status int, v any) {
-	data, err := marshal(v)
+	data, err := plainjson.Marshal(v)
 	if err != nil {
 		status = http.StatusInternalServerError
 		data = []byte(`{"error":{"code":"INTERNAL","message":"internal error: the answer could not be encoded","details":{}}}`)

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/waybill/waybill/internal/plainjson"
 	"github.com/waybill/waybill/journal"
 	"github.com/waybill/waybill/lifecycle"
 	"github.com/waybill/waybill/redact"
@@ -41,7 +42,7 @@ func (s *Server) journal(w http.ResponseWriter, r *http.Request) error {
 	}
 	out := JournalPage{Items: make([]JournalEvent, len(events))}
 	for i, e := range events {
-		payload, err := marshal(payloadForCaller(r, e))
+		payload, err := plainjson.Marshal(payloadForCaller(r, e))
 		if err != nil {
 			return fmt.Errorf("encode event %d: %w", e.Position, err)
 		}

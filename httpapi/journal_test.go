@@ -3,17 +3,18 @@ package httpapi_test
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"fmt"
 	"net/http"
 	"net/url"
 	"slices"
 	"strconv"
 	"testing"
-	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
 	"github.com/waybill/waybill/httpapi"
+	"github.com/waybill/waybill/internal/testpoll"
 	"github.com/waybill/waybill/journal"
 )
 
@@ -87,19 +88,17 @@ func TestJournalPagesEveryEventOnce(t *testing.T) {
 	// transaction ids are the whole server's. Read on until all came.
 	var items []httpapi.JournalEvent
 	cursor := ""
-	deadline := time.Now().Add(30 * time.Second)
-	for len(items) < len(want) && time.Now().Before(deadline) {
+	testpoll.Until(t, fmt.Sprintf("the %d events paged", len(want)), func() bool {
 		page := b.journalPage(t, cursor, 3)
-		if len(page.Items) == 0 {
-			if page.NextCursor != cursor && cursor != "" {
-				t.Errorf("an empty page moved the cursor from %q to %q", cursor, page.NextCursor)
-			}
-			time.Sleep(5 * time.Millisecond)
-			continue
+		if len(page.Items) == 0 && page.NextCursor != cursor && cursor != "" {
+			t.Errorf("an empty page moved the cursor from %q to %q", cursor, page.NextCursor)
 		}
 		items = append(items, page.Items...)
-		cursor = page.NextCursor
-	}
+		if len(page.Items) > 0 {
+			cursor = page.NextCursor
+		}
+		return len(items) >= len(want)
+	})
 	if rest := b.journalPage(t, cursor, 3); len(rest.Items) != 0 {
 		t.Errorf("more after the last event: %v", positions(rest))
 	}
@@ -161,17 +160,12 @@ func TestJournalCursorWaitsForLateCommits(t *testing.T) {
 	// snapshot's xmin may lag while other tests' transactions end.
 	until := func(position int64) httpapi.JournalPage {
 		t.Helper()
-		deadline := time.Now().Add(30 * time.Second)
-		for {
-			page := b.journalPage(t, cursor, 10)
-			if slices.Contains(positions(page), position) {
-				return page
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("position %d never came after cursor %q", position, cursor)
-			}
-			time.Sleep(5 * time.Millisecond)
-		}
+		var page httpapi.JournalPage
+		testpoll.Until(t, fmt.Sprintf("position %d after cursor %q", position, cursor), func() bool {
+			page = b.journalPage(t, cursor, 10)
+			return slices.Contains(positions(page), position)
+		})
+		return page
 	}
 	page := until(earlyPos)
 	if got := positions(page); !slices.Equal(got, []int64{earlyPos}) {

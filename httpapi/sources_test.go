@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/waybill/waybill/httpapi"
+	"github.com/waybill/waybill/internal/testpoll"
 	"github.com/waybill/waybill/journal"
 )
 
@@ -87,21 +88,17 @@ func TestSources(t *testing.T) {
 	for token, whole := range map[string]bool{readerToken: false, adminToken: true} {
 		var found *httpapi.JournalEvent
 		cursor := ""
-		for deadline := time.Now().Add(30 * time.Second); found == nil; {
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: no source.created of ciims in the journal", token)
-			}
+		testpoll.Until(t, "source.created of ciims in the journal", func() bool {
 			var page httpapi.JournalPage
 			b.as(t, token, http.MethodGet, "/journal?limit=1000&cursor="+url.QueryEscape(cursor), nil).want(t, http.StatusOK, &page)
 			if i := slices.IndexFunc(page.Items, func(e httpapi.JournalEvent) bool {
 				return e.Kind == journal.KindSourceCreated && strings.Contains(string(e.Payload), "inbox.example")
 			}); i >= 0 {
 				found = &page.Items[i]
-			} else if len(page.Items) == 0 {
-				time.Sleep(5 * time.Millisecond)
 			}
 			cursor = page.NextCursor
-		}
+			return found != nil
+		})
 		if p := string(found.Payload); strings.Contains(p, "s3cret") != whole ||
 			!whole && !strings.Contains(p, "postgres://waybill:***@inbox.example/aodb") {
 			t.Errorf("%s sees the journal's source.created as %s", token, p)

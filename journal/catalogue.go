@@ -10,6 +10,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/waybill/waybill/internal/plainjson"
 	"github.com/waybill/waybill/lifecycle"
 )
 
@@ -189,13 +190,11 @@ func Encode(p Payload) ([]byte, error) {
 	if err := p.Validate(); err != nil {
 		return nil, fmt.Errorf("encode %s: %w", p.Kind(), err)
 	}
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(p); err != nil {
+	data, err := plainjson.Marshal(p)
+	if err != nil {
 		return nil, fmt.Errorf("encode %s: %w", p.Kind(), err)
 	}
-	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
+	return data, nil
 }
 
 // ErrUnknownKind is returned for a kind outside the catalogue.
@@ -292,7 +291,7 @@ func (p *MessageAccepted) Trace() lifecycle.Trace {
 
 func (*MessageAccepted) Kind() Kind { return KindMessageAccepted }
 func (p *MessageAccepted) Text() string {
-	s := fmt.Sprintf("accepted from %s: %s to %s, %d bytes of %s", p.Source, p.From, p.To, p.PayloadSize, p.ContentType)
+	s := fmt.Sprintf("accepted from %s: %s to %s, %s of %s", p.Source, p.From, p.To, lifecycle.Count(p.PayloadSize, "byte", "bytes"), p.ContentType)
 	if !p.DeliverAt.IsZero() {
 		s += ", to be delivered at " + p.DeliverAt.UTC().Format(time.RFC3339)
 	}

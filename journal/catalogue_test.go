@@ -125,3 +125,24 @@ func TestSettingsChangedNamesTheSigningSchemes(t *testing.T) {
 		t.Errorf("settings.changed reads %q: it does not name the signing schemes", got)
 	}
 }
+
+// TestTextsCountInWords: a history's counts read "1 byte", "2 messages".
+func TestTextsCountInWords(t *testing.T) {
+	for _, c := range []struct {
+		p    Payload
+		want string
+	}{
+		{&MessageAccepted{Source: "erp", From: "a", To: "b", ContentType: "text/plain", PayloadSize: 1}, "a to b, 1 byte of text/plain"},
+		{&MessageAccepted{Source: "erp", From: "a", To: "b", ContentType: "text/plain", PayloadSize: 0}, "a to b, 0 bytes of text/plain"},
+		{&MessagePayloadExpunged{PayloadSize: 1, After: lifecycle.Duration(time.Hour)}, ": 1 byte, sha256"},
+		{&OperationCreated{Action: lifecycle.ActionRedeliver, Matched: 1}, "redeliver of 1 message started"},
+		{&OperationMatched{Messages: []uuid.UUID{uuid.New(), uuid.New()}}, "2 messages listed"},
+		{&RetentionArchived{Batch: 1, File: "f", Events: 3, Records: 1, Messages: 1, Settled: 1}, "2 events of 1 message (1 settled"},
+		{&RetentionPass{Expunged: 1, Removed: 2, Batches: 1, ArchiveBytes: 1}, "1 payload expunged, 2 messages removed in 1 batch, 1 byte archived"},
+		{&BreakerOpened{Target: "t", Failures: 1, Requests: 1}, "1 of 1 attempt failed"},
+	} {
+		if got := c.p.Text(); !strings.Contains(got, c.want) {
+			t.Errorf("%s reads %q, want %q in it", c.p.Kind(), got, c.want)
+		}
+	}
+}

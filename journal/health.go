@@ -58,8 +58,8 @@ func (p *BreakerOpened) Text() string {
 	if p.Probe {
 		return fmt.Sprintf("breaker of %s opened again: the probe failed; attempts held until %s (%s)", p.Target, stamp(p.Until), p.Cooldown)
 	}
-	return fmt.Sprintf("breaker of %s opened: %d of %d attempts failed within %s; attempts held until %s (%s)",
-		p.Target, p.Failures, p.Requests, p.Window, stamp(p.Until), p.Cooldown)
+	return fmt.Sprintf("breaker of %s opened: %d of %s failed within %s; attempts held until %s (%s)",
+		p.Target, p.Failures, lifecycle.Count(p.Requests, "attempt", "attempts"), p.Window, stamp(p.Until), p.Cooldown)
 }
 func (p *BreakerOpened) Validate() error {
 	var errs []error

@@ -27,7 +27,7 @@ type OperationCreated struct {
 
 func (*OperationCreated) Kind() Kind { return KindOperationCreated }
 func (p *OperationCreated) Text() string {
-	return withDetail(fmt.Sprintf("%s of %d messages started", p.Action, p.Matched), p.Reason)
+	return withDetail(fmt.Sprintf("%s of %s started", p.Action, lifecycle.Count(p.Matched, "message", "messages")), p.Reason)
 }
 func (p *OperationCreated) Validate() error {
 	var errs []error
@@ -52,7 +52,7 @@ type OperationMatched struct {
 
 func (*OperationMatched) Kind() Kind { return KindOperationMatched }
 func (p *OperationMatched) Text() string {
-	return fmt.Sprintf("%d messages listed", len(p.Messages))
+	return lifecycle.Count(len(p.Messages), "message", "messages") + " listed"
 }
 func (p *OperationMatched) Validate() error {
 	if len(p.Messages) == 0 {

@@ -35,7 +35,7 @@ type MessagePayloadExpunged struct {
 
 func (*MessagePayloadExpunged) Kind() Kind { return KindMessagePayloadExpunged }
 func (p *MessagePayloadExpunged) Text() string {
-	return fmt.Sprintf("payload expunged %s after the message settled: %d bytes, sha256 %s", p.After, p.PayloadSize, p.PayloadSHA256)
+	return fmt.Sprintf("payload expunged %s after the message settled: %s, sha256 %s", p.After, lifecycle.Count(p.PayloadSize, "byte", "bytes"), p.PayloadSHA256)
 }
 func (p *MessagePayloadExpunged) Validate() error {
 	var size, sha, after error
@@ -97,8 +97,9 @@ type RetentionTotal struct {
 
 func (*RetentionArchived) Kind() Kind { return KindRetentionArchived }
 func (p *RetentionArchived) Text() string {
-	return fmt.Sprintf("batch %d archived in %s: %d events of %d messages (%d settled, %d faulted) and %d of retention's records left the journal",
-		p.Batch, p.File, p.Events-p.Records, p.Messages, p.Settled, p.Faulted, p.Records)
+	return fmt.Sprintf("batch %d archived in %s: %s of %s (%d settled, %d faulted) and %d of retention's records left the journal",
+		p.Batch, p.File, lifecycle.Count(p.Events-p.Records, "event", "events"), lifecycle.Count(p.Messages, "message", "messages"),
+		p.Settled, p.Faulted, p.Records)
 }
 func (p *RetentionArchived) Validate() error {
 	var errs []error
@@ -151,8 +152,9 @@ type RetentionPass struct {
 
 func (*RetentionPass) Kind() Kind { return KindRetentionPass }
 func (p *RetentionPass) Text() string {
-	return fmt.Sprintf("retention pass: %d payloads expunged, %d messages removed in %d batches, %d bytes archived",
-		p.Expunged, p.Removed, p.Batches, p.ArchiveBytes)
+	return fmt.Sprintf("retention pass: %s expunged, %s removed in %s, %s archived",
+		lifecycle.Count(p.Expunged, "payload", "payloads"), lifecycle.Count(p.Removed, "message", "messages"),
+		lifecycle.Count(p.Batches, "batch", "batches"), lifecycle.Count(p.ArchiveBytes, "byte", "bytes"))
 }
 func (p *RetentionPass) Validate() error {
 	if p.Expunged < 0 || p.Removed < 0 || p.Batches < 0 || p.ArchiveBytes < 0 {

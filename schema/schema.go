@@ -675,6 +675,17 @@ func upToDate(ctx context.Context, db *pgxpool.Pool) bool {
 	return err == nil && digest == ddlDigest && journal == JournalVersion && projections == ProjectionVersion
 }
 
+// StoredVersion reads the version the database records for a part
+// (PartJournal, PartProjections); pgx.ErrNoRows when it records none.
+func StoredVersion(ctx context.Context, db *pgxpool.Pool, part string) (int, error) {
+	var stored int
+	err := db.QueryRow(ctx, `SELECT version FROM schema_version WHERE part = $1`, part).Scan(&stored)
+	if err != nil {
+		return 0, fmt.Errorf("read %s schema version: %w", part, err)
+	}
+	return stored, nil
+}
+
 func checkVersion(ctx context.Context, tx pgx.Tx, part string, code int) error {
 	var stored int
 	// A part with no row is new here (or was reset): it takes this code's version.

@@ -46,13 +46,12 @@ const switchLockTimeout = 3 * time.Second
 // projections may be of another version, but it folds the journal with this
 // build's code.
 func CheckJournal(ctx context.Context, db *pgxpool.Pool) error {
-	var stored int
-	err := db.QueryRow(ctx, `SELECT version FROM schema_version WHERE part = $1`, PartJournal).Scan(&stored)
+	stored, err := StoredVersion(ctx, db, PartJournal)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return fmt.Errorf("no journal in this database: start `waybill serve` once to create it")
 	}
 	if err != nil {
-		return fmt.Errorf("read journal schema version: %w", err)
+		return err
 	}
 	if stored != JournalVersion {
 		return &VersionError{Part: PartJournal, Stored: stored, Code: JournalVersion}

@@ -3,7 +3,6 @@ package workers
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -21,6 +20,7 @@ import (
 
 	"github.com/waybill/waybill/commands"
 	"github.com/waybill/waybill/internal/netguard"
+	"github.com/waybill/waybill/internal/plainjson"
 	"github.com/waybill/waybill/internal/tracing"
 	"github.com/waybill/waybill/lifecycle"
 	"github.com/waybill/waybill/service"
@@ -70,7 +70,7 @@ func callbackWork(c commands.CallbackClaim) CallbackWork {
 		}
 		body.Deliveries = append(body.Deliveries, callbackDelivery{Target: d.Target, State: d.State, LastError: last})
 	}
-	data, _ := json.Marshal(body) // plain values: cannot fail
+	data, _ := plainjson.Marshal(body) // plain values: cannot fail
 	return CallbackWork{MessageID: cb.MessageID, Seq: cb.Seq, URL: cb.URL, Body: data, Attempt: c.Attempt, Since: cb.SettledAt,
 		Trace: c.Trace}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/google/uuid"
@@ -111,28 +112,28 @@ func TestAnOutcomeHandsTheSlotToTheJobItClaimed(t *testing.T) {
 // TestShortCatchUpRunsAgain: a catch-up that came back short but claimed
 // something is followed by another, which takes what the first passed over,
 // with no wake-up and no poke.
+//
+// It runs in a synctest bubble, whose clock moves only while every
+// goroutine of the worker waits: that no catch-up follows the chain's end
+// is seen by letting an hour pass at once.
 func TestShortCatchUpRunsAgain(t *testing.T) {
 	t.Parallel()
-	store := &skippingStore{done: make(chan string, 2), batches: [][]workers.Job[string]{
-		{{ID: uuid.New(), Work: "first"}},
-		{{ID: uuid.New(), Work: "skipped"}},
-	}}
-	startSkipping(t, store, okDeliverer{}, 4)
-	store.completed(t, "first", "skipped")
-	// The chain ends after six catch-ups in a row that claim nothing, each
-	// waiting twice as long as the one before (20 ms to 640 ms).
-	calls := func() int {
+	synctest.Test(t, func(t *testing.T) {
+		store := &skippingStore{done: make(chan string, 2), batches: [][]workers.Job[string]{
+			{{ID: uuid.New(), Work: "first"}},
+			{{ID: uuid.New(), Work: "skipped"}},
+		}}
+		startSkipping(t, store, okDeliverer{}, 4)
+		store.completed(t, "first", "skipped")
+		// The chain ends after six catch-ups in a row that claim nothing,
+		// each waiting twice as long as the one before (20 ms to 640 ms).
+		time.Sleep(time.Hour)
 		store.mu.Lock()
 		defer store.mu.Unlock()
-		return store.claimDue
-	}
-	testpoll.Until(t, "nine catch-ups", func() bool { return calls() >= 2+1+6 })
-	// That none follows can only be seen by waiting longer than the next
-	// wait would be (1280 ms).
-	time.Sleep(1500 * time.Millisecond)
-	if n := calls(); n != 2+1+6 {
-		t.Errorf("ClaimDue called %d times, want 9", n)
-	}
+		if store.claimDue != 2+1+6 {
+			t.Errorf("ClaimDue called %d times, want 9", store.claimDue)
+		}
+	})
 }
 
 // heldDeliverer holds each attempt until the test lets its work go.

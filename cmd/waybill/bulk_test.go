@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"path/filepath"
 	"syscall"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/waybill/waybill/commands"
 	"github.com/waybill/waybill/internal/dbtest"
+	"github.com/waybill/waybill/internal/testpoll"
 	"github.com/waybill/waybill/lifecycle"
 	"github.com/waybill/waybill/projection"
 )
@@ -81,13 +83,7 @@ func TestBulkOperationSurvivesKill(t *testing.T) {
 		return o
 	}
 
-	deadline := time.Now().Add(2 * time.Minute)
-	for progress().Next() < n/3 {
-		if time.Now().After(deadline) {
-			t.Fatalf("the operation took %d messages in two minutes", progress().Next())
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
+	testpoll.Within(t, 2*time.Minute, fmt.Sprintf("the operation takes %d messages", n/3), func() bool { return progress().Next() >= n/3 })
 	if err := first.cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
@@ -99,12 +95,9 @@ func TestBulkOperationSurvivesKill(t *testing.T) {
 	t.Logf("killed with %d of %d messages taken", killed.Next(), n)
 
 	startServer(t, bin, append(common, "--data-dir", filepath.Join(dir, "second"))...)
-	for progress().State == lifecycle.OperationRunning {
-		if time.Now().After(deadline) {
-			t.Fatalf("still running after the restart: %+v", progress())
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	testpoll.Within(t, 2*time.Minute, "the operation ended after the restart", func() bool {
+		return progress().State != lifecycle.OperationRunning
+	})
 	if o := progress(); o.State != lifecycle.OperationDone || o.Done != n || o.Refused != 0 {
 		t.Fatalf("ended %+v", o)
 	}

@@ -21,6 +21,7 @@ import (
 
 	"github.com/waybill/waybill/auth"
 
+	"github.com/waybill/waybill/internal/plainjson"
 	"github.com/waybill/waybill/lifecycle"
 )
 
@@ -60,7 +61,7 @@ func (e *apiError) Error() string {
 	for _, k := range slices.Sorted(maps.Keys(e.Details)) {
 		v, ok := e.Details[k].(string)
 		if !ok {
-			j, _ := json.Marshal(e.Details[k])
+			j, _ := plainjson.Marshal(e.Details[k])
 			v = string(j)
 		}
 		fmt.Fprintf(&b, "\n  %s: %s", k, v)
@@ -81,7 +82,7 @@ func (c *client) doIfMatch(ctx context.Context, method, path string, query url.V
 	u.RawQuery = query.Encode()
 	var reqBody io.Reader = http.NoBody
 	if body != nil {
-		data, err := json.Marshal(body)
+		data, err := plainjson.Marshal(body)
 		if err != nil {
 			return err
 		}
@@ -364,8 +365,11 @@ func runClient(ctx context.Context, args []string, stdout, stderr io.Writer) int
 			return listMessages(ctx, c, stdout, filters, duplicates, limit, cursor)
 		}
 	case cmd == "messages" && pos[0] == "show":
-		if len(pos) != 2 {
+		if len(pos) < 2 {
 			return misuse("missing MESSAGE_ID: show takes one message id")
+		}
+		if len(pos) > 2 {
+			return misuse("unexpected arguments %q: show takes one message id", pos[2:])
 		}
 		if !isUUID(pos[1]) {
 			return misuse("%q is not a message id", pos[1])
@@ -614,7 +618,7 @@ func printMessage(w io.Writer, m *message) {
 	if m.Type != nil {
 		t.row("type", *m.Type)
 	}
-	t.row("payload", fmt.Sprintf("%s, sha256 %s", count(int(m.PayloadSize), "byte", "bytes"), m.PayloadSHA256))
+	t.row("payload", fmt.Sprintf("%s, sha256 %s", lifecycle.Count(m.PayloadSize, "byte", "bytes"), m.PayloadSHA256))
 	if m.OrderingKey != nil {
 		t.row("ordering key", *m.OrderingKey)
 	}

@@ -311,6 +311,7 @@ func TestClientMisuse(t *testing.T) {
 	}{
 		{[]string{"messages", "show"}, "missing MESSAGE_ID: show takes one message id"},
 		{[]string{"messages", "show", "42"}, `"42" is not a message id`},
+		{[]string{"messages", "show", msgID, msgID2}, "waybill messages: unexpected arguments [\"" + msgID2 + "\"]: show takes one message id\nusage: waybill messages"},
 		{[]string{"messages", "list"}, "unexpected arguments"},
 		{[]string{"messages", "--limit", "-1"}, "--limit: must be positive"},
 		{[]string{"redeliver", msgID}, "waybill redeliver: missing DELIVERY_ID\nusage: waybill redeliver MESSAGE_ID DELIVERY_ID"},

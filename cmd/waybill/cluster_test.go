@@ -17,6 +17,7 @@ import (
 	"github.com/waybill/waybill/commands"
 	"github.com/waybill/waybill/internal/dbtest"
 	"github.com/waybill/waybill/internal/testclock"
+	"github.com/waybill/waybill/internal/testpoll"
 	"github.com/waybill/waybill/journal"
 	"github.com/waybill/waybill/lifecycle"
 	"github.com/waybill/waybill/service"
@@ -73,13 +74,7 @@ func TestTwoProcessesOneKilled(t *testing.T) {
 			"payload": fmt.Sprintf("m%d", i)}, http.StatusCreated, &m)
 		ids = append(ids, m.ID)
 	}
-	deadline := time.Now().Add(time.Minute)
-	for received() < n/3 {
-		if time.Now().After(deadline) {
-			t.Fatalf("only %d of %d delivered a minute on", received(), n)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	testpoll.Until(t, fmt.Sprintf("%d of %d delivered", n/3, n), func() bool { return received() >= n/3 })
 	if err := first.cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
@@ -103,8 +98,7 @@ func TestTwoProcessesOneKilled(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	deadline = time.Now().Add(2 * time.Minute)
-	for {
+	testpoll.Within(t, 2*time.Minute, "every message delivered after the kill", func() bool {
 		clock.Advance(time.Since(clock.Now()) + lease + time.Second)
 		if _, err := sw.Pass(ctx); err != nil {
 			t.Fatal(err)
@@ -113,14 +107,8 @@ func TestTwoProcessesOneKilled(t *testing.T) {
 		if err := db.QueryRow(ctx, `SELECT count(*) FROM messages WHERE status <> 'delivered'`).Scan(&open); err != nil {
 			t.Fatal(err)
 		}
-		if open == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d messages not delivered two minutes after the kill", open)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return open == 0
+	})
 	for _, id := range ids {
 		var m struct{ Status string }
 		viaSecond.call("GET", "/messages/"+id, nil, http.StatusOK, &m)

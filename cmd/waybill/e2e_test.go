@@ -16,9 +16,10 @@ import (
 	"sync/atomic"
 	"syscall"
 	"testing"
-	"time"
 
 	"github.com/google/uuid"
+
+	"github.com/waybill/waybill/internal/testpoll"
 )
 
 // api is a client of a running server's REST API in a test.
@@ -134,21 +135,14 @@ func TestEndToEnd(t *testing.T) {
 		ids = append(ids, m.ID)
 	}
 	for _, id := range ids {
-		deadline := time.Now().Add(60 * time.Second)
-		for {
+		testpoll.Until(t, "message "+id+" delivered", func() bool {
 			var m message
 			a.call("GET", "/messages/"+id, nil, http.StatusOK, &m)
-			if m.Status == "delivered" {
-				if len(m.Deliveries) != 1 || m.Deliveries[0].State != "delivered" {
-					t.Fatalf("message %s delivered with deliveries %+v", id, m.Deliveries)
-				}
-				break
+			if m.Status == "delivered" && (len(m.Deliveries) != 1 || m.Deliveries[0].State != "delivered") {
+				t.Fatalf("message %s delivered with deliveries %+v", id, m.Deliveries)
 			}
-			if time.Now().After(deadline) {
-				t.Fatalf("message %s is %s, want delivered", id, m.Status)
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
+			return m.Status == "delivered"
+		})
 	}
 	mu.Lock()
 	if len(got) != 10 || got[ids[3]] != "order 3" {
@@ -156,11 +150,7 @@ func TestEndToEnd(t *testing.T) {
 	}
 	mu.Unlock()
 
-	for deadline := time.Now().Add(60 * time.Second); outcomes.Load() < 10; time.Sleep(20 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d outcome callbacks, want 10", outcomes.Load())
-		}
-	}
+	testpoll.Until(t, "10 outcome callbacks", func() bool { return outcomes.Load() >= 10 })
 
 	// A file dropped in a directory source is delivered too.
 	spool := filepath.Join(dir, "spool")
@@ -173,17 +163,11 @@ func TestEndToEnd(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(spool, "order.txt"), []byte("from a file"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+	testpoll.Until(t, "the dropped file delivered", func() bool {
 		mu.Lock()
-		n := len(got)
-		mu.Unlock()
-		if n == 11 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the dropped file was not delivered")
-		}
-	}
+		defer mu.Unlock()
+		return len(got) == 11
+	})
 
 	var history struct {
 		Items []struct {

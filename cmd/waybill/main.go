@@ -21,6 +21,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/waybill/waybill/lifecycle"
 	"github.com/waybill/waybill/projection"
 	"github.com/waybill/waybill/retention"
 	"github.com/waybill/waybill/schema"
@@ -261,13 +262,13 @@ func printReport(w io.Writer, what string, r *projection.Report) int {
 	for _, v := range r.Violations {
 		fmt.Fprintf(w, "violation: %s\n", v)
 	}
-	fmt.Fprintf(w, "%s: %s, %s, %s, %s checked; %s\n", what, count(int(r.Events), "event", "events"),
-		count(r.Messages, "message", "messages"), count(r.Deliveries, "delivery", "deliveries"),
-		count(r.Operations, "operation", "operations"), count(len(r.Violations), "violation", "violations"))
+	fmt.Fprintf(w, "%s: %s, %s, %s, %s checked; %s\n", what, lifecycle.Count(r.Events, "event", "events"),
+		lifecycle.Count(r.Messages, "message", "messages"), lifecycle.Count(r.Deliveries, "delivery", "deliveries"),
+		lifecycle.Count(r.Operations, "operation", "operations"), lifecycle.Count(len(r.Violations), "violation", "violations"))
 	if rm := r.Removed; rm.Batches > 0 {
 		fmt.Fprintf(w, "retention removed %s of %s in %s (%d after settled_after, %d after failed_after), archived in %s\n",
-			count(int(rm.Events), "event", "events"), count(int(rm.Messages), "message", "messages"),
-			count(int(rm.Batches), "batch", "batches"), rm.Settled, rm.Faulted, rm.Archive)
+			lifecycle.Count(rm.Events, "event", "events"), lifecycle.Count(rm.Messages, "message", "messages"),
+			lifecycle.Count(rm.Batches, "batch", "batches"), rm.Settled, rm.Faulted, rm.Archive)
 	}
 	if len(r.Violations) > 0 {
 		return 1
@@ -279,9 +280,9 @@ func printArchiveReport(w io.Writer, r *retention.ArchiveReport) int {
 	for _, v := range r.Violations {
 		fmt.Fprintf(w, "violation: %s\n", v)
 	}
-	fmt.Fprintf(w, "archive %s: %s, %s, %s checked; %s\n", r.Dir, count(int(r.Files), "file", "files"),
-		count(int(r.Events), "event", "events"), count(int(r.Messages), "message", "messages"),
-		count(len(r.Violations), "violation", "violations"))
+	fmt.Fprintf(w, "archive %s: %s, %s, %s checked; %s\n", r.Dir, lifecycle.Count(r.Files, "file", "files"),
+		lifecycle.Count(r.Events, "event", "events"), lifecycle.Count(r.Messages, "message", "messages"),
+		lifecycle.Count(len(r.Violations), "violation", "violations"))
 	if len(r.Violations) > 0 {
 		return 1
 	}

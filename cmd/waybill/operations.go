@@ -228,14 +228,6 @@ func dryRunOperation(ctx context.Context, c *client, w io.Writer, body map[strin
 	return nil
 }
 
-// count is n of a thing in words: "1 message", "2 messages".
-func count(n int, one, many string) string {
-	if n == 1 {
-		return "1 " + one
-	}
-	return fmt.Sprintf("%d %s", n, many)
-}
-
 // watchOperation shows the operation's progress until it ends: a bar
 // redrawn in place on a terminal, else a line each time it moves. It
 // returns 0 when the operation ended done, 1 when it was cancelled or
@@ -406,4 +398,4 @@ func showOperation(ctx context.Context, c *client, w io.Writer, o *operation) er
 }
 
 // countMessages is n messages in words.
-func countMessages(n int) string { return count(n, "message", "messages") }
+func countMessages(n int) string { return lifecycle.Count(n, "message", "messages") }

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -33,6 +32,7 @@ import (
 	"github.com/waybill/waybill/httpapi"
 	"github.com/waybill/waybill/intake"
 	"github.com/waybill/waybill/internal/dirlock"
+	"github.com/waybill/waybill/internal/plainjson"
 	"github.com/waybill/waybill/internal/seal"
 	"github.com/waybill/waybill/internal/securefile"
 	"github.com/waybill/waybill/internal/tracing"
@@ -791,8 +791,7 @@ func pollProjections(ctx context.Context, db *pgxpool.Pool, done func(stored int
 			return 0, ctx.Err()
 		case <-time.After(projectionsPoll):
 		}
-		var stored int
-		err := db.QueryRow(ctx, `SELECT version FROM schema_version WHERE part = $1`, schema.PartProjections).Scan(&stored)
+		stored, err := schema.StoredVersion(ctx, db, schema.PartProjections)
 		if err == nil && done(stored) {
 			return stored, nil
 		}
@@ -803,7 +802,7 @@ func pollProjections(ctx context.Context, db *pgxpool.Pool, done func(stored int
 // msg in the API's error envelope, closing each connection: the answer of
 // a server whose build's projections are not the database's.
 func unavailable(msg string) http.Handler {
-	body, _ := json.Marshal(httpapi.ErrorResponse{Error: httpapi.ErrorBody{Code: httpapi.CodeUnavailable, Message: msg}})
+	body, _ := plainjson.Marshal(httpapi.ErrorResponse{Error: httpapi.ErrorBody{Code: httpapi.CodeUnavailable, Message: msg}})
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/healthz" {
 			fmt.Fprintln(w, "ok")

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -256,38 +255,25 @@ func TestServeStopsGently(t *testing.T) {
 
 func waitReady(t *testing.T, url string) {
 	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	for {
+	testpoll.Until(t, url+" answers 200", func() bool {
 		resp, err := http.Get(url)
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return
-			}
+		if err != nil {
+			return false
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s not ready: %v", url, errors.Join(err, fmt.Errorf("status %v", resp)))
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	})
 }
 
 func waitStatus(t *testing.T, db *pgxpool.Pool, id uuid.UUID, want lifecycle.MessageStatus) {
 	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	for {
+	testpoll.Until(t, fmt.Sprintf("message %v %s", id, want), func() bool {
 		var status string
 		if err := db.QueryRow(context.Background(), `SELECT status FROM messages WHERE id = $1`, id).Scan(&status); err != nil {
 			t.Fatal(err)
 		}
-		if status == string(want) {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("message %v is %s, want %s", id, status, want)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return status == string(want)
+	})
 }
 
 // TestServeEnvironment: a variable sets its flag when the flag is not given,

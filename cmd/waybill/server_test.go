@@ -12,12 +12,14 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/waybill/waybill/internal/securefile"
 	"github.com/waybill/waybill/internal/testpoll"
@@ -31,6 +33,9 @@ import (
 // two servers made, one each, as they started together), a bulk operation redelivers what failed, the sweep passes,
 // and retention expunges payloads, then archives and removes the settled
 // messages, and a receiver that answers 410 Gone has its target disabled.
+// A bulk dry run counts what the run then does; an unknown message's resend
+// and replay are 404 however often they come, and ingest goes on; a retry
+// fires on time, woken by the process that scheduled it, not by the sweep.
 // Each lease is held by exactly one of the two processes. A
 // partner's scoped ingest token, made over REST, posts to its source and
 // is refused elsewhere. The audit finds the journal, the projections and
@@ -48,10 +53,23 @@ func TestEveryLoopInOneServer(t *testing.T) {
 		// signed is what the sink was sent by body: the content the
 		// signature covers, and the signature.
 		signed = map[string][2]string{}
+		// flaky is when the receiver at /flaky was called, each time; it
+		// answers 503 twice, then 200.
+		flaky []time.Time
 	)
 	refuse.Store(true)
 	sink := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(r.Body)
+		if r.URL.Path == "/flaky" {
+			mu.Lock()
+			flaky = append(flaky, time.Now())
+			n := len(flaky)
+			mu.Unlock()
+			if n <= 2 {
+				http.Error(w, "busy", http.StatusServiceUnavailable)
+			}
+			return
+		}
 		if r.URL.Path == "/gone" {
 			http.Error(w, "no such hook", http.StatusGone)
 			return
@@ -203,20 +221,74 @@ func TestEveryLoopInOneServer(t *testing.T) {
 		}
 	}
 
-	// The bulk runner redelivers what failed, once the receiver takes it.
+	// The bulk runner redelivers what failed, once the receiver takes it,
+	// and refuses the delivered messages, as its dry run said it would.
 	refuse.Store(false)
+	redeliver := map[string]any{"action": "redeliver", "filter": map[string]any{"status": []string{"error", "delivered"}}}
+	var dry struct {
+		Matched, Decided, Done, Refused int
+		Refusals                        []struct {
+			Code  string
+			Count int
+		}
+	}
+	a.call("POST", "/operations", map[string]any{"action": redeliver["action"], "filter": redeliver["filter"], "dry_run": true},
+		http.StatusOK, &dry)
+	if dry.Matched != 4 || dry.Decided != 4 || dry.Done != 1 || dry.Refused != 3 || len(dry.Refusals) != 1 ||
+		dry.Refusals[0].Code != "NOT_REDELIVERABLE" || dry.Refusals[0].Count != 3 {
+		t.Fatalf("the dry run: %+v; want 4 matched and decided, 1 done, 3 refused as NOT_REDELIVERABLE", dry)
+	}
 	var op struct{ ID, State string }
-	a.call("POST", "/operations", map[string]any{"action": "redeliver", "filter": map[string]any{"status": []string{"error"}}},
-		http.StatusAccepted, &op)
+	a.call("POST", "/operations", redeliver, http.StatusAccepted, &op)
 	audit(t, bin, dbURL)
-	testpoll.Until(t, "the bulk operation redelivers the failed message", func() bool {
+	testpoll.Until(t, "the bulk operation redelivers the failed message and refuses the delivered ones", func() bool {
 		var got struct {
-			State string
-			Done  int
+			State         string
+			Done, Refused int
 		}
 		a.call("GET", "/operations/"+op.ID, nil, http.StatusOK, &got)
-		return got.State == "done" && got.Done == 1 && status(ids[1]) == "delivered"
+		return got.State == "done" && got.Done == dry.Done && got.Refused == dry.Refused && status(ids[1]) == "delivered"
 	})
+
+	// An unknown message's resend and replay are 404, again and again, and
+	// leave the Writer serving.
+	for range 3 {
+		for _, action := range []string{"resend", "replay"} {
+			var refused struct{ Error struct{ Code string } }
+			a.call("POST", "/messages/00000000-0000-0000-0000-000000000000/"+action, map[string]any{}, http.StatusNotFound, &refused)
+			if refused.Error.Code != "NOT_FOUND" {
+				t.Fatalf("%s of an unknown message: %+v", action, refused)
+			}
+		}
+	}
+	// A retry fires when due (base_delay 1s), woken by the process that
+	// recorded it: the sweep would wake it 2 s late at the soonest, and
+	// record delivery.woken.
+	a.call("POST", "/targets", map[string]any{"name": "flaky", "kind": "http", "config": map[string]any{"url": sink.URL + "/flaky"},
+		"retry": map[string]any{"strategy": "fixed", "base_delay": "1s", "jitter": 0}}, http.StatusCreated, nil)
+	a.call("POST", "/routes", map[string]any{"source": "slow", "from": "*", "to": "*", "target": "flaky"}, http.StatusCreated, nil)
+	retried := ingest(a, "slow", "retried on time", nil)
+	testpoll.Until(t, "the flaky receiver takes the third attempt", func() bool { return status(retried) == "delivered" })
+	mu.Lock()
+	calls := slices.Clone(flaky)
+	mu.Unlock()
+	if len(calls) != 3 {
+		t.Fatalf("the flaky receiver was called %d times, want 3", len(calls))
+	}
+	for i := 1; i < len(calls); i++ {
+		// The retry is due 1 s after its outcome was recorded, which
+		// follows the answer.
+		if gap := calls[i].Sub(calls[i-1]); gap < time.Second || gap > time.Second+1500*time.Millisecond {
+			t.Errorf("attempt %d came %s after the one before; want 1 s, late by less than 1.5 s", i+1, gap)
+		}
+	}
+	var history struct{ Items []struct{ Kind string } }
+	a.call("GET", "/messages/"+retried+"/history", nil, http.StatusOK, &history)
+	for _, e := range history.Items {
+		if e.Kind == "delivery.woken" {
+			t.Errorf("the retried message's history has delivery.woken: the sweep woke a retry: %+v", history.Items)
+		}
+	}
 
 	// Retention expunges the payloads, then archives and removes every
 	// settled message.
@@ -241,7 +313,7 @@ func TestEveryLoopInOneServer(t *testing.T) {
 			removed += m[`waybill_retention_removed_total{class="settled"}`]
 			sweeps += m["waybill_sweep_pass_duration_seconds_count"]
 		}
-		return expunged >= 1 && removed == 6 && sweeps >= 2
+		return expunged >= 1 && removed == 7 && sweeps >= 2
 	})
 	// Retention and the alerts hold their leases only while they work, so
 	// two scrapes a moment apart may each see one held: only the bulk

@@ -18,10 +18,17 @@ const Timeout = time.Minute
 // naming what it waited for, when it does not hold within Timeout.
 func Until(t testing.TB, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(Timeout)
+	Within(t, Timeout, what, cond)
+}
+
+// Within is Until with a deadline of its own, for a wait whose work is
+// known to take longer than Timeout on a loaded machine.
+func Within(t testing.TB, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
 	for !cond() {
 		if time.Now().After(deadline) {
-			t.Fatalf("not within %s: %s", Timeout, what)
+			t.Fatalf("not within %s: %s", timeout, what)
 		}
 		time.Sleep(Interval)
 	}
