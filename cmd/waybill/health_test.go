@@ -268,13 +268,17 @@ func TestHealthAcrossThreeServers(t *testing.T) {
 				t.Errorf("the probe reached the receiver %d times while half-open, want once", got)
 			}
 			// The claims after the close take the held backlog in due
-			// order, but for those made at once by the servers' slots.
+			// order, but for those made at once by the servers' slots, and
+			// one batch more: at the close, a claim the gate still refuses
+			// rolls back the rows it had locked, which another server's
+			// claim, skipping locked rows, passed over.
+			slack := perServer * (len(servers) + 1)
 			after := claims(probed, journal.Event{Position: math.MaxInt64})
 			if len(after) != len(held) {
 				t.Fatalf("%d claims after the cooldown, want the %d held", len(after), len(held))
 			}
 			for i, id := range after {
-				if d := slices.Index(held, id) - i; d > perServer*len(servers) || d < -perServer*len(servers) {
+				if d := slices.Index(held, id) - i; d > slack || d < -slack {
 					t.Errorf("claim %d after the cooldown is the held delivery %d in due order", i, i+d)
 				}
 			}
