@@ -367,9 +367,13 @@ func (s *spec) compare(schemaV any, t reflect.Type, at string) []string {
 		}
 		props := obj(sc["properties"])
 		fields := map[string]reflect.Type{}
-		for i := range t.NumField() {
-			f := t.Field(i)
+		// An embedded struct without a tag gives its fields, as
+		// encoding/json does.
+		for _, f := range reflect.VisibleFields(t) {
 			name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+			if f.Anonymous && name == "" && f.Type.Kind() == reflect.Struct {
+				continue
+			}
 			if f.IsExported() && name != "-" {
 				fields[name] = f.Type
 			}

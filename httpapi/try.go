@@ -55,27 +55,16 @@ type RouteVerdict struct {
 	FilterError string `json:"filter_error,omitempty"`
 }
 
-// TrialShape is what a target's transform makes of the delivery.
+// TrialShape is what a target's transform makes of the delivery: the
+// journal's shape of it, and the payload sent instead of the message's,
+// when it is another.
 type TrialShape struct {
 	Target string `json:"target"`
 	// Outcome is as_is (no transform, or one that changed nothing),
 	// shaped, cancelled or failed.
 	Outcome string `json:"outcome"`
-	// Cancel is the reason of a cancelled delivery, Error why a failed
-	// one's transform failed.
-	Cancel string `json:"cancel,omitempty"`
-	Error  string `json:"error,omitempty"`
-	// Method, Path and Headers are sent instead of, after and beside the
-	// target's own.
-	Method  string            `json:"method,omitempty"`
-	Path    string            `json:"path,omitempty"`
-	Headers map[string]string `json:"headers,omitempty"`
-	// ContentType, Payload, PayloadSize and PayloadSHA256 are those of
-	// the payload sent instead of the message's, when it is another.
-	ContentType   string `json:"content_type,omitempty"`
-	Payload       string `json:"payload,omitempty"`
-	PayloadSize   int64  `json:"payload_size,omitempty"`
-	PayloadSHA256 string `json:"payload_sha256,omitempty"`
+	journal.Shape
+	Payload string `json:"payload,omitempty"`
 }
 
 // tryRoutes answers what the routes and the targets' transforms make of
@@ -156,13 +145,12 @@ func trialOf(t routing.Trial, scoped bool, source string) Trial {
 	for _, target := range t.Targets {
 		sh := TrialShape{Target: target, Outcome: "as_is"}
 		if s := t.Shapes[target]; s != nil {
-			sh.Outcome, sh.Method, sh.Path, sh.Headers = "shaped", s.Method, s.Path, s.Headers
-			sh.ContentType, sh.Payload, sh.PayloadSize, sh.PayloadSHA256 = s.ContentType, string(s.Body), s.PayloadSize, s.PayloadSHA256
+			sh = TrialShape{Target: target, Outcome: "shaped", Shape: s.Shape, Payload: string(s.Body)}
 			switch {
 			case s.Cancel != "":
-				sh = TrialShape{Target: target, Outcome: "cancelled", Cancel: s.Cancel}
+				sh = TrialShape{Target: target, Outcome: "cancelled", Shape: journal.Shape{Cancel: s.Cancel}}
 			case s.Error != "":
-				sh = TrialShape{Target: target, Outcome: "failed", Error: s.Error}
+				sh = TrialShape{Target: target, Outcome: "failed", Shape: journal.Shape{Error: s.Error}}
 			}
 		}
 		out.Shapes = append(out.Shapes, sh)
