@@ -323,9 +323,41 @@ func TestTargetEditEnableAndDisable(t *testing.T) {
 	c.post(t, "/ui/targets/billing/edit", form).redirects(t, "/ui/targets/billing")
 	c.get(t, "/ui/targets/billing").has(t, "Target billing saved.", "linear", "http://127.0.0.1:9/in", "within 1h0m0s",
 		html.EscapeString(`"X-Tenant": "acme"`), html.EscapeString(`"method": "PUT"`))
-	c.get(t, "/ui/targets/billing/edit").has(t, `<option value="PUT" selected>`, "Authorization: Bearer t0k3n\nX-Tenant: acme</textarea>")
+	c.get(t, "/ui/targets/billing/edit").has(t, `<option value="PUT" selected>`, "Authorization: Bearer t0k3n\nX-Tenant: acme</textarea>",
+		`name="enabled_was" value="on"`)
 	if b.changes.Load() != changes+1 {
 		t.Error("a saved edit did not announce the change")
+	}
+	// The target is disabled (a 410) while the form is open: a save that
+	// leaves the box as it was shown keeps it disabled, one that ticks it
+	// again enables it.
+	billing := func() lifecycle.Target {
+		all, err := b.w.Targets(b.ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, tg := range all {
+			if tg.Name == "billing" {
+				return tg
+			}
+		}
+		t.Fatal("no target billing")
+		return lifecycle.Target{}
+	}
+	gone := billing()
+	gone.Enabled = false
+	if _, err := b.w.UpdateTarget(b.ctx, gone, "operator:gone"); err != nil {
+		t.Fatal(err)
+	}
+	form.Set("enabled_was", "on")
+	c.post(t, "/ui/targets/billing/edit", form).redirects(t, "/ui/targets/billing")
+	if billing().Enabled {
+		t.Error("a save with the box as it was shown enabled a target disabled meanwhile")
+	}
+	form.Set("enabled_was", "")
+	c.post(t, "/ui/targets/billing/edit", form).redirects(t, "/ui/targets/billing")
+	if !billing().Enabled {
+		t.Error("a save that ticked the box did not enable the target")
 	}
 
 	// The ordering, named as the API names it, each problem under its

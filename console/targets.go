@@ -312,8 +312,12 @@ func indent(raw json.RawMessage) string {
 // targetForm is a target's definition as its form holds it: each field
 // named as the API names it.
 type targetForm struct {
-	Name                                               string
-	Enabled                                            bool
+	Name    string
+	Enabled bool
+	// EnabledWas is Enabled as the edit form was shown: a save that
+	// leaves the box as it was keeps the target's enabled as it is when
+	// written, so a disabling since (a 410, disable_after) stands.
+	EnabledWas                                         bool
 	MaxConcurrent, AttemptTimeout                      string
 	Strategy, BaseDelay, MaxDelay, Jitter, MaxAttempts string
 	MaxAge, ReceiptTimeout                             string
@@ -341,7 +345,7 @@ func choiceOf[T ~string](name, label, value, hint string, values []T, problem *e
 
 // formOf fills the form with a target's definition.
 func formOf(t lifecycle.Target) targetForm {
-	f := targetForm{Name: t.Name, Enabled: t.Enabled, MaxConcurrent: strconv.Itoa(t.MaxConcurrent),
+	f := targetForm{Name: t.Name, Enabled: t.Enabled, EnabledWas: t.Enabled, MaxConcurrent: strconv.Itoa(t.MaxConcurrent),
 		AttemptTimeout: t.AttemptTimeout.String(), Strategy: string(t.Retry.Strategy),
 		BaseDelay: t.Retry.BaseDelay.String(), MaxDelay: t.Retry.MaxDelay.String(),
 		MaxAttempts: strconv.Itoa(t.Retry.MaxAttempts), MaxAge: t.Retry.MaxAge.String(),
@@ -363,7 +367,8 @@ func formOf(t lifecycle.Target) targetForm {
 // readTargetForm reads the form of a target of the kind.
 func readTargetForm(kind string, form url.Values) targetForm {
 	get := func(name string) string { return strings.TrimSpace(form.Get(name)) }
-	return targetForm{Name: get("name"), Enabled: form.Get("enabled") == "on", MaxConcurrent: get("max_concurrent"),
+	return targetForm{Name: get("name"), Enabled: form.Get("enabled") == "on", EnabledWas: form.Get("enabled_was") == "on",
+		MaxConcurrent:  get("max_concurrent"),
 		AttemptTimeout: get("attempt_timeout"), Strategy: get("retry.strategy"), BaseDelay: get("retry.base_delay"),
 		MaxDelay: get("retry.max_delay"), Jitter: get("retry.jitter"), MaxAttempts: get("retry.max_attempts"),
 		MaxAge: get("retry.max_age"), ReceiptTimeout: get("receipt.timeout"), Config: readValues(targetKinds[kind], form),
@@ -441,7 +446,11 @@ func (c *Console) editTarget(w http.ResponseWriter, r *http.Request, s *auth.Ses
 	f.Name = t.Name
 	next, err := f.definition(t.Kind)
 	if err == nil {
-		_, err = c.cfg.Writer.UpdateTarget(r.Context(), next, journal.OperatorActor(s.Name))
+		update := c.cfg.Writer.UpdateTarget
+		if f.Enabled == f.EnabledWas {
+			update = c.cfg.Writer.UpdateTargetKeepingEnabled
+		}
+		_, err = update(r.Context(), next, journal.OperatorActor(s.Name))
 	}
 	if err == nil {
 		c.configChanged()
