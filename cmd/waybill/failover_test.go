@@ -232,7 +232,10 @@ func TestFailoverToASynchronousStandby(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	waitEveryMessageDelivered(t, db)
+	// A claim whose commit reached the standby but whose answer was lost
+	// with the primary leaves its delivery to its lease (the default
+	// attempt timeout's, 2 × 30 s + 1 min) and then to the sweep.
+	waitEveryMessageDeliveredWithin(t, db, 2*time.Minute+time.Minute)
 	rows, err := db.Query(ctx, `SELECT stream, count(*) FILTER (WHERE payload->'outcome'->>'kind' = 'delivered')
 		FROM journal WHERE kind = $1 GROUP BY 1`, journal.KindDeliveryAttempted)
 	if err != nil {

@@ -192,7 +192,14 @@ func TestRollingRestartLosesNothing(t *testing.T) {
 // message of db is delivered.
 func waitEveryMessageDelivered(t *testing.T, db *pgxpool.Pool) {
 	t.Helper()
-	testpoll.Until(t, "every message delivered", func() bool {
+	waitEveryMessageDeliveredWithin(t, db, time.Minute)
+}
+
+// waitEveryMessageDeliveredWithin is waitEveryMessageDelivered with a
+// wait of its own length.
+func waitEveryMessageDeliveredWithin(t *testing.T, db *pgxpool.Pool, within time.Duration) {
+	t.Helper()
+	testpoll.Within(t, within, "every message delivered", func() bool {
 		var open int
 		if err := db.QueryRow(t.Context(), `SELECT count(*) FROM messages WHERE status <> 'delivered'`).Scan(&open); err != nil {
 			t.Fatal(err)
