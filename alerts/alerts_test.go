@@ -242,8 +242,9 @@ func (e *env) stall(t *testing.T) {
 	}
 }
 
-// fail ingests a message for alpha whose only attempt fails for good.
-func (e *env) fail(t *testing.T) {
+// fail ingests a message for alpha whose only attempt fails for good,
+// with the error given.
+func (e *env) fail(t *testing.T, reason string) {
 	t.Helper()
 	m, _, err := e.w.Ingest(e.ctx, commands.NewMessage{Source: "erp", From: "acme", To: "globex", Payload: []byte("hi")})
 	if err != nil {
@@ -253,7 +254,7 @@ func (e *env) fail(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.w.Complete(e.ctx, m.Deliveries[0].ID, claim.Token, lifecycle.Failed("410 Gone")); err != nil {
+	if _, err := e.w.Complete(e.ctx, m.Deliveries[0].ID, claim.Token, lifecycle.Failed(reason)); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -390,7 +391,7 @@ func TestEachAlertOnceAcrossARestart(t *testing.T) {
 	e.route(t)
 	e.notRouted(t)
 	e.stall(t)
-	e.fail(t)
+	e.fail(t, "410 Gone")
 	e.laneHeld(t)
 	e.gone(t)
 	e.unhealthy(t)
@@ -610,7 +611,7 @@ func TestEventStreamPublishesEachEventOnceInOrder(t *testing.T) {
 	}
 	s := start()
 	e.route(t)
-	e.fail(t)
+	e.fail(t, "410 Gone")
 	check := func() {
 		t.Helper()
 		rows, _ := e.db.Query(e.ctx, `SELECT position, kind FROM journal ORDER BY txid, position`)
@@ -669,17 +670,7 @@ func TestEventStreamPublishesEachEventOnceInOrder(t *testing.T) {
 	}
 
 	// What is published reads as written: <, > and & are not escaped for HTML.
-	m, _, err := e.w.Ingest(e.ctx, commands.NewMessage{Source: "erp", From: "acme", To: "globex", Payload: []byte("hi")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	claim, err := e.w.Claim(e.ctx, m.Deliveries[0].ID, time.Minute)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := e.w.Complete(e.ctx, m.Deliveries[0].ID, claim.Token, lifecycle.Failed("400 <b>refused</b> & gone")); err != nil {
-		t.Fatal(err)
-	}
+	e.fail(t, "400 <b>refused</b> & gone")
 	check()
 	if !slices.ContainsFunc(got.all(), func(m *nats.Msg) bool { return strings.Contains(string(m.Data), `"400 <b>refused</b> & gone"`) }) {
 		t.Errorf("no event published with the error as written; the last: %s", got.all()[len(got.all())-1].Data)
