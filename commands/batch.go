@@ -68,9 +68,11 @@ type op struct {
 	// delivery the outcome lets go in its lane or, with claimDue on a
 	// target without lanes, of the target's oldest due delivery: the batch
 	// takes it in the same transaction, for the same worker (next, on its
-	// message's change nextC), instead of a claim of its own.
+	// message's change nextC), instead of a claim of its own; with the
+	// token nextToken.
 	claimNext time.Duration
 	claimDue  bool
+	nextToken uuid.UUID
 	// handOff, for an ingest, claims the deliveries the op wakes for the
 	// Writer's Taker (handOff); slots are the slots reserved, by target,
 	// and handed the claims made in them, for handOver once the batch ends.
@@ -612,7 +614,7 @@ func (w *Writer) decide(ops []*op, read map[uuid.UUID]*projection.Message, lanes
 		}
 		if o.claimNext > 0 {
 			if target := c.after.Delivery(o.on.deliveryID).Target; !off(target) {
-				o.next, o.nextC = claimFreed(follow, target, o.claimNext, now)
+				o.next, o.nextC = claimFreed(follow, target, o.nextToken, o.claimNext, now)
 			}
 		}
 		if o.handOff {
@@ -629,7 +631,7 @@ func (w *Writer) decide(ops []*op, read map[uuid.UUID]*projection.Message, lanes
 		}
 		if o.claimDue && o.next == nil {
 			if target := c.after.Delivery(o.on.deliveryID).Target; !off(target) {
-				if o.next, o.nextC = claimChosen(due, state, owner, target, o.claimNext, now); o.nextC != nil {
+				if o.next, o.nextC = claimChosen(due, state, owner, target, o.nextToken, o.claimNext, now); o.nextC != nil {
 					keep(o.nextC)
 				}
 			}
@@ -676,11 +678,11 @@ func (w *Writer) queueChooseDue(b *pgx.Batch, ops []*op, cfg *configState) *chos
 	return c
 }
 
-// claimChosen claims for an outcome the first of the target's deliveries
-// in due, chosen by queueChooseDue, that the fold finds claimable on the
-// state the batch has come to, and takes it out of due.
+// claimChosen claims with token for an outcome the first of the target's
+// deliveries in due, chosen by queueChooseDue, that the fold finds
+// claimable on the state the batch has come to, and takes it out of due.
 func claimChosen(due map[string][]uuid.UUID, state map[uuid.UUID]*projection.Message, owner map[uuid.UUID]uuid.UUID,
-	target string, lease time.Duration, now time.Time) (*Claim, *change) {
+	target string, token uuid.UUID, lease time.Duration, now time.Time) (*Claim, *change) {
 	for len(due[target]) > 0 {
 		id := due[target][0]
 		due[target] = due[target][1:]
@@ -688,7 +690,7 @@ func claimChosen(due map[string][]uuid.UUID, state map[uuid.UUID]*projection.Mes
 		if m == nil {
 			continue
 		}
-		if claim, c, err := claimOn(m, id, lease, now); err == nil {
+		if claim, c, err := claimOn(m, id, token, lease, now); err == nil {
 			return &claim, c
 		}
 	}

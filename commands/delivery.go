@@ -52,7 +52,7 @@ func (w *Writer) Claim(ctx context.Context, deliveryID uuid.UUID, lease time.Dur
 	)
 	m, err := w.run(ctx, delivery(deliveryID), func(m *projection.Message, _ *projection.LaneBook, now time.Time) (*change, error) {
 		var err error
-		claim, c, err = claimOn(m, deliveryID, lease, now)
+		claim, c, err = claimOn(m, deliveryID, uuid.New(), lease, now)
 		return c, err
 	})
 	if err != nil {
@@ -63,12 +63,12 @@ func (w *Writer) Claim(ctx context.Context, deliveryID uuid.UUID, lease time.Dur
 	return claim, nil
 }
 
-// claimOn claims the delivery of m on a change of its own, which reads the
-// message's body for the attempt.
-func claimOn(m *projection.Message, deliveryID uuid.UUID, lease time.Duration, now time.Time) (Claim, *change, error) {
+// claimOn claims the delivery of m with token on a change of its own,
+// which reads the message's body for the attempt.
+func claimOn(m *projection.Message, deliveryID, token uuid.UUID, lease time.Duration, now time.Time) (Claim, *change, error) {
 	c := newChange(m)
 	c.readBody = true
-	claim, err := c.claim(deliveryID, lease, now)
+	claim, err := c.claim(deliveryID, token, lease, now)
 	if err != nil {
 		return Claim{}, nil, err
 	}
@@ -76,9 +76,9 @@ func claimOn(m *projection.Message, deliveryID uuid.UUID, lease time.Duration, n
 	return claim, c, nil
 }
 
-// claim records the claim of one delivery on the change, the expiry of the
-// lease it had first when that has run out.
-func (c *change) claim(deliveryID uuid.UUID, lease time.Duration, now time.Time) (Claim, error) {
+// claim records the claim of one delivery with token on the change, the
+// expiry of the lease it had first when that has run out.
+func (c *change) claim(deliveryID, token uuid.UUID, lease time.Duration, now time.Time) (Claim, error) {
 	d := c.after.Delivery(deliveryID)
 	actor := journal.WorkerActor(d.Target)
 	if d.State == lifecycle.StateDelivering && !now.Before(d.LeaseEnd) {
@@ -88,7 +88,7 @@ func (c *change) claim(deliveryID uuid.UUID, lease time.Duration, now time.Time)
 			return Claim{}, err
 		}
 	}
-	claim := Claim{Token: uuid.New(), Attempt: d.Attempts + 1, LeaseEnd: now.Add(lease)}
+	claim := Claim{Token: token, Attempt: d.Attempts + 1, LeaseEnd: now.Add(lease)}
 	err := c.record(journal.Event{RecordedAt: now, DeliveryID: deliveryID, Actor: actor,
 		Payload: &journal.DeliveryClaimed{Token: claim.Token, Attempt: claim.Attempt, LeaseEnd: claim.LeaseEnd}})
 	return claim, refused(ErrNotClaimable, err)
@@ -289,7 +289,7 @@ func (w *Writer) claimDue(ctx context.Context, target string, n int, lease time.
 	claims := make([]Claim, 0, len(chosen))
 	changes := make([]*change, 0, len(chosen))
 	for _, ch := range chosen {
-		claim, c, err := claimOn(ch.Message, ch.DeliveryID, lease, now)
+		claim, c, err := claimOn(ch.Message, ch.DeliveryID, uuid.New(), lease, now)
 		if err != nil {
 			// The query and the fold disagree; leave this one to a claim
 			// by its wake-up, which reports why.
@@ -349,7 +349,11 @@ func (w *Writer) Complete(ctx context.Context, deliveryID, token uuid.UUID, outc
 // of its own would take another, and no slot left idle in between; a
 // worker asks for a due one while it has a backlog, since otherwise the
 // choice would mostly find nothing, or take what a wake-up is bringing it.
-// next is nil when there is none to claim.
+// next is nil when there is none to claim. A try that finds the claim gone
+// after an earlier try committed the outcome but lost its answer returns
+// the claim that try made, while it holds its delivery, with a nil m: the
+// outcome is recorded, and the worker goes on with the claim rather than
+// leave it to its lease.
 func (w *Writer) CompleteAndClaimNext(ctx context.Context, deliveryID, token uuid.UUID, outcome lifecycle.Outcome,
 	lease time.Duration, due bool) (m *projection.Message, next *Claim, err error) {
 	if lease <= 0 {
@@ -368,7 +372,7 @@ func (w *Writer) complete(ctx context.Context, deliveryID, token uuid.UUID, outc
 	if outcome.Kind == lifecycle.OutcomeAwaitingAck && !outcome.Deadline.After(w.now()) {
 		return nil, nil, invalid(&lifecycle.FieldError{Field: "outcome.deadline", Problem: "must be in the future"})
 	}
-	o := &op{ctx: ctx, on: delivery(deliveryID), claimNext: lease, claimDue: due && lease > 0,
+	o := &op{ctx: ctx, on: delivery(deliveryID), claimNext: lease, claimDue: due && lease > 0, nextToken: nextToken(token),
 		decide: attempted(deliveryID, func(d *projection.Delivery) journal.Payload {
 			return &journal.DeliveryAttempted{Token: token, Attempt: d.Attempts, Outcome: outcome}
 		})}
@@ -390,6 +394,15 @@ func (w *Writer) complete(ctx context.Context, deliveryID, token uuid.UUID, outc
 		// A try whose answer was lost after its commit may have
 		// disabled the target.
 		w.tellDisabled()
+	}
+	if lease > 0 && errors.Is(err, ErrClaimLost) {
+		next, nerr := w.claimedNext(ctx, token)
+		if nerr != nil {
+			// A worker tries again after an error that is Transient.
+			err = fmt.Errorf("find the claim of an earlier try: %w", nerr)
+		} else if next != nil {
+			return nil, next, nil
+		}
 	}
 	if err != nil {
 		return nil, nil, fmt.Errorf("complete delivery %s: %w", deliveryID, err)

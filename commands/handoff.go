@@ -76,7 +76,7 @@ func (w *Writer) handOff(o *op, c *change, now time.Time, off func(target string
 			}
 			o.slots[wk.Target] = s
 		}
-		claim, err := c.claim(wk.DeliveryID, s.Lease(), now)
+		claim, err := c.claim(wk.DeliveryID, uuid.New(), s.Lease(), now)
 		if err != nil {
 			// Not claimable after all (blocked in its lane): left to its
 			// wake-up.

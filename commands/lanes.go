@@ -164,17 +164,17 @@ func laneError(err error) error {
 	return errLaneRace
 }
 
-// claimFreed claims, with lease, the first delivery to target that follow
+// claimFreed claims, with token and lease, the first delivery to target that follow
 // lets go of its lane, for the worker whose outcome let it go; its wake-up
 // is dropped, as nobody else is to claim it. It returns the claim and the
 // change that holds it, or nil when follow frees none that may be claimed.
-func claimFreed(follow []*change, target string, lease time.Duration, now time.Time) (*Claim, *change) {
+func claimFreed(follow []*change, target string, token uuid.UUID, lease time.Duration, now time.Time) (*Claim, *change) {
 	for _, f := range follow {
 		for i, wk := range f.wakeups {
 			if wk.Target != target {
 				continue
 			}
-			claim, err := f.claim(wk.DeliveryID, lease, now)
+			claim, err := f.claim(wk.DeliveryID, token, lease, now)
 			if err != nil {
 				// Not claimable after all: left to its wake-up.
 				continue

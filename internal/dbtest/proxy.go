@@ -1,10 +1,12 @@
 package dbtest
 
 import (
+	"bytes"
 	"io"
 	"net"
 	"net/url"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -23,11 +25,14 @@ type Proxy struct {
 	target  string
 	cfg     *pgxpool.Config
 
-	mu      sync.Mutex
-	cut     bool
-	conns   map[net.Conn]struct{}
-	refused int
-	done    sync.WaitGroup
+	mu  sync.Mutex
+	cut bool
+	// loseCommit drops the connection that carries the next answer to a
+	// COMMIT, instead of that answer (LoseNextCommit).
+	loseCommit bool
+	conns      map[net.Conn]struct{}
+	refused    int
+	done       sync.WaitGroup
 }
 
 // NewProxy starts a proxy to the server of db on a port of 127.0.0.1 that
@@ -100,6 +105,58 @@ func (p *Proxy) Restore() {
 	p.mu.Unlock()
 }
 
+// LoseNextCommit makes the proxy lose the answer to the next COMMIT that
+// passes through it: the connection that carries it is dropped in its
+// place, so the client sees its connection lost after its transaction
+// committed, as when a primary fails over between its commit and its
+// answer.
+func (p *Proxy) LoseNextCommit() {
+	p.mu.Lock()
+	p.loseCommit = true
+	p.mu.Unlock()
+}
+
+// commitComplete is the server's CommandComplete message of a COMMIT.
+var commitComplete = []byte("C\x00\x00\x00\x0bCOMMIT\x00")
+
+// loses reports whether the answer in chunk, which follows tail, is the
+// COMMIT's answer to lose, and so the connection to drop.
+func (p *Proxy) loses(tail, chunk []byte) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.loseCommit || !bytes.Contains(append(slices.Clone(tail), chunk...), commitComplete) {
+		return false
+	}
+	p.loseCommit = false
+	return true
+}
+
+// answer copies the server's answers to client, until either side ends or
+// an answer is to be lost (loses). A COMMIT's answer split across two
+// reads is lost too: its first part was sent, but never the whole.
+func (p *Proxy) answer(client, server net.Conn) {
+	buf := make([]byte, 32<<10)
+	var tail []byte
+	for {
+		n, err := server.Read(buf)
+		if n > 0 {
+			chunk := buf[:n]
+			if p.loses(tail, chunk) {
+				return
+			}
+			if _, werr := client.Write(chunk); werr != nil {
+				return
+			}
+			keep := len(commitComplete) - 1
+			tail = append(tail, chunk[max(0, n-keep):]...)
+			tail = tail[max(0, len(tail)-keep):]
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
 // Refused counts the connections refused while cut: a test can wait for a
 // client to have tried again.
 func (p *Proxy) Refused() int {
@@ -153,7 +210,10 @@ func (p *Proxy) serve(client net.Conn) {
 		copied <- struct{}{}
 	}
 	go pipe(server, client)
-	go pipe(client, server)
+	go func() {
+		p.answer(client, server)
+		copied <- struct{}{}
+	}()
 	<-copied
 	// One side ended: close both, so the other copy ends too.
 	client.Close()

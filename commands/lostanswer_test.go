@@ -1,0 +1,59 @@
+package commands_test
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/waybill/waybill/commands"
+	"github.com/waybill/waybill/internal/dbtest"
+	"github.com/waybill/waybill/lifecycle"
+	"github.com/waybill/waybill/projection"
+	"github.com/waybill/waybill/service"
+)
+
+// TestRetriedOutcomeReturnsItsClaim: an outcome that freed the next
+// delivery of its lane and claimed it commits, but its answer is lost. The
+// try made again finds the outcome's claim gone and returns the claim the
+// first try made, as that try would have; once that claim is settled,
+// a try finds nothing and the claim is lost.
+func TestRetriedOutcomeReturnsItsClaim(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.fifoTarget(t, "hl7", lifecycle.OnFailureBlock)
+	a1, a2 := b.ingestKeyed(t, "patient-1"), b.ingestKeyed(t, "patient-1")
+	c, err := b.w.Claim(b.ctx, a1.Deliveries[0].ID, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy := dbtest.NewProxy(t, b.db)
+	w, err := commands.New(commands.Config{Secrets: dbtest.Secrets(), Base: service.Base{Now: b.clock.Now}, DB: proxy.Pool(t), Notifier: b.wake})
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy.LoseNextCommit()
+	outcome := lifecycle.Delivered("200")
+	if _, _, err := w.CompleteAndClaimNext(b.ctx, a1.Deliveries[0].ID, c.Token, outcome, time.Minute, false); !commands.Transient(err) {
+		t.Fatalf("the try whose answer was lost: %v", err)
+	}
+	m, next, err := w.CompleteAndClaimNext(b.ctx, a1.Deliveries[0].ID, c.Token, outcome, time.Minute, false)
+	if err != nil || m != nil || next == nil {
+		t.Fatalf("the try again: %v, message %v, next %v", err, m, next)
+	}
+	held, err := projection.Load(b.ctx, b.db, a2.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := held.Deliveries[0]
+	if next.Delivery.ID != d.ID || next.Token != d.ClaimToken || d.State != lifecycle.StateDelivering || next.Attempt != 1 ||
+		!next.LeaseEnd.Equal(d.LeaseEnd) || next.Message.ID != a2.ID || string(next.Payload) != string(newMessage().Payload) {
+		t.Fatalf("the claim returned %+v, the delivery %+v", next, d)
+	}
+	if _, err := w.Complete(b.ctx, next.Delivery.ID, next.Token, outcome); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := w.CompleteAndClaimNext(b.ctx, a1.Deliveries[0].ID, c.Token, outcome, time.Minute, false); !errors.Is(err, commands.ErrClaimLost) {
+		t.Fatalf("a try once the claim it made is settled: %v", err)
+	}
+	b.audit(t)
+}

@@ -1,0 +1,74 @@
+package workers_test
+
+import (
+	"context"
+	"log/slog"
+	"net/http"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/waybill/waybill/commands"
+	"github.com/waybill/waybill/internal/dbtest"
+	"github.com/waybill/waybill/internal/testpoll"
+	"github.com/waybill/waybill/journal"
+	"github.com/waybill/waybill/lifecycle"
+	"github.com/waybill/waybill/service"
+	"github.com/waybill/waybill/workers"
+)
+
+// TestLostAnswerKeepsTheNextClaim: a worker with a backlog records an
+// outcome that claims the next due delivery in its transaction, which
+// commits, but its answer is lost. The try made again finds the claim gone
+// and goes on with the claim the first try made: the next delivery is
+// attempted at once, on a clock that stands still, where it would
+// otherwise wait for its lease to end.
+func TestLostAnswerKeepsTheNextClaim(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	spec := b.httpTarget("web")
+	spec.MaxConcurrent = 1
+	b.target(t, spec)
+	ms := b.ingest(t, 2)
+
+	proxy := dbtest.NewProxy(t, b.db)
+	w, err := commands.New(commands.Config{Secrets: dbtest.Secrets(), Base: service.Base{Now: b.clock.Now, Logger: quiet},
+		DB: proxy.Pool(t), Notifier: workers.NewPublisher(b.nc, nil, b.metrics)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	logs := &logBuffer{}
+	rt, err := workers.NewRuntime(workers.RuntimeConfig{Base: service.Base{Now: b.clock.Now, Logger: slog.New(slog.NewTextHandler(logs, nil))},
+		Writer: w, NATS: b.nc, Metrics: b.metrics})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The first attempt's outcome is the next COMMIT: the catch-up that
+	// claimed it has, and the slot is busy until the outcome is recorded.
+	b.sink.setAnswer(func(n int, _ http.ResponseWriter, _ *http.Request) int {
+		if n == 1 {
+			proxy.LoseNextCommit()
+		}
+		return http.StatusOK
+	})
+	if err := rt.Start(b.ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { rt.Stop(context.Background()) })
+
+	// Far within the lease, which the clock never reaches.
+	testpoll.Within(t, 15*time.Second, "both messages delivered", func() bool {
+		return b.sink.count(ms[0].Deliveries[0].ID.String()) == 1 && b.sink.count(ms[1].Deliveries[0].ID.String()) == 1
+	})
+	b.waitStatus(t, lifecycle.StatusDelivered, ms...)
+	if got := logs.count(`msg="outcome recorded" target=web`); got != 1 {
+		t.Errorf("%d outcomes logged as recorded after a failed try, want 1:\n%s", got, logs.buf.String())
+	}
+	want := []journal.Kind{journal.KindDeliveryClaimed, journal.KindDeliveryAttempted}
+	for _, m := range ms {
+		if kinds := dbtest.Kinds(t, b.db, m.Deliveries[0]); !slices.Equal(kinds, want) {
+			t.Errorf("delivery %s: events %v, want %v", m.Deliveries[0].ID, kinds, want)
+		}
+	}
+	b.audit(t)
+}
