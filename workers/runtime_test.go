@@ -110,24 +110,24 @@ func TestABacklogDrainsThroughItsOutcomes(t *testing.T) {
 }
 
 // TestOverflowDropsWakeupsNotDeliveries floods a target that takes one
-// attempt at a time: the worker drops the wake-ups it has no room for, and
-// everything is delivered all the same.
+// attempt at a time: while that attempt is held, the worker drops the
+// wake-ups it has no room for, and once it goes on, everything is
+// delivered all the same.
 func TestOverflowDropsWakeupsNotDeliveries(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	spec := b.httpTarget("slow")
 	spec.MaxConcurrent = 1
 	b.target(t, spec)
-	b.sink.setAnswer(func(int, http.ResponseWriter, *http.Request) int {
-		time.Sleep(2 * time.Millisecond) // a slow receiver, so wake-ups pile up
-		return http.StatusOK
-	})
+	release := make(chan struct{})
+	b.sink.hold(release)
 	b.runtime(t, 0)
 	ms := b.ingest(t, 60)
+	// The first message's attempt holds the one slot, and the worker's
+	// queue has room for two wake-ups of the others.
+	testpoll.Until(t, "a wake-up dropped", func() bool { return sum(t, b, "waybill_wakeups_dropped_total") > 0 })
+	close(release)
 	b.waitStatus(t, lifecycle.StatusDelivered, ms...)
-	if dropped := sum(t, b, "waybill_wakeups_dropped_total"); dropped == 0 {
-		t.Error("no wake-up was dropped: the test did not overflow the worker")
-	}
 	b.audit(t)
 }
 

@@ -126,7 +126,8 @@ func AdminURL() string {
 
 // URL creates a fresh, empty database for the test, named
 // waybill_test_<random hex> so parallel tests and other test processes on
-// the same server never collide, and returns its URL. The database is
+// the same server never collide, with JIT compilation off, and returns its
+// URL. The database is
 // dropped, disconnecting any sessions left on it, when the test ends.
 func URL(t testing.TB) string {
 	t.Helper()
@@ -146,6 +147,15 @@ func URL(t testing.TB) string {
 	// anyone is connected to it, which on a shared server can happen.
 	if err := adminExec(t.Context(), admin, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()+" TEMPLATE template0"); err != nil {
 		t.Fatalf("dbtest: create database %s: %v", name, err)
+	}
+	// JIT off for every session on it, as serve's pool has it (openDB),
+	// whichever pool or process connects: under the Writer's plan
+	// settings (projection.LookupPlanSQL) a statement that can only scan
+	// a table is costed past jit_above_cost, and compiling it took 0.3 to
+	// 2 s of each outcome's transaction, so a test's drain ran at a
+	// delivery a second per slot.
+	if err := adminExec(t.Context(), admin, "ALTER DATABASE "+pgx.Identifier{name}.Sanitize()+" SET jit = off"); err != nil {
+		t.Fatalf("dbtest: set up database %s: %v", name, err)
 	}
 	t.Cleanup(func() {
 		// Not t.Context: it is already canceled when cleanups run.
