@@ -11,6 +11,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/waybill/waybill/commands"
+	"github.com/waybill/waybill/internal/bench"
 	"github.com/waybill/waybill/lifecycle"
 	"github.com/waybill/waybill/projection"
 )
@@ -29,64 +30,20 @@ var benchDays = flag.Int("waybill.days", 30, "the days BenchmarkPages spreads it
 // by hour, and the rest of that hour is counted from the messages.
 const benchPastHour = time.Minute
 
-// loadMessages fills the journal by SQL, n messages of 4 to 6 events, and
-// the projections from it with a rebuild, as the projection benchmarks do.
-// Each message goes from erp (crm for one in ten) to archive and billing;
-// archive delivers every one, billing fails one in a hundred, retries one
-// in two hundred, has not tried one in two hundred, and delivers the rest.
-// One in two hundred is a possible duplicate, of the message before it.
+// loadMessages fills the journal by SQL, n messages of 4 to 6 events
+// (bench.LoadJournal, varied), and the projections from it with a rebuild,
+// as the projection benchmarks do.
 func loadMessages(b *testing.B, bd *bundle, n int) {
 	b.Helper()
 	bd.target(b, "archive")
 	bd.target(b, "billing")
 	end := bd.clock.Now()
-	step := time.Duration(*benchDays) * 24 * time.Hour / time.Duration(n)
-	const chunk = 100_000
-	for from := 1; from <= n; from += chunk {
-		_, err := bd.db.Exec(bd.ctx, `
-		INSERT INTO journal (recorded_at, stream, version, delivery_id, target, kind, actor, old_state, new_state, payload)
-		SELECT e.at, g.mid::text, e.version, e.did, e.target, e.kind, e.actor, e.old, e.new, e.payload
-		FROM (SELECT i, i % 200 AS k, md5('bench' || i)::uuid AS mid, gen_random_uuid() AS a, gen_random_uuid() AS b,
-				gen_random_uuid() AS ta, gen_random_uuid() AS tb,
-				$3::timestamptz - ($4::bigint - i) * $5::interval AS t0
-			FROM generate_series($1::bigint, $2::bigint) AS i) g
-		CROSS JOIN LATERAL (VALUES
-			(1, g.t0, NULL::uuid, NULL, 'message.accepted', 'source:erp', NULL, NULL,
-				jsonb_build_object('source', CASE WHEN g.i % 10 = 0 THEN 'crm' ELSE 'erp' END, 'from', 'acme', 'to', 'globex',
-					'content_type', 'application/json', 'payload_size', 17, 'payload_sha256', repeat('ab', 32)) ||
-				CASE WHEN g.k = 2 THEN jsonb_build_object('duplicate_key', 'INV-' || (g.i + 1))
-					WHEN g.k = 3 THEN jsonb_build_object('duplicate_key', 'INV-' || g.i, 'possible_duplicate_of', md5('bench' || (g.i - 1))::uuid)
-					ELSE '{}'::jsonb END),
-			(2, g.t0, NULL, NULL, 'message.dispatched', 'source:erp', NULL, NULL,
-				jsonb_build_object('deliveries', jsonb_build_array(
-					jsonb_build_object('id', g.a, 'seq', 1, 'target', 'archive'),
-					jsonb_build_object('id', g.b, 'seq', 2, 'target', 'billing')),
-					'next_due', g.t0 + interval '10 seconds')),
-			(3, g.t0 + interval '1 second', g.a, 'archive', 'delivery.claimed', 'worker:archive', 'queued', 'delivering',
-				jsonb_build_object('token', g.ta, 'attempt', 1, 'lease_end', g.t0 + interval '61 seconds')),
-			(4, g.t0 + interval '2 seconds', g.a, 'archive', 'delivery.attempted', 'worker:archive', 'delivering', 'delivered',
-				jsonb_build_object('token', g.ta, 'attempt', 1, 'outcome', jsonb_build_object('kind', 'delivered', 'text', '200 OK'))),
-			(5, g.t0 + interval '1 second', g.b, 'billing', 'delivery.claimed', 'worker:billing', 'queued', 'delivering',
-				jsonb_build_object('token', g.tb, 'attempt', 1, 'lease_end', g.t0 + interval '61 seconds')),
-			(6, g.t0 + interval '3 seconds', g.b, 'billing', 'delivery.attempted', 'worker:billing', 'delivering',
-				CASE WHEN g.k IN (0, 100) THEN 'failed' WHEN g.k = 1 THEN 'retrying' ELSE 'delivered' END,
-				jsonb_build_object('token', g.tb, 'attempt', 1, 'outcome', CASE
-					WHEN g.k IN (0, 100) THEN jsonb_build_object('kind', 'failed', 'text', '400 Bad Request')
-					WHEN g.k = 1 THEN jsonb_build_object('kind', 'retry', 'text', '503 Service Unavailable',
-						'retry_at', g.t0 + interval '1 minute')
-					ELSE jsonb_build_object('kind', 'delivered', 'text', '200 OK') END))
-		) AS e(version, at, did, target, kind, actor, old, new, payload)
-		WHERE e.version < 5 OR g.k <> 2
-		ORDER BY g.i, e.version`, from, min(from+chunk-1, n), end, n, step)
-		if err != nil {
-			b.Fatal(err)
-		}
-	}
-	loadLanes(b, bd, n/50)
-	if _, err := bd.db.Exec(bd.ctx, `INSERT INTO payloads (message_id, body)
-		SELECT stream::uuid, '{"invoice": 4711}'::bytea FROM journal WHERE version = 1 AND stream <> 'config'`); err != nil {
+	err := bench.LoadJournal(bd.ctx, bd.db, bench.Synthetic{Messages: n, End: end,
+		Span: time.Duration(*benchDays) * 24 * time.Hour, Varied: true})
+	if err != nil {
 		b.Fatal(err)
 	}
+	loadLanes(b, bd, n/50)
 	r, err := projection.Rebuild(bd.ctx, bd.db)
 	if err != nil || len(r.Violations) > 0 {
 		b.Fatal(err, r)
@@ -137,7 +94,7 @@ func loadMessages(b *testing.B, bd *bundle, n int) {
 const lanesOf = 4
 
 // loadLanes adds n messages from shop to orders, a fifo target, by SQL into
-// the journal, spread as loadMessages spreads its own: lanesOf of each
+// the journal, with their payloads, spread as loadMessages spreads its own: lanesOf of each
 // ordering key, order-00000 and on, whose first is its lane's head, queued,
 // and the others wait blocked behind it.
 func loadLanes(b *testing.B, bd *bundle, n int) {
@@ -161,6 +118,10 @@ func loadLanes(b *testing.B, bd *bundle, n int) {
 		) AS e(version, at, kind, payload)
 		ORDER BY g.j, e.version`, end, n, step, lanesOf)
 	if err != nil {
+		b.Fatal(err)
+	}
+	if _, err := bd.db.Exec(bd.ctx, `INSERT INTO payloads (message_id, body)
+		SELECT stream::uuid, '{"invoice": 4711}'::bytea FROM journal WHERE kind = 'message.accepted' AND actor = 'source:shop'`); err != nil {
 		b.Fatal(err)
 	}
 }

@@ -20,6 +20,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/waybill/waybill/internal/bench"
 	"github.com/waybill/waybill/internal/testpoll"
 )
 
@@ -199,45 +200,11 @@ func TestOnlineRebuildAtScale(t *testing.T) {
 
 // loadDelivered fills the journal by SQL with n messages of six events,
 // from erp to archive and billing, each delivered at its first attempt,
-// over the last seven days, and their payloads.
+// over the last seven days, and their payloads (bench.LoadJournal).
 func loadDelivered(t *testing.T, db *pgxpool.Pool, n int) {
 	t.Helper()
-	end := time.Now().Add(-time.Hour)
-	step := 7 * 24 * time.Hour / time.Duration(n)
-	const chunk = 100_000
-	for from := 1; from <= n; from += chunk {
-		_, err := db.Exec(t.Context(), `
-		INSERT INTO journal (recorded_at, stream, version, delivery_id, target, kind, actor, old_state, new_state, payload)
-		SELECT e.at, g.mid::text, e.version, e.did, e.target, e.kind, e.actor, e.old, e.new, e.payload
-		FROM (SELECT i, md5('scale' || i)::uuid AS mid, gen_random_uuid() AS a, gen_random_uuid() AS b,
-				gen_random_uuid() AS ta, gen_random_uuid() AS tb,
-				date_trunc('milliseconds', $3::timestamptz - ($4::bigint - i) * $5::interval) AS t0
-			FROM generate_series($1::bigint, $2::bigint) AS i) g
-		CROSS JOIN LATERAL (VALUES
-			(1, g.t0, NULL::uuid, NULL, 'message.accepted', 'source:erp', NULL, NULL,
-				jsonb_build_object('source', 'erp', 'from', 'acme', 'to', 'globex',
-					'content_type', 'application/json', 'payload_size', 17, 'payload_sha256', repeat('ab', 32))),
-			(2, g.t0, NULL, NULL, 'message.dispatched', 'source:erp', NULL, NULL,
-				jsonb_build_object('deliveries', jsonb_build_array(
-					jsonb_build_object('id', g.a, 'seq', 1, 'target', 'archive'),
-					jsonb_build_object('id', g.b, 'seq', 2, 'target', 'billing')),
-					'next_due', g.t0 + interval '10 seconds')),
-			(3, g.t0 + interval '1 second', g.a, 'archive', 'delivery.claimed', 'worker:archive', 'queued', 'delivering',
-				jsonb_build_object('token', g.ta, 'attempt', 1, 'lease_end', g.t0 + interval '61 seconds')),
-			(4, g.t0 + interval '2 seconds', g.a, 'archive', 'delivery.attempted', 'worker:archive', 'delivering', 'delivered',
-				jsonb_build_object('token', g.ta, 'attempt', 1, 'outcome', jsonb_build_object('kind', 'delivered', 'text', '200 OK'))),
-			(5, g.t0 + interval '1 second', g.b, 'billing', 'delivery.claimed', 'worker:billing', 'queued', 'delivering',
-				jsonb_build_object('token', g.tb, 'attempt', 1, 'lease_end', g.t0 + interval '61 seconds')),
-			(6, g.t0 + interval '3 seconds', g.b, 'billing', 'delivery.attempted', 'worker:billing', 'delivering', 'delivered',
-				jsonb_build_object('token', g.tb, 'attempt', 1, 'outcome', jsonb_build_object('kind', 'delivered', 'text', '200 OK')))
-		) AS e(version, at, did, target, kind, actor, old, new, payload)
-		ORDER BY g.i, e.version`, from, min(from+chunk-1, n), end, n, step)
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
-	if _, err := db.Exec(t.Context(), `INSERT INTO payloads (message_id, body)
-		SELECT stream::uuid, '{"invoice": 4711}'::bytea FROM journal WHERE version = 1 AND kind = 'message.accepted'`); err != nil {
+	err := bench.LoadJournal(t.Context(), db, bench.Synthetic{Messages: n, End: time.Now().Add(-time.Hour), Span: 7 * 24 * time.Hour})
+	if err != nil {
 		t.Fatal(err)
 	}
 }

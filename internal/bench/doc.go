@@ -7,6 +7,8 @@
 // what the benchmarks measure, not as an API. The command gives it the
 // server to measure (Config.Serve, Config.ServeCommand, Config.OpenDB), so
 // the harness runs exactly what `waybill serve` runs without knowing its
-// wiring. Its one SQL of its own reads pg_stat_statements (statements.go),
-// PostgreSQL's own statistics, which no package of Waybill owns.
+// wiring. Its SQL of its own reads pg_stat_statements (statements.go),
+// PostgreSQL's own statistics, which no package of Waybill owns, and
+// writes the synthetic journal of the tests and benchmarks at scale
+// (journal.go).
 package bench
