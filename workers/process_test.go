@@ -128,7 +128,7 @@ func TestKilledWorkerProcessLosesNothing(t *testing.T) {
 	// pass.
 	startWorkerProcess(t, b, ns.ClientURL())
 	s := b.sweeper(t)
-	lease := spec.WithDefaults(5).Lease()
+	lease := spec.WithDefaults().Lease()
 	var (
 		last    int
 		settled = time.Now()

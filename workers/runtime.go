@@ -215,7 +215,7 @@ func (r *Runtime) startWorker(ctx context.Context, t lifecycle.Target) (*targetW
 		Deliverer:      traced(r.cfg.Tracer, &policyDeliverer{target: t, kind: kind, now: r.cfg.Now}, attemptSpan),
 		NATS:           r.cfg.NATS,
 		Subject:        DeliverySubject(t.Name),
-		MaxConcurrent:  t.MaxConcurrent,
+		MaxConcurrent:  targets.Slots(t),
 		AttemptTimeout: t.AttemptTimeout.D(),
 		DrainGrace:     r.cfg.DrainGrace,
 		Metrics:        r.cfg.Metrics,
@@ -227,7 +227,7 @@ func (r *Runtime) startWorker(ctx context.Context, t lifecycle.Target) (*targetW
 	if err := w.Start(ctx); err != nil {
 		return nil, fmt.Errorf("target %s: %w", t.Name, err)
 	}
-	r.log.Info("worker started", "target", t.Name, "kind", t.Kind, "max_concurrent", t.MaxConcurrent)
+	r.log.Info("worker started", "target", t.Name, "kind", t.Kind, "slots", targets.Slots(t))
 	return &targetWorker{spec: t, store: store, worker: w}, nil
 }
 
