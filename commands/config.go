@@ -390,7 +390,7 @@ func (w *Writer) DeleteTarget(ctx context.Context, name, actor string) error {
 	if err != nil {
 		return fmt.Errorf("delete target %s: %w", name, err)
 	}
-	w.gates.set(name, gateSeen{})
+	w.gates.forget(name)
 	return nil
 }
 

@@ -99,7 +99,7 @@ func (t Target) LimitsAllowance(inFlight int, tokens float64, want int) int {
 // (jsonb): every statement that decides by it is built from it, so SQL and
 // Go agree (a test compares them).
 func LimitedSQL(spec string) string {
-	return fmt.Sprintf(`(coalesce((%[1]s->>'max_concurrent')::int, 0) > 0 OR jsonb_typeof(%[1]s->'rate') = 'object')`, spec)
+	return fmt.Sprintf(`(coalesce((%[1]s->>'max_concurrent')::int, 0) > 0 OR jsonb_typeof(%[1]s->'rate') IS NOT DISTINCT FROM 'object')`, spec)
 }
 
 // LimitsAllowanceSQL is LimitsAllowance in SQL over the target's stored
@@ -114,7 +114,7 @@ func LimitsAllowanceSQL(spec, inFlight, tokens, want string) string {
 // definition spec (jsonb), the bucket's tokens and at (NULL for a target
 // without a bucket), at the timestamptz now; NULL without a rate.
 func RateTokensSQL(spec, tokens, at, now string) string {
-	return fmt.Sprintf(`CASE WHEN jsonb_typeof(%[1]s->'rate') <> 'object' THEN NULL `+
+	return fmt.Sprintf(`CASE WHEN jsonb_typeof(%[1]s->'rate') IS DISTINCT FROM 'object' THEN NULL `+
 		`WHEN %[3]s IS NULL THEN (%[1]s->'rate'->>'burst')::float8 `+
 		`ELSE least((%[1]s->'rate'->>'burst')::float8, %[2]s + (%[1]s->'rate'->>'per_second')::float8 * `+
 		`greatest(0, extract(epoch FROM %[4]s - %[3]s)::float8)) END`, spec, tokens, at, now)

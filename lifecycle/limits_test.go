@@ -55,7 +55,6 @@ func TestTargetRateIsChecked(t *testing.T) {
 	}
 }
 
-
 func TestBucketAndAllowance(t *testing.T) {
 	t.Parallel()
 	now := time.Date(2026, 12, 1, 8, 0, 0, 0, time.UTC)

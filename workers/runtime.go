@@ -169,14 +169,17 @@ var _ commands.Taker = (*Runtime)(nil)
 
 // Reserve holds a free slot of the target's worker for a claim the Writer
 // makes as it dispatches (commands.Taker): the Runtime is its Writer's
-// Taker from Start to Stop.
+// Taker from Start to Stop. A target with a rate gets none: its claims
+// wait for its bucket's tokens (DeliveryStore), never taken beside an
+// ingest. One with max_concurrent does, which targets_admit holds to it
+// across the cluster.
 func (r *Runtime) Reserve(target string) (commands.Slot, bool) {
 	running := r.taking.Load()
 	if running == nil {
 		return nil, false
 	}
 	tw := (*running)[target]
-	if tw == nil || !tw.worker.reserve() {
+	if tw == nil || tw.spec.Rate != nil || !tw.worker.reserve() {
 		return nil, false
 	}
 	return slot{tw}, true
