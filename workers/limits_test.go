@@ -163,7 +163,9 @@ func checkWindows(t *testing.T, what string, times []time.Time, perSecond float6
 // TestLimitedDrainAcrossThreeProcesses measures a backlog's drain across
 // three processes under max_concurrent 4 to a receiver that answers at
 // once: it goes at the pace 4 in flight allow, not the sweep's (none
-// runs here).
+// runs here). Each outcome claims the next under the target's claim lock
+// held alone, so a slow outcome's transaction slows the whole target:
+// JIT-compiled plans (projection.LookupPlanSQL) made it 2 – 5 a second.
 func TestLimitedDrainAcrossThreeProcesses(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
@@ -178,14 +180,15 @@ func TestLimitedDrainAcrossThreeProcesses(t *testing.T) {
 	spec := b.httpTarget("limited")
 	spec.MaxConcurrent = 4
 	cluster(t, b, spec)
-	const messages = 60
+	const messages = 100
 	b.ingest(t, messages)
 	start := time.Now()
 	took := b.waitDelivered(t, messages, start)
 	if m := most.Load(); m > 4 {
 		t.Errorf("the receiver had %d requests open at once, want at most 4", m)
 	}
-	if took > 50*time.Second {
+	// About 1 s here; the bound is generous, for the machine is shared.
+	if took > 10*time.Second {
 		t.Errorf("%d messages took %v under max_concurrent 4", messages, took)
 	}
 	t.Logf("%d messages drained in %v: %.0f/s", messages, took, messages/took.Seconds())
