@@ -190,11 +190,12 @@ func (f *Folded) checkInFlight(e journal.Event, m *Message) {
 }
 
 // limit follows t's max_concurrent, keeping the claims in flight of a
-// target that had one.
-func (f *Folded) limit(t lifecycle.Target) {
+// target that had one; cluster is false for a definition journaled when
+// max_concurrent bounded each process.
+func (f *Folded) limit(t lifecycle.Target, cluster bool) {
 	fl := f.inFlight[t.Name]
 	switch {
-	case t.MaxConcurrent == 0:
+	case t.MaxConcurrent == 0 || !cluster:
 		delete(f.inFlight, t.Name)
 	case fl == nil:
 		f.inFlight[t.Name] = &flight{limit: t.MaxConcurrent, claims: map[uuid.UUID]time.Time{}}
@@ -345,10 +346,10 @@ func (f *Folded) configure(e journal.Event) {
 	case *journal.TargetCreated:
 		f.ordering[p.Target.Name] = p.Target.Ordering.WithDefaults()
 		delete(f.disabled, p.Target.Name)
-		f.limit(p.Target)
+		f.limit(p.Target, p.ClusterLimits)
 	case *journal.TargetUpdated:
 		f.ordering[p.Target.Name] = p.Target.Ordering.WithDefaults()
-		f.limit(p.Target)
+		f.limit(p.Target, p.ClusterLimits)
 		if p.Target.Enabled {
 			delete(f.disabled, p.Target.Name)
 		}

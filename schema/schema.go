@@ -32,7 +32,7 @@ func projectionVersion(built string) int {
 	if n, err := strconv.Atoi(built); err == nil {
 		return n
 	}
-	return 10
+	return 11
 }
 
 // ProjectionsParam is the session setting in which a process declares the
@@ -61,7 +61,40 @@ const CodeProjectionsMoved = "WB003"
 const (
 	PartJournal     = "journal"
 	PartProjections = "projections"
+	// PartTargets records that the targets' definitions were converted
+	// to max_concurrent bounding the cluster (upgradeTargets); its
+	// version is always 1.
+	PartTargets = "targets"
 )
+
+// upgradeTargetsSQL converts the definitions saved by a build that read
+// max_concurrent per process and filled in the kind's default (5 for
+// http, 1 for file): that value is left out, so the target has no bound
+// across the cluster and each process runs the same slots as before (an
+// admin's explicit 5 was journaled the same way and cannot be told
+// apart; it meant the same). Another value stays, and now bounds the
+// cluster (docs/operations.md, "Upgrading to projections version 11").
+const upgradeTargetsSQL = `UPDATE targets SET spec = spec - 'max_concurrent'
+	WHERE spec->>'max_concurrent' = CASE spec->>'kind' WHEN 'http' THEN '5' WHEN 'file' THEN '1' END`
+
+// upgradeTargets runs upgradeTargetsSQL once per database, in tx: in the
+// transaction that makes the projections this build's (the online
+// rebuild's switch, after which no server of an older build writes, or
+// the offline rebuild), or at the first Ensure that finds them so (a
+// new database, a reset).
+func upgradeTargets(ctx context.Context, tx pgx.Tx) error {
+	tag, err := tx.Exec(ctx, `INSERT INTO schema_version (part, version) VALUES ($1, 1) ON CONFLICT (part) DO NOTHING`, PartTargets)
+	if err != nil {
+		return fmt.Errorf("record the targets' upgrade: %w", err)
+	}
+	if tag.RowsAffected() == 0 {
+		return nil
+	}
+	if _, err := tx.Exec(ctx, upgradeTargetsSQL); err != nil {
+		return fmt.Errorf("upgrade the targets' max_concurrent: %w", err)
+	}
+	return nil
+}
 
 // VersionError says a part of the database was created by other code.
 type VersionError struct {
@@ -690,6 +723,9 @@ func Ensure(ctx context.Context, db *pgxpool.Pool) error {
 		if _, err := tx.Exec(ctx, limitsDDL); err != nil {
 			return fmt.Errorf("create target buckets table: %w", err)
 		}
+		if err := upgradeTargets(ctx, tx); err != nil {
+			return err
+		}
 		if _, err := tx.Exec(ctx, projectionTablesDDL); err != nil {
 			return fmt.Errorf("create projection tables: %w", err)
 		}
@@ -761,6 +797,14 @@ func RecreateProjections(ctx context.Context, db *pgxpool.Pool, load func(pgx.Tx
 			return fmt.Errorf("create schema_version: %w", err)
 		}
 		if err := checkVersion(ctx, tx, PartJournal, JournalVersion); err != nil {
+			return err
+		}
+		// The functions read target_buckets, which a database of an
+		// older build lacks.
+		if _, err := tx.Exec(ctx, limitsDDL); err != nil {
+			return fmt.Errorf("create target buckets table: %w", err)
+		}
+		if err := upgradeTargets(ctx, tx); err != nil {
 			return err
 		}
 		if _, err := tx.Exec(ctx, `DROP TABLE IF EXISTS `+strings.Join(projectionTables, ", ")+`;
