@@ -471,7 +471,7 @@ func (w *Writer) writeBatch(ctx context.Context, ops []*op, side *operationSide)
 	for _, h := range counted {
 		w.learnHealth(h)
 	}
-	if steps := healthSteps(counted, ts, d.events, cfg, now); len(steps) > 0 {
+	if steps := healthSteps(counted, d.events, attemptLeases(d.changes), cfg, now); len(steps) > 0 {
 		// The first op written runs them once its result is set.
 		for _, o := range ops {
 			if o.c != nil && o.err == nil {

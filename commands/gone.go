@@ -154,15 +154,15 @@ func queueTargetLocks(b *pgx.Batch, events []journal.Event) {
 // still enabled, that their health lets as many claims through and that
 // their limits do, the claims in flight counted (targets_admit, health.go).
 func queueTargetAdmit(b *pgx.Batch, events []journal.Event) {
-	if claimed, counts, at, leaseEnd := claimsOf(events); len(claimed) > 0 {
-		b.Queue(`SELECT targets_admit($1, $2, $3, $4)`, claimed, counts, at, leaseEnd)
+	if claimed, counts, at, leaseEnds := claimsOf(events); len(claimed) > 0 {
+		b.Queue(`SELECT targets_admit($1, $2, $3, $4)`, claimed, counts, at, leaseEnds)
 	}
 }
 
 // claimsOf returns the targets events claim for, with the number of
-// claims of each, the time of the last and the latest end of their
-// leases.
-func claimsOf(events []journal.Event) (claimed []string, counts []int32, at, leaseEnd time.Time) {
+// claims of each, the time of the last claim and the latest end of each
+// target's claims' leases.
+func claimsOf(events []journal.Event) (claimed []string, counts []int32, at time.Time, leaseEnds []time.Time) {
 	for _, e := range events {
 		p, ok := e.Payload.(*journal.DeliveryClaimed)
 		if !ok {
@@ -170,15 +170,15 @@ func claimsOf(events []journal.Event) (claimed []string, counts []int32, at, lea
 		}
 		i := slices.Index(claimed, e.Target)
 		if i < 0 {
-			claimed, counts, i = append(claimed, e.Target), append(counts, 0), len(claimed)
+			claimed, counts, leaseEnds, i = append(claimed, e.Target), append(counts, 0), append(leaseEnds, time.Time{}), len(claimed)
 		}
 		counts[i]++
 		at = e.RecordedAt
-		if p.LeaseEnd.After(leaseEnd) {
-			leaseEnd = p.LeaseEnd
+		if p.LeaseEnd.After(leaseEnds[i]) {
+			leaseEnds[i] = p.LeaseEnd
 		}
 	}
-	return claimed, counts, at, leaseEnd
+	return claimed, counts, at, leaseEnds
 }
 
 // targetDisabled reports the refusal of targets_admit: a target

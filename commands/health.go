@@ -225,8 +225,9 @@ func cmpString(a, b string) int {
 }
 
 // healthSteps are the steps the rows as the tallies left them at now, and
-// the outcomes among events, call for.
-func healthSteps(rows []projection.TargetHealth, ts []projection.OutcomeTally, events []journal.Event, cfg *configState,
+// the outcomes among events, call for; leases holds the lease end each
+// attempt ended by an outcome had (attemptLeases).
+func healthSteps(rows []projection.TargetHealth, events []journal.Event, leases map[uuid.UUID]time.Time, cfg *configState,
 	now time.Time) []healthStep {
 	var steps []healthStep
 	for _, e := range events {
@@ -257,20 +258,35 @@ func healthSteps(rows []projection.TargetHealth, ts []projection.OutcomeTally, e
 				steps = append(steps, healthStep{target: h.Target, trip: true})
 			}
 		case lifecycle.HealthHalfOpen:
-			i := slices.IndexFunc(ts, func(t projection.OutcomeTally) bool { return t.Target == h.Target })
-			if i < 0 {
-				continue
-			}
-			s := healthStep{target: h.Target, probe: true, ok: ts[i].Succeeded}
+			// Only the probe's outcome decides: the attempt targets_admit
+			// let through half-open, whose lease end it recorded as
+			// probe_until. An attempt claimed before the breaker opened
+			// and ended since decides nothing.
 			for _, e := range events {
-				if _, ok := e.Payload.(*journal.DeliveryAttempted); ok && e.Target == h.Target {
-					s.delivery = e.DeliveryID
+				p, ok := e.Payload.(*journal.DeliveryAttempted)
+				if ok && e.Target == h.Target && !h.ProbeUntil.IsZero() && leases[e.DeliveryID].Truncate(time.Microsecond).Equal(h.ProbeUntil) {
+					steps = append(steps, healthStep{target: h.Target, probe: true, ok: !p.Outcome.Fails(), delivery: e.DeliveryID})
 				}
 			}
-			steps = append(steps, s)
 		}
 	}
 	return steps
+}
+
+// attemptLeases are the lease ends, as claimed, of the attempts whose
+// outcomes changes record, by delivery.
+func attemptLeases(changes []*change) map[uuid.UUID]time.Time {
+	leases := map[uuid.UUID]time.Time{}
+	for _, c := range changes {
+		for _, e := range c.events {
+			if _, ok := e.Payload.(*journal.DeliveryAttempted); ok && c.before != nil {
+				if d := c.before.Delivery(e.DeliveryID); d != nil {
+					leases[e.DeliveryID] = d.LeaseEnd
+				}
+			}
+		}
+	}
+	return leases
 }
 
 // runHealthSteps runs the steps, each in a transaction of its own,

@@ -150,6 +150,9 @@ type Folded struct {
 	// (lifecycle.InFlightRule); nil for one stream. No delivery.claimed
 	// may pass it.
 	inFlight map[string]*flight
+	// probes holds, by target whose breaker is half-open, the lease end
+	// of its probe's claim: no other claim may come before it.
+	probes map[string]time.Time
 }
 
 // flight is a target's max_concurrent and its claims in flight, by
@@ -187,6 +190,22 @@ func (f *Folded) checkInFlight(e journal.Event, m *Message) {
 		f.Violations = append(f.Violations, Violation{Position: e.Position, MessageID: m.ID, DeliveryID: d.ID,
 			Problem: fmt.Sprintf("claimed for target %s with %d attempts in flight, past its max_concurrent %d", e.Target, len(fl.claims), fl.limit)})
 	}
+}
+
+// checkProbe reports a claim e of message id while its target's breaker
+// is half-open, and another claim's lease had not ended: the breaker lets
+// one probe through at a time.
+func (f *Folded) checkProbe(e journal.Event, id uuid.UUID) {
+	p, ok := e.Payload.(*journal.DeliveryClaimed)
+	if !ok {
+		return
+	}
+	if end, out := f.probes[e.Target]; out && end.After(e.RecordedAt) {
+		f.Violations = append(f.Violations, Violation{Position: e.Position, MessageID: id, DeliveryID: e.DeliveryID,
+			Problem: fmt.Sprintf("claimed for target %s while its half-open breaker's probe was out (its lease to %s)", e.Target, stamp(end))})
+		return
+	}
+	f.probes[e.Target] = p.LeaseEnd
 }
 
 // limit follows t's max_concurrent, keeping the claims in flight of a
@@ -305,7 +324,7 @@ func newFolded() *Folded {
 		inboxes: map[string]*inboxLedger{}, Correlations: map[CorrelationKey]Correlation{},
 		Operations: map[uuid.UUID]*Operation{}, trails: map[uuid.UUID]*opTrail{},
 		keys: map[string]map[string]targets.KeyRecord{}, disabled: map[string]int64{}, health: map[string]*TargetHealth{},
-		inFlight: map[string]*flight{}}
+		inFlight: map[string]*flight{}, probes: map[string]time.Time{}}
 	f.lanes = NewLaneBook(func(target string) lifecycle.Ordering { return f.ordering[target] },
 		func(message, delivery uuid.UUID) *Delivery {
 			if m := f.Messages[message]; m != nil {
@@ -357,6 +376,7 @@ func (f *Folded) configure(e journal.Event) {
 		delete(f.ordering, p.Name)
 		delete(f.disabled, p.Name)
 		delete(f.inFlight, p.Name)
+		delete(f.probes, p.Name)
 		if h := f.health[p.Name]; h != nil {
 			ResetHealth(h)
 		}
@@ -375,6 +395,7 @@ func (f *Folded) foldHealth(target string, e journal.Event) {
 	if err := ApplyHealth(h, e); err != nil {
 		f.Violations = append(f.Violations, Violation{Position: e.Position, Problem: err.Error()})
 	}
+	delete(f.probes, target)
 }
 
 // fold folds one event; it reports an event Apply refuses and returns nil.
@@ -449,6 +470,9 @@ func (f *Folded) fold(e journal.Event) error {
 		if h := f.health[e.Target]; h != nil && h.Breaker == lifecycle.HealthOpen && e.Kind() == journal.KindDeliveryClaimed {
 			f.Violations = append(f.Violations, Violation{Position: e.Position, MessageID: id, DeliveryID: e.DeliveryID,
 				Problem: fmt.Sprintf("claimed for target %s while its breaker was open (since %s)", e.Target, stamp(h.Since))})
+		}
+		if h := f.health[e.Target]; h != nil && h.Breaker == lifecycle.HealthHalfOpen {
+			f.checkProbe(e, id)
 		}
 		f.checkInFlight(e, m)
 		if err := f.lanes.Apply(e, m); err != nil {

@@ -134,3 +134,51 @@ func TestAuditHoldsClaimsToAClusterMaxConcurrent(t *testing.T) {
 		}
 	}
 }
+
+// TestAuditLetsAHalfOpenBreakerOneProbeAtATime forges, behind the
+// commands' back, three claims of a target whose breaker is half-open:
+// the second, while the first's lease runs, is named; the third, after
+// that lease has ended, is a probe of its own.
+func TestAuditLetsAHalfOpenBreakerOneProbeAtATime(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	var ms []*projection.Message
+	for range 3 {
+		m, _, err := b.w.Ingest(b.ctx, commands.NewMessage{Source: "erp", From: "a", To: "b", Payload: []byte("x")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ms = append(ms, m)
+	}
+	stream := journal.TargetStream("alpha")
+	events := []journal.Event{
+		{RecordedAt: b.now, Stream: stream, Version: 1, Actor: journal.WorkerActor("alpha"), Payload: &journal.BreakerOpened{
+			Target: "alpha", Requests: 10, Failures: 10, Window: lifecycle.Duration(time.Minute), Cooldown: lifecycle.Duration(time.Second),
+			Until: b.now.Add(time.Second)}},
+		{RecordedAt: b.now.Add(time.Second), Stream: stream, Version: 2, Actor: journal.WorkerActor("alpha"),
+			Payload: &journal.BreakerHalfOpened{Target: "alpha"}},
+	}
+	for i, at := range []time.Duration{2 * time.Second, 3 * time.Second, 3*time.Second + time.Minute} {
+		m, d := ms[i], ms[i].Deliveries[0]
+		events = append(events, journal.Event{RecordedAt: b.now.Add(at), Stream: journal.MessageStream(m.ID), Version: m.Version + 1,
+			DeliveryID: d.ID, Target: d.Target, Actor: journal.WorkerActor(d.Target), OldState: lifecycle.StateQueued,
+			NewState: lifecycle.StateDelivering, Payload: &journal.DeliveryClaimed{Token: uuid.New(), Attempt: 1, LeaseEnd: b.now.Add(at + time.Minute)}})
+	}
+	var batch pgx.Batch
+	if err := journal.Queue(&batch, events...); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.db.SendBatch(b.ctx, &batch).Close(); err != nil {
+		t.Fatal(err)
+	}
+	r, err := projection.Audit(b.ctx, b.db, uuid.Nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	named := slices.DeleteFunc(r.Violations, func(v projection.Violation) bool {
+		return !strings.Contains(v.Problem, "half-open")
+	})
+	if len(named) != 1 || named[0].DeliveryID != ms[1].Deliveries[0].ID {
+		t.Fatalf("violations of a half-open breaker: %v", named)
+	}
+}

@@ -618,15 +618,16 @@ $$;
 -- A transaction that writes claims calls this after taking its targets'
 -- claim locks (ClassTarget: shared, alone for a target with limits) and
 -- writing the projection, with the number of claims of each, the time and
--- the end of their lease: a target disabled before then fails it (WB001),
+-- the latest end of each target's claims' leases: a target disabled before then fails it (WB001),
 -- and so does one whose health lets fewer claims through (WB002, the
 -- target in the detail), and one whose attempts in flight, these claims
 -- among them, pass its max_concurrent, or whose bucket holds fewer tokens
 -- than claims (WB004, the same detail); the commands then decide again on
 -- what they read anew. A half-open breaker's probe is taken here, until
--- the lease's end, so one process alone makes it, and so are the claims'
--- tokens.
-CREATE OR REPLACE FUNCTION targets_admit(names text[], counts int[], at timestamptz, lease_end timestamptz) RETURNS void
+-- its lease's end, which names the probe to its outcome, so one process
+-- alone makes it, and so are the claims' tokens.
+DROP FUNCTION IF EXISTS targets_admit(text[], int[], timestamptz, timestamptz);
+CREATE OR REPLACE FUNCTION targets_admit(names text[], counts int[], at timestamptz, lease_ends timestamptz[]) RETURNS void
 LANGUAGE plpgsql AS $$
 DECLARE
 	off text;
@@ -638,13 +639,13 @@ BEGIN
 	IF off IS NOT NULL THEN
 		RAISE EXCEPTION 'target % is disabled', off USING ERRCODE = '` + CodeTargetDisabled + `';
 	END IF;
-	FOR h IN SELECT x.name, x.n, g.breaker, ` + lifecycle.GateAllowanceSQL("g", "at", "x.n") + ` AS allowed
-		FROM unnest(names, counts) AS x(name, n) JOIN target_health g ON g.target = x.name ORDER BY x.name LOOP
+	FOR h IN SELECT x.name, x.n, x.lease_end, g.breaker, ` + lifecycle.GateAllowanceSQL("g", "at", "x.n") + ` AS allowed
+		FROM unnest(names, counts, lease_ends) AS x(name, n, lease_end) JOIN target_health g ON g.target = x.name ORDER BY x.name LOOP
 		IF h.allowed < h.n THEN
 			RAISE EXCEPTION 'target % is held by its health', h.name USING ERRCODE = '` + CodeTargetHeld + `', DETAIL = h.name;
 		END IF;
 		IF h.breaker = 'half_open' THEN
-			UPDATE target_health SET probe_until = lease_end
+			UPDATE target_health SET probe_until = h.lease_end
 				WHERE target = h.name AND (probe_until IS NULL OR probe_until <= at);
 			IF NOT FOUND THEN
 				RAISE EXCEPTION 'target % is held by its health', h.name USING ERRCODE = '` + CodeTargetHeld + `', DETAIL = h.name;
