@@ -267,6 +267,9 @@ func (w *Writer) retry(ctx context.Context, ops []*op, side *operationSide) erro
 			// Decide again without its claims.
 			w.holdTarget(target)
 		}
+		if target, ok := targetLimited(err); ok {
+			w.limitTarget(target)
+		}
 		if w.lost != nil {
 			w.lost(err)
 		}
@@ -470,7 +473,7 @@ func (w *Writer) writeBatch(ctx context.Context, ops []*op, side *operationSide)
 	for _, h := range counted {
 		w.learnHealth(h)
 	}
-	if steps := healthSteps(counted, ts, d.events, cfg, now); len(steps) > 0 {
+	if steps := healthSteps(counted, d.events, attemptLeases(d.changes), cfg, now); len(steps) > 0 {
 		// The first op written runs them once its result is set.
 		for _, o := range ops {
 			if o.c != nil && o.err == nil {
@@ -581,7 +584,7 @@ func (w *Writer) decide(ops []*op, read map[uuid.UUID]*projection.Message, lanes
 			if target := claimsOff(c, off); target != "" {
 				reason := fmt.Sprintf("its target %s is disabled", target)
 				if !dis.off(cfg, target) {
-					reason = fmt.Sprintf("its target %s is held by its health", target)
+					reason = fmt.Sprintf("its target %s is held by its health or limits", target)
 				}
 				o.err = &StateError{Err: ErrNotClaimable, Reason: reason}
 				continue
@@ -670,7 +673,9 @@ func (w *Writer) queueChooseDue(b *pgx.Batch, ops []*op, cfg *configState) *chos
 		}
 	}
 	if len(want) > 0 {
-		w.queueChoice(b, w.now(), want, func(target string, ch projection.Chosen) {
+		// Each outcome ends an attempt in flight, which the choice's count
+		// of them still finds.
+		w.queueChoice(b, w.now(), want, want, func(target string, ch projection.Chosen) {
 			c.byTarget[target] = append(c.byTarget[target], ch.DeliveryID)
 			c.messages[ch.MessageID] = ch.Message
 		})

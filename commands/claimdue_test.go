@@ -269,7 +269,7 @@ func TestClaimDueWalksTheIndex(t *testing.T) {
 	// From the index's start, and from a cursor.
 	for _, from := range []pgtype.Timestamptz{{InfinityModifier: pgtype.NegativeInfinity, Valid: true},
 		{Time: b.clock.Now().Add(-time.Minute), Valid: true}} {
-		rows, err := tx.Query(b.ctx, `EXPLAIN `+projection.ClaimableChoiceSQL, "alpha", b.clock.Now(), 10, from)
+		rows, err := tx.Query(b.ctx, `EXPLAIN `+projection.ClaimableChoiceSQL, "alpha", b.clock.Now(), 10, from, 0)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -311,11 +311,11 @@ func (w *Writer) changeTarget(ctx context.Context, t lifecycle.Target, actor str
 			return nil, nil, err
 		}
 		if !create {
-			return []journal.Payload{&journal.TargetUpdated{Target: t}}, func(b *pgx.Batch) {
+			return []journal.Payload{&journal.TargetUpdated{Target: t, ClusterLimits: true}}, func(b *pgx.Batch) {
 				b.Queue(`UPDATE targets SET spec = $2, updated_at = $3 WHERE name = $1`, t.Name, spec, now)
 			}, nil
 		}
-		payloads := []journal.Payload{&journal.TargetCreated{Target: t}}
+		payloads := []journal.Payload{&journal.TargetCreated{Target: t, ClusterLimits: true}}
 		if key.ID != "" {
 			key.CreatedAt = now
 			payloads = append(payloads, &journal.TargetKeyAdded{Target: t.Name, KeyID: key.ID, Scheme: key.Scheme, Fingerprint: key.Fingerprint()})
@@ -390,7 +390,7 @@ func (w *Writer) DeleteTarget(ctx context.Context, name, actor string) error {
 	if err != nil {
 		return fmt.Errorf("delete target %s: %w", name, err)
 	}
-	w.gates.set(name, gateSeen{})
+	w.gates.forget(name)
 	return nil
 }
 

@@ -105,12 +105,14 @@ func (c *change) claim(deliveryID, token uuid.UUID, lease time.Duration, now tim
 const claimPlanSQL = `SELECT set_config('enable_bitmapscan', 'off', true), set_config('enable_sort', 'off', true)`
 
 // queueChoice queues on b the choice of up to want[target] deliveries of
-// each target that a worker may take at now
+// each target that a worker may take at now, freeing[target] of its
+// attempts in flight being ended by the same transaction
 // (projection.QueueChooseClaimable from the target's cursor, under
 // claimPlanSQL, then claimPlanReset), locking them and reading their
 // messages; add gets each chosen one, in its target's due order, once the
 // batch is read.
-func (w *Writer) queueChoice(b *pgx.Batch, now time.Time, want map[string]int, add func(target string, c projection.Chosen)) {
+func (w *Writer) queueChoice(b *pgx.Batch, now time.Time, want, freeing map[string]int,
+	add func(target string, c projection.Chosen)) {
 	b.Queue(claimPlanSQL)
 	for _, target := range slices.Sorted(maps.Keys(want)) {
 		from, cursor := w.cursors.start(target, now)
@@ -118,7 +120,7 @@ func (w *Writer) queueChoice(b *pgx.Batch, now time.Time, want map[string]int, a
 		if !cursor {
 			bound.InfinityModifier = pgtype.NegativeInfinity
 		}
-		projection.QueueChooseClaimable(b, target, now, want[target], bound, func(chosen []projection.Chosen) {
+		projection.QueueChooseClaimable(b, target, now, want[target], freeing[target], bound, func(chosen []projection.Chosen) {
 			keys := make([]time.Time, len(chosen))
 			for i, c := range chosen {
 				keys[i] = c.Key
@@ -244,11 +246,16 @@ func (w *Writer) claimDue(ctx context.Context, target string, n int, lease time.
 	var unread []uuid.UUID
 	seen := map[uuid.UUID]bool{}
 	var health projection.TargetHealth
+	var tokens *float64
+	spec := cfg.targets[target]
 	b := &pgx.Batch{}
 	b.Queue(`BEGIN`)
 	b.Queue(projection.LookupPlanSQL)
 	projection.QueueReadHealth(b, target, &health)
-	w.queueChoice(b, now, map[string]int{target: n}, func(_ string, c projection.Chosen) {
+	if spec.Rate != nil {
+		queueReadTokens(b, target, now, &tokens)
+	}
+	w.queueChoice(b, now, map[string]int{target: n}, nil, func(_ string, c projection.Chosen) {
 		if seen[c.MessageID] {
 			return
 		}
@@ -262,6 +269,13 @@ func (w *Writer) claimDue(ctx context.Context, target string, n int, lease time.
 		return nil, false, err
 	}
 	w.learnHealth(health)
+	if spec.Rate != nil && tokens != nil {
+		// What the bucket holds once these claims take theirs: a worker
+		// held back by it comes back when it holds a whole token.
+		left := *tokens - float64(len(chosen))
+		at := spec.Rate.NextToken(left, now)
+		w.gates.update(target, func(seen *gateSeen) { seen.token = at })
+	}
 	if len(chosen) == 0 {
 		// release ends the transaction
 		return nil, (healthStep{target: target, halfOpen: true}).decide(health, breakerOf(cfg, target), now) != nil, nil
@@ -317,6 +331,11 @@ func (w *Writer) claimDue(ctx context.Context, target string, n int, lease time.
 	if _, ok := targetHeld(err); ok {
 		// Its health changed since the choice read it: the next choice
 		// reads it anew.
+		return nil, false, nil
+	}
+	if _, ok := targetLimited(err); ok {
+		// Another process took its last slot or token since the choice.
+		w.limitTarget(target)
 		return nil, false, nil
 	}
 	if err != nil {

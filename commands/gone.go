@@ -23,7 +23,8 @@ import (
 // and writes the definition with enabled false, once, however many
 // outcomes of the target say so at once. Claims are held to it: every
 // transaction that writes claims takes its targets' locks (ClassTarget)
-// shared and checks they are still enabled (targets_admit), and
+// shared (alone for a target with limits) and checks they are still
+// enabled (targets_admit), and
 // one that disables a target takes its lock alone before it writes
 // anything. So no claim of a target is journaled after its target.disabled
 // until an operator enables it again, whichever process claims.
@@ -118,30 +119,19 @@ func (s *disabling) disable(c *change, g *goneRead, deliveryID uuid.UUID, now ti
 }
 
 // queueTargetLocks queues, first in a transaction that writes events,
-// the locks of the targets they claim for (shared) and disable (alone),
-// in the order of their hash so that two transactions never wait for
-// each other in a cycle, then the check that the targets claimed for are
-// still enabled and that their health lets as many claims through
-// (targets_admit, health.go). A transaction that neither claims nor
-// disables takes none.
+// the locks of the targets they claim for and disable, in the order of
+// their hash so that two transactions never wait for each other in a
+// cycle: shared for a claim of a target without limits, alone for a
+// disabling and for a claim of a target with limits (decided on its row,
+// lifecycle.LimitedSQL), so that targets_admit counts the attempts in
+// flight and tokens the claims before it committed. A transaction that
+// neither claims nor disables takes none.
 func queueTargetLocks(b *pgx.Batch, events []journal.Event) {
-	var claimed, names []string
-	var counts []int32
+	claimed, _, _, _ := claimsOf(events)
+	var names []string
 	var alone []bool
-	var at, leaseEnd time.Time
 	for _, e := range events {
-		switch p := e.Payload.(type) {
-		case *journal.DeliveryClaimed:
-			i := slices.Index(claimed, e.Target)
-			if i < 0 {
-				claimed, counts, i = append(claimed, e.Target), append(counts, 0), len(claimed)
-			}
-			counts[i]++
-			at = e.RecordedAt
-			if p.LeaseEnd.After(leaseEnd) {
-				leaseEnd = p.LeaseEnd
-			}
-		case *journal.TargetDisabled:
+		if p, ok := e.Payload.(*journal.TargetDisabled); ok {
 			names, alone = append(names, p.Target), append(alone, true)
 		}
 	}
@@ -154,11 +144,41 @@ func queueTargetLocks(b *pgx.Batch, events []journal.Event) {
 		}
 	}
 	b.Queue(`SELECT CASE WHEN alone THEN pg_advisory_xact_lock($3::int, h) ELSE pg_advisory_xact_lock_shared($3::int, h) END
-		FROM (SELECT hashtext(n) AS h, bool_or(alone) AS alone FROM unnest($1::text[], $2::bool[]) AS x(n, alone)
+		FROM (SELECT hashtext(x.n) AS h, bool_or(x.alone OR coalesce(`+lifecycle.LimitedSQL("t.spec")+`, false)) AS alone
+			FROM unnest($1::text[], $2::bool[]) AS x(n, alone) LEFT JOIN targets t ON t.name = x.n
 			GROUP BY 1 ORDER BY 1 OFFSET 0) l`, names, alone, int32(schema.ClassTarget))
-	if len(claimed) > 0 {
-		b.Queue(`SELECT targets_admit($1, $2, $3, $4)`, claimed, counts, at, leaseEnd)
+}
+
+// queueTargetAdmit queues, after the projection's writes of a
+// transaction that claims, the check that the targets claimed for are
+// still enabled, that their health lets as many claims through and that
+// their limits do, the claims in flight counted (targets_admit, health.go).
+func queueTargetAdmit(b *pgx.Batch, events []journal.Event) {
+	if claimed, counts, at, leaseEnds := claimsOf(events); len(claimed) > 0 {
+		b.Queue(`SELECT targets_admit($1, $2, $3, $4)`, claimed, counts, at, leaseEnds)
 	}
+}
+
+// claimsOf returns the targets events claim for, with the number of
+// claims of each, the time of the last claim and the latest end of each
+// target's claims' leases.
+func claimsOf(events []journal.Event) (claimed []string, counts []int32, at time.Time, leaseEnds []time.Time) {
+	for _, e := range events {
+		p, ok := e.Payload.(*journal.DeliveryClaimed)
+		if !ok {
+			continue
+		}
+		i := slices.Index(claimed, e.Target)
+		if i < 0 {
+			claimed, counts, leaseEnds, i = append(claimed, e.Target), append(counts, 0), append(leaseEnds, time.Time{}), len(claimed)
+		}
+		counts[i]++
+		at = e.RecordedAt
+		if p.LeaseEnd.After(leaseEnds[i]) {
+			leaseEnds[i] = p.LeaseEnd
+		}
+	}
+	return claimed, counts, at, leaseEnds
 }
 
 // targetDisabled reports the refusal of targets_admit: a target

@@ -45,7 +45,9 @@ import (
 // gates keeps, by target, the gate this Writer last read or wrote, and
 // the end of an open breaker's cooldown: a batch leaves out the claims of
 // a target whose gate lets none through, rather than have targets_admit
-// refuse the whole batch.
+// refuse the whole batch. Beside it, what the target's limits came to
+// (limits.go): when its bucket holds a token again, and until when a
+// refusal by its limits holds its claims.
 type gates struct {
 	mu sync.Mutex
 	by map[string]gateSeen
@@ -54,15 +56,25 @@ type gates struct {
 type gateSeen struct {
 	gate  lifecycle.Gate
 	until time.Time
+	token time.Time
+	full  time.Time
 }
 
-func (g *gates) set(target string, seen gateSeen) {
+func (g *gates) update(target string, f func(*gateSeen)) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.by == nil {
 		g.by = map[string]gateSeen{}
 	}
+	seen := g.by[target]
+	f(&seen)
 	g.by[target] = seen
+}
+
+func (g *gates) forget(target string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	delete(g.by, target)
 }
 
 func (g *gates) get(target string) gateSeen {
@@ -71,10 +83,11 @@ func (g *gates) get(target string) gateSeen {
 	return g.by[target]
 }
 
-// shut reports whether the gate of target as last seen lets no claim
-// through at now.
+// shut reports whether the gate of target as last seen, or its limits,
+// let no claim through at now.
 func (g *gates) shut(target string, now time.Time) bool {
-	return g.get(target).gate.Allowance(now, 1) == 0
+	seen := g.get(target)
+	return seen.gate.Allowance(now, 1) == 0 || now.Before(seen.token) || now.Before(seen.full)
 }
 
 // heldFor is how long a target targets_admit refused is taken to be held
@@ -82,19 +95,20 @@ func (g *gates) shut(target string, now time.Time) bool {
 // deliveries reads it.
 const heldFor = time.Second
 
-// HeldUntil is when the health of target, as this Writer last read it,
-// lets a claim through again: zero when it does now, or the Writer has
-// not read it. A worker whose catch-up came back short catches up again
-// then: at the end of a cooldown, of a receiver's hold, or of a probe's
-// lease.
+// HeldUntil is when the health of target, and its rate, as this Writer
+// last read them, let a claim through again: zero when they do now, or
+// the Writer has not read them. A worker whose catch-up came back short
+// catches up again then: at the end of a cooldown, of a receiver's hold,
+// of a probe's lease, or when the target's bucket holds a token again.
 func (w *Writer) HeldUntil(target string) time.Time {
 	seen, now := w.gates.get(target), w.now()
-	if seen.gate.Allowance(now, 1) > 0 {
-		return time.Time{}
-	}
 	var until time.Time
-	for _, t := range []time.Time{seen.gate.ThrottledUntil, seen.gate.ProbeUntil, seen.until} {
-		if t.After(until) {
+	held := []time.Time{seen.token, seen.full}
+	if seen.gate.Allowance(now, 1) == 0 {
+		held = append(held, seen.gate.ThrottledUntil, seen.gate.ProbeUntil, seen.until)
+	}
+	for _, t := range held {
+		if t.After(now) && t.After(until) {
 			until = t
 		}
 	}
@@ -118,9 +132,7 @@ func (w *Writer) holdTarget(target string) {
 	if w.gates.shut(target, now) {
 		return
 	}
-	seen := w.gates.get(target)
-	seen.gate.ThrottledUntil = now.Add(heldFor)
-	w.gates.set(target, seen)
+	w.gates.update(target, func(seen *gateSeen) { seen.gate.ThrottledUntil = now.Add(heldFor) })
 }
 
 // healthStep is a change of a target's health that the counts of a
@@ -213,8 +225,9 @@ func cmpString(a, b string) int {
 }
 
 // healthSteps are the steps the rows as the tallies left them at now, and
-// the outcomes among events, call for.
-func healthSteps(rows []projection.TargetHealth, ts []projection.OutcomeTally, events []journal.Event, cfg *configState,
+// the outcomes among events, call for; leases holds the lease end each
+// attempt ended by an outcome had (attemptLeases).
+func healthSteps(rows []projection.TargetHealth, events []journal.Event, leases map[uuid.UUID]time.Time, cfg *configState,
 	now time.Time) []healthStep {
 	var steps []healthStep
 	for _, e := range events {
@@ -245,20 +258,35 @@ func healthSteps(rows []projection.TargetHealth, ts []projection.OutcomeTally, e
 				steps = append(steps, healthStep{target: h.Target, trip: true})
 			}
 		case lifecycle.HealthHalfOpen:
-			i := slices.IndexFunc(ts, func(t projection.OutcomeTally) bool { return t.Target == h.Target })
-			if i < 0 {
-				continue
-			}
-			s := healthStep{target: h.Target, probe: true, ok: ts[i].Succeeded}
+			// Only the probe's outcome decides: the attempt targets_admit
+			// let through half-open, whose lease end it recorded as
+			// probe_until. An attempt claimed before the breaker opened
+			// and ended since decides nothing.
 			for _, e := range events {
-				if _, ok := e.Payload.(*journal.DeliveryAttempted); ok && e.Target == h.Target {
-					s.delivery = e.DeliveryID
+				p, ok := e.Payload.(*journal.DeliveryAttempted)
+				if ok && e.Target == h.Target && !h.ProbeUntil.IsZero() && leases[e.DeliveryID].Truncate(time.Microsecond).Equal(h.ProbeUntil) {
+					steps = append(steps, healthStep{target: h.Target, probe: true, ok: !p.Outcome.Fails(), delivery: e.DeliveryID})
 				}
 			}
-			steps = append(steps, s)
 		}
 	}
 	return steps
+}
+
+// attemptLeases are the lease ends, as claimed, of the attempts whose
+// outcomes changes record, by delivery.
+func attemptLeases(changes []*change) map[uuid.UUID]time.Time {
+	leases := map[uuid.UUID]time.Time{}
+	for _, c := range changes {
+		for _, e := range c.events {
+			if _, ok := e.Payload.(*journal.DeliveryAttempted); ok && c.before != nil {
+				if d := c.before.Delivery(e.DeliveryID); d != nil {
+					leases[e.DeliveryID] = d.LeaseEnd
+				}
+			}
+		}
+	}
+	return leases
 }
 
 // runHealthSteps runs the steps, each in a transaction of its own,
@@ -345,7 +373,7 @@ func (w *Writer) changeHealth(ctx context.Context, target, actor string,
 
 // learnHealth keeps the gate of h, and its cooldown's end, as last read.
 func (w *Writer) learnHealth(h projection.TargetHealth) {
-	w.gates.set(h.Target, gateSeen{gate: h.Gate(), until: h.Until})
+	w.gates.update(h.Target, func(seen *gateSeen) { seen.gate, seen.until = h.Gate(), h.Until })
 }
 
 // CloseBreaker closes target's breaker by hand, journaled with actor, and

@@ -172,7 +172,7 @@ func (c *configState) rotationEvents(owner string, key targets.Key, retired []jo
 	}
 	return []journal.Payload{
 			&journal.TargetKeyRotated{Target: owner, KeyID: key.ID, Scheme: key.Scheme, Fingerprint: key.Fingerprint(), Retired: retired},
-			&journal.TargetUpdated{Target: t},
+			&journal.TargetUpdated{Target: t, ClusterLimits: true},
 		}, func(b *pgx.Batch) {
 			b.Queue(`UPDATE targets SET spec = $2, updated_at = $3 WHERE name = $1`, t.Name, spec, now)
 		}, nil

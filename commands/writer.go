@@ -338,7 +338,8 @@ func (w *Writer) recovered(err *error, what string) {
 // queue adds to b the statements of the changes, at most one change per
 // message, and of the lanes they moved: the locks of the targets the
 // events claim for or disable (queueTargetLocks), then the projection (its
-// update locks the message rows), with the row of the batch's bulk
+// update locks the message rows) and the check of the claims' targets
+// (queueTargetAdmit), with the row of the batch's bulk
 // operation when it has one (operation), then the events in the order
 // recorded, then the bodies of new messages, then the changes' extra
 // statements (such as the deletion of an expunged payload).
@@ -350,6 +351,7 @@ func (w *Writer) queue(b *pgx.Batch, changes []*change, events []journal.Event, 
 		writes[i] = projection.Write{Before: c.before, Message: c.after, Touched: c.touched, Events: c.events}
 	}
 	projection.Queue(b, lanes, writes...)
+	queueTargetAdmit(b, events)
 	if operation != nil {
 		operation(b)
 	}
@@ -422,10 +424,12 @@ func (w *Writer) committed(c *change) {
 
 // retryable reports a lost race: another writer took the stream version,
 // moved the message row since it was read, or disabled a target claimed
-// for since the configuration was read, or changed its health.
+// for since the configuration was read, or changed its health, or took
+// its last slot or token.
 func retryable(err error) bool {
 	var pgErr *pgconn.PgError
 	_, held := targetHeld(err)
-	return journal.IsVersionConflict(err) || errors.Is(err, errLaneRace) || targetDisabled(err) || held ||
+	_, limited := targetLimited(err)
+	return journal.IsVersionConflict(err) || errors.Is(err, errLaneRace) || targetDisabled(err) || held || limited ||
 		errors.As(err, &pgErr) && (pgErr.Code == "40001" || pgErr.Code == "40P01")
 }

@@ -319,10 +319,14 @@ func TestTargetEditEnableAndDisable(t *testing.T) {
 
 	form = url.Values{"enabled": {"on"}, "max_concurrent": {"7"}, "attempt_timeout": {"5s"}, "retry.strategy": {"linear"},
 		"retry.max_attempts": {"3"}, "receipt.timeout": {"1h"}, "config.url": {"http://127.0.0.1:9/in"}, "config.method": {"PUT"},
-		"config.headers": {"X-Tenant: acme\r\nAuthorization: Bearer t0k3n"}}
+		"config.headers": {"X-Tenant: acme\r\nAuthorization: Bearer t0k3n"}, "rate.per_second": {"0"}}
+	c.post(t, "/ui/targets/billing/edit", form).want(t, http.StatusBadRequest).has(t, `id="rate.per_second-hint"><strong>`)
+	form.Set("rate.per_second", "2.5")
 	c.post(t, "/ui/targets/billing/edit", form).redirects(t, "/ui/targets/billing")
 	c.get(t, "/ui/targets/billing").has(t, "Target billing saved.", "linear", "http://127.0.0.1:9/in", "within 1h0m0s",
+		"7, across every process", "2.5 a second, 3 at once over it",
 		html.EscapeString(`"X-Tenant": "acme"`), html.EscapeString(`"method": "PUT"`))
+	c.get(t, "/ui/targets/billing/edit").has(t, `name="rate.per_second" value="2.5"`, `name="rate.burst" value="3"`)
 	c.get(t, "/ui/targets/billing/edit").has(t, `<option value="PUT" selected>`, "Authorization: Bearer t0k3n\nX-Tenant: acme</textarea>",
 		`name="enabled_was" value="on"`)
 	if b.changes.Load() != changes+1 {
@@ -414,9 +418,9 @@ func TestTargetAddAndDelete(t *testing.T) {
 	// The form of a kind has the kind's fields, each on its own, and the
 	// defaults of every target.
 	c.get(t, "/ui/targets?add=http").want(t, http.StatusOK).has(t, `action="/ui/targets"`, `name="kind" value="http"`,
-		`name="config.url"`, `<option value="POST" selected>`, `name="max_concurrent" value="5"`).lacks(t, `name="config.dir"`)
+		`name="config.url"`, `<option value="POST" selected>`, `name="max_concurrent" value=""`, "no bound across the cluster").lacks(t, `name="config.dir"`)
 	c.get(t, "/ui/targets?add=file").want(t, http.StatusOK).has(t, `name="config.dir"`, `name="config.extension"`,
-		`type="checkbox" id="config.overwrite"`, `name="max_concurrent" value="1"`).lacks(t, `name="config.url"`)
+		`type="checkbox" id="config.overwrite"`, `name="max_concurrent" value=""`).lacks(t, `name="config.url"`)
 	c.get(t, "/ui/targets?add=ftp").want(t, http.StatusBadRequest).has(t, "<code>add</code>", "allowed are file, http")
 
 	// Refused: each problem under its field in the API's words, nothing

@@ -105,16 +105,16 @@ func FuzzConfigForms(f *testing.F) {
 		}
 		tk := targetKindNames[int(kind)%len(targetKindNames)]
 		if def, err := readTargetForm(tk, form).definition(tk); err == nil {
-			a, err := json.Marshal(def.WithDefaults(1))
+			a, err := json.Marshal(def.WithDefaults())
 			if err != nil {
 				// Such as a jitter of NaN, which the Writer's check
 				// refuses.
-				if def.WithDefaults(1).Validate() == nil {
+				if def.WithDefaults().Validate() == nil {
 					t.Fatalf("target form %q: a target that validates and has no JSON: %v", raw, err)
 				}
 			} else {
 				again, err := formOf(def).definition(tk)
-				b, _ := json.Marshal(again.WithDefaults(1))
+				b, _ := json.Marshal(again.WithDefaults())
 				if err != nil || !sameJSON(a, b) {
 					t.Fatalf("target form %q: %s shown and read again as %s, %v", raw, a, b, err)
 				}

@@ -58,7 +58,7 @@ func (c *Console) targets(w http.ResponseWriter, r *http.Request, s *auth.Sessio
 	if errors.As(err, &fe) {
 		return invalidField("add", fe.Problem)
 	}
-	t := lifecycle.Target{Kind: k.Name, Enabled: true}.WithDefaults(k.Concurrency)
+	t := lifecycle.Target{Kind: k.Name, Enabled: true}.WithDefaults()
 	return c.showTargets(w, r, http.StatusOK, targetFormOf(t.Kind, formOf(t), nil))
 }
 
@@ -319,6 +319,7 @@ type targetForm struct {
 	// written, so a disabling since (a 410, disable_after) stands.
 	EnabledWas                                         bool
 	MaxConcurrent, AttemptTimeout                      string
+	RatePerSecond, RateBurst                           string
 	Strategy, BaseDelay, MaxDelay, Jitter, MaxAttempts string
 	MaxAge, ReceiptTimeout                             string
 	OrderingMode, OnFailure, HeadAlertAfter            string
@@ -345,16 +346,22 @@ func choiceOf[T ~string](name, label, value, hint string, values []T, problem *e
 
 // formOf fills the form with a target's definition.
 func formOf(t lifecycle.Target) targetForm {
-	f := targetForm{Name: t.Name, Enabled: t.Enabled, EnabledWas: t.Enabled, MaxConcurrent: strconv.Itoa(t.MaxConcurrent),
+	f := targetForm{Name: t.Name, Enabled: t.Enabled, EnabledWas: t.Enabled,
 		AttemptTimeout: t.AttemptTimeout.String(), Strategy: string(t.Retry.Strategy),
 		BaseDelay: t.Retry.BaseDelay.String(), MaxDelay: t.Retry.MaxDelay.String(),
 		MaxAttempts: strconv.Itoa(t.Retry.MaxAttempts), MaxAge: t.Retry.MaxAge.String(),
 		Config: valuesOf(targetKinds[t.Kind], t.Config), Transform: t.Transform}
+	if t.MaxConcurrent > 0 {
+		f.MaxConcurrent = strconv.Itoa(t.MaxConcurrent)
+	}
 	if t.Retry.Jitter != nil {
 		f.Jitter = strconv.FormatFloat(*t.Retry.Jitter, 'g', -1, 64)
 	}
 	if t.Receipt != nil {
 		f.ReceiptTimeout = t.Receipt.Timeout.String()
+	}
+	if t.Rate != nil {
+		f.RatePerSecond, f.RateBurst = strconv.FormatFloat(t.Rate.PerSecond, 'g', -1, 64), strconv.Itoa(t.Rate.Burst)
 	}
 	o := t.Ordering.WithDefaults()
 	f.OrderingMode, f.OnFailure = string(o.Mode), string(o.OnFailure)
@@ -373,7 +380,7 @@ func readTargetForm(kind string, form url.Values) targetForm {
 		MaxDelay: get("retry.max_delay"), Jitter: get("retry.jitter"), MaxAttempts: get("retry.max_attempts"),
 		MaxAge: get("retry.max_age"), ReceiptTimeout: get("receipt.timeout"), Config: readValues(targetKinds[kind], form),
 		OrderingMode: get("ordering.mode"), OnFailure: get("ordering.on_failure"), HeadAlertAfter: get("ordering.head_alert_after"),
-		Transform: get("transform")}
+		Transform: get("transform"), RatePerSecond: get("rate.per_second"), RateBurst: get("rate.burst")}
 }
 
 // definition is the target of the kind the form describes, as a POST or
@@ -417,6 +424,15 @@ func (f targetForm) definition(kind string) (lifecycle.Target, error) {
 			errs = append(errs, &lifecycle.FieldError{Field: "retry.jitter", Problem: fmt.Sprintf("must be a number, not %q", f.Jitter)})
 		}
 		t.Retry.Jitter = &j
+	}
+	if f.RatePerSecond != "" || f.RateBurst != "" {
+		t.Rate = &lifecycle.Rate{}
+		if n, err := strconv.ParseFloat(f.RatePerSecond, 64); err == nil || f.RatePerSecond == "" {
+			t.Rate.PerSecond = n
+		} else {
+			errs = append(errs, &lifecycle.FieldError{Field: "rate.per_second", Problem: fmt.Sprintf("must be a number, not %q", f.RatePerSecond)})
+		}
+		whole("rate.burst", f.RateBurst, &t.Rate.Burst)
 	}
 	if f.ReceiptTimeout != "" {
 		t.Receipt = &lifecycle.ReceiptPolicy{}

@@ -171,7 +171,7 @@ func FuzzRequestBodies(f *testing.F) {
 		switch v := v.(type) {
 		case *lifecycle.Target:
 			// A target is answered, and edited again, with its defaults.
-			d := v.WithDefaults(1)
+			d := v.WithDefaults()
 			reDecodes(t, &d)
 		case *OperationRequest:
 			// Without an action it is refused; the action's zero value

@@ -48,7 +48,7 @@ func TestTargets(t *testing.T) {
 	r := b.admin(t, http.MethodPost, "/targets", map[string]any{"name": "billing", "kind": "http",
 		"config": map[string]any{"url": "http://127.0.0.1:9/"}, "receipt": map[string]any{"timeout": "1h"}}).
 		want(t, http.StatusCreated, &created)
-	if r.header.Get("Location") != httpapi.Prefix+"/targets/billing" || !created.Enabled || created.MaxConcurrent != 5 ||
+	if r.header.Get("Location") != httpapi.Prefix+"/targets/billing" || !created.Enabled || created.MaxConcurrent != 0 ||
 		created.AttemptTimeout.String() != "30s" || created.Retry.Strategy != lifecycle.RetryExponential ||
 		created.Receipt == nil || created.Receipt.Timeout.String() != "1h0m0s" {
 		t.Errorf("created %+v", created)
@@ -146,5 +146,48 @@ func TestTargetEnabledByDefault(t *testing.T) {
 		if stored.Enabled != c.want {
 			t.Errorf("after PUT %s with enabled %v: stored enabled %v, want %v", c.name, c.enabled, stored.Enabled, c.want)
 		}
+	}
+}
+
+// TestTargetLimits: a rate is refused by the field that is wrong, changing
+// nothing; one accepted is shown with its burst filled, and a PUT takes
+// it away. max_concurrent left out stays out (no bound across the
+// cluster); given, it is kept.
+func TestTargetLimits(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	before := b.counts(t)
+	spec := func(rate any) map[string]any {
+		return map[string]any{"name": "paced", "kind": "http", "config": map[string]any{"url": "http://127.0.0.1:9/"}, "rate": rate}
+	}
+	for _, c := range []struct {
+		rate  map[string]any
+		field string
+	}{
+		{map[string]any{"per_second": 0}, "rate.per_second"},
+		{map[string]any{"per_second": -1, "burst": 2}, "rate.per_second"},
+		{map[string]any{"per_second": 20000}, "rate.per_second"},
+		{map[string]any{"per_second": 5, "burst": -1}, "rate.burst"},
+		{map[string]any{"per_second": 5, "burst": 100001}, "rate.burst"},
+	} {
+		b.admin(t, http.MethodPost, "/targets", spec(c.rate)).invalidField(t, c.field)
+	}
+	b.unchanged(t, before)
+
+	var got lifecycle.Target
+	b.admin(t, http.MethodPost, "/targets", spec(map[string]any{"per_second": 2.5})).want(t, http.StatusCreated, &got)
+	if got.Rate == nil || got.Rate.PerSecond != 2.5 || got.Rate.Burst != 3 || got.MaxConcurrent != 0 {
+		t.Errorf("created rate %+v, max_concurrent %d", got.Rate, got.MaxConcurrent)
+	}
+	b.admin(t, http.MethodGet, "/targets/paced", nil).want(t, http.StatusOK, &got)
+	if got.Rate == nil || got.Rate.Burst != 3 {
+		t.Errorf("shown rate %+v", got.Rate)
+	}
+	put := spec(nil)
+	put["max_concurrent"] = 3
+	var updated lifecycle.Target
+	b.admin(t, http.MethodPut, "/targets/paced", put).want(t, http.StatusOK, &updated)
+	if updated.Rate != nil || updated.MaxConcurrent != 3 {
+		t.Errorf("rate %+v, max_concurrent %d after a PUT without a rate", updated.Rate, updated.MaxConcurrent)
 	}
 }

@@ -1019,6 +1019,11 @@ func (p *RouteDeleted) Validate() error { return required("id", p.ID != uuid.Nil
 // TargetCreated: a target was added.
 type TargetCreated struct {
 	Target lifecycle.Target `json:"target"`
+	// ClusterLimits says Target's max_concurrent bounds the attempts
+	// across every process. A definition journaled before it did leaves
+	// it out: its max_concurrent bounded each process's, and the audit
+	// holds no claim to it.
+	ClusterLimits bool `json:"cluster_limits,omitempty"`
 }
 
 func (*TargetCreated) Kind() Kind        { return KindTargetCreated }
@@ -1037,6 +1042,8 @@ func noKey(t lifecycle.Target) error {
 // TargetUpdated: a target was changed; Target is the whole new definition.
 type TargetUpdated struct {
 	Target lifecycle.Target `json:"target"`
+	// ClusterLimits is TargetCreated's.
+	ClusterLimits bool `json:"cluster_limits,omitempty"`
 }
 
 func (*TargetUpdated) Kind() Kind        { return KindTargetUpdated }

@@ -121,9 +121,14 @@ type Target struct {
 	Enabled bool `json:"enabled"`
 	// Config is the kind's own configuration, a JSON object.
 	Config json.RawMessage `json:"config"`
-	// MaxConcurrent bounds the attempts in flight per process. Default the
-	// kind's (5 for http, 1 for file); from 1 to 100.
-	MaxConcurrent int `json:"max_concurrent"`
+	// MaxConcurrent, when set (from 1 to 100), bounds the attempts in
+	// flight across every process (InFlightRule), and so each process's
+	// slots. Left out (0), there is no bound across the cluster and each
+	// process runs the kind's default slots (targets.Slots).
+	MaxConcurrent int `json:"max_concurrent,omitempty"`
+	// Rate, when set, bounds how often attempts start, across every
+	// process.
+	Rate *Rate `json:"rate,omitempty"`
 	// AttemptTimeout bounds one attempt. Default 30 s; from 1 ms to 1 h.
 	AttemptTimeout Duration `json:"attempt_timeout"`
 	// Retry decides what follows an attempt that failed for now.
@@ -234,14 +239,11 @@ const (
 	MaxReceiptTimeout     = 720 * time.Hour
 )
 
-// WithDefaults fills the fields left at zero; kindConcurrency is the
-// default of MaxConcurrent for the target's kind.
-func (t Target) WithDefaults(kindConcurrency int) Target {
+// WithDefaults fills the fields left at zero but MaxConcurrent, whose
+// default, no bound across the cluster, is applied where slots are made.
+func (t Target) WithDefaults() Target {
 	if len(t.Config) == 0 {
 		t.Config = json.RawMessage(`{}`)
-	}
-	if t.MaxConcurrent == 0 {
-		t.MaxConcurrent = kindConcurrency
 	}
 	if t.AttemptTimeout == 0 {
 		t.AttemptTimeout = Duration(DefaultAttemptTimeout)
@@ -250,6 +252,10 @@ func (t Target) WithDefaults(kindConcurrency int) Target {
 	t.Ordering = t.Ordering.WithDefaults()
 	if t.Health == nil {
 		t.Health = DefaultHealth()
+	}
+	if t.Rate != nil {
+		r := t.Rate.WithDefaults()
+		t.Rate = &r
 	}
 	return t
 }
@@ -267,9 +273,12 @@ func (t Target) Validate() error {
 	if err := json.Unmarshal(t.Config, &obj); err != nil || obj == nil {
 		errs = append(errs, &FieldError{Field: "config", Problem: "must be a JSON object"})
 	}
-	if t.MaxConcurrent < 1 || t.MaxConcurrent > MaxMaxConcurrent {
+	if t.MaxConcurrent < 0 || t.MaxConcurrent > MaxMaxConcurrent {
 		errs = append(errs, &FieldError{Field: "max_concurrent",
-			Problem: fmt.Sprintf("must be from 1 to %d, got %d", MaxMaxConcurrent, t.MaxConcurrent)})
+			Problem: fmt.Sprintf("must be from 1 to %d, or left out for no bound across the cluster, got %d", MaxMaxConcurrent, t.MaxConcurrent)})
+	}
+	if t.Rate != nil {
+		errs = append(errs, t.Rate.Validate())
 	}
 	if t.AttemptTimeout < Duration(time.Millisecond) || t.AttemptTimeout.D() > MaxAttemptTimeout {
 		errs = append(errs, &FieldError{Field: "attempt_timeout", Problem: "must be from 1ms to 1h"})

@@ -11,8 +11,8 @@ import (
 )
 
 func TestTargetWithDefaults(t *testing.T) {
-	got := Target{Name: "alpha", Kind: "http"}.WithDefaults(5)
-	if string(got.Config) != `{}` || got.MaxConcurrent != 5 || got.AttemptTimeout.D() != DefaultAttemptTimeout || got.Receipt != nil {
+	got := Target{Name: "alpha", Kind: "http"}.WithDefaults()
+	if string(got.Config) != `{}` || got.MaxConcurrent != 0 || got.AttemptTimeout.D() != DefaultAttemptTimeout || got.Receipt != nil {
 		t.Errorf("defaults %+v", got)
 	}
 	if !samePolicy(got.Retry, RetryPolicy{}.WithDefaults()) {
@@ -22,14 +22,14 @@ func TestTargetWithDefaults(t *testing.T) {
 		t.Errorf("defaults do not validate: %v", err)
 	}
 	set := Target{Name: "alpha", Kind: "file", Config: json.RawMessage(`{"dir":"/x"}`), MaxConcurrent: 3,
-		AttemptTimeout: Duration(time.Second)}.WithDefaults(1)
+		AttemptTimeout: Duration(time.Second)}.WithDefaults()
 	if string(set.Config) != `{"dir":"/x"}` || set.MaxConcurrent != 3 || set.AttemptTimeout.D() != time.Second {
 		t.Errorf("WithDefaults changed set fields: %+v", set)
 	}
 }
 
 func TestTargetValidate(t *testing.T) {
-	valid := Target{Name: "alpha", Kind: "http", Receipt: &ReceiptPolicy{Timeout: Duration(time.Hour)}}.WithDefaults(5)
+	valid := Target{Name: "alpha", Kind: "http", Receipt: &ReceiptPolicy{Timeout: Duration(time.Hour)}}.WithDefaults()
 	tests := []struct {
 		name   string
 		change func(t *Target)
@@ -41,7 +41,8 @@ func TestTargetValidate(t *testing.T) {
 		{"config not an object", func(t *Target) { t.Config = json.RawMessage(`[1]`) }, []string{"config"}},
 		{"config null", func(t *Target) { t.Config = json.RawMessage(`null`) }, []string{"config"}},
 		{"config trailing data", func(t *Target) { t.Config = json.RawMessage(`{} {}`) }, []string{"config"}},
-		{"max_concurrent 0", func(t *Target) { t.MaxConcurrent = 0 }, []string{"max_concurrent"}},
+		{"max_concurrent left out", func(t *Target) { t.MaxConcurrent = 0 }, nil},
+		{"max_concurrent -1", func(t *Target) { t.MaxConcurrent = -1 }, []string{"max_concurrent"}},
 		{"max_concurrent 101", func(t *Target) { t.MaxConcurrent = 101 }, []string{"max_concurrent"}},
 		{"max_concurrent 100", func(t *Target) { t.MaxConcurrent = 100 }, nil},
 		{"attempt_timeout below 1ms", func(t *Target) { t.AttemptTimeout = Duration(time.Microsecond) }, []string{"attempt_timeout"}},
@@ -92,7 +93,7 @@ func TestTargetJSON(t *testing.T) {
 		target.Retry.Jitter == nil || *target.Retry.Jitter != 0 || target.Receipt.Timeout.D() != 30*time.Minute {
 		t.Fatalf("decoded %+v", target)
 	}
-	if d := target.WithDefaults(5); *d.Retry.Jitter != 0 {
+	if d := target.WithDefaults(); *d.Retry.Jitter != 0 {
 		t.Errorf("an explicit jitter 0 became %g", *d.Retry.Jitter)
 	}
 	out, err := json.Marshal(target)

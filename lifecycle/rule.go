@@ -41,6 +41,8 @@ const (
 	Pending
 	// Overdue: next_due is set and at least WakeGrace before now.
 	Overdue
+	// LeaseLive: lease_end is set and after now.
+	LeaseLive
 )
 
 // WakeGrace is how long the sweep leaves a retry that has come due to the
@@ -70,6 +72,12 @@ var (
 	// (delivery.lease_expired), by the sweep or by the next claim.
 	LeaseExpiryRule = Rule{Name: "lease expired", cases: []ruleCase{
 		{StateDelivering, []Cond{LeaseOver}},
+	}}
+	// InFlightRule: a claim whose lease runs is an attempt in flight,
+	// counted against its target's max_concurrent across the cluster; an
+	// outcome, a release or the lease's end ends it.
+	InFlightRule = Rule{Name: "in flight", cases: []ruleCase{
+		{StateDelivering, []Cond{LeaseLive}},
 	}}
 	// CatchUpRule is what a worker's catch-up takes: what it may claim at
 	// once, and what it may claim after recording the lease's expiry.
@@ -154,7 +162,7 @@ var (
 
 // Rules lists every rule, for the tests that hold the SQL and the fold to
 // them.
-var Rules = []Rule{ClaimRule, LeaseExpiryRule, CatchUpRule, WakeRule, SweepWakeRule, WaitRule, ReceiptTimeoutRule, RedeliverRule,
+var Rules = []Rule{ClaimRule, LeaseExpiryRule, InFlightRule, CatchUpRule, WakeRule, SweepWakeRule, WaitRule, ReceiptTimeoutRule, RedeliverRule,
 	SkipRule, DueRule, UnblockRule, InHandRule, SupersedeRule, CallbackClaimRule, CallbackCatchUpRule}
 
 // Or is a rule that admits what r or o admits. They must not share a
@@ -219,6 +227,8 @@ func (c Cond) holds(f Facts, now time.Time) bool {
 		return !f.NextDue.IsZero() && f.NextDue.After(now)
 	case Overdue:
 		return !f.NextDue.IsZero() && !f.NextDue.After(now.Add(-WakeGrace))
+	case LeaseLive:
+		return f.LeaseEnd.After(now)
 	}
 	return false
 }
@@ -280,6 +290,8 @@ func (c Cond) sql(alias, now string) string {
 		return col(alias, "next_due") + " > " + now
 	case Overdue:
 		return col(alias, "next_due") + " <= " + now + "::timestamptz - " + fmt.Sprintf("interval '%d microseconds'", WakeGrace.Microseconds())
+	case LeaseLive:
+		return col(alias, "lease_end") + " > " + now
 	}
 	panic(fmt.Sprintf("lifecycle: condition %d has no SQL", c))
 }

@@ -145,6 +145,82 @@ type Folded struct {
 	// shapes holds, by delivery, the shapes the journal records, which
 	// delivery_shapes must hold (checkShapes).
 	shapes map[uuid.UUID]foldedShape
+	// inFlight holds, by target with a max_concurrent, the max_concurrent
+	// in force and the lease ends of its claims in flight
+	// (lifecycle.InFlightRule); nil for one stream. No delivery.claimed
+	// may pass it.
+	inFlight map[string]*flight
+	// probes holds, by target whose breaker is half-open, the lease end
+	// of its probe's claim: no other claim may come before it.
+	probes map[string]time.Time
+}
+
+// flight is a target's max_concurrent and its claims in flight, by
+// delivery, with their lease ends.
+type flight struct {
+	limit  int
+	claims map[uuid.UUID]time.Time
+}
+
+// checkInFlight follows the claims in flight of e's target through e,
+// which left the delivery in m, and reports a claim that passes the
+// target's max_concurrent as it stood at that point of the journal: the
+// claims whose lease had not ended and that no outcome, release or
+// expiry had ended.
+func (f *Folded) checkInFlight(e journal.Event, m *Message) {
+	fl := f.inFlight[e.Target]
+	d := m.Delivery(e.DeliveryID)
+	if fl == nil || d == nil {
+		return
+	}
+	if d.State != lifecycle.StateDelivering {
+		delete(fl.claims, d.ID)
+		return
+	}
+	if e.Kind() != journal.KindDeliveryClaimed {
+		return
+	}
+	for id, end := range fl.claims {
+		if !lifecycle.InFlightRule.Holds(lifecycle.Facts{State: lifecycle.StateDelivering, LeaseEnd: end}, e.RecordedAt) {
+			delete(fl.claims, id)
+		}
+	}
+	fl.claims[d.ID] = d.LeaseEnd
+	if len(fl.claims) > fl.limit {
+		f.Violations = append(f.Violations, Violation{Position: e.Position, MessageID: m.ID, DeliveryID: d.ID,
+			Problem: fmt.Sprintf("claimed for target %s with %d attempts in flight, past its max_concurrent %d", e.Target, len(fl.claims), fl.limit)})
+	}
+}
+
+// checkProbe reports a claim e of message id while its target's breaker
+// is half-open, and another claim's lease had not ended: the breaker lets
+// one probe through at a time.
+func (f *Folded) checkProbe(e journal.Event, id uuid.UUID) {
+	p, ok := e.Payload.(*journal.DeliveryClaimed)
+	if !ok {
+		return
+	}
+	if end, out := f.probes[e.Target]; out && end.After(e.RecordedAt) {
+		f.Violations = append(f.Violations, Violation{Position: e.Position, MessageID: id, DeliveryID: e.DeliveryID,
+			Problem: fmt.Sprintf("claimed for target %s while its half-open breaker's probe was out (its lease to %s)", e.Target, stamp(end))})
+		return
+	}
+	f.probes[e.Target] = p.LeaseEnd
+}
+
+// limit follows t's max_concurrent, keeping the claims in flight of a
+// target that had one; cluster is false for a definition journaled when
+// max_concurrent bounded each process.
+func (f *Folded) limit(t lifecycle.Target, cluster bool) {
+	fl := f.inFlight[t.Name]
+	switch {
+	case t.MaxConcurrent == 0 || !cluster:
+		delete(f.inFlight, t.Name)
+	case fl == nil:
+		f.inFlight[t.Name] = &flight{limit: t.MaxConcurrent, claims: map[uuid.UUID]time.Time{}}
+	default:
+		fl.limit = t.MaxConcurrent
+	}
 }
 
 // missingDuplicate is a possible duplicate of a message the fold did not
@@ -247,7 +323,8 @@ func newFolded() *Folded {
 	f := &Folded{Messages: map[uuid.UUID]*Message{}, ordering: map[string]lifecycle.Ordering{},
 		inboxes: map[string]*inboxLedger{}, Correlations: map[CorrelationKey]Correlation{},
 		Operations: map[uuid.UUID]*Operation{}, trails: map[uuid.UUID]*opTrail{},
-		keys: map[string]map[string]targets.KeyRecord{}, disabled: map[string]int64{}, health: map[string]*TargetHealth{}}
+		keys: map[string]map[string]targets.KeyRecord{}, disabled: map[string]int64{}, health: map[string]*TargetHealth{},
+		inFlight: map[string]*flight{}, probes: map[string]time.Time{}}
 	f.lanes = NewLaneBook(func(target string) lifecycle.Ordering { return f.ordering[target] },
 		func(message, delivery uuid.UUID) *Delivery {
 			if m := f.Messages[message]; m != nil {
@@ -288,14 +365,18 @@ func (f *Folded) configure(e journal.Event) {
 	case *journal.TargetCreated:
 		f.ordering[p.Target.Name] = p.Target.Ordering.WithDefaults()
 		delete(f.disabled, p.Target.Name)
+		f.limit(p.Target, p.ClusterLimits)
 	case *journal.TargetUpdated:
 		f.ordering[p.Target.Name] = p.Target.Ordering.WithDefaults()
+		f.limit(p.Target, p.ClusterLimits)
 		if p.Target.Enabled {
 			delete(f.disabled, p.Target.Name)
 		}
 	case *journal.TargetDeleted:
 		delete(f.ordering, p.Name)
 		delete(f.disabled, p.Name)
+		delete(f.inFlight, p.Name)
+		delete(f.probes, p.Name)
 		if h := f.health[p.Name]; h != nil {
 			ResetHealth(h)
 		}
@@ -314,6 +395,7 @@ func (f *Folded) foldHealth(target string, e journal.Event) {
 	if err := ApplyHealth(h, e); err != nil {
 		f.Violations = append(f.Violations, Violation{Position: e.Position, Problem: err.Error()})
 	}
+	delete(f.probes, target)
 }
 
 // fold folds one event; it reports an event Apply refuses and returns nil.
@@ -389,6 +471,10 @@ func (f *Folded) fold(e journal.Event) error {
 			f.Violations = append(f.Violations, Violation{Position: e.Position, MessageID: id, DeliveryID: e.DeliveryID,
 				Problem: fmt.Sprintf("claimed for target %s while its breaker was open (since %s)", e.Target, stamp(h.Since))})
 		}
+		if h := f.health[e.Target]; h != nil && h.Breaker == lifecycle.HealthHalfOpen {
+			f.checkProbe(e, id)
+		}
+		f.checkInFlight(e, m)
 		if err := f.lanes.Apply(e, m); err != nil {
 			v := Violation{Position: e.Position, MessageID: id, DeliveryID: e.DeliveryID, Problem: err.Error()}
 			if explained, _ := explainedOnly(err); explained != nil {

@@ -23,9 +23,9 @@ var (
 	// to the next), its $2 most overdue deliveries the sweep is to wake at
 	// $1 (lifecycle.SweepWakeRule: a retry only once its own process has
 	// had lifecycle.WakeGrace to claim it), in the order the claim takes
-	// them; none of a target disabled or whose health holds its
-	// deliveries (target_allowance), which are then neither woken nor
-	// stalled.
+	// them; none of a target disabled, whose health holds its deliveries
+	// or that is at its limits (target_allowance), which are then neither
+	// woken nor stalled.
 	sweepDueSQL = `WITH RECURSIVE t(name) AS (
 			(SELECT target FROM deliveries WHERE ` + lifecycle.CatchUpRule.StatesSQL("") + ` ORDER BY target LIMIT 1)
 			UNION ALL
@@ -34,7 +34,7 @@ var (
 			FROM t WHERE t.name IS NOT NULL)
 		SELECT d.id FROM t, LATERAL (SELECT id FROM deliveries d
 			WHERE d.target = t.name AND ` + lifecycle.CatchUpRule.StatesSQL("d") + ` AND ` + lifecycle.SweepWakeRule.SQL("d", "$1") + `
-				AND target_allowance(t.name, $1, 1) > 0
+				AND target_allowance(t.name, $1, 1, 0) > 0
 			ORDER BY coalesce(d.next_due, d.lease_end, d.updated_at) LIMIT $2) d
 		WHERE t.name IS NOT NULL`
 	// scheduledDueSQL takes the scheduled deliveries whose time has come,
@@ -117,8 +117,9 @@ func deliveryIDs(ctx context.Context, q journal.Querier, what, sql string, args 
 var claimableSQL = lifecycle.CatchUpRule.SQL("d", "$2")
 
 // ClaimableChoiceSQL chooses and locks up to $3 deliveries of target $1 that a
-// worker may take at $2, no more than the target's health lets through
-// then (target_allowance), oldest due first, and reads their messages
+// worker may take at $2, no more than the target's health and limits let
+// through then, $5 of its attempts in flight being ended by the same
+// transaction (target_allowance), oldest due first, and reads their messages
 // (ChooseSQL). It locks each message before its delivery (the
 // order of FOR UPDATE OF): a candidate whose message another transaction
 // holds is then skipped with nothing locked. Locking the delivery first
@@ -132,20 +133,22 @@ var claimableSQL = lifecycle.CatchUpRule.SQL("d", "$2")
 var ClaimableChoiceSQL = ChooseSQL(`SELECT d.id, d.message_id, ` + claimKeySQL + `, m.version
 	FROM deliveries d JOIN messages m ON m.id = d.message_id
 	WHERE d.target = $1 AND ` + claimableSQL + ` AND ` + claimKeySQL + ` >= $4
-	ORDER BY ` + claimKeySQL + ` LIMIT target_allowance($1, $2, $3)
+	ORDER BY ` + claimKeySQL + ` LIMIT target_allowance($1, $2, $3, $5)
 	FOR UPDATE OF m, d SKIP LOCKED`)
 
 // claimKeySQL is the due key of deliveries_claimable.
 const claimKeySQL = `coalesce(d.next_due, d.lease_end, d.updated_at)`
 
 // QueueChooseClaimable queues on b the choice of up to limit deliveries of
-// target that a worker may take at now, oldest due first from the due key
-// from on, locking them with their messages (FOR UPDATE SKIP LOCKED), and
+// target that a worker may take at now, no more than its health and
+// limits let through with freeing of its attempts in flight ended by the
+// same transaction, oldest due first from the due key from on, locking them with their messages (FOR UPDATE SKIP LOCKED), and
 // reading the messages; fn gets them, in due order, once the batch is read.
 // The claim runs it with sorts and bitmap scans off, so that it walks
 // deliveries_claimable in order.
-func QueueChooseClaimable(b *pgx.Batch, target string, now time.Time, limit int, from pgtype.Timestamptz, fn func([]Chosen)) {
-	b.Queue(ClaimableChoiceSQL, target, now, limit, from).Query(func(rows pgx.Rows) error {
+func QueueChooseClaimable(b *pgx.Batch, target string, now time.Time, limit, freeing int, from pgtype.Timestamptz,
+	fn func([]Chosen)) {
+	b.Queue(ClaimableChoiceSQL, target, now, limit, from, freeing).Query(func(rows pgx.Rows) error {
 		chosen, err := ScanChosen(rows)
 		if err == nil {
 			fn(chosen)

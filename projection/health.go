@@ -165,9 +165,11 @@ type OutcomeTally struct {
 
 // CountTallies counts the tallies at now into their targets' rows, made
 // when missing, in the order of their targets: a breaker that is not
-// closed, and a window over, start the window at now; a half-open
-// breaker's probe is over; a success ends the failing, a failure starts it
-// if none had. It returns the rows as written.
+// closed, and a window over, start the window at now; a success ends the
+// failing, a failure starts it if none had. A half-open breaker's probe
+// stays taken until the event its outcome calls for closes or opens the
+// breaker: no second probe goes in between. It returns the rows as
+// written.
 //
 // It runs in a transaction of its own, after the outcomes' commit and
 // with synchronous_commit off: the row is one per target, so counting in
@@ -192,7 +194,6 @@ func CountTallies(ctx context.Context, db interface {
 			window_start = CASE WHEN x.fresh THEN $6 ELSE h.window_start END,
 			window_requests = CASE WHEN x.fresh THEN 0 ELSE h.window_requests END + x.requests,
 			window_failures = CASE WHEN x.fresh THEN 0 ELSE h.window_failures END + x.failures,
-			probe_until = CASE WHEN h.breaker = 'half_open' THEN NULL ELSE h.probe_until END,
 			failing_since = CASE WHEN x.succeeded THEN NULL ELSE coalesce(h.failing_since, $6) END
 		FROM (SELECT t.*, g.breaker <> 'closed' OR g.window_start IS NULL OR g.window_start + t.window_ms * interval '1 ms' <= $6 AS fresh
 			FROM unnest($1::text[], $2::bigint[], $3::int[], $4::int[], $5::bool[]) AS t(target, window_ms, requests, failures, succeeded)

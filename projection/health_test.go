@@ -40,7 +40,7 @@ func TestGateAgreesInSQLAndGo(t *testing.T) {
 	for i, g := range gates {
 		for _, want := range []int{1, 5} {
 			var got int
-			if err := db.QueryRow(ctx, `SELECT target_allowance($1, $2, $3)`, targetName(i), now, want).Scan(&got); err != nil {
+			if err := db.QueryRow(ctx, `SELECT target_allowance($1, $2, $3, 0)`, targetName(i), now, want).Scan(&got); err != nil {
 				t.Fatal(err)
 			}
 			if w := g.Allowance(now, want); got != w {
@@ -49,7 +49,7 @@ func TestGateAgreesInSQLAndGo(t *testing.T) {
 		}
 	}
 	var got int
-	if err := db.QueryRow(ctx, `SELECT target_allowance('none', $1, 7)`, now).Scan(&got); err != nil || got != 7 {
+	if err := db.QueryRow(ctx, `SELECT target_allowance('none', $1, 7, 0)`, now).Scan(&got); err != nil || got != 7 {
 		t.Errorf("a target without a row: %d, %v", got, err)
 	}
 }

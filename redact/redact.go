@@ -112,9 +112,9 @@ func Payload(p journal.Payload) journal.Payload {
 		masked.Baggage = Mask
 		return &masked
 	case *journal.TargetCreated:
-		return &journal.TargetCreated{Target: Target(p.Target)}
+		return &journal.TargetCreated{Target: Target(p.Target), ClusterLimits: p.ClusterLimits}
 	case *journal.TargetUpdated:
-		return &journal.TargetUpdated{Target: Target(p.Target)}
+		return &journal.TargetUpdated{Target: Target(p.Target), ClusterLimits: p.ClusterLimits}
 	case *journal.SourceCreated:
 		masked := *p
 		masked.Source.Config, _ = SourceConfig(p.Source.Config)

@@ -32,7 +32,7 @@ func projectionVersion(built string) int {
 	if n, err := strconv.Atoi(built); err == nil {
 		return n
 	}
-	return 10
+	return 11
 }
 
 // ProjectionsParam is the session setting in which a process declares the
@@ -42,23 +42,59 @@ func projectionVersion(built string) int {
 const ProjectionsParam = "waybill.projections"
 
 // The SQLSTATEs of targets_admit's refusals: a claim of a target disabled
-// since the configuration was read, and one of a target whose health
-// holds its deliveries (the target's name is the error's detail).
+// since the configuration was read, one of a target whose health holds
+// its deliveries, and one past the target's limits (the target's name is
+// the error's detail).
 const (
 	CodeTargetDisabled = "WB001"
 	CodeTargetHeld     = "WB002"
-	// CodeProjectionsMoved refuses a journal INSERT by a session whose
-	// ProjectionsParam is not the database's projections version: after
-	// an online rebuild of another build switched the tables, the servers
-	// of the old build write nothing.
-	CodeProjectionsMoved = "WB003"
+	CodeTargetLimited  = "WB004"
 )
+
+// CodeProjectionsMoved refuses a journal INSERT by a session whose
+// ProjectionsParam is not the database's projections version: after an
+// online rebuild of another build switched the tables, the servers of the
+// old build write nothing.
+const CodeProjectionsMoved = "WB003"
 
 // The parts, as recorded in schema_version.
 const (
 	PartJournal     = "journal"
 	PartProjections = "projections"
+	// PartTargets records that the targets' definitions were converted
+	// to max_concurrent bounding the cluster (upgradeTargets); its
+	// version is always 1.
+	PartTargets = "targets"
 )
+
+// upgradeTargetsSQL converts the definitions saved by a build that read
+// max_concurrent per process and filled in the kind's default (5 for
+// http, 1 for file): that value is left out, so the target has no bound
+// across the cluster and each process runs the same slots as before (an
+// admin's explicit 5 was journaled the same way and cannot be told
+// apart; it meant the same). Another value stays, and now bounds the
+// cluster (docs/operations.md, "Upgrading to projections version 11").
+const upgradeTargetsSQL = `UPDATE targets SET spec = spec - 'max_concurrent'
+	WHERE spec->>'max_concurrent' = CASE spec->>'kind' WHEN 'http' THEN '5' WHEN 'file' THEN '1' END`
+
+// upgradeTargets runs upgradeTargetsSQL once per database, in tx: in the
+// transaction that makes the projections this build's (the online
+// rebuild's switch, after which no server of an older build writes, or
+// the offline rebuild), or at the first Ensure that finds them so (a
+// new database, a reset).
+func upgradeTargets(ctx context.Context, tx pgx.Tx) error {
+	tag, err := tx.Exec(ctx, `INSERT INTO schema_version (part, version) VALUES ($1, 1) ON CONFLICT (part) DO NOTHING`, PartTargets)
+	if err != nil {
+		return fmt.Errorf("record the targets' upgrade: %w", err)
+	}
+	if tag.RowsAffected() == 0 {
+		return nil
+	}
+	if _, err := tx.Exec(ctx, upgradeTargetsSQL); err != nil {
+		return fmt.Errorf("upgrade the targets' max_concurrent: %w", err)
+	}
+	return nil
+}
 
 // VersionError says a part of the database was created by other code.
 type VersionError struct {
@@ -528,6 +564,8 @@ CREATE INDEX IF NOT EXISTS operations_running ON operations (updated_at, id) WHE
 CREATE INDEX IF NOT EXISTS delivery_minute_counts_minute ON delivery_minute_counts (minute);
 CREATE INDEX IF NOT EXISTS deliveries_due ON deliveries (state, next_due) WHERE next_due IS NOT NULL;
 CREATE INDEX IF NOT EXISTS deliveries_lease ON deliveries (lease_end) WHERE ` + lifecycle.LeaseExpiryRule.StatesSQL("") + `;
+-- A target's attempts in flight, counted against its max_concurrent.
+CREATE INDEX IF NOT EXISTS deliveries_in_flight ON deliveries (target, lease_end) WHERE ` + lifecycle.InFlightRule.StatesSQL("") + `;
 -- A target's messages, newest first, for GET /messages?target=: one
 -- delivery per message and target, in the messages' list order.
 CREATE INDEX IF NOT EXISTS deliveries_target_message ON deliveries (target, message_created_at DESC, message_id DESC);
@@ -545,45 +583,84 @@ CREATE INDEX IF NOT EXISTS deliveries_claimable ON deliveries (target, (coalesce
 CREATE INDEX IF NOT EXISTS callbacks_due ON callbacks ((coalesce(next_due, lease_end)))
 	WHERE ` + lifecycle.CallbackCatchUpRule.StatesSQL("") + `;
 
--- How many of want claims of a target its health lets through at a time
--- (lifecycle.Gate), none while it is disabled: a choice of claimable
--- deliveries takes no more, and the sweep wakes none of a target that lets
--- none through.
-CREATE OR REPLACE FUNCTION target_allowance(name text, at timestamptz, want int) RETURNS int
+-- A target's attempts in flight at a time (lifecycle.InFlightRule).
+CREATE OR REPLACE FUNCTION target_in_flight(name text, at timestamptz) RETURNS int
 LANGUAGE sql STABLE AS $$
-	SELECT CASE WHEN EXISTS (SELECT FROM targets t WHERE t.name = $1 AND t.spec->>'enabled' = 'false') THEN 0
-		ELSE coalesce((SELECT ` + lifecycle.GateAllowanceSQL("h", "at", "want") + `
-			FROM target_health h WHERE h.target = name), want) END
+	SELECT count(*)::int FROM deliveries d
+	WHERE d.target = target_in_flight.name AND ` + lifecycle.InFlightRule.SQL("d", "target_in_flight.at") + `
+$$;
+
+-- The tokens of the bucket of a target with the definition spec at a time
+-- (lifecycle.Rate.Tokens, target_buckets), NULL without a rate.
+CREATE OR REPLACE FUNCTION target_tokens(spec jsonb, name text, at timestamptz) RETURNS float8
+LANGUAGE sql STABLE AS $$
+	SELECT ` + lifecycle.RateTokensSQL("spec", "b.tokens", "b.at", "target_tokens.at") + `
+	FROM (SELECT) one LEFT JOIN target_buckets b ON b.target = target_tokens.name
+$$;
+
+-- How many of want claims of a target its health (lifecycle.Gate) and its
+-- limits (lifecycle.Target.LimitsAllowance) let through at a time, freeing
+-- of its attempts in flight being ended by the same transaction; none
+-- while it is disabled: a choice of claimable deliveries takes no more,
+-- and the sweep wakes none of a target that lets none through. A target
+-- without limits counts nothing.
+DROP FUNCTION IF EXISTS target_allowance(text, timestamptz, int);
+CREATE OR REPLACE FUNCTION target_allowance(name text, at timestamptz, want int, freeing int) RETURNS int
+LANGUAGE sql STABLE AS $$
+	SELECT CASE WHEN t.spec->>'enabled' = 'false' THEN 0
+		ELSE least(coalesce((SELECT ` + lifecycle.GateAllowanceSQL("h", "at", "want") + `
+			FROM target_health h WHERE h.target = target_allowance.name), want),
+			CASE WHEN ` + lifecycle.LimitedSQL("t.spec") + ` THEN ` + lifecycle.LimitsAllowanceSQL("t.spec",
+	"(target_in_flight(t.name, at) - freeing)", "target_tokens(t.spec, t.name, at)", "want") + ` ELSE want END) END
+	FROM (SELECT) one LEFT JOIN targets t ON t.name = target_allowance.name
 $$;
 
 -- A transaction that writes claims calls this after taking its targets'
--- claim locks (ClassTarget, shared), with the number of claims of each,
--- the time and the end of their lease: a target disabled before then
--- fails it (WB001), and so does one whose health lets fewer claims
--- through (WB002, the target in the detail); the commands then decide
--- again on what they read anew. A half-open breaker's probe is taken here,
--- until the lease's end, so one process alone makes it.
-CREATE OR REPLACE FUNCTION targets_admit(names text[], counts int[], at timestamptz, lease_end timestamptz) RETURNS void
+-- claim locks (ClassTarget: shared, alone for a target with limits) and
+-- writing the projection, with the number of claims of each, the time and
+-- the latest end of each target's claims' leases: a target disabled before then fails it (WB001),
+-- and so does one whose health lets fewer claims through (WB002, the
+-- target in the detail), and one whose attempts in flight, these claims
+-- among them, pass its max_concurrent, or whose bucket holds fewer tokens
+-- than claims (WB004, the same detail); the commands then decide again on
+-- what they read anew. A half-open breaker's probe is taken here, until
+-- its lease's end, which names the probe to its outcome, so one process
+-- alone makes it, and so are the claims' tokens.
+DROP FUNCTION IF EXISTS targets_admit(text[], int[], timestamptz, timestamptz);
+CREATE OR REPLACE FUNCTION targets_admit(names text[], counts int[], at timestamptz, lease_ends timestamptz[]) RETURNS void
 LANGUAGE plpgsql AS $$
 DECLARE
 	off text;
 	h record;
+	l record;
+	tokens float8;
 BEGIN
 	SELECT name INTO off FROM targets WHERE name = ANY(names) AND spec->>'enabled' = 'false' LIMIT 1;
 	IF off IS NOT NULL THEN
 		RAISE EXCEPTION 'target % is disabled', off USING ERRCODE = '` + CodeTargetDisabled + `';
 	END IF;
-	FOR h IN SELECT x.name, x.n, target_allowance(x.name, at, x.n) AS allowed, g.breaker
-		FROM unnest(names, counts) AS x(name, n) JOIN target_health g ON g.target = x.name ORDER BY x.name LOOP
+	FOR h IN SELECT x.name, x.n, x.lease_end, g.breaker, ` + lifecycle.GateAllowanceSQL("g", "at", "x.n") + ` AS allowed
+		FROM unnest(names, counts, lease_ends) AS x(name, n, lease_end) JOIN target_health g ON g.target = x.name ORDER BY x.name LOOP
 		IF h.allowed < h.n THEN
 			RAISE EXCEPTION 'target % is held by its health', h.name USING ERRCODE = '` + CodeTargetHeld + `', DETAIL = h.name;
 		END IF;
 		IF h.breaker = 'half_open' THEN
-			UPDATE target_health SET probe_until = lease_end
+			UPDATE target_health SET probe_until = h.lease_end
 				WHERE target = h.name AND (probe_until IS NULL OR probe_until <= at);
 			IF NOT FOUND THEN
 				RAISE EXCEPTION 'target % is held by its health', h.name USING ERRCODE = '` + CodeTargetHeld + `', DETAIL = h.name;
 			END IF;
+		END IF;
+	END LOOP;
+	FOR l IN SELECT x.name, x.n, t.spec FROM unnest(names, counts) AS x(name, n) JOIN targets t ON t.name = x.name
+		WHERE ` + lifecycle.LimitedSQL("t.spec") + ` ORDER BY x.name LOOP
+		tokens := target_tokens(l.spec, l.name, at);
+		IF ` + lifecycle.LimitsAllowanceSQL("l.spec", "(target_in_flight(l.name, at) - l.n)", "tokens", "l.n") + ` < l.n THEN
+			RAISE EXCEPTION 'target % is at its limits', l.name USING ERRCODE = '` + CodeTargetLimited + `', DETAIL = l.name;
+		END IF;
+		IF tokens IS NOT NULL THEN
+			INSERT INTO target_buckets AS b (target, tokens, at) VALUES (l.name, tokens - l.n, at)
+				ON CONFLICT (target) DO UPDATE SET tokens = excluded.tokens, at = greatest(b.at, excluded.at);
 		END IF;
 	END LOOP;
 END $$;
@@ -592,7 +669,7 @@ END $$;
 // ddlDigest names this build's DDL and versions.
 var ddlDigest = func() string {
 	h := sha256.New()
-	for _, ddl := range []string{versionDDL, journalDDL, alertsDDL, tokensDDL, sessionsDDL, sourcesDDL, keysDDL,
+	for _, ddl := range []string{versionDDL, journalDDL, alertsDDL, tokensDDL, sessionsDDL, sourcesDDL, keysDDL, limitsDDL,
 		projectionTablesDDL, projectionIndexesDDL} {
 		h.Write([]byte(ddl))
 		h.Write([]byte{0})
@@ -643,6 +720,12 @@ func Ensure(ctx context.Context, db *pgxpool.Pool) error {
 		}
 		if _, err := tx.Exec(ctx, keysDDL); err != nil {
 			return fmt.Errorf("create signing keys tables: %w", err)
+		}
+		if _, err := tx.Exec(ctx, limitsDDL); err != nil {
+			return fmt.Errorf("create target buckets table: %w", err)
+		}
+		if err := upgradeTargets(ctx, tx); err != nil {
+			return err
 		}
 		if _, err := tx.Exec(ctx, projectionTablesDDL); err != nil {
 			return fmt.Errorf("create projection tables: %w", err)
@@ -715,6 +798,14 @@ func RecreateProjections(ctx context.Context, db *pgxpool.Pool, load func(pgx.Tx
 			return fmt.Errorf("create schema_version: %w", err)
 		}
 		if err := checkVersion(ctx, tx, PartJournal, JournalVersion); err != nil {
+			return err
+		}
+		// The functions read target_buckets, which a database of an
+		// older build lacks.
+		if _, err := tx.Exec(ctx, limitsDDL); err != nil {
+			return fmt.Errorf("create target buckets table: %w", err)
+		}
+		if err := upgradeTargets(ctx, tx); err != nil {
 			return err
 		}
 		if _, err := tx.Exec(ctx, `DROP TABLE IF EXISTS `+strings.Join(projectionTables, ", ")+`;

@@ -230,7 +230,7 @@ func TestProjectionTablesAreTheSameEveryWay(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := projectionSchema(t, fresh)
-	if n := len(slices.DeleteFunc(slices.Clone(want), func(s string) bool { return !strings.HasPrefix(s, "index ") })); n != 26 {
+	if n := len(slices.DeleteFunc(slices.Clone(want), func(s string) bool { return !strings.HasPrefix(s, "index ") })); n != 27 {
 		t.Fatalf("%d indexes:\n%s", n, strings.Join(want, "\n"))
 	}
 
@@ -379,4 +379,73 @@ func TestEnsureOpensTheKeysToEveryOwner(t *testing.T) {
 	if err := db.QueryRow(ctx, `SELECT version FROM schema_version WHERE part = 'journal'`).Scan(&version); err != nil || version != schema.JournalVersion {
 		t.Fatalf("journal version %d: %v", version, err)
 	}
+}
+
+// TestUpgradeLeavesTheOldDefaultMaxConcurrentOut: the rebuild that makes
+// the projections this build's, on a database of an older build, leaves
+// out the max_concurrent the older build filled in (5 for http, 1 for
+// file), keeps any other, and does so once: a 5 saved afterwards stays,
+// through a rebuild and the DDL run again.
+func TestUpgradeLeavesTheOldDefaultMaxConcurrentOut(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	db, err := pgxpool.New(ctx, dbtest.URL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if err := schema.Ensure(ctx, db); err != nil {
+		t.Fatal(err)
+	}
+	define := func(name, spec string) {
+		t.Helper()
+		if _, err := db.Exec(ctx, `INSERT INTO targets (name, spec, created_at, updated_at) VALUES ($1, $2, now(), now())`, name, spec); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// What an older build left: its definitions, and no record of the
+	// upgrade.
+	define("web", `{"name": "web", "kind": "http", "max_concurrent": 5}`)
+	define("disk", `{"name": "disk", "kind": "file", "max_concurrent": 1}`)
+	define("slow", `{"name": "slow", "kind": "http", "max_concurrent": 2}`)
+	define("wide", `{"name": "wide", "kind": "file", "max_concurrent": 5}`)
+	if _, err := db.Exec(ctx, `DELETE FROM schema_version WHERE part = 'targets'; DROP TABLE target_buckets;
+		UPDATE schema_version SET version = version - 1 WHERE part = 'projections'`); err != nil {
+		t.Fatal(err)
+	}
+	var ve *schema.VersionError
+	if err := schema.Ensure(ctx, db); !errors.As(err, &ve) || ve.Part != schema.PartProjections {
+		t.Fatalf("Ensure on the older projections: %v", err)
+	}
+	rebuild := func() {
+		t.Helper()
+		if err := schema.RecreateProjections(ctx, db, func(pgx.Tx) error { return nil }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rebuild()
+	want := map[string]string{"web": "", "disk": "", "slow": "2", "wide": "5"}
+	check := func() {
+		t.Helper()
+		for name, mc := range want {
+			var got *string
+			if err := db.QueryRow(ctx, `SELECT spec->>'max_concurrent' FROM targets WHERE name = $1`, name).Scan(&got); err != nil {
+				t.Fatal(err)
+			}
+			if (got == nil) != (mc == "") || got != nil && *got != mc {
+				t.Errorf("target %s: max_concurrent %v after the upgrade, want %q", name, got, mc)
+			}
+		}
+	}
+	check()
+	define("set", `{"name": "set", "kind": "http", "max_concurrent": 5}`)
+	want["set"] = "5"
+	rebuild()
+	if _, err := db.Exec(ctx, `DELETE FROM schema_digest`); err != nil {
+		t.Fatal(err)
+	}
+	if err := schema.Ensure(ctx, db); err != nil {
+		t.Fatal(err)
+	}
+	check()
 }

@@ -65,6 +65,11 @@ func CheckJournal(ctx context.Context, db *pgxpool.Pool) error {
 // their keys and indexes. The live tables are not touched.
 func CreateShadow(ctx context.Context, db *pgxpool.Pool, load func(pgx.Tx) error) error {
 	err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
+		// The functions read target_buckets, in public, which a database
+		// of an older build lacks.
+		if _, err := tx.Exec(ctx, limitsDDL); err != nil {
+			return fmt.Errorf("create target buckets table: %w", err)
+		}
 		if _, err := tx.Exec(ctx, `DROP SCHEMA IF EXISTS `+ShadowSchema+` CASCADE; CREATE SCHEMA `+ShadowSchema+`; `+shadowPath); err != nil {
 			return fmt.Errorf("create schema %s: %w", ShadowSchema, err)
 		}
@@ -172,6 +177,10 @@ func SwitchShadow(ctx context.Context, db *pgxpool.Pool, apply func(pgx.Tx) erro
 		swap.WriteString(`DROP SCHEMA ` + ShadowSchema + ` CASCADE`)
 		if _, err := tx.Exec(ctx, swap.String()); err != nil {
 			return fmt.Errorf("swap the projection tables: %w", err)
+		}
+		// No server of an older build writes from here on.
+		if err := upgradeTargets(ctx, tx); err != nil {
+			return err
 		}
 		if _, err := tx.Exec(ctx, projectionTablesDDL); err != nil {
 			return fmt.Errorf("create projection functions: %w", err)

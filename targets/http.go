@@ -2,6 +2,7 @@ package targets
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/tls"
 	"encoding/json"
@@ -208,7 +209,7 @@ func newHTTP(t lifecycle.Target, keys []Key, now func() time.Time) (Deliverer, e
 		return nil, err
 	}
 	transport := http.DefaultTransport.(*http.Transport).Clone()
-	transport.MaxIdleConnsPerHost = max(t.MaxConcurrent, 2)
+	transport.MaxIdleConnsPerHost = max(cmp.Or(t.MaxConcurrent, httpSlots), 2)
 	if cfg.TLSSkipVerify {
 		transport.TLSClientConfig = &tls.Config{InsecureSkipVerify: true}
 	}

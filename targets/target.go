@@ -80,7 +80,8 @@ type Deliverer interface {
 type Kind struct {
 	// Name is what a target's kind field says.
 	Name string
-	// Concurrency is the default of a target's max_concurrent.
+	// Concurrency is how many attempts each process runs at once to a
+	// target that leaves max_concurrent out (Slots).
 	Concurrency int
 	// Check reads a target's configuration, fills its defaults and checks
 	// it; it returns the configuration with the defaults written in. Its
@@ -93,15 +94,31 @@ type Kind struct {
 	New func(t lifecycle.Target, keys []Key, now func() time.Time) (Deliverer, error)
 }
 
+// httpSlots is an http target's default slots in each process.
+const httpSlots = 5
+
 // kinds is the registry, by name.
 var kinds = map[string]Kind{
-	"http": {Name: "http", Concurrency: 5, Check: checkHTTP, New: newHTTP},
+	"http": {Name: "http", Concurrency: httpSlots, Check: checkHTTP, New: newHTTP},
 	"file": {Name: "file", Concurrency: 1, Check: checkFile, New: newFile},
 }
 
 // Names returns the kinds, in name order.
 func Names() []string {
 	return slices.Sorted(maps.Keys(kinds))
+}
+
+// Slots is how many attempts to t each process runs at once: its
+// max_concurrent when set (which bounds the cluster too), else its kind's
+// default Concurrency, 1 for a kind unknown.
+func Slots(t lifecycle.Target) int {
+	if t.MaxConcurrent > 0 {
+		return t.MaxConcurrent
+	}
+	if k, ok := kinds[t.Kind]; ok {
+		return k.Concurrency
+	}
+	return 1
 }
 
 // Lookup returns the kind of that name.
@@ -120,13 +137,11 @@ func Lookup(name string) (Kind, error) {
 func Prepare(t lifecycle.Target) (lifecycle.Target, error) {
 	k, err := Lookup(t.Kind)
 	if err != nil {
-		// An unknown kind has no default concurrency and no configuration
-		// to check, but the fields every target has are still reported. 1
-		// stands in for the default concurrency, so that max_concurrent is
-		// reported only when it is set and wrong.
-		return t, errors.Join(err, without(t.WithDefaults(1).Validate(), "kind"))
+		// An unknown kind has no configuration to check, but the fields
+		// every target has are still reported.
+		return t, errors.Join(err, without(t.WithDefaults().Validate(), "kind"))
 	}
-	t = t.WithDefaults(k.Concurrency)
+	t = t.WithDefaults()
 	config, err := k.Check(t.Config)
 	if err != nil {
 		// The kind names the configuration's fields; Validate could only

@@ -106,9 +106,9 @@ func TestRegistry(t *testing.T) {
 
 func TestPrepareFillsDefaults(t *testing.T) {
 	tests := []struct {
-		kind, config   string
-		wantConfig     string
-		wantConcurrent int
+		kind, config string
+		wantConfig   string
+		wantSlots    int
 	}{
 		{"http", `{"url":"http://127.0.0.1:9/in"}`, `{"url":"http://127.0.0.1:9/in","method":"POST"}`, 5},
 		{"http", `{"url":"https://x.example/","method":"PUT","headers":{"X-Token":"t"},"timeout":"5s","tls_skip_verify":true}`,
@@ -122,7 +122,7 @@ func TestPrepareFillsDefaults(t *testing.T) {
 			t.Errorf("%s %s: %v", tt.kind, tt.config, err)
 			continue
 		}
-		if string(got.Config) != tt.wantConfig || got.MaxConcurrent != tt.wantConcurrent ||
+		if string(got.Config) != tt.wantConfig || got.MaxConcurrent != 0 || Slots(got) != tt.wantSlots ||
 			got.AttemptTimeout.D() != 30*time.Second || got.Retry.Strategy != lifecycle.RetryExponential ||
 			got.Retry.Jitter == nil || got.Receipt != nil {
 			t.Errorf("%s %s: prepared %+v, config %s", tt.kind, tt.config, got, got.Config)
@@ -137,7 +137,7 @@ func TestPrepareFillsDefaults(t *testing.T) {
 	set.MaxConcurrent, set.AttemptTimeout = 3, lifecycle.Duration(time.Second)
 	set.Receipt = &lifecycle.ReceiptPolicy{Timeout: lifecycle.Duration(time.Hour)}
 	got, err := Prepare(set)
-	if err != nil || got.MaxConcurrent != 3 || got.AttemptTimeout.D() != time.Second || got.Receipt.Timeout.D() != time.Hour {
+	if err != nil || got.MaxConcurrent != 3 || Slots(got) != 3 || got.AttemptTimeout.D() != time.Second || got.Receipt.Timeout.D() != time.Hour {
 		t.Errorf("explicit values: %+v, %v", got, err)
 	}
 	empty, err := Prepare(lifecycle.Target{Name: "alpha", Kind: "file"})

@@ -124,8 +124,9 @@ func TestKilledWorkerProcessLosesNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(b.nc.Close)
+	// No max_concurrent: the claims the killed process held would hold
+	// the target's slots across the cluster until their lease ends.
 	spec := b.httpTarget("web")
-	spec.MaxConcurrent = 10
 	b.target(t, spec)
 	b.sink.setAnswer(func(int, http.ResponseWriter, *http.Request) int {
 		time.Sleep(time.Millisecond)
@@ -147,7 +148,7 @@ func TestKilledWorkerProcessLosesNothing(t *testing.T) {
 	// has run out; the sweep takes those the dead one's last batch, sent
 	// before the kill, committed after that catch-up, and wakes them for
 	// the new process, once it has done all it can.
-	skip := spec.WithDefaults(5).Lease() + time.Second
+	skip := spec.WithDefaults().Lease() + time.Second
 	startWorkerProcess(t, b, ns.ClientURL(), skip)
 	base := service.Base{Now: skipped(skip), Logger: quiet}
 	sw, err := commands.New(commands.Config{Secrets: dbtest.Secrets(), Base: base, DB: b.db, Notifier: workers.NewPublisher(b.nc, nil, nil)})

@@ -169,14 +169,17 @@ var _ commands.Taker = (*Runtime)(nil)
 
 // Reserve holds a free slot of the target's worker for a claim the Writer
 // makes as it dispatches (commands.Taker): the Runtime is its Writer's
-// Taker from Start to Stop.
+// Taker from Start to Stop. A target with a rate gets none: its claims
+// wait for its bucket's tokens (DeliveryStore), never taken beside an
+// ingest. One with max_concurrent does, which targets_admit holds to it
+// across the cluster.
 func (r *Runtime) Reserve(target string) (commands.Slot, bool) {
 	running := r.taking.Load()
 	if running == nil {
 		return nil, false
 	}
 	tw := (*running)[target]
-	if tw == nil || !tw.worker.reserve() {
+	if tw == nil || tw.spec.Rate != nil || !tw.worker.reserve() {
 		return nil, false
 	}
 	return slot{tw}, true
@@ -215,7 +218,7 @@ func (r *Runtime) startWorker(ctx context.Context, t lifecycle.Target) (*targetW
 		Deliverer:      traced(r.cfg.Tracer, &policyDeliverer{target: t, kind: kind, now: r.cfg.Now}, attemptSpan),
 		NATS:           r.cfg.NATS,
 		Subject:        DeliverySubject(t.Name),
-		MaxConcurrent:  t.MaxConcurrent,
+		MaxConcurrent:  targets.Slots(t),
 		AttemptTimeout: t.AttemptTimeout.D(),
 		DrainGrace:     r.cfg.DrainGrace,
 		Metrics:        r.cfg.Metrics,
@@ -227,7 +230,7 @@ func (r *Runtime) startWorker(ctx context.Context, t lifecycle.Target) (*targetW
 	if err := w.Start(ctx); err != nil {
 		return nil, fmt.Errorf("target %s: %w", t.Name, err)
 	}
-	r.log.Info("worker started", "target", t.Name, "kind", t.Kind, "max_concurrent", t.MaxConcurrent)
+	r.log.Info("worker started", "target", t.Name, "kind", t.Kind, "slots", targets.Slots(t))
 	return &targetWorker{spec: t, store: store, worker: w}, nil
 }
 

@@ -28,8 +28,22 @@ func NewDeliveryStore(w *commands.Writer, target lifecycle.Target) *DeliveryStor
 
 var _ Store[targets.Attempt] = (*DeliveryStore)(nil)
 
-// Claim claims the delivery for one attempt with the target's lease.
+// Claim claims the delivery for one attempt with the target's lease. On a
+// target with limits it claims the oldest due delivery instead, as many as
+// the limits let through (one at most): the choice counts them, where a
+// claim by id would be refused at its commit with the whole batch it went
+// in; commands.ErrNotClaimable when the limits let none through.
 func (s *DeliveryStore) Claim(ctx context.Context, id uuid.UUID) (Job[targets.Attempt], error) {
+	if s.target.Limited() {
+		jobs, err := s.ClaimDue(ctx, 1)
+		if err != nil {
+			return Job[targets.Attempt]{}, err
+		}
+		if len(jobs) == 0 {
+			return Job[targets.Attempt]{}, commands.ErrNotClaimable
+		}
+		return jobs[0], nil
+	}
 	c, err := s.w.Claim(ctx, id, s.target.Lease())
 	if err != nil {
 		return Job[targets.Attempt]{}, err
@@ -46,16 +60,22 @@ func (s *DeliveryStore) ClaimDue(ctx context.Context, n int) ([]Job[targets.Atte
 	return s.jobs(claims), nil
 }
 
-// HeldUntil is when the target's health lets its deliveries be claimed
-// again, as the Writer last read it; zero when it does now.
+// HeldUntil is when the target's health and rate let its deliveries be
+// claimed again, as the Writer last read them; zero when they do now.
 func (s *DeliveryStore) HeldUntil() time.Time { return s.w.HeldUntil(s.target.Name) }
 
 // Complete records the outcome of the job's attempt and claims, with the
 // target's lease, the next job as claim asks: the delivery the outcome
 // lets go in its lane, or with NextDue on a target without lanes its
-// oldest due delivery. An outcome that disables the target tells the
-// workers of every process through the Writer (Runtime.Start).
+// oldest due delivery. On a target with limits and without lanes every
+// outcome asks for NextDue: the slot it frees across the cluster is taken
+// at once by the backlog its limits held, which no wake-up brings back.
+// An outcome that disables the target tells the workers of every process
+// through the Writer (Runtime.Start).
 func (s *DeliveryStore) Complete(ctx context.Context, job Job[targets.Attempt], outcome lifecycle.Outcome, claim Next) (*Job[targets.Attempt], error) {
+	if claim == NextFreed && s.target.Limited() && !s.target.Ordering.FIFO() {
+		claim = NextDue
+	}
 	if claim == NextNone {
 		_, err := s.w.Complete(ctx, job.ID, job.Token, outcome)
 		return nil, err

@@ -346,9 +346,7 @@ func (w *Worker[T]) catchUp() {
 			w.releaseSlot()
 		}
 		if err != nil || len(jobs) < n {
-			if at := w.cfg.Store.HeldUntil(); !at.IsZero() {
-				w.retries.add(at)
-			}
+			w.retryHeld()
 			if w.dropped.Swap(false) || len(jobs) > 0 {
 				w.empty = 0
 			}
@@ -360,6 +358,14 @@ func (w *Worker[T]) catchUp() {
 			}
 			return
 		}
+	}
+}
+
+// retryHeld sets the retries' timer at the end of the store's hold, if
+// it holds jobs back: a claim it refused comes back then.
+func (w *Worker[T]) retryHeld() {
+	if at := w.cfg.Store.HeldUntil(); !at.IsZero() {
+		w.retries.add(at)
 	}
 }
 
@@ -376,6 +382,7 @@ func (w *Worker[T]) claimAndRun(id uuid.UUID) {
 	if err != nil {
 		if errors.Is(err, commands.ErrNotClaimable) || errors.Is(err, commands.ErrNotFound) {
 			w.metrics.claims.WithLabelValues(w.cfg.Name, claimConflict).Inc()
+			w.retryHeld()
 		} else {
 			w.log.Error("claim", "delivery_id", id, "err", err)
 		}
@@ -434,6 +441,10 @@ func (w *Worker[T]) attempt(job Job[T]) *Job[T] {
 	}
 	if claim == NextDue && next == nil {
 		w.backlog.Store(false)
+	}
+	if next == nil {
+		// Held back (a rate's bucket empty): come back when it lets go.
+		w.retryHeld()
 	}
 	if outcome.Kind == lifecycle.OutcomeRetry {
 		w.retries.add(outcome.RetryAt)

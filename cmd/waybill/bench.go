@@ -24,7 +24,8 @@ through the REST API; without it the clients call the commands directly.
 --rate bounds the ingest to R messages/s in all (0: as fast as it goes).
 
 With --backlog N it measures a drain instead: a server in a process of its
-own, one http target (max_concurrent K) disabled while N messages are
+own, one http target (max_concurrent K, 0 for none; --target-rate R gives
+it rate.per_second R) disabled while N messages are
 ingested through the REST API, then enabled; it reports the drain rate, the
 CPU per delivery of the server and of PostgreSQL, claim-to-outcome times,
 the feed's lag and the server's memory. --keys K makes the target fifo and
@@ -55,7 +56,8 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	fs.StringVar(&cfg.DatabaseURL, "database-url", env("WAYBILL_DATABASE_URL", ""), "PostgreSQL URL; its database gets the bench's data (env WAYBILL_DATABASE_URL)")
 	fs.StringVar(&cfg.CPUProfile, "cpuprofile", "", "write the process's CPU profile of the measured run to this file")
 	fs.IntVar(&cfg.Backlog, "backlog", 0, "measure the drain of a backlog of this many deliveries instead")
-	fs.IntVar(&cfg.Concurrency, "concurrency", cfg.Concurrency, "with --backlog: the target's max_concurrent")
+	fs.IntVar(&cfg.Concurrency, "concurrency", cfg.Concurrency, "with --backlog: the target's max_concurrent, across the cluster; 0 leaves it out (the kind's default slots)")
+	fs.Float64Var(&cfg.TargetRate, "target-rate", 0, "with --backlog: the target's rate.per_second; 0 for none")
 	fs.IntVar(&cfg.Keys, "keys", 0, "with --backlog: make the target fifo and spread the messages over this many ordering keys")
 	fs.StringVar(&cfg.Signing, "signing", "", "the targets' signing scheme: hmac-sha256 (a new target's default), ed25519 or none")
 	fs.StringVar(&cfg.Transform, "transform", "", "with --backlog: the target's transform, a CEL expression over the JSON messages (fields id, amount, customer) that sends every delivery")

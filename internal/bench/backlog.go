@@ -90,8 +90,15 @@ func (r *backlogResult) print(w io.Writer) {
 	if r.cfg.Transform != "" {
 		transform = "transform " + r.cfg.Transform
 	}
-	fmt.Fprintf(w, "backlog of %d deliveries to one http target (max_concurrent %d, %s, signing %s, %s), ingested through REST by %d clients with the target disabled\n",
-		r.cfg.Backlog, r.cfg.Concurrency, order, signing, transform, r.cfg.Clients)
+	limits := "no max_concurrent"
+	if r.cfg.Concurrency > 0 {
+		limits = fmt.Sprintf("max_concurrent %d", r.cfg.Concurrency)
+	}
+	if r.cfg.TargetRate > 0 {
+		limits += fmt.Sprintf(", rate %g/s", r.cfg.TargetRate)
+	}
+	fmt.Fprintf(w, "backlog of %d deliveries to one http target (%s, %s, signing %s, %s), ingested through REST by %d clients with the target disabled\n",
+		r.cfg.Backlog, limits, order, signing, transform, r.cfg.Clients)
 	fmt.Fprintf(w, "  ingest: %.2fs, %.0f messages/s\n", r.ingest.Seconds(), n/r.ingest.Seconds())
 	fmt.Fprintf(w, "  drain:  %.2fs, %.0f deliveries/s\n", r.drain.Seconds(), n/r.drain.Seconds())
 	fmt.Fprintf(w, "  CPU per delivery during the drain: server %.3f ms", 1000*r.serverCPU/n)
@@ -224,8 +231,13 @@ func backlog(ctx context.Context, cfg Config, log *slog.Logger, stderr io.Writer
 	if err != nil {
 		return nil, err
 	}
-	target := map[string]any{"name": "backlog", "kind": "http", "enabled": false,
-		"max_concurrent": cfg.Concurrency, "config": map[string]any{"url": sinkServer.URL}}
+	target := map[string]any{"name": "backlog", "kind": "http", "enabled": false, "config": map[string]any{"url": sinkServer.URL}}
+	if cfg.Concurrency > 0 {
+		target["max_concurrent"] = cfg.Concurrency
+	}
+	if cfg.TargetRate > 0 {
+		target["rate"] = map[string]any{"per_second": cfg.TargetRate}
+	}
 	if cfg.Keys > 0 {
 		target["ordering"] = map[string]any{"mode": "fifo"}
 	}

@@ -27,8 +27,12 @@ type Config struct {
 	// Rate bounds the throughput run's ingest to Rate messages/s in all;
 	// 0 is as fast as it goes.
 	Rate float64
-	// Concurrency is the backlog target's max_concurrent.
+	// Concurrency is the backlog target's max_concurrent; 0 leaves it
+	// out: no bound across the cluster, the kind's default slots.
 	Concurrency int
+	// TargetRate, when not 0, is the backlog target's rate.per_second
+	// (its burst the default).
+	TargetRate float64
 	// Keys, when not 0, makes the backlog target fifo and spreads the
 	// messages over that many ordering keys, in turn: each key's lane
 	// drains one delivery at a time.
@@ -86,7 +90,7 @@ func (c Config) Validate() error {
 	for _, f := range []struct {
 		flag  string
 		value int
-	}{{"messages", c.Messages}, {"clients", c.Clients}, {"concurrency", c.Concurrency}} {
+	}{{"messages", c.Messages}, {"clients", c.Clients}} {
 		if f.value < 1 {
 			errs = append(errs, fmt.Sprintf("--%s must be at least 1, not %d", f.flag, f.value))
 		}
@@ -94,7 +98,8 @@ func (c Config) Validate() error {
 	for _, f := range []struct {
 		flag  string
 		value float64
-	}{{"rate", c.Rate}, {"backlog", float64(c.Backlog)}, {"keys", float64(c.Keys)}} {
+	}{{"rate", c.Rate}, {"backlog", float64(c.Backlog)}, {"keys", float64(c.Keys)}, {"concurrency", float64(c.Concurrency)},
+		{"target-rate", c.TargetRate}} {
 		if f.value < 0 {
 			errs = append(errs, fmt.Sprintf("--%s must not be negative, not %g", f.flag, f.value))
 		}

@@ -1,0 +1,76 @@
+package projection_test
+
+import (
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/waybill/waybill/internal/dbtest"
+	"github.com/waybill/waybill/lifecycle"
+)
+
+// TestLimitsAgreeInSQLAndGo holds the limits' SQL, which target_allowance,
+// targets_admit and the claims' lock are built from
+// (lifecycle.LimitedSQL, LimitsAllowanceSQL, RateTokensSQL), to
+// lifecycle.Target.Limited, LimitsAllowance and Rate.Tokens, on the
+// definitions as stored: without limits, with max_concurrent, with a
+// rate, with both; attempts in flight around the limit; buckets missing,
+// empty, filling, full and ahead of the clock.
+func TestLimitsAgreeInSQLAndGo(t *testing.T) {
+	t.Parallel()
+	db := dbtest.Pool(t)
+	ctx := t.Context()
+	now := time.Date(2026, 12, 1, 8, 0, 0, 0, time.UTC)
+	rate := &lifecycle.Rate{PerSecond: 4, Burst: 3}
+	specs := []lifecycle.Target{{}, {MaxConcurrent: 2}, {Rate: rate}, {MaxConcurrent: 2, Rate: rate}}
+	buckets := []lifecycle.Bucket{{}, {Tokens: 0, At: now}, {Tokens: 0.5, At: now.Add(-100 * time.Millisecond)},
+		{Tokens: 0, At: now.Add(-250 * time.Millisecond)}, {Tokens: 1, At: now.Add(-2 * time.Second)},
+		{Tokens: 2, At: now.Add(time.Second)}, {Tokens: -1, At: now.Add(-time.Second)}}
+	limitedSQL := `SELECT ` + lifecycle.LimitedSQL("$1::jsonb")
+	tokensSQL := `SELECT ` + lifecycle.RateTokensSQL("$1::jsonb", "$2::float8", "$3::timestamptz", "$4::timestamptz")
+	allowanceSQL := `SELECT ` + lifecycle.LimitsAllowanceSQL("$1::jsonb", "$2::int", "$3::float8", "$4::int")
+	for _, spec := range specs {
+		spec = spec.WithDefaults()
+		stored, err := json.Marshal(spec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var limited bool
+		if err := db.QueryRow(ctx, limitedSQL, stored).Scan(&limited); err != nil {
+			t.Fatal(err)
+		}
+		if limited != spec.Limited() {
+			t.Errorf("%s: SQL limited %t, Go %t", stored, limited, spec.Limited())
+		}
+		for _, b := range buckets {
+			var at *time.Time
+			if !b.At.IsZero() {
+				at = &b.At
+			}
+			var tokens *float64
+			if err := db.QueryRow(ctx, tokensSQL, stored, b.Tokens, at, now).Scan(&tokens); err != nil {
+				t.Fatal(err)
+			}
+			var goTokens float64
+			if spec.Rate != nil {
+				goTokens = spec.Rate.Tokens(b, now)
+				if tokens == nil || *tokens != goTokens {
+					t.Errorf("%s, bucket %+v: SQL holds %v tokens, Go %g", stored, b, tokens, goTokens)
+				}
+			} else if tokens != nil {
+				t.Errorf("%s: tokens %g without a rate", stored, *tokens)
+			}
+			for inFlight := range 4 {
+				for _, want := range []int{1, 2, 5} {
+					var got int
+					if err := db.QueryRow(ctx, allowanceSQL, stored, inFlight, tokens, want).Scan(&got); err != nil {
+						t.Fatal(err)
+					}
+					if w := spec.LimitsAllowance(inFlight, goTokens, want); got != w {
+						t.Errorf("%s, %d in flight, %g tokens, want %d: SQL allows %d, Go %d", stored, inFlight, goTokens, want, got, w)
+					}
+				}
+			}
+		}
+	}
+}
