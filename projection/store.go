@@ -112,13 +112,10 @@ type Locked struct {
 // generic plan is made once per connection. Made on a table never
 // analyzed, as on a new database, the messages' update hashed the whole
 // table for each batch, and stayed so as the table grew (5 ms a batch at
-// 20,000 messages) until an analyze replaced it. JIT is off: a scan
-// with no index to take (delivery_minutes_kept's, of one row) is costed
-// past jit_above_cost with sequential scans off, and each run of its
-// plan was compiled anew, 0.4 – 1 s of an outcome's transaction.
+// 20,000 messages) until an analyze replaced it.
 const LookupPlanSQL = `SELECT set_config('plan_cache_mode', 'force_generic_plan', true),
 	set_config('enable_seqscan', 'off', true), set_config('enable_hashjoin', 'off', true),
-	set_config('enable_mergejoin', 'off', true), set_config('jit', 'off', true)`
+	set_config('enable_mergejoin', 'off', true)`
 
 // lockedIDs is the sorted ids of the messages named by id ($1) or by one of
 // their deliveries' ids ($2), and of the messages of the deliveries first
