@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -456,6 +457,10 @@ CREATE TABLE IF NOT EXISTS target_health (
 // the minute counts, which no rebuild drops.
 var projectionTables = []string{"messages", "deliveries", "delivery_counts", "message_counts", "message_hour_counts",
 	"delivery_minute_counts", "lanes", "callbacks", "correlations", "operations", "target_health"}
+
+// ProjectionTables lists the tables of the projection group that a
+// rebuild replaces; the backlog benchmark counts the rows written in them.
+func ProjectionTables() []string { return slices.Clone(projectionTables) }
 
 // projectionIndexesDDL adds the keys and indexes of the projection tables
 // that are missing. The keys are constraints, which have no IF NOT EXISTS.
