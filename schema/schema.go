@@ -33,7 +33,7 @@ func projectionVersion(built string) int {
 	if n, err := strconv.Atoi(built); err == nil {
 		return n
 	}
-	return 10
+	return 11
 }
 
 // ProjectionsParam is the session setting in which a process declares the
@@ -262,7 +262,6 @@ CREATE TABLE IF NOT EXISTS messages (
 	status          text        NOT NULL,
 	error           text        NOT NULL,
 	delivery_count  int         NOT NULL,
-	attempt_count   int         NOT NULL,
 	created_at      timestamptz NOT NULL,
 	updated_at      timestamptz NOT NULL,
 	payload_expunged boolean     NOT NULL DEFAULT false,
@@ -289,6 +288,7 @@ CREATE TABLE IF NOT EXISTS deliveries (
 	message_id           uuid        NOT NULL,
 	message_created_at   timestamptz NOT NULL,
 	seq                  int         NOT NULL,
+	version              int         NOT NULL,
 	generation           int         NOT NULL DEFAULT 1,
 	target               text        NOT NULL,
 	lane_key             text,
