@@ -625,20 +625,21 @@ func compareDelivery(message uuid.UUID, stored, folded *Delivery) []Violation {
 // TestSameFieldsCoverEveryField keeps it in step with Message. The
 // callback is compared apart, with its own row.
 func sameMessage(a, b *Message) bool {
-	return a.ID == b.ID && a.Version == b.Version && a.Source == b.Source && a.From == b.From &&
+	return a.ID == b.ID && a.Version == b.Version && a.RowVersion == b.RowVersion && a.Source == b.Source && a.From == b.From &&
 		a.To == b.To && a.ContentType == b.ContentType && a.IdempotencyKey == b.IdempotencyKey &&
 		a.OrderingKey == b.OrderingKey && a.DuplicateKey == b.DuplicateKey &&
 		a.PossibleDuplicateOf == b.PossibleDuplicateOf && a.Type == b.Type && a.Generation == b.Generation &&
 		a.PayloadSize == b.PayloadSize && a.PayloadSHA256 == b.PayloadSHA256 && a.Stage == b.Stage &&
 		a.Refusal == b.Refusal && a.Status == b.Status && a.Error == b.Error &&
 		a.AttemptCount == b.AttemptCount && a.CreatedAt.Equal(b.CreatedAt) && a.UpdatedAt.Equal(b.UpdatedAt) &&
+		a.RowUpdatedAt.Equal(b.RowUpdatedAt) &&
 		a.PayloadExpunged == b.PayloadExpunged && a.Trace == b.Trace && maps.Equal(a.Headers, b.Headers)
 }
 
 // sameDelivery is diffFields(a, b) finding nothing, without reflection.
 func sameDelivery(a, b *Delivery) bool {
 	return a.ID == b.ID && a.MessageID == b.MessageID && a.MessageCreatedAt.Equal(b.MessageCreatedAt) &&
-		a.Seq == b.Seq && a.Generation == b.Generation && a.Target == b.Target && a.LaneKey == b.LaneKey && a.LaneSeq == b.LaneSeq &&
+		a.Seq == b.Seq && a.Version == b.Version && a.Generation == b.Generation && a.Target == b.Target && a.LaneKey == b.LaneKey && a.LaneSeq == b.LaneSeq &&
 		a.LaneContinue == b.LaneContinue &&
 		a.State == b.State && a.Attempts == b.Attempts &&
 		a.DispatchCount == b.DispatchCount && a.Redeliveries == b.Redeliveries &&

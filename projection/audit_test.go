@@ -315,15 +315,15 @@ func TestAuditNamesMissingAndExtraRows(t *testing.T) {
 		_, err = b.db.Exec(b.ctx, `DELETE FROM deliveries WHERE id = $1`, ms[1].Deliveries[0].ID)
 	}
 	if err == nil {
-		_, err = b.db.Exec(b.ctx, `INSERT INTO deliveries (id, message_id, message_created_at, seq, target, state,
+		_, err = b.db.Exec(b.ctx, `INSERT INTO deliveries (id, message_id, message_created_at, seq, version, target, state,
 			attempts, dispatch_count, redeliveries, redelivered_attempts, last_error, created_at, updated_at)
-			VALUES ($1, $2, now(), 9, 'gamma', 'queued', 0, 1, 0, 0, '', now(), now()),
-			       (gen_random_uuid(), $4, now(), 1, 'alpha', 'queued', 0, 1, 0, 0, '', now(), now()),
-			       ($3, $5, now(), 1, 'alpha', 'queued', 0, 1, 0, 0, '', now(), now())`, extraDelivery, ms[1].ID, orphan, extraMessage, nobody)
+			VALUES ($1, $2, now(), 9, 1, 'gamma', 'queued', 0, 1, 0, 0, '', now(), now()),
+			       (gen_random_uuid(), $4, now(), 1, 1, 'alpha', 'queued', 0, 1, 0, 0, '', now(), now()),
+			       ($3, $5, now(), 1, 1, 'alpha', 'queued', 0, 1, 0, 0, '', now(), now())`, extraDelivery, ms[1].ID, orphan, extraMessage, nobody)
 	}
 	if err == nil {
 		_, err = b.db.Exec(b.ctx, `INSERT INTO messages SELECT $1, version, source, from_party, to_party, content_type, NULL, NULL, NULL, NULL, NULL, 1,
-			payload_size, payload_sha256, stage, refusal, status, error, delivery_count, attempt_count, created_at, updated_at
+			payload_size, payload_sha256, stage, refusal, status, error, delivery_count, created_at, updated_at
 			FROM messages WHERE id = $2`, extraMessage, ms[2].ID)
 	}
 	if err != nil {

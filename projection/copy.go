@@ -71,7 +71,7 @@ func copyMessages(ctx context.Context, tx pgx.Tx, messages []*Message, correlati
 		i++
 		b.begin(len(messageCopyColumns))
 		b.uuid(m.ID)
-		b.int4(m.Version)
+		b.int4(m.RowVersion)
 		b.text(m.Source)
 		b.text(m.From)
 		b.text(m.To)
@@ -89,9 +89,8 @@ func copyMessages(ctx context.Context, tx pgx.Tx, messages []*Message, correlati
 		b.text(string(m.Status))
 		b.text(m.Error)
 		b.int4(m.currentDeliveries())
-		b.int4(m.AttemptCount)
 		b.time(m.CreatedAt)
-		b.time(m.UpdatedAt)
+		b.time(m.RowUpdatedAt)
 		b.bool(m.PayloadExpunged)
 		b.nullText(m.Trace.Parent)
 		b.nullText(m.Trace.State)
@@ -121,6 +120,7 @@ func copyMessages(ctx context.Context, tx pgx.Tx, messages []*Message, correlati
 		b.nullUUID(d.MessageID)
 		b.time(d.MessageCreatedAt)
 		b.int4(d.Seq)
+		b.int4(d.Version)
 		b.int4(d.Generation)
 		b.text(d.Target)
 		b.nullText(d.LaneKey)
@@ -171,9 +171,9 @@ func copyMessages(ctx context.Context, tx pgx.Tx, messages []*Message, correlati
 
 var messageCopyColumns = []string{"id", "version", "source", "from_party", "to_party", "content_type",
 	"idempotency_key", "ordering_key", "duplicate_key", "possible_duplicate_of", "type", "generation", "payload_size", "payload_sha256", "stage", "refusal", "status", "error", "delivery_count",
-	"attempt_count", "created_at", "updated_at", "payload_expunged", "traceparent", "tracestate", "baggage", "headers"}
+	"created_at", "updated_at", "payload_expunged", "traceparent", "tracestate", "baggage", "headers"}
 
-var deliveryCopyColumns = []string{"id", "message_id", "message_created_at", "seq", "generation", "target", "lane_key", "lane_seq", "lane_continue", "state", "attempts",
+var deliveryCopyColumns = []string{"id", "message_id", "message_created_at", "seq", "version", "generation", "target", "lane_key", "lane_seq", "lane_continue", "state", "attempts",
 	"dispatch_count", "redeliveries", "redelivered_at", "redelivered_attempts", "next_due", "claim_token",
 	"lease_end", "last_error", "created_at", "updated_at", "finished_at"}
 

@@ -50,7 +50,7 @@ func TestAuditHoldsCorrelationsToTheJournal(t *testing.T) {
 		'{"external_id":"SM-2"}')`, b.now, m.ID.String(), m.Version+1, d.ID, d.Target); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := b.db.Exec(b.ctx, `UPDATE messages SET version = version + 1 WHERE id = $1`, m.ID); err != nil {
+	if _, err := b.db.Exec(b.ctx, `UPDATE messages SET version = $2 WHERE id = $1`, m.ID, m.Version+1); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := b.db.Exec(b.ctx, `UPDATE correlations SET consumed = true`); err != nil {

@@ -84,6 +84,7 @@ func apply(m *Message, e *journal.Event, stamp bool) error {
 	}
 	next.settle()
 	next.armCallback(m.Status, e.RecordedAt)
+	next.stampRow(m.row())
 	*m = next
 	return nil
 }
@@ -143,7 +144,7 @@ func messageStep(next *Message, e *journal.Event) error {
 				return illegalStage(e, next, fmt.Sprintf("delivery %s to %s is %s: a message is sent again once none of its generation is in hand", d.ID, d.Target, d.State))
 			case lifecycle.SupersedeRule.Admits(d.State):
 				superseded = append(superseded, d.ID)
-				d.State, d.NextDue, d.UpdatedAt = lifecycle.StateSuperseded, time.Time{}, e.RecordedAt
+				d.State, d.NextDue, d.UpdatedAt, d.Version = lifecycle.StateSuperseded, time.Time{}, e.RecordedAt, e.Version
 			}
 		}
 		if !slices.Equal(superseded, p.Superseded) && (len(superseded) > 0 || len(p.Superseded) > 0) {
@@ -196,7 +197,7 @@ func addDeliveries(next *Message, e *journal.Event, nds journal.NewDeliveries) e
 		d := Delivery{
 			ID: nd.ID, MessageID: next.ID, MessageCreatedAt: next.CreatedAt, Seq: nd.Seq, Generation: next.Generation, Target: nd.Target,
 			State: lifecycle.StateQueued, DispatchCount: 1, NextDue: nds.NextDue, CreatedAt: e.RecordedAt,
-			UpdatedAt: e.RecordedAt,
+			UpdatedAt: e.RecordedAt, Version: e.Version,
 		}
 		switch {
 		case nd.Shape.Settled():
@@ -247,12 +248,24 @@ func applyDelivery(m *Message, e *journal.Event, stamp bool) error {
 		return &IllegalError{Kind: k, State: string(cur.State),
 			Reason: fmt.Sprintf("recorded to %s, but the fold makes %s", e.NewState, next.State)}
 	}
+	was := m.row()
 	*cur = next
-	was := m.Status
 	m.Version, m.UpdatedAt = e.Version, e.RecordedAt
 	m.settle()
-	m.armCallback(was, e.RecordedAt)
+	m.armCallback(was.status, e.RecordedAt)
+	m.stampRow(was)
 	return nil
+}
+
+// stampRow makes the event just folded, at m.Version, the messages row's
+// last change when it changed what the row shows (was is what it showed
+// before) or moved no delivery, whose row would otherwise hold the
+// stream's version.
+func (m *Message) stampRow(was row) {
+	moved := slices.ContainsFunc(m.Deliveries, func(d Delivery) bool { return d.Version == m.Version })
+	if m.row() != was || !moved {
+		m.RowVersion, m.RowUpdatedAt = m.Version, m.UpdatedAt
+	}
 }
 
 // deliveryStep folds a delivery event into d, a copy of the delivery.
@@ -434,7 +447,7 @@ func deliveryStep(d *Delivery, e *journal.Event) error {
 	default:
 		return illegal("not a delivery event")
 	}
-	d.UpdatedAt = at
+	d.UpdatedAt, d.Version = at, e.Version
 	return nil
 }
 

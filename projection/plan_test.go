@@ -31,7 +31,7 @@ func TestWriterStatementsLookUpEachRow(t *testing.T) {
 	}{
 		{"the lock", projection.LockSQL, `'{}', '{}', true`},
 		{"the read", projection.LoadManySQL, `'{}'`},
-		{"the messages' update", projection.UpdateMessagesSQL, strings.Repeat(`'{}', `, 11) + `'{}'`},
+		{"the messages' update", projection.UpdateMessagesSQL, strings.Repeat(`'{}', `, 10) + `'{}'`},
 		{"the lanes' delete", projection.DeleteLanesSQL, `'{}', '{}'`},
 	} {
 		var plan []string

@@ -207,9 +207,9 @@ func TestAuditSharesMeetAtTheirBounds(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		if _, err := b.db.Exec(b.ctx, `INSERT INTO deliveries (id, message_id, message_created_at, seq, target, state,
+		if _, err := b.db.Exec(b.ctx, `INSERT INTO deliveries (id, message_id, message_created_at, seq, version, target, state,
 			attempts, dispatch_count, redeliveries, redelivered_attempts, last_error, created_at, updated_at)
-			VALUES (gen_random_uuid(), $1, now(), 1, 'alpha', 'queued', 0, 1, 0, 0, '', now(), now())`,
+			VALUES (gen_random_uuid(), $1, now(), 1, 1, 'alpha', 'queued', 0, 1, 0, 0, '', now(), now())`,
 			uuid.UUID{id[0], 0, 0, 0, 0, 0, 0x40, 0, 0x80, 0, 0, 0, 0, 0, 0, byte(i)}); err != nil {
 			t.Fatal(err)
 		}

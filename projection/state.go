@@ -14,8 +14,17 @@ import (
 // table together with its deliveries.
 type Message struct {
 	ID uuid.UUID
-	// Version is the version of the last event folded in.
-	Version        int
+	// Version is the version of the last event folded in: the greatest of
+	// RowVersion and the deliveries' Version (derive).
+	Version int
+	// RowVersion is the version of the last event that changed what the
+	// messages row shows (the columns but version and updated_at), or
+	// that changed no delivery either: an event that only moves a delivery
+	// writes the delivery's row and leaves the message's. RowUpdatedAt is
+	// UpdatedAt as of that event. The row holds these two as its version
+	// and updated_at.
+	RowVersion     int
+	RowUpdatedAt   time.Time
 	Source         string
 	From           string
 	To             string
@@ -44,7 +53,8 @@ type Message struct {
 	// Error is the refusal's reason, or the last error of the first failed
 	// delivery, else of the first stalled one.
 	Error string
-	// AttemptCount is the attempts of all deliveries together.
+	// AttemptCount is the attempts of the current generation's
+	// deliveries together (derive).
 	AttemptCount int
 	CreatedAt    time.Time
 	// UpdatedAt is the time of the last event that moved the message (all
@@ -71,6 +81,9 @@ type Delivery struct {
 	// a target's messages are listed newest first on an index.
 	MessageCreatedAt time.Time
 	Seq              int
+	// Version is the version of the last event of the message's stream
+	// that changed the delivery.
+	Version int
 	// Generation is the message's generation the delivery belongs to.
 	Generation int
 	Target     string
@@ -130,6 +143,40 @@ func (m *Message) Clone() *Message {
 		c.Callback = &cb
 	}
 	return &c
+}
+
+// derive sets, on a message read from its rows with all its deliveries,
+// the fields no row holds: the stream's version and last move are those
+// of the row, the message's or a delivery's, that an event changed last;
+// the attempts are the current deliveries'.
+func (m *Message) derive() {
+	m.Version, m.UpdatedAt, m.AttemptCount = m.RowVersion, m.RowUpdatedAt, 0
+	for i := range m.Deliveries {
+		d := &m.Deliveries[i]
+		if d.Version > m.Version {
+			m.Version, m.UpdatedAt = d.Version, d.UpdatedAt
+		}
+		if m.Current(d) {
+			m.AttemptCount += d.Attempts
+		}
+	}
+}
+
+// row is what the messages row shows that an event may change, but its
+// version and updated_at: an event that changes none of it and moves a
+// delivery leaves the row as it is.
+type row struct {
+	stage           lifecycle.MessageStage
+	refusal         lifecycle.Refusal
+	status          lifecycle.MessageStatus
+	errorText       string
+	deliveries      int
+	generation      int
+	payloadExpunged bool
+}
+
+func (m *Message) row() row {
+	return row{m.Stage, m.Refusal, m.Status, m.Error, m.currentDeliveries(), m.Generation, m.PayloadExpunged}
 }
 
 // settle derives the fields that follow from the others.

@@ -25,10 +25,10 @@ var ErrNotFound = errors.New("not found")
 const messageColumns = `m.id, m.version, m.source, m.from_party, m.to_party, m.content_type,
 	coalesce(m.idempotency_key, ''), coalesce(m.ordering_key, ''), coalesce(m.duplicate_key, ''),
 	coalesce(m.possible_duplicate_of, '00000000-0000-0000-0000-000000000000'), coalesce(m.type, ''), m.generation, m.payload_size, m.payload_sha256, m.stage, coalesce(m.refusal, ''),
-	m.status, m.error, m.attempt_count, m.created_at, m.updated_at, m.payload_expunged,
+	m.status, m.error, m.created_at, m.updated_at, m.payload_expunged,
 	coalesce(m.traceparent, ''), coalesce(m.tracestate, ''), coalesce(m.baggage, ''), m.headers`
 
-const deliveryColumns = `d.id, d.message_id, d.message_created_at, d.seq, d.generation, d.target, d.lane_key, d.lane_seq,
+const deliveryColumns = `d.id, d.message_id, d.message_created_at, d.seq, d.version, d.generation, d.target, d.lane_key, d.lane_seq,
 	d.lane_continue, d.state, d.attempts,
 	d.dispatch_count, d.redeliveries, d.redelivered_at, d.redelivered_attempts, d.next_due, d.claim_token,
 	d.lease_end, d.last_error, d.created_at, d.updated_at, d.finished_at`
@@ -88,8 +88,16 @@ func LoadMany(ctx context.Context, q journal.Querier, ids []uuid.UUID) ([]*Messa
 // after the wait PostgreSQL returns the locked message row as the other
 // writer left it, but joined to the delivery rows of the snapshot taken
 // before the wait.
+//
+// A message's version is the greatest of its row's and its deliveries'
+// (Message.derive), and a delivery may have moved without its message row:
+// the lock is therefore taken twice, by two statements in the same round
+// trip. The first waits for the locks; the second, whose snapshot is taken
+// once they are held, reads the versions, locking again the rows it finds
+// (at no cost for those held already).
 func Lock(b *pgx.Batch, messageIDs, deliveryIDs []uuid.UUID) func() []Locked {
 	var locked []Locked
+	b.Queue(lockSQL, messageIDs, deliveryIDs, true)
 	b.Queue(lockSQL, messageIDs, deliveryIDs, true).Query(func(rows pgx.Rows) error {
 		var err error
 		locked, err = pgx.CollectRows(rows, pgx.RowToStructByPos[Locked])
@@ -159,9 +167,12 @@ const (
 )
 
 // lockSQL locks the messages of lockedIDs and gives their ids and
-// versions, in id order.
+// versions, in id order: the greatest of the message row's and its
+// deliveries'. The deliveries are read in the statement's snapshot, which
+// after a wait for a lock is older than the row (see Lock).
 var lockSQL = lockedIDs + `SELECT ids.id, l.version FROM ids,
-	LATERAL (SELECT m.version FROM messages m WHERE m.id = ids.id FOR UPDATE) l ORDER BY ids.id`
+	LATERAL (SELECT greatest(m.version, (SELECT max(d.version) FROM deliveries d WHERE d.message_id = m.id)) AS version
+		FROM messages m WHERE m.id = ids.id FOR UPDATE) l ORDER BY ids.id`
 
 // loadManySQL reads the messages with the ids $1 with their deliveries
 // and callbacks, in id and then sequence order: a lookup of each id, as
@@ -201,6 +212,9 @@ func scanAll(rows pgx.Rows) ([]*Message, error) {
 	if err := rows.Err(); err != nil {
 		return nil, err
 	}
+	for _, m := range ms {
+		m.derive()
+	}
 	return ms, nil
 }
 
@@ -239,15 +253,17 @@ func (r *joinedRow) addTo(m *Message) {
 
 // ChooseSQL wraps choice, a statement that chooses deliveries, locks them
 // with their messages (FOR UPDATE OF m, d) and returns for each the
-// delivery's id, its message's id, a due key and the message's version,
+// delivery's id, its message's id, a due key and the message row's version,
 // so that the same statement reads each chosen delivery's message with its
 // deliveries and callback, as LoadMany would in a round trip of its own.
 // ScanChosen reads its rows.
 //
 // The read sees the rows as the statement's snapshot holds them, and that
-// snapshot is taken before the locks (see Lock): a message that another
-// writer committed in between is locked at a later version than it is
-// read, and ScanChosen leaves it for a read of its own.
+// snapshot is taken before the locks (see Lock): a message whose row
+// another writer committed in between is locked at a later version than it
+// is read, and ScanChosen leaves it for a read of its own; one whose other
+// deliveries alone moved is decided on as read, and its events' versions,
+// which the journal holds already, fail the transaction, which is retried.
 //
 // The read does not sort: a choice may run with sorts turned off, so that
 // it walks its index (commands.claimPlanSQL), and a sort then costs the
@@ -301,10 +317,11 @@ func ScanChosen(rows pgx.Rows) ([]Chosen, error) {
 		return nil, err
 	}
 	for i := range chosen {
-		if m := chosen[i].Message; m.Version != locked[i] {
+		if m := chosen[i].Message; m.RowVersion != locked[i] {
 			chosen[i].Message = nil
 		} else {
 			slices.SortFunc(m.Deliveries, func(a, b Delivery) int { return cmp.Compare(a.Seq, b.Seq) })
+			m.derive()
 		}
 	}
 	return chosen, nil
@@ -312,20 +329,21 @@ func ScanChosen(rows pgx.Rows) ([]Chosen, error) {
 
 // scanDest lists the fields in messageColumns order.
 func (m *Message) scanDest() []any {
-	return []any{&m.ID, &m.Version, &m.Source, &m.From, &m.To, &m.ContentType, &m.IdempotencyKey, &m.OrderingKey,
-		&m.DuplicateKey, &m.PossibleDuplicateOf, &m.Type, &m.Generation, &m.PayloadSize, &m.PayloadSHA256, &m.Stage, &m.Refusal, &m.Status, &m.Error, &m.AttemptCount,
-		&m.CreatedAt, &m.UpdatedAt, &m.PayloadExpunged, &m.Trace.Parent, &m.Trace.State, &m.Trace.Baggage, &m.Headers}
+	return []any{&m.ID, &m.RowVersion, &m.Source, &m.From, &m.To, &m.ContentType, &m.IdempotencyKey, &m.OrderingKey,
+		&m.DuplicateKey, &m.PossibleDuplicateOf, &m.Type, &m.Generation, &m.PayloadSize, &m.PayloadSHA256, &m.Stage, &m.Refusal, &m.Status, &m.Error,
+		&m.CreatedAt, &m.RowUpdatedAt, &m.PayloadExpunged, &m.Trace.Parent, &m.Trace.State, &m.Trace.Baggage, &m.Headers}
 }
 
 // normalize puts read times in UTC, as the fold keeps them.
 func (m *Message) normalize() {
-	m.CreatedAt, m.UpdatedAt = m.CreatedAt.UTC(), m.UpdatedAt.UTC()
+	m.CreatedAt, m.RowUpdatedAt = m.CreatedAt.UTC(), m.RowUpdatedAt.UTC()
 }
 
 // deliveryRow scans a delivery that a LEFT JOIN may leave all NULL.
 type deliveryRow struct {
 	id, messageID, claimToken                    pgtype.UUID
-	seq, attempts, dispatchCount, redeliver      pgtype.Int4
+	seq, version, attempts, dispatchCount        pgtype.Int4
+	redeliver                                    pgtype.Int4
 	generation                                   pgtype.Int4
 	redeliveredAttempts                          pgtype.Int4
 	target, state, lastError, laneKey            pgtype.Text
@@ -337,7 +355,7 @@ type deliveryRow struct {
 
 // scanDest lists the fields in deliveryColumns order.
 func (r *deliveryRow) scanDest() []any {
-	return []any{&r.id, &r.messageID, &r.messageCreatedAt, &r.seq, &r.generation, &r.target, &r.laneKey, &r.laneSeq, &r.laneContinue, &r.state, &r.attempts,
+	return []any{&r.id, &r.messageID, &r.messageCreatedAt, &r.seq, &r.version, &r.generation, &r.target, &r.laneKey, &r.laneSeq, &r.laneContinue, &r.state, &r.attempts,
 		&r.dispatchCount, &r.redeliver, &r.redeliveredAt, &r.redeliveredAttempts, &r.nextDue, &r.claimToken,
 		&r.leaseEnd, &r.lastError, &r.createdAt, &r.updatedAt, &r.finishedAt}
 }
@@ -345,7 +363,7 @@ func (r *deliveryRow) scanDest() []any {
 func (r *deliveryRow) delivery() Delivery {
 	return Delivery{
 		ID: r.id.Bytes, MessageID: r.messageID.Bytes, MessageCreatedAt: timeOf(r.messageCreatedAt),
-		Seq: int(r.seq.Int32), Generation: int(r.generation.Int32), Target: r.target.String, LaneKey: r.laneKey.String, LaneSeq: r.laneSeq.Int64,
+		Seq: int(r.seq.Int32), Version: int(r.version.Int32), Generation: int(r.generation.Int32), Target: r.target.String, LaneKey: r.laneKey.String, LaneSeq: r.laneSeq.Int64,
 		LaneContinue: r.laneContinue.Bool,
 		State:        lifecycle.DeliveryState(r.state.String),
 		Attempts:     int(r.attempts.Int32), DispatchCount: int(r.dispatchCount.Int32), Redeliveries: int(r.redeliver.Int32),
@@ -376,8 +394,9 @@ type Write struct {
 }
 
 // Queue queues on b the statements that store the writes, each message at
-// most once: a new message inserted, an existing one updated where it still
-// has the version read (which locks it), the touched deliveries of all
+// most once: a new message inserted, an existing one whose row changed
+// (RowVersion) updated where it still has the row version read, the
+// touched deliveries of all
 // upserted in one statement, the callbacks and correlations the writes
 // changed, the lanes they moved (upserted, or deleted once empty), and
 // last the changes to the kept counts (Tally). An update that finds the
@@ -393,14 +412,14 @@ func Queue(b *pgx.Batch, lanes []Lane, writes ...Write) {
 		d := &changed
 		if w.Before == nil {
 			d = &created
-			b.Queue(insertMessageSQL, m.ID, m.Version, m.Source, m.From, m.To, m.ContentType,
+			b.Queue(insertMessageSQL, m.ID, m.RowVersion, m.Source, m.From, m.To, m.ContentType,
 				nullString(m.IdempotencyKey), nullString(m.OrderingKey), nullString(m.DuplicateKey),
 				pgUUID(m.PossibleDuplicateOf), nullString(m.Type), m.Generation, m.PayloadSize, m.PayloadSHA256, m.Stage,
-				nullString(string(m.Refusal)), m.Status, m.Error, m.currentDeliveries(), m.AttemptCount,
-				m.CreatedAt, m.UpdatedAt, nullString(m.Trace.Parent), nullString(m.Trace.State), nullString(m.Trace.Baggage),
+				nullString(string(m.Refusal)), m.Status, m.Error, m.currentDeliveries(),
+				m.CreatedAt, m.RowUpdatedAt, nullString(m.Trace.Parent), nullString(m.Trace.State), nullString(m.Trace.Baggage),
 				headersJSON(m.Headers))
-		} else {
-			updated.add(w.Before.Version, m)
+		} else if m.RowVersion != w.Before.RowVersion {
+			updated.add(w.Before.RowVersion, m)
 		}
 		for _, id := range w.Touched {
 			dl := m.Delivery(id)
@@ -621,66 +640,66 @@ func scanCounts(rows pgx.Rows, counts map[lifecycle.DeliveryState]int64) error {
 // message has its payload.
 const insertMessageSQL = `INSERT INTO messages (id, version, source, from_party, to_party, content_type,
 	idempotency_key, ordering_key, duplicate_key, possible_duplicate_of, type, generation, payload_size, payload_sha256,
-	stage, refusal, status, error, delivery_count, attempt_count, created_at, updated_at, traceparent, tracestate, baggage,
+	stage, refusal, status, error, delivery_count, created_at, updated_at, traceparent, tracestate, baggage,
 	headers)
-	VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23, $24, $25,
-	$26)`
+	VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23, $24,
+	$25)`
 
-// updateMessagesSQL updates the messages of a batch, each where it is
-// still at the version read, in one statement.
+// updateMessagesSQL updates the message rows of a batch, each where it is
+// still at the row version read, in one statement.
 const updateMessagesSQL = `WITH updated AS (
 		UPDATE messages m SET version = x.version, stage = x.stage, refusal = x.refusal, status = x.status,
-			error = x.error, delivery_count = x.delivery_count, attempt_count = x.attempt_count,
+			error = x.error, delivery_count = x.delivery_count,
 			updated_at = x.updated_at, generation = x.generation, payload_expunged = x.payload_expunged
 		FROM unnest($1::uuid[], $2::int[], $3::int[], $4::text[], $5::text[], $6::text[], $7::text[], $8::int[],
-			$9::int[], $10::timestamptz[], $11::int[], $12::boolean[])
-			AS x(id, read_version, version, stage, refusal, status, error, delivery_count, attempt_count, updated_at,
+			$9::timestamptz[], $10::int[], $11::boolean[])
+			AS x(id, read_version, version, stage, refusal, status, error, delivery_count, updated_at,
 				generation, payload_expunged)
 		WHERE m.id = x.id AND m.version = x.read_version RETURNING m.id)
 	SELECT projection_expect_rows((SELECT count(*) FROM updated), cardinality($1::uuid[]))`
 
 // messageUpdates are the columns of updateMessagesSQL.
 type messageUpdates struct {
-	id                                []uuid.UUID
-	readVersion, version              []int
-	stage, status, error              []string
-	refusal                           []pgtype.Text
-	deliveryCount, attemptCount, gens []int
-	updatedAt                         []time.Time
-	payloadExpunged                   []bool
+	id                   []uuid.UUID
+	readVersion, version []int
+	stage, status, error []string
+	refusal              []pgtype.Text
+	deliveryCount, gens  []int
+	updatedAt            []time.Time
+	payloadExpunged      []bool
 }
 
 // add adds m, read at version read.
 func (u *messageUpdates) add(read int, m *Message) {
 	u.id = append(u.id, m.ID)
-	u.readVersion, u.version = append(u.readVersion, read), append(u.version, m.Version)
+	u.readVersion, u.version = append(u.readVersion, read), append(u.version, m.RowVersion)
 	u.stage = append(u.stage, string(m.Stage))
 	u.refusal = append(u.refusal, pgtype.Text{String: string(m.Refusal), Valid: m.Refusal != ""})
 	u.status, u.error = append(u.status, string(m.Status)), append(u.error, m.Error)
 	u.deliveryCount = append(u.deliveryCount, m.currentDeliveries())
-	u.attemptCount, u.gens = append(u.attemptCount, m.AttemptCount), append(u.gens, m.Generation)
-	u.updatedAt = append(u.updatedAt, m.UpdatedAt)
+	u.gens = append(u.gens, m.Generation)
+	u.updatedAt = append(u.updatedAt, m.RowUpdatedAt)
 	u.payloadExpunged = append(u.payloadExpunged, m.PayloadExpunged)
 }
 
 func (u *messageUpdates) args() []any {
 	return []any{u.id, u.readVersion, u.version, u.stage, u.refusal, u.status, u.error, u.deliveryCount,
-		u.attemptCount, u.updatedAt, u.gens, u.payloadExpunged}
+		u.updatedAt, u.gens, u.payloadExpunged}
 }
 
-const insertDeliveriesSQL = `INSERT INTO deliveries (id, message_id, message_created_at, seq, generation, target,
+const insertDeliveriesSQL = `INSERT INTO deliveries (id, message_id, message_created_at, seq, version, generation, target,
 	lane_key, lane_seq, lane_continue, state, attempts, dispatch_count, redeliveries, redelivered_at,
 	redelivered_attempts, next_due, claim_token, lease_end, last_error, created_at, updated_at, finished_at)
-	SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::timestamptz[], $4::int[], $5::int[], $6::text[], $7::text[],
-		$8::bigint[], $9::bool[], $10::text[], $11::int[], $12::int[], $13::int[], $14::timestamptz[], $15::int[],
-		$16::timestamptz[], $17::uuid[], $18::timestamptz[], $19::text[], $20::timestamptz[], $21::timestamptz[],
-		$22::timestamptz[])`
+	SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::timestamptz[], $4::int[], $5::int[], $6::int[], $7::text[], $8::text[],
+		$9::bigint[], $10::bool[], $11::text[], $12::int[], $13::int[], $14::int[], $15::timestamptz[], $16::int[],
+		$17::timestamptz[], $18::uuid[], $19::timestamptz[], $20::text[], $21::timestamptz[], $22::timestamptz[],
+		$23::timestamptz[])`
 
 // upsertDeliveriesSQL makes insertDeliveriesSQL update the rows there
 // already. The deliveries of a new message are inserted without it: an
 // insert that checks for a conflict costs several times a plain one.
 const upsertDeliveriesSQL = `
-	ON CONFLICT (id) DO UPDATE SET lane_key = excluded.lane_key, lane_seq = excluded.lane_seq,
+	ON CONFLICT (id) DO UPDATE SET version = excluded.version, lane_key = excluded.lane_key, lane_seq = excluded.lane_seq,
 		lane_continue = excluded.lane_continue,
 		state = excluded.state, attempts = excluded.attempts,
 		dispatch_count = excluded.dispatch_count, redeliveries = excluded.redeliveries,
@@ -691,7 +710,7 @@ const upsertDeliveriesSQL = `
 // deliveryColumnsOf holds deliveries column by column, for unnest.
 type deliveryColumnsOf struct {
 	id, messageID, claimToken                    []pgtype.UUID
-	seq, attempts, dispatches, redelivs          []int32
+	seq, version, attempts, dispatches, redelivs []int32
 	generation                                   []int32
 	redeliveredAttempts                          []int32
 	target, state, lastError                     []string
@@ -707,6 +726,7 @@ func (c *deliveryColumnsOf) add(d *Delivery) {
 	c.messageID = append(c.messageID, pgUUID(d.MessageID))
 	c.messageCreatedAt = append(c.messageCreatedAt, d.MessageCreatedAt)
 	c.seq = append(c.seq, int32(d.Seq))
+	c.version = append(c.version, int32(d.Version))
 	c.generation = append(c.generation, int32(d.Generation))
 	c.target = append(c.target, d.Target)
 	c.laneKey = append(c.laneKey, pgtype.Text{String: d.LaneKey, Valid: d.LaneKey != ""})
@@ -728,7 +748,7 @@ func (c *deliveryColumnsOf) add(d *Delivery) {
 }
 
 func (c *deliveryColumnsOf) args() []any {
-	return []any{c.id, c.messageID, c.messageCreatedAt, c.seq, c.generation, c.target, c.laneKey, c.laneSeq, c.laneContinue, c.state, c.attempts, c.dispatches,
+	return []any{c.id, c.messageID, c.messageCreatedAt, c.seq, c.version, c.generation, c.target, c.laneKey, c.laneSeq, c.laneContinue, c.state, c.attempts, c.dispatches,
 		c.redelivs, c.redeliveredAt, c.redeliveredAttempts, c.nextDue, c.claimToken, c.leaseEnd, c.lastError,
 		c.createdAt, c.updatedAt, c.finishedAt}
 }

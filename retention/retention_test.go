@@ -199,8 +199,8 @@ func TestSelectionAgreesWithTheRule(t *testing.T) {
 	batch := &pgx.Batch{}
 	for _, r := range rows {
 		batch.Queue(`INSERT INTO messages (id, version, source, from_party, to_party, content_type, payload_size,
-			payload_sha256, stage, status, error, delivery_count, attempt_count, created_at, updated_at, payload_expunged)
-			VALUES ($1, 1, 'erp', 'a', 'b', 'text/plain', 1, $2, 'dispatched', $3, '', 0, 0, $4, $5, $6)`,
+			payload_sha256, stage, status, error, delivery_count, created_at, updated_at, payload_expunged)
+			VALUES ($1, 1, 'erp', 'a', 'b', 'text/plain', 1, $2, 'dispatched', $3, '', 0, $4, $5, $6)`,
 			r.id, strings.Repeat("ab", 32), r.status, r.updated.Add(-time.Hour), r.updated, r.expunged)
 	}
 	if err := b.db.SendBatch(b.ctx, batch).Close(); err != nil {

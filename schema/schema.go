@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -297,7 +298,6 @@ CREATE TABLE IF NOT EXISTS messages (
 	status          text        NOT NULL,
 	error           text        NOT NULL,
 	delivery_count  int         NOT NULL,
-	attempt_count   int         NOT NULL,
 	created_at      timestamptz NOT NULL,
 	updated_at      timestamptz NOT NULL,
 	payload_expunged boolean     NOT NULL DEFAULT false,
@@ -324,6 +324,7 @@ CREATE TABLE IF NOT EXISTS deliveries (
 	message_id           uuid        NOT NULL,
 	message_created_at   timestamptz NOT NULL,
 	seq                  int         NOT NULL,
+	version              int         NOT NULL,
 	generation           int         NOT NULL DEFAULT 1,
 	target               text        NOT NULL,
 	lane_key             text,
@@ -492,6 +493,10 @@ CREATE TABLE IF NOT EXISTS target_health (
 // the minute counts, which no rebuild drops.
 var projectionTables = []string{"messages", "deliveries", "delivery_counts", "message_counts", "message_hour_counts",
 	"delivery_minute_counts", "lanes", "callbacks", "correlations", "operations", "target_health"}
+
+// ProjectionTables lists the tables of the projection group that a
+// rebuild replaces; the backlog benchmark counts the rows written in them.
+func ProjectionTables() []string { return slices.Clone(projectionTables) }
 
 // projectionIndexesDDL adds the keys and indexes of the projection tables
 // that are missing. The keys are constraints, which have no IF NOT EXISTS.

@@ -153,7 +153,7 @@ CREATE TABLE messages (
 	to_party text NOT NULL, content_type text NOT NULL, idempotency_key text, ordering_key text, duplicate_key text,
 	possible_duplicate_of uuid, type text, generation int NOT NULL DEFAULT 1, payload_size bigint NOT NULL,
 	payload_sha256 text NOT NULL, stage text NOT NULL, refusal text, status text NOT NULL, error text NOT NULL,
-	delivery_count int NOT NULL, attempt_count int NOT NULL, created_at timestamptz NOT NULL,
+	delivery_count int NOT NULL, created_at timestamptz NOT NULL,
 	updated_at timestamptz NOT NULL, payload_expunged boolean NOT NULL DEFAULT false,
 	traceparent text, tracestate text, baggage text, headers jsonb,
 	CONSTRAINT messages_idempotency_key UNIQUE (source, idempotency_key)
@@ -166,7 +166,7 @@ CREATE INDEX messages_duplicate_key ON messages (source, duplicate_key, created_
 CREATE INDEX messages_possible_duplicate_created ON messages (created_at DESC, id DESC) WHERE possible_duplicate_of IS NOT NULL;
 CREATE TABLE deliveries (
 	id uuid PRIMARY KEY, message_id uuid NOT NULL, message_created_at timestamptz NOT NULL, seq int NOT NULL,
-	generation int NOT NULL DEFAULT 1, target text NOT NULL,
+	version int NOT NULL, generation int NOT NULL DEFAULT 1, target text NOT NULL,
 	lane_key text, lane_seq bigint NOT NULL DEFAULT 0, lane_continue bool NOT NULL DEFAULT false, state text NOT NULL,
 	attempts int NOT NULL, dispatch_count int NOT NULL, redeliveries int NOT NULL, redelivered_at timestamptz,
 	redelivered_attempts int NOT NULL, next_due timestamptz,
@@ -260,9 +260,9 @@ func TestRecreateProjectionsIsOneTransaction(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
 	db := dbtest.Pool(t)
-	insert := `INSERT INTO deliveries (id, message_id, message_created_at, seq, target, state, attempts, dispatch_count,
+	insert := `INSERT INTO deliveries (id, message_id, message_created_at, seq, version, target, state, attempts, dispatch_count,
 		redeliveries, redelivered_attempts, last_error, created_at, updated_at)
-		VALUES (gen_random_uuid(), gen_random_uuid(), now(), 1, $1, 'queued', 0, 1, 0, 0, '', now(), now())`
+		VALUES (gen_random_uuid(), gen_random_uuid(), now(), 1, 1, $1, 'queued', 0, 1, 0, 0, '', now(), now())`
 	if _, err := db.Exec(ctx, insert, "old"); err != nil {
 		t.Fatal(err)
 	}
@@ -285,8 +285,8 @@ func TestRecreateProjectionsIsOneTransaction(t *testing.T) {
 	}
 	err = schema.RecreateProjections(ctx, db, func(tx pgx.Tx) error {
 		_, err := tx.Conn().PgConn().CopyFrom(ctx, strings.NewReader("00000000-0000-0000-0000-000000000001\t"+
-			"00000000-0000-0000-0000-000000000002\t2026-01-01 00:00:00+00\t1\tnew\tqueued\t0\t1\t0\t\\N\t0\t\\N\t\\N\t\\N\t\t2026-01-01 00:00:00+00\t2026-01-01 00:00:00+00\t\\N\n"),
-			`COPY deliveries (id, message_id, message_created_at, seq, target, state, attempts, dispatch_count, redeliveries,
+			"00000000-0000-0000-0000-000000000002\t2026-01-01 00:00:00+00\t1\t1\tnew\tqueued\t0\t1\t0\t\\N\t0\t\\N\t\\N\t\\N\t\t2026-01-01 00:00:00+00\t2026-01-01 00:00:00+00\t\\N\n"),
+			`COPY deliveries (id, message_id, message_created_at, seq, version, target, state, attempts, dispatch_count, redeliveries,
 				redelivered_at, redelivered_attempts, next_due, claim_token, lease_end, last_error, created_at, updated_at,
 				finished_at) FROM STDIN (FREEZE)`)
 		return err

@@ -53,6 +53,8 @@ type backlogResult struct {
 	// sentTwice counts deliveries the sink received more than once.
 	sentTwice  int
 	statements []statementCost
+	// writes is what the ingest and the drain wrote in the projections.
+	writes *projectionWrites
 	// batches are the drain's transactions in the order they began writing
 	// events, with the claims and outcomes each recorded.
 	batches []batch
@@ -130,6 +132,7 @@ func (r *backlogResult) print(w io.Writer) {
 	if r.sentTwice > 0 {
 		fmt.Fprintf(w, "  %d deliveries reached the sink more than once\n", r.sentTwice)
 	}
+	r.writes.print(w, n)
 	printStatements(w, "the drain", r.statements)
 }
 
@@ -178,8 +181,11 @@ func backlog(ctx context.Context, cfg Config, log *slog.Logger, stderr io.Writer
 	if err := os.Chmod(dir, 0o755); err != nil {
 		return nil, err
 	}
+	walDir := ""
 	if cfg.DatabaseURL == "" {
-		settings := map[string]string{"max_connections": "200"}
+		// The log is kept from the start of the run for its count of
+		// index entries.
+		settings := map[string]string{"max_connections": "200", "wal_keep_size": "4GB"}
 		if cfg.Statements {
 			maps.Copy(settings, statementsSettings)
 		}
@@ -189,6 +195,7 @@ func backlog(ctx context.Context, cfg Config, log *slog.Logger, stderr io.Writer
 		}
 		defer stop()
 		cfg.DatabaseURL = url
+		walDir = filepath.Join(dir, "pg", "pg_wal")
 	}
 	db, err := cfg.OpenDB(ctx, cfg.DatabaseURL)
 	if err != nil {
@@ -218,7 +225,7 @@ func backlog(ctx context.Context, cfg Config, log *slog.Logger, stderr io.Writer
 	}
 	served := make(chan error, 1)
 	go func() { served <- server.Wait() }()
-	defer func() {
+	stopServer := sync.OnceFunc(func() {
 		_ = server.Process.Signal(syscall.SIGTERM)
 		select {
 		case <-served:
@@ -226,7 +233,8 @@ func backlog(ctx context.Context, cfg Config, log *slog.Logger, stderr io.Writer
 			_ = server.Process.Kill()
 			<-served
 		}
-	}()
+	})
+	defer stopServer()
 	c, err := newClient(ctx, "http://"+listen, filepath.Join(dataDir, "admin.token"), cfg.Clients, served)
 	if err != nil {
 		return nil, err
@@ -255,6 +263,10 @@ func backlog(ctx context.Context, cfg Config, log *slog.Logger, stderr io.Writer
 	}
 
 	r := &backlogResult{cfg: cfg, idle: -1}
+	writesFrom, err := markWrites(ctx, db)
+	if err != nil {
+		return nil, err
+	}
 	began := time.Now()
 	if err := ingestAll(c, cfg.Backlog, cfg.Clients, cfg.Keys); err != nil {
 		return nil, err
@@ -320,6 +332,10 @@ func backlog(ctx context.Context, cfg Config, log *slog.Logger, stderr io.Writer
 		if r.statements, err = topStatements(ctx, db); err != nil {
 			return nil, err
 		}
+	}
+	stopServer()
+	if r.writes, err = writesSince(ctx, db, writesFrom, walDir); err != nil {
+		return nil, err
 	}
 	return r, nil
 }
