@@ -170,7 +170,7 @@ func TestConcurrentClaimDueShareTheBacklog(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	b.targets(t, "alpha")
-	const total = 200
+	const total = 70
 	for range total {
 		b.ingest(t)
 	}

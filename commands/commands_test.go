@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"slices"
 	"sync"
@@ -22,7 +23,23 @@ import (
 	"github.com/waybill/waybill/service"
 )
 
-func TestMain(m *testing.M) { dbtest.Main(m) }
+// raceChecks is how many sequences each property test runs under the race
+// detector, where a command costs several times what it does without: a
+// run without -race (or one given -rapid.checks) runs rapid's default
+// of 100.
+const raceChecks = "30"
+
+func TestMain(m *testing.M) {
+	flag.Parse()
+	if race {
+		given := false
+		flag.Visit(func(f *flag.Flag) { given = given || f.Name == "rapid.checks" })
+		if !given {
+			flag.Set("rapid.checks", raceChecks)
+		}
+	}
+	dbtest.Main(m)
+}
 
 // wakeups records what a Writer notifies.
 type wakeups struct {

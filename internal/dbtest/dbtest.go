@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
@@ -54,6 +55,7 @@ func Main(m *testing.M) {
 func Run(m *testing.M) int {
 	if u := os.Getenv(envURL); u != "" {
 		adminURL = u
+		defer dropTemplate()
 		return m.Run()
 	}
 	if !flag.Parsed() {
@@ -108,6 +110,63 @@ func Run(m *testing.M) int {
 	return m.Run()
 }
 
+// template is the database every Pool's database is copied from: an
+// empty one with Waybill's schema, made by the first Pool of the process,
+// because copying it takes about half the time of creating the schema in
+// each test's database.
+var template struct {
+	once sync.Once
+	name string
+	err  error
+}
+
+// schemaTemplate returns the template's name, making it on the first call.
+func schemaTemplate(admin url.URL) (string, error) {
+	template.once.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), timeout)
+		defer cancel()
+		name := newName("waybill_test_template_")
+		if err := adminExec(ctx, admin.String(), "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()+" TEMPLATE template0"); err != nil {
+			template.err = fmt.Errorf("create template database %s: %w", name, err)
+			return
+		}
+		template.name = name
+		admin.Path = "/" + name
+		// Closed before any copy: CREATE DATABASE refuses a template anyone
+		// is connected to.
+		db, err := pgxpool.New(ctx, admin.String())
+		if err != nil {
+			template.err = fmt.Errorf("template database %s: %w", name, err)
+			return
+		}
+		defer db.Close()
+		if err := schema.Ensure(ctx, db); err != nil {
+			template.err = fmt.Errorf("template database %s: %w", name, err)
+		}
+	})
+	return template.name, template.err
+}
+
+// dropTemplate drops the template, if one was made, from a server that
+// outlives the tests (WAYBILL_TEST_DATABASE_URL's).
+func dropTemplate() {
+	if template.name == "" {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	if err := adminExec(ctx, adminURL, "DROP DATABASE IF EXISTS "+pgx.Identifier{template.name}.Sanitize()+" WITH (FORCE)"); err != nil {
+		fmt.Fprintf(os.Stderr, "dbtest: drop template database %s: %v\n", template.name, err)
+	}
+}
+
+// newName returns prefix followed by 16 random hex digits.
+func newName(prefix string) string {
+	var b [8]byte
+	rand.Read(b[:])
+	return prefix + hex.EncodeToString(b[:])
+}
+
 // flagIs reports whether the flag name is v.
 func flagIs(name, v string) bool {
 	f := flag.Lookup(name)
@@ -131,6 +190,15 @@ func AdminURL() string {
 // dropped, disconnecting any sessions left on it, when the test ends.
 func URL(t testing.TB) string {
 	t.Helper()
+	// TEMPLATE template0, because template1 refuses to be copied while
+	// anyone is connected to it, which on a shared server can happen.
+	return create(t, "template0")
+}
+
+// server returns the maintenance database's URL, failing the test when
+// there is none.
+func server(t testing.TB) *url.URL {
+	t.Helper()
 	admin := AdminURL()
 	if admin == "" {
 		t.Fatalf("dbtest: no test database server: call dbtest.Main from TestMain (func TestMain(m *testing.M) { dbtest.Main(m) }) or set %s", envURL)
@@ -139,13 +207,17 @@ func URL(t testing.TB) string {
 	if err != nil || (u.Scheme != "postgres" && u.Scheme != "postgresql") {
 		t.Fatalf("dbtest: maintenance database %q is not a postgres:// URL", redact(admin))
 	}
+	return u
+}
 
-	var b [8]byte
-	rand.Read(b[:])
-	name := "waybill_test_" + hex.EncodeToString(b[:])
-	// TEMPLATE template0, because template1 refuses to be copied while
-	// anyone is connected to it, which on a shared server can happen.
-	if err := adminExec(t.Context(), admin, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()+" TEMPLATE template0"); err != nil {
+// create makes a fresh database copied from the database tmpl, dropped
+// when the test ends, and returns its URL.
+func create(t testing.TB, tmpl string) string {
+	t.Helper()
+	u := server(t)
+	admin := u.String()
+	name := newName("waybill_test_")
+	if err := adminExec(t.Context(), admin, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()+" TEMPLATE "+pgx.Identifier{tmpl}.Sanitize()); err != nil {
 		t.Fatalf("dbtest: create database %s: %v", name, err)
 	}
 	// JIT off for every session on it, as serve's pool has it (openDB),
@@ -192,12 +264,16 @@ func redact(s string) string {
 	return u.Redacted()
 }
 
-// Pool returns a pool on a fresh database (see URL) on which Waybill's
-// schema is created, its connections prepared as a server's are; the pool
-// is closed when the test ends.
+// Pool returns a pool on a fresh database (see URL) that holds Waybill's
+// schema, copied from a template made once per process, its connections
+// prepared as a server's are; the pool is closed when the test ends.
 func Pool(t testing.TB) *pgxpool.Pool {
 	t.Helper()
-	cfg, err := pgxpool.ParseConfig(URL(t))
+	tmpl, err := schemaTemplate(*server(t))
+	if err != nil {
+		t.Fatalf("dbtest: %v", err)
+	}
+	cfg, err := pgxpool.ParseConfig(create(t, tmpl))
 	if err != nil {
 		t.Fatalf("dbtest: %v", err)
 	}
@@ -207,9 +283,6 @@ func Pool(t testing.TB) *pgxpool.Pool {
 		t.Fatalf("dbtest: %v", err)
 	}
 	t.Cleanup(db.Close)
-	if err := schema.Ensure(t.Context(), db); err != nil {
-		t.Fatalf("dbtest: %v", err)
-	}
 	return db
 }
 

@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/waybill/waybill/schema"
 )
 
 func TestMain(m *testing.M) { Main(m) }
@@ -103,5 +105,25 @@ func TestProxyCutAndRestore(t *testing.T) {
 	p.Restore()
 	if err := ping(); err != nil {
 		t.Fatalf("after Restore: %v", err)
+	}
+}
+
+func TestPoolsAreCopiesOfTheSchemaAndIsolated(t *testing.T) {
+	t.Parallel()
+	first := Pool(t)
+	// What a test does to its copy reaches neither the template nor the
+	// next copy.
+	if _, err := first.Exec(t.Context(), "DROP TABLE journal CASCADE"); err != nil {
+		t.Fatal(err)
+	}
+	second := Pool(t)
+	for part, want := range map[string]int{schema.PartJournal: schema.JournalVersion, schema.PartProjections: schema.ProjectionVersion} {
+		if got, err := schema.StoredVersion(t.Context(), second, part); err != nil || got != want {
+			t.Errorf("%s version %d, %v; want %d", part, got, err, want)
+		}
+	}
+	var found bool
+	if err := second.QueryRow(t.Context(), "SELECT to_regclass('journal') IS NOT NULL").Scan(&found); err != nil || !found {
+		t.Errorf("journal table in the second copy: %v, %v", found, err)
 	}
 }
