@@ -730,16 +730,23 @@ func (w *Writer) commit(ctx context.Context, conn *pgxpool.Conn, changes []*chan
 	if err := w.queue(b, changes, events, lanes, operation); err != nil {
 		return read{}, err
 	}
-	var withBody []uuid.UUID
+	var withBody, shaped []uuid.UUID
 	for _, c := range changes {
 		if c.readBody {
 			withBody = append(withBody, c.after.ID)
+			for _, d := range c.after.Deliveries {
+				if d.Shaped {
+					shaped = append(shaped, d.ID)
+				}
+			}
 		}
 	}
 	var r read
 	if len(withBody) > 0 {
 		r.payloads = projection.QueuePayloads(b, withBody)
-		r.shapes = projection.QueueShapes(b, withBody)
+	}
+	if len(shaped) > 0 {
+		r.shapes = projection.QueueShapes(b, shaped)
 	}
 	if explicit {
 		b.Queue(`COMMIT`)

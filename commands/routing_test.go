@@ -163,6 +163,59 @@ func TestDispatchJournalsItsRouting(t *testing.T) {
 	}
 }
 
+// TestLoopingFilterBesideIngests: a filter that loops past the cost
+// limit on one message is stopped and recorded, and the ingests made at
+// the same time, in the same batches, commit routed as their routes say.
+func TestLoopingFilterBesideIngests(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.targets(t, "plain")
+	if _, err := b.w.CreateTarget(b.ctx, lifecycle.Target{Name: "loop", Kind: "http", Enabled: true, Config: sinkConfig}, admin); err != nil {
+		t.Fatal(err)
+	}
+	loop, err := b.w.CreateRoute(b.ctx, lifecycle.Route{Source: "erp", From: "*", To: "*", Target: "loop",
+		Filter: "message.payload.all(a, message.payload.all(b, a + b >= 0))"}, admin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	looping := newMessage()
+	looping.ContentType, looping.Payload = "application/json", []byte("["+strings.Repeat("1,", 2000)+"1]")
+	ids := make([]uuid.UUID, 21)
+	errs := make(chan error, len(ids))
+	for i := range ids {
+		go func() {
+			in := newMessage()
+			if i == 0 {
+				in = looping
+			}
+			m, _, err := b.w.Ingest(b.ctx, in)
+			if err == nil {
+				ids[i] = m.ID
+			}
+			errs <- err
+		}()
+	}
+	for range ids {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i, id := range ids {
+		events, err := journal.Stream(b.ctx, b.db, journal.MessageStream(id))
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := events[1].Payload.(*journal.MessageDispatched)
+		if len(p.Routes) != 1 || p.Routes[0].Target != "plain" || len(p.FilterErrors) != 1 || p.FilterErrors[0].Route != loop.ID ||
+			p.CostLimit != routing.CostBound {
+			t.Fatalf("message %d: routing %+v", i, p.Routing)
+		}
+		if stopped := strings.Contains(p.FilterErrors[0].Error, "cost limit"); stopped != (i == 0) {
+			t.Fatalf("message %d: the loop's filter failed with %q", i, p.FilterErrors[0].Error)
+		}
+	}
+}
+
 // BenchmarkIngestRoutes ingests one message at a time with 100 routes that
 // each cover it, all to one target: plain routes, against routes that each
 // also have a filter over the payload, which every one of them evaluates.

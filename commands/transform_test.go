@@ -63,6 +63,9 @@ func TestTransformShapesDeliveries(t *testing.T) {
 
 	shaped := ingest(`{"id": "in-1", "amount": 5}`, nil)
 	d := of(shaped, "billing")
+	if !d.Shaped || of(shaped, "plain").Shaped {
+		t.Fatalf("shaped: billing %t, plain %t; only billing's claims read a shape", d.Shaped, of(shaped, "plain").Shaped)
+	}
 	claim, err := b.w.Claim(b.ctx, d.ID, time.Minute)
 	if err != nil {
 		t.Fatal(err)
@@ -96,7 +99,7 @@ func TestTransformShapesDeliveries(t *testing.T) {
 	}
 
 	cancelled := ingest(`{"id": "in-2"}`, map[string]string{"x-test": "1"})
-	if d := of(cancelled, "billing"); d.State != lifecycle.StateSkipped || d.LastError != "cancelled by target billing's transform: test traffic" {
+	if d := of(cancelled, "billing"); d.State != lifecycle.StateSkipped || !d.Shaped || d.LastError != "cancelled by target billing's transform: test traffic" {
 		t.Errorf("cancelled: %s, %q", d.State, d.LastError)
 	}
 	failed := ingest(`{"amount": 5}`, nil)
@@ -107,6 +110,13 @@ func TestTransformShapesDeliveries(t *testing.T) {
 		if w.Target == "billing" && w.DeliveryID != d.ID {
 			t.Errorf("a settled delivery was woken: %+v", w)
 		}
+	}
+	// A cancelled one's redelivery's claim reads the cancel, and sends nothing.
+	if _, err := b.w.Redeliver(b.ctx, cancelled.ID, of(cancelled, "billing").ID, commands.Action{Operator: "admin"}); err != nil {
+		t.Fatal(err)
+	}
+	if c, err := b.w.Claim(b.ctx, of(cancelled, "billing").ID, time.Minute); err != nil || !c.Shape.Settled() {
+		t.Fatalf("a cancelled delivery redelivered: claim %+v, %v", c, err)
 	}
 
 	// A changed transform shapes what is made after it: the resend of the

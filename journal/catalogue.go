@@ -454,12 +454,18 @@ type NewDeliveries struct {
 }
 
 // Routing is why a dispatch went where it did: the routes that matched,
-// the filters that failed, and the version of the config stream whose
-// routes were matched (0 in the events of before it was recorded).
+// the filters that failed, the version of the config stream whose
+// routes were matched (0 in the events of before it was recorded), and
+// the bound the filters ran under.
 type Routing struct {
 	Routes        []MatchedRoute `json:"routes,omitempty"`
 	FilterErrors  []FilterError  `json:"filter_errors,omitempty"`
 	ConfigVersion int64          `json:"config_version,omitempty"`
+	// CostLimit names the bound on the cost of the filters that ran
+	// (routing.CostBound), so the audit matches the decision again under
+	// it; empty when none ran, and in the decisions of before it was
+	// recorded, which cel-go's own tracker bounded.
+	CostLimit string `json:"cost_limit,omitempty"`
 }
 
 // MatchedRoute is a route that matched a message, with what it matched on.

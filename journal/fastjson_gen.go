@@ -298,7 +298,7 @@ func (p *MessageAccepted) decodeFast(d *fastDecoder) {
 func (p *MessageDispatched) decodeFast(d *fastDecoder) {
 	o := d.begin()
 	for {
-		switch d.field(&o, "deliveries", "next_due", "scheduled", "routes", "filter_errors", "config_version") {
+		switch d.field(&o, "deliveries", "next_due", "scheduled", "routes", "filter_errors", "config_version", "cost_limit") {
 		case 0:
 			decodeArray(d, &p.NewDeliveries.Deliveries, decodeFastNewDelivery)
 		case 1:
@@ -311,6 +311,8 @@ func (p *MessageDispatched) decodeFast(d *fastDecoder) {
 			decodeArray(d, &p.NewDeliveries.Routing.FilterErrors, decodeFastFilterError)
 		case 5:
 			d.int64(&p.NewDeliveries.Routing.ConfigVersion)
+		case 6:
+			d.string(&p.NewDeliveries.Routing.CostLimit)
 		default:
 			return
 		}
@@ -336,7 +338,7 @@ func (p *MessagePayloadExpunged) decodeFast(d *fastDecoder) {
 func (p *MessageRedispatched) decodeFast(d *fastDecoder) {
 	o := d.begin()
 	for {
-		switch d.field(&o, "deliveries", "next_due", "scheduled", "routes", "filter_errors", "config_version", "operation") {
+		switch d.field(&o, "deliveries", "next_due", "scheduled", "routes", "filter_errors", "config_version", "cost_limit", "operation") {
 		case 0:
 			decodeArray(d, &p.NewDeliveries.Deliveries, decodeFastNewDelivery)
 		case 1:
@@ -350,6 +352,8 @@ func (p *MessageRedispatched) decodeFast(d *fastDecoder) {
 		case 5:
 			d.int64(&p.NewDeliveries.Routing.ConfigVersion)
 		case 6:
+			d.string(&p.NewDeliveries.Routing.CostLimit)
+		case 7:
 			d.unmarshalText(&p.Operation)
 		default:
 			return
@@ -374,7 +378,7 @@ func (p *MessageRefused) decodeFast(d *fastDecoder) {
 func (p *MessageResent) decodeFast(d *fastDecoder) {
 	o := d.begin()
 	for {
-		switch d.field(&o, "generation", "replay", "superseded", "deliveries", "next_due", "scheduled", "routes", "filter_errors", "config_version", "reason", "operation") {
+		switch d.field(&o, "generation", "replay", "superseded", "deliveries", "next_due", "scheduled", "routes", "filter_errors", "config_version", "cost_limit", "reason", "operation") {
 		case 0:
 			d.int(&p.Generation)
 		case 1:
@@ -394,8 +398,10 @@ func (p *MessageResent) decodeFast(d *fastDecoder) {
 		case 8:
 			d.int64(&p.NewDeliveries.Routing.ConfigVersion)
 		case 9:
-			d.string(&p.Reason)
+			d.string(&p.NewDeliveries.Routing.CostLimit)
 		case 10:
+			d.string(&p.Reason)
+		case 11:
 			d.unmarshalText(&p.Operation)
 		default:
 			return

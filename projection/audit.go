@@ -645,7 +645,7 @@ func sameDelivery(a, b *Delivery) bool {
 		a.DispatchCount == b.DispatchCount && a.Redeliveries == b.Redeliveries &&
 		a.RedeliveredAt.Equal(b.RedeliveredAt) && a.RedeliveredAttempts == b.RedeliveredAttempts &&
 		a.NextDue.Equal(b.NextDue) && a.ClaimToken == b.ClaimToken && a.LeaseEnd.Equal(b.LeaseEnd) && a.LastError == b.LastError && a.CreatedAt.Equal(b.CreatedAt) &&
-		a.UpdatedAt.Equal(b.UpdatedAt) && a.FinishedAt.Equal(b.FinishedAt)
+		a.UpdatedAt.Equal(b.UpdatedAt) && a.FinishedAt.Equal(b.FinishedAt) && a.Shaped == b.Shaped
 }
 
 var timeType = reflect.TypeFor[time.Time]()

@@ -139,6 +139,7 @@ func copyMessages(ctx context.Context, tx pgx.Tx, messages []*Message, correlati
 		b.time(d.CreatedAt)
 		b.time(d.UpdatedAt)
 		b.nullTime(d.FinishedAt)
+		b.bool(d.Shaped)
 		return true
 	})
 	if err != nil {
@@ -175,7 +176,7 @@ var messageCopyColumns = []string{"id", "version", "source", "from_party", "to_p
 
 var deliveryCopyColumns = []string{"id", "message_id", "message_created_at", "seq", "version", "generation", "target", "lane_key", "lane_seq", "lane_continue", "state", "attempts",
 	"dispatch_count", "redeliveries", "redelivered_at", "redelivered_attempts", "next_due", "claim_token",
-	"lease_end", "last_error", "created_at", "updated_at", "finished_at"}
+	"lease_end", "last_error", "created_at", "updated_at", "finished_at", "shaped"}
 
 var correlationCopyColumns = []string{"target", "external_id", "delivery_id", "message_id", "consumed"}
 

@@ -211,6 +211,7 @@ func addDeliveries(next *Message, e *journal.Event, nds journal.NewDeliveries) e
 		case nds.Scheduled:
 			d.State, d.DispatchCount = lifecycle.StateScheduled, 0
 		}
+		d.Shaped = nd.Shape != nil
 		d.enterLane(nd.Lane, next.OrderingKey)
 		deliveries = append(deliveries, d)
 	}

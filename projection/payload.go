@@ -111,13 +111,15 @@ func QueueInsertShapes(b *pgx.Batch, messageID uuid.UUID, ids []uuid.UUID, shape
 		messageID, ids, docs, bodies)
 }
 
-// QueueShapes queues on b the read of the shapes of the messages'
-// deliveries into the map it returns, by delivery id, filled when the
-// batch is closed; a delivery without one is not in it.
-func QueueShapes(b *pgx.Batch, messageIDs []uuid.UUID) map[uuid.UUID]routing.Shaped {
+// QueueShapes queues on b the read of the shapes of the deliveries ids
+// (those Shaped) into the map it returns, by delivery id, filled when the
+// batch is closed; a delivery without one (its message's payload
+// expunged) is not in it. It looks each id up on its own, by the primary
+// key, as QueuePayloads does.
+func QueueShapes(b *pgx.Batch, ids []uuid.UUID) map[uuid.UUID]routing.Shaped {
 	shapes := map[uuid.UUID]routing.Shaped{}
 	b.Queue(`SELECT s.delivery_id, s.shape, s.body FROM unnest($1::uuid[]) AS k(id),
-		LATERAL (SELECT delivery_id, shape, body FROM delivery_shapes WHERE message_id = k.id OFFSET 0) s`, messageIDs).
+		LATERAL (SELECT delivery_id, shape, body FROM delivery_shapes WHERE delivery_id = k.id OFFSET 0) s`, ids).
 		Query(func(rows pgx.Rows) error {
 			var (
 				id uuid.UUID

@@ -123,7 +123,11 @@ func (f *Folded) compareRouting(position int64, id uuid.UUID, rv *routeVersion, 
 			Problem: fmt.Sprintf("the routes of config version %d do not compile: %v", recorded.ConfigVersion, rv.err)})
 		return
 	}
-	now := rv.table.Match(msg)
+	now, err := rv.table.MatchUnder(msg, recorded.CostLimit)
+	if err != nil {
+		f.Violations = append(f.Violations, Violation{Position: position, MessageID: id, Problem: err.Error()})
+		return
+	}
 	if sameRouting(now.Routing, recorded) {
 		return
 	}

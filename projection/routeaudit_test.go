@@ -9,6 +9,7 @@ import (
 
 	"github.com/waybill/waybill/journal"
 	"github.com/waybill/waybill/lifecycle"
+	"github.com/waybill/waybill/routing"
 )
 
 // TestAuditMatchesRoutingAgain: a dispatch whose recorded routing is not
@@ -66,6 +67,56 @@ func TestAuditMatchesRoutingAgain(t *testing.T) {
 			}
 			found := f.Violations[before:]
 			if tc.wrong != (len(found) == 1) || len(found) > 1 || tc.wrong && !strings.Contains(found[0].Problem, "the routes of config version 2 route it") {
+				t.Errorf("violations %v", found)
+			}
+		})
+	}
+}
+
+// TestAuditMatchesUnderTheBoundOfItsTime: a decision is matched again
+// under the bound on its filters' cost that it records; one that records
+// none, of before the meter, under cel-go's tracker, which let finish a
+// filter the meter stops.
+func TestAuditMatchesUnderTheBoundOfItsTime(t *testing.T) {
+	at := time.Date(2026, 12, 1, 8, 0, 0, 0, time.UTC)
+	near := lifecycle.Route{ID: uuid.New(), Source: "erp", From: "*", To: "*", Target: "billing",
+		Filter: "message.type.split('').all(a, message.type.split('').filter(b, b == a).size() >= 0)"}
+	f := newFolded()
+	f.routes = &routeLedger{}
+	position := int64(0)
+	event := func(stream string, version int, p journal.Payload) journal.Event {
+		position++
+		return journal.Event{Position: position, Stream: stream, Version: version, RecordedAt: at, Actor: "operator:admin", Payload: p}
+	}
+	if err := f.fold(event(journal.ConfigStream, 1, &journal.RouteCreated{Route: near})); err != nil {
+		t.Fatal(err)
+	}
+	matched := []journal.MatchedRoute{{ID: near.ID, Target: near.Target, Filter: near.Filter}}
+	stopped := []journal.FilterError{{Route: near.ID, Error: "operation cancelled: actual cost limit exceeded"}}
+	for _, tc := range []struct {
+		name     string
+		recorded journal.Routing
+		wrong    string
+	}{
+		{"stopped by the meter", journal.Routing{FilterErrors: stopped, ConfigVersion: 1, CostLimit: routing.CostBound}, ""},
+		{"matched under cel-go's tracker", journal.Routing{Routes: matched, ConfigVersion: 1}, ""},
+		{"matched under the meter", journal.Routing{Routes: matched, ConfigVersion: 1, CostLimit: routing.CostBound}, "route it"},
+		{"stopped by cel-go's tracker", journal.Routing{FilterErrors: stopped, ConfigVersion: 1}, "route it"},
+		{"under an unknown bound", journal.Routing{Routes: matched, ConfigVersion: 1, CostLimit: "meter 5"}, `unknown bound on the cost of filters: "meter 5"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			before := len(f.Violations)
+			id := uuid.New()
+			accepted := &journal.MessageAccepted{Source: "erp", From: "a", To: "b", ContentType: "text/plain", Type: strings.Repeat("a", 75),
+				PayloadSize: 2, PayloadSHA256: strings.Repeat("0", 64)}
+			dispatched := &journal.MessageDispatched{NewDeliveries: journal.NewDeliveries{Routing: tc.recorded}}
+			for i, p := range []journal.Payload{accepted, dispatched} {
+				if err := f.fold(event(journal.MessageStream(id), i+1, p)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			found := f.Violations[before:]
+			if (tc.wrong != "") != (len(found) == 1) || len(found) > 1 || tc.wrong != "" && !strings.Contains(found[0].Problem, tc.wrong) {
 				t.Errorf("violations %v", found)
 			}
 		})

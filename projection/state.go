@@ -94,7 +94,10 @@ type Delivery struct {
 	LaneKey      string
 	LaneSeq      int64
 	LaneContinue bool
-	State        lifecycle.DeliveryState
+	// Shaped says its target's transform made a shape of it, kept in
+	// delivery_shapes: what it sends, or why it sends nothing.
+	Shaped bool
+	State  lifecycle.DeliveryState
 	// Attempts counts the claims whose attempt started.
 	Attempts int
 	// DispatchCount counts the wake-ups since the last claim.

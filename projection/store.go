@@ -31,7 +31,7 @@ const messageColumns = `m.id, m.version, m.source, m.from_party, m.to_party, m.c
 const deliveryColumns = `d.id, d.message_id, d.message_created_at, d.seq, d.version, d.generation, d.target, d.lane_key, d.lane_seq,
 	d.lane_continue, d.state, d.attempts,
 	d.dispatch_count, d.redeliveries, d.redelivered_at, d.redelivered_attempts, d.next_due, d.claim_token,
-	d.lease_end, d.last_error, d.created_at, d.updated_at, d.finished_at`
+	d.lease_end, d.last_error, d.created_at, d.updated_at, d.finished_at, d.shaped`
 
 // Load reads a message and its deliveries; ErrNotFound when there is none.
 func Load(ctx context.Context, q journal.Querier, id uuid.UUID) (*Message, error) {
@@ -348,7 +348,7 @@ type deliveryRow struct {
 	redeliveredAttempts                          pgtype.Int4
 	target, state, lastError, laneKey            pgtype.Text
 	laneSeq                                      pgtype.Int8
-	laneContinue                                 pgtype.Bool
+	laneContinue, shaped                         pgtype.Bool
 	nextDue, leaseEnd, finishedAt, redeliveredAt pgtype.Timestamptz
 	messageCreatedAt, createdAt, updatedAt       pgtype.Timestamptz
 }
@@ -357,7 +357,7 @@ type deliveryRow struct {
 func (r *deliveryRow) scanDest() []any {
 	return []any{&r.id, &r.messageID, &r.messageCreatedAt, &r.seq, &r.version, &r.generation, &r.target, &r.laneKey, &r.laneSeq, &r.laneContinue, &r.state, &r.attempts,
 		&r.dispatchCount, &r.redeliver, &r.redeliveredAt, &r.redeliveredAttempts, &r.nextDue, &r.claimToken,
-		&r.leaseEnd, &r.lastError, &r.createdAt, &r.updatedAt, &r.finishedAt}
+		&r.leaseEnd, &r.lastError, &r.createdAt, &r.updatedAt, &r.finishedAt, &r.shaped}
 }
 
 func (r *deliveryRow) delivery() Delivery {
@@ -370,7 +370,7 @@ func (r *deliveryRow) delivery() Delivery {
 		RedeliveredAt: timeOf(r.redeliveredAt), RedeliveredAttempts: int(r.redeliveredAttempts.Int32),
 		NextDue: timeOf(r.nextDue), ClaimToken: r.claimToken.Bytes, LeaseEnd: timeOf(r.leaseEnd),
 		LastError: r.lastError.String, CreatedAt: timeOf(r.createdAt), UpdatedAt: timeOf(r.updatedAt),
-		FinishedAt: timeOf(r.finishedAt),
+		FinishedAt: timeOf(r.finishedAt), Shaped: r.shaped.Bool,
 	}
 }
 
@@ -689,11 +689,11 @@ func (u *messageUpdates) args() []any {
 
 const insertDeliveriesSQL = `INSERT INTO deliveries (id, message_id, message_created_at, seq, version, generation, target,
 	lane_key, lane_seq, lane_continue, state, attempts, dispatch_count, redeliveries, redelivered_at,
-	redelivered_attempts, next_due, claim_token, lease_end, last_error, created_at, updated_at, finished_at)
+	redelivered_attempts, next_due, claim_token, lease_end, last_error, created_at, updated_at, finished_at, shaped)
 	SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::timestamptz[], $4::int[], $5::int[], $6::int[], $7::text[], $8::text[],
 		$9::bigint[], $10::bool[], $11::text[], $12::int[], $13::int[], $14::int[], $15::timestamptz[], $16::int[],
 		$17::timestamptz[], $18::uuid[], $19::timestamptz[], $20::text[], $21::timestamptz[], $22::timestamptz[],
-		$23::timestamptz[])`
+		$23::timestamptz[], $24::bool[])`
 
 // upsertDeliveriesSQL makes insertDeliveriesSQL update the rows there
 // already. The deliveries of a new message are inserted without it: an
@@ -716,7 +716,7 @@ type deliveryColumnsOf struct {
 	target, state, lastError                     []string
 	laneKey                                      []pgtype.Text
 	laneSeq                                      []int64
-	laneContinue                                 []bool
+	laneContinue, shaped                         []bool
 	nextDue, leaseEnd, finishedAt, redeliveredAt []pgtype.Timestamptz
 	messageCreatedAt, createdAt, updatedAt       []time.Time
 }
@@ -745,12 +745,13 @@ func (c *deliveryColumnsOf) add(d *Delivery) {
 	c.createdAt = append(c.createdAt, d.CreatedAt)
 	c.updatedAt = append(c.updatedAt, d.UpdatedAt)
 	c.finishedAt = append(c.finishedAt, pgTime(d.FinishedAt))
+	c.shaped = append(c.shaped, d.Shaped)
 }
 
 func (c *deliveryColumnsOf) args() []any {
 	return []any{c.id, c.messageID, c.messageCreatedAt, c.seq, c.version, c.generation, c.target, c.laneKey, c.laneSeq, c.laneContinue, c.state, c.attempts, c.dispatches,
 		c.redelivs, c.redeliveredAt, c.redeliveredAttempts, c.nextDue, c.claimToken, c.leaseEnd, c.lastError,
-		c.createdAt, c.updatedAt, c.finishedAt}
+		c.createdAt, c.updatedAt, c.finishedAt, c.shaped}
 }
 
 // headersJSON is a message's headers as their column holds them: NULL for

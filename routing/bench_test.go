@@ -42,9 +42,8 @@ func BenchmarkTransform(b *testing.B) {
 
 // BenchmarkLoops is a filter that loops over a payload's list: one loop
 // over 2,001 numbers, which ends within the cost limit, and two the cost
-// limit stops, one loop over 20,001 and two nested over 2,001. CEL's
-// tracking of the cost is what they mostly cost, and it grows with the
-// square of the steps taken.
+// limit stops, one loop over 20,001 and two nested over 2,001: what a
+// stopped loop costs is the steps the meter lets it take.
 func BenchmarkLoops(b *testing.B) {
 	for _, c := range []struct {
 		name, filter string

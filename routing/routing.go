@@ -6,14 +6,17 @@ package routing
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"unicode/utf8"
 
 	"github.com/google/cel-go/cel"
 	"github.com/google/cel-go/common/ast"
 	"github.com/google/cel-go/common/types"
+	"github.com/google/cel-go/common/types/ref"
 	"github.com/google/cel-go/ext"
 	"github.com/google/cel-go/interpreter"
 
@@ -22,12 +25,15 @@ import (
 )
 
 // CostLimit bounds what one evaluation of an expression may cost, in CEL's
-// units (about one per operation or element visited): enough for a filter
-// that looks through a payload's list of a few thousand items. It bounds
-// the work, deterministically, so the audit decides as the dispatch did;
-// CEL's tracking of it grows with the square of a loop's steps, so an
-// evaluation stopped at it takes a second or so (docs/performance.md).
+// units (about one per operation or element visited, meter.go): enough for
+// a filter that looks through a payload's list of a few thousand items. It
+// bounds the work, deterministically, so the audit decides as the dispatch
+// did.
 const CostLimit = 100_000
+
+// CostBound names the bound the filters of a decision run under, the meter
+// at CostLimit, which the decision records (journal.Routing.CostLimit).
+const CostBound = "meter 100000"
 
 // Message is what an expression sees of a message.
 type Message struct {
@@ -64,6 +70,10 @@ var env = func() *cel.Env {
 type Program struct {
 	src string
 	prg cel.Program
+	// tracked is the program under cel-go's own cost tracker and
+	// CostLimit, made when first asked: how filters were bounded before
+	// the meter, by which the audit matches the decisions of then.
+	tracked func() (cel.Program, error)
 	// payload says the expression may read message.payload, so the
 	// payload must be parsed for it.
 	payload bool
@@ -87,12 +97,13 @@ func compile(field, src string, want *cel.Type) (*Program, error) {
 	if err := checkFields(field, checked); err != nil {
 		return nil, err
 	}
-	prg, err := env.Program(checked, cel.CostLimit(CostLimit))
+	prg, err := env.Program(checked, cel.CustomDecoratorV2(metered))
 	if err != nil {
 		return nil, &lifecycle.FieldError{Field: field, Problem: err.Error()}
 	}
+	tracked := sync.OnceValues(func() (cel.Program, error) { return env.Program(checked, cel.CostLimit(CostLimit)) })
 	// Any mention of payload counts: message["payload"] reads it too.
-	return &Program{src: src, prg: prg, payload: strings.Contains(src, "payload")}, nil
+	return &Program{src: src, prg: prg, tracked: tracked, payload: strings.Contains(src, "payload")}, nil
 }
 
 // checkFields refuses a field of message that does not exist, which CEL's
@@ -124,6 +135,8 @@ type Input struct {
 	parsed bool
 	// act is the variables as made last, with the payload once parsed.
 	act interpreter.Activation
+	// meter is the cost of the evaluation under way.
+	meter meter
 }
 
 // NewInput makes the input of the expressions on m.
@@ -177,10 +190,35 @@ func isJSON(contentType string) bool {
 	return t == "application/json" || strings.HasSuffix(t, "+json")
 }
 
+// run evaluates p on in within CostLimit.
+func (p *Program) run(in *Input) (ref.Val, error) {
+	in.meter.reset(in.activation(p.payload))
+	out, _, err := p.prg.Eval(&in.meter)
+	return out, err
+}
+
 // Eval runs the filter on in: whether it matched, or why it failed (an
 // error at run time, the cost limit passed, a value that is no bool).
 func (p *Program) Eval(in *Input) (bool, error) {
-	out, _, err := p.prg.Eval(in.activation(p.payload))
+	return p.evalUnder(in, CostBound)
+}
+
+// evalUnder is Eval with the filter bounded as bound names: CostBound, or
+// "" for cel-go's own tracker.
+func (p *Program) evalUnder(in *Input, bound string) (bool, error) {
+	var out ref.Val
+	var err error
+	switch bound {
+	case CostBound:
+		out, err = p.run(in)
+	case "":
+		var prg cel.Program
+		if prg, err = p.tracked(); err == nil {
+			out, _, err = prg.Eval(in.activation(p.payload))
+		}
+	default:
+		return false, fmt.Errorf("%w: %q", ErrUnknownBound, bound)
+	}
 	if err != nil {
 		return false, err
 	}
@@ -252,8 +290,21 @@ type Decision struct {
 // (lifecycle.Route.Covers), whose types cover its type (CoversType) and
 // whose filter yields true. A filter that fails does not match and is
 // recorded with its error. Overlapping routes to one target yield it once.
-// It depends on nothing but m and the table.
+// It depends on nothing but m and the table. A decision in which a filter
+// ran records CostBound.
 func (t *Table) Match(m Message) Decision {
+	d, _ := t.MatchUnder(m, CostBound)
+	return d
+}
+
+// ErrUnknownBound is a decision's bound on its filters' cost that this
+// build does not know.
+var ErrUnknownBound = errors.New("unknown bound on the cost of filters")
+
+// MatchUnder is Match with the filters bounded as bound names (a recorded
+// journal.Routing.CostLimit): the audit's, which matches each decision
+// again under the bound of its time.
+func (t *Table) MatchUnder(m Message, bound string) (Decision, error) {
 	var d Decision
 	var in *Input
 	for i, r := range t.routes {
@@ -263,8 +314,12 @@ func (t *Table) Match(m Message) Decision {
 		if p := t.programs[i]; p != nil {
 			if in == nil {
 				in = NewInput(m)
+				d.CostLimit = bound
 			}
-			ok, err := p.Eval(in)
+			ok, err := p.evalUnder(in, bound)
+			if errors.Is(err, ErrUnknownBound) {
+				return Decision{}, err
+			}
 			if err != nil {
 				d.FilterErrors = append(d.FilterErrors, journal.FilterError{Route: r.ID, Error: err.Error()})
 				continue
@@ -279,5 +334,5 @@ func (t *Table) Match(m Message) Decision {
 		}
 	}
 	slices.Sort(d.Targets)
-	return d
+	return d, nil
 }

@@ -67,6 +67,10 @@ func TestMatchTypesAndFilters(t *testing.T) {
 			if again := table.Match(tc.m); !slices.Equal(again.Targets, d.Targets) || len(again.Routes) != len(d.Routes) {
 				t.Fatalf("a second decision differs: %v, then %v", d, again)
 			}
+			if tracked, err := table.MatchUnder(tc.m, ""); err != nil || !slices.Equal(tracked.Targets, d.Targets) ||
+				!slices.Equal(tracked.FilterErrors, d.FilterErrors) {
+				t.Fatalf("under cel-go's tracker %v, %v; under the meter %v", tracked, err, d)
+			}
 		})
 	}
 }

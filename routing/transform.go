@@ -109,7 +109,7 @@ func (t Transforms) Shape(target string, m Message, in *Input) *Shaped {
 // delivery of m, or why it cannot be sent (an error at run time, the cost
 // limit passed, a key or value not allowed).
 func (p *Program) Transform(m Message, in *Input) (Shaped, error) {
-	out, _, err := p.prg.Eval(in.activation(p.payload))
+	out, err := p.run(in)
 	if err != nil {
 		return Shaped{}, err
 	}

@@ -342,7 +342,11 @@ CREATE TABLE IF NOT EXISTS deliveries (
 	last_error           text        NOT NULL,
 	created_at           timestamptz NOT NULL,
 	updated_at           timestamptz NOT NULL,
-	finished_at          timestamptz
+	finished_at          timestamptz,
+	-- shaped: delivery_shapes holds what its target's transform made of
+	-- it (or its cancel or failure), which its claims read; the others'
+	-- claims read no shape.
+	shaped               bool        NOT NULL DEFAULT false
 );
 
 -- The lanes of fifo targets that hold work: the delivery at the head (the

@@ -171,7 +171,7 @@ CREATE TABLE deliveries (
 	attempts int NOT NULL, dispatch_count int NOT NULL, redeliveries int NOT NULL, redelivered_at timestamptz,
 	redelivered_attempts int NOT NULL, next_due timestamptz,
 	claim_token uuid, lease_end timestamptz, last_error text NOT NULL, created_at timestamptz NOT NULL,
-	updated_at timestamptz NOT NULL, finished_at timestamptz,
+	updated_at timestamptz NOT NULL, finished_at timestamptz, shaped bool NOT NULL DEFAULT false,
 	CONSTRAINT deliveries_message_seq UNIQUE (message_id, seq)
 );
 CREATE INDEX deliveries_due ON deliveries (state, next_due) WHERE next_due IS NOT NULL;
