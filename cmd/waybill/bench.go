@@ -14,7 +14,7 @@ import (
 )
 
 const benchUsage = `usage: waybill bench [--http] [--messages N] [--clients C] [--rate R] [--statements] [--database-url URL] [--cpuprofile FILE]
-       waybill bench --backlog N [--clients C] [--concurrency K] [--keys K] [--transform EXPR] [--statements] [--database-url URL]
+       waybill bench --backlog N [--clients C] [--concurrency K] [--target-rate R] [--keys K] [--transform EXPR] [--statements] [--database-url URL]
 
 Runs a whole Waybill in this process (its own embedded PostgreSQL in a
 temporary directory unless --database-url is given, and its own NATS) with
