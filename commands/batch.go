@@ -384,6 +384,9 @@ func (w *Writer) writeBatch(ctx context.Context, ops []*op, side *operationSide)
 		var unread []uuid.UUID
 		read, unread = w.heldAt(locked())
 		latest = found()
+		for target, tokens := range due.tokens {
+			w.learnTokens(cfg.targets[target], *tokens, len(due.byTarget[target]), due.now)
+		}
 		for id, m := range due.messages {
 			switch {
 			case read[id] != nil:
@@ -650,6 +653,10 @@ func (w *Writer) decide(ops []*op, read map[uuid.UUID]*projection.Message, lanes
 type chosen struct {
 	byTarget map[string][]uuid.UUID
 	messages map[uuid.UUID]*projection.Message
+	// tokens are what the buckets of the targets with a rate held, read
+	// with the choice, for learnTokens.
+	tokens map[string]**float64
+	now    time.Time
 }
 
 // queueChooseDue queues on b, after the locks and reads of the batch's
@@ -662,7 +669,8 @@ type chosen struct {
 // locks, it leaves the transaction waiting for no lock once it holds those
 // it chose.
 func (w *Writer) queueChooseDue(b *pgx.Batch, ops []*op, cfg *configState) *chosen {
-	c := &chosen{byTarget: map[string][]uuid.UUID{}, messages: map[uuid.UUID]*projection.Message{}}
+	c := &chosen{byTarget: map[string][]uuid.UUID{}, messages: map[uuid.UUID]*projection.Message{},
+		tokens: map[string]**float64{}, now: w.now()}
 	want := map[string]int{}
 	for _, o := range ops {
 		if !o.claimDue {
@@ -675,7 +683,13 @@ func (w *Writer) queueChooseDue(b *pgx.Batch, ops []*op, cfg *configState) *chos
 	if len(want) > 0 {
 		// Each outcome ends an attempt in flight, which the choice's count
 		// of them still finds.
-		w.queueChoice(b, w.now(), want, want, func(target string, ch projection.Chosen) {
+		for target := range want {
+			if cfg.targets[target].Rate != nil {
+				c.tokens[target] = new(*float64)
+				queueReadTokens(b, target, c.now, c.tokens[target])
+			}
+		}
+		w.queueChoice(b, c.now, want, want, func(target string, ch projection.Chosen) {
 			c.byTarget[target] = append(c.byTarget[target], ch.DeliveryID)
 			c.messages[ch.MessageID] = ch.Message
 		})

@@ -269,12 +269,8 @@ func (w *Writer) claimDue(ctx context.Context, target string, n int, lease time.
 		return nil, false, err
 	}
 	w.learnHealth(health)
-	if spec.Rate != nil && tokens != nil {
-		// What the bucket holds once these claims take theirs: a worker
-		// held back by it comes back when it holds a whole token.
-		left := *tokens - float64(len(chosen))
-		at := spec.Rate.NextToken(left, now)
-		w.gates.update(target, func(seen *gateSeen) { seen.token = at })
+	if spec.Rate != nil {
+		w.learnTokens(spec, tokens, len(chosen), now)
 	}
 	if len(chosen) == 0 {
 		// release ends the transaction

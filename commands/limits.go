@@ -7,6 +7,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/waybill/waybill/lifecycle"
 	"github.com/waybill/waybill/schema"
 )
 
@@ -53,4 +54,17 @@ func (w *Writer) limitTarget(target string) {
 func queueReadTokens(b *pgx.Batch, target string, now time.Time, dst **float64) {
 	b.Queue(`SELECT target_tokens(t.spec, t.name, $2) FROM (SELECT) one LEFT JOIN targets t ON t.name = $1`, target, now).
 		QueryRow(func(row pgx.Row) error { return row.Scan(dst) })
+}
+
+// learnTokens records when the bucket of target, which held tokens at now
+// (nil: not read), holds a whole token again once the taken claims take
+// theirs: a worker held back by it comes back then (HeldUntil). Both a
+// catch-up and an outcome that claims the next due delivery learn it, so
+// that the last outcome of a drain its rate held back is followed.
+func (w *Writer) learnTokens(target lifecycle.Target, tokens *float64, taken int, now time.Time) {
+	if target.Rate == nil || tokens == nil {
+		return
+	}
+	at := target.Rate.NextToken(*tokens-float64(taken), now)
+	w.gates.update(target.Name, func(seen *gateSeen) { seen.token = at })
 }

@@ -117,9 +117,11 @@ func TestRateAcrossThreeProcesses(t *testing.T) {
 	mu.Lock()
 	defer mu.Unlock()
 	// The claims keep to the bound exactly; the requests may bunch by the
-	// time they take to arrive, one or two over it on a busy machine.
+	// time they take to arrive: a process the machine leaves waiting
+	// between its claims and their requests sends them together, up to a
+	// burst's worth over the bound on a busy machine.
 	checkWindows(t, "claims", claimTimes(t, b), perSecond, burst, 0)
-	checkWindows(t, "requests", seen, perSecond, burst, 2)
+	checkWindows(t, "requests", seen, perSecond, burst, burst)
 	// (40 - 5) / 10 = 3.5 s at the rate; the upper bound is generous, for
 	// the machine is shared.
 	if ideal := time.Duration(messages-burst) * time.Second / perSecond; took < ideal*9/10 || took > 15*ideal {
