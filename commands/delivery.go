@@ -269,9 +269,7 @@ func (w *Writer) claimDue(ctx context.Context, target string, n int, lease time.
 		return nil, false, err
 	}
 	w.learnHealth(health)
-	if spec.Rate != nil {
-		w.learnTokens(spec, tokens, len(chosen), now)
-	}
+	w.learnTokens(spec, tokens, len(chosen), now)
 	if len(chosen) == 0 {
 		// release ends the transaction
 		return nil, (healthStep{target: target, halfOpen: true}).decide(health, breakerOf(cfg, target), now) != nil, nil
