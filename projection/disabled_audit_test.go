@@ -57,20 +57,7 @@ func TestAuditNamesAClaimOfADisabledTarget(t *testing.T) {
 			Payload: &journal.TargetUpdated{Target: enabled}},
 		claim(ms[1]),
 	}
-	var batch pgx.Batch
-	if err := journal.Queue(&batch, events...); err != nil {
-		t.Fatal(err)
-	}
-	if err := b.db.SendBatch(b.ctx, &batch).Close(); err != nil {
-		t.Fatal(err)
-	}
-	r, err := projection.Audit(b.ctx, b.db, uuid.Nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	named := slices.DeleteFunc(r.Violations, func(v projection.Violation) bool {
-		return !strings.Contains(v.Problem, "which the target.disabled at position")
-	})
+	named := b.auditAfter(t, events, "which the target.disabled at position")
 	if len(named) != 1 || named[0].DeliveryID != alpha.ID || !strings.Contains(named[0].Problem, "claimed for target alpha") {
 		t.Fatalf("violations about a disabled target: %v", named)
 	}
@@ -111,20 +98,7 @@ func TestAuditHoldsClaimsToAClusterMaxConcurrent(t *testing.T) {
 				DeliveryID: d.ID, Target: d.Target, Actor: journal.WorkerActor(d.Target), OldState: lifecycle.StateQueued,
 				NewState: lifecycle.StateDelivering, Payload: &journal.DeliveryClaimed{Token: uuid.New(), Attempt: 1, LeaseEnd: b.now.Add(time.Minute)}})
 		}
-		var batch pgx.Batch
-		if err := journal.Queue(&batch, events...); err != nil {
-			t.Fatal(err)
-		}
-		if err := b.db.SendBatch(b.ctx, &batch).Close(); err != nil {
-			t.Fatal(err)
-		}
-		r, err := projection.Audit(b.ctx, b.db, uuid.Nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		named := slices.DeleteFunc(r.Violations, func(v projection.Violation) bool {
-			return !strings.Contains(v.Problem, "past its max_concurrent")
-		})
+		named := b.auditAfter(t, events, "past its max_concurrent")
 		switch {
 		case cluster && (len(named) != 1 || named[0].DeliveryID != ms[1].Deliveries[0].ID ||
 			!strings.Contains(named[0].Problem, "with 2 attempts in flight, past its max_concurrent 1")):
@@ -164,6 +138,16 @@ func TestAuditLetsAHalfOpenBreakerOneProbeAtATime(t *testing.T) {
 			DeliveryID: d.ID, Target: d.Target, Actor: journal.WorkerActor(d.Target), OldState: lifecycle.StateQueued,
 			NewState: lifecycle.StateDelivering, Payload: &journal.DeliveryClaimed{Token: uuid.New(), Attempt: 1, LeaseEnd: b.now.Add(at + time.Minute)}})
 	}
+	named := b.auditAfter(t, events, "half-open")
+	if len(named) != 1 || named[0].DeliveryID != ms[1].Deliveries[0].ID {
+		t.Fatalf("violations of a half-open breaker: %v", named)
+	}
+}
+
+// auditAfter appends events to the journal, audits it whole, and returns
+// the violations whose problem names problem.
+func (b *bundle) auditAfter(t *testing.T, events []journal.Event, problem string) []projection.Violation {
+	t.Helper()
 	var batch pgx.Batch
 	if err := journal.Queue(&batch, events...); err != nil {
 		t.Fatal(err)
@@ -175,10 +159,7 @@ func TestAuditLetsAHalfOpenBreakerOneProbeAtATime(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	named := slices.DeleteFunc(r.Violations, func(v projection.Violation) bool {
-		return !strings.Contains(v.Problem, "half-open")
+	return slices.DeleteFunc(r.Violations, func(v projection.Violation) bool {
+		return !strings.Contains(v.Problem, problem)
 	})
-	if len(named) != 1 || named[0].DeliveryID != ms[1].Deliveries[0].ID {
-		t.Fatalf("violations of a half-open breaker: %v", named)
-	}
 }
