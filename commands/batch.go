@@ -79,6 +79,9 @@ type op struct {
 	handOff bool
 	slots   map[string]Slot
 	handed  []handed
+	// claims is set on a Claim's op, which the batch decides after the
+	// ops that may end attempts (decisionOrder).
+	claims bool
 	// health are the changes of targets' health the batch's outcomes call
 	// for, which the op's goroutine runs once its result is set.
 	health []healthStep
@@ -553,7 +556,7 @@ func (w *Writer) decide(ops []*op, read map[uuid.UUID]*projection.Message, lanes
 		merged[id] = all
 		d.changes = append(d.changes, all)
 	}
-	for _, o := range ops {
+	for _, o := range decisionOrder(ops) {
 		o.m, o.c, o.err, o.next, o.nextC, o.handed, o.health = nil, nil, nil, nil, nil, nil, nil
 		if err := o.ctx.Err(); err != nil {
 			o.err = err
@@ -644,6 +647,27 @@ func (w *Writer) decide(ops []*op, read map[uuid.UUID]*projection.Message, lanes
 		}
 	}
 	return d
+}
+
+// decisionOrder is ops with the claims and the ingests (which may hand
+// off claims) last, each part in its own order. targets_admit counts a
+// target's attempts in flight at commit, after the batch's outcomes ended
+// theirs; the journal, which the audit folds event by event, then never
+// shows a claim taking the place of an attempt before the attempt ended.
+func decisionOrder(ops []*op) []*op {
+	later := func(o *op) bool { return o.claims || !o.on.named }
+	order := make([]*op, 0, len(ops))
+	for _, o := range ops {
+		if !later(o) {
+			order = append(order, o)
+		}
+	}
+	for _, o := range ops {
+		if later(o) {
+			order = append(order, o)
+		}
+	}
+	return order
 }
 
 // chosen is what queueChooseDue chose, once the batch is read: by target,

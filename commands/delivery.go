@@ -50,11 +50,12 @@ func (w *Writer) Claim(ctx context.Context, deliveryID uuid.UUID, lease time.Dur
 		claim Claim
 		c     *change
 	)
-	m, err := w.run(ctx, delivery(deliveryID), func(m *projection.Message, _ *projection.LaneBook, now time.Time) (*change, error) {
-		var err error
-		claim, c, err = claimOn(m, deliveryID, uuid.New(), lease, now)
-		return c, err
-	})
+	m, err := w.runOp(&op{ctx: ctx, on: delivery(deliveryID), claims: true,
+		decide: func(m *projection.Message, _ *projection.LaneBook, now time.Time) (*change, error) {
+			var err error
+			claim, c, err = claimOn(m, deliveryID, uuid.New(), lease, now)
+			return c, err
+		}})
 	if err != nil {
 		return Claim{}, fmt.Errorf("claim delivery %s: %w", deliveryID, err)
 	}

@@ -477,3 +477,57 @@ func TestAWriterReadsWhatAnotherWrote(t *testing.T) {
 	}
 	b.audit(t)
 }
+
+// TestABatchEndsAttemptsBeforeItClaims queues a claim and then an outcome
+// of a target with max_concurrent 1 behind two busy batches, so that one
+// batch writes both: targets_admit counts at commit, where the outcome
+// has freed the one slot, and the journal records the outcome first, so
+// the audit, which counts event by event, finds the limit kept.
+func TestABatchEndsAttemptsBeforeItClaims(t *testing.T) {
+	t.Parallel()
+	lb := setupLock(t)
+	if _, err := lb.w.CreateTarget(lb.ctx, lifecycle.Target{Name: "one", Kind: "http", Enabled: true, MaxConcurrent: 1, Config: sinkConfig}, admin); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := lb.w.CreateRoute(lb.ctx, lifecycle.Route{Source: "erp", From: "*", To: "*", Target: "one"}, admin); err != nil {
+		t.Fatal(err)
+	}
+	first, second := lb.ingest(t).Deliveries[0].ID, lb.ingest(t).Deliveries[0].ID
+	c, err := lb.w.Claim(lb.ctx, first, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	release := lb.busy(t)
+	sizes := lb.batchSizes()
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		if _, err := lb.w.Claim(lb.ctx, second, time.Minute); err != nil {
+			t.Errorf("claim %s: %v", second, err)
+		}
+	})
+	lb.untilPending(t, 1)
+	wg.Go(func() {
+		if _, err := lb.w.Complete(lb.ctx, first, c.Token, lifecycle.Delivered("200 OK")); err != nil {
+			t.Errorf("complete %s: %v", first, err)
+		}
+	})
+	lb.untilPending(t, 2)
+	release()
+	wg.Wait()
+	if got := sizes(); !slices.Equal(got, []int{2}) {
+		t.Errorf("batch sizes %v, want [2]", got)
+	}
+	var kinds []string
+	rows, err := lb.db.Query(lb.ctx, `SELECT kind FROM journal WHERE delivery_id = ANY($1) AND kind <> 'message.dispatched' ORDER BY position`,
+		[]uuid.UUID{first, second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if kinds, err = pgx.CollectRows(rows, pgx.RowTo[string]); err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"delivery.claimed", "delivery.attempted", "delivery.claimed"}; !slices.Equal(kinds, want) {
+		t.Errorf("journal %v, want %v", kinds, want)
+	}
+	lb.noLostRacesAndAudit(t)
+}
