@@ -11,6 +11,7 @@ import (
 
 	"github.com/waybill/waybill/journal"
 	"github.com/waybill/waybill/lifecycle"
+	"github.com/waybill/waybill/schema"
 )
 
 // The sweep's selections take the most overdue first, on the
@@ -119,8 +120,9 @@ var claimableSQL = lifecycle.CatchUpRule.SQL("d", "$2")
 // ClaimableChoiceSQL chooses and locks up to $3 deliveries of target $1 that a
 // worker may take at $2, no more than the target's health and limits let
 // through then, $5 of its attempts in flight being ended by the same
-// transaction (target_allowance), oldest due first, and reads their messages
-// (ChooseSQL). It locks each message before its delivery (the
+// transaction (target_allowance's body, schema.TargetAllowanceSQL, so
+// that the statement's generic plan holds it planned), oldest due first,
+// and reads their messages (ChooseSQL). It locks each message before its delivery (the
 // order of FOR UPDATE OF): a candidate whose message another transaction
 // holds is then skipped with nothing locked. Locking the delivery first
 // would keep it locked while skipping its message, and the holder of the
@@ -133,7 +135,7 @@ var claimableSQL = lifecycle.CatchUpRule.SQL("d", "$2")
 var ClaimableChoiceSQL = ChooseSQL(`SELECT d.id, d.message_id, ` + claimKeySQL + `, m.version
 	FROM deliveries d JOIN messages m ON m.id = d.message_id
 	WHERE d.target = $1 AND ` + claimableSQL + ` AND ` + claimKeySQL + ` >= $4
-	ORDER BY ` + claimKeySQL + ` LIMIT target_allowance($1, $2, $3, $5)
+	ORDER BY ` + claimKeySQL + ` LIMIT ` + schema.TargetAllowanceSQL("$1::text", "$2::timestamptz", "$3::int", "$5::int") + `
 	FOR UPDATE OF m, d SKIP LOCKED`)
 
 // claimKeySQL is the due key of deliveries_claimable.

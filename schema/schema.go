@@ -616,12 +616,7 @@ $$;
 DROP FUNCTION IF EXISTS target_allowance(text, timestamptz, int);
 CREATE OR REPLACE FUNCTION target_allowance(name text, at timestamptz, want int, freeing int) RETURNS int
 LANGUAGE sql STABLE AS $$
-	SELECT CASE WHEN t.spec->>'enabled' = 'false' THEN 0
-		ELSE least(coalesce((SELECT ` + lifecycle.GateAllowanceSQL("h", "at", "want") + `
-			FROM target_health h WHERE h.target = target_allowance.name), want),
-			CASE WHEN ` + lifecycle.LimitedSQL("t.spec") + ` THEN ` + lifecycle.LimitsAllowanceSQL("t.spec",
-	"(target_in_flight(t.name, at) - freeing)", "target_tokens(t.spec, t.name, at)", "want") + ` ELSE want END) END
-	FROM (SELECT) one LEFT JOIN targets t ON t.name = target_allowance.name
+	SELECT ` + TargetAllowanceSQL("target_allowance.name", "at", "want", "freeing") + `
 $$;
 
 -- A transaction that writes claims calls this after taking its targets'
@@ -674,6 +669,20 @@ BEGIN
 	END LOOP;
 END $$;
 `
+
+// TargetAllowanceSQL is the body of target_allowance as an expression
+// over the SQL expressions name, at, want and freeing: the claim's choice
+// of due deliveries writes it in its own statement, whose generic plan
+// PostgreSQL keeps, where a call of the function (a SQL function with a
+// FROM, never inlined) plans its body again at every call.
+func TargetAllowanceSQL(name, at, want, freeing string) string {
+	return `(SELECT CASE WHEN t.spec->>'enabled' = 'false' THEN 0
+		ELSE least(coalesce((SELECT ` + lifecycle.GateAllowanceSQL("h", at, want) + `
+			FROM target_health h WHERE h.target = ` + name + `), ` + want + `),
+			CASE WHEN ` + lifecycle.LimitedSQL("t.spec") + ` THEN ` + lifecycle.LimitsAllowanceSQL("t.spec",
+		"(target_in_flight(t.name, "+at+") - "+freeing+")", "target_tokens(t.spec, t.name, "+at+")", want) + ` ELSE ` + want + ` END) END
+	FROM (SELECT) one LEFT JOIN targets t ON t.name = ` + name + `)`
+}
 
 // ddlDigest names this build's DDL and versions.
 var ddlDigest = func() string {
