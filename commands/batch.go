@@ -462,7 +462,7 @@ func (w *Writer) writeBatch(ctx context.Context, ops []*op, side *operationSide)
 		}
 		return nil
 	}
-	got, err := w.commit(ctx, conn, d.changes, d.events, d.lanes, d.operation, explicit)
+	got, err := w.commit(ctx, conn, cfg, d.changes, d.events, d.lanes, d.operation, explicit)
 	if err != nil {
 		return err
 	}
@@ -757,15 +757,15 @@ func shapeOf(shapes map[uuid.UUID]routing.Shaped, id uuid.UUID) *routing.Shaped 
 }
 
 // commit is the write round trip of a transaction on conn: the changes,
-// their events in the order recorded, the lanes they moved, the read of the
+// decided with cfg (nil when they claim no delivery), their events in the order recorded, the lanes they moved, the read of the
 // bodies and shapes those that ask for one want, and COMMIT when the
 // transaction is explicit (else the batch is an implicit one). It returns
 // what it read, and remembers which message each delivery written belongs
 // to, for the batcher.
-func (w *Writer) commit(ctx context.Context, conn *pgxpool.Conn, changes []*change, events []journal.Event,
+func (w *Writer) commit(ctx context.Context, conn *pgxpool.Conn, cfg *configState, changes []*change, events []journal.Event,
 	lanes []projection.Lane, operation func(*pgx.Batch), explicit bool) (read, error) {
 	b := &pgx.Batch{}
-	if err := w.queue(b, changes, events, lanes, operation); err != nil {
+	if err := w.queue(b, cfg, changes, events, lanes, operation); err != nil {
 		return read{}, err
 	}
 	var withBody, shaped []uuid.UUID

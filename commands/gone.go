@@ -118,45 +118,75 @@ func (s *disabling) disable(c *change, g *goneRead, deliveryID uuid.UUID, now ti
 			DeliveryID: deliveryID, StatusCode: http.StatusGone}}, nil
 }
 
-// queueTargetLocks queues, first in a transaction that writes events,
-// the locks of the targets they claim for and disable, in the order of
-// their hash so that two transactions never wait for each other in a
-// cycle: shared for a claim of a target without limits, alone for a
-// disabling and for a claim of a target with limits (decided on its row,
-// lifecycle.LimitedSQL), so that targets_admit counts the attempts in
-// flight and tokens the claims before it committed. A transaction that
-// neither claims nor disables takes none.
-func queueTargetLocks(b *pgx.Batch, events []journal.Event) {
-	claimed, _, _, _ := claimsOf(events)
-	var names []string
-	var alone []bool
+// claimLocks returns the targets whose claim locks a transaction that
+// writes events takes, and which of them it takes alone: every target
+// they disable, and those they claim for that cfg, the configuration they
+// were decided with, gives limits. The rest it takes shared.
+func claimLocks(events []journal.Event, cfg *configState) (names []string, alone []bool) {
 	for _, e := range events {
 		if p, ok := e.Payload.(*journal.TargetDisabled); ok {
 			names, alone = append(names, p.Target), append(alone, true)
 		}
 	}
-	if len(claimed) == 0 && len(names) == 0 {
-		return
-	}
+	claimed, _, _, _ := claimsOf(events)
 	for _, t := range claimed {
 		if !slices.Contains(names, t) {
-			names, alone = append(names, t), append(alone, false)
+			names, alone = append(names, t), append(alone, cfg.targets[t].Limited())
 		}
 	}
+	return names, alone
+}
+
+// queueTargetLocks queues, first in a transaction that writes events,
+// the locks of the targets they claim for and disable (claimLocks), in
+// the order of their hash so that two transactions never wait for each
+// other in a cycle: alone for a disabling and for a claim of a target
+// with limits, so that targets_admit counts the attempts in flight and
+// tokens the claims before it committed; shared for the other claims. A
+// transaction that neither claims nor disables takes none. The
+// statement reads no target: its snapshot is taken before it waits for
+// a lock, so what it read could be older than a change committed by the
+// holder it waited for. targets_admit reads the targets once the locks
+// are held, and refuses a claim of a target that has limits under a
+// lock held shared (the configuration was older than the limits).
+func queueTargetLocks(b *pgx.Batch, events []journal.Event, cfg *configState) {
+	names, alone := claimLocks(events, cfg)
+	if len(names) == 0 {
+		return
+	}
 	b.Queue(`SELECT CASE WHEN alone THEN pg_advisory_xact_lock($3::int, h) ELSE pg_advisory_xact_lock_shared($3::int, h) END
-		FROM (SELECT hashtext(x.n) AS h, bool_or(x.alone OR coalesce(`+lifecycle.LimitedSQL("t.spec")+`, false)) AS alone
-			FROM unnest($1::text[], $2::bool[]) AS x(n, alone) LEFT JOIN targets t ON t.name = x.n
+		FROM (SELECT hashtext(n) AS h, bool_or(alone) AS alone FROM unnest($1::text[], $2::bool[]) AS x(n, alone)
 			GROUP BY 1 ORDER BY 1 OFFSET 0) l`, names, alone, int32(schema.ClassTarget))
 }
+
+// targetAdmitSQL calls targets_admit for the claims of a transaction
+// only when one of their targets, as its row and its health's row read
+// under the locks show, gives it anything to do: a target disabled, with
+// limits, whose gate lets fewer claims through or that is half-open. A
+// target without limits whose breaker is closed and enabled, the drain's
+// common case, costs one plain statement, not the function's three.
+var targetAdmitSQL = `SELECT targets_admit($1, $2, $3, $4, $5) FROM (SELECT) one WHERE EXISTS (
+	SELECT FROM unnest($1::text[], $2::int[]) AS x(name, n)
+		LEFT JOIN targets t ON t.name = x.name LEFT JOIN target_health g ON g.target = x.name
+	WHERE t.spec->>'enabled' = 'false' OR ` + lifecycle.LimitedSQL("t.spec") + ` OR g.breaker = 'half_open'
+		OR ` + lifecycle.GateAllowanceSQL("g", "$3::timestamptz", "x.n") + ` < x.n)`
 
 // queueTargetAdmit queues, after the projection's writes of a
 // transaction that claims, the check that the targets claimed for are
 // still enabled, that their health lets as many claims through and that
-// their limits do, the claims in flight counted (targets_admit, health.go).
-func queueTargetAdmit(b *pgx.Batch, events []journal.Event) {
-	if claimed, counts, at, leaseEnds := claimsOf(events); len(claimed) > 0 {
-		b.Queue(`SELECT targets_admit($1, $2, $3, $4)`, claimed, counts, at, leaseEnds)
+// their limits do, the claims in flight counted (targets_admit, health.go),
+// and that a target with limits had its lock alone (claimLocks).
+func queueTargetAdmit(b *pgx.Batch, events []journal.Event, cfg *configState) {
+	claimed, counts, at, leaseEnds := claimsOf(events)
+	if len(claimed) == 0 {
+		return
 	}
+	names, lockedAlone := claimLocks(events, cfg)
+	alone := make([]bool, len(claimed))
+	for i, t := range claimed {
+		alone[i] = lockedAlone[slices.Index(names, t)]
+	}
+	b.Queue(targetAdmitSQL, claimed, counts, at, leaseEnds, alone)
 }
 
 // claimsOf returns the targets events claim for, with the number of
@@ -182,7 +212,8 @@ func claimsOf(events []journal.Event) (claimed []string, counts []int32, at time
 }
 
 // targetDisabled reports the refusal of targets_admit: a target
-// claimed for was disabled after the configuration was read.
+// claimed for was disabled, or given limits, after the configuration was
+// read.
 func targetDisabled(err error) bool {
 	var pgErr *pgconn.PgError
 	return errors.As(err, &pgErr) && pgErr.Code == schema.CodeTargetDisabled

@@ -12,6 +12,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/waybill/waybill/commands"
@@ -19,6 +20,7 @@ import (
 	"github.com/waybill/waybill/internal/testpoll"
 	"github.com/waybill/waybill/lifecycle"
 	"github.com/waybill/waybill/projection"
+	"github.com/waybill/waybill/schema"
 	"github.com/waybill/waybill/service"
 )
 
@@ -530,4 +532,43 @@ func TestABatchEndsAttemptsBeforeItClaims(t *testing.T) {
 		t.Errorf("journal %v, want %v", kinds, want)
 	}
 	lb.noLostRacesAndAudit(t)
+}
+
+// TestAClaimOfLimitsItsConfigurationMissedIsDecidedAgain: a Writer whose
+// configuration shows a target without limits takes the target's claim
+// lock shared. Once another Writer has given the target a
+// max_concurrent, targets_admit refuses that claim (WB001), and the
+// Writer claims again on the configuration read anew, with the lock
+// alone.
+func TestAClaimOfLimitsItsConfigurationMissedIsDecidedAgain(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.targets(t, "alpha")
+	d := b.ingest(t).Deliveries[0].ID
+	other, err := newWriter(b, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	limited := lifecycle.Target{Name: "alpha", Kind: "http", Enabled: true, MaxConcurrent: 1, Config: sinkConfig}
+	if _, err := other.UpdateTarget(b.ctx, limited, admin); err != nil {
+		t.Fatal(err)
+	}
+	lost := make(chan error, 10)
+	b.w.SetLost(func(err error) { lost <- err })
+	if _, err := b.w.Claim(b.ctx, d, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	close(lost)
+	var refusals []string
+	for err := range lost {
+		var pgErr *pgconn.PgError
+		if !errors.As(err, &pgErr) {
+			t.Fatalf("lost race %v, want a refusal of targets_admit", err)
+		}
+		refusals = append(refusals, pgErr.Code)
+	}
+	if !slices.Equal(refusals, []string{schema.CodeTargetDisabled}) {
+		t.Errorf("refusals %v, want [%s]", refusals, schema.CodeTargetDisabled)
+	}
+	b.audit(t)
 }

@@ -336,22 +336,22 @@ func (w *Writer) recovered(err *error, what string) {
 }
 
 // queue adds to b the statements of the changes, at most one change per
-// message, and of the lanes they moved: the locks of the targets the
-// events claim for or disable (queueTargetLocks), then the projection (its
+// message, decided with cfg, and of the lanes they moved: the locks of
+// the targets the events claim for or disable (queueTargetLocks), then the projection (its
 // update locks the message rows) and the check of the claims' targets
 // (queueTargetAdmit), with the row of the batch's bulk
 // operation when it has one (operation), then the events in the order
 // recorded, then the bodies of new messages, then the changes' extra
 // statements (such as the deletion of an expunged payload).
-func (w *Writer) queue(b *pgx.Batch, changes []*change, events []journal.Event, lanes []projection.Lane,
+func (w *Writer) queue(b *pgx.Batch, cfg *configState, changes []*change, events []journal.Event, lanes []projection.Lane,
 	operation func(*pgx.Batch)) error {
-	queueTargetLocks(b, events)
+	queueTargetLocks(b, events, cfg)
 	writes := make([]projection.Write, len(changes))
 	for i, c := range changes {
 		writes[i] = projection.Write{Before: c.before, Message: c.after, Touched: c.touched, Events: c.events}
 	}
 	projection.Queue(b, lanes, writes...)
-	queueTargetAdmit(b, events)
+	queueTargetAdmit(b, events, cfg)
 	if operation != nil {
 		operation(b)
 	}

@@ -10,7 +10,7 @@ import (
 )
 
 // TestLimitsAgreeInSQLAndGo holds the limits' SQL, which target_allowance,
-// targets_admit and the claims' lock are built from
+// targets_admit and the claims' check before it are built from
 // (lifecycle.LimitedSQL, LimitsAllowanceSQL, RateTokensSQL), to
 // lifecycle.Target.Limited, LimitsAllowance and Rate.Tokens, on the
 // definitions as stored: without limits, with max_concurrent, with a

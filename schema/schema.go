@@ -42,8 +42,8 @@ func projectionVersion(built string) int {
 // declares another version than the database's (CodeProjectionsMoved).
 const ProjectionsParam = "waybill.projections"
 
-// The SQLSTATEs of targets_admit's refusals: a claim of a target disabled
-// since the configuration was read, one of a target whose health holds
+// The SQLSTATEs of targets_admit's refusals: a claim of a target disabled,
+// or given limits, since the configuration was read, one of a target whose health holds
 // its deliveries, and one past the target's limits (the target's name is
 // the error's detail).
 const (
@@ -620,18 +620,24 @@ LANGUAGE sql STABLE AS $$
 $$;
 
 -- A transaction that writes claims calls this after taking its targets'
--- claim locks (ClassTarget: shared, alone for a target with limits) and
--- writing the projection, with the number of claims of each, the time and
--- the latest end of each target's claims' leases: a target disabled before then fails it (WB001),
--- and so does one whose health lets fewer claims through (WB002, the
--- target in the detail), and one whose attempts in flight, these claims
+-- claim locks (ClassTarget: shared, alone for a target with limits as the
+-- configuration it decided with showed them, alone[]) and writing the
+-- projection, with the number of claims of each, the time and the latest
+-- end of each target's claims' leases: a target disabled before then
+-- fails it (WB001), as does one with limits whose lock was taken shared
+-- (the configuration was older than the limits), and so do one whose
+-- health lets fewer claims through (WB002, the
+-- target in the detail) and one whose attempts in flight, these claims
 -- among them, pass its max_concurrent, or whose bucket holds fewer tokens
 -- than claims (WB004, the same detail); the commands then decide again on
 -- what they read anew. A half-open breaker's probe is taken here, until
 -- its lease's end, which names the probe to its outcome, so one process
--- alone makes it, and so are the claims' tokens.
+-- alone makes it, and so are the claims' tokens. The commands call it
+-- only when a target's rows give it something to do (commands'
+-- targetAdmitSQL).
 DROP FUNCTION IF EXISTS targets_admit(text[], int[], timestamptz, timestamptz);
-CREATE OR REPLACE FUNCTION targets_admit(names text[], counts int[], at timestamptz, lease_ends timestamptz[]) RETURNS void
+DROP FUNCTION IF EXISTS targets_admit(text[], int[], timestamptz, timestamptz[]);
+CREATE OR REPLACE FUNCTION targets_admit(names text[], counts int[], at timestamptz, lease_ends timestamptz[], alone bool[]) RETURNS void
 LANGUAGE plpgsql AS $$
 DECLARE
 	off text;
@@ -656,8 +662,11 @@ BEGIN
 			END IF;
 		END IF;
 	END LOOP;
-	FOR l IN SELECT x.name, x.n, t.spec FROM unnest(names, counts) AS x(name, n) JOIN targets t ON t.name = x.name
+	FOR l IN SELECT x.name, x.n, x.alone, t.spec FROM unnest(names, counts, alone) AS x(name, n, alone) JOIN targets t ON t.name = x.name
 		WHERE ` + lifecycle.LimitedSQL("t.spec") + ` ORDER BY x.name LOOP
+		IF NOT l.alone THEN
+			RAISE EXCEPTION 'target % has limits its claims did not lock for', l.name USING ERRCODE = '` + CodeTargetDisabled + `';
+		END IF;
 		tokens := target_tokens(l.spec, l.name, at);
 		IF ` + lifecycle.LimitsAllowanceSQL("l.spec", "(target_in_flight(l.name, at) - l.n)", "tokens", "l.n") + ` < l.n THEN
 			RAISE EXCEPTION 'target % is at its limits', l.name USING ERRCODE = '` + CodeTargetLimited + `', DETAIL = l.name;
