@@ -163,6 +163,13 @@ type OutcomeTally struct {
 	Succeeded bool
 }
 
+// countSettingsSQL begins CountTallies' transaction: synchronous_commit
+// off, and generic plans, which the connection keeps. Left to choose,
+// PostgreSQL planned the UPDATE afresh at every call, which took longer
+// than running it.
+const countSettingsSQL = `SELECT set_config('synchronous_commit', 'off', true),
+	set_config('plan_cache_mode', 'force_generic_plan', true)`
+
 // CountTallies counts the tallies at now into their targets' rows, made
 // when missing, in the order of their targets: a breaker that is not
 // closed, and a window over, start the window at now; a success ends the
@@ -171,13 +178,6 @@ type OutcomeTally struct {
 // breaker: no second probe goes in between. It returns the rows as
 // written.
 //
-// countSettingsSQL begins CountTallies' transaction: synchronous_commit
-// off, and generic plans, which the connection keeps. Left to choose,
-// PostgreSQL planned the UPDATE afresh at every call, which took longer
-// than running it.
-const countSettingsSQL = `SELECT set_config('synchronous_commit', 'off', true),
-	set_config('plan_cache_mode', 'force_generic_plan', true)`
-
 // It runs in a transaction of its own, after the outcomes' commit and
 // with synchronous_commit off: the row is one per target, so counting in
 // the outcomes' transaction would hold it locked through their commit and
