@@ -3,6 +3,7 @@ package projection
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -163,7 +164,7 @@ type OutcomeTally struct {
 	Succeeded bool
 }
 
-// countSettingsSQL begins CountTallies' transaction: synchronous_commit
+// countSettingsSQL begins CountTallies' transactions: synchronous_commit
 // off, and generic plans, which the connection keeps. Left to choose,
 // PostgreSQL planned the UPDATE afresh at every call, which took longer
 // than running it.
@@ -183,10 +184,38 @@ const countSettingsSQL = `SELECT set_config('synchronous_commit', 'off', true),
 // the outcomes' transaction would hold it locked through their commit and
 // queue every other batch of the target behind it. The counts are a
 // measure, not a record (a rebuild starts them afresh), so a crash may
-// lose the last few.
+// lose the last few. A target's row is made at its first count, so the
+// transaction updates the rows there are, and only when some target had
+// none does a second one make those rows and count into them.
 func CountTallies(ctx context.Context, db interface {
 	SendBatch(context.Context, *pgx.Batch) pgx.BatchResults
 }, tallies []OutcomeTally, now time.Time) ([]TargetHealth, error) {
+	out, err := countTallies(ctx, db, tallies, now, false)
+	if err != nil {
+		return nil, err
+	}
+	var missing []OutcomeTally
+	for _, t := range tallies {
+		if !slices.ContainsFunc(out, func(h TargetHealth) bool { return h.Target == t.Target }) {
+			missing = append(missing, t)
+		}
+	}
+	if len(missing) == 0 {
+		return out, nil
+	}
+	made, err := countTallies(ctx, db, missing, now, true)
+	if err != nil {
+		return nil, err
+	}
+	return append(out, made...), nil
+}
+
+// countTallies is one transaction of CountTallies, one round trip sent
+// as an implicit transaction: it counts the tallies into their targets'
+// rows, made first when insert is set, and returns the rows it updated.
+func countTallies(ctx context.Context, db interface {
+	SendBatch(context.Context, *pgx.Batch) pgx.BatchResults
+}, tallies []OutcomeTally, now time.Time, insert bool) ([]TargetHealth, error) {
 	n := len(tallies)
 	targets, windows, requests, failures, succeeded := make([]string, n), make([]int64, n), make([]int32, n), make([]int32, n), make([]bool, n)
 	for i, t := range tallies {
@@ -194,9 +223,10 @@ func CountTallies(ctx context.Context, db interface {
 	}
 	var out []TargetHealth
 	b := &pgx.Batch{}
-	b.Queue(`BEGIN`)
 	b.Queue(countSettingsSQL)
-	b.Queue(`INSERT INTO target_health (target) SELECT unnest($1::text[]) ORDER BY 1 ON CONFLICT DO NOTHING`, targets)
+	if insert {
+		b.Queue(`INSERT INTO target_health (target) SELECT unnest($1::text[]) ORDER BY 1 ON CONFLICT DO NOTHING`, targets)
+	}
 	b.Queue(`UPDATE target_health h SET
 			window_start = CASE WHEN x.fresh THEN $6 ELSE h.window_start END,
 			window_requests = CASE WHEN x.fresh THEN 0 ELSE h.window_requests END + x.requests,
@@ -218,7 +248,6 @@ func CountTallies(ctx context.Context, db interface {
 		}
 		return rows.Err()
 	})
-	b.Queue(`COMMIT`)
 	if err := db.SendBatch(ctx, b).Close(); err != nil {
 		return nil, fmt.Errorf("count outcomes into target health: %w", err)
 	}
