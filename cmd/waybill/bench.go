@@ -28,7 +28,8 @@ own, one http target (max_concurrent K, 0 for none; --target-rate R gives
 it rate.per_second R) disabled while N messages are
 ingested through the REST API, then enabled; it reports the drain rate, the
 CPU per delivery of the server and of PostgreSQL, claim-to-outcome times,
-the feed's lag and the server's memory. --keys K makes the target fifo and
+with a rate the claims' rate past the bucket's burst, the feed's lag and
+the server's memory. --keys K makes the target fifo and
 gives the messages K ordering keys in turn, so each key's lane drains one
 delivery at a time. The messages are JSON ({"id", "amount", "customer"});
 --transform EXPR gives the target that transform (docs/routing.md), which

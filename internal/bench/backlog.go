@@ -24,6 +24,7 @@ import (
 
 	"github.com/waybill/waybill/internal/cpustat"
 	"github.com/waybill/waybill/journal"
+	"github.com/waybill/waybill/lifecycle"
 	"github.com/waybill/waybill/pgserver"
 )
 
@@ -58,6 +59,9 @@ type backlogResult struct {
 	// batches are the drain's transactions in the order they began writing
 	// events, with the claims and outcomes each recorded.
 	batches []batch
+	// claims are the times the drain's claims were recorded, in the
+	// journal's order.
+	claims []time.Time
 }
 
 // batch is one transaction of the drain, as its journal events show it.
@@ -76,6 +80,35 @@ func batchMeans(bs []batch) (claims, outcomes float64) {
 		}
 	}
 	return float64(c) / float64(max(ct, 1)), float64(o) / float64(max(ot, 1))
+}
+
+// rateAfterBurst measures what a target's bucket let through, from the
+// times its claims were recorded at: the bucket, full at the start, lets
+// burst claims go at once and the rest at its rate, so the claims past
+// the burst over the time from the first claim to the last are that rate.
+// quietest and busiest are the fewest and most claims in a whole second
+// after the first one, counted from the first claim; both 0 when the
+// claims span fewer than three seconds.
+func rateAfterBurst(at []time.Time, burst int) (rate float64, quietest, busiest int) {
+	if len(at) <= burst {
+		return 0, 0, 0
+	}
+	at = slices.SortedFunc(slices.Values(at), time.Time.Compare)
+	span := at[len(at)-1].Sub(at[0])
+	if span > 0 {
+		rate = float64(len(at)-burst) / span.Seconds()
+	}
+	whole := int(span / time.Second)
+	if whole < 3 {
+		return rate, 0, 0
+	}
+	perSecond := make([]int, whole)
+	for _, t := range at {
+		if k := int(t.Sub(at[0]) / time.Second); k < whole {
+			perSecond[k]++
+		}
+	}
+	return rate, slices.Min(perSecond[1:]), slices.Max(perSecond[1:])
 }
 
 func (r *backlogResult) print(w io.Writer) {
@@ -113,6 +146,12 @@ func (r *backlogResult) print(w io.Writer) {
 	}
 	fmt.Fprintln(w)
 	fmt.Fprintf(w, "  claim to outcome: p50 %s  p99 %s\n", percentile(r.claimToOutcome, 50), percentile(r.claimToOutcome, 99))
+	if r.cfg.TargetRate > 0 {
+		burst := lifecycle.Rate{PerSecond: r.cfg.TargetRate}.WithDefaults().Burst
+		rate, quietest, busiest := rateAfterBurst(r.claims, burst)
+		fmt.Fprintf(w, "  claims past the burst of %d: %.1f/s (%.1f %% of the rate); by whole second after the first: %d to %d\n",
+			burst, rate, 100*rate/r.cfg.TargetRate, quietest, busiest)
+	}
 	if len(r.batches) > 0 {
 		// The batches' sizes by tenth of the drain show whether they grew
 		// or shrank as it went, and with them the cost of a delivery.
@@ -325,7 +364,7 @@ func backlog(ctx context.Context, cfg Config, log *slog.Logger, stderr io.Writer
 		r.idle = max(0, 1-(sink.busyAtEnd-hostBefore)/(r.drain.Seconds()*float64(runtime.NumCPU())))
 	}
 	sink.mu.Unlock()
-	if r.claimToOutcome, r.batches, err = readDrain(ctx, db, startPosition); err != nil {
+	if r.claimToOutcome, r.batches, r.claims, err = readDrain(ctx, db, startPosition); err != nil {
 		return nil, err
 	}
 	if cfg.Statements {
@@ -378,12 +417,12 @@ func ingestAll(c *client, n, clients, keys int) error {
 
 // readDrain reads, from the journal after position from, the claims and
 // outcomes of the drain: the time from each claim to the outcome of its
-// attempt, and each transaction's claims and outcomes, in the order the
-// transactions began writing events.
-func readDrain(ctx context.Context, q journal.Querier, from int64) (claimToOutcome []time.Duration, batches []batch, err error) {
+// attempt, each transaction's claims and outcomes, in the order the
+// transactions began writing events, and the times of the claims.
+func readDrain(ctx context.Context, q journal.Querier, from int64) (claimToOutcome []time.Duration, batches []batch, claims []time.Time, err error) {
 	events, marks, err := journal.ReadKinds(ctx, q, from, journal.KindDeliveryClaimed, journal.KindDeliveryAttempted)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	claimed := map[uuid.UUID]time.Time{}
 	batchOf := map[uint64]int{}
@@ -397,6 +436,7 @@ func readDrain(ctx context.Context, q journal.Querier, from int64) (claimToOutco
 		if e.Kind() == journal.KindDeliveryClaimed {
 			batches[b].claims++
 			claimed[e.DeliveryID] = e.RecordedAt
+			claims = append(claims, e.RecordedAt)
 			continue
 		}
 		batches[b].outcomes++
@@ -405,7 +445,7 @@ func readDrain(ctx context.Context, q journal.Querier, from int64) (claimToOutco
 			delete(claimed, e.DeliveryID)
 		}
 	}
-	return claimToOutcome, batches, nil
+	return claimToOutcome, batches, claims, nil
 }
 
 // residentBytes reads a size field (VmRSS, VmHWM) of /proc/<pid>/status.

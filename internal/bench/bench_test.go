@@ -2,8 +2,10 @@ package bench
 
 import (
 	"context"
+	"math"
 	"os/exec"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 )
@@ -64,5 +66,44 @@ func TestValidateNamesEveryValue(t *testing.T) {
 	want := "--messages must be at least 1, not 0; --rate must not be negative, not -1; Serve, ServeCommand and OpenDB must be set"
 	if err := cfg.Validate(); err == nil || err.Error() != want {
 		t.Fatalf("Validate() = %v, want %q", err, want)
+	}
+}
+
+// TestRateAfterBurst: the burst goes at once and is not counted; the rest
+// over the time from the first claim to the last is the rate, and the
+// whole seconds after the first give the quietest and busiest.
+func TestRateAfterBurst(t *testing.T) {
+	t0 := time.Date(2026, 12, 6, 15, 0, 0, 0, time.UTC)
+	// at is burst claims at t0, then n more, one every step.
+	at := func(burst, n int, step time.Duration) []time.Time {
+		var out []time.Time
+		for range burst {
+			out = append(out, t0)
+		}
+		for i := range n {
+			out = append(out, t0.Add(time.Duration(i+1)*step))
+		}
+		return out
+	}
+	uneven := at(1, 40, 100*time.Millisecond)
+	uneven = append(uneven, t0.Add(1500*time.Millisecond), t0.Add(1600*time.Millisecond))
+	for _, c := range []struct {
+		name              string
+		at                []time.Time
+		burst             int
+		rate              float64
+		quietest, busiest int
+	}{
+		{"exact, at 1,000/s after a burst of 1,000", at(1000, 19000, time.Millisecond), 1000, 1000, 1000, 1000},
+		{"exact, at 10/s after a burst of 10", at(10, 40, 100*time.Millisecond), 10, 10, 10, 10},
+		{"two claims more in the second second", uneven, 0, 43.0 / 4, 10, 12},
+		{"under three seconds", at(5, 20, 100*time.Millisecond), 5, 10, 0, 0},
+		{"no more claims than the burst", at(5, 0, 0), 5, 0, 0, 0},
+		{"none", nil, 5, 0, 0, 0},
+	} {
+		rate, quietest, busiest := rateAfterBurst(c.at, c.burst)
+		if math.Abs(rate-c.rate) > 1e-9 || quietest != c.quietest || busiest != c.busiest {
+			t.Errorf("%s: %g/s, %d to %d a second; want %g/s, %d to %d", c.name, rate, quietest, busiest, c.rate, c.quietest, c.busiest)
+		}
 	}
 }
