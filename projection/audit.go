@@ -281,6 +281,8 @@ type reading struct {
 	// event, and the fold is left unfinished: an online rebuild folds on
 	// from the events committed since.
 	versions map[string]int
+	// pace, when set, holds the fold to its share of the time.
+	pace *pacer
 }
 
 var defaultReading = reading{connections: 3, chunk: 8192}
@@ -302,6 +304,15 @@ func foldSnapshot(ctx context.Context, s *snapshot, rd reading) (*Folded, error)
 		fold = func(e journal.Event) error {
 			rd.versions[e.Stream] = e.Version
 			return f.fold(e)
+		}
+	}
+	if rd.pace != nil {
+		unpaced := fold
+		fold = func(e journal.Event) error {
+			if err := rd.pace.tick(ctx); err != nil {
+				return err
+			}
+			return unpaced(e)
 		}
 	}
 	if err := journal.ScanRanges(ctx, qs, 1, last, rd.chunk, fold); err != nil {

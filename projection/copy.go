@@ -18,12 +18,31 @@ import (
 // copyFolded loads the fold into the projection tables, which tx created:
 // the rows of the messages (copyMessages), then the targets' health, the
 // kept counts (Tally), the lanes and the operations.
-func copyFolded(ctx context.Context, tx pgx.Tx, f *Folded) error {
+func copyFolded(ctx context.Context, tx pgx.Tx, f *Folded, p *pacer) error {
 	// In the order the streams began, as the projector inserts them: the
 	// rows lie in the table as they lie in memory, which keeps reading
-	// them back to compare with the fold cheap.
-	if err := copyMessages(ctx, tx, f.inOrder, f.Correlations, true); err != nil {
-		return err
+	// them back to compare with the fold cheap. A paced copy goes a slice
+	// of messages at a time, waiting between; the correlations go with
+	// the last.
+	step := len(f.inOrder)
+	if p != nil {
+		step = copySlice
+	}
+	for lo := 0; ; lo += step {
+		hi := min(lo+step, len(f.inOrder))
+		var correlations map[CorrelationKey]Correlation
+		if hi == len(f.inOrder) {
+			correlations = f.Correlations
+		}
+		if err := copyMessages(ctx, tx, f.inOrder[lo:hi], correlations, true); err != nil {
+			return err
+		}
+		if hi == len(f.inOrder) {
+			break
+		}
+		if err := p.pace(ctx); err != nil {
+			return err
+		}
 	}
 	if err := copyHealth(ctx, tx, f); err != nil {
 		return err
@@ -39,6 +58,10 @@ func copyFolded(ctx context.Context, tx pgx.Tx, f *Folded) error {
 	}
 	return copyOperations(ctx, tx, f.opsInOrder)
 }
+
+// copySlice is how many messages a paced copyFolded copies at a time,
+// their deliveries and callbacks with them: a few milliseconds' work.
+const copySlice = 2048
 
 // copyHealth writes the fold's health of each target: a handful of rows,
 // one per target with a health stream.

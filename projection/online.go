@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/waybill/waybill/journal"
+	"github.com/waybill/waybill/lifecycle"
 	"github.com/waybill/waybill/schema"
 )
 
@@ -55,6 +56,12 @@ type OnlineOptions struct {
 	Pause func(OnlinePhase)
 	// Log receives the switch's measures; slog.Default() when nil.
 	Log *slog.Logger
+	// Share is the share of the wall time, above 0 and at most 1, the
+	// fold and its copy into the shadow tables work, the rest left to the
+	// servers beside them; 0 means DefaultShare. Below 1 they run on one
+	// connection, and the shadow indexes are built without parallel
+	// workers; 1 runs at full speed, as an offline rebuild does.
+	Share float64
 }
 
 // caughtUp is the lag below which the catch-up stops and the switch
@@ -76,6 +83,12 @@ const catchUpRead = 8192
 // schema.LockOnline throughout, and the retention lease (a pass removes
 // streams the fold holds), waiting for a pass that runs.
 func OnlineRebuild(ctx context.Context, db *pgxpool.Pool, opt OnlineOptions) (*Report, error) {
+	if opt.Share == 0 {
+		opt.Share = DefaultShare
+	}
+	if !(opt.Share > 0 && opt.Share <= 1) {
+		return nil, &lifecycle.FieldError{Field: "share", Problem: fmt.Sprintf("is %g: a share of the time above 0 and at most 1 is allowed", opt.Share)}
+	}
 	o := &online{db: db, opt: opt, versions: map[string]int{}, pending: map[string][]journal.Event{},
 		dirty: map[uuid.UUID]struct{}{}}
 	if o.opt.Log == nil {
@@ -205,7 +218,13 @@ func (o *online) run(ctx context.Context) (*Report, error) {
 // from it; the mark is the snapshot's horizon, from which every event the
 // snapshot missed is read.
 func (o *online) fold(ctx context.Context) error {
-	s, err := openSnapshot(ctx, o.db, defaultReading.connections)
+	rd := defaultReading
+	rd.versions = o.versions
+	rd.pace = newPacer(o.opt.Share)
+	if rd.pace != nil {
+		rd.connections = 1
+	}
+	s, err := openSnapshot(ctx, o.db, rd.connections)
 	if err != nil {
 		return err
 	}
@@ -214,8 +233,6 @@ func (o *online) fold(ctx context.Context) error {
 		o.tell()
 	}
 	if err == nil {
-		rd := defaultReading
-		rd.versions = o.versions
 		o.f, err = foldSnapshot(ctx, s, rd)
 	}
 	s.close()
@@ -226,7 +243,14 @@ func (o *online) fold(ctx context.Context) error {
 	o.progress.Events = o.f.Events
 	o.tell()
 	return schema.CreateShadow(ctx, o.db, func(tx pgx.Tx) error {
-		if err := copyFolded(ctx, tx, o.f); err != nil {
+		if rd.pace != nil {
+			// Each index is then built by this backend alone, one core,
+			// after the paced copy.
+			if _, err := tx.Exec(ctx, `SET LOCAL max_parallel_maintenance_workers = 0`); err != nil {
+				return fmt.Errorf("build the shadow indexes serially: %w", err)
+			}
+		}
+		if err := copyFolded(ctx, tx, o.f, rd.pace); err != nil {
 			return err
 		}
 		o.pause(PhaseFold)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"strings"
 	"sync"
@@ -125,9 +126,18 @@ func (b *bundle) tables(t *testing.T) []string {
 // keep ingesting and delivering, pausing it in the fold, the catch-up and
 // the switch until the writers have moved on: no write fails, the audit
 // is clean, and the tables equal what an offline rebuild makes of the
-// journal afterwards.
+// journal afterwards; paced (the default share) and at full speed.
 func TestOnlineRebuildBesideWriters(t *testing.T) {
 	t.Parallel()
+	for _, share := range []float64{0, 1} {
+		t.Run(fmt.Sprint("share ", share), func(t *testing.T) {
+			t.Parallel()
+			onlineBesideWriters(t, share)
+		})
+	}
+}
+
+func onlineBesideWriters(t *testing.T, share float64) {
 	b := setup(t)
 	b.lifecycles(t, 60, rand.New(rand.NewPCG(5, 6)))
 	done, failed, stop := b.writers(t, 3)
@@ -135,6 +145,7 @@ func TestOnlineRebuildBesideWriters(t *testing.T) {
 	var phases []projection.OnlinePhase
 	var last projection.OnlineProgress
 	r, err := projection.OnlineRebuild(b.ctx, b.db, projection.OnlineOptions{
+		Share: share,
 		Progress: func(p projection.OnlineProgress) {
 			if len(phases) == 0 || phases[len(phases)-1] != p.Phase {
 				phases = append(phases, p.Phase)
@@ -243,6 +254,23 @@ func TestOnlineRebuildRefusesBesideAnother(t *testing.T) {
 	if _, err = projection.OnlineRebuild(b.ctx, b.db, projection.OnlineOptions{}); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// TestOnlineRebuildRefusesABadShare: a share outside (0, 1] is refused,
+// naming the field, and the live tables stay as they were.
+func TestOnlineRebuildRefusesABadShare(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.lifecycles(t, 10, rand.New(rand.NewPCG(9, 10)))
+	before := b.tables(t)
+	for _, share := range []float64{-0.5, 1.5, math.NaN()} {
+		_, err := projection.OnlineRebuild(b.ctx, b.db, projection.OnlineOptions{Share: share})
+		var fe *lifecycle.FieldError
+		if !errors.As(err, &fe) || fe.Field != "share" || !strings.Contains(fe.Problem, "above 0 and at most 1") {
+			t.Errorf("share %g: %v, want a FieldError on share", share, err)
+		}
+	}
+	sameRows(t, "before", before, "after", b.tables(t))
 }
 
 // sameRows reports the rows of a that b lacks and those of b that a lacks.

@@ -38,7 +38,7 @@ func rebuild(ctx context.Context, db *pgxpool.Pool, rd reading) (*Report, error)
 	if err != nil {
 		return nil, fmt.Errorf("rebuild: %w", err)
 	}
-	err = schema.RecreateProjections(ctx, db, func(tx pgx.Tx) error { return copyFolded(ctx, tx, f) })
+	err = schema.RecreateProjections(ctx, db, func(tx pgx.Tx) error { return copyFolded(ctx, tx, f, nil) })
 	if err != nil {
 		return nil, fmt.Errorf("rebuild: %w", err)
 	}

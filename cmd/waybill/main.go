@@ -33,8 +33,9 @@ commands:
   serve    [flags]                              run the service; waybill serve --help lists the flags
   audit    [--message ID] [--archive DIR]       replay the journal and check it against the projections,
                                                 and the retention archive in DIR against the journal
-  rebuild  [--online]                           recreate the projections from the journal, then audit;
-                                                --online beside running servers, switching the new tables in
+  rebuild  [--online [--share S]]               recreate the projections from the journal, then audit;
+                                                --online beside running servers, switching the new tables in,
+                                                its fold working a share S of the time (default 0.5; 1 full speed)
   reset    --projections                        drop the projection tables
   token    create NAME|--name N --role R [--sources S,…|--targets T,…] [--expires 90d]
                                                 create an API token (admin, ingest, reader or receipt), maybe
@@ -159,9 +160,20 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 	case "rebuild":
 		online := fs.Bool("online", false, "rebuild beside running servers, which keep serving, and switch the new tables in")
+		share := fs.Float64("share", projection.DefaultShare, "with --online, the share of the time (above 0, at most 1) the fold and its copy work, the rest left to the servers; 1 is full speed")
 		cmd = func(ctx context.Context, db *pgxpool.Pool) (int, error) {
+			shareSet := false
+			fs.Visit(func(f *flag.Flag) { shareSet = shareSet || f.Name == "share" })
+			switch {
+			case shareSet && !*online:
+				return 2, errors.New("--share paces an online rebuild: pass it with --online; an offline rebuild runs at full speed")
+			case !(*share > 0 && *share <= 1):
+				return 2, fmt.Errorf("--share is %g: a share of the time above 0 and at most 1 is allowed", *share)
+			}
 			if *online {
-				r, err := projection.OnlineRebuild(ctx, db, onlineOptions(stderr))
+				opt := onlineOptions(stderr)
+				opt.Share = *share
+				r, err := projection.OnlineRebuild(ctx, db, opt)
 				if err != nil {
 					return 1, err
 				}

@@ -77,6 +77,17 @@ func TestAuditRebuildReset(t *testing.T) {
 	if code, out := waybill("reset"); code != 2 || !strings.Contains(out, "--projections") {
 		t.Fatalf("reset without --projections: %d %s", code, out)
 	}
+	for _, args := range [][]string{{"rebuild", "--share", "0.5"}, {"rebuild", "--online", "--share", "0"}, {"rebuild", "--online", "--share", "1.5"}} {
+		if code, out := waybill(args...); code != 2 || !strings.Contains(out, "--share") {
+			t.Fatalf("%v: %d %s", args, code, out)
+		}
+	}
+	if code, out := waybill("audit", "--message", m.ID.String()); code != 1 {
+		t.Fatalf("audit after the refused rebuilds: %d %s", code, out)
+	}
+	if code, out := waybill("rebuild", "--online", "--share", "1"); code != 0 || !strings.Contains(out, "0 violations") {
+		t.Fatalf("online rebuild at full speed: %d %s", code, out)
+	}
 	if code, out := waybill("rebuild"); code != 0 || !strings.Contains(out, "0 violations") {
 		t.Fatalf("rebuild: %d %s", code, out)
 	}

@@ -28,11 +28,20 @@ import (
 // loaded before it (six events each).
 const scaleEnv = "WAYBILL_ONLINE_SCALE"
 
+// scaleShareEnv, when set, is the rebuild's --share in
+// TestOnlineRebuildAtScale (1: the fold at full speed).
+const scaleShareEnv = "WAYBILL_ONLINE_SHARE"
+
+// baseline is how long TestOnlineRebuildAtScale measures the ingest
+// before the rebuild starts, the rate it compares the rebuild's with.
+const baseline = 20 * time.Second
+
 // TestOnlineRebuildAtScale measures `waybill rebuild --online` on a
 // database of WAYBILL_ONLINE_SCALE messages, loaded by SQL, beside a server
 // under a steady ingest of 500 messages/s over REST: it logs the phases'
 // times, the switch's lock, the ingest's rate and its failed requests
-// (none may fail), checks the audit and that the tables equal an offline
+// (none may fail), the ingest's rate over a window before the rebuild and
+// during it, checks the audit and that the tables equal an offline
 // rebuild's. Not in make test: WAYBILL_ONLINE_SCALE=1000000 go test -run
 // TestOnlineRebuildAtScale -timeout 60m ./cmd/waybill (docs/performance.md).
 func TestOnlineRebuildAtScale(t *testing.T) {
@@ -139,9 +148,28 @@ func TestOnlineRebuildAtScale(t *testing.T) {
 		testpoll.Until(t, "a thousand more messages acknowledged "+what, func() bool { return acked.Load() >= from+1000 || failed.Load() > 0 })
 	}
 	steady("before the rebuild")
-	began = time.Now()
-	out, err := exec.Command(bin, "rebuild", "--online", "--database-url", dbURL).CombinedOutput()
+	// A window of time, not a state: the rate of the ingest alone, in the
+	// machine's conditions of the moment.
+	from, baseFrom := acked.Load(), time.Now()
+	<-time.After(baseline)
+	baseRate := float64(acked.Load()-from) / time.Since(baseFrom).Seconds()
+	rebuild := []string{"rebuild", "--online", "--database-url", dbURL}
+	if share := os.Getenv(scaleShareEnv); share != "" {
+		rebuild = append(rebuild, "--share", share)
+	}
+	from, began = acked.Load(), time.Now()
+	cmd := exec.Command(bin, rebuild...)
+	out, err := cmd.CombinedOutput()
 	took := time.Since(began)
+	duringRate := float64(acked.Load()-from) / took.Seconds()
+	// The rebuild process's own CPU, its PostgreSQL backends' not counted:
+	// what the pacing holds back, whatever else the machine runs.
+	var cpu time.Duration
+	if cmd.ProcessState != nil {
+		cpu = cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()
+	}
+	t.Logf("ingest alone %.0f messages/s over %s; during the rebuild (%s) %.0f messages/s: %.2f of it; the rebuild's process used %s of CPU, %.2f cores on average",
+		baseRate, baseline, strings.Join(rebuild[4:], " "), duringRate, duringRate/baseRate, cpu.Round(100*time.Millisecond), cpu.Seconds()/took.Seconds())
 	steady("after the rebuild")
 	close(stop)
 	wg.Wait()
