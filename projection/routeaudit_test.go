@@ -12,6 +12,18 @@ import (
 	"github.com/waybill/waybill/routing"
 )
 
+// routeFold returns a fold that matches routing again, and a maker of
+// its events at at, each at the next position.
+func routeFold(at time.Time) (*Folded, func(stream string, version int, p journal.Payload) journal.Event) {
+	f := newFolded()
+	f.routes = &routeLedger{}
+	position := int64(0)
+	return f, func(stream string, version int, p journal.Payload) journal.Event {
+		position++
+		return journal.Event{Position: position, Stream: stream, Version: version, RecordedAt: at, Actor: "operator:admin", Payload: p}
+	}
+}
+
 // TestAuditMatchesRoutingAgain: a dispatch whose recorded routing is not
 // what the routes of its config version decide is a violation; one that
 // is, or that names the routes of an older version it was decided on, is
@@ -20,13 +32,7 @@ func TestAuditMatchesRoutingAgain(t *testing.T) {
 	at := time.Date(2026, 12, 1, 8, 0, 0, 0, time.UTC)
 	invoices := lifecycle.Route{ID: uuid.New(), Source: "erp", From: "*", To: "*", Target: "billing", Types: []string{"invoice.*"}}
 	all := lifecycle.Route{ID: uuid.New(), Source: "erp", From: "*", To: "*", Target: "archive", Filter: "message.size > 3"}
-	f := newFolded()
-	f.routes = &routeLedger{}
-	position := int64(0)
-	event := func(stream string, version int, p journal.Payload) journal.Event {
-		position++
-		return journal.Event{Position: position, Stream: stream, Version: version, RecordedAt: at, Actor: "operator:admin", Payload: p}
-	}
+	f, event := routeFold(at)
 	for i, p := range []journal.Payload{&journal.RouteCreated{Route: invoices}, &journal.RouteCreated{Route: all}} {
 		if err := f.fold(event(journal.ConfigStream, i+1, p)); err != nil {
 			t.Fatal(err)
@@ -81,13 +87,7 @@ func TestAuditMatchesUnderTheBoundOfItsTime(t *testing.T) {
 	at := time.Date(2026, 12, 1, 8, 0, 0, 0, time.UTC)
 	near := lifecycle.Route{ID: uuid.New(), Source: "erp", From: "*", To: "*", Target: "billing",
 		Filter: "message.type.split('').all(a, message.type.split('').filter(b, b == a).size() >= 0)"}
-	f := newFolded()
-	f.routes = &routeLedger{}
-	position := int64(0)
-	event := func(stream string, version int, p journal.Payload) journal.Event {
-		position++
-		return journal.Event{Position: position, Stream: stream, Version: version, RecordedAt: at, Actor: "operator:admin", Payload: p}
-	}
+	f, event := routeFold(at)
 	if err := f.fold(event(journal.ConfigStream, 1, &journal.RouteCreated{Route: near})); err != nil {
 		t.Fatal(err)
 	}
