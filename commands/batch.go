@@ -12,6 +12,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/waybill/waybill/journal"
@@ -462,20 +463,11 @@ func (w *Writer) writeBatch(ctx context.Context, ops []*op, side *operationSide)
 		}
 		return nil
 	}
-	got, err := w.commit(ctx, conn, cfg, d.changes, d.events, d.lanes, d.operation, explicit)
+	got, err := w.commit(ctx, conn, cfg, d.changes, d.events, d.lanes, d.operation, explicit, tallies(d.events, cfg), now)
 	if err != nil {
 		return err
 	}
-	// The outcomes count into their targets' health once they are
-	// committed; a count that fails leaves the breaker's window short,
-	// not the outcomes unrecorded.
-	var counted []projection.TargetHealth
-	ts := tallies(d.events, cfg)
-	if len(ts) > 0 {
-		if counted, err = projection.CountTallies(ctx, conn, ts, now); err != nil {
-			w.log.Warn("outcomes not counted into target health", "err", err)
-		}
-	}
+	counted := got.counted
 	for _, h := range counted {
 		w.learnHealth(h)
 	}
@@ -741,10 +733,12 @@ func claimChosen(due map[string][]uuid.UUID, state map[uuid.UUID]*projection.Mes
 }
 
 // read is what a transaction read for the claims it made, by message id
-// the payloads, by delivery id the shapes of those messages' deliveries.
+// the payloads, by delivery id the shapes of those messages' deliveries,
+// and the targets' health rows its outcomes counted into.
 type read struct {
 	payloads map[uuid.UUID][]byte
 	shapes   map[uuid.UUID]routing.Shaped
+	counted  []projection.TargetHealth
 }
 
 // shapeOf is the shape of the delivery id among shapes, nil when it has
@@ -759,12 +753,20 @@ func shapeOf(shapes map[uuid.UUID]routing.Shaped, id uuid.UUID) *routing.Shaped 
 // commit is the write round trip of a transaction on conn: the changes,
 // decided with cfg (nil when they claim no delivery), their events in the order recorded, the lanes they moved, the read of the
 // bodies and shapes those that ask for one want, and COMMIT when the
-// transaction is explicit (else the batch is an implicit one). It returns
-// what it read, and remembers which message each delivery written belongs
-// to, for the batcher.
+// transaction is explicit (else the batch is an implicit one). The
+// outcomes' tallies count into their targets' health after the COMMIT,
+// in the same round trip (projection.QueueCount), at now; a count that
+// fails leaves the breaker's window short, not the outcomes unrecorded.
+// It returns what it read and counted, and remembers which message each
+// delivery written belongs to, for the batcher.
 func (w *Writer) commit(ctx context.Context, conn *pgxpool.Conn, cfg *configState, changes []*change, events []journal.Event,
-	lanes []projection.Lane, operation func(*pgx.Batch), explicit bool) (read, error) {
+	lanes []projection.Lane, operation func(*pgx.Batch), explicit bool, tallies []projection.OutcomeTally, now time.Time) (read, error) {
 	b := &pgx.Batch{}
+	if len(tallies) > 0 && !explicit {
+		// The count must follow a COMMIT, not join the outcomes' writes.
+		b.Queue(`BEGIN`)
+		explicit = true
+	}
 	if err := w.queue(b, cfg, changes, events, lanes, operation); err != nil {
 		return read{}, err
 	}
@@ -786,11 +788,27 @@ func (w *Writer) commit(ctx context.Context, conn *pgxpool.Conn, cfg *configStat
 	if len(shaped) > 0 {
 		r.shapes = projection.QueueShapes(b, shaped)
 	}
+	committed := !explicit
 	if explicit {
-		b.Queue(`COMMIT`)
+		b.Queue(`COMMIT`).Exec(func(pgconn.CommandTag) error {
+			committed = true
+			return nil
+		})
+	}
+	var counted func() []projection.TargetHealth
+	if len(tallies) > 0 {
+		counted = projection.QueueCount(b, tallies, now)
 	}
 	if err := w.send(ctx, conn, b); err != nil {
-		return read{}, err
+		if !committed || counted == nil {
+			return read{}, err
+		}
+		w.log.Warn("outcomes not counted into target health", "err", err)
+	} else if counted != nil {
+		var err error
+		if r.counted, err = projection.CountMissing(ctx, conn, tallies, counted(), now); err != nil {
+			w.log.Warn("outcomes not counted into target health", "err", err)
+		}
 	}
 	written := make([]*projection.Message, len(changes))
 	for i, c := range changes {

@@ -131,7 +131,7 @@ func (w *Writer) claimDueCallbacks(ctx context.Context, n int, lease time.Durati
 		events = append(events, c.events...)
 	}
 	// A callback moves no lane: its events change no delivery.
-	if _, err := w.commit(ctx, conn, nil, changes, events, nil, nil, true); err != nil {
+	if _, err := w.commit(ctx, conn, nil, changes, events, nil, nil, true, nil, time.Time{}); err != nil {
 		return nil, err
 	}
 	return claims, nil

@@ -316,7 +316,7 @@ func (w *Writer) claimDue(ctx context.Context, target string, n int, lease time.
 		events = append(events, c.events...)
 	}
 	// A claim moves no lane: only a lane's head is ever claimable.
-	read, err := w.commit(ctx, conn, cfg, changes, events, nil, nil, true)
+	read, err := w.commit(ctx, conn, cfg, changes, events, nil, nil, true, nil, now)
 	if targetDisabled(err) {
 		// Disabled since the configuration was read: nothing to claim,
 		// and the next claim reads it anew.

@@ -33,8 +33,9 @@ import (
 // opening while the breaker is open, whichever process claims.
 //
 // Outcomes count into the window once they are committed, in a
-// transaction of their own (projection.CountTallies, one statement for a
-// batch's targets), so the row is never held through a batch's commit.
+// transaction of their own sent after the COMMIT in the same round trip
+// (projection.QueueCount, one statement for a batch's targets), so the
+// row is never held through a batch's commit.
 // What the counts call for (the
 // breaker to open, a probe's outcome to close or open it again, the
 // receiver's hold) is then decided again on the row locked, in a

@@ -344,3 +344,61 @@ func TestDeletedTargetTakesItsHealthAlong(t *testing.T) {
 	}
 	b.audit(t)
 }
+
+// TestAFailedCountLeavesTheOutcomeRecorded: the breaker's count follows
+// the outcomes' COMMIT in the same round trip, so a count that fails
+// there leaves the outcome recorded and its caller untroubled; the next
+// count, once it can, counts on.
+func TestAFailedCountLeavesTheOutcomeRecorded(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	breaker := lifecycle.DefaultBreaker()
+	b.healthTarget(t, &breaker)
+	var ms []*projection.Message
+	for range 3 {
+		ms = append(ms, b.ingest(t))
+	}
+	deliver := func(m *projection.Message) {
+		t.Helper()
+		c, err := b.w.Claim(b.ctx, m.Deliveries[0].ID, time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := b.w.Complete(b.ctx, c.Delivery.ID, c.Token, lifecycle.Delivered("200")); err != nil {
+			t.Fatalf("complete: %v", err)
+		}
+	}
+	requests := func() int {
+		t.Helper()
+		rows, err := projection.LoadHealth(b.ctx, b.db, []string{"alpha"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return rows["alpha"].WindowRequests
+	}
+	deliver(ms[0])
+	if n := requests(); n != 1 {
+		t.Fatalf("window after the first outcome: %d requests, want 1", n)
+	}
+	if _, err := b.db.Exec(b.ctx, `CREATE FUNCTION refuse_count() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN RAISE EXCEPTION 'count refused'; END $$;
+		CREATE TRIGGER refuse_count BEFORE UPDATE ON target_health FOR EACH ROW EXECUTE FUNCTION refuse_count()`); err != nil {
+		t.Fatal(err)
+	}
+	deliver(ms[1])
+	m, err := projection.Load(b.ctx, b.db, ms[1].ID)
+	if err != nil || m.Deliveries[0].State != lifecycle.StateDelivered {
+		t.Fatalf("the outcome whose count failed: %v", err)
+	}
+	if n := requests(); n != 1 {
+		t.Fatalf("window after the refused count: %d requests, want 1", n)
+	}
+	if _, err := b.db.Exec(b.ctx, `DROP TRIGGER refuse_count ON target_health`); err != nil {
+		t.Fatal(err)
+	}
+	deliver(ms[2])
+	if n := requests(); n != 2 {
+		t.Fatalf("window after the next outcome: %d requests, want 2", n)
+	}
+	b.audit(t)
+}

@@ -53,7 +53,14 @@ func correlates(e journal.Event, message uuid.UUID) (key CorrelationKey, c Corre
 // with a receipt by a receiver's id: a final one must consume its
 // delivery's open correlation, an intermediate one must name its
 // delivery's correlation while it is open.
-func correlate(all map[CorrelationKey]Correlation, e journal.Event, message uuid.UUID) string {
+//
+// A key's correlation is the one its event of the greatest position made,
+// whatever the order events are folded in (at keeps that position): the
+// projector upserts the row before it appends the events, so of two
+// transactions that take one key the second waits for the first's commit
+// and appends after it. An online rebuild's catch-up folds in the order
+// of transaction ids, which such a pair may hold the other way round.
+func correlate(all map[CorrelationKey]Correlation, at map[CorrelationKey]int64, e journal.Event, message uuid.UUID) string {
 	var problem string
 	check := func(id string) {
 		c, ok := all[CorrelationKey{e.Target, id}]
@@ -73,8 +80,8 @@ func correlate(all map[CorrelationKey]Correlation, e journal.Event, message uuid
 	case *journal.ReceiptIntermediate:
 		check(p.ExternalID)
 	}
-	if key, c, ok := correlates(e, message); ok {
-		all[key] = c
+	if key, c, ok := correlates(e, message); ok && e.Position >= at[key] {
+		all[key], at[key] = c, e.Position
 	}
 	return problem
 }

@@ -164,65 +164,66 @@ type OutcomeTally struct {
 	Succeeded bool
 }
 
-// countSettingsSQL begins CountTallies' transactions: synchronous_commit
+// countSettingsSQL begins the count's transactions: synchronous_commit
 // off, and generic plans, which the connection keeps. Left to choose,
 // PostgreSQL planned the UPDATE afresh at every call, which took longer
 // than running it.
 const countSettingsSQL = `SELECT set_config('synchronous_commit', 'off', true),
 	set_config('plan_cache_mode', 'force_generic_plan', true)`
 
-// CountTallies counts the tallies at now into their targets' rows, made
-// when missing, in the order of their targets: a breaker that is not
-// closed, and a window over, start the window at now; a success ends the
-// failing, a failure starts it if none had. A half-open breaker's probe
-// stays taken until the event its outcome calls for closes or opens the
-// breaker: no second probe goes in between. It returns the rows as
-// written.
+// QueueCount queues on b, after the COMMIT of the outcomes' transaction,
+// the count of the tallies at now into the rows their targets have, in
+// the order of their targets: a breaker that is not closed, and a window
+// over, start the window at now; a success ends the failing, a failure
+// starts it if none had. A half-open breaker's probe stays taken until
+// the event its outcome calls for closes or opens the breaker: no second
+// probe goes in between. The returned function gives the rows as written
+// once b is read; a tally whose target has no row yet is left for
+// CountMissing.
 //
-// It runs in a transaction of its own, after the outcomes' commit and
-// with synchronous_commit off: the row is one per target, so counting in
-// the outcomes' transaction would hold it locked through their commit and
-// queue every other batch of the target behind it. The counts are a
-// measure, not a record (a rebuild starts them afresh), so a crash may
-// lose the last few. A target's row is made at its first count, so the
-// transaction updates the rows there are, and only when some target had
-// none does a second one make those rows and count into them.
-func CountTallies(ctx context.Context, db interface {
+// After the COMMIT, the statements are an implicit transaction of their
+// own in the same round trip, with synchronous_commit off: the row is one
+// per target, so counting in the outcomes' transaction would hold it
+// locked through their commit and queue every other batch of the target
+// behind it. The counts are a measure, not a record (a rebuild starts
+// them afresh), so a crash, or a count that fails once the outcomes have
+// committed, may lose the last few.
+func QueueCount(b *pgx.Batch, tallies []OutcomeTally, now time.Time) func() []TargetHealth {
+	return queueCount(b, tallies, now, false)
+}
+
+// CountMissing makes, in a transaction of its own, the rows of the
+// tallies' targets that counted (QueueCount's rows) lacks, and counts
+// those tallies into them; it returns counted with the rows it wrote.
+func CountMissing(ctx context.Context, db interface {
 	SendBatch(context.Context, *pgx.Batch) pgx.BatchResults
-}, tallies []OutcomeTally, now time.Time) ([]TargetHealth, error) {
-	out, err := countTallies(ctx, db, tallies, now, false)
-	if err != nil {
-		return nil, err
-	}
+}, tallies []OutcomeTally, counted []TargetHealth, now time.Time) ([]TargetHealth, error) {
 	var missing []OutcomeTally
 	for _, t := range tallies {
-		if !slices.ContainsFunc(out, func(h TargetHealth) bool { return h.Target == t.Target }) {
+		if !slices.ContainsFunc(counted, func(h TargetHealth) bool { return h.Target == t.Target }) {
 			missing = append(missing, t)
 		}
 	}
 	if len(missing) == 0 {
-		return out, nil
+		return counted, nil
 	}
-	made, err := countTallies(ctx, db, missing, now, true)
-	if err != nil {
-		return nil, err
+	b := &pgx.Batch{}
+	made := queueCount(b, missing, now, true)
+	if err := db.SendBatch(ctx, b).Close(); err != nil {
+		return counted, fmt.Errorf("count outcomes into new target health rows: %w", err)
 	}
-	return append(out, made...), nil
+	return append(counted, made()...), nil
 }
 
-// countTallies is one transaction of CountTallies, one round trip sent
-// as an implicit transaction: it counts the tallies into their targets'
-// rows, made first when insert is set, and returns the rows it updated.
-func countTallies(ctx context.Context, db interface {
-	SendBatch(context.Context, *pgx.Batch) pgx.BatchResults
-}, tallies []OutcomeTally, now time.Time, insert bool) ([]TargetHealth, error) {
+// queueCount queues the count's statements, preceded when insert is set
+// by the insert of the targets' rows where missing.
+func queueCount(b *pgx.Batch, tallies []OutcomeTally, now time.Time, insert bool) func() []TargetHealth {
 	n := len(tallies)
 	targets, windows, requests, failures, succeeded := make([]string, n), make([]int64, n), make([]int32, n), make([]int32, n), make([]bool, n)
 	for i, t := range tallies {
 		targets[i], windows[i], requests[i], failures[i], succeeded[i] = t.Target, t.Window.Milliseconds(), int32(t.Requests), int32(t.Failures), t.Succeeded
 	}
 	var out []TargetHealth
-	b := &pgx.Batch{}
 	b.Queue(countSettingsSQL)
 	if insert {
 		b.Queue(`INSERT INTO target_health (target) SELECT unnest($1::text[]) ORDER BY 1 ON CONFLICT DO NOTHING`, targets)
@@ -248,10 +249,7 @@ func countTallies(ctx context.Context, db interface {
 		}
 		return rows.Err()
 	})
-	if err := db.SendBatch(ctx, b).Close(); err != nil {
-		return nil, fmt.Errorf("count outcomes into target health: %w", err)
-	}
-	return out, nil
+	return func() []TargetHealth { return out }
 }
 
 // LoadHealth returns the health rows of targets, by target; a target
