@@ -170,24 +170,31 @@ func Latest(ctx context.Context, q Querier, stream string, kind Kind, limit int)
 // FailedBefore returns which of streams hold an event that put a delivery
 // in a failing state (schema.FailuresSQL, the journal_failures index)
 // below the version given for each. LATERAL … LIMIT 1 makes it one probe
-// of the index per stream, however many failures it holds.
-func FailedBefore(ctx context.Context, q Querier, streams []string, versions []int) (map[string]bool, error) {
+// of the index per stream, however many failures it holds. The alerter
+// asks it for nearly every transaction it reads, and left to choose,
+// PostgreSQL planned it afresh at every call (proving the index's
+// predicate each time), which took longer than running it: its plan is
+// generic, set by a statement before it in the same implicit transaction.
+func FailedBefore(ctx context.Context, db interface {
+	SendBatch(context.Context, *pgx.Batch) pgx.BatchResults
+}, streams []string, versions []int) (map[string]bool, error) {
 	out := map[string]bool{}
 	if len(streams) == 0 {
 		return out, nil
 	}
-	var failed []string
-	rows, err := q.Query(ctx, `SELECT s.stream FROM unnest($1::text[], $2::int[]) AS s(stream, version),
+	b := &pgx.Batch{}
+	b.Queue(`SELECT set_config('plan_cache_mode', 'force_generic_plan', true)`)
+	b.Queue(`SELECT s.stream FROM unnest($1::text[], $2::int[]) AS s(stream, version),
 		LATERAL (SELECT FROM journal j WHERE j.stream = s.stream AND j.version < s.version AND `+schema.FailuresSQL+`
-			LIMIT 1) f`, streams, versions)
-	if err == nil {
-		failed, err = pgx.CollectRows(rows, pgx.RowTo[string])
-	}
-	if err != nil {
+			LIMIT 1) f`, streams, versions).Query(func(rows pgx.Rows) error {
+		failed, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		for _, s := range failed {
+			out[s] = true
+		}
+		return err
+	})
+	if err := db.SendBatch(ctx, b).Close(); err != nil {
 		return nil, fmt.Errorf("find failures in %d streams: %w", len(streams), err)
-	}
-	for _, s := range failed {
-		out[s] = true
 	}
 	return out, nil
 }
