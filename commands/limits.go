@@ -52,7 +52,7 @@ func (w *Writer) limitTarget(target string) {
 // queueReadTokens queues the read of the tokens target's bucket holds at
 // now into dst, nil for a target without a rate.
 func queueReadTokens(b *pgx.Batch, target string, now time.Time, dst **float64) {
-	b.Queue(`SELECT target_tokens(t.spec, t.name, $2) FROM (SELECT) one LEFT JOIN targets t ON t.name = $1`, target, now).
+	b.Queue(`SELECT `+schema.TargetTokensSQL("t.spec", "t.name", "$2")+` FROM (SELECT) one LEFT JOIN targets t ON t.name = $1`, target, now).
 		QueryRow(func(row pgx.Row) error { return row.Scan(dst) })
 }
 

@@ -2,11 +2,13 @@ package projection_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"testing"
 	"time"
 
 	"github.com/waybill/waybill/internal/dbtest"
 	"github.com/waybill/waybill/lifecycle"
+	"github.com/waybill/waybill/schema"
 )
 
 // TestLimitsAgreeInSQLAndGo holds the limits' SQL, which target_allowance,
@@ -69,6 +71,59 @@ func TestLimitsAgreeInSQLAndGo(t *testing.T) {
 					if w := spec.LimitsAllowance(inFlight, goTokens, want); got != w {
 						t.Errorf("%s, %d in flight, %g tokens, want %d: SQL allows %d, Go %d", stored, inFlight, goTokens, want, got, w)
 					}
+				}
+			}
+		}
+	}
+}
+
+// TestTargetAllowanceAgreesWithItsBody holds target_allowance, the
+// function the sweep calls, and its body as the claims' choice writes it
+// into its statement (schema.TargetAllowanceSQL, with parameters), to
+// lifecycle.Target.LimitsAllowance, on targets and buckets as stored: the
+// body's columns (a bucket's at) must not stand for the function's
+// arguments of the same names.
+func TestTargetAllowanceAgreesWithItsBody(t *testing.T) {
+	t.Parallel()
+	db := dbtest.Pool(t)
+	ctx := t.Context()
+	now := time.Date(2026, 12, 1, 8, 0, 0, 0, time.UTC)
+	rate := &lifecycle.Rate{PerSecond: 4, Burst: 3}
+	specs := []lifecycle.Target{{}, {MaxConcurrent: 2}, {Rate: rate}, {MaxConcurrent: 2, Rate: rate}}
+	buckets := []lifecycle.Bucket{{}, {Tokens: 0, At: now.Add(-250 * time.Millisecond)}, {Tokens: 1, At: now.Add(-2 * time.Second)}}
+	body := `SELECT ` + schema.TargetAllowanceSQL("$1", "$2::timestamptz", "$3::int", "0")
+	n := 0
+	for _, spec := range specs {
+		for _, bucket := range buckets {
+			n++
+			spec := spec.WithDefaults()
+			spec.Name, spec.Enabled = fmt.Sprint("limited-", n), true
+			stored, err := json.Marshal(spec)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := db.Exec(ctx, `INSERT INTO targets (name, spec, created_at, updated_at) VALUES ($1, $2, $3, $3)`, spec.Name, stored, now); err != nil {
+				t.Fatal(err)
+			}
+			if !bucket.At.IsZero() {
+				if _, err := db.Exec(ctx, `INSERT INTO target_buckets (target, tokens, at) VALUES ($1, $2, $3)`, spec.Name, bucket.Tokens, bucket.At); err != nil {
+					t.Fatal(err)
+				}
+			}
+			var tokens float64
+			if spec.Rate != nil {
+				tokens = spec.Rate.Tokens(bucket, now)
+			}
+			for _, want := range []int{1, 2, 5} {
+				var fn, inline int
+				if err := db.QueryRow(ctx, `SELECT target_allowance($1, $2, $3, 0)`, spec.Name, now, want).Scan(&fn); err != nil {
+					t.Fatal(err)
+				}
+				if err := db.QueryRow(ctx, body, spec.Name, now, want).Scan(&inline); err != nil {
+					t.Fatal(err)
+				}
+				if w := spec.LimitsAllowance(0, tokens, want); fn != w || inline != w {
+					t.Errorf("%s, bucket %+v, want %d: target_allowance %d, its body %d, Go %d", stored, bucket, want, fn, inline, w)
 				}
 			}
 		}

@@ -592,19 +592,20 @@ CREATE INDEX IF NOT EXISTS deliveries_claimable ON deliveries (target, (coalesce
 CREATE INDEX IF NOT EXISTS callbacks_due ON callbacks ((coalesce(next_due, lease_end)))
 	WHERE ` + lifecycle.CallbackCatchUpRule.StatesSQL("") + `;
 
--- A target's attempts in flight at a time (lifecycle.InFlightRule).
+-- A target's attempts in flight at a time (lifecycle.InFlightRule), and
+-- below the tokens of its bucket: this build's statements hold their
+-- bodies (TargetInFlightSQL, TargetTokensSQL); the functions stay for
+-- the statements of a build before, beside it during an upgrade.
 CREATE OR REPLACE FUNCTION target_in_flight(name text, at timestamptz) RETURNS int
 LANGUAGE sql STABLE AS $$
-	SELECT count(*)::int FROM deliveries d
-	WHERE d.target = target_in_flight.name AND ` + lifecycle.InFlightRule.SQL("d", "target_in_flight.at") + `
+	SELECT ` + TargetInFlightSQL("target_in_flight.name", "target_in_flight.at") + `
 $$;
 
 -- The tokens of the bucket of a target with the definition spec at a time
 -- (lifecycle.Rate.Tokens, target_buckets), NULL without a rate.
 CREATE OR REPLACE FUNCTION target_tokens(spec jsonb, name text, at timestamptz) RETURNS float8
 LANGUAGE sql STABLE AS $$
-	SELECT ` + lifecycle.RateTokensSQL("spec", "b.tokens", "b.at", "target_tokens.at") + `
-	FROM (SELECT) one LEFT JOIN target_buckets b ON b.target = target_tokens.name
+	SELECT ` + TargetTokensSQL("spec", "target_tokens.name", "target_tokens.at") + `
 $$;
 
 -- How many of want claims of a target its health (lifecycle.Gate) and its
@@ -616,7 +617,7 @@ $$;
 DROP FUNCTION IF EXISTS target_allowance(text, timestamptz, int);
 CREATE OR REPLACE FUNCTION target_allowance(name text, at timestamptz, want int, freeing int) RETURNS int
 LANGUAGE sql STABLE AS $$
-	SELECT ` + TargetAllowanceSQL("target_allowance.name", "at", "want", "freeing") + `
+	SELECT ` + TargetAllowanceSQL("target_allowance.name", "target_allowance.at", "target_allowance.want", "target_allowance.freeing") + `
 $$;
 
 -- A transaction that writes claims calls this after taking its targets'
@@ -667,8 +668,8 @@ BEGIN
 		IF NOT l.alone THEN
 			RAISE EXCEPTION 'target % has limits its claims did not lock for', l.name USING ERRCODE = '` + CodeTargetDisabled + `';
 		END IF;
-		tokens := target_tokens(l.spec, l.name, at);
-		IF ` + lifecycle.LimitsAllowanceSQL("l.spec", "(target_in_flight(l.name, at) - l.n)", "tokens", "l.n") + ` < l.n THEN
+		tokens := ` + TargetTokensSQL("l.spec", "l.name", "targets_admit.at") + `;
+		IF ` + lifecycle.LimitsAllowanceSQL("l.spec", "("+TargetInFlightSQL("l.name", "targets_admit.at")+" - l.n)", "tokens", "l.n") + ` < l.n THEN
 			RAISE EXCEPTION 'target % is at its limits', l.name USING ERRCODE = '` + CodeTargetLimited + `', DETAIL = l.name;
 		END IF;
 		IF tokens IS NOT NULL THEN
@@ -689,8 +690,26 @@ func TargetAllowanceSQL(name, at, want, freeing string) string {
 		ELSE least(coalesce((SELECT ` + lifecycle.GateAllowanceSQL("h", at, want) + `
 			FROM target_health h WHERE h.target = ` + name + `), ` + want + `),
 			CASE WHEN ` + lifecycle.LimitedSQL("t.spec") + ` THEN ` + lifecycle.LimitsAllowanceSQL("t.spec",
-		"(target_in_flight(t.name, "+at+") - "+freeing+")", "target_tokens(t.spec, t.name, "+at+")", want) + ` ELSE ` + want + ` END) END
+		"("+TargetInFlightSQL("t.name", at)+" - "+freeing+")", TargetTokensSQL("t.spec", "t.name", at), want) + ` ELSE ` + want + ` END) END
 	FROM (SELECT) one LEFT JOIN targets t ON t.name = ` + name + `)`
+}
+
+// TargetInFlightSQL is the number of attempts of the target name in flight
+// at the timestamptz at (lifecycle.InFlightRule), as an expression: a
+// call of target_in_flight, a SQL function with a FROM that PostgreSQL
+// never inlines, planned its body again at every call, in the choice of
+// due deliveries and in targets_admit alike.
+func TargetInFlightSQL(name, at string) string {
+	return `(SELECT count(*)::int FROM deliveries d WHERE d.target = ` + name + ` AND ` + lifecycle.InFlightRule.SQL("d", at) + `)`
+}
+
+// TargetTokensSQL is the tokens of the bucket of the target name, of the
+// stored definition spec, at the timestamptz at (lifecycle.Rate.Tokens,
+// target_buckets), as an expression, NULL without a rate: for the same
+// reason as TargetInFlightSQL.
+func TargetTokensSQL(spec, name, at string) string {
+	return `(SELECT ` + lifecycle.RateTokensSQL(spec, "b.tokens", "b.at", at) + `
+		FROM (SELECT) one LEFT JOIN target_buckets b ON b.target = ` + name + `)`
 }
 
 // ddlDigest names this build's DDL and versions.
