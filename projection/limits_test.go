@@ -11,6 +11,13 @@ import (
 	"github.com/waybill/waybill/schema"
 )
 
+// limitSpecs are the definitions the limits' tests store: without limits,
+// with max_concurrent, with a rate, with both.
+func limitSpecs() []lifecycle.Target {
+	rate := &lifecycle.Rate{PerSecond: 4, Burst: 3}
+	return []lifecycle.Target{{}, {MaxConcurrent: 2}, {Rate: rate}, {MaxConcurrent: 2, Rate: rate}}
+}
+
 // TestLimitsAgreeInSQLAndGo holds the limits' SQL, which target_allowance,
 // targets_admit and the claims' check before it are built from
 // (lifecycle.LimitedSQL, LimitsAllowanceSQL, RateTokensSQL), to
@@ -23,15 +30,13 @@ func TestLimitsAgreeInSQLAndGo(t *testing.T) {
 	db := dbtest.Pool(t)
 	ctx := t.Context()
 	now := time.Date(2026, 12, 1, 8, 0, 0, 0, time.UTC)
-	rate := &lifecycle.Rate{PerSecond: 4, Burst: 3}
-	specs := []lifecycle.Target{{}, {MaxConcurrent: 2}, {Rate: rate}, {MaxConcurrent: 2, Rate: rate}}
 	buckets := []lifecycle.Bucket{{}, {Tokens: 0, At: now}, {Tokens: 0.5, At: now.Add(-100 * time.Millisecond)},
 		{Tokens: 0, At: now.Add(-250 * time.Millisecond)}, {Tokens: 1, At: now.Add(-2 * time.Second)},
 		{Tokens: 2, At: now.Add(time.Second)}, {Tokens: -1, At: now.Add(-time.Second)}}
 	limitedSQL := `SELECT ` + lifecycle.LimitedSQL("$1::jsonb")
 	tokensSQL := `SELECT ` + lifecycle.RateTokensSQL("$1::jsonb", "$2::float8", "$3::timestamptz", "$4::timestamptz")
 	allowanceSQL := `SELECT ` + lifecycle.LimitsAllowanceSQL("$1::jsonb", "$2::int", "$3::float8", "$4::int")
-	for _, spec := range specs {
+	for _, spec := range limitSpecs() {
 		spec = spec.WithDefaults()
 		stored, err := json.Marshal(spec)
 		if err != nil {
@@ -88,12 +93,10 @@ func TestTargetAllowanceAgreesWithItsBody(t *testing.T) {
 	db := dbtest.Pool(t)
 	ctx := t.Context()
 	now := time.Date(2026, 12, 1, 8, 0, 0, 0, time.UTC)
-	rate := &lifecycle.Rate{PerSecond: 4, Burst: 3}
-	specs := []lifecycle.Target{{}, {MaxConcurrent: 2}, {Rate: rate}, {MaxConcurrent: 2, Rate: rate}}
 	buckets := []lifecycle.Bucket{{}, {Tokens: 0, At: now.Add(-250 * time.Millisecond)}, {Tokens: 1, At: now.Add(-2 * time.Second)}}
 	body := `SELECT ` + schema.TargetAllowanceSQL("$1", "$2::timestamptz", "$3::int", "0")
 	n := 0
-	for _, spec := range specs {
+	for _, spec := range limitSpecs() {
 		for _, bucket := range buckets {
 			n++
 			spec := spec.WithDefaults()
