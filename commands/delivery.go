@@ -210,6 +210,11 @@ func (w *Writer) ClaimDue(ctx context.Context, target string, n int, lease time.
 		return nil, invalid(&lifecycle.FieldError{Field: "lease", Problem: "lease and count must be positive"})
 	}
 	claims, halfOpen, err := w.claimDue(ctx, target, n, lease)
+	for try := 1; err != nil && lostRace(err) && try < maxTries && ctx.Err() == nil; try++ {
+		// A deadlock (with an online rebuild's switch, which locks every
+		// projection table) or a serialization failure rolled it all back.
+		claims, halfOpen, err = w.claimDue(ctx, target, n, lease)
+	}
 	if halfOpen {
 		// The breaker's cooldown is over: it is half-open, and this claim
 		// may take the probe.

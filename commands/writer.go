@@ -427,9 +427,14 @@ func (w *Writer) committed(c *change) {
 // for since the configuration was read, or changed its health, or took
 // its last slot or token.
 func retryable(err error) bool {
-	var pgErr *pgconn.PgError
 	_, held := targetHeld(err)
 	_, limited := targetLimited(err)
-	return journal.IsVersionConflict(err) || errors.Is(err, errLaneRace) || targetDisabled(err) || held || limited ||
-		errors.As(err, &pgErr) && (pgErr.Code == "40001" || pgErr.Code == "40P01")
+	return journal.IsVersionConflict(err) || errors.Is(err, errLaneRace) || targetDisabled(err) || held || limited || lostRace(err)
+}
+
+// lostRace reports a transaction PostgreSQL rolled back for another's
+// sake: a serialization failure or a deadlock.
+func lostRace(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && (pgErr.Code == "40001" || pgErr.Code == "40P01")
 }

@@ -1,6 +1,7 @@
 package projection
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -281,33 +282,43 @@ func (o *online) catchUp(ctx context.Context) (int, error) {
 	return n, nil
 }
 
-// readAll folds every event read returns after the mark. With
-// journal.ReadCommitted the mark moves on to the last; journal.ReadVisible
-// may return events past older transactions that commit later, so the
-// mark stays, and a later read returns again what was folded (take skips
-// it).
+// readAll folds every event read returns after the mark, in the order of
+// their positions. With journal.ReadCommitted the mark moves on to the
+// last; journal.ReadVisible may return events past older transactions
+// that commit later, so the mark stays, and a later read returns again
+// what was folded (take skips it).
+//
+// The reads come in the order of transaction ids, which two transactions
+// on one lane (or one receiver's id) may hold the other way round from
+// their events' positions: the one that locked it first may have taken
+// its id later. The second cannot commit before the first, and one that
+// holds back the reader's horizon holds back every later id, so both come
+// in one call, whose events are folded sorted.
 func (o *online) readAll(ctx context.Context, q journal.Querier,
 	read func(context.Context, journal.Querier, journal.Mark, int) ([]journal.Event, []journal.Mark, error), moveMark bool) (int, error) {
-	n, at := 0, o.mark
+	var all []journal.Event
+	at := o.mark
 	for {
 		events, marks, err := read(ctx, q, at, catchUpRead)
 		if err != nil {
-			return n, err
+			return len(all), err
 		}
-		for _, e := range events {
-			o.take(e)
-		}
-		n += len(events)
+		all = append(all, events...)
 		if len(events) > 0 {
 			at = marks[len(marks)-1]
 		}
-		if moveMark {
-			o.mark = at
-		}
 		if len(events) < catchUpRead {
-			return n, nil
+			break
 		}
 	}
+	slices.SortFunc(all, func(a, b journal.Event) int { return cmp.Compare(a.Position, b.Position) })
+	for _, e := range all {
+		o.take(e)
+	}
+	if moveMark {
+		o.mark = at
+	}
+	return len(all), nil
 }
 
 // take folds e unless it was folded already; one ahead of its stream's
