@@ -73,12 +73,10 @@ func TestAuditNamesALaneOvertaken(t *testing.T) {
 	}
 }
 
-// auditForgery writes the journal of two messages of one lane, then the
-// forged events, after a record of a removal by retention when removal
-// says so, and checks whether the audit names an event saying want.
-func auditForgery(t *testing.T, forge func(b *bundle, head, next *projection.Message) []journal.Event, removal bool,
-	want string, named bool) {
-	b := setup(t)
+// fifoTarget makes the fifo target hl7, to which the source lab routes
+// every message.
+func (b *bundle) fifoTarget(t *testing.T) {
+	t.Helper()
 	spec := lifecycle.Target{Name: "hl7", Kind: "http", Enabled: true, Config: json.RawMessage(`{"url":"http://127.0.0.1:9/"}`),
 		Ordering: lifecycle.Ordering{Mode: lifecycle.OrderingFIFO}}
 	if _, err := b.w.CreateTarget(b.ctx, spec, "operator:admin"); err != nil {
@@ -87,6 +85,15 @@ func auditForgery(t *testing.T, forge func(b *bundle, head, next *projection.Mes
 	if _, err := b.w.CreateRoute(b.ctx, lifecycle.Route{Source: "lab", From: "*", To: "*", Target: "hl7"}, "operator:admin"); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// auditForgery writes the journal of two messages of one lane, then the
+// forged events, after a record of a removal by retention when removal
+// says so, and checks whether the audit names an event saying want.
+func auditForgery(t *testing.T, forge func(b *bundle, head, next *projection.Message) []journal.Event, removal bool,
+	want string, named bool) {
+	b := setup(t)
+	b.fifoTarget(t)
 	var ms []*projection.Message
 	for range 2 {
 		m, _, err := b.w.Ingest(b.ctx, commands.NewMessage{Source: "lab", From: "a", To: "b", Payload: []byte("x"), OrderingKey: "k"})

@@ -2,7 +2,6 @@ package projection_test
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"sync"
@@ -27,14 +26,7 @@ import (
 func TestOnlineRebuildBesideKeyedWriters(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	spec := lifecycle.Target{Name: "hl7", Kind: "http", Enabled: true, Config: json.RawMessage(`{"url":"http://127.0.0.1:9/"}`),
-		Ordering: lifecycle.Ordering{Mode: lifecycle.OrderingFIFO}}
-	if _, err := b.w.CreateTarget(b.ctx, spec, "operator:admin"); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := b.w.CreateRoute(b.ctx, lifecycle.Route{Source: "lab", From: "*", To: "*", Target: "hl7"}, "operator:admin"); err != nil {
-		t.Fatal(err)
-	}
+	b.fifoTarget(t)
 	b.lifecycles(t, 30, rand.New(rand.NewPCG(9, 10)))
 	ctx, cancel := context.WithCancel(b.ctx)
 	var (
