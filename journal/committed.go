@@ -29,7 +29,10 @@ const committedSQL = `SELECT txid::text AS txid_text, ` + columns + ` FROM journ
 	ORDER BY txid, position LIMIT $3`
 
 // ReadCommitted returns up to limit events after the mark, in commit order,
-// with the mark of each. It never returns an event of a transaction that
+// with the mark of each: by transaction id, which two transactions that
+// waited on each other may hold the other way round from their events'
+// positions (a reader whose fold is not per stream sorts what it read).
+// It never returns an event of a transaction that
 // could still commit, so reading on from the last mark misses nothing: an
 // event written by a transaction open now comes in a later read, after it
 // ends.
