@@ -463,15 +463,17 @@ func (w *Writer) writeBatch(ctx context.Context, ops []*op, side *operationSide)
 		}
 		return nil
 	}
-	got, err := w.commit(ctx, conn, cfg, d.changes, d.events, d.lanes, d.operation, explicit, tallies(d.events, cfg), now)
+	got, err := w.commit(ctx, conn, cfg, d.changes, d.events, d.lanes, d.operation, explicit, w.uncounted.take(tallies(d.events, cfg), now), now)
 	if err != nil {
 		return err
 	}
 	counted := got.counted
+	steps := healthSteps(counted, d.events, attemptLeases(d.changes), cfg, now)
 	for _, h := range counted {
 		w.learnHealth(h)
+		w.uncounted.learn(h, slices.ContainsFunc(steps, func(s healthStep) bool { return s.target == h.Target }))
 	}
-	if steps := healthSteps(counted, d.events, attemptLeases(d.changes), cfg, now); len(steps) > 0 {
+	if len(steps) > 0 {
 		// The first op written runs them once its result is set.
 		for _, o := range ops {
 			if o.c != nil && o.err == nil {

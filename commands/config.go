@@ -391,6 +391,7 @@ func (w *Writer) DeleteTarget(ctx context.Context, name, actor string) error {
 		return fmt.Errorf("delete target %s: %w", name, err)
 	}
 	w.gates.forget(name)
+	w.uncounted.forget(name)
 	return nil
 }
 

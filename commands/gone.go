@@ -164,8 +164,12 @@ func queueTargetLocks(b *pgx.Batch, events []journal.Event, cfg *configState) {
 // under the locks show, gives it anything to do: a target disabled, with
 // limits, whose gate lets fewer claims through or that is half-open. A
 // target without limits whose breaker is closed and enabled, the drain's
-// common case, costs one plain statement, not the function's three.
-var targetAdmitSQL = `SELECT targets_admit($1, $2, $3, $4, $5) FROM (SELECT) one WHERE EXISTS (
+// common case, costs one plain statement, not the function's three. When
+// it calls the function it gives the targets that were half-open, whose
+// outcomes the Writer then counts at once (heldCounts).
+var targetAdmitSQL = `SELECT targets_admit($1, $2, $3, $4, $5),
+		ARRAY(SELECT g.target FROM target_health g WHERE g.target = ANY($1) AND g.breaker = 'half_open')
+	FROM (SELECT) one WHERE EXISTS (
 	SELECT FROM unnest($1::text[], $2::int[]) AS x(name, n)
 		LEFT JOIN targets t ON t.name = x.name LEFT JOIN target_health g ON g.target = x.name
 	WHERE t.spec->>'enabled' = 'false' OR ` + lifecycle.LimitedSQL("t.spec") + ` OR g.breaker = 'half_open'
@@ -175,8 +179,9 @@ var targetAdmitSQL = `SELECT targets_admit($1, $2, $3, $4, $5) FROM (SELECT) one
 // transaction that claims, the check that the targets claimed for are
 // still enabled, that their health lets as many claims through and that
 // their limits do, the claims in flight counted (targets_admit, health.go),
-// and that a target with limits had its lock alone (claimLocks).
-func queueTargetAdmit(b *pgx.Batch, events []journal.Event, cfg *configState) {
+// and that a target with limits had its lock alone (claimLocks); halfOpen
+// is told the targets claimed for that were half-open.
+func queueTargetAdmit(b *pgx.Batch, events []journal.Event, cfg *configState, halfOpen func([]string)) {
 	claimed, counts, at, leaseEnds := claimsOf(events)
 	if len(claimed) == 0 {
 		return
@@ -186,7 +191,16 @@ func queueTargetAdmit(b *pgx.Batch, events []journal.Event, cfg *configState) {
 	for i, t := range claimed {
 		alone[i] = lockedAlone[slices.Index(names, t)]
 	}
-	b.Queue(targetAdmitSQL, claimed, counts, at, leaseEnds, alone)
+	b.Queue(targetAdmitSQL, claimed, counts, at, leaseEnds, alone).Query(func(rows pgx.Rows) error {
+		for rows.Next() {
+			var names []string
+			if err := rows.Scan(nil, &names); err != nil {
+				return err
+			}
+			halfOpen(names)
+		}
+		return rows.Err()
+	})
 }
 
 // claimsOf returns the targets events claim for, with the number of

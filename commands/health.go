@@ -35,13 +35,112 @@ import (
 // Outcomes count into the window once they are committed, in a
 // transaction of their own sent after the COMMIT in the same round trip
 // (projection.QueueCount, one statement for a batch's targets), so the
-// row is never held through a batch's commit.
+// row is never held through a batch's commit; a healthy target's
+// successes are held a moment and counted together (heldCounts).
 // What the counts call for (the
 // breaker to open, a probe's outcome to close or open it again, the
 // receiver's hold) is then decided again on the row locked, in a
 // transaction of its own (changeHealth) run by the command that recorded
 // the outcome, so a few more attempts may end meanwhile; two processes
 // deciding at once change it once.
+
+// countEvery bounds how long a Writer holds a target's successes back from
+// its breaker's window (heldCounts).
+const countEvery = 100 * time.Millisecond
+
+// heldCounts keeps, by target, the successes this Writer has recorded and
+// not yet counted into the target's breaker window. A batch whose outcomes
+// of a target all succeeded, while the target's row as this Writer last
+// counted into it had its breaker closed and no failing, has nothing for
+// the breaker to decide: its successes are held, and counted with the
+// target's next outcomes that fail, or that come countEvery or more after
+// the first held. A drain of healthy targets then counts a few times a
+// second, not once per batch. A failure's count holds every success
+// recorded before it, so the window's failure rate is the one an
+// immediate count gives; other processes' counts meanwhile miss at most
+// countEvery of this Writer's successes, as the window is a measure, not a
+// record (a crash loses them, as it may lose a batch's count).
+//
+// A probe's outcome is never held: a claim whose check found its target
+// half-open marks the target not clear (unclear), so the probe's success is
+// counted at once and healthSteps closes the breaker.
+type heldCounts struct {
+	mu sync.Mutex
+	by map[string]heldCount
+}
+
+type heldCount struct {
+	clear    bool
+	requests int
+	since    time.Time
+}
+
+// take returns the tallies to count now: every tally that has failures,
+// or whose target is not clear, or whose target's successes have been
+// held countEvery, with the target's held successes added; it holds the
+// others.
+func (h *heldCounts) take(tallies []projection.OutcomeTally, now time.Time) []projection.OutcomeTally {
+	if len(tallies) == 0 {
+		return nil
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.by == nil {
+		h.by = map[string]heldCount{}
+	}
+	out := tallies[:0:0]
+	for _, t := range tallies {
+		c := h.by[t.Target]
+		if t.Failures == 0 && c.clear && (c.requests == 0 || now.Sub(c.since) < countEvery) {
+			if c.requests == 0 {
+				c.since = now
+			}
+			c.requests += t.Requests
+			h.by[t.Target] = c
+			continue
+		}
+		if c.requests > 0 {
+			t.Requests += c.requests
+			t.Succeeded = true
+			c.requests = 0
+			h.by[t.Target] = c
+		}
+		out = append(out, t)
+	}
+	return out
+}
+
+// learn records whether target's row, as a count left it, lets its
+// successes be held: breaker closed, no failing, and no step called for.
+func (h *heldCounts) learn(row projection.TargetHealth, stepped bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.by == nil {
+		h.by = map[string]heldCount{}
+	}
+	c := h.by[row.Target]
+	c.clear = row.Breaker == lifecycle.HealthClosed && row.FailingSince.IsZero() && !stepped
+	h.by[row.Target] = c
+}
+
+// unclear makes the targets' next outcomes count at once.
+func (h *heldCounts) unclear(targets []string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, t := range targets {
+		if c, ok := h.by[t]; ok {
+			c.clear = false
+			h.by[t] = c
+		}
+	}
+}
+
+// forget drops what is held of target, whose health starts afresh.
+func (h *heldCounts) forget(target string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	delete(h.by, target)
+}
 
 // gates keeps, by target, the gate this Writer last read or wrote, and
 // the end of an open breaker's cooldown: a batch leaves out the claims of

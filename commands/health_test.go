@@ -348,7 +348,8 @@ func TestDeletedTargetTakesItsHealthAlong(t *testing.T) {
 // TestAFailedCountLeavesTheOutcomeRecorded: the breaker's count follows
 // the outcomes' COMMIT in the same round trip, so a count that fails
 // there leaves the outcome recorded and its caller untroubled; the next
-// count, once it can, counts on.
+// count, once it can, counts on. The outcomes fail, as a failure is
+// counted at once (a success may be held, TestSuccessesAreCountedTogether).
 func TestAFailedCountLeavesTheOutcomeRecorded(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
@@ -358,26 +359,18 @@ func TestAFailedCountLeavesTheOutcomeRecorded(t *testing.T) {
 	for range 3 {
 		ms = append(ms, b.ingest(t))
 	}
-	deliver := func(m *projection.Message) {
+	fail := func(m *projection.Message) {
 		t.Helper()
 		c, err := b.w.Claim(b.ctx, m.Deliveries[0].ID, time.Minute)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := b.w.Complete(b.ctx, c.Delivery.ID, c.Token, lifecycle.Delivered("200")); err != nil {
+		if _, err := b.w.Complete(b.ctx, c.Delivery.ID, c.Token, lifecycle.Retry(b.clock.Now().Add(time.Hour), "500")); err != nil {
 			t.Fatalf("complete: %v", err)
 		}
 	}
-	requests := func() int {
-		t.Helper()
-		rows, err := projection.LoadHealth(b.ctx, b.db, []string{"alpha"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return rows["alpha"].WindowRequests
-	}
-	deliver(ms[0])
-	if n := requests(); n != 1 {
+	fail(ms[0])
+	if n := b.windowRequests(t, "alpha"); n != 1 {
 		t.Fatalf("window after the first outcome: %d requests, want 1", n)
 	}
 	if _, err := b.db.Exec(b.ctx, `CREATE FUNCTION refuse_count() RETURNS trigger LANGUAGE plpgsql AS $$
@@ -385,20 +378,121 @@ func TestAFailedCountLeavesTheOutcomeRecorded(t *testing.T) {
 		CREATE TRIGGER refuse_count BEFORE UPDATE ON target_health FOR EACH ROW EXECUTE FUNCTION refuse_count()`); err != nil {
 		t.Fatal(err)
 	}
-	deliver(ms[1])
+	fail(ms[1])
 	m, err := projection.Load(b.ctx, b.db, ms[1].ID)
-	if err != nil || m.Deliveries[0].State != lifecycle.StateDelivered {
+	if err != nil || m.Deliveries[0].State != lifecycle.StateRetrying {
 		t.Fatalf("the outcome whose count failed: %v", err)
 	}
-	if n := requests(); n != 1 {
+	if n := b.windowRequests(t, "alpha"); n != 1 {
 		t.Fatalf("window after the refused count: %d requests, want 1", n)
 	}
 	if _, err := b.db.Exec(b.ctx, `DROP TRIGGER refuse_count ON target_health`); err != nil {
 		t.Fatal(err)
 	}
-	deliver(ms[2])
-	if n := requests(); n != 2 {
+	fail(ms[2])
+	if n := b.windowRequests(t, "alpha"); n != 2 {
 		t.Fatalf("window after the next outcome: %d requests, want 2", n)
+	}
+	b.audit(t)
+}
+
+// windowRequests is the attempts counted into target's breaker window.
+func (b *bundle) windowRequests(t *testing.T, target string) int {
+	t.Helper()
+	rows, err := projection.LoadHealth(b.ctx, b.db, []string{target})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rows[target].WindowRequests
+}
+
+// TestSuccessesAreCountedTogether: once a count has found the target's
+// breaker closed and nothing failing, its successes are held and counted
+// with its next failure, or with the next outcome 100 ms or more after the
+// first held; nothing is lost.
+func TestSuccessesAreCountedTogether(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	breaker := lifecycle.DefaultBreaker()
+	b.healthTarget(t, &breaker)
+	end := func(o lifecycle.Outcome) {
+		t.Helper()
+		m := b.ingest(t)
+		c, err := b.w.Claim(b.ctx, m.Deliveries[0].ID, time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := b.w.Complete(b.ctx, c.Delivery.ID, c.Token, o); err != nil {
+			t.Fatalf("complete: %v", err)
+		}
+	}
+	for i, want := range []int{1, 1, 1} {
+		end(lifecycle.Delivered("200"))
+		if n := b.windowRequests(t, "alpha"); n != want {
+			t.Fatalf("after success %d: %d requests, want %d", i+1, n, want)
+		}
+	}
+	b.clock.Advance(100 * time.Millisecond)
+	end(lifecycle.Delivered("200"))
+	if n := b.windowRequests(t, "alpha"); n != 4 {
+		t.Fatalf("after 100 ms: %d requests, want 4", n)
+	}
+	end(lifecycle.Delivered("200"))
+	end(lifecycle.Retry(b.clock.Now().Add(time.Hour), "500"))
+	rows, err := projection.LoadHealth(b.ctx, b.db, []string{"alpha"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h := rows["alpha"]; h.WindowRequests != 6 || h.WindowFailures != 1 {
+		t.Fatalf("after a failure: %d requests, %d failures, want 6 and 1", h.WindowRequests, h.WindowFailures)
+	}
+	b.audit(t)
+}
+
+// TestAProbesSuccessIsCountedAtOnce: a Writer whose last count found the
+// breaker closed, and that another process opened since, claims the probe:
+// its success is counted at once and closes the breaker.
+func TestAProbesSuccessIsCountedAtOnce(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.healthTarget(t, &lifecycle.Breaker{Window: lifecycle.Duration(time.Minute), MinRequests: 3, FailureRate: 0.5,
+		Cooldown: lifecycle.Duration(10 * time.Second), MaxCooldown: lifecycle.Duration(time.Minute)})
+	other, err := newWriter(b, &wakeups{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 6 {
+		b.ingest(t)
+		b.clock.Advance(time.Millisecond)
+	}
+	lease := time.Minute
+	first := b.claimDue(t, "alpha", 1, lease)
+	if _, err := b.w.Complete(b.ctx, first[0].Delivery.ID, first[0].Token, lifecycle.Delivered("200")); err != nil {
+		t.Fatal(err)
+	}
+	failing, err := other.ClaimDue(b.ctx, "alpha", 3, lease)
+	if err != nil || len(failing) != 3 {
+		t.Fatalf("claimed %d: %v", len(failing), err)
+	}
+	for _, c := range failing {
+		if _, err := other.Complete(b.ctx, c.Delivery.ID, c.Token, lifecycle.Retry(b.clock.Now().Add(time.Second), "500")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := kinds(b.healthEvents(t, "alpha")); len(got) != 1 || got[0] != journal.KindBreakerOpened {
+		t.Fatalf("health events: %v", got)
+	}
+	b.clock.Advance(10 * time.Second)
+	probe := b.claimDue(t, "alpha", 5, lease)
+	if len(probe) != 1 {
+		t.Fatalf("probe: %d claimed", len(probe))
+	}
+	if _, err := b.w.Complete(b.ctx, probe[0].Delivery.ID, probe[0].Token, lifecycle.Delivered("200")); err != nil {
+		t.Fatal(err)
+	}
+	events := b.healthEvents(t, "alpha")
+	if closed, ok := events[len(events)-1].Payload.(*journal.BreakerClosed); !ok || closed.DeliveryID != probe[0].Delivery.ID {
+		t.Fatalf("health events: %v", kinds(events))
 	}
 	b.audit(t)
 }

@@ -102,6 +102,9 @@ type Writer struct {
 	cursors claimCursors
 	// gates keeps the targets' health as last read (health.go).
 	gates gates
+	// uncounted keeps the successes not yet counted into the targets' breaker
+	// windows (health.go).
+	uncounted heldCounts
 	// taker, when set, takes the deliveries ingests dispatch (SetTaker).
 	taker atomic.Pointer[Taker]
 	// disabled, when set, is told of the targets an outcome disabled
@@ -351,7 +354,7 @@ func (w *Writer) queue(b *pgx.Batch, cfg *configState, changes []*change, events
 		writes[i] = projection.Write{Before: c.before, Message: c.after, Touched: c.touched, Events: c.events}
 	}
 	projection.Queue(b, lanes, writes...)
-	queueTargetAdmit(b, events, cfg)
+	queueTargetAdmit(b, events, cfg, w.uncounted.unclear)
 	if operation != nil {
 		operation(b)
 	}
