@@ -73,6 +73,7 @@ type heldCount struct {
 	clear    bool
 	requests int
 	since    time.Time
+	window   time.Duration
 }
 
 // take returns the tallies to count now: every tally that has failures,
@@ -96,6 +97,7 @@ func (h *heldCounts) take(tallies []projection.OutcomeTally, now time.Time) []pr
 				c.since = now
 			}
 			c.requests += t.Requests
+			c.window = t.Window
 			h.by[t.Target] = c
 			continue
 		}
@@ -108,6 +110,50 @@ func (h *heldCounts) take(tallies []projection.OutcomeTally, now time.Time) []pr
 		out = append(out, t)
 	}
 	return out
+}
+
+// due takes the successes held countEvery or more at now, as tallies in
+// the order of their targets.
+func (h *heldCounts) due(now time.Time) []projection.OutcomeTally {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var out []projection.OutcomeTally
+	for target, c := range h.by {
+		if c.requests > 0 && now.Sub(c.since) >= countEvery {
+			out = append(out, projection.OutcomeTally{Target: target, Window: c.window, Requests: c.requests, Succeeded: true})
+			c.requests = 0
+			h.by[target] = c
+		}
+	}
+	slices.SortFunc(out, func(a, b projection.OutcomeTally) int { return cmpString(a.Target, b.Target) })
+	return out
+}
+
+// CountHeld counts into the targets' breaker windows the successes this
+// Writer has held countEvery or more (heldCounts), which its next outcomes
+// of those targets would have counted: the sweep calls it every pass, so
+// the successes of a target whose outcomes here have stopped are counted
+// all the same.
+func (w *Writer) CountHeld(ctx context.Context) error {
+	now := w.now()
+	tallies := w.uncounted.due(now)
+	if len(tallies) == 0 {
+		return nil
+	}
+	b := &pgx.Batch{}
+	counted := projection.QueueCount(b, tallies, now)
+	if err := w.send(ctx, w.db, b); err != nil {
+		return fmt.Errorf("count held successes: %w", err)
+	}
+	rows, err := projection.CountMissing(ctx, w.db, tallies, counted(), now)
+	if err != nil {
+		return fmt.Errorf("count held successes: %w", err)
+	}
+	for _, h := range rows {
+		w.learnHealth(h)
+		w.uncounted.learn(h, false)
+	}
+	return nil
 }
 
 // learn records whether target's row, as a count left it, lets its

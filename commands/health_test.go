@@ -408,8 +408,8 @@ func (b *bundle) windowRequests(t *testing.T, target string) int {
 
 // TestSuccessesAreCountedTogether: once a count has found the target's
 // breaker closed and nothing failing, its successes are held and counted
-// with its next failure, or with the next outcome 100 ms or more after the
-// first held; nothing is lost.
+// with its next failure, or with the next outcome, or by CountHeld, 100 ms
+// or more after the first held; nothing is lost.
 func TestSuccessesAreCountedTogether(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
@@ -445,6 +445,21 @@ func TestSuccessesAreCountedTogether(t *testing.T) {
 	}
 	if h := rows["alpha"]; h.WindowRequests != 6 || h.WindowFailures != 1 {
 		t.Fatalf("after a failure: %d requests, %d failures, want 6 and 1", h.WindowRequests, h.WindowFailures)
+	}
+	// What is held when the outcomes stop, the sweep's pass counts.
+	end(lifecycle.Delivered("200"))
+	if err := b.w.CountHeld(b.ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := b.windowRequests(t, "alpha"); n != 6 {
+		t.Fatalf("counted at once what was held: %d requests, want 6", n)
+	}
+	b.clock.Advance(100 * time.Millisecond)
+	if err := b.w.CountHeld(b.ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := b.windowRequests(t, "alpha"); n != 7 {
+		t.Fatalf("after CountHeld: %d requests, want 7", n)
 	}
 	b.audit(t)
 }

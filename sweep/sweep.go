@@ -129,7 +129,9 @@ func (s *Sweeper) Start(ctx context.Context) error {
 // first pass waits for that pass, within ctx. Safe to call twice.
 func (s *Sweeper) Stop(ctx context.Context) { s.loop.Stop(ctx) }
 
-// Pass runs each step once over everything due, then updates the gauges.
+// Pass runs each step once over everything due, counts the successes the
+// Writer has held from the targets' breaker windows (Writer.CountHeld),
+// then updates the gauges.
 func (s *Sweeper) Pass(ctx context.Context) (Result, error) {
 	began := time.Now()
 	var r Result
@@ -173,6 +175,9 @@ func (s *Sweeper) Pass(ctx context.Context) (Result, error) {
 		s.step(ctx, "report_held_lanes", false, held,
 			func(id uuid.UUID) (journal.Kind, error) { return w.ReportLaneHeld(ctx, id) }, &r),
 	)
+	if err == nil {
+		err = w.CountHeld(ctx)
+	}
 	if err == nil {
 		names := make([]string, len(targets))
 		for i, t := range targets {
