@@ -13,7 +13,7 @@ import (
 	"github.com/waybill/waybill/projection"
 )
 
-// TestGoneDisablesTheTarget: two processes each attempt one delivery of a
+// TestGoneDisablesTheTarget: two processes attempt two deliveries of a
 // target whose receiver answers both at once 410 Gone. Both deliveries
 // fail, the target is disabled by one target.disabled, and a message
 // ingested then is delivered to its other target while its delivery to
@@ -24,7 +24,10 @@ func TestGoneDisablesTheTarget(t *testing.T) {
 	b := setup(t)
 	web := b.httpTarget("web")
 	web.Config, _ = json.Marshal(map[string]string{"url": b.sink.URL + "/web"})
-	web.MaxConcurrent = 1
+	// Both attempts in flight at once, whichever process makes them: with
+	// max_concurrent 1 the first would wait for the second until its
+	// request timed out.
+	web.MaxConcurrent = 2
 	b.target(t, web)
 	b.target(t, b.httpTarget("other"))
 	var gone atomic.Bool
@@ -53,8 +56,7 @@ func TestGoneDisablesTheTarget(t *testing.T) {
 	// claim that delivery again instead of the second one.
 	rt := b.process(t).runtime(t, b)
 	b.process(t).runtime(t, b)
-	// Each wake-up reaches both processes; the one whose slot is free when
-	// the second comes claims it.
+	// Each wake-up reaches both processes; either may claim.
 	first := b.ingest(t, 2)
 	b.waitStatus(t, lifecycle.StatusError, first...)
 	for _, m := range first {
