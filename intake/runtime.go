@@ -328,11 +328,9 @@ func (run *runner) renew(ctx context.Context) bool {
 }
 
 // release gives the lease back, so another process may take the source
-// at once.
+// at once. It gives it back even when this process does not know it holds
+// it: a renewal cut short by the stop may have taken it, its answer lost.
 func (run *runner) release() {
-	if !run.held {
-		return
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), stopTimeout)
 	defer cancel()
 	if err := sources.ReleaseLease(ctx, run.rt.cfg.DB, run.spec.Name, run.rt.cfg.Holder); err != nil {
