@@ -1,7 +1,6 @@
 package projection_test
 
 import (
-	"context"
 	"fmt"
 	"math/rand/v2"
 	"sync"
@@ -28,33 +27,33 @@ func TestOnlineRebuildBesideKeyedWriters(t *testing.T) {
 	b := setup(t)
 	b.fifoTarget(t)
 	b.lifecycles(t, 30, rand.New(rand.NewPCG(9, 10)))
-	ctx, cancel := context.WithCancel(b.ctx)
+	// The writers finish their message once stopped rather than cancel
+	// their commands, which could commit after the test reads the tables.
 	var (
-		done  atomic.Int64
-		wg    sync.WaitGroup
-		mu    sync.Mutex
-		first error
+		stopped atomic.Bool
+		done    atomic.Int64
+		wg      sync.WaitGroup
+		mu      sync.Mutex
+		first   error
 	)
 	for w := range 4 {
 		wg.Go(func() {
-			for i := 0; ctx.Err() == nil; i++ {
-				_, _, err := b.w.Ingest(ctx, commands.NewMessage{Source: "lab", From: "a", To: "b",
+			for i := 0; !stopped.Load(); i++ {
+				_, _, err := b.w.Ingest(b.ctx, commands.NewMessage{Source: "lab", From: "a", To: "b",
 					Payload: fmt.Appendf(nil, "%d/%d", w, i), OrderingKey: fmt.Sprint("k-", i%2)})
 				if err == nil {
 					var claims []commands.Claim
-					claims, err = b.w.ClaimDue(ctx, "hl7", 2, time.Minute)
+					claims, err = b.w.ClaimDue(b.ctx, "hl7", 2, time.Minute)
 					for _, c := range claims {
 						if err == nil {
-							_, err = b.w.Complete(ctx, c.Delivery.ID, c.Token, lifecycle.Delivered("200 OK"))
+							_, err = b.w.Complete(b.ctx, c.Delivery.ID, c.Token, lifecycle.Delivered("200 OK"))
 						}
 					}
 				}
 				if err != nil {
-					if ctx.Err() == nil {
-						mu.Lock()
-						first = err
-						mu.Unlock()
-					}
+					mu.Lock()
+					first = err
+					mu.Unlock()
 					return
 				}
 				done.Add(1)
@@ -70,7 +69,7 @@ func TestOnlineRebuildBesideKeyedWriters(t *testing.T) {
 			from := done.Load()
 			testpoll.Until(t, "writers to go on during "+string(p), func() bool { return done.Load() >= from+40 || failed() != nil })
 		}})
-	cancel()
+	stopped.Store(true)
 	wg.Wait()
 	if err != nil {
 		t.Fatal(err)
