@@ -175,9 +175,9 @@ func (s *Sweeper) Pass(ctx context.Context) (Result, error) {
 		s.step(ctx, "report_held_lanes", false, held,
 			func(id uuid.UUID) (journal.Kind, error) { return w.ReportLaneHeld(ctx, id) }, &r),
 	)
-	if err == nil {
-		err = w.CountHeld(ctx)
-	}
+	// The held successes are counted whatever the steps came to, and a
+	// count that fails keeps no gauge from being set: it is a measure.
+	counted := w.CountHeld(ctx)
 	if err == nil {
 		names := make([]string, len(targets))
 		for i, t := range targets {
@@ -185,6 +185,7 @@ func (s *Sweeper) Pass(ctx context.Context) (Result, error) {
 		}
 		err = s.measure(ctx, names)
 	}
+	err = errors.Join(err, counted)
 	s.metrics.passSeconds.Observe(time.Since(began).Seconds())
 	if err != nil {
 		return r, fmt.Errorf("sweep: %w", err)
