@@ -374,7 +374,12 @@ func (w *Writer) writeBatch(ctx context.Context, ops []*op, side *operationSide)
 		if side != nil {
 			side.queueRead(b)
 		}
-		locked := projection.Lock(b, messageIDs, deliveryIDs)
+		var locked func() []projection.Locked
+		if ids, ok := w.laneFreeMessages(messageIDs, deliveryIDs); ok {
+			locked = projection.LockMessages(b, ids)
+		} else {
+			locked = projection.Lock(b, messageIDs, deliveryIDs)
+		}
 		for _, o := range ops {
 			if o.read != nil {
 				o.read(b)
@@ -707,7 +712,7 @@ func (w *Writer) queueChooseDue(b *pgx.Batch, ops []*op, cfg *configState) *chos
 				queueReadTokens(b, target, c.now, c.tokens[target])
 			}
 		}
-		w.queueChoice(b, c.now, want, want, func(target string, ch projection.Chosen) {
+		w.queueChoice(b, cfg, c.now, want, want, func(target string, ch projection.Chosen) {
 			c.byTarget[target] = append(c.byTarget[target], ch.DeliveryID)
 			c.messages[ch.MessageID] = ch.Message
 		})

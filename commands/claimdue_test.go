@@ -266,25 +266,28 @@ func TestClaimDueWalksTheIndex(t *testing.T) {
 	if _, err := tx.Exec(b.ctx, commands.ClaimPlanSQL); err != nil {
 		t.Fatal(err)
 	}
-	// From the index's start, and from a cursor.
+	// From the index's start, and from a cursor; for a target with limits
+	// and one without.
 	for _, from := range []pgtype.Timestamptz{{InfinityModifier: pgtype.NegativeInfinity, Valid: true},
 		{Time: b.clock.Now().Add(-time.Minute), Valid: true}} {
-		rows, err := tx.Query(b.ctx, `EXPLAIN `+projection.ClaimableChoiceSQL, "alpha", b.clock.Now(), 10, from, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
-		if err != nil {
-			t.Fatal(err)
-		}
-		// The bound starts the walk: it is a condition of the index.
-		p := strings.Join(lines, "\n")
-		choice, read, ok := strings.Cut(p, "CTE Scan on chosen")
-		if !ok || !strings.Contains(choice, "Index Scan using deliveries_claimable") ||
-			!strings.Contains(choice, "Index Cond: ((target = 'alpha'::text) AND (COALESCE(") ||
-			strings.Contains(p, "Sort") || strings.Contains(p, "JIT") || strings.Contains(p, "Bitmap") ||
-			strings.Contains(p, "Seq Scan") || !strings.Contains(read, "Index Cond: (id = ch.message_id)") {
-			t.Errorf("the claim's plan from %v:\n%s", from, p)
+		for _, sql := range []string{projection.ClaimableChoiceSQL, projection.UnlimitedChoiceSQL} {
+			rows, err := tx.Query(b.ctx, `EXPLAIN `+sql, "alpha", b.clock.Now(), 10, from, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
+			if err != nil {
+				t.Fatal(err)
+			}
+			// The bound starts the walk: it is a condition of the index.
+			p := strings.Join(lines, "\n")
+			choice, read, ok := strings.Cut(p, "CTE Scan on chosen")
+			if !ok || !strings.Contains(choice, "Index Scan using deliveries_claimable") ||
+				!strings.Contains(choice, "Index Cond: ((target = 'alpha'::text) AND (COALESCE(") ||
+				strings.Contains(p, "Sort") || strings.Contains(p, "JIT") || strings.Contains(p, "Bitmap") ||
+				strings.Contains(p, "Seq Scan") || !strings.Contains(read, "Index Cond: (id = ch.message_id)") {
+				t.Errorf("the claim's plan from %v:\n%s", from, p)
+			}
 		}
 	}
 }

@@ -112,7 +112,7 @@ const claimPlanSQL = `SELECT set_config('enable_bitmapscan', 'off', true), set_c
 // claimPlanSQL, then claimPlanReset), locking them and reading their
 // messages; add gets each chosen one, in its target's due order, once the
 // batch is read.
-func (w *Writer) queueChoice(b *pgx.Batch, now time.Time, want, freeing map[string]int,
+func (w *Writer) queueChoice(b *pgx.Batch, cfg *configState, now time.Time, want, freeing map[string]int,
 	add func(target string, c projection.Chosen)) {
 	b.Queue(claimPlanSQL)
 	for _, target := range slices.Sorted(maps.Keys(want)) {
@@ -121,7 +121,11 @@ func (w *Writer) queueChoice(b *pgx.Batch, now time.Time, want, freeing map[stri
 		if !cursor {
 			bound.InfinityModifier = pgtype.NegativeInfinity
 		}
-		projection.QueueChooseClaimable(b, target, now, want[target], freeing[target], bound, func(chosen []projection.Chosen) {
+		// A target the configuration does not know yet is chosen as one
+		// with limits.
+		t, known := cfg.targets[target]
+		limited := !known || t.Limited()
+		projection.QueueChooseClaimable(b, target, limited, now, want[target], freeing[target], bound, func(chosen []projection.Chosen) {
 			keys := make([]time.Time, len(chosen))
 			for i, c := range chosen {
 				keys[i] = c.Key
@@ -261,7 +265,7 @@ func (w *Writer) claimDue(ctx context.Context, target string, n int, lease time.
 	if spec.Rate != nil {
 		queueReadTokens(b, target, now, &tokens)
 	}
-	w.queueChoice(b, now, map[string]int{target: n}, nil, func(_ string, c projection.Chosen) {
+	w.queueChoice(b, cfg, now, map[string]int{target: n}, nil, func(_ string, c projection.Chosen) {
 		if seen[c.MessageID] {
 			return
 		}

@@ -572,3 +572,34 @@ func TestAClaimOfLimitsItsConfigurationMissedIsDecidedAgain(t *testing.T) {
 	}
 	b.audit(t)
 }
+
+// TestAChoiceOfLimitsItsConfigurationMissedIsDecidedAgain: a Writer whose
+// configuration shows a target without limits chooses its due deliveries
+// without reading them (projection.UnlimitedChoiceSQL). Once another
+// Writer has given the target a max_concurrent, targets_admit refuses
+// those claims, and the next choice, on the configuration read anew,
+// claims no more than the limit lets through.
+func TestAChoiceOfLimitsItsConfigurationMissedIsDecidedAgain(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.targets(t, "alpha")
+	for range 3 {
+		b.ingest(t)
+	}
+	other, err := newWriter(b, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	limited := lifecycle.Target{Name: "alpha", Kind: "http", Enabled: true, MaxConcurrent: 1, Config: sinkConfig}
+	if _, err := other.UpdateTarget(b.ctx, limited, admin); err != nil {
+		t.Fatal(err)
+	}
+	claims, err := b.w.ClaimDue(b.ctx, "alpha", 3, time.Minute)
+	if err != nil || len(claims) != 0 {
+		t.Fatalf("claims on the configuration before the limit: %d, %v; want none", len(claims), err)
+	}
+	if claims, err = b.w.ClaimDue(b.ctx, "alpha", 3, time.Minute); err != nil || len(claims) != 1 {
+		t.Fatalf("claims on the configuration read anew: %d, %v; want 1", len(claims), err)
+	}
+	b.audit(t)
+}

@@ -1,11 +1,13 @@
 package commands
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"runtime/debug"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -244,10 +246,12 @@ const maxOwners = 1 << 16
 // tens of milliseconds, a few thousand at most in flight at once.
 const maxWritten = 1 << 13
 
-// owner is a delivery's message and target.
+// owner is a delivery's message and target, and whether the delivery is
+// in a lane, which is decided at its dispatch for good.
 type owner struct {
 	message uuid.UUID
 	target  string
+	lane    bool
 }
 
 // owner returns the message and target of a delivery the Writer has
@@ -256,6 +260,29 @@ func (w *Writer) owner(deliveryID uuid.UUID) owner {
 	w.ownersMu.Lock()
 	defer w.ownersMu.Unlock()
 	return w.owners[deliveryID]
+}
+
+// laneFreeMessages gives the sorted messages of deliveryIDs, and true,
+// when the batch names no message by id and the Writer has written each
+// delivery and found it in no lane: the batch then locks them with
+// projection.LockMessages, as no lane's next message is to be locked
+// beside them.
+func (w *Writer) laneFreeMessages(messageIDs, deliveryIDs []uuid.UUID) ([]uuid.UUID, bool) {
+	if len(messageIDs) > 0 {
+		return nil, false
+	}
+	w.ownersMu.Lock()
+	defer w.ownersMu.Unlock()
+	ids := make([]uuid.UUID, 0, len(deliveryIDs))
+	for _, id := range deliveryIDs {
+		o, ok := w.owners[id]
+		if !ok || o.lane {
+			return nil, false
+		}
+		ids = append(ids, o.message)
+	}
+	slices.SortFunc(ids, func(a, b uuid.UUID) int { return bytes.Compare(a[:], b[:]) })
+	return slices.Compact(ids), true
 }
 
 // learn remembers the messages ms, as a commit wrote them: the messages
@@ -271,7 +298,7 @@ func (w *Writer) learn(ms ...*projection.Message) {
 	}
 	for _, m := range ms {
 		for _, d := range m.Deliveries {
-			w.owners[d.ID] = owner{message: m.ID, target: d.Target}
+			w.owners[d.ID] = owner{message: m.ID, target: d.Target, lane: d.LaneKey != ""}
 		}
 		w.written[m.ID] = m.Clone()
 	}

@@ -132,11 +132,21 @@ var claimableSQL = lifecycle.CatchUpRule.SQL("d", "$2")
 // at the due key $4 (the commands' cursor of the target) and returns each
 // one's key. QueueChooseClaimable queues it; it is exported for the
 // claim's test of its plan.
-var ClaimableChoiceSQL = ChooseSQL(`SELECT d.id, d.message_id, ` + claimKeySQL + `, m.version
+var ClaimableChoiceSQL = claimableChoice(schema.TargetAllowanceSQL("$1::text", "$2::timestamptz", "$3::int", "$5::int"))
+
+// UnlimitedChoiceSQL is ClaimableChoiceSQL for a target without limits
+// (schema.UnlimitedAllowanceSQL); $5 is not read.
+var UnlimitedChoiceSQL = claimableChoice(schema.UnlimitedAllowanceSQL("$1::text", "$2::timestamptz", "$3::int") + ` + 0 * $5::int`)
+
+// claimableChoice is the choice of ClaimableChoiceSQL with the allowance
+// given as its LIMIT.
+func claimableChoice(allowance string) string {
+	return ChooseSQL(`SELECT d.id, d.message_id, ` + claimKeySQL + `, m.version
 	FROM deliveries d JOIN messages m ON m.id = d.message_id
 	WHERE d.target = $1 AND ` + claimableSQL + ` AND ` + claimKeySQL + ` >= $4
-	ORDER BY ` + claimKeySQL + ` LIMIT ` + schema.TargetAllowanceSQL("$1::text", "$2::timestamptz", "$3::int", "$5::int") + `
+	ORDER BY ` + claimKeySQL + ` LIMIT ` + allowance + `
 	FOR UPDATE OF m, d SKIP LOCKED`)
+}
 
 // claimKeySQL is the due key of deliveries_claimable.
 const claimKeySQL = `coalesce(d.next_due, d.lease_end, d.updated_at)`
@@ -146,11 +156,17 @@ const claimKeySQL = `coalesce(d.next_due, d.lease_end, d.updated_at)`
 // limits let through with freeing of its attempts in flight ended by the
 // same transaction, oldest due first from the due key from on, locking them with their messages (FOR UPDATE SKIP LOCKED), and
 // reading the messages; fn gets them, in due order, once the batch is read.
+// A target the caller's configuration holds to have no limits
+// (!limited) is chosen without reading them (schema.UnlimitedAllowanceSQL).
 // The claim runs it with sorts and bitmap scans off, so that it walks
 // deliveries_claimable in order.
-func QueueChooseClaimable(b *pgx.Batch, target string, now time.Time, limit, freeing int, from pgtype.Timestamptz,
+func QueueChooseClaimable(b *pgx.Batch, target string, limited bool, now time.Time, limit, freeing int, from pgtype.Timestamptz,
 	fn func([]Chosen)) {
-	b.Queue(ClaimableChoiceSQL, target, now, limit, from, freeing).Query(func(rows pgx.Rows) error {
+	sql := ClaimableChoiceSQL
+	if !limited {
+		sql = UnlimitedChoiceSQL
+	}
+	b.Queue(sql, target, now, limit, from, freeing).Query(func(rows pgx.Rows) error {
 		chosen, err := ScanChosen(rows)
 		if err == nil {
 			fn(chosen)

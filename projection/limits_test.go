@@ -87,7 +87,8 @@ func TestLimitsAgreeInSQLAndGo(t *testing.T) {
 // into its statement (schema.TargetAllowanceSQL, with parameters), to
 // lifecycle.Target.LimitsAllowance, on targets and buckets as stored: the
 // body's columns (a bucket's at) must not stand for the function's
-// arguments of the same names.
+// arguments of the same names. For a target without limits, the choice's
+// body that leaves them out (schema.UnlimitedAllowanceSQL) agrees too.
 func TestTargetAllowanceAgreesWithItsBody(t *testing.T) {
 	t.Parallel()
 	db := dbtest.Pool(t)
@@ -95,6 +96,7 @@ func TestTargetAllowanceAgreesWithItsBody(t *testing.T) {
 	now := time.Date(2026, 12, 1, 8, 0, 0, 0, time.UTC)
 	buckets := []lifecycle.Bucket{{}, {Tokens: 0, At: now.Add(-250 * time.Millisecond)}, {Tokens: 1, At: now.Add(-2 * time.Second)}}
 	body := `SELECT ` + schema.TargetAllowanceSQL("$1", "$2::timestamptz", "$3::int", "0")
+	unlimited := `SELECT ` + schema.UnlimitedAllowanceSQL("$1", "$2::timestamptz", "$3::int")
 	n := 0
 	for _, spec := range limitSpecs() {
 		for _, bucket := range buckets {
@@ -127,6 +129,15 @@ func TestTargetAllowanceAgreesWithItsBody(t *testing.T) {
 				}
 				if w := spec.LimitsAllowance(0, tokens, want); fn != w || inline != w {
 					t.Errorf("%s, bucket %+v, want %d: target_allowance %d, its body %d, Go %d", stored, bucket, want, fn, inline, w)
+				}
+				if spec.Limited() {
+					continue
+				}
+				if err := db.QueryRow(ctx, unlimited, spec.Name, now, want).Scan(&inline); err != nil {
+					t.Fatal(err)
+				}
+				if inline != fn {
+					t.Errorf("%s, want %d: target_allowance %d, the body without limits %d", stored, want, fn, inline)
 				}
 			}
 		}

@@ -686,11 +686,29 @@ END $$;
 // PostgreSQL keeps, where a call of the function (a SQL function with a
 // FROM, never inlined) plans its body again at every call.
 func TargetAllowanceSQL(name, at, want, freeing string) string {
+	return allowanceSQL(name, at, want, `CASE WHEN `+lifecycle.LimitedSQL("t.spec")+` THEN `+lifecycle.LimitsAllowanceSQL("t.spec",
+		"("+TargetInFlightSQL("t.name", at)+" - "+freeing+")", TargetTokensSQL("t.spec", "t.name", at), want)+` ELSE `+want+` END`)
+}
+
+// UnlimitedAllowanceSQL is TargetAllowanceSQL for a target that the
+// Writer's configuration holds to have no limits: what its enabled flag
+// and its health let through. PostgreSQL sets up every part of a plan at
+// every execution, the limits' count of attempts in flight and bucket
+// included, even where the target's definition skips them; the choice of
+// such a target is a fifth cheaper without them. A target given limits
+// since is caught by targets_admit, as its claims did not take its lock
+// alone.
+func UnlimitedAllowanceSQL(name, at, want string) string {
+	return allowanceSQL(name, at, want, want)
+}
+
+// allowanceSQL is what the target name's enabled flag and health let
+// through of want at at, and no more than limits.
+func allowanceSQL(name, at, want, limits string) string {
 	return `(SELECT CASE WHEN t.spec->>'enabled' = 'false' THEN 0
 		ELSE least(coalesce((SELECT ` + lifecycle.GateAllowanceSQL("h", at, want) + `
 			FROM target_health h WHERE h.target = ` + name + `), ` + want + `),
-			CASE WHEN ` + lifecycle.LimitedSQL("t.spec") + ` THEN ` + lifecycle.LimitsAllowanceSQL("t.spec",
-		"("+TargetInFlightSQL("t.name", at)+" - "+freeing+")", TargetTokensSQL("t.spec", "t.name", at), want) + ` ELSE ` + want + ` END) END
+			` + limits + `) END
 	FROM (SELECT) one LEFT JOIN targets t ON t.name = ` + name + `)`
 }
 
