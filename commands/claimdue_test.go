@@ -270,8 +270,12 @@ func TestClaimDueWalksTheIndex(t *testing.T) {
 	// and one without.
 	for _, from := range []pgtype.Timestamptz{{InfinityModifier: pgtype.NegativeInfinity, Valid: true},
 		{Time: b.clock.Now().Add(-time.Minute), Valid: true}} {
-		for _, sql := range []string{projection.ClaimableChoiceSQL, projection.UnlimitedChoiceSQL} {
-			rows, err := tx.Query(b.ctx, `EXPLAIN `+sql, "alpha", b.clock.Now(), 10, from, 0)
+		args := []any{"alpha", b.clock.Now(), 10, from, 0}
+		for _, c := range []struct {
+			sql  string
+			args []any
+		}{{projection.ClaimableChoiceSQL, args}, {projection.UnlimitedChoiceSQL, args[:4]}} {
+			rows, err := tx.Query(b.ctx, `EXPLAIN `+c.sql, c.args...)
 			if err != nil {
 				t.Fatal(err)
 			}

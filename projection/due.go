@@ -15,7 +15,7 @@ import (
 )
 
 // The sweep's selections take the most overdue first, on the
-// deliveries_due, deliveries_lease and deliveries_claimable indexes; each
+// deliveries_due, deliveries_in_flight and deliveries_claimable indexes; each
 // selects by the lifecycle's rule for its step.
 var (
 	expiredSQL = `SELECT id FROM deliveries WHERE ` + lifecycle.LeaseExpiryRule.SQL("", "$1") + ` ORDER BY lease_end LIMIT $2`
@@ -135,8 +135,8 @@ var claimableSQL = lifecycle.CatchUpRule.SQL("d", "$2")
 var ClaimableChoiceSQL = claimableChoice(schema.TargetAllowanceSQL("$1::text", "$2::timestamptz", "$3::int", "$5::int"))
 
 // UnlimitedChoiceSQL is ClaimableChoiceSQL for a target without limits
-// (schema.UnlimitedAllowanceSQL); $5 is not read.
-var UnlimitedChoiceSQL = claimableChoice(schema.UnlimitedAllowanceSQL("$1::text", "$2::timestamptz", "$3::int") + ` + 0 * $5::int`)
+// (schema.UnlimitedAllowanceSQL), without its $5.
+var UnlimitedChoiceSQL = claimableChoice(schema.UnlimitedAllowanceSQL("$1::text", "$2::timestamptz", "$3::int"))
 
 // claimableChoice is the choice of ClaimableChoiceSQL with the allowance
 // given as its LIMIT.
@@ -162,11 +162,11 @@ const claimKeySQL = `coalesce(d.next_due, d.lease_end, d.updated_at)`
 // deliveries_claimable in order.
 func QueueChooseClaimable(b *pgx.Batch, target string, limited bool, now time.Time, limit, freeing int, from pgtype.Timestamptz,
 	fn func([]Chosen)) {
-	sql := ClaimableChoiceSQL
+	sql, args := ClaimableChoiceSQL, []any{target, now, limit, from, freeing}
 	if !limited {
-		sql = UnlimitedChoiceSQL
+		sql, args = UnlimitedChoiceSQL, args[:4]
 	}
-	b.Queue(sql, target, now, limit, from, freeing).Query(func(rows pgx.Rows) error {
+	b.Queue(sql, args...).Query(func(rows pgx.Rows) error {
 		chosen, err := ScanChosen(rows)
 		if err == nil {
 			fn(chosen)

@@ -21,12 +21,15 @@ func RebuildReading(ctx context.Context, db *pgxpool.Pool, connections int, chun
 	return rebuild(ctx, db, reading{connections: connections, chunk: chunk})
 }
 
-// UpdateMessagesSQL, DeleteLanesSQL, LockSQL and LoadManySQL are
-// statements of the Writer's transactions, which run under
-// LookupPlanSQL.
-const UpdateMessagesSQL, DeleteLanesSQL = updateMessagesSQL, deleteLanesSQL
+// UpdateMessagesSQL, DeleteLanesSQL, LockSQL, LockMessagesSQL and
+// LoadManySQL are statements of the Writer's transactions, which run
+// under LookupPlanSQL.
+const UpdateMessagesSQL, DeleteLanesSQL, LockMessagesSQL = updateMessagesSQL, deleteLanesSQL, lockMessagesSQL
 
 var LockSQL, LoadManySQL = lockSQL, loadManySQL
+
+// ExpiredSQL and ClaimHeldSQL read the claims held.
+var ExpiredSQL, ClaimHeldSQL = expiredSQL, claimHeldSQL
 
 // ReadDue runs the count of QueueDue at now reading at most exact entries
 // of deliveries_due on each side of now.

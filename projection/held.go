@@ -13,7 +13,7 @@ import (
 )
 
 // claimHeldSQL finds a claim by its token among the claims held, on the
-// deliveries_lease index, whose size is the attempts in flight.
+// deliveries_in_flight index, whose size is the attempts in flight.
 var claimHeldSQL = `SELECT message_id, id FROM deliveries WHERE ` + lifecycle.LeaseExpiryRule.StatesSQL("") + ` AND claim_token = $1`
 
 // HeldBy returns the message and the delivery that a claim with token

@@ -30,6 +30,7 @@ func TestWriterStatementsLookUpEachRow(t *testing.T) {
 		name, sql, args string
 	}{
 		{"the lock", projection.LockSQL, `'{}', '{}', true`},
+		{"the lock by id", projection.LockMessagesSQL, `'{}'`},
 		{"the read", projection.LoadManySQL, `'{}'`},
 		{"the messages' update", projection.UpdateMessagesSQL, strings.Repeat(`'{}', `, 10) + `'{}'`},
 		{"the lanes' delete", projection.DeleteLanesSQL, `'{}', '{}'`},
@@ -102,6 +103,42 @@ func TestListMessagesFiltersWalkTheirIndex(t *testing.T) {
 		text := strings.Join(plan, "\n")
 		if !strings.Contains(text, "Scan using "+c.index+" ") || strings.Contains(text, "Sort") {
 			t.Errorf("%+v: the plan does not walk %s:\n%s", c.f, c.index, text)
+		}
+	}
+}
+
+// TestClaimsHeldReadTheirIndex: the sweep's leases run out and the claim
+// found by its token read deliveries_in_flight, which holds the claims
+// held and nothing else, as the count of a target's attempts in flight
+// does: the index's predicate is lifecycle.InFlightRule's states, the
+// statements' LeaseExpiryRule's.
+func TestClaimsHeldReadTheirIndex(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	for _, c := range []struct {
+		name, sql string
+		args      []any
+	}{
+		{"the leases run out", projection.ExpiredSQL, []any{time.Now(), 10}},
+		{"the claim by its token", projection.ClaimHeldSQL, []any{uuid.New()}},
+	} {
+		var plan []string
+		err := pgx.BeginFunc(b.ctx, b.db, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(b.ctx, `SET LOCAL enable_seqscan = off`); err != nil {
+				return err
+			}
+			rows, err := tx.Query(b.ctx, `EXPLAIN `+c.sql, c.args...)
+			if err != nil {
+				return err
+			}
+			plan, err = pgx.CollectRows(rows, pgx.RowTo[string])
+			return err
+		})
+		if err != nil {
+			t.Fatal(c.name, err)
+		}
+		if text := strings.Join(plan, "\n"); !strings.Contains(text, "using deliveries_in_flight") {
+			t.Errorf("%s's plan does not read deliveries_in_flight:\n%s", c.name, text)
 		}
 	}
 }

@@ -572,8 +572,10 @@ CREATE INDEX IF NOT EXISTS operations_running ON operations (updated_at, id) WHE
 -- The dashboard's charts read the minutes of all targets from a time on.
 CREATE INDEX IF NOT EXISTS delivery_minute_counts_minute ON delivery_minute_counts (minute);
 CREATE INDEX IF NOT EXISTS deliveries_due ON deliveries (state, next_due) WHERE next_due IS NOT NULL;
-CREATE INDEX IF NOT EXISTS deliveries_lease ON deliveries (lease_end) WHERE ` + lifecycle.LeaseExpiryRule.StatesSQL("") + `;
--- A target's attempts in flight, counted against its max_concurrent.
+-- The claims held: a target's attempts in flight, counted against its
+-- max_concurrent, and the leases the sweep expires (its size is the
+-- attempts in flight, which the sweep reads whole). A claim so writes one
+-- entry for both (retiredIndexesDDL).
 CREATE INDEX IF NOT EXISTS deliveries_in_flight ON deliveries (target, lease_end) WHERE ` + lifecycle.InFlightRule.StatesSQL("") + `;
 -- A target's messages, newest first, for GET /messages?target=: one
 -- delivery per message and target, in the messages' list order.
@@ -730,11 +732,20 @@ func TargetTokensSQL(spec, name, at string) string {
 		FROM (SELECT) one LEFT JOIN target_buckets b ON b.target = ` + name + `)`
 }
 
+// retiredIndexesDDL drops the indexes of projection tables that an
+// earlier build of the same projections version made and this one does
+// not: deliveries_lease, by lease_end alone, whose claims held
+// deliveries_in_flight holds. Ensure runs it on the live tables, named
+// in full, never as part of projectionIndexesDDL: the shadow's
+// transaction, whose search path reaches the live tables, would drop them
+// there and hold the live table for the whole build.
+const retiredIndexesDDL = `DROP INDEX IF EXISTS public.deliveries_lease`
+
 // ddlDigest names this build's DDL and versions.
 var ddlDigest = func() string {
 	h := sha256.New()
 	for _, ddl := range []string{versionDDL, journalDDL, alertsDDL, tokensDDL, sessionsDDL, sourcesDDL, keysDDL, limitsDDL,
-		projectionTablesDDL, projectionIndexesDDL} {
+		projectionTablesDDL, projectionIndexesDDL, retiredIndexesDDL} {
 		h.Write([]byte(ddl))
 		h.Write([]byte{0})
 	}
@@ -796,6 +807,9 @@ func Ensure(ctx context.Context, db *pgxpool.Pool) error {
 		}
 		if _, err := tx.Exec(ctx, projectionIndexesDDL); err != nil {
 			return fmt.Errorf("create projection indexes: %w", err)
+		}
+		if _, err := tx.Exec(ctx, retiredIndexesDDL); err != nil {
+			return fmt.Errorf("drop retired projection indexes: %w", err)
 		}
 		if _, err := tx.Exec(ctx, `INSERT INTO schema_digest (digest) VALUES ($1)
 			ON CONFLICT (singleton) DO UPDATE SET digest = excluded.digest`, ddlDigest); err != nil {
