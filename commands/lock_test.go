@@ -534,6 +534,20 @@ func TestABatchEndsAttemptsBeforeItClaims(t *testing.T) {
 	lb.noLostRacesAndAudit(t)
 }
 
+// limitBehindItsBack gives the target alpha a max_concurrent of 1
+// through another Writer, which b.w's configuration does not see.
+func limitBehindItsBack(t *testing.T, b *bundle) {
+	t.Helper()
+	other, err := newWriter(b, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	limited := lifecycle.Target{Name: "alpha", Kind: "http", Enabled: true, MaxConcurrent: 1, Config: sinkConfig}
+	if _, err := other.UpdateTarget(b.ctx, limited, admin); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // TestAClaimOfLimitsItsConfigurationMissedIsDecidedAgain: a Writer whose
 // configuration shows a target without limits takes the target's claim
 // lock shared. Once another Writer has given the target a
@@ -545,14 +559,7 @@ func TestAClaimOfLimitsItsConfigurationMissedIsDecidedAgain(t *testing.T) {
 	b := setup(t)
 	b.targets(t, "alpha")
 	d := b.ingest(t).Deliveries[0].ID
-	other, err := newWriter(b, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	limited := lifecycle.Target{Name: "alpha", Kind: "http", Enabled: true, MaxConcurrent: 1, Config: sinkConfig}
-	if _, err := other.UpdateTarget(b.ctx, limited, admin); err != nil {
-		t.Fatal(err)
-	}
+	limitBehindItsBack(t, b)
 	lost := make(chan error, 10)
 	b.w.SetLost(func(err error) { lost <- err })
 	if _, err := b.w.Claim(b.ctx, d, time.Minute); err != nil {
@@ -586,14 +593,7 @@ func TestAChoiceOfLimitsItsConfigurationMissedIsDecidedAgain(t *testing.T) {
 	for range 3 {
 		b.ingest(t)
 	}
-	other, err := newWriter(b, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	limited := lifecycle.Target{Name: "alpha", Kind: "http", Enabled: true, MaxConcurrent: 1, Config: sinkConfig}
-	if _, err := other.UpdateTarget(b.ctx, limited, admin); err != nil {
-		t.Fatal(err)
-	}
+	limitBehindItsBack(t, b)
 	claims, err := b.w.ClaimDue(b.ctx, "alpha", 3, time.Minute)
 	if err != nil || len(claims) != 0 {
 		t.Fatalf("claims on the configuration before the limit: %d, %v; want none", len(claims), err)

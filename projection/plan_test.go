@@ -83,24 +83,7 @@ func TestListMessagesFiltersWalkTheirIndex(t *testing.T) {
 			After: &projection.Cursor{CreatedAt: time.Now(), ID: uuid.New()}}},
 	} {
 		sql, args := projection.ListSQL(c.f)
-		var plan []string
-		err := pgx.BeginFunc(b.ctx, b.db, func(tx pgx.Tx) error {
-			// The tables are empty: without this a scan of them all is
-			// as cheap as any.
-			if _, err := tx.Exec(b.ctx, `SET LOCAL enable_seqscan = off`); err != nil {
-				return err
-			}
-			rows, err := tx.Query(b.ctx, `EXPLAIN `+sql, args...)
-			if err != nil {
-				return err
-			}
-			plan, err = pgx.CollectRows(rows, pgx.RowTo[string])
-			return err
-		})
-		if err != nil {
-			t.Fatal(c.index, err)
-		}
-		text := strings.Join(plan, "\n")
+		text := explain(t, b, sql, args...)
 		if !strings.Contains(text, "Scan using "+c.index+" ") || strings.Contains(text, "Sort") {
 			t.Errorf("%+v: the plan does not walk %s:\n%s", c.f, c.index, text)
 		}
@@ -122,23 +105,31 @@ func TestClaimsHeldReadTheirIndex(t *testing.T) {
 		{"the leases run out", projection.ExpiredSQL, []any{time.Now(), 10}},
 		{"the claim by its token", projection.ClaimHeldSQL, []any{uuid.New()}},
 	} {
-		var plan []string
-		err := pgx.BeginFunc(b.ctx, b.db, func(tx pgx.Tx) error {
-			if _, err := tx.Exec(b.ctx, `SET LOCAL enable_seqscan = off`); err != nil {
-				return err
-			}
-			rows, err := tx.Query(b.ctx, `EXPLAIN `+c.sql, c.args...)
-			if err != nil {
-				return err
-			}
-			plan, err = pgx.CollectRows(rows, pgx.RowTo[string])
-			return err
-		})
-		if err != nil {
-			t.Fatal(c.name, err)
-		}
-		if text := strings.Join(plan, "\n"); !strings.Contains(text, "using deliveries_in_flight") {
+		if text := explain(t, b, c.sql, c.args...); !strings.Contains(text, "using deliveries_in_flight") {
 			t.Errorf("%s's plan does not read deliveries_in_flight:\n%s", c.name, text)
 		}
 	}
+}
+
+// explain gives the plan of sql with args as EXPLAIN prints it, with
+// sequential scans off: the tables are empty, and a scan of them all
+// would otherwise be as cheap as any.
+func explain(t *testing.T, b *bundle, sql string, args ...any) string {
+	t.Helper()
+	var plan []string
+	err := pgx.BeginFunc(b.ctx, b.db, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(b.ctx, `SET LOCAL enable_seqscan = off`); err != nil {
+			return err
+		}
+		rows, err := tx.Query(b.ctx, `EXPLAIN `+sql, args...)
+		if err != nil {
+			return err
+		}
+		plan, err = pgx.CollectRows(rows, pgx.RowTo[string])
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.Join(plan, "\n")
 }
