@@ -106,11 +106,11 @@ func Lock(b *pgx.Batch, messageIDs, deliveryIDs []uuid.UUID) func() []Locked {
 	return func() []Locked { return locked }
 }
 
-// LockMessages is Lock for a batch that names messages by id only, sorted
-// and without repeats, each known to have no delivery in a lane (a
-// delivery enters a lane at its dispatch or never): there is no lane's
-// next message to find, so the statements look up each message by its key
-// and nothing else. Lock's plans, whose lane lookups PostgreSQL sets up at
+// LockMessages is Lock for a batch whose commands name only deliveries in
+// no lane (a delivery enters a lane at its dispatch or never), given as
+// their messages' ids, sorted and without repeats: with no lane's next
+// message to lock beside them, the statements look up each message by
+// its key and nothing else. Lock's plans, whose lane lookups PostgreSQL sets up at
 // every execution whether they find anything or not, cost three times as
 // much to run (docs/performance.md, "The lock of messages in no lane").
 func LockMessages(b *pgx.Batch, messageIDs []uuid.UUID) func() []Locked {
