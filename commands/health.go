@@ -140,12 +140,7 @@ func (w *Writer) CountHeld(ctx context.Context) error {
 	if len(tallies) == 0 {
 		return nil
 	}
-	b := &pgx.Batch{}
-	counted := projection.QueueCount(b, tallies, now)
-	if err := w.send(ctx, w.db, b); err != nil {
-		return fmt.Errorf("count held successes: %w", err)
-	}
-	rows, err := projection.CountMissing(ctx, w.db, tallies, counted(), now)
+	rows, err := projection.Count(ctx, w.db, tallies, now)
 	if err != nil {
 		return fmt.Errorf("count held successes: %w", err)
 	}

@@ -215,6 +215,21 @@ func CountMissing(ctx context.Context, db interface {
 	return append(counted, made()...), nil
 }
 
+// Count counts the tallies at now by themselves, in a round trip of their
+// own (QueueCount's statements, then CountMissing's when a target has no
+// row yet): what a Writer held back from its outcomes' transactions
+// (commands.Writer.CountHeld).
+func Count(ctx context.Context, db interface {
+	SendBatch(context.Context, *pgx.Batch) pgx.BatchResults
+}, tallies []OutcomeTally, now time.Time) ([]TargetHealth, error) {
+	b := &pgx.Batch{}
+	counted := QueueCount(b, tallies, now)
+	if err := db.SendBatch(ctx, b).Close(); err != nil {
+		return nil, fmt.Errorf("count outcomes into target health: %w", err)
+	}
+	return CountMissing(ctx, db, tallies, counted(), now)
+}
+
 // queueCount queues the count's statements, preceded when insert is set
 // by the insert of the targets' rows where missing.
 func queueCount(b *pgx.Batch, tallies []OutcomeTally, now time.Time, insert bool) func() []TargetHealth {
