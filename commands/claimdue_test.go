@@ -275,16 +275,8 @@ func TestClaimDueWalksTheIndex(t *testing.T) {
 			sql  string
 			args []any
 		}{{projection.ClaimableChoiceSQL, args}, {projection.UnlimitedChoiceSQL, args[:4]}} {
-			rows, err := tx.Query(b.ctx, `EXPLAIN `+c.sql, c.args...)
-			if err != nil {
-				t.Fatal(err)
-			}
-			lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
-			if err != nil {
-				t.Fatal(err)
-			}
 			// The bound starts the walk: it is a condition of the index.
-			p := strings.Join(lines, "\n")
+			p := dbtest.Explain(t, tx, c.sql, c.args...)
 			choice, read, ok := strings.Cut(p, "CTE Scan on chosen")
 			if !ok || !strings.Contains(choice, "Index Scan using deliveries_claimable") ||
 				!strings.Contains(choice, "Index Cond: ((target = 'alpha'::text) AND (COALESCE(") ||

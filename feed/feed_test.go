@@ -272,22 +272,15 @@ func TestLagWalksTheIndex(t *testing.T) {
 	db := dbtest.Pool(t)
 	appendEvents(t, db, 3)
 	start(t, feed.Config{DB: db, Group: "planned", Handle: (&recorder{}).handle})
-	var plan []string
-	err := pgx.BeginFunc(t.Context(), db, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(t.Context(), feed.WalkPlan); err != nil {
-			return err
-		}
-		rows, err := tx.Query(t.Context(), "EXPLAIN "+feed.LagSQL, "planned")
-		if err != nil {
-			return err
-		}
-		plan, err = pgx.CollectRows(rows, pgx.RowTo[string])
-		return err
-	})
+	tx, err := db.Begin(t.Context())
 	if err != nil {
 		t.Fatal(err)
 	}
-	text := strings.Join(plan, "\n")
+	defer tx.Rollback(t.Context())
+	if _, err := tx.Exec(t.Context(), feed.WalkPlan); err != nil {
+		t.Fatal(err)
+	}
+	text := dbtest.Explain(t, tx, feed.LagSQL, "planned")
 	if strings.Contains(text, "Seq Scan on journal") || strings.Count(text, "journal_txid") != 2 {
 		t.Fatalf("the lag's plan does not walk journal_txid for both figures:\n%s", text)
 	}
@@ -325,15 +318,7 @@ func TestReadWalksTheIndex(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer tx.Rollback(t.Context())
-	rows, err := tx.Query(t.Context(), "EXPLAIN "+sql, args...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	plan, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		t.Fatal(err)
-	}
-	text := strings.Join(plan, "\n")
+	text := dbtest.Explain(t, tx, sql, args...)
 	if !strings.Contains(text, "Index Scan using journal_txid") || strings.Contains(text, "Sort") || strings.Contains(text, "Bitmap") {
 		t.Fatalf("the read's plan does not walk journal_txid in order:\n%s", text)
 	}

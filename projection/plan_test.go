@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/waybill/waybill/commands"
+	"github.com/waybill/waybill/internal/dbtest"
 	"github.com/waybill/waybill/projection"
 )
 
@@ -116,20 +117,13 @@ func TestClaimsHeldReadTheirIndex(t *testing.T) {
 // would otherwise be as cheap as any.
 func explain(t *testing.T, b *bundle, sql string, args ...any) string {
 	t.Helper()
-	var plan []string
-	err := pgx.BeginFunc(b.ctx, b.db, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(b.ctx, `SET LOCAL enable_seqscan = off`); err != nil {
-			return err
-		}
-		rows, err := tx.Query(b.ctx, `EXPLAIN `+sql, args...)
-		if err != nil {
-			return err
-		}
-		plan, err = pgx.CollectRows(rows, pgx.RowTo[string])
-		return err
-	})
+	tx, err := b.db.Begin(b.ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return strings.Join(plan, "\n")
+	defer tx.Rollback(b.ctx)
+	if _, err := tx.Exec(b.ctx, `SET LOCAL enable_seqscan = off`); err != nil {
+		t.Fatal(err)
+	}
+	return dbtest.Explain(t, tx, sql, args...)
 }

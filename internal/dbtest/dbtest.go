@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -313,4 +314,19 @@ func Kinds(t testing.TB, db *pgxpool.Pool, d projection.Delivery) []journal.Kind
 		}
 	}
 	return kinds
+}
+
+// Explain gives the plan of sql with args as EXPLAIN prints it, read
+// through q: a transaction with the settings the statement runs under.
+func Explain(t testing.TB, q journal.Querier, sql string, args ...any) string {
+	t.Helper()
+	rows, err := q.Query(context.Background(), "EXPLAIN "+sql, args...)
+	if err != nil {
+		t.Fatalf("explain: %v", err)
+	}
+	plan, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatalf("explain: %v", err)
+	}
+	return strings.Join(plan, "\n")
 }
