@@ -12,3 +12,6 @@ func DecodesFast(kind Kind, data []byte) bool {
 
 // NewPayload returns an empty payload of kind.
 func NewPayload(kind Kind) Payload { return catalogue[kind]() }
+
+// QueueAs is Queue for a build of projections version projections.
+var QueueAs = queueAs

@@ -35,18 +35,29 @@ func IsVersionConflict(err error) bool {
 
 // insertSQL appends rows given column by column. The positions follow the
 // order of the arrays: the identity is drawn as the sorted rows are inserted.
+// $11 is the projections version of the build that appends: when the
+// database records another, journal_projections_moved refuses the
+// statement (schema.CodeProjectionsMoved). The CASE calls it only then.
 const insertSQL = `INSERT INTO journal
 	(recorded_at, stream, version, delivery_id, target, kind, actor, old_state, new_state, payload)
 	SELECT recorded_at, stream, version, delivery_id, target, kind, actor, old_state, new_state, payload::json
 	FROM unnest($1::timestamptz[], $2::text[], $3::int[], $4::uuid[], $5::text[], $6::text[], $7::text[],
 		$8::text[], $9::text[], $10::text[]) WITH ORDINALITY
 		AS e(recorded_at, stream, version, delivery_id, target, kind, actor, old_state, new_state, payload, n)
+	WHERE CASE WHEN (SELECT version FROM schema_version WHERE part = 'projections') = $11::int THEN true
+		ELSE journal_projections_moved($11::int) END
 	ORDER BY n`
 
 // Queue validates the events and queues their insert on b, the batch of the
-// command's transaction, as one statement that appends them in order.
-// Nothing is queued when one is invalid.
+// command's transaction, as one statement that appends them in order,
+// refused when the database's projections are not this build's
+// (schema.ProjectionVersion). Nothing is queued when one is invalid.
 func Queue(b *pgx.Batch, events ...Event) error {
+	return queueAs(b, schema.ProjectionVersion, events...)
+}
+
+// queueAs is Queue for a build of projections version projections.
+func queueAs(b *pgx.Batch, projections int, events ...Event) error {
 	if len(events) == 0 {
 		return nil
 	}
@@ -65,7 +76,7 @@ func Queue(b *pgx.Batch, events ...Event) error {
 		c.add(e, data)
 	}
 	b.Queue(insertSQL, c.recordedAt, c.stream, c.version, c.deliveryID, c.target, c.kind, c.actor,
-		c.oldState, c.newState, c.payload)
+		c.oldState, c.newState, c.payload, projections)
 	return nil
 }
 

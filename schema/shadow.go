@@ -151,8 +151,8 @@ func SwitchShadow(ctx context.Context, db *pgxpool.Pool, apply func(pgx.Tx) erro
 		}
 		// The journal too, against appends only (SHARE): a command that
 		// appended before commits before the switch; one that appends
-		// after meets the version the switch records (journalDDL's
-		// journal_check_projections), so a server of another build writes
+		// after meets the version the switch records (journal.Queue's
+		// check), so a server of another build writes
 		// nothing from the switch on. After the live tables, the order
 		// every command takes them in.
 		if _, err := tx.Exec(ctx, `LOCK TABLE `+strings.Join(live, ", ")+` IN ACCESS EXCLUSIVE MODE; LOCK TABLE journal IN SHARE MODE`); err != nil {

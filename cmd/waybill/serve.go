@@ -567,9 +567,7 @@ func startEmbeddedPostgres(ctx context.Context, dataDir string, settings map[str
 // prepared statements, whose generic plans' estimates (an array of ids is
 // guessed at ten rows, joined to a guess) often pass jit_above_cost, and
 // compiling one took 100 to 200 ms where running it takes one
-// (performance.md). Each session declares the projections version of this
-// build, so the journal refuses its writes once the projections are
-// another build's (schema.ProjectionsParam).
+// (performance.md).
 func openDB(ctx context.Context, url string) (*pgxpool.Pool, error) {
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
@@ -578,7 +576,6 @@ func openDB(ctx context.Context, url string) (*pgxpool.Pool, error) {
 	cfg.ConnConfig.RuntimeParams["idle_in_transaction_session_timeout"] = "60000"
 	cfg.ConnConfig.RuntimeParams["jit"] = "off"
 	cfg.ConnConfig.RuntimeParams["application_name"] = "waybill"
-	cfg.ConnConfig.RuntimeParams[schema.ProjectionsParam] = strconv.Itoa(schema.ProjectionVersion)
 	cfg.AfterConnect = schema.AfterConnect
 	if cfg.MaxConns < 32 && !strings.Contains(url, "pool_max_conns") {
 		cfg.MaxConns = 32
