@@ -24,9 +24,9 @@ func RebuildReading(ctx context.Context, db *pgxpool.Pool, connections int, chun
 // UpdateMessagesSQL, DeleteLanesSQL, LockSQL, LockMessagesSQL and
 // LoadManySQL are statements of the Writer's transactions, which run
 // under LookupPlanSQL.
-const UpdateMessagesSQL, DeleteLanesSQL, LockMessagesSQL = updateMessagesSQL, deleteLanesSQL, lockMessagesSQL
+const DeleteLanesSQL, LockMessagesSQL = deleteLanesSQL, lockMessagesSQL
 
-var LockSQL, LoadManySQL = lockSQL, loadManySQL
+var UpdateMessagesSQL, LockSQL, LoadManySQL = updateMessagesSQL, lockSQL, loadManySQL
 
 // ExpiredSQL and ClaimHeldSQL read the claims held.
 var ExpiredSQL, ClaimHeldSQL = expiredSQL, claimHeldSQL

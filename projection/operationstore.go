@@ -100,7 +100,7 @@ func QueueOperation(b *pgx.Batch, before, after *Operation) {
 			UPDATE operations SET version = $3, state = $4, listed = $5, done = $6, refused = $7, error = $8,
 				updated_at = $9, finished_at = $10
 			WHERE id = $1 AND version = $2 RETURNING id)
-		SELECT projection_expect_rows((SELECT count(*) FROM updated), 1)`,
+		`+expectUpdatedSQL("1"),
 		after.ID, before.Version, after.Version, after.State, after.Listed, after.Done, after.Refused, after.Error,
 		after.UpdatedAt, pgTime(after.FinishedAt))
 }

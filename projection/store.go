@@ -673,7 +673,7 @@ const insertMessageSQL = `INSERT INTO messages (id, version, source, from_party,
 
 // updateMessagesSQL updates the message rows of a batch, each where it is
 // still at the row version read, in one statement.
-const updateMessagesSQL = `WITH updated AS (
+var updateMessagesSQL = `WITH updated AS (
 		UPDATE messages m SET version = x.version, stage = x.stage, refusal = x.refusal, status = x.status,
 			error = x.error, delivery_count = x.delivery_count,
 			updated_at = x.updated_at, generation = x.generation, payload_expunged = x.payload_expunged
@@ -682,7 +682,16 @@ const updateMessagesSQL = `WITH updated AS (
 			AS x(id, read_version, version, stage, refusal, status, error, delivery_count, updated_at,
 				generation, payload_expunged)
 		WHERE m.id = x.id AND m.version = x.read_version RETURNING m.id)
-	SELECT projection_expect_rows((SELECT count(*) FROM updated), cardinality($1::uuid[]))`
+	` + expectUpdatedSQL("cardinality($1::uuid[])")
+
+// expectUpdatedSQL is the end of a statement whose WITH query updated
+// updates the rows read at their version, want of them: it fails the
+// transaction as a serialization failure when fewer were still there
+// (projection_expect_rows). The function is called only then: a PL/pgSQL
+// call in every transaction costs more than the whole check.
+func expectUpdatedSQL(want string) string {
+	return `SELECT projection_expect_rows(c.n, ` + want + `) FROM (SELECT count(*) AS n FROM updated) c WHERE c.n <> ` + want
+}
 
 // messageUpdates are the columns of updateMessagesSQL.
 type messageUpdates struct {
