@@ -113,16 +113,8 @@ func TestJournalRefusesAnotherBuildsWrites(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			ctx := t.Context()
-			url := dbtest.URL(t)
-			db, err := pgxpool.New(ctx, url)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer db.Close()
-			if err := schema.Ensure(ctx, db); err != nil {
-				t.Fatal(err)
-			}
-			b := tc.make(t, url, db)
+			db := dbtest.Pool(t)
+			b := tc.make(t, db.Config().ConnString(), db)
 			// The database's projections are the old build's, one
 			// version below this one's, whose switch makes them this
 			// build's.
