@@ -18,9 +18,9 @@ import (
 	"github.com/waybill/waybill/schema"
 )
 
-// build appends as a server of one way of checking does: pool gives the
-// pool of a server whose build has a projections version, add appends one
-// event in tx as that server does.
+// build is how the servers of a kind of build append: pool gives the pool
+// of such a server whose build has a projections version, add appends one
+// event in tx as it does.
 type build struct {
 	pool func(version int) *pgxpool.Pool
 	add  func(ctx context.Context, tx pgx.Tx, version int) error
