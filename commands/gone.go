@@ -161,19 +161,26 @@ func queueTargetLocks(b *pgx.Batch, events []journal.Event, cfg *configState) {
 
 // targetAdmitSQL calls targets_admit for the claims of a transaction
 // only when one of their targets, as its row and its health's row read
-// under the locks show, gives it anything to do: a target disabled, with
-// limits, whose gate lets fewer claims through or that is half-open. A
-// target without limits whose breaker is closed and enabled, the drain's
-// common case, costs one plain statement, not the function's three. When
-// it calls the function it gives the targets that were half-open, whose
-// outcomes the Writer then counts at once (heldCounts).
+// under the locks show, gives it anything to do: a target disabled, whose
+// gate lets fewer claims through or that is half-open, one with a rate
+// (its bucket pays for the claims), one with limits whose lock was taken
+// shared, or whose max_concurrent these claims pass, its attempts in
+// flight counted as the function counts them. An enabled target whose
+// breaker is closed and whose limits let the claims through, the drain's
+// common case, costs one plain statement and no call of the function,
+// which, a PL/pgSQL call in the transaction that holds the target's lock
+// alone, made every claim of the target wait longer. When it calls the
+// function it gives the targets that were half-open, whose outcomes the
+// Writer then counts at once (heldCounts).
 var targetAdmitSQL = `SELECT targets_admit($1, $2, $3, $4, $5),
 		ARRAY(SELECT g.target FROM target_health g WHERE g.target = ANY($1) AND g.breaker = 'half_open')
 	FROM (SELECT) one WHERE EXISTS (
-	SELECT FROM unnest($1::text[], $2::int[]) AS x(name, n)
+	SELECT FROM unnest($1::text[], $2::int[], $5::bool[]) AS x(name, n, alone)
 		LEFT JOIN targets t ON t.name = x.name LEFT JOIN target_health g ON g.target = x.name
-	WHERE t.spec->>'enabled' = 'false' OR ` + lifecycle.LimitedSQL("t.spec") + ` OR g.breaker = 'half_open'
-		OR ` + lifecycle.GateAllowanceSQL("g", "$3::timestamptz", "x.n") + ` < x.n)`
+	WHERE t.spec->>'enabled' = 'false' OR g.breaker = 'half_open'
+		OR ` + lifecycle.GateAllowanceSQL("g", "$3::timestamptz", "x.n") + ` < x.n
+		OR (` + lifecycle.LimitedSQL("t.spec") + ` AND (NOT x.alone OR ` + lifecycle.RatedSQL("t.spec") + `
+			OR ` + lifecycle.LimitsAllowanceSQL("t.spec", "("+schema.TargetInFlightSQL("x.name", "$3::timestamptz")+" - x.n)", "NULL::float8", "x.n") + ` < x.n)))`
 
 // queueTargetAdmit queues, after the projection's writes of a
 // transaction that claims, the check that the targets claimed for are

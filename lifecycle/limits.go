@@ -99,7 +99,13 @@ func (t Target) LimitsAllowance(inFlight int, tokens float64, want int) int {
 // (jsonb): every statement that decides by it is built from it, so SQL and
 // Go agree (a test compares them).
 func LimitedSQL(spec string) string {
-	return fmt.Sprintf(`(coalesce((%[1]s->>'max_concurrent')::int, 0) > 0 OR jsonb_typeof(%[1]s->'rate') IS NOT DISTINCT FROM 'object')`, spec)
+	return fmt.Sprintf(`(coalesce((%[1]s->>'max_concurrent')::int, 0) > 0 OR %[2]s)`, spec, RatedSQL(spec))
+}
+
+// RatedSQL is whether the target of the stored definition spec (jsonb)
+// has a rate (Target.Rate set), in SQL.
+func RatedSQL(spec string) string {
+	return fmt.Sprintf(`jsonb_typeof(%s->'rate') IS NOT DISTINCT FROM 'object'`, spec)
 }
 
 // LimitsAllowanceSQL is LimitsAllowance in SQL over the target's stored

@@ -20,8 +20,8 @@ func limitSpecs() []lifecycle.Target {
 
 // TestLimitsAgreeInSQLAndGo holds the limits' SQL, which target_allowance,
 // targets_admit and the claims' check before it are built from
-// (lifecycle.LimitedSQL, LimitsAllowanceSQL, RateTokensSQL), to
-// lifecycle.Target.Limited, LimitsAllowance and Rate.Tokens, on the
+// (lifecycle.LimitedSQL, RatedSQL, LimitsAllowanceSQL, RateTokensSQL), to
+// lifecycle.Target.Limited, Rate, LimitsAllowance and Rate.Tokens, on the
 // definitions as stored: without limits, with max_concurrent, with a
 // rate, with both; attempts in flight around the limit; buckets missing,
 // empty, filling, full and ahead of the clock.
@@ -34,6 +34,7 @@ func TestLimitsAgreeInSQLAndGo(t *testing.T) {
 		{Tokens: 0, At: now.Add(-250 * time.Millisecond)}, {Tokens: 1, At: now.Add(-2 * time.Second)},
 		{Tokens: 2, At: now.Add(time.Second)}, {Tokens: -1, At: now.Add(-time.Second)}}
 	limitedSQL := `SELECT ` + lifecycle.LimitedSQL("$1::jsonb")
+	ratedSQL := `SELECT ` + lifecycle.RatedSQL("$1::jsonb")
 	tokensSQL := `SELECT ` + lifecycle.RateTokensSQL("$1::jsonb", "$2::float8", "$3::timestamptz", "$4::timestamptz")
 	allowanceSQL := `SELECT ` + lifecycle.LimitsAllowanceSQL("$1::jsonb", "$2::int", "$3::float8", "$4::int")
 	for _, spec := range limitSpecs() {
@@ -48,6 +49,13 @@ func TestLimitsAgreeInSQLAndGo(t *testing.T) {
 		}
 		if limited != spec.Limited() {
 			t.Errorf("%s: SQL limited %t, Go %t", stored, limited, spec.Limited())
+		}
+		var rated bool
+		if err := db.QueryRow(ctx, ratedSQL, stored).Scan(&rated); err != nil {
+			t.Fatal(err)
+		}
+		if rated != (spec.Rate != nil) {
+			t.Errorf("%s: SQL rated %t, Go has rate %v", stored, rated, spec.Rate)
 		}
 		for _, b := range buckets {
 			var at *time.Time
