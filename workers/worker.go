@@ -131,6 +131,9 @@ type Worker[T any] struct {
 	backlog atomic.Bool
 	// slots holds one token per attempt in flight.
 	slots chan struct{}
+	// idle hands a job's run to a goroutine of the worker's that ran one
+	// before and waits for the next (runner).
+	idle chan func()
 	// reserving orders reserve before the end of claiming (soft), so no
 	// slot is reserved once Stop waits for the attempts.
 	reserving sync.Mutex
@@ -175,6 +178,7 @@ func NewWorker[T any](cfg Config[T]) (*Worker[T], error) {
 		wake:     make(chan uuid.UUID, 2*cfg.MaxConcurrent),
 		poke:     make(chan struct{}, 1),
 		slots:    make(chan struct{}, cfg.MaxConcurrent),
+		idle:     make(chan func()),
 		loopDone: make(chan struct{}),
 		empty:    emptyCatchUps,
 	}
@@ -252,7 +256,7 @@ func (w *Worker[T]) loop() {
 				return
 			}
 			w.attempts.Add(1)
-			go w.claimAndRun(id)
+			w.spawn(func() { w.claimAndRun(id) })
 		}
 	}
 }
@@ -291,7 +295,7 @@ func (w *Worker[T]) reserve() bool {
 // runReserved attempts a job claimed for a slot reserve held.
 func (w *Worker[T]) runReserved(job Job[T]) {
 	w.metrics.claims.WithLabelValues(w.cfg.Name, claimClaimed).Inc()
-	go w.run(job)
+	w.spawn(func() { w.run(job) })
 }
 
 // free gives back a slot reserve held, unused.
@@ -340,7 +344,7 @@ func (w *Worker[T]) catchUp() {
 		w.backlog.Store(err == nil && len(jobs) == n)
 		for _, job := range jobs {
 			w.attempts.Add(1)
-			go w.run(job)
+			w.spawn(func() { w.run(job) })
 		}
 		for range n - len(jobs) {
 			w.releaseSlot()
@@ -366,6 +370,33 @@ func (w *Worker[T]) catchUp() {
 func (w *Worker[T]) retryHeld() {
 	if at := w.cfg.Store.HeldUntil(); !at.IsZero() {
 		w.retries.add(at)
+	}
+}
+
+// spawn runs f, the run of a job in its slot, on a goroutine that ran one
+// before and waits for another (runner), or on a new one that then
+// waits. An attempt's calls (the worker's, the traced and signed HTTP
+// request's) need more stack than a new goroutine starts with: with a
+// goroutine per attempt, each attempt copied its stack as it grew.
+func (w *Worker[T]) spawn(f func()) {
+	select {
+	case w.idle <- f:
+	default:
+		go w.runner(f)
+	}
+}
+
+// runner runs f, then each run spawn hands it, until the worker has
+// stopped and its recordings have ended (quit). A run holds a slot, so
+// there are about as many runners as slots.
+func (w *Worker[T]) runner(f func()) {
+	for {
+		f()
+		select {
+		case f = <-w.idle:
+		case <-w.quit.Done():
+			return
+		}
 	}
 }
 
