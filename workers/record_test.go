@@ -3,6 +3,8 @@ package workers_test
 import (
 	"context"
 	"fmt"
+	"runtime"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -225,4 +227,67 @@ func TestStopWaitsForRecordings(t *testing.T) {
 		// Stop returns without waiting for the lease or the grace.
 		w.Stop(ctx)
 	})
+}
+
+// goroutineDeliverer delivers every job and sends the id of the goroutine
+// that attempted it.
+type goroutineDeliverer struct{ ids chan string }
+
+func (d goroutineDeliverer) Deliver(context.Context, string) lifecycle.Outcome {
+	d.ids <- goroutineID()
+	return lifecycle.Delivered("ok")
+}
+
+// goroutineID is the calling goroutine's id, from the first line of its
+// stack ("goroutine 7 [running]:").
+func goroutineID() string {
+	buf := make([]byte, 64)
+	buf = buf[:runtime.Stack(buf, false)]
+	return strings.Fields(string(buf))[1]
+}
+
+// goroutineState is the state of the goroutine of that id as the whole
+// stack dump shows it ("running", "select", "select, 2 minutes"), "" when
+// it has ended.
+func goroutineState(id string) string {
+	buf := make([]byte, 1<<20)
+	for {
+		n := runtime.Stack(buf, true)
+		if n < len(buf) {
+			buf = buf[:n]
+			break
+		}
+		buf = make([]byte, 2*len(buf))
+	}
+	_, rest, ok := strings.Cut(string(buf), "goroutine "+id+" [")
+	if !ok {
+		return ""
+	}
+	state, _, _ := strings.Cut(rest, "]")
+	return state
+}
+
+// TestJobsRunOnTheWorkersGoroutines: a job claimed once the last one has
+// run runs on the goroutine that ran it, and that goroutine ends once the
+// worker has stopped.
+func TestJobsRunOnTheWorkersGoroutines(t *testing.T) {
+	t.Parallel()
+	clock := testclock.New(time.Now())
+	store := newFlakyStore(func(string, int) error { return nil }, []workers.Job[string]{job("a", clock.Now().Add(time.Minute))})
+	d := goroutineDeliverer{ids: make(chan string, 2)}
+	w := startWorker(t, store, d, clock, time.Second)
+	store.expect(t, "a")
+	first := <-d.ids
+	// The goroutine waits for the next job once it has recorded a's outcome.
+	testpoll.Until(t, "a's goroutine waiting", func() bool { return strings.HasPrefix(goroutineState(first), "select") })
+	store.mu.Lock()
+	store.batches = append(store.batches, []workers.Job[string]{job("b", clock.Now().Add(time.Minute))})
+	store.mu.Unlock()
+	w.Poke()
+	store.expect(t, "b")
+	if second := <-d.ids; second != first {
+		t.Fatalf("b ran on goroutine %s, a on %s: want the same", second, first)
+	}
+	w.Stop(t.Context())
+	testpoll.Until(t, "the worker's goroutine ended", func() bool { return goroutineState(first) == "" })
 }
