@@ -44,7 +44,7 @@ const insertSQL = `INSERT INTO journal
 	FROM unnest($1::timestamptz[], $2::text[], $3::int[], $4::uuid[], $5::text[], $6::text[], $7::text[],
 		$8::text[], $9::text[], $10::text[]) WITH ORDINALITY
 		AS e(recorded_at, stream, version, delivery_id, target, kind, actor, old_state, new_state, payload, n)
-	WHERE CASE WHEN (SELECT version FROM schema_version WHERE part = 'projections') = $11::int THEN true
+	WHERE CASE WHEN (SELECT version FROM schema_version WHERE part = '` + schema.PartProjections + `') = $11::int THEN true
 		ELSE journal_projections_moved($11::int) END
 	ORDER BY n`
 
