@@ -317,16 +317,18 @@ func TestTargetEditEnableAndDisable(t *testing.T) {
 		t.Fatal("a refused edit announced a change")
 	}
 
-	form = url.Values{"enabled": {"on"}, "max_concurrent": {"7"}, "attempt_timeout": {"5s"}, "retry.strategy": {"linear"},
+	form = url.Values{"enabled": {"on"}, "max_concurrent": {"7"}, "slots": {"8"}, "attempt_timeout": {"5s"}, "retry.strategy": {"linear"},
 		"retry.max_attempts": {"3"}, "receipt.timeout": {"1h"}, "config.url": {"http://127.0.0.1:9/in"}, "config.method": {"PUT"},
 		"config.headers": {"X-Tenant: acme\r\nAuthorization: Bearer t0k3n"}, "rate.per_second": {"0"}}
-	c.post(t, "/ui/targets/billing/edit", form).want(t, http.StatusBadRequest).has(t, `id="rate.per_second-hint"><strong>`)
+	c.post(t, "/ui/targets/billing/edit", form).want(t, http.StatusBadRequest).has(t, `id="rate.per_second-hint"><strong>`,
+		"<code>slots</code>", "at most max_concurrent (7)")
 	form.Set("rate.per_second", "2.5")
+	form.Set("slots", "6")
 	c.post(t, "/ui/targets/billing/edit", form).redirects(t, "/ui/targets/billing")
 	c.get(t, "/ui/targets/billing").has(t, "Target billing saved.", "linear", "http://127.0.0.1:9/in", "within 1h0m0s",
-		"7, across every process", "2.5 a second, 3 at once over it",
+		"7, across every process", "6 at once", "2.5 a second, 3 at once over it",
 		html.EscapeString(`"X-Tenant": "acme"`), html.EscapeString(`"method": "PUT"`))
-	c.get(t, "/ui/targets/billing/edit").has(t, `name="rate.per_second" value="2.5"`, `name="rate.burst" value="3"`)
+	c.get(t, "/ui/targets/billing/edit").has(t, `name="rate.per_second" value="2.5"`, `name="rate.burst" value="3"`, `name="slots" value="6"`)
 	c.get(t, "/ui/targets/billing/edit").has(t, `<option value="PUT" selected>`, "Authorization: Bearer t0k3n\nX-Tenant: acme</textarea>",
 		`name="enabled_was" value="on"`)
 	if b.changes.Load() != changes+1 {
@@ -402,7 +404,7 @@ func TestTargetEditEnableAndDisable(t *testing.T) {
 	if ts, err = b.w.Targets(b.ctx); err != nil {
 		t.Fatal(err)
 	}
-	if ts[0].Enabled || ts[0].MaxConcurrent != 7 || !ts[0].Ordering.FIFO() {
+	if ts[0].Enabled || ts[0].MaxConcurrent != 7 || ts[0].Slots != 6 || !ts[0].Ordering.FIFO() {
 		t.Errorf("after the disable %+v", ts[0])
 	}
 	c.get(t, "/ui/targets").has(t, "Target billing is disabled.", `href="/ui/targets/billing/enable"`, "Disabled")

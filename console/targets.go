@@ -318,7 +318,7 @@ type targetForm struct {
 	// leaves the box as it was keeps the target's enabled as it is when
 	// written, so a disabling since (a 410, disable_after) stands.
 	EnabledWas                                         bool
-	MaxConcurrent, AttemptTimeout                      string
+	MaxConcurrent, Slots, AttemptTimeout               string
 	RatePerSecond, RateBurst                           string
 	Strategy, BaseDelay, MaxDelay, Jitter, MaxAttempts string
 	MaxAge, ReceiptTimeout                             string
@@ -354,6 +354,9 @@ func formOf(t lifecycle.Target) targetForm {
 	if t.MaxConcurrent > 0 {
 		f.MaxConcurrent = strconv.Itoa(t.MaxConcurrent)
 	}
+	if t.Slots > 0 {
+		f.Slots = strconv.Itoa(t.Slots)
+	}
 	if t.Retry.Jitter != nil {
 		f.Jitter = strconv.FormatFloat(*t.Retry.Jitter, 'g', -1, 64)
 	}
@@ -375,7 +378,7 @@ func formOf(t lifecycle.Target) targetForm {
 func readTargetForm(kind string, form url.Values) targetForm {
 	get := func(name string) string { return strings.TrimSpace(form.Get(name)) }
 	return targetForm{Name: get("name"), Enabled: form.Get("enabled") == "on", EnabledWas: form.Get("enabled_was") == "on",
-		MaxConcurrent:  get("max_concurrent"),
+		MaxConcurrent: get("max_concurrent"), Slots: get("slots"),
 		AttemptTimeout: get("attempt_timeout"), Strategy: get("retry.strategy"), BaseDelay: get("retry.base_delay"),
 		MaxDelay: get("retry.max_delay"), Jitter: get("retry.jitter"), MaxAttempts: get("retry.max_attempts"),
 		MaxAge: get("retry.max_age"), ReceiptTimeout: get("receipt.timeout"), Config: readValues(targetKinds[kind], form),
@@ -412,6 +415,7 @@ func (f targetForm) definition(kind string) (lifecycle.Target, error) {
 		}
 	}
 	whole("max_concurrent", f.MaxConcurrent, &t.MaxConcurrent)
+	whole("slots", f.Slots, &t.Slots)
 	dur("attempt_timeout", f.AttemptTimeout, &t.AttemptTimeout)
 	dur("retry.base_delay", f.BaseDelay, &t.Retry.BaseDelay)
 	dur("retry.max_delay", f.MaxDelay, &t.Retry.MaxDelay)

@@ -126,6 +126,12 @@ type Target struct {
 	// slots. Left out (0), there is no bound across the cluster and each
 	// process runs the kind's default slots (targets.Slots).
 	MaxConcurrent int `json:"max_concurrent,omitempty"`
+	// Slots, when set (from 1 to 100, and no more than MaxConcurrent), is
+	// how many attempts each process runs at once. It bounds nothing
+	// across the cluster: a target without MaxConcurrent or Rate stays
+	// unlimited, whatever its slots. Left out (0), MaxConcurrent or the
+	// kind's default decides (targets.Slots).
+	Slots int `json:"slots,omitempty"`
 	// Rate, when set, bounds how often attempts start, across every
 	// process.
 	Rate *Rate `json:"rate,omitempty"`
@@ -236,11 +242,13 @@ const (
 	DefaultAttemptTimeout = 30 * time.Second
 	MaxAttemptTimeout     = time.Hour
 	MaxMaxConcurrent      = 100
+	MaxSlots              = 100
 	MaxReceiptTimeout     = 720 * time.Hour
 )
 
-// WithDefaults fills the fields left at zero but MaxConcurrent, whose
-// default, no bound across the cluster, is applied where slots are made.
+// WithDefaults fills the fields left at zero but MaxConcurrent and Slots,
+// whose defaults (no bound across the cluster, the kind's slots) are
+// applied where slots are made.
 func (t Target) WithDefaults() Target {
 	if len(t.Config) == 0 {
 		t.Config = json.RawMessage(`{}`)
@@ -276,6 +284,14 @@ func (t Target) Validate() error {
 	if t.MaxConcurrent < 0 || t.MaxConcurrent > MaxMaxConcurrent {
 		errs = append(errs, &FieldError{Field: "max_concurrent",
 			Problem: fmt.Sprintf("must be from 1 to %d, or left out for no bound across the cluster, got %d", MaxMaxConcurrent, t.MaxConcurrent)})
+	}
+	switch {
+	case t.Slots < 0 || t.Slots > MaxSlots:
+		errs = append(errs, &FieldError{Field: "slots",
+			Problem: fmt.Sprintf("must be from 1 to %d, or left out for the kind's default in each process, got %d", MaxSlots, t.Slots)})
+	case t.MaxConcurrent > 0 && t.Slots > t.MaxConcurrent:
+		errs = append(errs, &FieldError{Field: "slots",
+			Problem: fmt.Sprintf("must be at most max_concurrent (%d), which bounds every process, got %d", t.MaxConcurrent, t.Slots)})
 	}
 	if t.Rate != nil {
 		errs = append(errs, t.Rate.Validate())

@@ -209,7 +209,9 @@ func newHTTP(t lifecycle.Target, keys []Key, now func() time.Time) (Deliverer, e
 		return nil, err
 	}
 	transport := http.DefaultTransport.(*http.Transport).Clone()
-	transport.MaxIdleConnsPerHost = max(cmp.Or(t.MaxConcurrent, httpSlots), 2)
+	// Slots(t), which newHTTP cannot call: kinds, which Slots reads,
+	// holds newHTTP.
+	transport.MaxIdleConnsPerHost = max(cmp.Or(t.Slots, t.MaxConcurrent, httpSlots), 2)
 	if cfg.TLSSkipVerify {
 		transport.TLSClientConfig = &tls.Config{InsecureSkipVerify: true}
 	}

@@ -81,7 +81,7 @@ type Kind struct {
 	// Name is what a target's kind field says.
 	Name string
 	// Concurrency is how many attempts each process runs at once to a
-	// target that leaves max_concurrent out (Slots).
+	// target that leaves slots and max_concurrent out (Slots).
 	Concurrency int
 	// Check reads a target's configuration, fills its defaults and checks
 	// it; it returns the configuration with the defaults written in. Its
@@ -108,10 +108,13 @@ func Names() []string {
 	return slices.Sorted(maps.Keys(kinds))
 }
 
-// Slots is how many attempts to t each process runs at once: its
-// max_concurrent when set (which bounds the cluster too), else its kind's
-// default Concurrency, 1 for a kind unknown.
+// Slots is how many attempts to t each process runs at once: its slots
+// when set, else its max_concurrent when set (which bounds the cluster
+// too), else its kind's default Concurrency, 1 for a kind unknown.
 func Slots(t lifecycle.Target) int {
+	if t.Slots > 0 {
+		return t.Slots
+	}
 	if t.MaxConcurrent > 0 {
 		return t.MaxConcurrent
 	}

@@ -140,6 +140,13 @@ func TestPrepareFillsDefaults(t *testing.T) {
 	if err != nil || got.MaxConcurrent != 3 || Slots(got) != 3 || got.AttemptTimeout.D() != time.Second || got.Receipt.Timeout.D() != time.Hour {
 		t.Errorf("explicit values: %+v, %v", got, err)
 	}
+	// Slots set the slots of each process, whatever bounds the cluster.
+	for _, c := range []struct{ slots, maxConcurrent, want int }{{8, 0, 8}, {2, 3, 2}, {0, 3, 3}} {
+		set.Slots, set.MaxConcurrent = c.slots, c.maxConcurrent
+		if got, err := Prepare(set); err != nil || got.Slots != c.slots || Slots(got) != c.want || got.Limited() != (c.maxConcurrent > 0) {
+			t.Errorf("slots %d, max_concurrent %d: %+v, slots %d, %v", c.slots, c.maxConcurrent, got, Slots(got), err)
+		}
+	}
 	empty, err := Prepare(lifecycle.Target{Name: "alpha", Kind: "file"})
 	if fe := fieldErrors(t, err); len(fe) != 1 || fe[0].Field != "config.dir" || string(empty.Config) != `{}` {
 		t.Errorf("no config: %v, config %s", err, empty.Config)

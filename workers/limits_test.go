@@ -92,6 +92,38 @@ func TestMaxConcurrentAcrossThreeProcesses(t *testing.T) {
 	b.audit(t)
 }
 
+// TestSlotsBoundEachProcessNotTheCluster: three processes and a target
+// with slots 2 and no max_concurrent: the receiver, holding every request,
+// sees 2 from each process at once, 6 in all and no more, and every
+// message is delivered once it lets them go.
+func TestSlotsBoundEachProcessNotTheCluster(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	var open, most atomic.Int32
+	release := make(chan struct{})
+	b.sink.setAnswer(func(int, http.ResponseWriter, *http.Request) int {
+		n := open.Add(1)
+		for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+		}
+		<-release
+		open.Add(-1)
+		return http.StatusOK
+	})
+	spec := b.httpTarget("wide")
+	spec.Slots = 2
+	cluster(t, b, spec)
+	const messages = 20
+	start := time.Now()
+	b.ingest(t, messages)
+	testpoll.Until(t, "6 requests open", func() bool { return open.Load() == 6 })
+	close(release)
+	b.waitDelivered(t, messages, start)
+	if m := most.Load(); m != 6 {
+		t.Errorf("the receiver had %d requests open at once, want 2 from each of 3 processes", m)
+	}
+	b.audit(t)
+}
+
 // TestRateAcrossThreeProcesses: three processes, rate.per_second 10 and
 // burst 5, 40 messages (fewer than the requirement's 300, to keep the
 // tests short): the receiver never sees more than 10 × W + 5 requests in

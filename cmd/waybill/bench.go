@@ -13,8 +13,8 @@ import (
 	"github.com/waybill/waybill/internal/bench"
 )
 
-const benchUsage = `usage: waybill bench [--http] [--messages N] [--clients C] [--rate R] [--statements] [--database-url URL] [--cpuprofile FILE]
-       waybill bench --backlog N [--clients C] [--concurrency K] [--target-rate R] [--keys K] [--transform EXPR] [--statements] [--database-url URL]
+const benchUsage = `usage: waybill bench [--http] [--messages N] [--clients C] [--rate R] [--slots S] [--concurrency K] [--statements] [--database-url URL] [--cpuprofile FILE]
+       waybill bench --backlog N [--clients C] [--slots S] [--concurrency K] [--target-rate R] [--keys K] [--transform EXPR] [--statements] [--database-url URL]
 
 Runs a whole Waybill in this process (its own embedded PostgreSQL in a
 temporary directory unless --database-url is given, and its own NATS) with
@@ -22,11 +22,14 @@ two http targets served by a local sink, ingests N messages to both from C
 clients, and measures until every message is delivered. --http ingests
 through the REST API; without it the clients call the commands directly.
 --rate bounds the ingest to R messages/s in all (0: as fast as it goes).
+Each target takes S attempts at once in the server's process (--slots, 80
+by default, 100 in a drain) and, with --concurrency K, at most K across
+the cluster (max_concurrent, which the claims count; none by default).
 
 With --backlog N it measures a drain instead: a server in a process of its
-own, one http target (max_concurrent K, 0 for none; --target-rate R gives
-it rate.per_second R) disabled while N messages are
-ingested through the REST API, then enabled; it reports the drain rate, the
+own, one http target (--target-rate R gives it rate.per_second R)
+disabled while N messages are ingested through the REST API, then
+enabled; it reports the drain rate, the
 CPU per delivery of the server and of PostgreSQL, claim-to-outcome times,
 with a rate the claims' rate past the bucket's burst, the feed's lag and
 the server's memory. --keys K makes the target fifo and
@@ -57,7 +60,8 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	fs.StringVar(&cfg.DatabaseURL, "database-url", env("WAYBILL_DATABASE_URL", ""), "PostgreSQL URL; its database gets the bench's data (env WAYBILL_DATABASE_URL)")
 	fs.StringVar(&cfg.CPUProfile, "cpuprofile", "", "write the process's CPU profile of the measured run to this file")
 	fs.IntVar(&cfg.Backlog, "backlog", 0, "measure the drain of a backlog of this many deliveries instead")
-	fs.IntVar(&cfg.Concurrency, "concurrency", cfg.Concurrency, "with --backlog: the target's max_concurrent, across the cluster; 0 leaves it out (the kind's default slots)")
+	fs.IntVar(&cfg.Slots, "slots", 0, "each target's slots in the server's process; 0 is 80, or 100 with --backlog")
+	fs.IntVar(&cfg.Concurrency, "concurrency", 0, "the targets' max_concurrent, across the cluster, their slots no more than it; 0 leaves it out")
 	fs.Float64Var(&cfg.TargetRate, "target-rate", 0, "with --backlog: the target's rate.per_second; 0 for none")
 	fs.IntVar(&cfg.Keys, "keys", 0, "with --backlog: make the target fifo and spread the messages over this many ordering keys")
 	fs.StringVar(&cfg.Signing, "signing", "", "the targets' signing scheme: hmac-sha256 (a new target's default), ed25519 or none")

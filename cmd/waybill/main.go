@@ -42,9 +42,9 @@ commands:
                                                 scoped to sources or targets and expiring, and print it
   token    list                                 list the API tokens: id, name, role, scope, created, expires, last used
   token    revoke ID                            revoke an API token (not the last admin token)
-  bench    [--http] [--messages N] [--clients C] [--rate R] [--signing S] [--statements] [--cpuprofile FILE]
+  bench    [--http] [--messages N] [--clients C] [--rate R] [--slots S] [--concurrency K] [--signing S] [--statements] [--cpuprofile FILE]
                                                 measure ingest-to-delivered throughput and latency
-  bench    --backlog N [--clients C] [--concurrency K] [--target-rate R] [--keys K] [--signing S] [--transform EXPR] [--statements]
+  bench    --backlog N [--clients C] [--slots S] [--concurrency K] [--target-rate R] [--keys K] [--signing S] [--transform EXPR] [--statements]
                                                 measure the drain of a backlog of N deliveries
 
 commands that talk to a running server (--server URL or the data dir's server.url; the token

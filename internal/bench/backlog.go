@@ -125,10 +125,7 @@ func (r *backlogResult) print(w io.Writer) {
 	if r.cfg.Transform != "" {
 		transform = "transform " + r.cfg.Transform
 	}
-	limits := "no max_concurrent"
-	if r.cfg.Concurrency > 0 {
-		limits = fmt.Sprintf("max_concurrent %d", r.cfg.Concurrency)
-	}
+	limits := r.cfg.limit(map[string]any{}, drainSlots)
 	if r.cfg.TargetRate > 0 {
 		limits += fmt.Sprintf(", rate %g/s", r.cfg.TargetRate)
 	}
@@ -279,9 +276,7 @@ func backlog(ctx context.Context, cfg Config, log *slog.Logger, stderr io.Writer
 		return nil, err
 	}
 	target := map[string]any{"name": "backlog", "kind": "http", "enabled": false, "config": map[string]any{"url": sinkServer.URL}}
-	if cfg.Concurrency > 0 {
-		target["max_concurrent"] = cfg.Concurrency
-	}
+	cfg.limit(target, drainSlots)
 	if cfg.TargetRate > 0 {
 		target["rate"] = map[string]any{"per_second": cfg.TargetRate}
 	}

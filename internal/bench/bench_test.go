@@ -44,6 +44,7 @@ func TestValidate(t *testing.T) {
 		{func(c *Config) { c.Messages = 0 }, "--messages must be at least 1, not 0"},
 		{func(c *Config) { c.Clients = -1 }, "--clients must be at least 1, not -1"},
 		{func(c *Config) { c.Concurrency = -1 }, "--concurrency must not be negative, not -1"},
+		{func(c *Config) { c.Slots = -1 }, "--slots must not be negative, not -1"},
 		{func(c *Config) { c.TargetRate = -1 }, "--target-rate must not be negative, not -1"},
 		{func(c *Config) { c.Rate = -0.5 }, "--rate must not be negative, not -0.5"},
 		{func(c *Config) { c.Backlog = -2 }, "--backlog must not be negative, not -2"},

@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -27,8 +28,13 @@ type Config struct {
 	// Rate bounds the throughput run's ingest to Rate messages/s in all;
 	// 0 is as fast as it goes.
 	Rate float64
-	// Concurrency is the backlog target's max_concurrent; 0 leaves it
-	// out: no bound across the cluster, the kind's default slots.
+	// Slots is how many attempts each target takes at once in the
+	// server's process (its slots); 0 is the run's default: 80 in a
+	// throughput run, 100 in a drain.
+	Slots int
+	// Concurrency, when not 0, is the targets' max_concurrent, which
+	// bounds the cluster: the claims count each target's attempts in
+	// flight. Their slots are then no more than it.
 	Concurrency int
 	// TargetRate, when not 0, is the backlog target's rate.per_second
 	// (its burst the default).
@@ -78,9 +84,29 @@ type ServerConfig struct {
 	Listen string
 }
 
+// The targets' slots when Slots is 0: those the bench's targets had when
+// max_concurrent bounded each process alone.
+const (
+	throughputSlots = 80
+	drainSlots      = 100
+)
+
 // DefaultConfig is the configuration of `waybill bench` without flags.
 func DefaultConfig() Config {
-	return Config{Messages: 5000, Clients: 8, Concurrency: 100}
+	return Config{Messages: 5000, Clients: 8}
+}
+
+// limit gives target its slots, def unless c says otherwise, and its
+// max_concurrent, and returns them in words.
+func (c Config) limit(target map[string]any, def int) string {
+	slots := cmp.Or(c.Slots, def)
+	if c.Concurrency == 0 {
+		target["slots"] = slots
+		return fmt.Sprintf("%d slots, no max_concurrent", slots)
+	}
+	slots = min(slots, c.Concurrency)
+	target["slots"], target["max_concurrent"] = slots, c.Concurrency
+	return fmt.Sprintf("%d slots, max_concurrent %d", slots, c.Concurrency)
 }
 
 // Validate checks the configuration and names, by its flag, each value
@@ -98,7 +124,7 @@ func (c Config) Validate() error {
 	for _, f := range []struct {
 		flag  string
 		value float64
-	}{{"rate", c.Rate}, {"backlog", float64(c.Backlog)}, {"keys", float64(c.Keys)}, {"concurrency", float64(c.Concurrency)},
+	}{{"rate", c.Rate}, {"backlog", float64(c.Backlog)}, {"keys", float64(c.Keys)}, {"slots", float64(c.Slots)}, {"concurrency", float64(c.Concurrency)},
 		{"target-rate", c.TargetRate}} {
 		if f.value < 0 {
 			errs = append(errs, fmt.Sprintf("--%s must not be negative, not %g", f.flag, f.value))

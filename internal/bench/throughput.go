@@ -41,7 +41,8 @@ func (r *throughputResult) print(w io.Writer) {
 		mode = "REST"
 	}
 	secs := r.elapsed.Seconds()
-	fmt.Fprintf(w, "ingest through %s, %d clients, %d messages to 2 targets", mode, r.cfg.Clients, r.cfg.Messages)
+	fmt.Fprintf(w, "ingest through %s, %d clients, %d messages to 2 targets (%s each)", mode, r.cfg.Clients, r.cfg.Messages,
+		r.cfg.limit(map[string]any{}, throughputSlots))
 	if r.cfg.Rate > 0 {
 		fmt.Fprintf(w, " at %.0f messages/s", r.cfg.Rate)
 	}
@@ -140,8 +141,8 @@ func throughput(ctx context.Context, cfg Config, log *slog.Logger) (*throughputR
 		return nil, err
 	}
 	for _, name := range []string{"sink-a", "sink-b"} {
-		target := map[string]any{"name": name, "kind": "http", "enabled": true,
-			"max_concurrent": 80, "config": map[string]any{"url": sinkServer.URL}}
+		target := map[string]any{"name": name, "kind": "http", "enabled": true, "config": map[string]any{"url": sinkServer.URL}}
+		cfg.limit(target, throughputSlots)
 		if cfg.Signing != "" {
 			target["signing"] = map[string]any{"scheme": cfg.Signing}
 		}
