@@ -1,6 +1,7 @@
 package commands
 
 import (
+	"context"
 	"time"
 
 	"github.com/google/uuid"
@@ -89,15 +90,35 @@ func (w *Writer) handOff(o *op, c *change, now time.Time, off func(target string
 }
 
 // handOver runs, once o's batch has ended, the claims it committed in
-// their slots, and gives every other slot it reserved back.
-func (o *op) handOver() {
-	if o.err == nil && o.c != nil {
+// their slots, and gives every other slot it reserved back. A batch that
+// failed for a reason that can pass may have committed all the same, its
+// answer lost: each claim it made that holds its delivery is run too,
+// where it would otherwise wait out its lease.
+func (w *Writer) handOver(o *op) {
+	switch {
+	case o.err == nil && o.c != nil:
 		for _, h := range o.handed {
 			claim := h.claim
 			claim.Message, claim.Delivery, claim.Payload = o.c.after, *o.c.after.Delivery(h.deliveryID), o.c.body
 			claim.Shape = shapeOf(o.c.shapes, h.deliveryID)
 			o.slots[h.target].Run(claim)
 			delete(o.slots, h.target)
+		}
+	case len(o.handed) > 0 && Transient(o.err):
+		// Bounded as a rollback is: the command has failed already.
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(o.ctx), rollbackTimeout)
+		defer cancel()
+		for _, h := range o.handed {
+			claim, err := w.claimHeld(ctx, h.claim.Token)
+			if err != nil {
+				w.log.Warn("could not read whether a claim handed over committed; if it did, it waits for its lease",
+					"target", h.target, "delivery_id", h.deliveryID, "err", err)
+				continue
+			}
+			if claim != nil {
+				o.slots[h.target].Run(*claim)
+				delete(o.slots, h.target)
+			}
 		}
 	}
 	for _, s := range o.slots {

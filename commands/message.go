@@ -267,7 +267,7 @@ func (w *Writer) IngestMany(ctx context.Context, ins []NewMessage) []Ingested {
 		for k, o := range ops {
 			i := index[k]
 			var m *projection.Message
-			o.handOver()
+			w.handOver(o)
 			if o.err == nil {
 				m = o.c.after
 				w.committed(o.c)

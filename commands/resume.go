@@ -23,8 +23,15 @@ func nextToken(token uuid.UUID) uuid.UUID { return uuid.NewSHA1(token, []byte("n
 // delivery and its lease runs, as that try would have returned it; nil
 // when there is none.
 func (w *Writer) claimedNext(ctx context.Context, token uuid.UUID) (*Claim, error) {
-	next := nextToken(token)
-	messageID, deliveryID, err := projection.HeldBy(ctx, w.db, next)
+	return w.claimHeld(ctx, nextToken(token))
+}
+
+// claimHeld returns the claim with token, made by a transaction whose
+// answer was lost, while it still holds its delivery and its lease runs,
+// as that transaction would have returned it; nil when there is none: the
+// transaction did not commit, or the claim has moved on since.
+func (w *Writer) claimHeld(ctx context.Context, token uuid.UUID) (*Claim, error) {
+	messageID, deliveryID, err := projection.HeldBy(ctx, w.db, token)
 	if errors.Is(err, projection.ErrNotFound) {
 		return nil, nil
 	}
@@ -42,13 +49,13 @@ func (w *Writer) claimedNext(ctx context.Context, token uuid.UUID) (*Claim, erro
 		return nil, err
 	}
 	d := m.Delivery(deliveryID)
-	if d == nil || d.State != lifecycle.StateDelivering || d.ClaimToken != next || !w.now().Before(d.LeaseEnd) {
+	if d == nil || d.State != lifecycle.StateDelivering || d.ClaimToken != token || !w.now().Before(d.LeaseEnd) {
 		// Moved since, or about to be taken back: not this worker's.
 		return nil, nil
 	}
 	// The Writer knows the claimed delivery's target, as if it had
 	// written it, so the claim's own outcome may claim a due one next.
 	w.learn(m)
-	return &Claim{Token: next, Attempt: d.Attempts, LeaseEnd: d.LeaseEnd, Message: m, Delivery: *d,
+	return &Claim{Token: token, Attempt: d.Attempts, LeaseEnd: d.LeaseEnd, Message: m, Delivery: *d,
 		Payload: payloads[messageID], Shape: shapeOf(shapes, deliveryID)}, nil
 }

@@ -225,7 +225,7 @@ func (w *Writer) runOp(o *op) (*projection.Message, error) {
 		o.key = w.owner(o.on.deliveryID).message
 	}
 	w.batches.do(o, w.runBatch)
-	o.handOver()
+	w.handOver(o)
 	if len(o.health) > 0 {
 		w.runHealthSteps(o.health)
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/waybill/waybill/internal/testpoll"
 	"github.com/waybill/waybill/journal"
 	"github.com/waybill/waybill/lifecycle"
+	"github.com/waybill/waybill/projection"
 	"github.com/waybill/waybill/service"
 	"github.com/waybill/waybill/workers"
 )
@@ -70,5 +71,58 @@ func TestLostAnswerKeepsTheNextClaim(t *testing.T) {
 			t.Errorf("delivery %s: events %v, want %v", m.Deliveries[0].ID, kinds, want)
 		}
 	}
+	b.audit(t)
+}
+
+// TestLostAnswerKeepsTheHandedClaim: an ingest claims its delivery for an
+// idle worker of its process in its own transaction, which commits, but
+// its answer is lost. The ingest fails, and the worker attempts the claim
+// all the same, on a clock that stands still, where the delivery would
+// otherwise wait for the lease to end.
+func TestLostAnswerKeepsTheHandedClaim(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.target(t, b.httpTarget("web"))
+	proxy := dbtest.NewProxy(t, b.db)
+	w, err := commands.New(commands.Config{Secrets: dbtest.Secrets(), Base: service.Base{Now: b.clock.Now, Logger: quiet},
+		DB: proxy.Pool(t), Notifier: workers.NewPublisher(b.nc, nil, b.metrics)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rt, err := workers.NewRuntime(workers.RuntimeConfig{Base: service.Base{Now: b.clock.Now, Logger: quiet},
+		Writer: w, NATS: b.nc, Metrics: b.metrics})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rt.Start(b.ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { rt.Stop(context.Background()) })
+
+	// The worker is up and idle once it has recorded a first attempt.
+	first, _, err := w.Ingest(b.ctx, newMessage(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	testpoll.Until(t, "the first attempt recorded", func() bool { return sum(t, b, "waybill_attempts_total") == 1 })
+
+	// The ingest is one round trip, an implicit transaction: its answer
+	// is lost after it has committed.
+	lost := newMessage(1)
+	lost.Payload = []byte("an ingest whose answer is lost")
+	proxy.LoseAnswerTo(lost.Payload)
+	if _, _, err := w.Ingest(b.ctx, lost); !commands.Transient(err) {
+		t.Fatalf("the ingest whose answer was lost: %v, want a transient error", err)
+	}
+	var d projection.Delivery
+	if err := b.db.QueryRow(b.ctx, `SELECT id, message_id FROM deliveries WHERE message_id <> $1`, first.ID).Scan(&d.ID, &d.MessageID); err != nil {
+		t.Fatal(err)
+	}
+	if kinds := dbtest.Kinds(t, b.db, d); !slices.Contains(kinds, journal.KindDeliveryClaimed) {
+		t.Fatalf("delivery %s: events %v, want it claimed by the ingest", d.ID, kinds)
+	}
+	// Far within the lease, which the clock never reaches.
+	testpoll.Within(t, 15*time.Second, "the delivery attempted", func() bool { return b.sink.count(d.ID.String()) == 1 })
+	b.waitStatus(t, lifecycle.StatusDelivered, b.load(t, d.MessageID))
 	b.audit(t)
 }

@@ -2,7 +2,6 @@ package dbtest
 
 import (
 	"bytes"
-	"io"
 	"net"
 	"net/url"
 	"path/filepath"
@@ -10,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -30,9 +30,12 @@ type Proxy struct {
 	// loseCommit drops the connection that carries the next answer to a
 	// COMMIT, instead of that answer (LoseNextCommit).
 	loseCommit bool
-	conns      map[net.Conn]struct{}
-	refused    int
-	done       sync.WaitGroup
+	// loseAnswerTo, when set, drops the connection that carries the next
+	// request with these bytes, in place of its answer (LoseAnswerTo).
+	loseAnswerTo []byte
+	conns        map[net.Conn]struct{}
+	refused      int
+	done         sync.WaitGroup
 }
 
 // NewProxy starts a proxy to the server of db on a port of 127.0.0.1 that
@@ -116,6 +119,22 @@ func (p *Proxy) LoseNextCommit() {
 	p.mu.Unlock()
 }
 
+// LoseAnswerTo makes the proxy lose the answer to the next request that
+// passes through it carrying marker (a parameter's bytes, say): the
+// connection that carries it is dropped in place of the answer's end (its
+// ReadyForQuery), so the client sees its connection lost after the server
+// has done all the request asked, an implicit transaction committed, as
+// when a primary fails over between its commit and its answer.
+func (p *Proxy) LoseAnswerTo(marker []byte) {
+	p.mu.Lock()
+	p.loseAnswerTo = slices.Clone(marker)
+	p.mu.Unlock()
+}
+
+// readyForQuery is the start of the server's ReadyForQuery message, which
+// ends the answer to a request.
+var readyForQuery = []byte("Z\x00\x00\x00\x05")
+
 // commitComplete is the server's CommandComplete message of a COMMIT.
 var commitComplete = []byte("C\x00\x00\x00\x0bCOMMIT\x00")
 
@@ -131,23 +150,52 @@ func (p *Proxy) loses(tail, chunk []byte) bool {
 	return true
 }
 
+// request copies the client's requests to server, until either side
+// ends, and sets lose once one carries the marker of LoseAnswerTo.
+func (p *Proxy) request(server, client net.Conn, lose *atomic.Bool) {
+	buf := make([]byte, 32<<10)
+	var tail []byte
+	for {
+		n, err := client.Read(buf)
+		if n > 0 {
+			chunk := buf[:n]
+			p.mu.Lock()
+			if m := p.loseAnswerTo; m != nil && bytes.Contains(append(tail, chunk...), m) {
+				p.loseAnswerTo = nil
+				lose.Store(true)
+			}
+			keep := len(p.loseAnswerTo)
+			p.mu.Unlock()
+			if _, werr := server.Write(chunk); werr != nil {
+				return
+			}
+			tail = append(tail, chunk...)
+			tail = tail[max(0, len(tail)-keep):]
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
 // answer copies the server's answers to client, until either side ends or
-// an answer is to be lost (loses). A COMMIT's answer split across two
-// reads is lost too: its first part was sent, but never the whole.
-func (p *Proxy) answer(client, server net.Conn) {
+// an answer is to be lost (loses, or lose set by request). A COMMIT's
+// answer split across two reads is lost too: its first part was sent, but
+// never the whole.
+func (p *Proxy) answer(client, server net.Conn, lose *atomic.Bool) {
 	buf := make([]byte, 32<<10)
 	var tail []byte
 	for {
 		n, err := server.Read(buf)
 		if n > 0 {
 			chunk := buf[:n]
-			if p.loses(tail, chunk) {
+			if p.loses(tail, chunk) || lose.Load() && bytes.Contains(append(slices.Clone(tail), chunk...), readyForQuery) {
 				return
 			}
 			if _, werr := client.Write(chunk); werr != nil {
 				return
 			}
-			keep := len(commitComplete) - 1
+			keep := len(commitComplete) - 1 // the longer of the two
 			tail = append(tail, chunk[max(0, n-keep):]...)
 			tail = tail[max(0, len(tail)-keep):]
 		}
@@ -205,13 +253,13 @@ func (p *Proxy) serve(client net.Conn) {
 	}
 	defer server.Close()
 	copied := make(chan struct{}, 2)
-	pipe := func(dst, src net.Conn) {
-		_, _ = io.Copy(dst, src)
-		copied <- struct{}{}
-	}
-	go pipe(server, client)
+	var lose atomic.Bool
 	go func() {
-		p.answer(client, server)
+		p.request(server, client, &lose)
+		copied <- struct{}{}
+	}()
+	go func() {
+		p.answer(client, server, &lose)
 		copied <- struct{}{}
 	}()
 	<-copied
