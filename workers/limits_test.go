@@ -42,6 +42,21 @@ func cluster(t *testing.T, b *bundle, spec lifecycle.Target) {
 	}
 }
 
+// openRequests has the sink answer 200 to each request once hold returns,
+// counting the requests open and the most open at once.
+func openRequests(b *bundle, hold func()) (open, most *atomic.Int32) {
+	open, most = new(atomic.Int32), new(atomic.Int32)
+	b.sink.setAnswer(func(int, http.ResponseWriter, *http.Request) int {
+		n := open.Add(1)
+		for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+		}
+		hold()
+		open.Add(-1)
+		return http.StatusOK
+	})
+	return open, most
+}
+
 // waitDelivered waits for n deliveries delivered, and returns how long
 // that took from start.
 func (b *bundle) waitDelivered(t *testing.T, n int, start time.Time) time.Duration {
@@ -64,15 +79,7 @@ func (b *bundle) waitDelivered(t *testing.T, n int, start time.Time) time.Durati
 func TestMaxConcurrentAcrossThreeProcesses(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	var open, most atomic.Int32
-	b.sink.setAnswer(func(int, http.ResponseWriter, *http.Request) int {
-		n := open.Add(1)
-		for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
-		}
-		time.Sleep(250 * time.Millisecond) // the receiver's own pace
-		open.Add(-1)
-		return http.StatusOK
-	})
+	_, most := openRequests(b, func() { time.Sleep(250 * time.Millisecond) }) // the receiver's own pace
 	spec := b.httpTarget("slow")
 	spec.MaxConcurrent = 2
 	cluster(t, b, spec)
@@ -99,16 +106,8 @@ func TestMaxConcurrentAcrossThreeProcesses(t *testing.T) {
 func TestSlotsBoundEachProcessNotTheCluster(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	var open, most atomic.Int32
 	release := make(chan struct{})
-	b.sink.setAnswer(func(int, http.ResponseWriter, *http.Request) int {
-		n := open.Add(1)
-		for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
-		}
-		<-release
-		open.Add(-1)
-		return http.StatusOK
-	})
+	open, most := openRequests(b, func() { <-release })
 	spec := b.httpTarget("wide")
 	spec.Slots = 2
 	cluster(t, b, spec)
@@ -203,14 +202,7 @@ func checkWindows(t *testing.T, what string, times []time.Time, perSecond float6
 func TestLimitedDrainAcrossThreeProcesses(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	var open, most atomic.Int32
-	b.sink.setAnswer(func(int, http.ResponseWriter, *http.Request) int {
-		n := open.Add(1)
-		for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
-		}
-		open.Add(-1)
-		return http.StatusOK
-	})
+	_, most := openRequests(b, func() {})
 	spec := b.httpTarget("limited")
 	spec.MaxConcurrent = 4
 	cluster(t, b, spec)
