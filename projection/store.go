@@ -430,6 +430,7 @@ type Write struct {
 // failure, so a command that read a stale state reads again.
 func Queue(b *pgx.Batch, lanes []Lane, writes ...Write) {
 	var created, changed deliveryColumnsOf
+	var inserted newMessageColumns
 	var updated messageUpdates
 	seen := map[uuid.UUID]bool{}
 	var tally Tally
@@ -438,12 +439,7 @@ func Queue(b *pgx.Batch, lanes []Lane, writes ...Write) {
 		d := &changed
 		if w.Before == nil {
 			d = &created
-			b.Queue(insertMessageSQL, m.ID, m.RowVersion, m.Source, m.From, m.To, m.ContentType,
-				nullString(m.IdempotencyKey), nullString(m.OrderingKey), nullString(m.DuplicateKey),
-				pgUUID(m.PossibleDuplicateOf), nullString(m.Type), m.Generation, m.PayloadSize, m.PayloadSHA256, m.Stage,
-				nullString(string(m.Refusal)), m.Status, m.Error, m.currentDeliveries(),
-				m.CreatedAt, m.RowUpdatedAt, nullString(m.Trace.Parent), nullString(m.Trace.State), nullString(m.Trace.Baggage),
-				headersJSON(m.Headers))
+			inserted.add(m)
 		} else if m.RowVersion != w.Before.RowVersion {
 			updated.add(w.Before.RowVersion, m)
 		}
@@ -464,6 +460,9 @@ func Queue(b *pgx.Batch, lanes []Lane, writes ...Write) {
 		for i := range w.Events {
 			tally.addOutcome(&w.Events[i], m.CreatedAt, 1)
 		}
+	}
+	if len(inserted.id) > 0 {
+		b.Queue(insertMessagesSQL, inserted.args()...)
 	}
 	if len(updated.id) > 0 {
 		b.Queue(updateMessagesSQL, updated.args()...)
@@ -662,14 +661,66 @@ func scanCounts(rows pgx.Rows, counts map[lifecycle.DeliveryState]int64) error {
 	return err
 }
 
-// insertMessageSQL leaves payload_expunged to its default, false: a new
-// message has its payload.
-const insertMessageSQL = `INSERT INTO messages (id, version, source, from_party, to_party, content_type,
+// insertMessagesSQL inserts the new messages of a batch in one statement,
+// leaving payload_expunged to its default, false: a new message has its
+// payload.
+const insertMessagesSQL = `INSERT INTO messages (id, version, source, from_party, to_party, content_type,
 	idempotency_key, ordering_key, duplicate_key, possible_duplicate_of, type, generation, payload_size, payload_sha256,
 	stage, refusal, status, error, delivery_count, created_at, updated_at, traceparent, tracestate, baggage,
 	headers)
-	VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23, $24,
-	$25)`
+	SELECT id, version, source, from_party, to_party, content_type, idempotency_key, ordering_key, duplicate_key,
+		possible_duplicate_of, type, generation, payload_size, payload_sha256, stage, refusal, status, error,
+		delivery_count, created_at, updated_at, traceparent, tracestate, baggage, headers::jsonb
+	FROM unnest($1::uuid[], $2::int[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[],
+		$9::text[], $10::uuid[], $11::text[], $12::int[], $13::bigint[], $14::text[], $15::text[], $16::text[],
+		$17::text[], $18::text[], $19::int[], $20::timestamptz[], $21::timestamptz[], $22::text[], $23::text[],
+		$24::text[], $25::text[])
+		AS x(id, version, source, from_party, to_party, content_type, idempotency_key, ordering_key, duplicate_key,
+			possible_duplicate_of, type, generation, payload_size, payload_sha256, stage, refusal, status, error,
+			delivery_count, created_at, updated_at, traceparent, tracestate, baggage, headers)`
+
+// newMessageColumns are the columns of insertMessagesSQL.
+type newMessageColumns struct {
+	id, possibleDuplicateOf                            []pgtype.UUID
+	version, generation, deliveryCount                 []int32
+	source, from, to, contentType, sha256              []string
+	stage, status, error                               []string
+	idempotencyKey, orderingKey, duplicateKey, typ     []pgtype.Text
+	refusal, traceParent, traceState, baggage, headers []pgtype.Text
+	payloadSize                                        []int64
+	createdAt, updatedAt                               []time.Time
+}
+
+// add adds the new message m.
+func (c *newMessageColumns) add(m *Message) {
+	c.id = append(c.id, pgUUID(m.ID))
+	c.version = append(c.version, int32(m.RowVersion))
+	c.source, c.from, c.to = append(c.source, m.Source), append(c.from, m.From), append(c.to, m.To)
+	c.contentType = append(c.contentType, m.ContentType)
+	c.idempotencyKey = append(c.idempotencyKey, pgText(m.IdempotencyKey))
+	c.orderingKey = append(c.orderingKey, pgText(m.OrderingKey))
+	c.duplicateKey = append(c.duplicateKey, pgText(m.DuplicateKey))
+	c.possibleDuplicateOf = append(c.possibleDuplicateOf, pgUUID(m.PossibleDuplicateOf))
+	c.typ = append(c.typ, pgText(m.Type))
+	c.generation = append(c.generation, int32(m.Generation))
+	c.payloadSize = append(c.payloadSize, m.PayloadSize)
+	c.sha256 = append(c.sha256, m.PayloadSHA256)
+	c.stage = append(c.stage, string(m.Stage))
+	c.refusal = append(c.refusal, pgText(string(m.Refusal)))
+	c.status, c.error = append(c.status, string(m.Status)), append(c.error, m.Error)
+	c.deliveryCount = append(c.deliveryCount, int32(m.currentDeliveries()))
+	c.createdAt, c.updatedAt = append(c.createdAt, m.CreatedAt), append(c.updatedAt, m.RowUpdatedAt)
+	c.traceParent = append(c.traceParent, pgText(m.Trace.Parent))
+	c.traceState = append(c.traceState, pgText(m.Trace.State))
+	c.baggage = append(c.baggage, pgText(m.Trace.Baggage))
+	c.headers = append(c.headers, pgText(string(headersJSON(m.Headers))))
+}
+
+func (c *newMessageColumns) args() []any {
+	return []any{c.id, c.version, c.source, c.from, c.to, c.contentType, c.idempotencyKey, c.orderingKey, c.duplicateKey,
+		c.possibleDuplicateOf, c.typ, c.generation, c.payloadSize, c.sha256, c.stage, c.refusal, c.status, c.error,
+		c.deliveryCount, c.createdAt, c.updatedAt, c.traceParent, c.traceState, c.baggage, c.headers}
+}
 
 // updateMessagesSQL updates the message rows of a batch, each where it is
 // still at the row version read, in one statement.
@@ -710,7 +761,7 @@ func (u *messageUpdates) add(read int, m *Message) {
 	u.id = append(u.id, m.ID)
 	u.readVersion, u.version = append(u.readVersion, read), append(u.version, m.RowVersion)
 	u.stage = append(u.stage, string(m.Stage))
-	u.refusal = append(u.refusal, pgtype.Text{String: string(m.Refusal), Valid: m.Refusal != ""})
+	u.refusal = append(u.refusal, pgText(string(m.Refusal)))
 	u.status, u.error = append(u.status, string(m.Status)), append(u.error, m.Error)
 	u.deliveryCount = append(u.deliveryCount, m.currentDeliveries())
 	u.gens = append(u.gens, m.Generation)
@@ -765,7 +816,7 @@ func (c *deliveryColumnsOf) add(d *Delivery) {
 	c.version = append(c.version, int32(d.Version))
 	c.generation = append(c.generation, int32(d.Generation))
 	c.target = append(c.target, d.Target)
-	c.laneKey = append(c.laneKey, pgtype.Text{String: d.LaneKey, Valid: d.LaneKey != ""})
+	c.laneKey = append(c.laneKey, pgText(d.LaneKey))
 	c.laneSeq = append(c.laneSeq, d.LaneSeq)
 	c.laneContinue = append(c.laneContinue, d.LaneContinue)
 	c.state = append(c.state, string(d.State))
@@ -804,9 +855,4 @@ func pgUUID(id uuid.UUID) pgtype.UUID { return pgtype.UUID{Bytes: id, Valid: id 
 
 func pgTime(t time.Time) pgtype.Timestamptz { return pgtype.Timestamptz{Time: t, Valid: !t.IsZero()} }
 
-func nullString(s string) any {
-	if s == "" {
-		return nil
-	}
-	return s
-}
+func pgText(s string) pgtype.Text { return pgtype.Text{String: s, Valid: s != ""} }
