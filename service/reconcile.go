@@ -8,8 +8,10 @@ import (
 
 // Reconciler keeps what a process runs in step with the configuration: it
 // runs its sync once as it starts, then again every period and at once
-// after Poke, until it is stopped. The workers of the targets and the
-// runners of the sources are kept so.
+// after Poke, until it is stopped. A sync that fails is tried again after
+// a second, then after twice as long each time up to the period: a
+// change whose sync met the database away is not left for a whole period.
+// The workers of the targets and the runners of the sources are kept so.
 type Reconciler struct {
 	name  string
 	every time.Duration
@@ -18,6 +20,10 @@ type Reconciler struct {
 	poke  chan struct{}
 	loop  *Loop
 }
+
+// retryFirst is the wait before a failed sync is tried again the first
+// time.
+const retryFirst = time.Second
 
 // NewReconciler returns a Reconciler named name (for its errors in log)
 // that runs sync every period and after each Poke.
@@ -36,7 +42,8 @@ func (r *Reconciler) Start(ctx context.Context) error {
 		return err
 	}
 	r.loop.Go(func(ctx context.Context) {
-		t := time.NewTicker(r.every)
+		wait, retry := r.every, time.Duration(0)
+		t := time.NewTimer(wait)
 		defer t.Stop()
 		for {
 			select {
@@ -45,9 +52,15 @@ func (r *Reconciler) Start(ctx context.Context) error {
 			case <-t.C:
 			case <-r.poke:
 			}
+			wait = r.every
 			if err := r.sync(ctx); err != nil && ctx.Err() == nil {
-				r.log.Error("sync with the configuration", "loop", r.name, "err", err)
+				retry = min(max(2*retry, retryFirst), r.every)
+				wait = retry
+				r.log.Error("sync with the configuration", "loop", r.name, "err", err, "retry_in", retry)
+			} else {
+				retry = 0
 			}
+			t.Reset(wait)
 		}
 	})
 	return nil

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"slices"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -54,4 +55,34 @@ func TestReconciler(t *testing.T) {
 		t.Fatal("Start succeeded with a failing sync")
 	}
 	failed.Stop(t.Context())
+}
+
+// TestReconcilerRetriesAFailedSync: a sync that fails is tried again after
+// a second, then two, and once one succeeds the period is back.
+func TestReconcilerRetriesAFailedSync(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var at []time.Duration
+		start := time.Now()
+		fail := 0
+		r := service.NewReconciler("test", time.Minute, slog.New(slog.DiscardHandler), func(context.Context) error {
+			at = append(at, time.Since(start))
+			if fail > 0 {
+				fail--
+				return errors.New("no database")
+			}
+			return nil
+		})
+		if err := r.Start(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		fail = 2
+		r.Poke()
+		time.Sleep(2 * time.Minute)
+		synctest.Wait()
+		r.Stop(t.Context())
+		want := []time.Duration{0, 0, time.Second, 3 * time.Second, 63 * time.Second}
+		if !slices.Equal(at, want) {
+			t.Errorf("syncs at %v, want %v", at, want)
+		}
+	})
 }
