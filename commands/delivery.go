@@ -342,6 +342,12 @@ func (w *Writer) claimDue(ctx context.Context, target string, n int, lease time.
 		w.limitTarget(target)
 		return nil, false, nil
 	}
+	if Transient(err) {
+		// Its answer may be all that was lost: the claims that committed
+		// go to the worker, where they would otherwise wait out their lease.
+		claims, err := w.claimsHeld(ctx, claims, err)
+		return claims, false, err
+	}
 	if err != nil {
 		return nil, false, err
 	}

@@ -59,3 +59,27 @@ func (w *Writer) claimHeld(ctx context.Context, token uuid.UUID) (*Claim, error)
 	return &Claim{Token: token, Attempt: d.Attempts, LeaseEnd: d.LeaseEnd, Message: m, Delivery: *d,
 		Payload: payloads[messageID], Shape: shapeOf(shapes, deliveryID)}, nil
 }
+
+// claimsHeld returns those of claims, made by a transaction that failed
+// with err for a reason that can pass, that it committed all the same, its
+// answer lost (claimHeld); err when it found none. A claim it cannot look
+// for waits out its lease, as it would have.
+func (w *Writer) claimsHeld(ctx context.Context, claims []Claim, err error) ([]Claim, error) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rollbackTimeout)
+	defer cancel()
+	var held []Claim
+	for _, c := range claims {
+		claim, herr := w.claimHeld(ctx, c.Token)
+		if herr != nil {
+			err = errors.Join(err, herr)
+			break
+		}
+		if claim != nil {
+			held = append(held, *claim)
+		}
+	}
+	if len(held) == 0 {
+		return nil, err
+	}
+	return held, nil
+}

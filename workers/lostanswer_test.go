@@ -126,3 +126,41 @@ func TestLostAnswerKeepsTheHandedClaim(t *testing.T) {
 	b.waitStatus(t, lifecycle.StatusDelivered, b.load(t, d.MessageID))
 	b.audit(t)
 }
+
+// TestLostAnswerKeepsTheCaughtUpClaim: a worker's catch-up at its start
+// claims the delivery whose wake-up no one heard, and commits, but its
+// answer is lost. The worker attempts the claim all the same, on a clock
+// that stands still, where it would otherwise wait for its lease to end.
+func TestLostAnswerKeepsTheCaughtUpClaim(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.target(t, b.httpTarget("web"))
+	ms := b.ingest(t, 1) // no worker listens yet: the wake-up is lost
+	proxy := dbtest.NewProxy(t, b.db)
+	w, err := commands.New(commands.Config{Secrets: dbtest.Secrets(), Base: service.Base{Now: b.clock.Now, Logger: quiet},
+		DB: proxy.Pool(t), Notifier: workers.NewPublisher(b.nc, nil, b.metrics)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rt, err := workers.NewRuntime(workers.RuntimeConfig{Base: service.Base{Now: b.clock.Now, Logger: quiet},
+		Writer: w, NATS: b.nc, Metrics: b.metrics})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The catch-up's claim is the first COMMIT through the proxy.
+	proxy.LoseNextCommit()
+	if err := rt.Start(b.ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { rt.Stop(context.Background()) })
+
+	// Far within the lease, which the clock never reaches.
+	d := ms[0].Deliveries[0]
+	testpoll.Within(t, 15*time.Second, "the delivery attempted", func() bool { return b.sink.count(d.ID.String()) == 1 })
+	b.waitStatus(t, lifecycle.StatusDelivered, ms...)
+	want := []journal.Kind{journal.KindDeliveryClaimed, journal.KindDeliveryAttempted}
+	if kinds := dbtest.Kinds(t, b.db, d); !slices.Equal(kinds[len(kinds)-2:], want) || slices.Contains(kinds, journal.KindDeliveryLeaseExpired) {
+		t.Errorf("delivery %s: events %v, want one claim and its attempt", d.ID, kinds)
+	}
+	b.audit(t)
+}
