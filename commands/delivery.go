@@ -41,7 +41,8 @@ type Claim struct {
 // was woken, or a delivering one whose lease has run out (the expiry is
 // journaled first). The claim counts the attempt, resets the wake-ups and
 // holds the delivery until now + lease. ErrNotClaimable otherwise, and
-// while the delivery's target is disabled.
+// while the delivery's target is disabled. A claim whose commit lost its
+// answer is returned all the same when it committed.
 func (w *Writer) Claim(ctx context.Context, deliveryID uuid.UUID, lease time.Duration) (Claim, error) {
 	if lease <= 0 {
 		return Claim{}, invalid(&lifecycle.FieldError{Field: "lease", Problem: "must be positive"})
@@ -56,6 +57,12 @@ func (w *Writer) Claim(ctx context.Context, deliveryID uuid.UUID, lease time.Dur
 			claim, c, err = claimOn(m, deliveryID, uuid.New(), lease, now)
 			return c, err
 		}})
+	if Transient(err) && claim.Token != uuid.Nil {
+		// Its answer may be all that was lost.
+		if held, herr := w.claimsHeld(ctx, []Claim{claim}, err); herr == nil {
+			return held[0], nil
+		}
+	}
 	if err != nil {
 		return Claim{}, fmt.Errorf("claim delivery %s: %w", deliveryID, err)
 	}

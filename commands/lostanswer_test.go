@@ -57,3 +57,32 @@ func TestRetriedOutcomeReturnsItsClaim(t *testing.T) {
 	}
 	b.audit(t)
 }
+
+// TestLostAnswerOfAClaim: a claim commits but its answer is lost; Claim
+// finds it held by its token and returns it, as the commit would have.
+func TestLostAnswerOfAClaim(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.targets(t, "billing")
+	m := b.ingest(t)
+	proxy := dbtest.NewProxy(t, b.db)
+	w, err := commands.New(commands.Config{Secrets: dbtest.Secrets(), Base: service.Base{Now: b.clock.Now}, DB: proxy.Pool(t), Notifier: b.wake})
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy.LoseNextCommit()
+	c, err := w.Claim(b.ctx, m.Deliveries[0].ID, time.Minute)
+	if err != nil {
+		t.Fatalf("a claim whose answer was lost: %v", err)
+	}
+	held, err := projection.Load(b.ctx, b.db, m.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := held.Deliveries[0]
+	if c.Delivery.ID != d.ID || c.Token != d.ClaimToken || d.State != lifecycle.StateDelivering || c.Attempt != 1 ||
+		!c.LeaseEnd.Equal(d.LeaseEnd) || string(c.Payload) != string(newMessage().Payload) {
+		t.Fatalf("the claim returned %+v, the delivery %+v", c, d)
+	}
+	b.audit(t)
+}
