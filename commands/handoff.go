@@ -1,7 +1,6 @@
 package commands
 
 import (
-	"context"
 	"time"
 
 	"github.com/google/uuid"
@@ -105,20 +104,14 @@ func (w *Writer) handOver(o *op) {
 			delete(o.slots, h.target)
 		}
 	case len(o.handed) > 0 && Transient(o.err):
-		// Bounded as a rollback is: the command has failed already.
-		ctx, cancel := context.WithTimeout(context.WithoutCancel(o.ctx), rollbackTimeout)
-		defer cancel()
-		for _, h := range o.handed {
-			claim, err := w.claimHeld(ctx, h.claim.Token)
-			if err != nil {
-				w.log.Warn("could not read whether a claim handed over committed; if it did, it waits for its lease",
-					"target", h.target, "delivery_id", h.deliveryID, "err", err)
-				continue
-			}
-			if claim != nil {
-				o.slots[h.target].Run(*claim)
-				delete(o.slots, h.target)
-			}
+		claims := make([]Claim, len(o.handed))
+		for i, h := range o.handed {
+			claims[i] = h.claim
+		}
+		held, _ := w.claimsHeld(o.ctx, claims, o.err)
+		for _, c := range held {
+			o.slots[c.Delivery.Target].Run(c)
+			delete(o.slots, c.Delivery.Target)
 		}
 	}
 	for _, s := range o.slots {
