@@ -2,6 +2,7 @@ package commands
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -27,7 +28,8 @@ type CallbackClaim struct {
 
 // ClaimCallback takes a message's callback for one call when it is due
 // (lifecycle.CallbackClaimRule), or its call's lease ran out (recorded
-// first); ErrNotClaimable otherwise.
+// first); ErrNotClaimable otherwise. A claim whose commit lost its answer
+// is returned all the same when it committed.
 func (w *Writer) ClaimCallback(ctx context.Context, messageID uuid.UUID, lease time.Duration) (CallbackClaim, error) {
 	if lease <= 0 {
 		return CallbackClaim{}, invalid(&lifecycle.FieldError{Field: "lease", Problem: "must be positive"})
@@ -39,6 +41,12 @@ func (w *Writer) ClaimCallback(ctx context.Context, messageID uuid.UUID, lease t
 		claim, err = c.claimCallback(lease, now)
 		return c, err
 	})
+	if Transient(err) && claim.Token != uuid.Nil {
+		// Its answer may be all that was lost.
+		if held, herr := w.callbacksHeld(ctx, []CallbackClaim{claim}, err); herr == nil {
+			return held[0], nil
+		}
+	}
 	if err != nil {
 		return CallbackClaim{}, fmt.Errorf("claim callback of message %s: %w", messageID, err)
 	}
@@ -131,10 +139,39 @@ func (w *Writer) claimDueCallbacks(ctx context.Context, n int, lease time.Durati
 		events = append(events, c.events...)
 	}
 	// A callback moves no lane: its events change no delivery.
-	if _, err := w.commit(ctx, conn, nil, changes, events, nil, nil, true, nil, time.Time{}); err != nil {
+	if _, err := w.commit(ctx, conn, nil, changes, events, nil, nil, true, nil, time.Time{}); Transient(err) {
+		// Its answer may be all that was lost.
+		return w.callbacksHeld(ctx, claims, err)
+	} else if err != nil {
 		return nil, err
 	}
 	return claims, nil
+}
+
+// callbacksHeld returns those of claims, made by a transaction that failed
+// with err for a reason that can pass, that it committed all the same, its
+// answer lost, while each still holds its callback and its lease runs;
+// err when it found none. A claim it cannot look for waits out its
+// lease, as it would have.
+func (w *Writer) callbacksHeld(ctx context.Context, claims []CallbackClaim, err error) ([]CallbackClaim, error) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rollbackTimeout)
+	defer cancel()
+	var held []CallbackClaim
+	for _, c := range claims {
+		m, lerr := projection.Load(ctx, w.db, c.Callback.MessageID)
+		if lerr != nil {
+			err = errors.Join(err, lerr)
+			break
+		}
+		cb := m.Callback
+		if cb != nil && cb.State == lifecycle.StateDelivering && cb.ClaimToken == c.Token && w.now().Before(cb.LeaseEnd) {
+			held = append(held, CallbackClaim{Token: c.Token, Attempt: cb.Attempts, LeaseEnd: cb.LeaseEnd, Callback: *cb, Trace: m.Trace})
+		}
+	}
+	if len(held) == 0 {
+		return nil, err
+	}
+	return held, nil
 }
 
 // CompleteCallback records the outcome of a claimed call: delivered, retry

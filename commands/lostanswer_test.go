@@ -86,3 +86,59 @@ func TestLostAnswerOfAClaim(t *testing.T) {
 	}
 	b.audit(t)
 }
+
+// TestLostAnswerOfACallbackClaim: a callback's claim, by a catch-up and
+// then by its message's id, commits but its answer is lost; each is found
+// held by its token and returned, as the commit would have.
+func TestLostAnswerOfACallbackClaim(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.targets(t, "billing")
+	in := newMessage()
+	in.CallbackURL = "https://erp.example/outcome"
+	m, _, err := b.w.Ingest(b.ctx, in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := b.w.Claim(b.ctx, m.Deliveries[0].ID, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.w.Complete(b.ctx, c.Delivery.ID, c.Token, lifecycle.Delivered("200")); err != nil {
+		t.Fatal(err)
+	}
+	proxy := dbtest.NewProxy(t, b.db)
+	w, err := commands.New(commands.Config{Secrets: dbtest.Secrets(), Base: service.Base{Now: b.clock.Now}, DB: proxy.Pool(t), Notifier: b.wake})
+	if err != nil {
+		t.Fatal(err)
+	}
+	held := func(claim commands.CallbackClaim, attempt int) {
+		t.Helper()
+		got, err := projection.Load(b.ctx, b.db, m.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cb := got.Callback
+		if cb.State != lifecycle.StateDelivering || claim.Token != cb.ClaimToken || claim.Attempt != attempt ||
+			!claim.LeaseEnd.Equal(cb.LeaseEnd) || claim.Callback.URL != in.CallbackURL {
+			t.Fatalf("the claim returned %+v, the callback %+v", claim, cb)
+		}
+	}
+
+	proxy.LoseNextCommit()
+	claims, err := w.ClaimDueCallbacks(b.ctx, 5, time.Minute)
+	if err != nil || len(claims) != 1 {
+		t.Fatalf("a catch-up whose answer was lost: %v, %v", claims, err)
+	}
+	held(claims[0], 1)
+	if _, err := w.ReleaseCallback(b.ctx, m.ID, claims[0].Token, false, "the test gives it back"); err != nil {
+		t.Fatal(err)
+	}
+	proxy.LoseNextCommit()
+	claim, err := w.ClaimCallback(b.ctx, m.ID, time.Minute)
+	if err != nil {
+		t.Fatalf("a claim whose answer was lost: %v", err)
+	}
+	held(claim, 1)
+	b.audit(t)
+}
