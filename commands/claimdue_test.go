@@ -464,3 +464,37 @@ func TestClaimDueTakesTheClockOnceLocked(t *testing.T) {
 	}
 	b.audit(t)
 }
+
+// TestClaimDueDecidesAgainOnAVersionTaken: a catch-up's claim whose
+// event's version another transaction took meanwhile (the choice checks
+// the message row's version, and another delivery of the message moved
+// after its snapshot) is decided again on what it reads anew, as a
+// batch's command is, rather than fail. A trigger makes the first append
+// of a claim meet the conflict.
+func TestClaimDueDecidesAgainOnAVersionTaken(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.targets(t, "billing")
+	m := b.ingest(t)
+	// A sequence, as the failed transaction rolls back all but its draws.
+	if _, err := b.db.Exec(b.ctx, `CREATE SEQUENCE journal_fault;
+		CREATE FUNCTION journal_fault() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN
+			IF NEW.kind = 'delivery.claimed' AND nextval('journal_fault') = 1 THEN
+				RAISE EXCEPTION 'version taken' USING ERRCODE = '23505', CONSTRAINT = 'journal_stream_version_key';
+			END IF;
+			RETURN NEW;
+		END $$;
+		CREATE TRIGGER journal_fault BEFORE INSERT ON journal FOR EACH ROW EXECUTE FUNCTION journal_fault();`); err != nil {
+		t.Fatal(err)
+	}
+	claims, err := b.w.ClaimDue(b.ctx, "billing", 5, time.Minute)
+	if err != nil || len(claims) != 1 || claims[0].Delivery.ID != m.Deliveries[0].ID {
+		t.Fatalf("ClaimDue after a version taken: %+v, %v", claims, err)
+	}
+	var drawn int
+	if err := b.db.QueryRow(b.ctx, `SELECT last_value FROM journal_fault`).Scan(&drawn); err != nil || drawn != 2 {
+		t.Fatalf("the claim was appended %d times, want twice: %v", drawn, err)
+	}
+	b.audit(t)
+}

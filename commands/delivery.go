@@ -221,9 +221,13 @@ func (w *Writer) ClaimDue(ctx context.Context, target string, n int, lease time.
 		return nil, invalid(&lifecycle.FieldError{Field: "lease", Problem: "lease and count must be positive"})
 	}
 	claims, halfOpen, err := w.claimDue(ctx, target, n, lease)
-	for try := 1; err != nil && lostRace(err) && try < maxTries && ctx.Err() == nil; try++ {
+	for try := 1; err != nil && (lostRace(err) || journal.IsVersionConflict(err)) && try < maxTries && ctx.Err() == nil; try++ {
 		// A deadlock (with an online rebuild's switch, which locks every
-		// projection table) or a serialization failure rolled it all back.
+		// projection table) or a serialization failure rolled it all back;
+		// or a version taken meanwhile: the choice checks the message
+		// row's version, not its other deliveries', and one of those moved
+		// after the choice's snapshot (architecture.md, What a write
+		// writes). The choice reads again.
 		claims, halfOpen, err = w.claimDue(ctx, target, n, lease)
 	}
 	if halfOpen {
