@@ -415,7 +415,11 @@ func (w *Worker[T]) claimAndRun(id uuid.UUID) {
 			w.metrics.claims.WithLabelValues(w.cfg.Name, claimConflict).Inc()
 			w.retryHeld()
 		} else {
+			// The wake-up is spent and the job still due: as for a
+			// dropped wake-up, a catch-up takes it rather than the sweep.
 			w.log.Error("claim", "delivery_id", id, "err", err)
+			w.dropped.Store(true)
+			w.Poke()
 		}
 		w.releaseSlot()
 		w.attempts.Done()

@@ -2,6 +2,7 @@ package workers_test
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -174,4 +175,51 @@ func TestABacklogAsksForTheNextDue(t *testing.T) {
 			t.Errorf("%s asked for %d, want %d", work, store.asked[work], next)
 		}
 	}
+}
+
+// failingClaimStore fails every wake-up's claim, as a claim that meets the
+// database away does, and hands its job out through its second catch-up:
+// the first is the worker's at its start.
+type failingClaimStore struct {
+	skippingStore
+	catchUps chan int
+}
+
+func (s *failingClaimStore) Claim(context.Context, uuid.UUID) (workers.Job[string], error) {
+	return workers.Job[string]{}, errors.New("claim refused")
+}
+
+func (s *failingClaimStore) ClaimDue(ctx context.Context, n int) ([]workers.Job[string], error) {
+	jobs, err := s.skippingStore.ClaimDue(ctx, n)
+	select {
+	case s.catchUps <- len(jobs):
+	default: // the test reads only the first
+	}
+	return jobs, err
+}
+
+// TestAFailedClaimIsCaughtUp: a wake-up whose claim fails leaves its job
+// due; the worker's catch-up takes it at once, as after a dropped wake-up,
+// rather than leave it to the sweep.
+func TestAFailedClaimIsCaughtUp(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	store := &failingClaimStore{catchUps: make(chan int, 1),
+		skippingStore: skippingStore{done: make(chan string, 1), batches: [][]workers.Job[string]{nil, {{ID: uuid.New(), Work: "due"}}}}}
+	w, err := workers.NewWorker(workers.Config[string]{Base: service.Base{Logger: quiet}, Name: "test", Store: store,
+		Deliverer: okDeliverer{}, NATS: b.nc, Subject: workers.DeliverySubject("test"), MaxConcurrent: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { w.Stop(context.Background()) })
+	if n := <-store.catchUps; n != 0 {
+		t.Fatalf("the catch-up at start claimed %d", n)
+	}
+	if err := b.nc.Publish(workers.DeliverySubject("test"), []byte(uuid.NewString())); err != nil {
+		t.Fatal(err)
+	}
+	store.completed(t, "due")
 }
