@@ -26,11 +26,7 @@ func TestRetriedOutcomeReturnsItsClaim(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	proxy := dbtest.NewProxy(t, b.db)
-	w, err := commands.New(commands.Config{Secrets: dbtest.Secrets(), Base: service.Base{Now: b.clock.Now}, DB: proxy.Pool(t), Notifier: b.wake})
-	if err != nil {
-		t.Fatal(err)
-	}
+	proxy, w := b.proxied(t)
 	proxy.LoseNextCommit()
 	outcome := lifecycle.Delivered("200")
 	if _, _, err := w.CompleteAndClaimNext(b.ctx, a1.Deliveries[0].ID, c.Token, outcome, time.Minute, false); !commands.Transient(err) {
@@ -65,11 +61,7 @@ func TestLostAnswerOfAClaim(t *testing.T) {
 	b := setup(t)
 	b.targets(t, "billing")
 	m := b.ingest(t)
-	proxy := dbtest.NewProxy(t, b.db)
-	w, err := commands.New(commands.Config{Secrets: dbtest.Secrets(), Base: service.Base{Now: b.clock.Now}, DB: proxy.Pool(t), Notifier: b.wake})
-	if err != nil {
-		t.Fatal(err)
-	}
+	proxy, w := b.proxied(t)
 	proxy.LoseNextCommit()
 	c, err := w.Claim(b.ctx, m.Deliveries[0].ID, time.Minute)
 	if err != nil {
@@ -107,11 +99,7 @@ func TestLostAnswerOfACallbackClaim(t *testing.T) {
 	if _, err := b.w.Complete(b.ctx, c.Delivery.ID, c.Token, lifecycle.Delivered("200")); err != nil {
 		t.Fatal(err)
 	}
-	proxy := dbtest.NewProxy(t, b.db)
-	w, err := commands.New(commands.Config{Secrets: dbtest.Secrets(), Base: service.Base{Now: b.clock.Now}, DB: proxy.Pool(t), Notifier: b.wake})
-	if err != nil {
-		t.Fatal(err)
-	}
+	proxy, w := b.proxied(t)
 	held := func(claim commands.CallbackClaim, attempt int) {
 		t.Helper()
 		got, err := projection.Load(b.ctx, b.db, m.ID)
@@ -141,4 +129,16 @@ func TestLostAnswerOfACallbackClaim(t *testing.T) {
 	}
 	held(claim, 1)
 	b.audit(t)
+}
+
+// proxied returns a proxy of the bundle's database and a Writer whose
+// connections go through it, on the bundle's clock.
+func (b *bundle) proxied(t *testing.T) (*dbtest.Proxy, *commands.Writer) {
+	t.Helper()
+	proxy := dbtest.NewProxy(t, b.db)
+	w, err := commands.New(commands.Config{Secrets: dbtest.Secrets(), Base: service.Base{Now: b.clock.Now}, DB: proxy.Pool(t), Notifier: b.wake})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return proxy, w
 }

@@ -32,18 +32,8 @@ func TestLostAnswerKeepsTheNextClaim(t *testing.T) {
 	b.target(t, spec)
 	ms := b.ingest(t, 2)
 
-	proxy := dbtest.NewProxy(t, b.db)
-	w, err := commands.New(commands.Config{Secrets: dbtest.Secrets(), Base: service.Base{Now: b.clock.Now, Logger: quiet},
-		DB: proxy.Pool(t), Notifier: workers.NewPublisher(b.nc, nil, b.metrics)})
-	if err != nil {
-		t.Fatal(err)
-	}
 	logs := &logBuffer{}
-	rt, err := workers.NewRuntime(workers.RuntimeConfig{Base: service.Base{Now: b.clock.Now, Logger: slog.New(slog.NewTextHandler(logs, nil))},
-		Writer: w, NATS: b.nc, Metrics: b.metrics})
-	if err != nil {
-		t.Fatal(err)
-	}
+	proxy, _, rt := b.proxiedRuntime(t, slog.New(slog.NewTextHandler(logs, nil)))
 	// The first attempt's outcome is the next COMMIT: the catch-up that
 	// claimed it has, and the slot is busy until the outcome is recorded.
 	b.sink.setAnswer(func(n int, _ http.ResponseWriter, _ *http.Request) int {
@@ -55,7 +45,6 @@ func TestLostAnswerKeepsTheNextClaim(t *testing.T) {
 	if err := rt.Start(b.ctx); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { rt.Stop(context.Background()) })
 
 	// Far within the lease, which the clock never reaches.
 	testpoll.Within(t, 15*time.Second, "both messages delivered", func() bool {
@@ -83,21 +72,10 @@ func TestLostAnswerKeepsTheHandedClaim(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	b.target(t, b.httpTarget("web"))
-	proxy := dbtest.NewProxy(t, b.db)
-	w, err := commands.New(commands.Config{Secrets: dbtest.Secrets(), Base: service.Base{Now: b.clock.Now, Logger: quiet},
-		DB: proxy.Pool(t), Notifier: workers.NewPublisher(b.nc, nil, b.metrics)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	rt, err := workers.NewRuntime(workers.RuntimeConfig{Base: service.Base{Now: b.clock.Now, Logger: quiet},
-		Writer: w, NATS: b.nc, Metrics: b.metrics})
-	if err != nil {
-		t.Fatal(err)
-	}
+	proxy, w, rt := b.proxiedRuntime(t, quiet)
 	if err := rt.Start(b.ctx); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { rt.Stop(context.Background()) })
 
 	// The worker's first catch-up holds its slots for the query's time:
 	// once a message has been delivered, it is over.
@@ -144,23 +122,12 @@ func TestLostAnswerKeepsTheCaughtUpClaim(t *testing.T) {
 	b := setup(t)
 	b.target(t, b.httpTarget("web"))
 	ms := b.ingest(t, 1) // no worker listens yet: the wake-up is lost
-	proxy := dbtest.NewProxy(t, b.db)
-	w, err := commands.New(commands.Config{Secrets: dbtest.Secrets(), Base: service.Base{Now: b.clock.Now, Logger: quiet},
-		DB: proxy.Pool(t), Notifier: workers.NewPublisher(b.nc, nil, b.metrics)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	rt, err := workers.NewRuntime(workers.RuntimeConfig{Base: service.Base{Now: b.clock.Now, Logger: quiet},
-		Writer: w, NATS: b.nc, Metrics: b.metrics})
-	if err != nil {
-		t.Fatal(err)
-	}
+	proxy, _, rt := b.proxiedRuntime(t, quiet)
 	// The catch-up's claim is the first COMMIT through the proxy.
 	proxy.LoseNextCommit()
 	if err := rt.Start(b.ctx); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { rt.Stop(context.Background()) })
 
 	// Far within the lease, which the clock never reaches.
 	d := ms[0].Deliveries[0]
@@ -171,4 +138,25 @@ func TestLostAnswerKeepsTheCaughtUpClaim(t *testing.T) {
 		t.Errorf("delivery %s: events %v, want one claim and its attempt", d.ID, kinds)
 	}
 	b.audit(t)
+}
+
+// proxiedRuntime returns a proxy of the bundle's database, a Writer whose
+// connections go through it and a Runtime of the Writer, not yet started
+// and stopped when the test ends, both on the bundle's clock and logging
+// to log.
+func (b *bundle) proxiedRuntime(t *testing.T, log *slog.Logger) (*dbtest.Proxy, *commands.Writer, *workers.Runtime) {
+	t.Helper()
+	proxy := dbtest.NewProxy(t, b.db)
+	w, err := commands.New(commands.Config{Secrets: dbtest.Secrets(), Base: service.Base{Now: b.clock.Now, Logger: log},
+		DB: proxy.Pool(t), Notifier: workers.NewPublisher(b.nc, nil, b.metrics)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rt, err := workers.NewRuntime(workers.RuntimeConfig{Base: service.Base{Now: b.clock.Now, Logger: log},
+		Writer: w, NATS: b.nc, Metrics: b.metrics})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { rt.Stop(context.Background()) })
+	return proxy, w, rt
 }
