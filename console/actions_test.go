@@ -297,7 +297,7 @@ func TestTargetEditEnableAndDisable(t *testing.T) {
 	b := setup(t)
 	b.target(t, "billing")
 	c := b.signedIn(t, b.admin)
-	c.get(t, "/ui/targets").want(t, http.StatusOK).has(t, `href="/ui/targets/billing/disable"`, "Enabled")
+	c.get(t, "/ui/targets").want(t, http.StatusOK).has(t, `href="/ui/targets/billing/disable"`, "Enabled", "no bound")
 	c.get(t, "/ui/targets/billing").want(t, http.StatusOK).has(t, "http://127.0.0.1:9/", `href="/ui/targets/billing/edit"`)
 
 	// Problems are each named, as the API names the fields, and change
@@ -407,7 +407,8 @@ func TestTargetEditEnableAndDisable(t *testing.T) {
 	if ts[0].Enabled || ts[0].MaxConcurrent != 7 || ts[0].Slots != 6 || !ts[0].Ordering.FIFO() {
 		t.Errorf("after the disable %+v", ts[0])
 	}
-	c.get(t, "/ui/targets").has(t, "Target billing is disabled.", `href="/ui/targets/billing/enable"`, "Disabled")
+	c.get(t, "/ui/targets").has(t, "Target billing is disabled.", `href="/ui/targets/billing/enable"`, "Disabled", "(6 a process)").
+		lacks(t, "no bound")
 	c.post(t, "/ui/targets/billing/enable", nil).redirects(t, "/ui/targets/billing")
 }
 
