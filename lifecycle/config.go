@@ -288,7 +288,7 @@ func (t Target) Validate() error {
 	switch {
 	case t.Slots < 0 || t.Slots > MaxSlots:
 		errs = append(errs, &FieldError{Field: "slots",
-			Problem: fmt.Sprintf("must be from 1 to %d, or left out for the kind's default in each process, got %d", MaxSlots, t.Slots)})
+			Problem: fmt.Sprintf("must be from 1 to %d, or left out for max_concurrent, else the kind's default, in each process, got %d", MaxSlots, t.Slots)})
 	case t.MaxConcurrent > 0 && t.Slots > t.MaxConcurrent:
 		errs = append(errs, &FieldError{Field: "slots",
 			Problem: fmt.Sprintf("must be at most max_concurrent (%d), which bounds every process, got %d", t.MaxConcurrent, t.Slots)})
