@@ -42,8 +42,8 @@ func (r *Reconciler) Start(ctx context.Context) error {
 		return err
 	}
 	r.loop.Go(func(ctx context.Context) {
-		wait, retry := r.every, time.Duration(0)
-		t := time.NewTimer(wait)
+		var retry time.Duration
+		t := time.NewTimer(r.every)
 		defer t.Stop()
 		for {
 			select {
@@ -52,15 +52,14 @@ func (r *Reconciler) Start(ctx context.Context) error {
 			case <-t.C:
 			case <-r.poke:
 			}
-			wait = r.every
 			if err := r.sync(ctx); err != nil && ctx.Err() == nil {
 				retry = min(max(2*retry, retryFirst), r.every)
-				wait = retry
 				r.log.Error("sync with the configuration", "loop", r.name, "err", err, "retry_in", retry)
-			} else {
-				retry = 0
+				t.Reset(retry)
+				continue
 			}
-			t.Reset(wait)
+			retry = 0
+			t.Reset(r.every)
 		}
 	})
 	return nil

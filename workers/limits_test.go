@@ -115,6 +115,7 @@ func TestSlotsBoundEachProcessNotTheCluster(t *testing.T) {
 	start := time.Now()
 	b.ingest(t, messages)
 	testpoll.Until(t, "6 requests open", func() bool { return open.Load() == 6 })
+	b.audit(t) // six attempts in flight, the rest queued
 	close(release)
 	b.waitDelivered(t, messages, start)
 	if m := most.Load(); m != 6 {

@@ -107,6 +107,7 @@ func TestLostAnswerKeepsTheHandedClaim(t *testing.T) {
 	if kinds := dbtest.Kinds(t, b.db, d); !slices.Contains(kinds, journal.KindDeliveryClaimed) {
 		t.Fatalf("delivery %s: events %v, want it claimed by the ingest", d.ID, kinds)
 	}
+	b.audit(t) // the claim the ingest committed, attempted or not yet
 	// Far within the lease, which the clock never reaches.
 	testpoll.Within(t, 15*time.Second, "the delivery attempted", func() bool { return b.sink.count(d.ID.String()) == 1 })
 	b.waitStatus(t, lifecycle.StatusDelivered, b.load(t, d.MessageID))
