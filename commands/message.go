@@ -283,9 +283,14 @@ func (w *Writer) IngestMany(ctx context.Context, ins []NewMessage) []Ingested {
 	return out
 }
 
+// isIdempotencyConflict says whether err is a message's insert refused
+// because its source's idempotency key is held. messages_idempotency_key
+// is the constraint a server of an earlier build adds again when it
+// starts, beside this build's index.
 func isIdempotencyConflict(err error) bool {
 	var pgErr *pgconn.PgError
-	return errors.As(err, &pgErr) && pgErr.Code == "23505" && pgErr.ConstraintName == "messages_idempotency_key"
+	return errors.As(err, &pgErr) && pgErr.Code == "23505" &&
+		(pgErr.ConstraintName == "messages_source_idempotency_key" || pgErr.ConstraintName == "messages_idempotency_key")
 }
 
 // dispatchOn matches the routes for c's message, whose body is payload

@@ -68,3 +68,6 @@ func ListSQL(f MessageFilter) (string, []any) {
 	sql, args, _ := listSQL(f)
 	return sql, args
 }
+
+// HeldKeysSQL reads the messages holding a source's idempotency keys.
+const HeldKeysSQL = heldKeysSQL

@@ -29,13 +29,16 @@ func (m *Message) Held() Held {
 	return h
 }
 
+// heldKeysSQL reads the messages holding source $1's idempotency keys $2.
+const heldKeysSQL = `SELECT m.idempotency_key, m.id, m.from_party, m.to_party, coalesce(m.ordering_key, ''),
+	coalesce(c.url, ''), m.payload_sha256
+	FROM messages m LEFT JOIN callbacks c ON c.message_id = m.id
+	WHERE m.source = $1 AND m.idempotency_key = ANY($2)`
+
 // HeldKeys returns, by key, the messages that hold the idempotency keys of
 // source already.
 func HeldKeys(ctx context.Context, q journal.Querier, source string, keys []string) (map[string]Held, error) {
-	rows, err := q.Query(ctx, `SELECT m.idempotency_key, m.id, m.from_party, m.to_party, coalesce(m.ordering_key, ''),
-		coalesce(c.url, ''), m.payload_sha256
-		FROM messages m LEFT JOIN callbacks c ON c.message_id = m.id
-		WHERE m.source = $1 AND m.idempotency_key = ANY($2)`, source, keys)
+	rows, err := q.Query(ctx, heldKeysSQL, source, keys)
 	held := map[string]Held{}
 	if err == nil {
 		var (

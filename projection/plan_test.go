@@ -112,6 +112,39 @@ func TestClaimsHeldReadTheirIndex(t *testing.T) {
 	}
 }
 
+// TestHeldKeysReadTheirIndex: the ingest's lookup of a source's
+// idempotency keys reads the partial messages_source_idempotency_key, in
+// its generic plan too, whose keys are a parameter: the planner must prove
+// the key not null from the lookup's equality.
+func TestHeldKeysReadTheirIndex(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	for _, c := range []struct {
+		name, sql, args string
+	}{
+		{"the keys held", projection.HeldKeysSQL, `'erp', '{k-1,k-2}'`},
+	} {
+		var text string
+		err := pgx.BeginFunc(b.ctx, b.db, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(b.ctx, `SET LOCAL enable_seqscan = off; SET LOCAL plan_cache_mode = force_generic_plan`); err != nil {
+				return err
+			}
+			if _, err := tx.Exec(b.ctx, `PREPARE held AS `+c.sql); err != nil {
+				return err
+			}
+			text = dbtest.Explain(t, tx, `EXECUTE held(`+c.args+`)`)
+			_, err := tx.Exec(b.ctx, `DEALLOCATE held`)
+			return err
+		})
+		if err != nil {
+			t.Fatal(c.name, err)
+		}
+		if !strings.Contains(text, "using messages_source_idempotency_key") {
+			t.Errorf("%s's plan does not read messages_source_idempotency_key:\n%s", c.name, text)
+		}
+	}
+}
+
 // explain gives the plan of sql with args as EXPLAIN prints it, with
 // sequential scans off: the tables are empty, and a scan of them all
 // would otherwise be as cheap as any.

@@ -517,9 +517,6 @@ BEGIN
 	IF NOT EXISTS (SELECT FROM pg_constraint WHERE conrelid = 'messages'::regclass AND conname = 'messages_pkey') THEN
 		ALTER TABLE messages ADD CONSTRAINT messages_pkey PRIMARY KEY (id);
 	END IF;
-	IF NOT EXISTS (SELECT FROM pg_constraint WHERE conrelid = 'messages'::regclass AND conname = 'messages_idempotency_key') THEN
-		ALTER TABLE messages ADD CONSTRAINT messages_idempotency_key UNIQUE (source, idempotency_key);
-	END IF;
 	IF NOT EXISTS (SELECT FROM pg_constraint WHERE conrelid = 'deliveries'::regclass AND conname = 'deliveries_pkey') THEN
 		ALTER TABLE deliveries ADD CONSTRAINT deliveries_pkey PRIMARY KEY (id);
 	END IF;
@@ -539,6 +536,11 @@ BEGIN
 		ALTER TABLE operations ADD CONSTRAINT operations_pkey PRIMARY KEY (id);
 	END IF;
 END $$;
+-- A source's idempotency keys, each held by one message. Only messages
+-- with a key are here: a keyless one writes no entry at its insert or at
+-- its outcome, which is never HOT.
+CREATE UNIQUE INDEX IF NOT EXISTS messages_source_idempotency_key ON messages (source, idempotency_key)
+	WHERE idempotency_key IS NOT NULL;
 CREATE INDEX IF NOT EXISTS messages_created ON messages (created_at DESC, id DESC);
 CREATE INDEX IF NOT EXISTS messages_status_created ON messages (status, created_at DESC, id DESC);
 CREATE INDEX IF NOT EXISTS messages_source_created ON messages (source, created_at DESC, id DESC);
@@ -740,11 +742,20 @@ func TargetTokensSQL(spec, name, at string) string {
 // retiredIndexesDDL drops the indexes of projection tables that an
 // earlier build of the same projections version made and this one does
 // not: deliveries_lease, by lease_end alone, whose claims held
-// deliveries_in_flight holds. Ensure runs it on the live tables, named
-// in full, never as part of projectionIndexesDDL: the shadow's
-// transaction, whose search path reaches the live tables, would drop them
-// there and hold the live table for the whole build.
-const retiredIndexesDDL = `DROP INDEX IF EXISTS public.deliveries_lease`
+// deliveries_in_flight holds; and the constraint messages_idempotency_key,
+// which held every message where messages_source_idempotency_key holds
+// those with a key. Ensure runs it on the live tables, named in full,
+// never as part of projectionIndexesDDL: the shadow's transaction, whose
+// search path reaches the live tables, would drop them there and hold the
+// live table for the whole build. The constraint is looked up first, as
+// an ALTER TABLE locks the table even when there is nothing to drop.
+const retiredIndexesDDL = `DROP INDEX IF EXISTS public.deliveries_lease;
+DO $$
+BEGIN
+	IF EXISTS (SELECT FROM pg_constraint WHERE conrelid = 'public.messages'::regclass AND conname = 'messages_idempotency_key') THEN
+		ALTER TABLE public.messages DROP CONSTRAINT messages_idempotency_key;
+	END IF;
+END $$`
 
 // ddlDigest names this build's DDL and versions.
 var ddlDigest = func() string {
