@@ -35,13 +35,14 @@ func startNATSCluster(t *testing.T, n int) []*natsNode {
 	if out, err := exec.Command("go", "build", "-o", bin, "github.com/nats-io/nats-server/v2").CombinedOutput(); err != nil {
 		t.Fatalf("build nats-server: %v\n%s", err, out)
 	}
+	addrs := freeAddrs(t, 3*n)
 	routes := make([]string, n)
 	for i := range routes {
-		routes[i] = "nats://" + freeAddr(t)
+		routes[i] = "nats://" + addrs[i]
 	}
 	nodes := make([]*natsNode, n)
 	for i := range nodes {
-		client, monitor := freeAddr(t), freeAddr(t)
+		client, monitor := addrs[n+2*i], addrs[n+2*i+1]
 		host, port, _ := strings.Cut(client, ":")
 		_, mport, _ := strings.Cut(monitor, ":")
 		cmd := exec.Command(bin, "-a", host, "-p", port, "-m", mport, "--cluster_name", "waybill-test",

@@ -57,15 +57,6 @@ func buildBinary(t *testing.T) string {
 	return bin
 }
 
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	addr, err := freeListenAddr()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return addr
-}
-
 // server is one `waybill serve` process of a test.
 type server struct {
 	cmd  *exec.Cmd
