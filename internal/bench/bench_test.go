@@ -4,6 +4,7 @@ import (
 	"context"
 	"math"
 	"os/exec"
+	"strings"
 	"testing"
 	"time"
 
@@ -105,6 +106,33 @@ func TestRateAfterBurst(t *testing.T) {
 		rate, quietest, busiest := rateAfterBurst(c.at, c.burst)
 		if math.Abs(rate-c.rate) > 1e-9 || quietest != c.quietest || busiest != c.busiest {
 			t.Errorf("%s: %g/s, %d to %d a second; want %g/s, %d to %d", c.name, rate, quietest, busiest, c.rate, c.quietest, c.busiest)
+		}
+	}
+}
+
+// TestWritesPrintSaysWhyEntriesAreMissing: a run whose log could not be
+// read still prints its row versions, and says why the index entries are
+// not counted.
+func TestWritesPrintSaysWhyEntriesAreMissing(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		w    projectionWrites
+		want []string
+	}{
+		{"counted", projectionWrites{rows: map[string]tableWrites{"messages": {ins: 10, upd: 10}},
+			entries: map[string]int64{"messages": 120}, walBytes: 70_000},
+			[]string{"2.00 row versions (0.00 HOT), 12.00 index entries in the projections; 7000 bytes", "messages 1.00/1.00/0.00/0.00/12.00"}},
+		{"not counted", projectionWrites{rows: map[string]tableWrites{"messages": {ins: 10, upd: 10, hot: 5}},
+			uncounted: "the run's log could not be read: gone", walBytes: 70_000},
+			[]string{"2.00 row versions (0.50 HOT), index entries not counted (the run's log could not be read: gone)",
+				"(inserted/updated/HOT/deleted): messages 1.00/1.00/0.50/0.00\n"}},
+	} {
+		var out strings.Builder
+		c.w.print(&out, 10)
+		for _, want := range c.want {
+			if !strings.Contains(out.String(), want) {
+				t.Errorf("%s: %q lacks %q", c.name, out.String(), want)
+			}
 		}
 	}
 }
