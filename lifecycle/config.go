@@ -1,6 +1,7 @@
 package lifecycle
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -245,6 +246,13 @@ const (
 	MaxSlots              = 100
 	MaxReceiptTimeout     = 720 * time.Hour
 )
+
+// ProcessSlots is how many attempts to t each process runs at once: its
+// Slots when set, else its MaxConcurrent when set (which bounds the
+// cluster too), else kindDefault, its kind's.
+func (t Target) ProcessSlots(kindDefault int) int {
+	return cmp.Or(t.Slots, t.MaxConcurrent, kindDefault)
+}
 
 // WithDefaults fills the fields left at zero but MaxConcurrent and Slots,
 // whose defaults (no bound across the cluster, the kind's slots) are

@@ -177,3 +177,15 @@ func TestCallbackSettingsValidate(t *testing.T) {
 		t.Errorf("defaults %+v: want empty lists", got)
 	}
 }
+
+// TestProcessSlots: slots decide each process's attempts at once, else
+// max_concurrent, else the kind's default.
+func TestProcessSlots(t *testing.T) {
+	for _, c := range []struct{ slots, maxConcurrent, want int }{
+		{0, 0, 5}, {8, 0, 8}, {0, 3, 3}, {2, 3, 2},
+	} {
+		if got := (Target{Slots: c.slots, MaxConcurrent: c.maxConcurrent}).ProcessSlots(5); got != c.want {
+			t.Errorf("slots %d, max_concurrent %d: %d, want %d", c.slots, c.maxConcurrent, got, c.want)
+		}
+	}
+}

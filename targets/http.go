@@ -2,7 +2,6 @@ package targets
 
 import (
 	"bytes"
-	"cmp"
 	"context"
 	"crypto/tls"
 	"encoding/json"
@@ -211,7 +210,7 @@ func newHTTP(t lifecycle.Target, keys []Key, now func() time.Time) (Deliverer, e
 	transport := http.DefaultTransport.(*http.Transport).Clone()
 	// Slots(t), which newHTTP cannot call: kinds, which Slots reads,
 	// holds newHTTP.
-	transport.MaxIdleConnsPerHost = max(cmp.Or(t.Slots, t.MaxConcurrent, httpSlots), 2)
+	transport.MaxIdleConnsPerHost = max(t.ProcessSlots(httpSlots), 2)
 	if cfg.TLSSkipVerify {
 		transport.TLSClientConfig = &tls.Config{InsecureSkipVerify: true}
 	}

@@ -108,20 +108,15 @@ func Names() []string {
 	return slices.Sorted(maps.Keys(kinds))
 }
 
-// Slots is how many attempts to t each process runs at once: its slots
-// when set, else its max_concurrent when set (which bounds the cluster
-// too), else its kind's default Concurrency, 1 for a kind unknown.
+// Slots is how many attempts to t each process runs at once
+// (lifecycle.Target.ProcessSlots), its kind's default Concurrency, 1 for
+// a kind unknown.
 func Slots(t lifecycle.Target) int {
-	if t.Slots > 0 {
-		return t.Slots
-	}
-	if t.MaxConcurrent > 0 {
-		return t.MaxConcurrent
-	}
+	def := 1
 	if k, ok := kinds[t.Kind]; ok {
-		return k.Concurrency
+		def = k.Concurrency
 	}
-	return 1
+	return t.ProcessSlots(def)
 }
 
 // Lookup returns the kind of that name.
