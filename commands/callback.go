@@ -2,7 +2,6 @@ package commands
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -148,30 +147,25 @@ func (w *Writer) claimDueCallbacks(ctx context.Context, n int, lease time.Durati
 	return claims, nil
 }
 
-// callbacksHeld returns those of claims, made by a transaction that failed
-// with err for a reason that can pass, that it committed all the same, its
-// answer lost, while each still holds its callback and its lease runs;
-// err when it found none. A claim it cannot look for waits out its
-// lease, as it would have.
+// callbacksHeld returns those of claims, made by a transaction that
+// failed with err for a reason that can pass, that it committed all the
+// same (callbackHeld, committedAnyway).
 func (w *Writer) callbacksHeld(ctx context.Context, claims []CallbackClaim, err error) ([]CallbackClaim, error) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rollbackTimeout)
-	defer cancel()
-	var held []CallbackClaim
-	for _, c := range claims {
-		m, lerr := projection.Load(ctx, w.db, c.Callback.MessageID)
-		if lerr != nil {
-			err = errors.Join(err, lerr)
-			break
-		}
-		cb := m.Callback
-		if cb != nil && cb.State == lifecycle.StateDelivering && cb.ClaimToken == c.Token && w.now().Before(cb.LeaseEnd) {
-			held = append(held, CallbackClaim{Token: c.Token, Attempt: cb.Attempts, LeaseEnd: cb.LeaseEnd, Callback: *cb, Trace: m.Trace})
-		}
-	}
-	if len(held) == 0 {
+	return committedAnyway(ctx, claims, err, w.callbackHeld)
+}
+
+// callbackHeld returns c as its transaction would have returned it, while
+// it still holds its callback and its lease runs; nil when it does not.
+func (w *Writer) callbackHeld(ctx context.Context, c CallbackClaim) (*CallbackClaim, error) {
+	m, err := projection.Load(ctx, w.db, c.Callback.MessageID)
+	if err != nil {
 		return nil, err
 	}
-	return held, nil
+	cb := m.Callback
+	if cb == nil || cb.State != lifecycle.StateDelivering || cb.ClaimToken != c.Token || !w.now().Before(cb.LeaseEnd) {
+		return nil, nil
+	}
+	return &CallbackClaim{Token: c.Token, Attempt: cb.Attempts, LeaseEnd: cb.LeaseEnd, Callback: *cb, Trace: m.Trace}, nil
 }
 
 // CompleteCallback records the outcome of a claimed call: delivered, retry

@@ -61,25 +61,36 @@ func (w *Writer) claimHeld(ctx context.Context, token uuid.UUID) (*Claim, error)
 }
 
 // claimsHeld returns those of claims, made by a transaction that failed
-// with err for a reason that can pass, that it committed all the same, its
-// answer lost (claimHeld); err when it found none. A claim it cannot look
-// for waits out its lease, as it would have.
+// with err for a reason that can pass, that it committed all the same
+// (claimHeld, committedAnyway).
 func (w *Writer) claimsHeld(ctx context.Context, claims []Claim, err error) ([]Claim, error) {
+	return committedAnyway(ctx, claims, err, func(ctx context.Context, c Claim) (*Claim, error) {
+		return w.claimHeld(ctx, c.Token)
+	})
+}
+
+// committedAnyway returns those of claims, made by a transaction that
+// failed with err for a reason that can pass, that it committed all the
+// same, its answer lost: held finds each one that still holds what it
+// claimed, as the transaction would have returned it, or nil. It returns
+// err when it found none. A claim it cannot look for waits out its lease,
+// as it would have.
+func committedAnyway[C any](ctx context.Context, claims []C, err error, held func(context.Context, C) (*C, error)) ([]C, error) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rollbackTimeout)
 	defer cancel()
-	var held []Claim
+	var out []C
 	for _, c := range claims {
-		claim, herr := w.claimHeld(ctx, c.Token)
+		h, herr := held(ctx, c)
 		if herr != nil {
 			err = errors.Join(err, herr)
 			break
 		}
-		if claim != nil {
-			held = append(held, *claim)
+		if h != nil {
+			out = append(out, *h)
 		}
 	}
-	if len(held) == 0 {
+	if len(out) == 0 {
 		return nil, err
 	}
-	return held, nil
+	return out, nil
 }
