@@ -28,6 +28,11 @@ type encodedEvent struct {
 	payload    []byte
 }
 
+// maxEventHeader bounds what appendEvent writes besides the texts' and
+// the payload's bytes (three varints, the delivery id's flag and bytes,
+// seven lengths), for sizing a buffer; a larger event would only grow it.
+const maxEventHeader = 3*binary.MaxVarintLen64 + 1 + 16 + 7*binary.MaxVarintLen64
+
 // appendEvent appends e to b: position, time (Unix microseconds, the
 // precision PostgreSQL stores) and version as varints, a byte that says
 // whether a delivery id of 16 bytes follows, then the texts and the

@@ -134,7 +134,14 @@ func (journalSchema) UnmarshalMessage(p wsql.UnmarshalMessageParams) (wsql.Row, 
 		len(targets) != n || len(kinds) != n || len(actors) != n || len(olds) != n || len(news) != n || len(payloads) != n {
 		return wsql.Row{}, fmt.Errorf("feed: transaction %v: columns of unequal length", txid)
 	}
-	var b []byte
+	// Sized once: grown by appends, the buffer of a large transaction
+	// was copied about twice over.
+	size := 0
+	for i := range n {
+		size += maxEventHeader + len(streams[i]) + len(targets[i]) + len(kinds[i]) + len(actors[i]) +
+			len(olds[i]) + len(news[i]) + len(payloads[i])
+	}
+	b := make([]byte, 0, size)
 	for i := range n {
 		b = appendEvent(b, encodedEvent{position: positions[i], recordedAt: recordedAt[i], stream: streams[i],
 			version: versions[i], deliveryID: deliveries[i], target: targets[i], kind: kinds[i], actor: actors[i],
