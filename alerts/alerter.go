@@ -84,7 +84,10 @@ func New(cfg Config) (*Alerter, error) {
 		return nil, errors.New("alerts: Config.DB and Config.NATS are required")
 	}
 	base := cfg.Base.WithDefaults()
-	a := &Alerter{db: cfg.DB, nc: cfg.NATS, webhook: cfg.WebhookURL, keys: cfg.WebhookKeys, http: &http.Client{Timeout: sendTimeout},
+	a := &Alerter{db: cfg.DB, nc: cfg.NATS, webhook: cfg.WebhookURL, keys: cfg.WebhookKeys, http: &http.Client{Timeout: sendTimeout,
+		// The webhook's receiver is not trusted with where the signed alert
+		// goes next: a redirect is its answer, a failure.
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }},
 		backoff: cfg.SendBackoff, metrics: cfg.Metrics, now: base.Now, log: base.Logger.With("component", "alerter"),
 		states: map[string]*projection.Message{}}
 	if a.backoff <= 0 {

@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -63,8 +64,10 @@ type webhook struct {
 	// headers are every request's, for their signatures, with bodies.
 	headers []http.Header
 	bodies  [][]byte
-	// fail makes the next requests answer 503 while it is above 0.
-	fail int
+	// fail makes the next requests answer 503 while it is above 0, or a
+	// redirect to redirect when that is set.
+	fail     int
+	redirect string
 	// taken, when set, is called with the key of each request answered
 	// 200, before the answer goes.
 	taken func(key string)
@@ -82,6 +85,10 @@ func newWebhook(t *testing.T) *webhook {
 		h.bodies = append(h.bodies, body)
 		if h.fail > 0 {
 			h.fail--
+			if h.redirect != "" {
+				http.Redirect(w, r, h.redirect, http.StatusTemporaryRedirect)
+				return
+			}
 			w.WriteHeader(http.StatusServiceUnavailable)
 			return
 		}
@@ -567,6 +574,33 @@ func TestFailedWebhookIsRetriedUntilTaken(t *testing.T) {
 		t.Errorf("%d alerts on NATS", n)
 	}
 	if n := counter(t, reg, "waybill_alert_sends_failed_total", "webhook"); n != 2 {
+		t.Errorf("webhook failures counted: %v", n)
+	}
+}
+
+// TestWebhookRedirectIsNotFollowed: the webhook's redirect is a failed
+// send, tried again at the webhook; where it pointed gets nothing.
+func TestWebhookRedirectIsNotFollowed(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	var elsewhere atomic.Int32
+	other := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { elsewhere.Add(1) }))
+	t.Cleanup(other.Close)
+	e.hook.mu.Lock()
+	e.hook.fail, e.hook.redirect = 1, other.URL
+	e.hook.mu.Unlock()
+	reg := prometheus.NewRegistry()
+	e.alerter(t, reg)
+	e.notRouted(t)
+
+	testpoll.Until(t, "the alert marked sent", func() bool { return e.allSent(t, 1) })
+	if keys, accepted := e.hook.state(); len(keys) != 2 || accepted != 1 {
+		t.Errorf("webhook requests %v, %d accepted", keys, accepted)
+	}
+	if n := elsewhere.Load(); n != 0 {
+		t.Errorf("the redirect was followed: %d requests elsewhere", n)
+	}
+	if n := counter(t, reg, "waybill_alert_sends_failed_total", "webhook"); n != 1 {
 		t.Errorf("webhook failures counted: %v", n)
 	}
 }

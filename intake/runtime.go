@@ -10,6 +10,7 @@ import (
 	"math"
 	"os"
 	"reflect"
+	"runtime/debug"
 	"slices"
 	"sync"
 	"time"
@@ -253,10 +254,12 @@ type runner struct {
 	cancel   context.CancelFunc
 	done     chan struct{}
 
-	// held says this process holds the lease; lastPoll and rate (items
+	// held says this process holds the lease; stale, that a poll panicked
+	// and the poller resumes before the next; lastPoll and rate (items
 	// per second, smoothed) estimate the time to catch up; lastProblem
 	// keeps a failure that repeats from filling the log.
 	held        bool
+	stale       bool
 	lastPoll    time.Time
 	rate        float64
 	lastProblem string
@@ -279,7 +282,7 @@ func (run *runner) run(ctx context.Context) {
 	defer run.release()
 	for {
 		if run.renew(ctx) {
-			rep, err := run.p.poll(ctx)
+			rep, err := run.poll(ctx)
 			if ctx.Err() != nil {
 				return
 			}
@@ -296,6 +299,21 @@ func (run *runner) run(ctx context.Context) {
 		case <-t.C:
 		}
 	}
+}
+
+// poll runs one poll. A panic in it, a bug that the source's data may set
+// off again at each poll, fails that poll alone: it is logged with its
+// stack and reported as the poll's problem, and the poller, whose memory
+// it may have left half-changed, resumes from the stored watermark.
+func (run *runner) poll(ctx context.Context) (rep report, err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			run.log.Error("source poll panicked", "panic", v, "stack", string(debug.Stack()))
+			rep, err = report{owed: -1}, fmt.Errorf("poll panicked: %v", v)
+			run.stale = true
+		}
+	}()
+	return run.p.poll(ctx)
 }
 
 // renew takes or renews the lease and reports whether this process holds
@@ -316,7 +334,10 @@ func (run *runner) renew(ctx context.Context) bool {
 	case held && !run.held:
 		run.log.Info("source taken: this process polls it", "holder", run.rt.cfg.Holder)
 		run.p.resume(watermark)
-		run.lastPoll, run.rate = time.Time{}, 0
+		run.lastPoll, run.rate, run.stale = time.Time{}, 0, false
+	case held && run.stale:
+		run.p.resume(watermark)
+		run.stale = false
 	case !held && run.held:
 		run.log.Info("source no longer held by this process")
 	}

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -235,5 +236,61 @@ func TestRuntimeSourcesStampTypeAndHeaders(t *testing.T) {
 			len(m.Deliveries) != 1 || m.Deliveries[0].Target != "billing" {
 			t.Errorf("%s: the message %+v", source, m)
 		}
+	}
+}
+
+// panicky is a poller whose first poll panics.
+type panicky struct {
+	mu             sync.Mutex
+	polls, resumes int
+}
+
+func (p *panicky) resume(int64) { p.mu.Lock(); p.resumes++; p.mu.Unlock() }
+
+func (p *panicky) poll(context.Context) (report, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.polls++; p.polls == 1 {
+		panic("a bug")
+	}
+	return report{owed: -1}, nil
+}
+
+func (p *panicky) close() {}
+
+func (p *panicky) counts() (polls, resumes int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.polls, p.resumes
+}
+
+// TestPanickingPollFailsThatPollAlone: a poll that panics is the poll's
+// problem, recorded as the source's last error; the process lives on, and
+// the poller resumes from the watermark before it polls again.
+func TestPanickingPollFailsThatPollAlone(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	s := f.source(t, "drop", sources.KindDirectory, map[string]any{"dir": t.TempDir(), "from": "a", "to": "b"})
+	rt, err := New(Config{Base: f.base, Writer: f.writer(t, f.db), DB: f.db, Holder: "only"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &panicky{}
+	ctx, cancel := context.WithCancel(f.ctx)
+	run := &runner{rt: rt, spec: s, p: p, interval: time.Millisecond, cancel: cancel, done: make(chan struct{}),
+		log: rt.log}
+	go run.run(ctx)
+	defer run.stop(context.Background())
+
+	testpoll.Until(t, "a poll after the panic", func() bool { polls, _ := p.counts(); return polls >= 2 })
+	if _, resumes := p.counts(); resumes != 2 {
+		t.Errorf("resumed %d times, want 2: at the take and after the panic", resumes)
+	}
+	var lastError *string
+	if err := f.db.QueryRow(f.ctx, `SELECT last_error FROM source_state WHERE name = 'drop'`).Scan(&lastError); err != nil {
+		t.Fatal(err)
+	}
+	if lastError == nil || *lastError != "poll panicked: a bug" {
+		t.Errorf("last error %v", lastError)
 	}
 }

@@ -66,9 +66,10 @@ var embedded = []struct {
 
 // Range names the special range a is in; "" for an address of the public
 // internet. An IPv4 address mapped into IPv6, or carried by NAT64 or 6to4,
-// is in the range of the IPv4 address.
+// is in the range of the IPv4 address. The zone is no part of the range,
+// and netip.Prefix.Contains holds for no zoned address.
 func Range(a netip.Addr) string {
-	a = a.Unmap()
+	a = a.Unmap().WithZone("")
 	if a.Is6() {
 		for _, e := range embedded {
 			if e.prefix.Contains(a) {
@@ -113,7 +114,7 @@ type Policy struct {
 // CheckAddr refuses an address in a special range that none of the
 // Networks covers: an *AddressError.
 func (p Policy) CheckAddr(a netip.Addr) error {
-	a = a.Unmap()
+	a = a.Unmap().WithZone("")
 	r := Range(a)
 	if r == "" {
 		return nil

@@ -42,6 +42,12 @@ func TestRange(t *testing.T) {
 		{"64:ff9b::a9fe:a9fe", "link-local (embedded in 64:ff9b::/96)"},
 		{"64:ff9b:1::1", "local NAT64"},
 		{"2002:c0a8:101::1", "private (embedded in 2002::/16)"},
+		// A zone hides nothing.
+		{"64:ff9b::a9fe:a9fe%1", "link-local (embedded in 64:ff9b::/96)"},
+		{"64:ff9b::a00:5%eth0", "private (embedded in 64:ff9b::/96)"},
+		{"2002:c0a8:101::1%1", "private (embedded in 2002::/16)"},
+		{"64:ff9b:1::1%1", "local NAT64"},
+		{"fec0::1%1", "site-local"},
 		// The public internet.
 		{"93.184.215.14", ""},
 		{"8.8.8.8", ""},
@@ -87,6 +93,8 @@ func TestPolicy(t *testing.T) {
 		{"allowed private", loopback, "10.1.2.3", nil},
 		{"other private", loopback, "10.2.0.1", ErrAddress},
 		{"IPv6 loopback not listed", loopback, "::1", ErrAddress},
+		{"NAT64 with a zone", Policy{}, "64:ff9b::a9fe:a9fe%1", ErrAddress},
+		{"allowed, with a zone", Policy{Networks: []netip.Prefix{netip.MustParsePrefix("fe80::/10")}}, "fe80::1%eth0", nil},
 		{"listed host", hosts, "hooks.example.org", nil},
 		{"listed host in capitals", hosts, "Hooks.Example.Org.", nil},
 		{"under a pattern", hosts, "a.b.example.com", nil},
