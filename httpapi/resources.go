@@ -432,27 +432,13 @@ func deliveryFor(r *http.Request, d projection.Delivery) Delivery {
 	return out
 }
 
-// errorCode is an error's code: "HTTP 503" for the answer of a remote
-// server, whose text starts with its status (targets.HTTPOutcome), else
-// "withheld"; null for none.
+// errorCode is lifecycle.ErrorCode of an error; null for none.
 func errorCode(text *string) *string {
 	if text == nil {
 		return nil
 	}
-	code := "withheld"
-	if s := *text; len(s) >= 3 && s[0] >= '1' && s[0] <= '5' && isDigits(s[:3]) && (len(s) == 3 || s[3] == ' ' || s[3] == ':' || s[3] == ';') {
-		code = "HTTP " + s[:3]
-	}
+	code := lifecycle.ErrorCode(*text)
 	return &code
-}
-
-func isDigits(s string) bool {
-	for i := 0; i < len(s); i++ {
-		if s[i] < '0' || s[i] > '9' {
-			return false
-		}
-	}
-	return true
 }
 
 // historyOf is the history entry of an event.

@@ -121,3 +121,24 @@ func (o Outcome) Validate() error {
 	}
 	return errors.Join(errs...)
 }
+
+// ErrorCode is an error's text as those who may not read a remote
+// server's words see it (senders, receipt tokens, the callbacks a sender
+// chose): "HTTP 503" for the answer of a remote server, whose text starts
+// with its status (targets.HTTPOutcome), else "withheld".
+func ErrorCode(text string) string {
+	if len(text) >= 3 && text[0] >= '1' && text[0] <= '5' && isDigits(text[:3]) &&
+		(len(text) == 3 || text[3] == ' ' || text[3] == ':' || text[3] == ';') {
+		return "HTTP " + text[:3]
+	}
+	return "withheld"
+}
+
+func isDigits(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return false
+		}
+	}
+	return true
+}

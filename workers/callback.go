@@ -64,9 +64,12 @@ func callbackWork(c commands.CallbackClaim) CallbackWork {
 	cb := c.Callback
 	body := callbackBody{MessageID: cb.MessageID, Status: cb.Status, Deliveries: make([]callbackDelivery, 0, len(cb.Deliveries)), At: cb.SettledAt}
 	for _, d := range cb.Deliveries {
+		// The sender chose where the call goes: it reads a remote
+		// server's answer as its code alone, as through the API.
 		var last *string
 		if d.LastError != "" {
-			last = &d.LastError
+			code := lifecycle.ErrorCode(d.LastError)
+			last = &code
 		}
 		body.Deliveries = append(body.Deliveries, callbackDelivery{Target: d.Target, State: d.State, LastError: last})
 	}

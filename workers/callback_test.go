@@ -111,6 +111,33 @@ func (b *bundle) callbackState(t *testing.T, m *projection.Message) *projection.
 	return b.load(t, m.ID).Callback
 }
 
+// TestCallbackShowsAnAnswerByItsCode: a callback says what a target
+// answered by its code alone, as the API shows it to a sender: the sender
+// chose where the call goes.
+func TestCallbackShowsAnAnswerByItsCode(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	cbs := newCallbackSink(t)
+	b.target(t, b.httpTarget("web"))
+	b.sink.setAnswer(func(int, http.ResponseWriter, *http.Request) int { return http.StatusBadRequest })
+	b.runtime(t, 0)
+	b.callbacks(t, nil)
+	in := newMessage(1)
+	in.CallbackURL = cbs.URL + "/outcome"
+	m, _, err := b.w.Ingest(b.ctx, in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	testpoll.Until(t, "the callback", func() bool { return b.callbackState(t, m).State == lifecycle.StateDelivered })
+	bodies, _ := cbs.got()
+	if ds, _ := bodies[0]["deliveries"].([]any); len(ds) != 1 || ds[0].(map[string]any)["last_error"] != "HTTP 400" {
+		t.Fatalf("callback %v", bodies[0])
+	}
+	if got := b.load(t, m.ID).Deliveries[0].LastError; got != "400 Bad Request" {
+		t.Errorf("the delivery's own error %q", got)
+	}
+}
+
 // TestCallbacks: a message with a callback URL is called back with its
 // outcome once it settles, and again when it settles again after a
 // redelivery, each settlement with its own idempotency key.
