@@ -112,9 +112,12 @@ type Folded struct {
 	// stream. No delivery.claimed of the target may come in between.
 	disabled map[string]int64
 	// inboxes holds what the journal tells of each inbox_table source,
-	// and Correlations the receivers' ids for messages as the journal
-	// makes them; nil for one stream.
+	// earlierRows the rows taken under each name by the inbox_table
+	// sources of that name since deleted or made another kind, and
+	// Correlations the receivers' ids for messages as the journal makes
+	// them; nil for one stream.
 	inboxes      map[string]*inboxLedger
+	earlierRows  map[string][]int64
 	Correlations map[CorrelationKey]Correlation
 	// correlatedAt holds, by key, the position of the event that made its
 	// correlation (correlate).
@@ -335,7 +338,7 @@ func foldSnapshot(ctx context.Context, s *snapshot, rd reading) (*Folded, error)
 // newFolded returns the fold of a whole journal, lanes included.
 func newFolded() *Folded {
 	f := &Folded{Messages: map[uuid.UUID]*Message{}, ordering: map[string]lifecycle.Ordering{},
-		inboxes: map[string]*inboxLedger{}, Correlations: map[CorrelationKey]Correlation{},
+		inboxes: map[string]*inboxLedger{}, earlierRows: map[string][]int64{}, Correlations: map[CorrelationKey]Correlation{},
 		correlatedAt: map[CorrelationKey]int64{}, Operations: map[uuid.UUID]*Operation{}, trails: map[uuid.UUID]*opTrail{},
 		keys: map[string]map[string]targets.KeyRecord{}, disabled: map[string]int64{}, health: map[string]*TargetHealth{},
 		inFlight: map[string]*flight{}, probes: map[string]time.Time{}}

@@ -16,8 +16,10 @@ import (
 // inboxLedger is what the journal tells of an inbox_table source since it
 // was last created: the rows its messages came from (their idempotency
 // keys, row:<id>) and the holes it passed. The audit holds the source's
-// stored watermark to it: every id up to the watermark must be a row taken
-// or inside a hole passed, and no hole may hold a row taken.
+// stored watermark to it: every id up to the watermark must be a row taken,
+// by it or by an earlier source of its name (Folded.earlierRows: their
+// messages keep the keys, so it passes those rows as stored), or inside a
+// hole it passed, and none of its holes may hold a row it took.
 type inboxLedger struct {
 	rows  []int64
 	holes []*journal.SourceHolePassed
@@ -35,12 +37,12 @@ func (f *Folded) foldSource(e journal.Event) {
 		}
 	case *journal.SourceUpdated:
 		if p.Source.Kind != sources.KindInboxTable {
-			delete(f.inboxes, p.Source.Name)
+			f.retireInbox(p.Source.Name)
 		} else if f.inboxes[p.Source.Name] == nil {
 			f.inboxes[p.Source.Name] = &inboxLedger{}
 		}
 	case *journal.SourceDeleted:
-		delete(f.inboxes, p.Name)
+		f.retireInbox(p.Name)
 	case *journal.SourceHolePassed:
 		l := f.inboxes[p.Source]
 		switch {
@@ -52,6 +54,15 @@ func (f *Folded) foldSource(e journal.Event) {
 		default:
 			l.holes = append(l.holes, p)
 		}
+	}
+}
+
+// retireInbox ends the ledger of an inbox_table source deleted or made
+// another kind, keeping the rows it took for the next source of its name.
+func (f *Folded) retireInbox(name string) {
+	if l := f.inboxes[name]; l != nil {
+		f.earlierRows[name] = append(f.earlierRows[name], l.rows...)
+		delete(f.inboxes, name)
 	}
 }
 
@@ -84,21 +95,21 @@ func checkSources(ctx context.Context, q journal.Querier, f *Folded) ([]Violatio
 	}
 	var out []Violation
 	for _, name := range slices.Sorted(maps.Keys(f.inboxes)) {
-		out = append(out, f.inboxes[name].check(name, watermarks[name])...)
+		out = append(out, f.inboxes[name].check(name, watermarks[name], f.earlierRows[name])...)
 	}
 	return out, nil
 }
 
 // check finds the holes that hold a row taken, and the ids up to the
-// watermark that are neither a row taken nor in a hole.
-func (l *inboxLedger) check(name string, watermark int64) []Violation {
+// watermark that are neither a row taken, now or earlier, nor in a hole.
+func (l *inboxLedger) check(name string, watermark int64, earlier []int64) []Violation {
 	var out []Violation
 	bad := func(problem string) { out = append(out, Violation{Problem: "source " + name + ": " + problem}) }
 	rows := slices.Clone(l.rows)
 	slices.Sort(rows)
 	type span struct{ from, to int64 }
-	spans := make([]span, 0, len(rows)+len(l.holes))
-	for _, id := range rows {
+	spans := make([]span, 0, len(rows)+len(earlier)+len(l.holes))
+	for _, id := range slices.Concat(rows, earlier) {
 		spans = append(spans, span{id, id})
 	}
 	for _, h := range l.holes {
