@@ -95,11 +95,24 @@ func (c *DirectoryConfig) check(string) error {
 	case !filepath.IsAbs(c.DoneDir):
 		errs = append(errs, &lifecycle.FieldError{Field: "config.done_dir", Problem: fmt.Sprintf("%q is not an absolute path", c.DoneDir)})
 	default:
-		if c.DoneDir = filepath.Clean(c.DoneDir); c.DoneDir == c.Dir {
+		c.DoneDir = filepath.Clean(c.DoneDir)
+		switch rel, err := filepath.Rel(c.Dir, c.DoneDir); {
+		case c.DoneDir == c.Dir:
 			errs = append(errs, &lifecycle.FieldError{Field: "config.done_dir", Problem: "must not be dir itself: its files would be taken again"})
+		case err == nil && inWorkFolder(rel):
+			errs = append(errs, &lifecycle.FieldError{Field: "config.done_dir", Problem: fmt.Sprintf(
+				"must not be dir's %s or %s folder, nor inside them: the source keeps the files it is taking and refusing there",
+				ProcessingFolder, ErrorFolder)})
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// inWorkFolder reports whether a path relative to dir is the processing
+// or the error folder or inside one.
+func inWorkFolder(rel string) bool {
+	first, _, _ := strings.Cut(rel, string(filepath.Separator))
+	return first == ProcessingFolder || first == ErrorFolder
 }
 
 // Directory reads the configuration of a prepared directory source.
