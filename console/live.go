@@ -110,6 +110,10 @@ func (c *Console) live(w http.ResponseWriter, r *http.Request, s *auth.Session) 
 	defer cancel()
 	defer context.AfterFunc(c.closed, cancel)()
 	admin := s.Role.Allows(auth.Administer)
+	var secret string
+	if cookie, err := r.Cookie(sessionCookie); err == nil {
+		secret = cookie.Value
+	}
 	// The first read takes what committed before the watch began.
 	for first := true; ; first = false {
 		if !first {
@@ -122,6 +126,12 @@ func (c *Console) live(w http.ResponseWriter, r *http.Request, s *auth.Session) 
 		events, err := journal.StreamAfter(ctx, c.cfg.DB, stream, after)
 		if err == nil && len(events) == 0 {
 			continue
+		}
+		// A browser signed out, or whose token was revoked, since the
+		// stream began is told nothing more: it reconnects, and is sent
+		// to the sign-in.
+		if _, err := c.cfg.Tokens.Session(ctx, secret, c.cfg.Now()); err != nil {
+			return nil
 		}
 		var m *projection.Message
 		if err == nil {

@@ -190,6 +190,21 @@ func TestLiveHistoryIsPushed(t *testing.T) {
 	if ev := next("the state after the skip"); !strings.Contains(ev, "id: 3\n") {
 		t.Fatalf("the state after the skip: %q", ev)
 	}
+	// Signed out, the browser is told nothing more: the stream ends at
+	// the next move.
+	c.get(t, "/ui/").want(t, http.StatusOK)
+	c.post(t, "/ui/signout", nil).redirects(t, "/ui/signin")
+	if _, err := b.w.Redeliver(b.ctx, m.ID, m.Deliveries[0].ID, commands.Action{Operator: "alice"}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case ev, ok := <-s.events:
+		if ok {
+			t.Fatalf("after the sign-out: %q", ev)
+		}
+	case <-time.After(testpoll.Timeout):
+		t.Fatalf("the stream still open %s after a move past the sign-out", testpoll.Timeout)
+	}
 }
 
 // smallBuffers gives each accepted connection a small send buffer, so a

@@ -154,7 +154,7 @@ func (c *Console) newOperation(w http.ResponseWriter, r *http.Request, s *auth.S
 		return nil
 	}
 	switch spec, err := form.spec(); {
-	case form.Action == "" && r.Method == http.MethodGet:
+	case form.Action == "" && r.Method != http.MethodPost:
 		// The form as a link filled it, not yet counted.
 	case err != nil:
 		if err := problem(err); err != nil {

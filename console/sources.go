@@ -177,7 +177,7 @@ func (c *Console) editSource(w http.ResponseWriter, r *http.Request, s *auth.Ses
 		return err
 	}
 	title := "Edit source " + src.Name
-	if r.Method == http.MethodGet {
+	if r.Method != http.MethodPost {
 		masked, _ := redact.SourceConfig(src.Config)
 		f := sourceForm{Name: src.Name, Kind: src.Kind, Enabled: src.Enabled, Config: valuesOf(sourceKinds[src.Kind], masked)}
 		c.render(w, r, http.StatusOK, "source_edit", page{Title: title, Nav: "sources", View: sourceFormOf(f, nil)})

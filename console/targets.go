@@ -457,7 +457,7 @@ func (c *Console) editTarget(w http.ResponseWriter, r *http.Request, s *auth.Ses
 	if err != nil {
 		return err
 	}
-	if r.Method == http.MethodGet {
+	if r.Method != http.MethodPost {
 		c.render(w, r, http.StatusOK, "target_edit", page{Title: "Edit target " + t.Name, Nav: "targets",
 			View: targetFormOf(t.Kind, formOf(t), nil)})
 		return nil
