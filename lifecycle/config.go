@@ -238,6 +238,12 @@ const MaxExternalIDLength = 255
 // of text without control characters.
 func CheckExternalID(field, id string) error { return CheckParty(field, id) }
 
+// MaxErrorTextLength bounds the text of an error that may quote what a
+// receiver answered or a sender sent (an HTTP client's error, a
+// transform's or a filter's): it is Cut to this before the journal keeps
+// it, since the quote may run to megabytes.
+const MaxErrorTextLength = 1024
+
 // The defaults and bounds of a Target.
 const (
 	DefaultAttemptTimeout = 30 * time.Second

@@ -237,6 +237,17 @@ var errTimeout = errors.New("the target's timeout passed")
 // bodyExcerpt is how much of a response body goes into the outcome text.
 const bodyExcerpt = 256
 
+// The status line's reason phrase and a redirect's Location are the
+// receiver's, which the client takes up to 10 MB of; the outcome text goes
+// into the journal, its projections and the event stream, so each is cut.
+// A reason phrase is a few words: 256 bytes hold any that means something.
+// A Location of 1 KiB shows the host and the path of any sensible
+// redirect, which is what an operator reads it for.
+const (
+	maxReason   = 256
+	maxLocation = 1024
+)
+
 // The most of an answer's body read: enough to reuse the connection, or,
 // when the receiver's id is in the body, to find it there.
 const (
@@ -296,9 +307,7 @@ func (h *httpTarget) Deliver(ctx context.Context, a Attempt) lifecycle.Outcome {
 
 	resp, err := h.client.Do(req)
 	if err != nil {
-		// The client's error names the method and the URL, without the
-		// URL's password.
-		text := err.Error()
+		text := RequestErrorText(err)
 		if errors.Is(context.Cause(ctx), errTimeout) {
 			text += fmt.Sprintf(" (the target's timeout of %s passed)", h.cfg.Timeout.D())
 		}
@@ -328,7 +337,7 @@ func (h *httpTarget) Deliver(ctx context.Context, a Attempt) lifecycle.Outcome {
 // for good and disables the target, as the Standard Webhooks
 // specification asks of a sender; anything else, a redirect included,
 // fails for good. The outcome keeps the status code; the text is the status line, a
-// redirect's location and the start of the body on one line.
+// redirect's location and the start of the body on one line, each cut.
 func HTTPOutcome(resp *http.Response, body []byte, now time.Time) lifecycle.Outcome {
 	text := responseText(resp, body)
 	var o lifecycle.Outcome
@@ -350,17 +359,33 @@ func HTTPOutcome(resp *http.Response, body []byte, now time.Time) lifecycle.Outc
 }
 
 // responseText is the status line, the redirect's location if any, and
-// the start of the body on one line, for the delivery's history.
+// the start of the body on one line, for the delivery's history: each cut
+// (maxReason, maxLocation, bodyExcerpt), so the text has at most about
+// 1.5 KiB.
 func responseText(resp *http.Response, body []byte) string {
-	text := resp.Status
+	// Status is the code, a space and the reason phrase.
+	text := lifecycle.Cut(resp.Status, len("200 ")+maxReason)
 	if location := resp.Header.Get("Location"); location != "" && resp.StatusCode >= 300 && resp.StatusCode < 400 {
-		text += " to " + location
+		text += " to " + lifecycle.Cut(location, maxLocation)
 	}
 	excerpt := body[:min(len(body), bodyExcerpt)]
 	if s := strings.Join(strings.Fields(strings.ToValidUTF8(string(excerpt), "?")), " "); s != "" {
 		text += ": " + s
 	}
 	return text
+}
+
+// RequestErrorText is the text of an HTTP request's error, for an
+// outcome: the client's error names the method and the URL, without the
+// URL's password, and its cause, which may quote the receiver's answer (a
+// malformed status line or header, up to the 10 MB of headers the client
+// reads), is cut to lifecycle.MaxErrorTextLength.
+func RequestErrorText(err error) string {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		return fmt.Sprintf("%s %q: %s", ue.Op, ue.URL, lifecycle.Cut(ue.Err.Error(), lifecycle.MaxErrorTextLength))
+	}
+	return lifecycle.Cut(err.Error(), lifecycle.MaxErrorTextLength)
 }
 
 // externalID finds the receiver's id for the message where c says: a

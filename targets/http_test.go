@@ -10,6 +10,7 @@ import (
 	"sync"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/waybill/waybill/lifecycle"
 )
@@ -233,6 +234,53 @@ func TestHTTPOutcomeTextHoldsTheStartOfTheBody(t *testing.T) {
 	}
 	if len(out.Text) > len("400 Bad Request: ")+bodyExcerpt {
 		t.Errorf("text of %d bytes", len(out.Text))
+	}
+}
+
+// raw answers with head, written as it is on the connection, then closes
+// it: a status line and headers no http.ResponseWriter would write.
+func raw(t *testing.T, head string) http.HandlerFunc {
+	return func(w http.ResponseWriter, _ *http.Request) {
+		conn, buf, err := http.NewResponseController(w).Hijack()
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		defer conn.Close()
+		_, _ = buf.WriteString(head)
+		_ = buf.Flush()
+	}
+}
+
+// TestHTTPOutcomeTextIsBounded: a receiver's reason phrase and Location of
+// megabytes, and a status line the client cannot read, give an outcome
+// text of a small known size, valid UTF-8 and marked where it was cut.
+func TestHTTPOutcomeTextIsBounded(t *testing.T) {
+	huge := strings.Repeat("é", 1<<20) // 2 MB, of characters of two bytes
+	tests := []struct {
+		name, head string
+		kind       lifecycle.OutcomeKind
+		start      string
+		most       int
+	}{
+		{"redirect", "HTTP/1.1 302 " + huge + "\r\nLocation: https://elsewhere.example/" + huge +
+			"\r\nContent-Length: 5\r\nConnection: close\r\n\r\nmoved", lifecycle.OutcomeFailed, "302 éé",
+			len("302 ") + maxReason + len(" to ") + maxLocation + len(": moved")},
+		{"malformed status line", "HTTP/1.1 " + huge + "\r\n\r\n", lifecycle.OutcomeRetry, "Post ",
+			1024 + lifecycle.MaxErrorTextLength},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			srv := newRecorder(t, raw(t, tt.head))
+			out := prepare(t, "http", httpConfigFor(srv.URL, "")).Deliver(t.Context(), attempt(1, "p"))
+			if out.Kind != tt.kind || !strings.HasPrefix(out.Text, tt.start) || len(out.Text) > tt.most ||
+				!utf8.ValidString(out.Text) || !strings.Contains(out.Text, "é"+lifecycle.CutMark) {
+				t.Errorf("outcome %s of %d bytes: %.300q…", out.Kind, len(out.Text), out.Text)
+			}
+			if tt.kind == lifecycle.OutcomeFailed && !strings.Contains(out.Text, " to https://elsewhere.example/éé") {
+				t.Errorf("the redirect's location is not in %.300q…", out.Text)
+			}
+		})
 	}
 }
 

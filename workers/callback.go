@@ -256,7 +256,7 @@ func (d *callbackDeliverer) call(ctx context.Context, work CallbackWork) lifecyc
 		return o
 	}
 	if err != nil {
-		return lifecycle.Outcome{Kind: lifecycle.OutcomeRetry, Text: err.Error()}
+		return lifecycle.Outcome{Kind: lifecycle.OutcomeRetry, Text: targets.RequestErrorText(err)}
 	}
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))

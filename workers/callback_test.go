@@ -310,13 +310,16 @@ func TestCallbackToARefusedAddress(t *testing.T) {
 
 // TestCallbackHostsAndRedirects: a host outside callbacks.allowed_hosts
 // fails its call naming the setting, to be retried, and a redirect is
-// the call's answer, which fails the callback, never followed.
+// the call's answer, which fails the callback, never followed; a Location
+// of megabytes is cut in the callback's error.
 func TestCallbackHostsAndRedirects(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	cbs := newCallbackSink(t)
 	redirect := httptest.NewServer(http.RedirectHandler(cbs.URL+"/followed", http.StatusFound))
 	t.Cleanup(redirect.Close)
+	far := httptest.NewServer(http.RedirectHandler(cbs.URL+"/"+strings.Repeat("x", 2<<20), http.StatusFound))
+	t.Cleanup(far.Close)
 	if err := b.w.SetSettings(b.ctx, lifecycle.Settings{Callbacks: lifecycle.CallbackSettings{
 		AllowedNetworks: []string{"127.0.0.0/8", "::1/128"}, AllowedHosts: []string{"127.0.0.1"}}}, admin); err != nil {
 		t.Fatal(err)
@@ -337,6 +340,10 @@ func TestCallbackHostsAndRedirects(t *testing.T) {
 	}
 	if cb := called(redirect.URL, lifecycle.StateFailed); !strings.HasPrefix(cb.LastError, "302 Found to "+cbs.URL+"/followed") {
 		t.Errorf("a redirect: %+v", cb)
+	}
+	if cb := called(far.URL, lifecycle.StateFailed); !strings.HasPrefix(cb.LastError, "302 Found to "+cbs.URL+"/xxx") ||
+		len(cb.LastError) > 2048 || !strings.Contains(cb.LastError, lifecycle.CutMark) {
+		t.Errorf("a redirect of megabytes: %d bytes, %.200q", len(cb.LastError), cb.LastError)
 	}
 	if bodies, _ := cbs.got(); len(bodies) != 0 {
 		t.Errorf("the listener got %d calls", len(bodies))
