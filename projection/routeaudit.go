@@ -137,7 +137,9 @@ func (f *Folded) compareRouting(position int64, id uuid.UUID, rv *routeVersion, 
 }
 
 // sameRouting compares the routes matched and the filters failed, in any
-// order: routes created in one instant are listed by id.
+// order: routes created in one instant are listed by id. A filter's error
+// is compared as routing cuts it (lifecycle.MaxErrorTextLength): a journal
+// may hold one whole, recorded before errors were cut.
 func sameRouting(a, b journal.Routing) bool {
 	byID := func(x, y journal.MatchedRoute) int { return cmp.Compare(x.ID.String(), y.ID.String()) }
 	errByID := func(x, y journal.FilterError) int { return cmp.Compare(x.Route.String(), y.Route.String()) }
@@ -145,7 +147,10 @@ func sameRouting(a, b journal.Routing) bool {
 	ae, be := slices.SortedFunc(slices.Values(a.FilterErrors), errByID), slices.SortedFunc(slices.Values(b.FilterErrors), errByID)
 	return slices.EqualFunc(ar, br, func(x, y journal.MatchedRoute) bool {
 		return x.ID == y.ID && x.Target == y.Target && slices.Equal(x.Types, y.Types) && x.Filter == y.Filter
-	}) && slices.Equal(ae, be)
+	}) && slices.EqualFunc(ae, be, func(x, y journal.FilterError) bool {
+		return x.Route == y.Route &&
+			lifecycle.Cut(x.Error, lifecycle.MaxErrorTextLength) == lifecycle.Cut(y.Error, lifecycle.MaxErrorTextLength)
+	})
 }
 
 func routingWords(r journal.Routing) string {

@@ -122,3 +122,20 @@ func TestAuditMatchesUnderTheBoundOfItsTime(t *testing.T) {
 		})
 	}
 }
+
+// TestSameRoutingCutsFilterErrors: a filter's error the journal holds
+// whole is the one routing now cuts; another error is not.
+func TestSameRoutingCutsFilterErrors(t *testing.T) {
+	route := uuid.New()
+	failed := func(text string) journal.Routing {
+		return journal.Routing{FilterErrors: []journal.FilterError{{Route: route, Error: text}}, ConfigVersion: 1}
+	}
+	whole := `invalid RFC 3339 timestamp "` + strings.Repeat("9", 4096) + `"`
+	now := failed(lifecycle.Cut(whole, lifecycle.MaxErrorTextLength))
+	if !sameRouting(failed(whole), now) {
+		t.Error("the whole error differs from its cut")
+	}
+	if sameRouting(failed(`invalid RFC 3339 timestamp "8"`), now) {
+		t.Error("another error is the same")
+	}
+}

@@ -321,7 +321,10 @@ func (t *Table) MatchUnder(m Message, bound string) (Decision, error) {
 				return Decision{}, err
 			}
 			if err != nil {
-				d.FilterErrors = append(d.FilterErrors, journal.FilterError{Route: r.ID, Error: err.Error()})
+				// The error may quote the payload (a value that does not
+				// convert), which the decision is no place for.
+				d.FilterErrors = append(d.FilterErrors, journal.FilterError{Route: r.ID,
+					Error: lifecycle.Cut(err.Error(), lifecycle.MaxErrorTextLength)})
 				continue
 			}
 			if !ok {

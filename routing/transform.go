@@ -89,7 +89,9 @@ func (t Transforms) ReadsPayload() bool {
 // m's input: what the delivery sends where it differs from m, nil when
 // the target has no transform or it changed nothing. A transform that
 // fails, or yields what cannot be sent, settles the delivery as failed
-// with the reason (journal.Shape.Error).
+// with the reason (journal.Shape.Error), cut to
+// lifecycle.MaxErrorTextLength, as a reason to cancel is: either may
+// quote the payload.
 func (t Transforms) Shape(target string, m Message, in *Input) *Shaped {
 	p := t[target]
 	if p == nil {
@@ -97,8 +99,9 @@ func (t Transforms) Shape(target string, m Message, in *Input) *Shaped {
 	}
 	s, err := p.Transform(m, in)
 	if err != nil {
-		return &Shaped{Shape: journal.Shape{Error: err.Error()}}
+		return &Shaped{Shape: journal.Shape{Error: lifecycle.Cut(err.Error(), lifecycle.MaxErrorTextLength)}}
 	}
+	s.Cancel = lifecycle.Cut(s.Cancel, lifecycle.MaxErrorTextLength)
 	if s.Shape.PayloadSHA256 == "" && s.Shape.Method == "" && s.Shape.Path == "" && len(s.Shape.Headers) == 0 && s.Shape.Cancel == "" {
 		return nil
 	}

@@ -182,3 +182,22 @@ func TestCancelTestTrafficTransform(t *testing.T) {
 		t.Errorf("other traffic: %+v", s)
 	}
 }
+
+// TestTransformReasonsAreCut: a reason to cancel, or an error, that
+// quotes a payload of megabytes is cut in the shape.
+func TestTransformReasonsAreCut(t *testing.T) {
+	tf, err := NewTransforms(map[string]lifecycle.Target{
+		"cancel": {Transform: `{'cancel': string(message.payload)}`},
+		"error":  {Transform: `{'method': string(message.payload)}`},
+	}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := Message{ContentType: "text/plain", Payload: []byte(strings.Repeat("x", 2<<20))}
+	for _, target := range []string{"cancel", "error"} {
+		s := tf.Shape(target, m, NewInput(m))
+		if s == nil || len(s.Cancel+s.Error) > lifecycle.MaxErrorTextLength || !strings.HasSuffix(s.Cancel+s.Error, "x"+lifecycle.CutMark) {
+			t.Errorf("%s: %.300v", target, s)
+		}
+	}
+}
