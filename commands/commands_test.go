@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -359,6 +360,10 @@ func TestReceipts(t *testing.T) {
 	}
 	if kind, _ := b.w.TimeoutReceipt(b.ctx, d.ID); kind != "" {
 		t.Fatalf("timed out early: %s", kind)
+	}
+	long := strings.Repeat("x", lifecycle.MaxReceiptTextLength+1)
+	if _, err := b.w.Receipt(b.ctx, d.ID, true, long, "source:partner"); !errors.Is(err, commands.ErrInvalid) {
+		t.Fatalf("a receipt of too long a text: %v", err)
 	}
 	m, err = b.w.Receipt(b.ctx, d.ID, true, "MDN ok", "source:partner")
 	if err != nil || m.Status != lifecycle.StatusDelivered {

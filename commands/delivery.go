@@ -487,10 +487,11 @@ func attempted(deliveryID uuid.UUID, payload func(*projection.Delivery) journal.
 // Receipt settles a delivery awaiting its receipt: delivered when positive,
 // failed when not. A receipt for a delivery in any other state changes
 // nothing; it is journaled as refused and the command returns
-// ErrReceiptRefused.
+// ErrReceiptRefused. A detail over lifecycle.MaxReceiptTextLength is
+// ErrInvalid, of field text, and journals nothing.
 func (w *Writer) Receipt(ctx context.Context, deliveryID uuid.UUID, positive bool, detail, actor string) (*projection.Message, error) {
 	start := time.Now()
-	if err := journal.CheckActor(actor); err != nil {
+	if err := errors.Join(journal.CheckActor(actor), lifecycle.CheckReceiptText("text", detail)); err != nil {
 		return nil, invalid(err)
 	}
 	m, err := w.run(ctx, delivery(deliveryID), func(m *projection.Message, _ *projection.LaneBook, now time.Time) (*change, error) {

@@ -30,13 +30,14 @@ type ExternalReceipt struct {
 	// Positive is a final receipt's outcome: delivered, or failed.
 	Positive bool
 	// Status and Code are the receiver's own, kept as they are; Text is
-	// its detail.
+	// its detail, at most lifecycle.MaxReceiptTextLength bytes.
 	Status, Code, Text string
 }
 
 // Validate checks every field and returns all problems joined.
 func (r ExternalReceipt) Validate() error {
-	errs := []error{lifecycle.CheckName("target", r.Target), lifecycle.CheckExternalID("external_id", r.ExternalID)}
+	errs := []error{lifecycle.CheckName("target", r.Target), lifecycle.CheckExternalID("external_id", r.ExternalID),
+		lifecycle.CheckReceiptText("text", r.Text)}
 	for _, f := range []struct{ name, v string }{{"status", r.Status}, {"code", r.Code}} {
 		if f.v != "" {
 			errs = append(errs, lifecycle.CheckExternalID(f.name, f.v))

@@ -2,6 +2,7 @@ package commands_test
 
 import (
 	"errors"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -97,6 +98,10 @@ func TestReceiptByExternalID(t *testing.T) {
 	}
 	if _, _, err := b.w.ReceiptByExternalID(b.ctx, commands.ExternalReceipt{Target: "Sms", ExternalID: ""}, gateway); !errors.Is(err, commands.ErrInvalid) {
 		t.Errorf("invalid receipt: %v", err)
+	}
+	long := commands.ExternalReceipt{Target: "sms", ExternalID: "SM-1", Final: true, Text: strings.Repeat("x", lifecycle.MaxReceiptTextLength+1)}
+	if _, _, err := b.w.ReceiptByExternalID(b.ctx, long, gateway); !errors.Is(err, commands.ErrInvalid) {
+		t.Errorf("a receipt of too long a text: %v", err)
 	}
 	dbtest.Audit(t, b.db)
 }

@@ -359,8 +359,12 @@ func (s *Server) receipt(w http.ResponseWriter, r *http.Request) error {
 	if err := s.readJSON(w, r, &req, false); err != nil {
 		return err
 	}
+	var errs []error
 	if req.Outcome != ReceiptPositive && req.Outcome != ReceiptNegative {
-		return fieldError("outcome", fmt.Sprintf("%q: allowed are positive, negative", req.Outcome))
+		errs = append(errs, &lifecycle.FieldError{Field: "outcome", Problem: fmt.Sprintf("%q: allowed are positive, negative", req.Outcome)})
+	}
+	if err := invalid(append(errs, lifecycle.CheckReceiptText("text", req.Text))...); err != nil {
+		return err
 	}
 	if id := identity(r); id.Scope != nil {
 		target, err := projection.DeliveryTarget(r.Context(), s.cfg.DB, deliveryID)

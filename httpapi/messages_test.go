@@ -387,6 +387,10 @@ func TestReceipt(t *testing.T) {
 	b.admin(t, http.MethodPost, path, map[string]string{"outcome": "maybe"}).invalidField(t, "outcome")
 	b.admin(t, http.MethodPost, path, map[string]string{"text": "ok"}).invalidField(t, "outcome")
 	b.admin(t, http.MethodPost, path, map[string]string{"outcome": "positive", "mdn": "x"}).invalidField(t, "mdn")
+	long := strings.Repeat("x", lifecycle.MaxReceiptTextLength+1)
+	if e := b.admin(t, http.MethodPost, path, map[string]string{"outcome": "positive", "text": long}).invalidField(t, "text"); !strings.Contains(e.Details.Problem, "at most 4096 bytes") {
+		t.Errorf("the problem of too long a text: %q", e.Details.Problem)
+	}
 	b.admin(t, http.MethodPost, "/deliveries/"+uuid.NewString()+"/receipt", map[string]string{"outcome": "positive"}).
 		fails(t, http.StatusNotFound, httpapi.CodeNotFound)
 	b.unchanged(t, before)
@@ -407,6 +411,12 @@ func TestReceipt(t *testing.T) {
 	if settled.Status != lifecycle.StatusDelivered {
 		t.Errorf("the message after the receipt: %+v", settled)
 	}
+
+	// A receipt of too long a text is refused at the door, not journaled
+	// as a refused receipt.
+	before = b.counts(t)
+	b.admin(t, http.MethodPost, path, map[string]string{"outcome": "negative", "text": long}).invalidField(t, "text")
+	b.unchanged(t, before)
 
 	// A second receipt is refused, and the refusal journaled.
 	e := b.admin(t, http.MethodPost, path, httpapi.ReceiptRequest{Outcome: httpapi.ReceiptNegative}).

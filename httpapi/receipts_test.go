@@ -60,6 +60,10 @@ func TestReceiptsByReceiversID(t *testing.T) {
 		invalidField(t, "delivery_id")
 	post(receiptToken, map[string]any{"target": "sms", "external_id": "SM-9", "outcome": "positive"}).
 		fails(t, http.StatusNotFound, httpapi.CodeNotFound)
+	before := b.counts(t)
+	post(receiptToken, map[string]any{"target": "sms", "external_id": "SM-1", "outcome": "negative",
+		"text": strings.Repeat("x", lifecycle.MaxReceiptTextLength+1)}).invalidField(t, "text")
+	b.unchanged(t, before)
 
 	var got httpapi.Delivery
 	post(receiptToken, map[string]any{"target": "sms", "external_id": "SM-1", "final": false, "status": "ENROUTE"}).

@@ -238,7 +238,8 @@ const (
 // ReceiptRequest is the body of POST /deliveries/{id}/receipt.
 type ReceiptRequest struct {
 	Outcome ReceiptOutcome `json:"outcome"`
-	// Text is the receiver's detail, kept in the history.
+	// Text is the receiver's detail, kept in the history; at most
+	// lifecycle.MaxReceiptTextLength bytes.
 	Text string `json:"text"`
 }
 
@@ -257,7 +258,8 @@ type ExternalReceiptRequest struct {
 	// Status and Code are the receiver's own, kept as they are.
 	Status string `json:"status"`
 	Code   string `json:"code"`
-	// Text is the receiver's detail, kept in the history.
+	// Text is the receiver's detail, kept in the history; at most
+	// lifecycle.MaxReceiptTextLength bytes.
 	Text string `json:"text"`
 }
 

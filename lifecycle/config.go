@@ -238,6 +238,20 @@ const MaxExternalIDLength = 255
 // of text without control characters.
 func CheckExternalID(field, id string) error { return CheckParty(field, id) }
 
+// MaxReceiptTextLength bounds a receipt's text, the receiver's detail,
+// which the journal keeps: room for any message a receiver means for
+// people, and far below what the event stream can publish.
+const MaxReceiptTextLength = 4096
+
+// CheckReceiptText validates a receipt's text: at most
+// MaxReceiptTextLength bytes, or none.
+func CheckReceiptText(field, text string) error {
+	if len(text) > MaxReceiptTextLength {
+		return &FieldError{Field: field, Problem: fmt.Sprintf("must be at most %d bytes, got %d", MaxReceiptTextLength, len(text))}
+	}
+	return nil
+}
+
 // MaxErrorTextLength bounds the text of an error that may quote what a
 // receiver answered or a sender sent (an HTTP client's error, a
 // transform's or a filter's): it is Cut to this before the journal keeps
