@@ -134,6 +134,13 @@ type env struct {
 
 func setup(t *testing.T) *env {
 	t.Helper()
+	return setupWith(t, 0)
+}
+
+// setupWith is setup with a NATS server whose max payload is maxPayload
+// bytes, its default when 0.
+func setupWith(t *testing.T, maxPayload int32) *env {
+	t.Helper()
 	ctx := t.Context()
 	db := dbtest.Pool(t)
 	var err error
@@ -141,7 +148,7 @@ func setup(t *testing.T) *env {
 	if e.w, err = commands.New(commands.Config{Secrets: dbtest.Secrets(), Base: service.Base{Now: e.clock.Now}, DB: db}); err != nil {
 		t.Fatal(err)
 	}
-	e.srv, err = server.NewServer(&server.Options{DontListen: true, NoLog: true, NoSigs: true})
+	e.srv, err = server.NewServer(&server.Options{DontListen: true, NoLog: true, NoSigs: true, MaxPayload: maxPayload})
 	if err != nil {
 		t.Fatal(err)
 	}

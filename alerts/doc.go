@@ -10,4 +10,8 @@
 // that send once, with the same id; docs/feed.md states the argument.
 //
 // The EventStream publishes every journal event on waybill.events.<kind>.
+//
+// Neither stops at what NATS refuses for its size: an event over the
+// connection's max payload goes out without its payload, an alert with
+// its texts cut (docs/feed.md).
 package alerts

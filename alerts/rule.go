@@ -68,6 +68,11 @@ type Alert struct {
 	// RaisedAt is that event's recorded_at.
 	RaisedAt time.Time      `json:"raised_at"`
 	Details  map[string]any `json:"details"`
+	// Truncated marks a copy published on NATS with its summary and the
+	// texts of its details cut (each ending in lifecycle.CutMark) to fit
+	// the connection's max payload; the stored alert and the webhook's
+	// copy are whole.
+	Truncated bool `json:"truncated,omitempty"`
 }
 
 // Derive is the alert rule: the alerts event e raises, given the state of its

@@ -3,9 +3,11 @@ package alerts
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"time"
 
@@ -13,6 +15,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go"
 
+	"github.com/waybill/waybill/internal/plainjson"
+	"github.com/waybill/waybill/lifecycle"
 	"github.com/waybill/waybill/schema"
 	"github.com/waybill/waybill/targets"
 )
@@ -69,7 +73,16 @@ func (a *Alerter) natsChannel() *channel {
 		pending: `SELECT id, code, body FROM alerts WHERE nats_sent_at IS NULL ORDER BY position, id LIMIT $1`,
 		mark:    `UPDATE alerts SET nats_sent_at = $2 WHERE id = $1`,
 		send: func(ctx context.Context, p pending) error {
-			if err := publish(a.nc, "waybill.alerts."+string(p.code), p.id, p.body); err != nil {
+			body := p.body
+			if fits := room(a.nc, p.id); len(body) > fits {
+				var err error
+				if body, err = cutAlert(body, fits); err != nil {
+					return fmt.Errorf("cut alert %s to fit NATS: %w", p.id, err)
+				}
+				a.log.Warn("alert too big for NATS, published with its texts cut", "id", p.id, "code", p.code,
+					"bytes", len(p.body), "max_payload", a.nc.MaxPayload())
+			}
+			if err := publish(a.nc, "waybill.alerts."+string(p.code), p.id, body); err != nil {
 				return err
 			}
 			return flush(ctx, a.nc)
@@ -206,6 +219,61 @@ func (a *Alerter) post(ctx context.Context, p pending) error {
 		return fmt.Errorf("webhook answered %s", resp.Status)
 	}
 	return nil
+}
+
+// cutText is the most bytes of an alert's summary and of each text of its
+// details that cutAlert tries first: a 1 KiB start of an error says what
+// went wrong, and the whole is in the journal.
+const cutText = 1024
+
+// cutAlert is the alert body with Truncated set, its summary and the texts
+// of its details cut to cutText bytes each, or to half of that, and so on,
+// until it fits room: an alert the server refuses whole would hold back
+// every alert after it on the channel.
+func cutAlert(body []byte, room int) ([]byte, error) {
+	var al Alert
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.UseNumber()
+	if err := dec.Decode(&al); err != nil {
+		return nil, fmt.Errorf("decode: %w", err)
+	}
+	for n := cutText; n >= len(lifecycle.CutMark); n /= 2 {
+		cut := al
+		cut.Truncated = true
+		cut.Summary = lifecycle.Cut(al.Summary, n)
+		cut.Details = make(map[string]any, len(al.Details))
+		for k, v := range al.Details {
+			if text, ok := v.(string); ok {
+				v = lifecycle.Cut(text, n)
+			}
+			cut.Details[k] = v
+		}
+		data, err := plainjson.Marshal(cut)
+		if err != nil {
+			return nil, fmt.Errorf("encode: %w", err)
+		}
+		if len(data) <= room {
+			return data, nil
+		}
+	}
+	return nil, fmt.Errorf("it does not fit in %d bytes with its texts cut", room)
+}
+
+// headerRoom is what a message's header takes but for the value of its
+// Nats-Msg-Id: NATS/1.0, the name and the line ends, 27 bytes, and some
+// to spare.
+const headerRoom = 64
+
+// room is the most data a message with id as its Nats-Msg-Id may carry on
+// nc, whose max payload counts the header too. A connection that has not
+// met a server yet knows no max (0): room is then unbounded, as the
+// client's own check is skipped then too.
+func room(nc *nats.Conn, id string) int {
+	limit := nc.MaxPayload()
+	if limit <= 0 {
+		return math.MaxInt
+	}
+	return int(limit) - headerRoom - len(id)
 }
 
 // publish queues data for subject with id as Nats-Msg-Id; flush then
