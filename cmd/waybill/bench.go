@@ -57,7 +57,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	fs.IntVar(&cfg.Messages, "messages", cfg.Messages, "messages to ingest")
 	fs.IntVar(&cfg.Clients, "clients", cfg.Clients, "concurrent clients")
 	fs.Float64Var(&cfg.Rate, "rate", 0, "messages/s to ingest at, in all; 0 is as fast as it goes")
-	fs.StringVar(&cfg.DatabaseURL, "database-url", env("WAYBILL_DATABASE_URL", ""), "PostgreSQL URL; its database gets the bench's data (env WAYBILL_DATABASE_URL)")
+	stringFromEnv(fs, &cfg.DatabaseURL, "database-url", "WAYBILL_DATABASE_URL", "PostgreSQL `URL`; its database gets the bench's data (env WAYBILL_DATABASE_URL)")
 	fs.StringVar(&cfg.CPUProfile, "cpuprofile", "", "write the process's CPU profile of the measured run to this file")
 	fs.IntVar(&cfg.Backlog, "backlog", 0, "measure the drain of a backlog of this many deliveries instead")
 	fs.IntVar(&cfg.Slots, "slots", 0, "each target's slots in the server's process; 0 is 80, or 100 with --backlog")
@@ -82,8 +82,10 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		if err != nil {
 			return nil, err
 		}
-		return exec.Command(exe, "serve", "--database-url", s.DatabaseURL, "--listen", s.Listen,
-			"--data-dir", s.DataDir, "--log-format", "text"), nil
+		// The URL goes in the environment: a command line shows in ps.
+		cmd := exec.Command(exe, "serve", "--listen", s.Listen, "--data-dir", s.DataDir, "--log-format", "text")
+		cmd.Env = append(os.Environ(), "WAYBILL_DATABASE_URL="+s.DatabaseURL)
+		return cmd, nil
 	}
 	cfg.OpenDB = openDB
 	if err := cfg.Validate(); err != nil {

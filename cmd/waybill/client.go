@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -11,6 +12,7 @@ import (
 	"io/fs"
 	"maps"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -230,8 +232,8 @@ func clientFlags(fs *flagSet) *clientConfig {
 	fs.StringVar(&c.server, "server", env("WAYBILL_SERVER", ""),
 		"URL of the Waybill server (env WAYBILL_SERVER); without one, the "+serverURLFile+
 			" the server running on --data-dir wrote, else "+defaultServer)
-	fs.StringVar(&c.token, "token", env("WAYBILL_TOKEN", ""),
-		"API token; prefer the variable WAYBILL_TOKEN, since the command line shows in ps to every user of the machine; without either, the admin token file of --data-dir")
+	stringFromEnv(fs.FlagSet, &c.token, "token", "WAYBILL_TOKEN",
+		"API `token`; prefer the variable WAYBILL_TOKEN, since the command line shows in ps to every user of the machine; without either, the admin token file of --data-dir, for the server running on it")
 	fs.StringVar(&c.dataDir, "data-dir", env("WAYBILL_DATA_DIR", "./var"),
 		"the server's data directory, for its "+serverURLFile+" and "+auth.AdminTokenFile+" (env WAYBILL_DATA_DIR)")
 	return c
@@ -241,20 +243,23 @@ func clientFlags(fs *flagSet) *clientConfig {
 // The server is the flag's or the variable's, otherwise the one whose
 // address the data directory holds, otherwise defaultServer; the token is
 // the flag's or the variable's, otherwise the admin token file the server
-// wrote. A token on the command line is taken with a warning on stderr:
-// any user of the machine reads it in ps.
+// wrote, which goes only to that server: to the address its data
+// directory holds. A token on the command line is taken with a warning on
+// stderr (any user of the machine reads it in ps), and so is one sent in
+// clear over http:// to a host not of this machine.
 func (c *clientConfig) newClient(stderr io.Writer) (*client, error) {
 	onCommandLine := false
 	c.flags.Visit(func(f *flag.Flag) { onCommandLine = onCommandLine || f.Name == "token" })
 	if onCommandLine {
 		fmt.Fprintf(stderr, "warning: --token shows the token to every user of this machine (ps, /proc); set WAYBILL_TOKEN instead, or let the command read %s of --data-dir\n", auth.AdminTokenFile)
 	}
+	running, runningFrom, err := c.dataDirServer()
+	if err != nil {
+		return nil, err
+	}
 	server, from := c.server, "--server"
 	if server == "" {
-		var err error
-		if server, from, err = c.dataDirServer(); err != nil {
-			return nil, err
-		}
+		server, from = cmp.Or(running, defaultServer), cmp.Or(runningFrom, "the default server")
 	}
 	u, err := url.Parse(server)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
@@ -264,6 +269,14 @@ func (c *clientConfig) newClient(stderr io.Writer) (*client, error) {
 		http: &http.Client{Timeout: 30 * time.Second}}
 	if cl.token == "" {
 		path := filepath.Join(c.dataDir, auth.AdminTokenFile)
+		switch {
+		case running == "":
+			return nil, fmt.Errorf("no token: pass --token or set WAYBILL_TOKEN (`waybill token create` makes one); the admin token of --data-dir %s goes only to the server running on it, and none is (there is no %s)",
+				c.dataDir, filepath.Join(c.dataDir, serverURLFile))
+		case server != running:
+			return nil, fmt.Errorf("no token for %s: pass --token or set WAYBILL_TOKEN (`waybill token create` makes one); the admin token of --data-dir %s goes only to the server running on it, %s",
+				server, c.dataDir, running)
+		}
 		b, err := os.ReadFile(path)
 		if errors.Is(err, fs.ErrNotExist) {
 			return nil, fmt.Errorf("no token: pass --token or set WAYBILL_TOKEN (`waybill token create` makes one), or point --data-dir at the server's data directory, which holds %s (there is no %s)", auth.AdminTokenFile, path)
@@ -276,17 +289,30 @@ func (c *clientConfig) newClient(stderr io.Writer) (*client, error) {
 			return nil, fmt.Errorf("the token file %s is empty", path)
 		}
 	}
+	if u.Scheme == "http" && !loopbackHost(u.Hostname()) {
+		fmt.Fprintf(stderr, "warning: the token goes to %s in clear text, over http://; use https://\n", u.Host)
+	}
 	return cl, nil
 }
 
+// loopbackHost reports whether host, as url.URL.Hostname gives it, names
+// this machine: localhost or a loopback address.
+func loopbackHost(host string) bool {
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	a, err := netip.ParseAddr(host)
+	return err == nil && a.IsLoopback()
+}
+
 // dataDirServer returns the URL of the server running on the data
-// directory, from the file it keeps there, and the file's path; without
-// the file, defaultServer.
+// directory, from the file it keeps there, and the file's path; "" and ""
+// without the file.
 func (c *clientConfig) dataDirServer() (server, from string, err error) {
 	path := filepath.Join(c.dataDir, serverURLFile)
 	b, err := os.ReadFile(path)
 	if errors.Is(err, fs.ErrNotExist) {
-		return defaultServer, "the default server", nil
+		return "", "", nil
 	}
 	if err != nil {
 		return "", "", fmt.Errorf("read the server's URL: %w", err)

@@ -356,8 +356,24 @@ func TestClientTokenSources(t *testing.T) {
 	if code, _, errOut := waybillCLI(t, "messages"); code != 2 || !strings.Contains(errOut, "no token: pass --token or set WAYBILL_TOKEN") {
 		t.Fatalf("without a token: exit %d: %s", code, errOut)
 	}
-	// The server's token file, with its newline.
+	// The server's token file, with its newline, goes only to the server
+	// whose address its data directory holds.
 	if err := os.WriteFile(filepath.Join(dir, "admin.token"), []byte("wb_from_file\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if code, _, errOut := waybillCLI(t, "messages", "--data-dir", dir); code != 2 ||
+		!strings.Contains(errOut, "goes only to the server running on it, and none is") {
+		t.Fatalf("a token file and no server running: exit %d: %s", code, errOut)
+	}
+	other := newFakeAPI(t, nil)
+	if err := os.WriteFile(filepath.Join(dir, "server.url"), []byte(other.URL+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if code, _, errOut := waybillCLI(t, "messages", "--data-dir", dir); code != 2 ||
+		!strings.Contains(errOut, "no token for "+api.URL) || !strings.Contains(errOut, other.URL) {
+		t.Fatalf("a token file of another server: exit %d: %s", code, errOut)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "server.url"), []byte(api.URL+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	if code, _, errOut := waybillCLI(t, "messages", "--data-dir", dir); code != 0 {
@@ -392,6 +408,9 @@ func TestClientTokenFileRefused(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "admin.token")
 	if err := os.WriteFile(path, []byte("wb_stale\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "server.url"), []byte(api.URL+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	code, _, errOut := waybillCLI(t, "messages", "--server", api.URL, "--data-dir", dir, "--token", "")
@@ -447,5 +466,33 @@ func TestClientServerSources(t *testing.T) {
 	}
 	if code, _, errOut := waybillCLI(t, "messages", "--token", "t"); code != 2 || !strings.Contains(errOut, path+`: "127.0.0.1:8080" is not an http:// or https:// URL`) {
 		t.Fatalf("a bad server.url: exit %d: %s", code, errOut)
+	}
+}
+
+// TestSecretsStayOutOfTheUsage: a flag that defaults to a secret from the
+// environment does not show it in the usage that -help or a mistyped flag
+// prints.
+func TestSecretsStayOutOfTheUsage(t *testing.T) {
+	// Not parallel: it sets the environment.
+	t.Setenv("WAYBILL_DATABASE_URL", "postgres://waybill:S3cretPW@127.0.0.1:1/waybill")
+	t.Setenv("WAYBILL_TOKEN", "wb_S3cretToken")
+	for _, args := range [][]string{{"audit", "--bogus"}, {"rebuild", "-help"}, {"token", "create", "--bogus"},
+		{"bench", "--bogus"}, {"messages", "--bogus"}, {"redeliver", "-help"}} {
+		_, out, errOut := waybillCLI(t, args...)
+		if strings.Contains(out+errOut, "S3cret") {
+			t.Errorf("%v shows a secret:\n%s%s", args, out, errOut)
+		}
+		if !strings.Contains(errOut, "-") {
+			t.Errorf("%v printed no usage:\n%s", args, errOut)
+		}
+	}
+}
+
+func TestLoopbackHost(t *testing.T) {
+	for host, want := range map[string]bool{"localhost": true, "LOCALHOST": true, "127.0.0.1": true, "127.9.9.9": true,
+		"::1": true, "example.org": false, "10.0.0.1": false, "": false} {
+		if got := loopbackHost(host); got != want {
+			t.Errorf("loopbackHost(%q) = %v, want %v", host, got, want)
+		}
 	}
 }

@@ -128,7 +128,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 		return 0
 	}
-	dbURL := fs.String("database-url", os.Getenv("WAYBILL_DATABASE_URL"), "PostgreSQL URL (env WAYBILL_DATABASE_URL)")
+	dbURL := new(string)
+	stringFromEnv(fs, dbURL, "database-url", "WAYBILL_DATABASE_URL", "PostgreSQL `URL` (env WAYBILL_DATABASE_URL)")
 	dataDir := fs.String("data-dir", env("WAYBILL_DATA_DIR", "./var"),
 		"data directory of the embedded PostgreSQL, used when no URL is given: that of the server running on it, else started for the command (env WAYBILL_DATA_DIR)")
 	var cmd func(context.Context, *pgxpool.Pool) (int, error)

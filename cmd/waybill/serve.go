@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"net/url"
 	"os"
 	"path/filepath"
 	"runtime/debug"
@@ -39,6 +40,7 @@ import (
 	"github.com/waybill/waybill/lifecycle"
 	"github.com/waybill/waybill/natsserver"
 	"github.com/waybill/waybill/pgserver"
+	"github.com/waybill/waybill/redact"
 	"github.com/waybill/waybill/retention"
 	"github.com/waybill/waybill/schema"
 	"github.com/waybill/waybill/service"
@@ -175,6 +177,38 @@ func loadSecrets(cfg *serveConfig) (*seal.Box, error) {
 func envName(flagName string) string {
 	return "WAYBILL_" + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
 }
+
+// natsServers is a --nats-url as errors show it: each server's address
+// with its user, password or token masked.
+func natsServers(list string) string {
+	servers := strings.Split(list, ",")
+	for i, s := range servers {
+		u, err := url.Parse(strings.TrimSpace(s))
+		switch {
+		case err != nil:
+			servers[i] = "(a server that is not a URL)"
+		case u.User != nil:
+			u.User = url.User(redact.Mask)
+			servers[i] = u.String()
+		}
+	}
+	return strings.Join(servers, ",")
+}
+
+// stringFromEnv defines a string flag whose default is the environment
+// variable env, kept out of the usage that -help and a mistyped flag print:
+// it may hold a secret (a database URL's password, a token).
+func stringFromEnv(fs *flag.FlagSet, p *string, name, env, usage string) {
+	*p = os.Getenv(env)
+	fs.Var((*unshownString)(p), name, usage)
+}
+
+// unshownString is a string flag.Value whose value the usage never shows.
+type unshownString string
+
+func (s *unshownString) Set(v string) error { *s = unshownString(v); return nil }
+
+func (s *unshownString) String() string { return "" }
 
 func env(name, def string) string {
 	if v, ok := os.LookupEnv(name); ok {
@@ -606,7 +640,7 @@ func connectNATS(ctx context.Context, url string, log *slog.Logger, l *service.L
 	if url != "" {
 		nc, err := nats.Connect(url, opts...)
 		if err != nil {
-			return nil, fmt.Errorf("connect to nats %s: %w", url, err)
+			return nil, fmt.Errorf("connect to nats %s: %w", natsServers(url), err)
 		}
 		l.Defer(nc.Close)
 		return nc, nil

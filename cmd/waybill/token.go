@@ -79,8 +79,8 @@ func runToken(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		targetsFlag = fs.String("targets", "", "comma-separated targets a receipt token is bound to (default: all)")
 		expires = fs.String("expires", "", "the token's lifetime: days (90d) or a Go duration (12h) (default: none)")
 	}
-	dbURL := fs.String("database-url", env("WAYBILL_DATABASE_URL", ""),
-		"PostgreSQL URL of the server's database (env WAYBILL_DATABASE_URL)")
+	dbURL := new(string)
+	stringFromEnv(fs, dbURL, "database-url", "WAYBILL_DATABASE_URL", "PostgreSQL `URL` of the server's database (env WAYBILL_DATABASE_URL)")
 	dataDir := fs.String("data-dir", env("WAYBILL_DATA_DIR", "./var"),
 		"data directory of the embedded PostgreSQL, used when no URL is given: that of the server running on it, else started for the command (env WAYBILL_DATA_DIR)")
 	rest := args[1:]
@@ -123,8 +123,17 @@ func runToken(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		if err := lifecycle.CheckName("--name", *name); err != nil {
 			return misuse(err.Error())
 		}
+		// A flag given, even empty ("--sources $UNSET"), asks for a scope.
+		given := func(flagName string, v *string) *string {
+			set := false
+			fs.Visit(func(f *flag.Flag) { set = set || f.Name == flagName })
+			if !set {
+				return nil
+			}
+			return v
+		}
 		var err error
-		if spec, err = tokenSpec(*name, *role, *sourcesFlag, *targetsFlag, *expires); err != nil {
+		if spec, err = tokenSpec(*name, *role, given("sources", sourcesFlag), given("targets", targetsFlag), *expires); err != nil {
 			return misuse(err.Error())
 		}
 	case "revoke":
@@ -185,16 +194,23 @@ func runToken(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	return 0
 }
 
-// tokenSpec is the token the flags of `token create` ask for; a problem
-// names its flag.
-func tokenSpec(name, role, sources, targets, expires string) (auth.Spec, error) {
+// tokenSpec is the token the flags of `token create` ask for; sources and
+// targets are nil when their flag is not given. A problem names its flag.
+func tokenSpec(name, role string, sources, targets *string, expires string) (auth.Spec, error) {
 	r, err := auth.ParseRole(role)
 	if err != nil {
 		return auth.Spec{}, fmt.Errorf("--role: %w", err)
 	}
 	spec := auth.Spec{Name: name, Role: r}
-	if sources != "" || targets != "" {
-		spec.Scope = &auth.Scope{Sources: auth.SplitNames(sources), Targets: auth.SplitNames(targets)}
+	names := func(v *string) []string {
+		if v == nil {
+			return nil
+		}
+		// Given but empty names none, which the scope's check refuses.
+		return append([]string{}, auth.SplitNames(*v)...)
+	}
+	if sources != nil || targets != nil {
+		spec.Scope = &auth.Scope{Sources: names(sources), Targets: names(targets)}
 	}
 	if err := auth.CheckScope(r, spec.Scope); err != nil {
 		var fe *lifecycle.FieldError

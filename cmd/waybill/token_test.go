@@ -252,6 +252,8 @@ func TestTokenCreateScopedAndExpiring(t *testing.T) {
 		{[]string{"root", "--role", "receipt", "--sources", "erp"}, "--sources: a token of role receipt takes no sources"},
 		{[]string{"feed", "--role", "ingest", "--targets", "billing"}, "--targets: a token of role ingest takes no targets"},
 		{[]string{"feed", "--role", "ingest", "--sources", "erp,,crm"}, "--sources: "},
+		{[]string{"feed", "--role", "ingest", "--sources", ""}, "--sources: must name at least one"},
+		{[]string{"feed", "--role", "receipt", "--targets="}, "--targets: must name at least one"},
 		{[]string{"feed", "--role", "ingest", "--expires", "soon"}, `--expires: "soon" is not a lifetime`},
 		{[]string{"feed", "--name", "other", "--role", "ingest"}, "the name is given twice"},
 		{[]string{"feed", "--role", "ingest", "extra"}, `unexpected argument "extra"`},
