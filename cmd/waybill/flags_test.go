@@ -3,6 +3,7 @@ package main
 import (
 	"flag"
 	"io"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -37,5 +38,21 @@ func TestServeSecurityFlags(t *testing.T) {
 	t.Setenv("WAYBILL_TRUSTED_PROXIES", "10.0.0.0/33")
 	if _, err := parse(); err == nil || !strings.Contains(err.Error(), "WAYBILL_TRUSTED_PROXIES") {
 		t.Errorf("a bad variable: %v", err)
+	}
+}
+
+// TestServeNamesTheFlagOfABadValue: a bad --max-payload or a missing
+// --secrets-key-file stops the start, named, before any database starts.
+func TestServeNamesTheFlagOfABadValue(t *testing.T) {
+	t.Parallel()
+	err := serve(t.Context(), &serveConfig{maxPayload: -1, logFormat: "text"}, io.Discard)
+	if err == nil || !strings.Contains(err.Error(), "--max-payload: -1") {
+		t.Errorf("--max-payload -1: %v", err)
+	}
+	missing := filepath.Join(t.TempDir(), "no.key")
+	err = serve(t.Context(), &serveConfig{dataDir: t.TempDir(), listen: "127.0.0.1:0", logFormat: "text",
+		secretsKeyFile: missing}, io.Discard)
+	if err == nil || !strings.Contains(err.Error(), "--secrets-key-file: ") || !strings.Contains(err.Error(), missing) {
+		t.Errorf("a missing --secrets-key-file: %v", err)
 	}
 }

@@ -167,7 +167,11 @@ func (p *prefixList) Set(v string) error {
 // the data directory's own, made at the first start.
 func loadSecrets(cfg *serveConfig) (*seal.Box, error) {
 	if cfg.secretsKeyFile != "" {
-		return seal.LoadFile(cfg.secretsKeyFile, false)
+		box, err := seal.LoadFile(cfg.secretsKeyFile, false)
+		if err != nil {
+			return nil, fmt.Errorf("--secrets-key-file: %w", err)
+		}
+		return box, nil
 	}
 	return seal.LoadFile(filepath.Join(cfg.dataDir, secretsKeyFile), true)
 }
@@ -236,6 +240,9 @@ const gcPercent = 400
 // serve runs the service until ctx ends, then stops it in the reverse order
 // of its start, so nothing claims while anything it needs is gone.
 func serve(ctx context.Context, cfg *serveConfig, stderr io.Writer) error {
+	if cfg.maxPayload < 0 {
+		return fmt.Errorf("--max-payload: %d: must be a number of bytes (0 for the default, %d)", cfg.maxPayload, httpapi.DefaultMaxPayload)
+	}
 	log, err := newLogger(cfg.logFormat, stderr)
 	if err != nil {
 		return err
