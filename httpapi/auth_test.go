@@ -112,6 +112,30 @@ func TestRolesBoundWhatATokenMayDo(t *testing.T) {
 	}
 }
 
+// TestHeadNeedsWhatGetNeeds: a HEAD of any route is answered as its GET,
+// whatever the token: a reader's HEAD /tokens is 403 as its GET is, so
+// the answer's length does not tell the size of the tokens' list.
+func TestHeadNeedsWhatGetNeeds(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.target(t, "billing", nil)
+	b.admin(t, http.MethodPost, "/tokens", map[string]string{"name": "feed", "role": "ingest"}).want(t, http.StatusCreated, nil)
+	b.as(t, readerToken, http.MethodHead, "/tokens", nil).want(t, http.StatusForbidden, nil)
+	for _, rt := range httpapi.Routes() {
+		if rt.Method != http.MethodGet {
+			continue
+		}
+		path := strings.NewReplacer("{id}", uuid.NewString(), "{name}", "billing").Replace(rt.Path)
+		for _, token := range []string{adminToken, readerToken, ingestToken, receiptToken, scopedReaderToken} {
+			get := b.as(t, token, http.MethodGet, path, nil)
+			head := b.as(t, token, http.MethodHead, path, nil)
+			if head.status != get.status || len(head.body) != 0 {
+				t.Errorf("HEAD %s with %s: %d and %d bytes, GET: %d", path, token, head.status, len(head.body), get.status)
+			}
+		}
+	}
+}
+
 func TestOpenAPIDocumentIsServed(t *testing.T) {
 	t.Parallel()
 	b := setup(t)

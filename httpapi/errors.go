@@ -407,9 +407,9 @@ func subjects(r *http.Request) []any {
 	if name := r.PathValue("name"); name != "" {
 		key := "target"
 		switch {
-		case strings.HasPrefix(r.Pattern, r.Method+" "+Prefix+"/sources/"):
+		case strings.Contains(r.Pattern, " "+Prefix+"/sources/"):
 			key = "source"
-		case strings.HasPrefix(r.Pattern, r.Method+" "+Prefix+"/tokens/"):
+		case strings.Contains(r.Pattern, " "+Prefix+"/tokens/"):
 			key = "token"
 		}
 		attrs = append(attrs, key, name)

@@ -18,7 +18,7 @@ func Routes() []RouteInfo {
 	var out []RouteInfo
 	for _, rt := range routes {
 		info := RouteInfo{Method: rt.method, Path: rt.path, Status: rt.status,
-			Permission: permissionName(permission(rt.method, rt.pattern()))}
+			Permission: permissionName(permission(rt.pattern()))}
 		if rt.pattern() == webhookPattern {
 			info.Permission = "none"
 		}

@@ -142,7 +142,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.fail(rec, r, s.unmatched(r))
 		return
 	}
-	need := permission(r.Method, pattern)
+	need := permission(pattern)
 	if !id.Role.Allows(need) {
 		s.fail(rec, r, &forbiddenError{role: id.Role, needs: need})
 		return
@@ -209,17 +209,20 @@ func (s *Server) unmatched(r *http.Request) error {
 	return fmt.Errorf("%w: nothing is served at %s %s", commands.ErrNotFound, r.Method, r.URL.Path)
 }
 
-// permission is what a request on the route needs: administering for the
-// tokens, which a reader may not even list, and for the signing keys (a
-// target's, the callbacks', the alert webhook's), which a reader may not
-// see, reading for any other GET,
-// ingesting to post a message, confirming to post a receipt (by delivery
-// or by receiver's id), administering for everything else.
-func permission(method, pattern string) auth.Permission {
+// permission is what a request on the route of pattern needs:
+// administering for the tokens, which a reader may not even list, and for
+// the signing keys (a target's, the callbacks', the alert webhook's),
+// which a reader may not see, reading for any other GET, ingesting to post
+// a message, confirming to post a receipt (by delivery or by receiver's
+// id), administering for everything else. The method is the pattern's,
+// not the request's: a HEAD is served by its GET route and needs what the
+// GET needs.
+func permission(pattern string) auth.Permission {
+	method, path, _ := strings.Cut(pattern, " ")
 	switch {
-	case strings.HasPrefix(pattern, method+" "+Prefix+"/tokens"), strings.HasSuffix(pattern, "/secret"):
+	case strings.HasPrefix(path, Prefix+"/tokens"), strings.HasSuffix(path, "/secret"):
 		return auth.Administer
-	case method == http.MethodGet || method == http.MethodHead:
+	case method == http.MethodGet:
 		return auth.Read
 	case pattern == "POST "+Prefix+"/routes/try":
 		// It writes nothing: a read.
