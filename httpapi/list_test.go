@@ -183,3 +183,26 @@ func TestListFilters(t *testing.T) {
 		b.as(t, readerToken, http.MethodGet, "/messages?"+query, nil).invalidField(t, field)
 	}
 }
+
+// TestListTextFilters: a text filter of the list (a party, an ordering or
+// idempotency key) that is not UTF-8 or holds a control character is 400
+// naming its parameter, never the database's refusal of it; any UTF-8
+// text without one is a filter.
+func TestListTextFilters(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	m := b.ingest(t, ingestToken, httpapi.IngestRequest{Source: "erp", From: "zürich", To: "globex", IdempotencyKey: "k\uFFFDzzz",
+		OrderingKey: "customer-7"})
+	for _, param := range []string{"from", "to", "ordering_key", "idempotency_key"} {
+		for _, v := range []string{"%FF", "a%00", "a%C3", "a%0Ab", "%7F"} {
+			b.as(t, readerToken, http.MethodGet, "/messages?"+param+"="+v, nil).invalidField(t, param)
+		}
+	}
+	for _, query := range []string{"from=z%C3%BCrich", "to=globex", "ordering_key=customer-7", "idempotency_key=k%EF%BF%BDzzz"} {
+		var list httpapi.MessageList
+		b.as(t, readerToken, http.MethodGet, "/messages?"+query, nil).want(t, http.StatusOK, &list)
+		if len(list.Items) != 1 || list.Items[0].ID != m.ID {
+			t.Errorf("%s: listed %+v", query, list.Items)
+		}
+	}
+}

@@ -228,10 +228,8 @@ func messageFilterOf(q url.Values) (projection.MessageFilter, error) {
 	if f.To = q.Get("to"); f.To != "" {
 		errs = append(errs, lifecycle.CheckParty("to", f.To))
 	}
-	if f.IdempotencyKey = q.Get("idempotency_key"); len(f.IdempotencyKey) > lifecycle.MaxPartyLength {
-		errs = append(errs, &lifecycle.FieldError{Field: "idempotency_key",
-			Problem: fmt.Sprintf("must be at most %d bytes, got %d", lifecycle.MaxPartyLength, len(f.IdempotencyKey))})
-	}
+	f.IdempotencyKey = q.Get("idempotency_key")
+	errs = append(errs, lifecycle.CheckKey("idempotency_key", f.IdempotencyKey))
 	if v := q.Get("possible_duplicate"); v != "" {
 		if f.PossibleDuplicate, err = strconv.ParseBool(v); err != nil || !f.PossibleDuplicate {
 			errs = append(errs, &lifecycle.FieldError{Field: "possible_duplicate", Problem: fmt.Sprintf("%q: allowed is true", v)})

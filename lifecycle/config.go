@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/google/uuid"
 )
@@ -235,7 +236,7 @@ func validPointer(p string) bool {
 const MaxExternalIDLength = 255
 
 // CheckExternalID validates a receiver's id for a message: 1 to 255 bytes
-// of text without control characters.
+// of UTF-8 text without control characters.
 func CheckExternalID(field, id string) error { return CheckParty(field, id) }
 
 // MaxReceiptTextLength bounds a receipt's text, the receiver's detail,
@@ -505,19 +506,41 @@ func isName(s string) bool {
 	return true
 }
 
-// MaxPartyLength bounds party names and route patterns.
+// MaxPartyLength bounds party names, route patterns and a message's
+// idempotency and duplicate keys.
 const MaxPartyLength = 255
 
-// CheckParty validates a party name or pattern: 1 to 255 bytes of printable
-// text with no control characters.
+// CheckParty validates a party name or pattern: 1 to 255 bytes of UTF-8
+// text without control characters.
 func CheckParty(field, party string) error {
 	if party == "" || len(party) > MaxPartyLength {
 		return &FieldError{Field: field, Problem: fmt.Sprintf("must be 1 to %d bytes", MaxPartyLength)}
 	}
-	for _, r := range party {
-		if r < 0x20 || r == 0x7f {
-			return &FieldError{Field: field, Problem: "must not contain control characters"}
+	return checkText(field, party)
+}
+
+// CheckKey validates a message's idempotency or duplicate key: "" (none)
+// or 1 to 255 bytes of UTF-8 text without control characters.
+func CheckKey(field, key string) error {
+	if len(key) > MaxPartyLength {
+		return &FieldError{Field: field, Problem: fmt.Sprintf("must be at most %d bytes, got %d", MaxPartyLength, len(key))}
+	}
+	return checkText(field, key)
+}
+
+// checkText refuses a control character, which a name, a key or a log
+// line should not hold, and invalid UTF-8, which PostgreSQL's text cannot
+// hold: a lookup by such a value would fail rather than find nothing.
+func checkText(field, s string) error {
+	for i := 0; i < len(s); {
+		c, size := s[i], 1
+		if c >= utf8.RuneSelf {
+			_, size = utf8.DecodeRuneInString(s[i:]) // 1 when not UTF-8
 		}
+		if c < 0x20 || c == 0x7f || c >= utf8.RuneSelf && size == 1 {
+			return &FieldError{Field: field, Problem: fmt.Sprintf("must be UTF-8 text without control characters, got %#02x at byte %d", c, i)}
+		}
+		i += size
 	}
 	return nil
 }

@@ -189,3 +189,35 @@ func TestProcessSlots(t *testing.T) {
 		}
 	}
 }
+
+// TestCheckPartyAndKey: a party and a key are UTF-8 text without control
+// characters, whose refusal names the field and the byte; a party is
+// required and a key is not.
+func TestCheckPartyAndKey(t *testing.T) {
+	for _, tt := range []struct {
+		s            string
+		party, key   bool
+		problemNames string
+	}{
+		{"", false, true, ""},
+		{"acme", true, true, ""},
+		{"Zürich \uFFFD", true, true, ""},
+		{strings.Repeat("k", 255), true, true, ""},
+		{strings.Repeat("k", 256), false, false, ""},
+		{"k\x00zzz", false, false, "0x00 at byte 1"},
+		{"k\tz", false, false, "0x09 at byte 1"},
+		{"k\x7f", false, false, "0x7f at byte 1"},
+		{"\xff", false, false, "0xff at byte 0"},
+		{"ab\xc3", false, false, "0xc3 at byte 2"},
+		{"\xed\xa0\x80", false, false, "0xed at byte 0"}, // a surrogate, not UTF-8
+	} {
+		party, key := CheckParty("from", tt.s), CheckKey("idempotency_key", tt.s)
+		if (party == nil) != tt.party || (key == nil) != tt.key {
+			t.Errorf("%q: CheckParty %v, CheckKey %v", tt.s, party, key)
+		}
+		var fe *FieldError
+		if key != nil && (!errors.As(key, &fe) || fe.Field != "idempotency_key" || !strings.Contains(fe.Problem, tt.problemNames)) {
+			t.Errorf("%q: CheckKey %v, want it to name idempotency_key and %q", tt.s, key, tt.problemNames)
+		}
+	}
+}

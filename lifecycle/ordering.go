@@ -107,21 +107,13 @@ func LaneSettled(s DeliveryState, onFailure OnFailure) bool {
 // MaxOrderingKeyLength bounds a message's ordering key, in bytes.
 const MaxOrderingKeyLength = 200
 
-// CheckOrderingKey accepts "" (no ordering) or 1 to 200 bytes without
-// control characters.
+// CheckOrderingKey accepts "" (no ordering) or 1 to 200 bytes of UTF-8
+// text without control characters.
 func CheckOrderingKey(field, key string) error {
-	if key == "" {
-		return nil
-	}
 	if len(key) > MaxOrderingKeyLength {
 		return &FieldError{Field: field, Problem: fmt.Sprintf("must be 1 to %d bytes, got %d", MaxOrderingKeyLength, len(key))}
 	}
-	for _, r := range key {
-		if r < 0x20 || r == 0x7f {
-			return &FieldError{Field: field, Problem: "must not contain control characters"}
-		}
-	}
-	return nil
+	return checkText(field, key)
 }
 
 // MaxMessageTypeLength bounds a message's type, in bytes.

@@ -43,6 +43,7 @@ func TestCheckOrderingKey(t *testing.T) {
 	}{
 		{"", true}, {"patient-42", true}, {strings.Repeat("k", 200), true},
 		{strings.Repeat("k", 201), false}, {"tab\there", false},
+		{"kö\uFFFD", true}, {"k\x00", false}, {"k\xff", false}, {"\xc3", false}, {"k\x7f", false},
 	} {
 		if err := CheckOrderingKey("ordering_key", tt.key); (err == nil) != tt.ok {
 			t.Errorf("CheckOrderingKey(%q) = %v", tt.key, err)
