@@ -130,7 +130,7 @@ func (w *Writer) acceptance(ctx context.Context, in NewMessage, cfg *configState
 		IdempotencyKey: in.IdempotencyKey, OrderingKey: in.OrderingKey, DuplicateKey: in.DuplicateKey,
 		CallbackURL: in.CallbackURL, Type: in.Type, TraceParent: in.Trace.Parent, TraceState: in.Trace.State, Baggage: in.Trace.Baggage,
 	}
-	if err := accepted.Validate(); err != nil {
+	if err := accepted.ValidateNew(); err != nil {
 		return nil, invalid(err)
 	}
 	o := &op{ctx: ctx, handOff: cfg != nil}

@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"net/http"
 	"reflect"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/waybill/waybill/commands"
 	"github.com/waybill/waybill/httpapi"
 	"github.com/waybill/waybill/journal"
 	"github.com/waybill/waybill/lifecycle"
@@ -113,6 +115,44 @@ func TestIngestIsIdempotentPerSource(t *testing.T) {
 	other := b.ingest(t, ingestToken, req)
 	if other.ID == first.ID {
 		t.Error("another source's key returned erp's message")
+	}
+}
+
+// TestIngestKeysMustBeText: an idempotency or duplicate key with a
+// control character is 400 naming its field, through the API and from a
+// source's batch alike, and stores nothing; a key of any UTF-8 text
+// without one is kept as sent and repeats.
+func TestIngestKeysMustBeText(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.target(t, "billing", nil)
+	before := b.counts(t)
+	for _, field := range []string{"idempotency_key", "duplicate_key"} {
+		for _, key := range []string{"k\x00", "k\x00zzz", "k\x01", "tab\tkey", "k\x7f"} {
+			b.as(t, ingestToken, http.MethodPost, "/messages", map[string]any{"source": "erp", "from": "acme", "to": "globex",
+				"payload": "hi", field: key}).invalidField(t, field)
+		}
+	}
+	for _, res := range b.w.IngestMany(b.ctx, []commands.NewMessage{
+		{Source: "erp", From: "acme", To: "globex", Payload: []byte("a"), IdempotencyKey: "k\x00"},
+		{Source: "erp", From: "acme", To: "globex", Payload: []byte("b"), DuplicateKey: "\xff"},
+	}) {
+		if !errors.Is(res.Err, commands.ErrInvalid) {
+			t.Errorf("a batch's message with a bad key: %v", res.Err)
+		}
+	}
+	b.unchanged(t, before)
+
+	req := httpapi.IngestRequest{IdempotencyKey: "k\uFFFDzzz", DuplicateKey: "ü\uFFFD", Payload: new("hi")}
+	first := b.ingest(t, ingestToken, req)
+	if first.DuplicateKey == nil || *first.DuplicateKey != req.DuplicateKey {
+		t.Errorf("duplicate key kept as %v", first.DuplicateKey)
+	}
+	var again httpapi.Message
+	req.Source, req.From, req.To = "erp", "acme", "globex"
+	b.as(t, ingestToken, http.MethodPost, "/messages", req).want(t, http.StatusOK, &again)
+	if again.ID != first.ID {
+		t.Errorf("repeat answered %s, want the held %s", again.ID, first.ID)
 	}
 }
 

@@ -172,5 +172,5 @@ func checkAccepted(in commands.NewMessage) []error {
 	if accepted.ContentType == "" {
 		accepted.ContentType = "application/octet-stream"
 	}
-	return append(errs, accepted.Validate())
+	return append(errs, accepted.ValidateNew())
 }

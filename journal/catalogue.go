@@ -297,28 +297,40 @@ func (p *MessageAccepted) Text() string {
 	}
 	return s
 }
-func (p *MessageAccepted) Validate() error {
-	var size, sha, key error
+func (p *MessageAccepted) Validate() error { return p.validate(keyLength) }
+
+// ValidateNew is Validate for a message being accepted now, with its
+// idempotency and duplicate keys held to lifecycle.CheckKey: UTF-8 text
+// without control characters, as the lookup of a repeat sends them to the
+// database. Validate bounds only their length, so that the keys of the
+// messages journaled before they were held to it still decode.
+func (p *MessageAccepted) ValidateNew() error { return p.validate(lifecycle.CheckKey) }
+
+// keyLength is Validate's check of a key.
+func keyLength(name, key string) error {
+	if len(key) > lifecycle.MaxPartyLength {
+		return field(name, fmt.Sprintf("must be at most %d bytes", lifecycle.MaxPartyLength))
+	}
+	return nil
+}
+
+func (p *MessageAccepted) validate(checkKey func(field, key string) error) error {
+	var size, sha error
 	if p.PayloadSize < 0 {
 		size = field("payload_size", "must not be negative")
 	}
 	if !isSHA256(p.PayloadSHA256) {
 		sha = field("payload_sha256", "must be 64 hexadecimal digits")
 	}
-	if len(p.IdempotencyKey) > lifecycle.MaxPartyLength {
-		key = field("idempotency_key", fmt.Sprintf("must be at most %d bytes", lifecycle.MaxPartyLength))
-	}
-	var dup error
-	switch {
-	case len(p.DuplicateKey) > lifecycle.MaxPartyLength:
-		dup = field("duplicate_key", fmt.Sprintf("must be at most %d bytes", lifecycle.MaxPartyLength))
-	case p.PossibleDuplicateOf != uuid.Nil && p.DuplicateKey == "":
+	dup := checkKey("duplicate_key", p.DuplicateKey)
+	if dup == nil && p.PossibleDuplicateOf != uuid.Nil && p.DuplicateKey == "" {
 		dup = field("possible_duplicate_of", "needs a duplicate_key")
 	}
 	return errors.Join(lifecycle.CheckName("source", p.Source), lifecycle.CheckParty("from", p.From),
-		lifecycle.CheckParty("to", p.To), lifecycle.CheckParty("content_type", p.ContentType), size, sha, key,
-		lifecycle.CheckOrderingKey("ordering_key", p.OrderingKey), dup, checkCallbackURL(p.CallbackURL),
-		lifecycle.CheckMessageType("type", p.Type), lifecycle.CheckHeaders("headers", p.Headers), p.Trace().Check(""))
+		lifecycle.CheckParty("to", p.To), lifecycle.CheckParty("content_type", p.ContentType), size, sha,
+		checkKey("idempotency_key", p.IdempotencyKey), lifecycle.CheckOrderingKey("ordering_key", p.OrderingKey), dup,
+		checkCallbackURL(p.CallbackURL), lifecycle.CheckMessageType("type", p.Type), lifecycle.CheckHeaders("headers", p.Headers),
+		p.Trace().Check(""))
 }
 
 // isSHA256 reports whether s is 64 hexadecimal digits of either case, as

@@ -73,6 +73,32 @@ func TestEveryKindRoundTrips(t *testing.T) {
 	}
 }
 
+// TestNewMessageKeysAreText: a message being accepted must have keys of
+// text (ValidateNew), while one journaled with a control character in a
+// key still decodes.
+func TestNewMessageKeysAreText(t *testing.T) {
+	p := &MessageAccepted{Source: "erp", From: "acme", To: "globex", ContentType: "text/plain",
+		PayloadSHA256: strings.Repeat("0", 64), IdempotencyKey: "k\x01", DuplicateKey: "d\x01"}
+	var fe *lifecycle.FieldError
+	if err := p.ValidateNew(); !errors.As(err, &fe) || fe.Field != "idempotency_key" || !strings.Contains(err.Error(), "duplicate_key:") {
+		t.Errorf("ValidateNew = %v, want both keys refused", err)
+	}
+	data, err := Encode(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Decode(KindMessageAccepted, data); err != nil {
+		t.Errorf("a journaled key with a control character: %v", err)
+	}
+	p.IdempotencyKey, p.DuplicateKey = strings.Repeat("k", 256), "d"
+	if err := p.ValidateNew(); !errors.As(err, &fe) || fe.Field != "idempotency_key" {
+		t.Errorf("a long key: %v", err)
+	}
+	if err := p.Validate(); !errors.As(err, &fe) || fe.Field != "idempotency_key" {
+		t.Errorf("a long key: %v", err)
+	}
+}
+
 // TestValidShortCutsAgree holds the checks that skip building errors to
 // the ones that build them: every list of up to three deliveries drawn from
 // ids, seqs and targets good and bad, with and without a next due time;
