@@ -1,10 +1,12 @@
 package httpapi_test
 
 import (
+	"encoding/base64"
 	"net/http"
 	"net/url"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -205,4 +207,42 @@ func TestListTextFilters(t *testing.T) {
 			t.Errorf("%s: listed %+v", query, list.Items)
 		}
 	}
+}
+
+// TestHandMadeCursors: a cursor no list hands out is 400 on cursor in
+// every list, never the database's refusal of a key, time or place it
+// cannot hold, nor a page from elsewhere; the bounds of what a list could
+// hand out are cursors still.
+func TestHandMadeCursors(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.target(t, "billing", map[string]any{"ordering": map[string]string{"mode": "fifo"}})
+	m := b.ingest(t, ingestToken, httpapi.IngestRequest{})
+	id := uuid.NewString()
+	cursor := func(s string) string { return base64.RawURLEncoding.EncodeToString([]byte(s)) }
+	for _, path := range []string{
+		"/targets/billing/lanes?cursor=AA", // a NUL
+		"/targets/billing/lanes?cursor=_w", // 0xff
+		"/targets/billing/lanes?cursor=" + cursor("k\x01"),
+		"/targets/billing/lanes?cursor=" + cursor(strings.Repeat("k", 201)),
+		"/operations/" + id + "/refusals?cursor=99999999999.1",
+		"/operations/" + id + "/refusals?cursor=2147483648.1",
+		"/messages?cursor=" + cursor("m1:-9000000000000000000:"+id),
+		"/messages?cursor=" + cursor("m1:-9223372036854775808:"+id),
+		"/messages?cursor=" + cursor("m1:253402300800000000:"+id), // 10000-01-01
+		"/operations?cursor=" + cursor("o1:-9223372036854775808:"+id),
+	} {
+		b.admin(t, http.MethodGet, path, nil).invalidField(t, "cursor")
+	}
+	var list httpapi.MessageList
+	b.admin(t, http.MethodGet, "/messages?cursor="+cursor("m1:253402300799999999:"+id), nil).want(t, http.StatusOK, &list)
+	if len(list.Items) != 1 || list.Items[0].ID != m.ID {
+		t.Errorf("after the last microsecond of 9999: %+v", list.Items)
+	}
+	b.admin(t, http.MethodGet, "/messages?cursor="+cursor("m1:-62135596800000000:"+id), nil).want(t, http.StatusOK, &list)
+	if len(list.Items) != 0 {
+		t.Errorf("before the year 1: %+v", list.Items)
+	}
+	b.admin(t, http.MethodGet, "/operations/"+id+"/refusals?cursor=2147483647.1", nil).fails(t, http.StatusNotFound, httpapi.CodeNotFound)
+	b.admin(t, http.MethodGet, "/targets/billing/lanes?cursor="+cursor("k\u00fc"), nil).want(t, http.StatusOK, nil)
 }

@@ -196,11 +196,11 @@ func sameLane(a, b Lane) bool {
 func LaneCursor(key string) string { return base64.RawURLEncoding.EncodeToString([]byte(key)) }
 
 // ParseLaneCursor reads a cursor LaneCursor gave: the ordering key the
-// next page starts after. Anything else is a *lifecycle.FieldError on the
-// field cursor.
+// next page starts after, which is one lifecycle.CheckOrderingKey accepts.
+// Anything else is a *lifecycle.FieldError on the field cursor.
 func ParseLaneCursor(s string) (string, error) {
 	key, err := base64.RawURLEncoding.DecodeString(s)
-	if err != nil || len(key) == 0 {
+	if err != nil || len(key) == 0 || lifecycle.CheckOrderingKey("cursor", string(key)) != nil {
 		return "", &lifecycle.FieldError{Field: "cursor", Problem: "is not a cursor of this list: pass next_cursor as it was given"}
 	}
 	return string(key), nil

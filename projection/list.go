@@ -80,10 +80,20 @@ func parseCursor(tag, s string) (time.Time, uuid.UUID, error) {
 	}
 	micros, err1 := strconv.ParseInt(parts[1], 10, 64)
 	id, err2 := uuid.Parse(parts[2])
-	if err1 != nil || err2 != nil {
+	at, ok := cursorTime(micros)
+	if err1 != nil || err2 != nil || !ok {
 		return time.Time{}, uuid.Nil, bad
 	}
-	return time.UnixMicro(micros).UTC(), id, nil
+	return at, id, nil
+}
+
+// cursorTime is the time of a cursor's microseconds, and whether a list
+// could have handed it out: a created_at is within the years 1 to 9999,
+// as RFC 3339 writes times, while one far outside them would overflow the
+// timestamptz the query compares it with, or wrap around to the newest.
+func cursorTime(micros int64) (time.Time, bool) {
+	at := time.UnixMicro(micros).UTC()
+	return at, at.Year() >= 1 && at.Year() <= 9999
 }
 
 // TxBeginner is what ListMessages needs of a pool: a transaction of its own.

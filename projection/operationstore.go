@@ -323,15 +323,16 @@ type RefusalAt struct {
 func (a RefusalAt) String() string { return fmt.Sprintf("%d.%d", a.Version, a.N) }
 
 // ParseRefusalAt reads a place String gave; anything else is a
-// *lifecycle.FieldError on the field cursor.
+// *lifecycle.FieldError on the field cursor. The version fits in 32 bits,
+// as the journal's version column does: a larger one would fail the query.
 func ParseRefusalAt(s string) (RefusalAt, error) {
 	a, b, ok := strings.Cut(s, ".")
-	version, err1 := strconv.Atoi(a)
+	version, err1 := strconv.ParseInt(a, 10, 32)
 	n, err2 := strconv.Atoi(b)
 	if !ok || err1 != nil || err2 != nil || version < 1 || n < 1 {
 		return RefusalAt{}, &lifecycle.FieldError{Field: "cursor", Problem: "is not a cursor of this list: pass next_cursor as it was given"}
 	}
-	return RefusalAt{Version: version, N: n}, nil
+	return RefusalAt{Version: int(version), N: n}, nil
 }
 
 // Refusals reads up to limit refusals of an operation from its stream, in
