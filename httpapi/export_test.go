@@ -11,6 +11,7 @@ type RouteInfo struct {
 	Request, Response reflect.Type
 	Status            int
 	Permission        string
+	Params            []string
 }
 
 // Routes returns the route table.
@@ -18,7 +19,7 @@ func Routes() []RouteInfo {
 	var out []RouteInfo
 	for _, rt := range routes {
 		info := RouteInfo{Method: rt.method, Path: rt.path, Status: rt.status,
-			Permission: permissionName(permission(rt.pattern()))}
+			Permission: permissionName(permission(rt.pattern())), Params: rt.params}
 		if rt.pattern() == webhookPattern {
 			info.Permission = "none"
 		}

@@ -245,18 +245,17 @@ func FuzzListQuery(f *testing.F) {
 		"cursor=bm90IGEgY3Vyc29y&source=Bad%20Name",
 		"status=error&status=failed",
 		"a=%zz",
+		"from=%FF&to=a%00&idempotency_key=k%0A",
 	} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, raw string) {
 		r := &http.Request{URL: &url.URL{RawQuery: raw}}
-		q, err := query(r, "status", "source", "target", "ordering_key", "possible_duplicate", "created_after", "created_before",
-			"limit", "cursor")
-		if err != nil {
+		if err := query(r, messageParams); err != nil {
 			refusedWell(t, err)
 			return
 		}
-		mf, err := messageFilterOf(q)
+		mf, err := messageFilterOf(r.URL.Query())
 		if err != nil {
 			var se *statusError
 			if !errors.As(err, &se) {
@@ -274,6 +273,14 @@ func FuzzListQuery(f *testing.F) {
 		}
 		if mf.OrderingKey != "" && lifecycle.CheckOrderingKey("ordering_key", mf.OrderingKey) != nil {
 			t.Fatalf("ordering key %q accepted", mf.OrderingKey)
+		}
+		for field, party := range map[string]string{"from": mf.From, "to": mf.To} {
+			if party != "" && lifecycle.CheckParty(field, party) != nil {
+				t.Fatalf("%s %q accepted", field, party)
+			}
+		}
+		if lifecycle.CheckKey("idempotency_key", mf.IdempotencyKey) != nil {
+			t.Fatalf("idempotency key %q accepted", mf.IdempotencyKey)
 		}
 		for _, at := range []time.Time{mf.CreatedAfter, mf.CreatedBefore} {
 			if at.IsZero() {

@@ -23,10 +23,7 @@ const (
 // a page never holds an event of a transaction that might still commit, so
 // following next_cursor misses none, however late one commits.
 func (s *Server) journal(w http.ResponseWriter, r *http.Request) error {
-	q, err := query(r, "cursor", "limit")
-	if err != nil {
-		return err
-	}
+	q := r.URL.Query()
 	limit, err := limitOf(q, defaultJournalLimit, maxJournalLimit)
 	var after journal.Mark
 	var cursorErr error

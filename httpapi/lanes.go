@@ -23,12 +23,12 @@ const (
 // those with deliveries waiting.
 func (s *Server) listLanes(w http.ResponseWriter, r *http.Request) error {
 	name := r.PathValue("name")
-	q, err := query(r, "blocked", "limit", "cursor")
-	if err != nil {
-		return err
-	}
-	var errs []error
-	blocked := false
+	q := r.URL.Query()
+	var (
+		errs    []error
+		err     error
+		blocked bool
+	)
 	if v := q.Get("blocked"); v != "" {
 		if blocked, err = strconv.ParseBool(v); err != nil {
 			errs = append(errs, &lifecycle.FieldError{Field: "blocked", Problem: fmt.Sprintf("%q: allowed are true, false", v)})

@@ -162,14 +162,13 @@ const (
 	maxMessageLimit     = 500
 )
 
+// messageParams are the query parameters of the messages list.
+var messageParams = []string{"status", "source", "target", "ordering_key", "possible_duplicate", "type", "from", "to",
+	"idempotency_key", "created_after", "created_before", "limit", "cursor"}
+
 // listMessages pages the messages newest first (projection.ListMessages).
 func (s *Server) listMessages(w http.ResponseWriter, r *http.Request) error {
-	q, err := query(r, "status", "source", "target", "ordering_key", "possible_duplicate", "type", "from", "to",
-		"idempotency_key", "created_after", "created_before", "limit", "cursor")
-	if err != nil {
-		return err
-	}
-	f, err := messageFilterOf(q)
+	f, err := messageFilterOf(r.URL.Query())
 	if err != nil {
 		return err
 	}
@@ -456,26 +455,6 @@ func pathID(r *http.Request, name string) (uuid.UUID, error) {
 		return uuid.Nil, fieldError(name, fmt.Sprintf("%q is not a UUID: write it as 8-4-4-4-12 hexadecimal digits", v))
 	}
 	return id, nil
-}
-
-// query returns the request's query parameters, refusing any not named in
-// allowed and any given twice.
-func query(r *http.Request, allowed ...string) (url.Values, error) {
-	q, err := url.ParseQuery(r.URL.RawQuery)
-	if err != nil {
-		return nil, fieldError("query", "is not a valid query string: "+err.Error())
-	}
-	var errs []error
-	for name, values := range q {
-		switch {
-		case !slices.Contains(allowed, name):
-			errs = append(errs, &lifecycle.FieldError{Field: keyName(name),
-				Problem: "is not a parameter here: allowed are " + strings.Join(allowed, ", ")})
-		case len(values) > 1:
-			errs = append(errs, &lifecycle.FieldError{Field: keyName(name), Problem: "is given more than once"})
-		}
-	}
-	return q, invalid(errs...)
 }
 
 // limitOf reads the limit parameter: def when absent, 1 to max.

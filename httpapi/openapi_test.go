@@ -440,6 +440,9 @@ func TestOpenAPIDescribesEveryRoute(t *testing.T) {
 		if op["x-permission"] != rt.Permission {
 			t.Errorf("%s: documented permission %v, served %s", name, op["x-permission"], rt.Permission)
 		}
+		if documented := paramsIn(s, op, "query"); !sameSet(documented, rt.Params) {
+			t.Errorf("%s: documented query parameters %v, taken %v", name, documented, rt.Params)
+		}
 		resp := s.resolve(obj(op["responses"])[strconv.Itoa(rt.Status)])
 		if resp == nil {
 			t.Errorf("%s: success status %d not documented", name, rt.Status)
@@ -496,7 +499,7 @@ func TestOpenAPIDescribesEveryRoute(t *testing.T) {
 			if got, want := api.Pattern(r), strings.ToUpper(method)+" "+httpapi.Prefix+path; got != want {
 				t.Errorf("%s %s is served as %q, want %q", strings.ToUpper(method), concrete, got, want)
 			}
-			for _, p := range typesOfParams(s, obj(item)[method]) {
+			for _, p := range paramsIn(s, obj(item)[method], "path") {
 				if !strings.Contains(path, "{"+p+"}") {
 					t.Errorf("%s documents path parameter %s, which its path lacks", name, p)
 				}
@@ -526,12 +529,13 @@ func TestOpenAPIDescribesEveryRoute(t *testing.T) {
 	}
 }
 
-// typesOfParams lists the path parameters an operation documents.
-func typesOfParams(s *spec, op any) []string {
+// paramsIn lists the parameters an operation documents in the path or
+// the query.
+func paramsIn(s *spec, op any, in string) []string {
 	var out []string
 	params, _ := obj(op)["parameters"].([]any)
 	for _, p := range params {
-		if p := s.resolve(p); p["in"] == "path" {
+		if p := s.resolve(p); p["in"] == in {
 			out = append(out, p["name"].(string))
 		}
 	}

@@ -82,10 +82,7 @@ func DryRunOf(pv *commands.Preview) DryRun {
 
 // listOperations pages the operations, newest first.
 func (s *Server) listOperations(w http.ResponseWriter, r *http.Request) error {
-	q, err := query(r, "limit", "cursor")
-	if err != nil {
-		return err
-	}
+	q := r.URL.Query()
 	limit, err := limitOf(q, defaultOperationLimit, maxOperationLimit)
 	errs := []error{err}
 	var after *projection.OperationCursor
@@ -166,10 +163,7 @@ func (s *Server) listRefusals(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	q, err := query(r, "limit", "cursor")
-	if err != nil {
-		return err
-	}
+	q := r.URL.Query()
 	limit, err := limitOf(q, defaultOperationLimit, maxOperationLimit)
 	errs := []error{err}
 	var after projection.RefusalAt

@@ -5,7 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net/http"
+	"net/url"
+	"slices"
 	"strings"
 	"time"
 
@@ -15,6 +18,7 @@ import (
 	"github.com/waybill/waybill/auth"
 	"github.com/waybill/waybill/commands"
 	"github.com/waybill/waybill/journal"
+	"github.com/waybill/waybill/lifecycle"
 	"github.com/waybill/waybill/service"
 )
 
@@ -103,7 +107,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	s := &Server{cfg: cfg, log: cfg.Logger, mux: http.NewServeMux(), metrics: m}
 	for _, rt := range routes {
-		s.mux.Handle(rt.pattern(), s.adapt(rt.handle))
+		s.mux.Handle(rt.pattern(), s.adapt(rt))
 	}
 	return s, nil
 }
@@ -270,14 +274,43 @@ func identity(r *http.Request) auth.Identity {
 // actor is the journal's actor for the request's token: operator:<name>.
 func actor(r *http.Request) string { return journal.OperatorActor(identity(r).Name) }
 
-// adapt turns a handler that returns its error into an http.Handler that
-// answers the error with the envelope.
-func (s *Server) adapt(h func(*Server, http.ResponseWriter, *http.Request) error) http.Handler {
+// adapt turns the route's handler, which returns its error, into an
+// http.Handler that refuses a query the route does not take, so a handler
+// reads its parameters from r.URL.Query(), and answers an error with the
+// envelope.
+func (s *Server) adapt(rt route) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if err := h(s, w, r); err != nil {
+		err := query(r, rt.params)
+		if err == nil {
+			err = rt.handle(s, w, r)
+		}
+		if err != nil {
 			s.fail(w, r, err)
 		}
 	})
+}
+
+// query refuses a query that does not parse, and any parameter not named
+// in allowed or given twice, every one at once.
+func query(r *http.Request, allowed []string) error {
+	q, err := url.ParseQuery(r.URL.RawQuery)
+	if err != nil {
+		return fieldError("query", "is not a valid query string: "+err.Error())
+	}
+	takes := "this call takes none"
+	if len(allowed) > 0 {
+		takes = "allowed are " + strings.Join(allowed, ", ")
+	}
+	var errs []error
+	for _, name := range slices.Sorted(maps.Keys(q)) {
+		switch {
+		case !slices.Contains(allowed, name):
+			errs = append(errs, &lifecycle.FieldError{Field: keyName(name), Problem: "is not a parameter here: " + takes})
+		case len(q[name]) > 1:
+			errs = append(errs, &lifecycle.FieldError{Field: keyName(name), Problem: "is given more than once"})
+		}
+	}
+	return invalid(errs...)
 }
 
 // configChanged tells the caller that a configuration change committed.

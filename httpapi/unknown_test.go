@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
@@ -54,6 +55,42 @@ func TestUnknownIDsAreNotFound(t *testing.T) {
 	}
 	b.unchanged(t, before)
 	b.ingest(t, ingestToken, httpapi.IngestRequest{})
+}
+
+// TestEveryRouteRefusesUnknownParameters: every route, the webhook's too,
+// refuses a query parameter it does not take, and one it takes given
+// twice, with 400 naming it, and changes nothing.
+func TestEveryRouteRefusesUnknownParameters(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.target(t, "billing", nil)
+	m := b.ingest(t, ingestToken, httpapi.IngestRequest{})
+	before := b.counts(t)
+	for _, rt := range httpapi.Routes() {
+		path := strings.NewReplacer("{id}", m.ID.String(), "{delivery_id}", m.Deliveries[0].ID.String(), "{name}", "billing").Replace(rt.Path)
+		send := func(query string) *reply {
+			return b.send(t, adminToken, rt.Method, path+"?"+query, "application/json", []byte("{}"))
+		}
+		send("bogus=1").invalidField(t, "bogus")
+		send("x=1&x=2").invalidField(t, "x")
+		for _, p := range rt.Params {
+			send(p+"=1&"+p+"=2").invalidField(t, p)
+		}
+	}
+	b.unchanged(t, before)
+
+	e := b.admin(t, http.MethodGet, "/routes?source=crm", nil).invalidField(t, "source")
+	if !strings.Contains(e.Details.Problem, "takes none") {
+		t.Errorf("problem %q", e.Details.Problem)
+	}
+	e = b.admin(t, http.MethodGet, "/targets?limit=-5&bogus=1", nil).invalidField(t, "bogus")
+	if len(e.Details.Errors) != 2 || e.Details.Errors[1].Field != "limit" {
+		t.Errorf("every wrong parameter is listed: %+v", e.Details)
+	}
+	e = b.admin(t, http.MethodGet, "/operations?page=2", nil).invalidField(t, "page")
+	if !strings.Contains(e.Details.Problem, "allowed are limit, cursor") {
+		t.Errorf("problem %q", e.Details.Problem)
+	}
 }
 
 // panicky is an Authenticator that panics on the token "panic".
