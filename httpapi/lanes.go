@@ -22,11 +22,13 @@ const (
 // listLanes pages a target's lanes by ordering key; blocked=true keeps
 // those with deliveries waiting.
 func (s *Server) listLanes(w http.ResponseWriter, r *http.Request) error {
-	name := r.PathValue("name")
+	name, err := targetName(r)
+	if err != nil {
+		return err
+	}
 	q := r.URL.Query()
 	var (
 		errs    []error
-		err     error
 		blocked bool
 	)
 	if v := q.Get("blocked"); v != "" {

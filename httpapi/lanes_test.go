@@ -62,6 +62,7 @@ func TestSkipAndLanes(t *testing.T) {
 	b.admin(t, http.MethodGet, "/targets/nobody/lanes", nil).fails(t, http.StatusNotFound, httpapi.CodeNotFound)
 	b.admin(t, http.MethodGet, "/targets/hl7/lanes?blocked=maybe", nil).invalidField(t, "blocked")
 	b.admin(t, http.MethodGet, "/targets/hl7/lanes?cursor=!", nil).invalidField(t, "cursor")
+	b.admin(t, http.MethodGet, "/targets/HL7%20feed/lanes", nil).invalidField(t, "name")
 
 	// Skipping the head lets the next go; the reason and the operator are
 	// journaled.
