@@ -51,8 +51,9 @@ func (s *Server) readJSON(w http.ResponseWriter, r *http.Request, v any, emptyOK
 
 // decodeStrict decodes the JSON object data into the struct v points to.
 // Unlike encoding/json it matches names exactly, refuses names v has no
-// field for, and reports every problem as a *lifecycle.FieldError with the
-// field's path (such as "retry.jitter"), all of them joined in ErrInvalid.
+// field for and names an object gives twice, and reports every problem as
+// a *lifecycle.FieldError with the field's path (such as "retry.jitter"),
+// all of them joined in ErrInvalid.
 func decodeStrict(data []byte, v any) error {
 	return invalid(decodeValue(data, reflect.ValueOf(v).Elem(), "")...)
 }
@@ -80,14 +81,18 @@ func decodeValue(data []byte, v reflect.Value, path string) []error {
 		if err := json.Unmarshal(data, v.Addr().Interface()); err != nil {
 			return []error{&lifecycle.FieldError{Field: path, Problem: valueProblem(err, t)}}
 		}
+		if t.Kind() == reflect.Map {
+			_, repeated, _ := members(data)
+			return repeats(path, repeated)
+		}
 		return nil
 	}
-	var object map[string]json.RawMessage
-	if err := json.Unmarshal(data, &object); err != nil || (object == nil && path == "") {
+	object, repeated, ok := members(data)
+	if !ok || (object == nil && path == "") {
 		return []error{&lifecycle.FieldError{Field: orBody(path), Problem: "must be a JSON object"}}
 	}
 	fields := jsonFields(t)
-	var errs []error
+	errs := repeats(path, repeated)
 	for _, name := range slices.Sorted(maps.Keys(object)) {
 		index, ok := fields[name]
 		if !ok {
@@ -96,6 +101,48 @@ func decodeValue(data []byte, v reflect.Value, path string) []error {
 			continue
 		}
 		errs = append(errs, decodeValue(object[name], v.Field(index), join(path, name))...)
+	}
+	return errs
+}
+
+// members reads the JSON object data by name, with the names it gives
+// more than once, whose last value encoding/json would keep without a word.
+// ok is false when data is not one object; null is an object of none.
+func members(data []byte) (object map[string]json.RawMessage, repeated []string, ok bool) {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+		return nil, nil, err == nil && tok == nil && atEnd(dec)
+	}
+	object = map[string]json.RawMessage{}
+	for dec.More() {
+		tok, err := dec.Token()
+		name, isName := tok.(string)
+		var value json.RawMessage
+		if err != nil || !isName || dec.Decode(&value) != nil {
+			return nil, nil, false
+		}
+		if _, seen := object[name]; seen && !slices.Contains(repeated, name) {
+			repeated = append(repeated, name)
+		}
+		object[name] = value
+	}
+	if _, err := dec.Token(); err != nil { // the closing brace
+		return nil, nil, false
+	}
+	return object, repeated, atEnd(dec)
+}
+
+// atEnd reports whether nothing but white space is left for dec.
+func atEnd(dec *json.Decoder) bool {
+	_, err := dec.Token()
+	return err == io.EOF
+}
+
+// repeats are the refusals of the names an object at path repeats.
+func repeats(path string, names []string) []error {
+	var errs []error
+	for _, name := range names {
+		errs = append(errs, &lifecycle.FieldError{Field: join(path, keyName(name)), Problem: "is given more than once"})
 	}
 	return errs
 }

@@ -183,6 +183,9 @@ func TestIngestRefusesBadInputAndWritesNothing(t *testing.T) {
 		{"header name", `{"source":"erp","from":"acme","to":"globex","payload":"hi","headers":{"x a":"1"}}`, "headers"},
 		{"header value", `{"source":"erp","from":"acme","to":"globex","payload":"hi","headers":{"x-a":"1\r\nx-b: 2"}}`, "headers.x-a"},
 		{"header twice", `{"source":"erp","from":"acme","to":"globex","payload":"hi","headers":{"X-A":"1","x-a":"2"}}`, "headers.x-a"},
+		{"header repeated", `{"source":"erp","from":"acme","to":"globex","payload":"hi","headers":{"x-a":"1","x-a":"2"}}`, "headers.x-a"},
+		{"field repeated", `{"source":"erp","from":"acme","to":"globex","payload":"hi","to":"initech"}`, "to"},
+		{"field escaped and repeated", `{"source":"erp","from":"acme","to":"globex","payload":"hi","\u0074o":"initech"}`, "to"},
 		{"too many headers", `{"source":"erp","from":"acme","to":"globex","payload":"hi","headers":{` + manyHeaders(65) + `}}`, "headers"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -100,6 +100,27 @@ func TestTargets(t *testing.T) {
 	}
 }
 
+// TestRepeatedNamesAreRefused: a name an object of the body gives twice,
+// at any depth, is 400 naming it, once however often it is given, and
+// nothing is written; a POST and a PUT alike.
+func TestRepeatedNamesAreRefused(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.target(t, "billing", nil)
+	before := b.counts(t)
+	target := `{"name":"billing","kind":"http","config":{"url":"http://127.0.0.1:9/"},`
+	for _, method := range []string{http.MethodPost, http.MethodPut} {
+		path := map[string]string{http.MethodPost: "/targets", http.MethodPut: "/targets/billing"}[method]
+		b.admin(t, method, path, target+`"enabled":true,"enabled":false}`).invalidField(t, "enabled")
+		e := b.admin(t, method, path, target+`"retry":{"max_attempts":5,"max_attempts":1,"max_attempts":2}}`).
+			invalidField(t, "retry.max_attempts")
+		if len(e.Details.Errors) != 0 || e.Details.Problem != "is given more than once" {
+			t.Errorf("%s: details %+v", method, e.Details)
+		}
+	}
+	b.unchanged(t, before)
+}
+
 // TestTargetEnabledByDefault: a target created without "enabled" is
 // enabled, one created with false is not, and a PUT without it keeps the
 // value the target has, whichever it is.
