@@ -3,6 +3,8 @@ package httpapi
 import (
 	"net/http"
 	"reflect"
+
+	"github.com/waybill/waybill/projection"
 )
 
 // RouteInfo describes one route of the table for the tests.
@@ -47,3 +49,7 @@ func DecodeStrict(data []byte, v any) error { return decodeStrict(data, v) }
 var Codes = []string{CodeSignatureInvalid, CodeCorrelationConsumed, CodeIdempotencyConflict, CodeInvalidField, CodeInvalidStatus, CodeUnauthorized, CodeForbidden, CodeNotFound,
 	CodeMethodNotAllowed, CodeAlreadyExists, CodeTargetInUse, CodeTooManyKeys, CodeNotRedispatchable, CodeNotRedeliverable, CodeNotScheduled, CodeNotSkippable, CodeNotResendable, CodePreconditionFailed,
 	CodeReceiptRefused, CodePayloadExpunged, CodeNotCancellable, CodeConflict, CodePayloadTooLarge, CodeUnsupportedMediaType, CodeUnavailable, CodeLastAdminToken, CodeInternal}
+
+// PauseRebuilds makes the Server's online rebuilds call pause in each
+// phase (projection.OnlineOptions.Pause); set it before starting one.
+func (s *Server) PauseRebuilds(pause func(projection.OnlinePhase)) { s.cfg.Rebuilds.pause = pause }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"runtime/debug"
 	"sync"
 	"time"
 
@@ -24,6 +25,8 @@ type Rebuilds struct {
 	db  *pgxpool.Pool
 	log *slog.Logger
 	now func() time.Time
+	// pause is the runs' projection.OnlineOptions.Pause, which a test sets.
+	pause func(projection.OnlinePhase)
 
 	mu     sync.Mutex
 	runs   map[uuid.UUID]*Rebuild
@@ -48,20 +51,7 @@ func (rs *Rebuilds) Start(operator string) Rebuild {
 	rs.mu.Unlock()
 	rs.log.Info("online rebuild started", "rebuild_id", run.ID, "operator", operator)
 	go func() {
-		report, err := projection.OnlineRebuild(context.Background(), rs.db, projection.OnlineOptions{Log: rs.log,
-			Progress: func(p projection.OnlineProgress) {
-				rs.mu.Lock()
-				defer rs.mu.Unlock()
-				run.Events, run.Total, run.Lag, run.Rounds = p.Events, p.Total, p.Lag, p.Rounds
-				// The end is set below, with what it found, at once.
-				if p.Phase != projection.PhaseDone && p.Phase != projection.PhaseFailed {
-					run.Phase = p.Phase
-				}
-				if p.LockHeld > 0 {
-					ms := p.LockHeld.Milliseconds()
-					run.LockHeldMs = &ms
-				}
-			}})
+		report, err := rs.run(run)
 		rs.mu.Lock()
 		defer rs.mu.Unlock()
 		end := rs.now()
@@ -77,6 +67,32 @@ func (rs *Rebuilds) Start(operator string) Rebuild {
 		rs.log.Info("online rebuild done", "rebuild_id", run.ID, "violations", n)
 	}()
 	return answer
+}
+
+// run runs the online rebuild of run, keeping where it stands. A panic in
+// it is its error, logged with its stack: it fails the rebuild, not the
+// process.
+func (rs *Rebuilds) run(run *Rebuild) (report *projection.Report, err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			rs.log.Error("online rebuild panicked", "rebuild_id", run.ID, "panic", v, "stack", string(debug.Stack()))
+			err = fmt.Errorf("online rebuild panicked: %v", v)
+		}
+	}()
+	return projection.OnlineRebuild(context.Background(), rs.db, projection.OnlineOptions{Log: rs.log, Pause: rs.pause,
+		Progress: func(p projection.OnlineProgress) {
+			rs.mu.Lock()
+			defer rs.mu.Unlock()
+			run.Events, run.Total, run.Lag, run.Rounds = p.Events, p.Total, p.Lag, p.Rounds
+			// The end is set by Start, with what it found, at once.
+			if p.Phase != projection.PhaseDone && p.Phase != projection.PhaseFailed {
+				run.Phase = p.Phase
+			}
+			if p.LockHeld > 0 {
+				ms := p.LockHeld.Milliseconds()
+				run.LockHeldMs = &ms
+			}
+		}})
 }
 
 // Get is where the rebuild id stands, false when this server started none
