@@ -390,8 +390,8 @@ func RequestErrorText(err error) string {
 
 // externalID finds the receiver's id for the message where c says: a
 // header, or a string or number at a JSON pointer into the body. An id
-// that is empty, longer than lifecycle.MaxExternalIDLength or holds a
-// control character is none.
+// that is empty, longer than lifecycle.MaxExternalIDLength, not UTF-8 or
+// holds a control character is none.
 func externalID(c lifecycle.Correlation, header http.Header, body []byte) (string, bool) {
 	var id string
 	if c.Header != "" {
