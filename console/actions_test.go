@@ -723,3 +723,28 @@ func TestBreakerBadgeAndCloseByHand(t *testing.T) {
 	c.get(t, page).has(t, "The breaker of target billing is closed.", ">Healthy</span>").lacks(t, "/health/close")
 	c.get(t, "/ui/targets/nowhere/health/close").want(t, http.StatusNotFound)
 }
+
+// TestHeadIsAGet: a HEAD of a page is answered as its GET, an edit's or
+// an action's page among them, and writes nothing, whatever the form.
+func TestHeadIsAGet(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.target(t, "billing")
+	b.inbox(t, "aodb")
+	c := b.signedIn(t, b.admin)
+	changes := b.changes.Load()
+	for _, path := range []string{"/ui/targets/billing/edit", "/ui/sources/aodb/edit", "/ui/operations/new",
+		"/ui/operations/new?action=skip", "/ui/settings", "/ui/targets/billing/disable"} {
+		get := c.get(t, path)
+		req, err := http.NewRequestWithContext(b.ctx, http.MethodHead, c.base+path, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if head := c.do(t, req); head.status != get.status || head.body != "" {
+			t.Errorf("HEAD %s: %d, %d bytes; GET: %d", path, head.status, len(head.body), get.status)
+		}
+	}
+	if b.changes.Load() != changes {
+		t.Error("a HEAD announced a change")
+	}
+}

@@ -197,7 +197,8 @@ type route struct {
 type handler func(c *Console, w http.ResponseWriter, r *http.Request, s *auth.Session) error
 
 // routeTable is everything the console serves. An action is a GET of its
-// confirmation page and a POST of the same path, which does it.
+// confirmation page and a POST of the same path, which does it; a HEAD
+// is served as its GET, so a handler does anything only on a POST.
 var routeTable = []route{
 	{"GET /ui/static/", public, (*Console).static},
 	{"GET /ui/signin", public, (*Console).signinPage},
