@@ -135,3 +135,24 @@ func TestSources(t *testing.T) {
 		t.Errorf("%d configuration changes told, want 4", got)
 	}
 }
+
+// TestConfigWithANulIs400: a target's or a source's config that holds a
+// NUL, which the database cannot keep, is 400 naming where it is, on a
+// create and an update alike, and changes nothing.
+func TestConfigWithANulIs400(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.target(t, "billing", nil)
+	b.admin(t, http.MethodPost, "/sources", map[string]any{"name": "drop", "kind": "directory",
+		"config": map[string]any{"dir": "/var/spool/in", "from": "erp", "to": "billing"}}).want(t, http.StatusCreated, nil)
+	before := b.counts(t)
+	for _, c := range []struct{ method, path, body, field string }{
+		{http.MethodPost, "/targets", `{"name":"out","kind":"file","config":{"dir":"/tmp/\u0000"}}`, "config.dir"},
+		{http.MethodPut, "/targets/billing", `{"kind":"http","config":{"url":"http://127.0.0.1:9/","headers":{"X-A":"a"},"x":["a","\u0000"]}}`, "config.x[1]"},
+		{http.MethodPost, "/sources", `{"name":"in","kind":"directory","config":{"dir":"/in\u0000","from":"erp","to":"billing"}}`, "config.dir"},
+		{http.MethodPut, "/sources/drop", `{"kind":"directory","config":{"dir":"/var/spool/in","from":"erp","to":"billing","\u0000":1}}`, "config.\x00"},
+	} {
+		b.send(t, adminToken, c.method, c.path, "application/json", []byte(c.body)).invalidField(t, c.field)
+	}
+	b.unchanged(t, before)
+}

@@ -305,11 +305,7 @@ func (t Target) Lease() time.Duration { return 2*t.AttemptTimeout.D() + time.Min
 // own configuration is the kind's to check.
 func (t Target) Validate() error {
 	var errs []error
-	errs = append(errs, CheckName("name", t.Name), CheckName("kind", t.Kind))
-	var obj map[string]json.RawMessage
-	if err := json.Unmarshal(t.Config, &obj); err != nil || obj == nil {
-		errs = append(errs, &FieldError{Field: "config", Problem: "must be a JSON object"})
-	}
+	errs = append(errs, CheckName("name", t.Name), CheckName("kind", t.Kind), checkConfig(t.Config))
 	if t.MaxConcurrent < 0 || t.MaxConcurrent > MaxMaxConcurrent {
 		errs = append(errs, &FieldError{Field: "max_concurrent",
 			Problem: fmt.Sprintf("must be from 1 to %d, or left out for no bound across the cluster, got %d", MaxMaxConcurrent, t.MaxConcurrent)})

@@ -221,3 +221,31 @@ func TestCheckPartyAndKey(t *testing.T) {
 		}
 	}
 }
+
+// TestConfigHoldsNoNul: a target's and a source's config is a JSON object
+// whose names and strings hold no NUL, found at any depth and named by
+// its path; an escaped backslash before u0000 is no NUL.
+func TestConfigHoldsNoNul(t *testing.T) {
+	for _, tt := range []struct{ config, field string }{
+		{`{"dir":"/tmp"}`, ""},
+		{`{"dir":"\\u0000"}`, ""},
+		{`[]`, "config"},
+		{`null`, "config"},
+		{`{"dir":"/tmp\u0000"}`, "config.dir"},
+		{`{"a":{"b":[1,"x","\u0000"]}}`, "config.a.b[2]"},
+		{`{"a\u0000":1}`, "config.a\x00"},
+	} {
+		target := Target{Name: "out", Kind: "file", Config: json.RawMessage(tt.config)}.WithDefaults()
+		target.Config = json.RawMessage(tt.config)
+		for what, err := range map[string]error{"target": target.Validate(),
+			"source": Source{Name: "in", Kind: "directory", Config: json.RawMessage(tt.config)}.Validate()} {
+			var fe *FieldError
+			switch {
+			case tt.field == "" && err != nil:
+				t.Errorf("%s config %s: %v", what, tt.config, err)
+			case tt.field != "" && (!errors.As(err, &fe) || fe.Field != tt.field):
+				t.Errorf("%s config %s: %v, want a refusal of %s", what, tt.config, err, tt.field)
+			}
+		}
+	}
+}
