@@ -97,7 +97,7 @@ func decodeValue(data []byte, v reflect.Value, path string) []error {
 		index, ok := fields[name]
 		if !ok {
 			errs = append(errs, &lifecycle.FieldError{Field: join(path, keyName(name)),
-				Problem: "is not a field here: allowed are " + strings.Join(slices.Sorted(maps.Keys(fields)), ", ")})
+				Problem: "is not a field here: " + allowedAre(slices.Sorted(maps.Keys(fields)))})
 			continue
 		}
 		errs = append(errs, decodeValue(object[name], v.Field(index), join(path, name))...)
@@ -193,6 +193,15 @@ func valueProblem(err error, t reflect.Type) string {
 		return "must be an array"
 	}
 	return "must be a JSON object"
+}
+
+// allowedAre says which names a refused one could have been: an object
+// or a query may take none.
+func allowedAre(names []string) string {
+	if len(names) == 0 {
+		return "none is allowed"
+	}
+	return "allowed are " + strings.Join(names, ", ")
 }
 
 // keyName is a key as a refusal names it: an empty key is a key too, and

@@ -297,15 +297,11 @@ func query(r *http.Request, allowed []string) error {
 	if err != nil {
 		return fieldError("query", "is not a valid query string: "+err.Error())
 	}
-	takes := "this call takes none"
-	if len(allowed) > 0 {
-		takes = "allowed are " + strings.Join(allowed, ", ")
-	}
 	var errs []error
 	for _, name := range slices.Sorted(maps.Keys(q)) {
 		switch {
 		case !slices.Contains(allowed, name):
-			errs = append(errs, &lifecycle.FieldError{Field: keyName(name), Problem: "is not a parameter here: " + takes})
+			errs = append(errs, &lifecycle.FieldError{Field: keyName(name), Problem: "is not a parameter here: " + allowedAre(allowed)})
 		case len(q[name]) > 1:
 			errs = append(errs, &lifecycle.FieldError{Field: keyName(name), Problem: "is given more than once"})
 		}

@@ -80,12 +80,16 @@ func TestEveryRouteRefusesUnknownParameters(t *testing.T) {
 	b.unchanged(t, before)
 
 	e := b.admin(t, http.MethodGet, "/routes?source=crm", nil).invalidField(t, "source")
-	if !strings.Contains(e.Details.Problem, "takes none") {
+	if e.Details.Problem != "is not a parameter here: none is allowed" {
 		t.Errorf("problem %q", e.Details.Problem)
 	}
 	e = b.admin(t, http.MethodGet, "/targets?limit=-5&bogus=1", nil).invalidField(t, "bogus")
 	if len(e.Details.Errors) != 2 || e.Details.Errors[1].Field != "limit" {
 		t.Errorf("every wrong parameter is listed: %+v", e.Details)
+	}
+	e = b.act(t, "/messages/"+m.ID.String()+"/redispatch", "", `{"reason":"x"}`).invalidField(t, "reason")
+	if e.Details.Problem != "is not a field here: none is allowed" {
+		t.Errorf("problem %q", e.Details.Problem)
 	}
 	e = b.admin(t, http.MethodGet, "/operations?page=2", nil).invalidField(t, "page")
 	if !strings.Contains(e.Details.Problem, "allowed are limit, cursor") {
