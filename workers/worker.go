@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -439,6 +440,21 @@ func (w *Worker[T]) run(job Job[T]) {
 	}
 }
 
+// deliver makes an attempt. A panic in it, a bug that what the attempt
+// reads (a payload, a transform, a receiver's answer) may set off again,
+// is that attempt's outcome: a retry, as for a failed connection, logged
+// with its stack, while the process and its other attempts go on.
+func (w *Worker[T]) deliver(ctx context.Context, work T) (o lifecycle.Outcome) {
+	defer func() {
+		if v := recover(); v != nil {
+			w.log.Error("attempt panicked", "panic", v, "stack", string(debug.Stack()))
+			o = lifecycle.Outcome{Kind: lifecycle.OutcomeRetry,
+				Text: lifecycle.Cut(fmt.Sprintf("the attempt panicked: %v", v), lifecycle.MaxErrorTextLength)}
+		}
+	}()
+	return w.cfg.Deliverer.Deliver(ctx, work)
+}
+
 // attempt attempts a claimed job and records what came of it. It returns
 // the job the outcome claimed for this worker, nil when there is none or
 // the worker is stopping (the job is then given back).
@@ -450,7 +466,7 @@ func (w *Worker[T]) attempt(job Job[T]) *Job[T] {
 	ctx, cancel := context.WithTimeout(context.Background(), w.cfg.AttemptTimeout)
 	stop := context.AfterFunc(w.hard, cancel)
 	began := time.Now()
-	outcome := w.cfg.Deliverer.Deliver(ctx, job.Work)
+	outcome := w.deliver(ctx, job.Work)
 	stop()
 	cancel()
 	w.metrics.attemptSeconds.WithLabelValues(w.cfg.Name).Observe(time.Since(began).Seconds())

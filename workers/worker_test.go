@@ -26,8 +26,10 @@ type skippingStore struct {
 	claimDue int
 	// follow names the job an outcome claims next, by work.
 	follow map[string]string
-	// asked is what each job's outcome asked to claim next, by work.
-	asked map[string]workers.Next
+	// asked is what each job's outcome asked to claim next, and outcomes
+	// its outcome, by work.
+	asked    map[string]workers.Next
+	outcomes map[string]lifecycle.Outcome
 }
 
 func (s *skippingStore) Claim(context.Context, uuid.UUID) (workers.Job[string], error) {
@@ -48,12 +50,12 @@ func (s *skippingStore) ClaimDue(_ context.Context, n int) ([]workers.Job[string
 	return jobs, nil
 }
 
-func (s *skippingStore) Complete(_ context.Context, job workers.Job[string], _ lifecycle.Outcome, claim workers.Next) (*workers.Job[string], error) {
+func (s *skippingStore) Complete(_ context.Context, job workers.Job[string], o lifecycle.Outcome, claim workers.Next) (*workers.Job[string], error) {
 	s.mu.Lock()
 	if s.asked == nil {
-		s.asked = map[string]workers.Next{}
+		s.asked, s.outcomes = map[string]workers.Next{}, map[string]lifecycle.Outcome{}
 	}
-	s.asked[job.Work] = claim
+	s.asked[job.Work], s.outcomes[job.Work] = claim, o
 	s.mu.Unlock()
 	s.done <- job.Work
 	if next, ok := s.follow[job.Work]; ok {
@@ -108,6 +110,34 @@ func TestAnOutcomeHandsTheSlotToTheJobItClaimed(t *testing.T) {
 		follow: map[string]string{"head": "second", "second": "third"}}
 	startSkipping(t, store, okDeliverer{}, 1)
 	store.completed(t, "head", "second", "third")
+}
+
+// panicky panics at the attempt of its work "bad".
+type panicky struct{}
+
+func (panicky) Deliver(_ context.Context, work string) lifecycle.Outcome {
+	if work == "bad" {
+		panic("a bug")
+	}
+	return lifecycle.Delivered("ok")
+}
+
+// TestPanickingAttemptIsRetried: an attempt that panics is that attempt's
+// outcome, a retry that names the panic; the worker goes on with the next.
+func TestPanickingAttemptIsRetried(t *testing.T) {
+	t.Parallel()
+	store := &skippingStore{done: make(chan string, 2), batches: [][]workers.Job[string]{{{ID: uuid.New(), Work: "bad"}}},
+		follow: map[string]string{"bad": "good"}}
+	startSkipping(t, store, panicky{}, 1)
+	store.completed(t, "bad", "good")
+	store.mu.Lock()
+	defer store.mu.Unlock()
+	if o := store.outcomes["bad"]; o.Kind != lifecycle.OutcomeRetry || o.Text != "the attempt panicked: a bug" {
+		t.Errorf("the panicking attempt's outcome: %+v", o)
+	}
+	if o := store.outcomes["good"]; o.Kind != lifecycle.OutcomeDelivered {
+		t.Errorf("the next attempt's outcome: %+v", o)
+	}
 }
 
 // TestShortCatchUpRunsAgain: a catch-up that came back short but claimed
