@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime/debug"
 	"sync"
 	"time"
 
@@ -153,7 +154,7 @@ func (c *Consumer) run(msgs <-chan *message.Message) {
 		ctx := msg.Context()
 		events, err := decodeEvents(msg.Payload)
 		if err == nil {
-			err = c.handle(ctx, events)
+			err = c.handleSafely(ctx, events)
 		}
 		if err != nil {
 			if ctx.Err() == nil {
@@ -164,6 +165,20 @@ func (c *Consumer) run(msgs <-chan *message.Message) {
 		}
 		msg.Ack()
 	}
+}
+
+// handleSafely hands a transaction's events to the handler. A panic in it,
+// a bug, is that transaction's error, logged with its stack: the
+// transaction is delivered again, as after any error, and the process
+// goes on.
+func (c *Consumer) handleSafely(ctx context.Context, events []journal.Event) (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			c.log.Error("feed handler panicked", "panic", v, "stack", string(debug.Stack()))
+			err = fmt.Errorf("handler panicked: %v", v)
+		}
+	}()
+	return c.handle(ctx, events)
 }
 
 // Stop ends the feed and waits, within ctx, for the handler to return. The

@@ -171,6 +171,26 @@ func TestLateCommitIsDeliveredOnce(t *testing.T) {
 	}
 }
 
+// TestHandlerPanicIsAnError: a handler that panics fails that transaction,
+// which is delivered again; the consumer goes on.
+func TestHandlerPanicIsAnError(t *testing.T) {
+	t.Parallel()
+	db := dbtest.Pool(t)
+	streams := appendEvents(t, db, 2)
+	r := &recorder{}
+	var panicked atomic.Bool
+	start(t, feed.Config{DB: db, Group: "panics", Handle: func(ctx context.Context, events []journal.Event) error {
+		if events[0].Stream == streams[1] && panicked.CompareAndSwap(false, true) {
+			panic("a bug")
+		}
+		return r.handle(ctx, events)
+	}})
+	testpoll.Until(t, "both events handled", func() bool { return len(r.streams()) == 2 })
+	if got := r.streams(); !slices.Equal(got, streams) || !panicked.Load() {
+		t.Errorf("handled %v after a panic (%t), want %v", got, panicked.Load(), streams)
+	}
+}
+
 func TestRestartResumesAfterTheLastAck(t *testing.T) {
 	t.Parallel()
 	db := dbtest.Pool(t)
