@@ -164,7 +164,8 @@ func BatchSize(rate int) int { return min(max(rate/4, 1), 100) }
 // can pass (the database away): the step changed nothing and may be run
 // again. A failure that cannot pass ends the operation failed, with the
 // error as its reason.
-func (r *Runner) Step(ctx context.Context) (Result, error) {
+func (r *Runner) Step(ctx context.Context) (_ Result, err error) {
+	defer service.Recovered(r.log, "bulk step", &err)
 	o, err := projection.NextRunning(ctx, r.cfg.DB)
 	if err != nil || o == nil {
 		return Result{}, err

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"runtime/debug"
 	"sync"
 	"time"
 
@@ -172,12 +171,7 @@ func (c *Consumer) run(msgs <-chan *message.Message) {
 // transaction is delivered again, as after any error, and the process
 // goes on.
 func (c *Consumer) handleSafely(ctx context.Context, events []journal.Event) (err error) {
-	defer func() {
-		if v := recover(); v != nil {
-			c.log.Error("feed handler panicked", "panic", v, "stack", string(debug.Stack()))
-			err = fmt.Errorf("handler panicked: %v", v)
-		}
-	}()
+	defer service.Recovered(c.log, "feed handler", &err)
 	return c.handle(ctx, events)
 }
 

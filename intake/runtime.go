@@ -10,7 +10,6 @@ import (
 	"math"
 	"os"
 	"reflect"
-	"runtime/debug"
 	"slices"
 	"sync"
 	"time"
@@ -307,12 +306,11 @@ func (run *runner) run(ctx context.Context) {
 // it may have left half-changed, resumes from the stored watermark.
 func (run *runner) poll(ctx context.Context) (rep report, err error) {
 	defer func() {
-		if v := recover(); v != nil {
-			run.log.Error("source poll panicked", "panic", v, "stack", string(debug.Stack()))
-			rep, err = report{owed: -1}, fmt.Errorf("poll panicked: %v", v)
-			run.stale = true
+		if errors.Is(err, service.ErrPanicked) {
+			rep, run.stale = report{owed: -1}, true
 		}
 	}()
+	defer service.Recovered(run.log, "poll", &err)
 	return run.p.poll(ctx)
 }
 

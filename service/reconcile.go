@@ -37,7 +37,7 @@ func (r *Reconciler) Start(ctx context.Context) error {
 	if err := r.loop.Begin(r.name); err != nil {
 		return err
 	}
-	if err := r.sync(ctx); err != nil {
+	if err := r.syncOnce(ctx); err != nil {
 		r.loop.Abandon()
 		return err
 	}
@@ -52,7 +52,7 @@ func (r *Reconciler) Start(ctx context.Context) error {
 			case <-t.C:
 			case <-r.poke:
 			}
-			if err := r.sync(ctx); err != nil && ctx.Err() == nil {
+			if err := r.syncOnce(ctx); err != nil && ctx.Err() == nil {
 				retry = min(max(2*retry, retryFirst), r.every)
 				r.log.Error("sync with the configuration", "loop", r.name, "err", err, "retry_in", retry)
 				t.Reset(retry)
@@ -63,6 +63,12 @@ func (r *Reconciler) Start(ctx context.Context) error {
 		}
 	})
 	return nil
+}
+
+// syncOnce runs the sync; a panic in it fails that sync alone.
+func (r *Reconciler) syncOnce(ctx context.Context) (err error) {
+	defer Recovered(r.log, r.name+" sync", &err)
+	return r.sync(ctx)
 }
 
 // Poke asks for a sync at once: the configuration changed. It never

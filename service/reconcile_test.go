@@ -57,8 +57,8 @@ func TestReconciler(t *testing.T) {
 	failed.Stop(t.Context())
 }
 
-// TestReconcilerRetriesAFailedSync: a sync that fails is tried again after
-// a second, then two, and once one succeeds the period is back.
+// TestReconcilerRetriesAFailedSync: a sync that fails, or panics, is tried
+// again after a second, then two, and once one succeeds the period is back.
 func TestReconcilerRetriesAFailedSync(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var at []time.Duration
@@ -66,7 +66,11 @@ func TestReconcilerRetriesAFailedSync(t *testing.T) {
 		fail := 0
 		r := service.NewReconciler("test", time.Minute, slog.New(slog.DiscardHandler), func(context.Context) error {
 			at = append(at, time.Since(start))
-			if fail > 0 {
+			switch {
+			case fail == 2:
+				fail--
+				panic("a bug")
+			case fail > 0:
 				fail--
 				return errors.New("no database")
 			}

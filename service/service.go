@@ -9,13 +9,30 @@ package service
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
+	"runtime/debug"
 	"sync"
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
 )
+
+// Recovered, deferred by a function that does one round of a loop's work
+// (a pass, a poll, an attempt, a feed handler's call), turns a panic in it
+// into its error, named by what and logged with its stack: a bug that the
+// round's data may set off again fails that round alone, and the process
+// and the loop go on.
+func Recovered(log *slog.Logger, what string, err *error) {
+	if v := recover(); v != nil {
+		log.Error(what+" panicked", "panic", v, "stack", string(debug.Stack()))
+		*err = fmt.Errorf("%s %w: %v", what, ErrPanicked, v)
+	}
+}
+
+// ErrPanicked is in the error Recovered gives a round that panicked.
+var ErrPanicked = errors.New("panicked")
 
 // Service is a long-running part of a process.
 type Service interface {

@@ -3,6 +3,7 @@ package service_test
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"slices"
 	"testing"
 
@@ -88,4 +89,23 @@ func TestLoopStartsOnceAndStopWaitsForIt(t *testing.T) {
 	}
 	failed.Abandon()
 	failed.Stop(t.Context()) // returns: nothing to wait for
+}
+
+// TestRecovered: a panic in a round of work is its error, which names it
+// and is ErrPanicked; a round that returns is left as it returned.
+func TestRecovered(t *testing.T) {
+	round := func(f func() error) (err error) {
+		defer service.Recovered(slog.New(slog.DiscardHandler), "pass", &err)
+		return f()
+	}
+	if err := round(func() error { panic("a bug") }); !errors.Is(err, service.ErrPanicked) || err.Error() != "pass panicked: a bug" {
+		t.Errorf("a panic: %v", err)
+	}
+	failed := errors.New("no database")
+	if err := round(func() error { return failed }); err != failed {
+		t.Errorf("an error: %v", err)
+	}
+	if err := round(func() error { return nil }); err != nil {
+		t.Errorf("a success: %v", err)
+	}
 }

@@ -132,7 +132,8 @@ func (s *Sweeper) Stop(ctx context.Context) { s.loop.Stop(ctx) }
 // Pass runs each step once over everything due, counts the successes the
 // Writer has held from the targets' breaker windows (Writer.CountHeld),
 // then updates the gauges.
-func (s *Sweeper) Pass(ctx context.Context) (Result, error) {
+func (s *Sweeper) Pass(ctx context.Context) (_ Result, err error) {
+	defer service.Recovered(s.log, "sweep pass", &err)
 	began := time.Now()
 	var r Result
 	// Whether a target keeps order, and its head_alert_after, are read

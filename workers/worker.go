@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -445,13 +444,13 @@ func (w *Worker[T]) run(job Job[T]) {
 // is that attempt's outcome: a retry, as for a failed connection, logged
 // with its stack, while the process and its other attempts go on.
 func (w *Worker[T]) deliver(ctx context.Context, work T) (o lifecycle.Outcome) {
+	var err error
 	defer func() {
-		if v := recover(); v != nil {
-			w.log.Error("attempt panicked", "panic", v, "stack", string(debug.Stack()))
-			o = lifecycle.Outcome{Kind: lifecycle.OutcomeRetry,
-				Text: lifecycle.Cut(fmt.Sprintf("the attempt panicked: %v", v), lifecycle.MaxErrorTextLength)}
+		if err != nil {
+			o = lifecycle.Outcome{Kind: lifecycle.OutcomeRetry, Text: lifecycle.Cut(err.Error(), lifecycle.MaxErrorTextLength)}
 		}
 	}()
+	defer service.Recovered(w.log, "attempt", &err)
 	return w.cfg.Deliverer.Deliver(ctx, work)
 }
 

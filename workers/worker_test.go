@@ -132,7 +132,7 @@ func TestPanickingAttemptIsRetried(t *testing.T) {
 	store.completed(t, "bad", "good")
 	store.mu.Lock()
 	defer store.mu.Unlock()
-	if o := store.outcomes["bad"]; o.Kind != lifecycle.OutcomeRetry || o.Text != "the attempt panicked: a bug" {
+	if o := store.outcomes["bad"]; o.Kind != lifecycle.OutcomeRetry || o.Text != "attempt panicked: a bug" {
 		t.Errorf("the panicking attempt's outcome: %+v", o)
 	}
 	if o := store.outcomes["good"]; o.Kind != lifecycle.OutcomeDelivered {
