@@ -66,8 +66,7 @@ func (w *Writer) Invalidate() {
 }
 
 func (w *Writer) loadConfig(ctx context.Context) (*configState, error) {
-	c := &configState{targets: map[string]lifecycle.Target{}, sources: map[string]lifecycle.Source{},
-		settings: lifecycle.DefaultSettings(), loaded: w.clock()}
+	c := &configState{targets: map[string]lifecycle.Target{}, sources: map[string]lifecycle.Source{}, loaded: w.clock()}
 	b := &pgx.Batch{}
 	journal.QueueStreamVersion(b, journal.ConfigStream, &c.version)
 	b.Queue(`SELECT id, source, from_pattern, to_pattern, target, types, filter FROM routes ORDER BY created_at, id`).
@@ -107,17 +106,7 @@ func (w *Writer) loadConfig(ctx context.Context) (*configState, error) {
 		})
 		return err
 	})
-	b.Queue(`SELECT value FROM settings`).Query(func(rows pgx.Rows) error {
-		var raw []byte
-		_, err := pgx.ForEachRow(rows, []any{&raw}, func() error {
-			if err := json.Unmarshal(raw, &c.settings); err != nil {
-				return err
-			}
-			c.settings = c.settings.WithDefaults()
-			return nil
-		})
-		return err
-	})
+	queueSettings(b, false, &c.settings)
 	if err := w.db.SendBatch(ctx, b).Close(); err != nil {
 		return nil, fmt.Errorf("load configuration: %w", err)
 	}
@@ -166,11 +155,42 @@ func (w *Writer) Targets(ctx context.Context) ([]lifecycle.Target, error) {
 
 // Settings returns the settings in force.
 func (w *Writer) Settings(ctx context.Context) (lifecycle.Settings, error) {
-	c, err := w.loadConfig(ctx)
-	if err != nil {
-		return lifecycle.Settings{}, err
+	var s lifecycle.Settings
+	b := &pgx.Batch{}
+	queueSettings(b, false, &s)
+	if err := w.db.SendBatch(ctx, b).Close(); err != nil {
+		return lifecycle.Settings{}, fmt.Errorf("read the settings: %w", err)
 	}
-	return c.settings, nil
+	return s, nil
+}
+
+// QueueSharedSettings queues the read of the settings in force into s,
+// with their row locked FOR SHARE until the transaction ends: a change of
+// them waits for the transaction to end, and one committed before the read
+// is what it reads. A transaction that must not commit under settings
+// older than those in force at its commit reads them so.
+func QueueSharedSettings(b *pgx.Batch, s *lifecycle.Settings) { queueSettings(b, true, s) }
+
+// queueSettings queues the read of the stored settings into s, with their
+// defaults filled in; the defaults alone when none are stored. With share,
+// as QueueSharedSettings.
+func queueSettings(b *pgx.Batch, share bool, s *lifecycle.Settings) {
+	*s = lifecycle.DefaultSettings()
+	sql := `SELECT value FROM settings`
+	if share {
+		sql += ` FOR SHARE`
+	}
+	b.Queue(sql).Query(func(rows pgx.Rows) error {
+		var raw []byte
+		_, err := pgx.ForEachRow(rows, []any{&raw}, func() error {
+			if err := json.Unmarshal(raw, s); err != nil {
+				return fmt.Errorf("read the settings: %w", err)
+			}
+			*s = s.WithDefaults()
+			return nil
+		})
+		return err
+	})
 }
 
 // CachedSettings returns the settings as the commands decide with them:

@@ -66,9 +66,13 @@ func TestIdempotencyConflict(t *testing.T) {
 	if err != nil || m.Status != lifecycle.StatusNotRouted {
 		t.Fatalf("%+v %v", m, err)
 	}
-	hour := lifecycle.Duration(time.Hour)
+	settings := lifecycle.DefaultSettings()
+	settings.Retention.PayloadAfter = new(lifecycle.Duration(time.Hour))
+	if err := b.w.SetSettings(b.ctx, settings, admin); err != nil {
+		t.Fatal(err)
+	}
 	b.clock.Advance(time.Hour)
-	if done, err := b.w.ExpungePayload(b.ctx, m.ID, lifecycle.Retention{PayloadAfter: &hour}); !done || err != nil {
+	if done, err := b.w.ExpungePayload(b.ctx, m.ID); !done || err != nil {
 		t.Fatalf("expunge: %v %v", done, err)
 	}
 	if got, created, err := b.w.Ingest(b.ctx, plain); err != nil || created || got.ID != m.ID || !got.PayloadExpunged {

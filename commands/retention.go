@@ -13,19 +13,25 @@ import (
 	"github.com/waybill/waybill/projection"
 )
 
-// ExpungePayload drops the payload bytes of a message that r makes due at
-// the Writer's clock (lifecycle.Retention.PayloadDue, from the message's
-// last transition): it records message.payload_expunged, actor retention,
-// and deletes the payloads row in the same transaction. It reports whether
-// it did; false, with no error, for a message that is not due, or no
-// longer, since an operator reopened it after retention chose it.
-func (w *Writer) ExpungePayload(ctx context.Context, id uuid.UUID, r lifecycle.Retention) (bool, error) {
-	if r.PayloadAfter == nil {
-		return false, invalid(&lifecycle.FieldError{Field: "retention.payload_after", Problem: "is required to expunge a payload"})
-	}
-	var done bool
-	_, err := w.run(ctx, message(id), func(m *projection.Message, _ *projection.LaneBook, now time.Time) (*change, error) {
+// ExpungePayload drops the payload bytes of a message that the retention
+// settings in force make due at the Writer's clock
+// (lifecycle.Retention.PayloadDue, from the message's last transition): it
+// records message.payload_expunged, actor retention, and deletes the
+// payloads row in the same transaction. The settings are read in that
+// transaction and locked until it ends (QueueSharedSettings), so it never
+// commits under a payload_after changed meanwhile. It reports whether it
+// did; false, with no error, for a message that is not due, or no longer,
+// since an operator reopened it or the settings changed after retention
+// chose it.
+func (w *Writer) ExpungePayload(ctx context.Context, id uuid.UUID) (bool, error) {
+	var (
+		settings lifecycle.Settings
+		done     bool
+	)
+	read := func(b *pgx.Batch) { QueueSharedSettings(b, &settings) }
+	_, err := w.runReading(ctx, message(id), read, func(m *projection.Message, _ *projection.LaneBook, now time.Time) (*change, error) {
 		done = false
+		r := settings.Retention
 		if m.PayloadExpunged || !r.PayloadDue(m.Status, m.UpdatedAt, now) {
 			return nil, nil
 		}

@@ -14,17 +14,28 @@ import (
 	"github.com/waybill/waybill/projection"
 )
 
-// TestExpungePayload: a delivered message loses its payload once
-// payload_after has passed since it settled, with the event and the
-// payloads row in one transaction; not before, not twice, and not a failed
-// one. Afterwards redeliver and redispatch are refused for that reason,
-// and a claim too; resend and replay are refused as not resendable.
+// TestExpungePayload: a delivered message loses its payload once the
+// payload_after in force has passed since it settled, with the event and
+// the payloads row in one transaction; not before, not twice, not a failed
+// one, and not by a payload_after no longer in force. Afterwards redeliver
+// and redispatch are refused for that reason, and a claim too; resend and
+// replay are refused as not resendable.
 func TestExpungePayload(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	b.targets(t, "alpha")
 	hour := lifecycle.Duration(time.Hour)
-	r := lifecycle.Retention{PayloadAfter: &hour}
+	retain := func(payloadAfter *lifecycle.Duration) {
+		t.Helper()
+		s, err := b.w.Settings(b.ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.Retention.PayloadAfter = payloadAfter
+		if err := b.w.SetSettings(b.ctx, s, admin); err != nil {
+			t.Fatal(err)
+		}
+	}
 	settle := func(o lifecycle.Outcome) (id, delivery uuid.UUID) {
 		t.Helper()
 		m := b.ingest(t)
@@ -40,23 +51,35 @@ func TestExpungePayload(t *testing.T) {
 	}
 	id, d := settle(lifecycle.Delivered("200"))
 	failed, _ := settle(lifecycle.Failed("400"))
+	kept, _ := settle(lifecycle.Delivered("200"))
 	settledAt := b.clock.Now()
 
-	if _, err := b.w.ExpungePayload(b.ctx, id, lifecycle.Retention{}); !errors.Is(err, commands.ErrInvalid) {
-		t.Errorf("without payload_after: %v", err)
-	}
 	b.clock.Advance(time.Hour - time.Microsecond)
-	if done, err := b.w.ExpungePayload(b.ctx, id, r); done || err != nil {
+	if done, err := b.w.ExpungePayload(b.ctx, id); done || err != nil {
+		t.Fatalf("without payload_after: %v, %v", done, err)
+	}
+	retain(&hour)
+	if done, err := b.w.ExpungePayload(b.ctx, id); done || err != nil {
 		t.Fatalf("before payload_after: %v, %v", done, err)
 	}
 	b.clock.Advance(time.Microsecond)
 	for _, want := range []bool{true, false} {
-		if done, err := b.w.ExpungePayload(b.ctx, id, r); done != want || err != nil {
+		if done, err := b.w.ExpungePayload(b.ctx, id); done != want || err != nil {
 			t.Fatalf("at payload_after: %v, %v; want %v", done, err, want)
 		}
 	}
-	if done, err := b.w.ExpungePayload(b.ctx, failed, r); done || err != nil {
+	if done, err := b.w.ExpungePayload(b.ctx, failed); done || err != nil {
 		t.Errorf("a failed message: %v, %v", done, err)
+	}
+	// Retention chose kept by a payload_after that changed since: the
+	// command decides by the one in force.
+	retain(new(lifecycle.Duration(720 * time.Hour)))
+	if done, err := b.w.ExpungePayload(b.ctx, kept); done || err != nil {
+		t.Errorf("after payload_after grew: %v, %v", done, err)
+	}
+	retain(nil)
+	if done, err := b.w.ExpungePayload(b.ctx, kept); done || err != nil {
+		t.Errorf("after payload_after was unset: %v, %v", done, err)
 	}
 	var payloads int
 	if err := b.db.QueryRow(b.ctx, `SELECT count(*) FROM payloads WHERE message_id = $1`, id).Scan(&payloads); err != nil || payloads != 0 {

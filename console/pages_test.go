@@ -232,9 +232,13 @@ func TestExpungedPayload(t *testing.T) {
 	b.target(t, "billing")
 	m := b.ingest(t, "hello")
 	b.settle(t, m.Deliveries[0].ID, lifecycle.Delivered("200 OK"))
-	after := lifecycle.Duration(time.Second)
+	settings := lifecycle.DefaultSettings()
+	settings.Retention.PayloadAfter = new(lifecycle.Duration(time.Second))
+	if err := b.w.SetSettings(b.ctx, settings, "operator:test"); err != nil {
+		t.Fatal(err)
+	}
 	b.clock.Advance(time.Second)
-	if done, err := b.w.ExpungePayload(b.ctx, m.ID, lifecycle.Retention{PayloadAfter: &after}); !done || err != nil {
+	if done, err := b.w.ExpungePayload(b.ctx, m.ID); !done || err != nil {
 		t.Fatalf("expunge: %v, %v", done, err)
 	}
 	c := b.signedIn(t, b.admin)

@@ -496,9 +496,13 @@ func TestExpungedPayloadIsGone(t *testing.T) {
 	if _, err := b.w.Complete(b.ctx, d, c.Token, lifecycle.Delivered("200")); err != nil {
 		t.Fatal(err)
 	}
-	after := lifecycle.Duration(time.Second)
+	settings := lifecycle.DefaultSettings()
+	settings.Retention.PayloadAfter = new(lifecycle.Duration(time.Second))
+	if err := b.w.SetSettings(b.ctx, settings, "operator:admin"); err != nil {
+		t.Fatal(err)
+	}
 	b.clock.Advance(time.Second)
-	if done, err := b.w.ExpungePayload(b.ctx, m.ID, lifecycle.Retention{PayloadAfter: &after}); !done || err != nil {
+	if done, err := b.w.ExpungePayload(b.ctx, m.ID); !done || err != nil {
 		t.Fatalf("expunge: %v, %v", done, err)
 	}
 	path := "/messages/" + m.ID.String()

@@ -71,6 +71,14 @@ func (r Retention) Enabled() bool {
 	return r.PayloadAfter != nil || r.SettledAfter != nil || r.FailedAfter != nil
 }
 
+// Equal reports whether r and o are the same settings: the same periods,
+// each set or not, and the same archive_dir.
+func (r Retention) Equal(o Retention) bool {
+	same := func(a, b *Duration) bool { return a == nil && b == nil || a != nil && b != nil && *a == *b }
+	return same(r.PayloadAfter, o.PayloadAfter) && same(r.SettledAfter, o.SettledAfter) &&
+		same(r.FailedAfter, o.FailedAfter) && r.ArchiveDir == o.ArchiveDir
+}
+
 // Shortest is the shortest period set, 0 when none is.
 func (r Retention) Shortest() time.Duration {
 	var out time.Duration

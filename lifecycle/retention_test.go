@@ -69,6 +69,29 @@ func TestRetentionJSON(t *testing.T) {
 	}
 }
 
+// TestRetentionEqual: settings are equal when every period is set alike,
+// to the same length, and the archive_dir is the same.
+func TestRetentionEqual(t *testing.T) {
+	hour, day := Duration(time.Hour), Duration(24*time.Hour)
+	r := Retention{PayloadAfter: &hour, SettledAfter: &day, ArchiveDir: "/a"}
+	same := r
+	same.PayloadAfter = new(Duration(time.Hour))
+	if !r.Equal(same) || !(Retention{}).Equal(Retention{}) {
+		t.Error("equal settings differ")
+	}
+	for name, o := range map[string]Retention{
+		"a period longer":      {PayloadAfter: &day, SettledAfter: &day, ArchiveDir: "/a"},
+		"a period unset":       {SettledAfter: &day, ArchiveDir: "/a"},
+		"a period set":         {PayloadAfter: &hour, SettledAfter: &day, FailedAfter: &day, ArchiveDir: "/a"},
+		"another archive_dir":  {PayloadAfter: &hour, SettledAfter: &day, ArchiveDir: "/b"},
+		"retention turned off": {},
+	} {
+		if r.Equal(o) || o.Equal(r) {
+			t.Errorf("%s: equal", name)
+		}
+	}
+}
+
 // TestRetentionRule runs the rule over every status: a payload goes only
 // from a settled message that is not faulted, a message leaves only once
 // settled, a faulted one only by failed_after, and each at its period from

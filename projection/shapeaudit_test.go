@@ -138,9 +138,13 @@ func TestAuditHoldsShapesToTheJournal(t *testing.T) {
 
 	// Retention's expunge deletes the shapes with the payload; one left
 	// behind is reported.
-	after := lifecycle.Duration(time.Second)
+	settings := lifecycle.DefaultSettings()
+	settings.Retention.PayloadAfter = new(lifecycle.Duration(time.Second))
+	if err := b.w.SetSettings(b.ctx, settings, "operator:admin"); err != nil {
+		t.Fatal(err)
+	}
 	b.now = b.now.Add(time.Second)
-	if done, err := b.w.ExpungePayload(b.ctx, cancelled.ID, lifecycle.Retention{PayloadAfter: &after}); err != nil || !done {
+	if done, err := b.w.ExpungePayload(b.ctx, cancelled.ID); err != nil || !done {
 		t.Fatalf("expunge: %v %v", done, err)
 	}
 	if n := count(cancelled.ID); n != 0 {

@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/waybill/waybill/commands"
 	"github.com/waybill/waybill/feed"
 	"github.com/waybill/waybill/journal"
 	"github.com/waybill/waybill/lifecycle"
@@ -134,7 +135,7 @@ func (r *Retention) removeBatch(ctx context.Context, conn *pgxpool.Conn, a *arch
 		LastPosition: archived[len(archived)-1].Position, Settled: settled, Faulted: faulted,
 		SettledAfter: rs.SettledAfter, FailedAfter: rs.FailedAfter}
 	record.Total = total.Add(record)
-	version, committed, err := r.commit(ctx, conn, keep, archived, recordPositions, record)
+	version, committed, err := r.commit(ctx, conn, rs, keep, archived, recordPositions, record)
 	if !committed {
 		// Nothing was removed: the files go, and the messages are chosen
 		// again if still due. A commit whose answer was lost is no
@@ -165,14 +166,17 @@ func (r *Retention) removeBatch(ctx context.Context, conn *pgxpool.Conn, a *arch
 var errCommitUnknown = errors.New("the commit's outcome is unknown")
 
 // commit removes the messages in one transaction on conn, the lease's
-// connection: it locks their rows in id order, as the commands do, and
-// checks that each is still at the version archived and still due at the
-// clock; then it appends the record of the batch, deletes the streams,
-// the older records, the payloads and the rows, and commits. It reports
-// false, with no error, when a message changed (nothing is written), and
-// the record's version in the retention stream when it committed.
-func (r *Retention) commit(ctx context.Context, conn *pgxpool.Conn, keep []*projection.Message, archived []journal.Event,
-	records []int64, record *journal.RetentionArchived) (int, bool, error) {
+// connection: it reads the settings and locks them until it ends, so that
+// none commits meanwhile, and checks that they are still rs; it locks the
+// messages' rows in id order, as the commands do, and checks that each is
+// still at the version archived and still due at the clock; then it
+// appends the record of the batch, deletes the streams, the older records,
+// the payloads and the rows, and commits. It reports false, with no error,
+// when a message changed, and errSettingsChanged when the settings did
+// (nothing is written either way), and the record's version in the
+// retention stream when it committed.
+func (r *Retention) commit(ctx context.Context, conn *pgxpool.Conn, rs lifecycle.Retention, keep []*projection.Message,
+	archived []journal.Event, records []int64, record *journal.RetentionArchived) (int, bool, error) {
 	ids := make([]uuid.UUID, len(keep))
 	for i, m := range keep {
 		ids[i] = m.ID
@@ -183,14 +187,20 @@ func (r *Retention) commit(ctx context.Context, conn *pgxpool.Conn, keep []*proj
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx))
 	b := &pgx.Batch{}
+	// The settings first: a change under way is waited for before any
+	// message is locked.
+	var settings lifecycle.Settings
+	commands.QueueSharedSettings(b, &settings)
 	lock := projection.Lock(b, ids, []uuid.UUID{})
 	var version int
 	journal.QueueStreamVersion(b, journal.RetentionStream, &version)
 	if err := tx.SendBatch(ctx, b).Close(); err != nil {
 		return 0, false, fmt.Errorf("lock the batch: %w", err)
 	}
+	if !settings.Retention.Equal(rs) {
+		return 0, false, errSettingsChanged
+	}
 	now := journal.StoredTime(r.cfg.Now())
-	rs := lifecycle.Retention{SettledAfter: record.SettledAfter, FailedAfter: record.FailedAfter}
 	byID := map[uuid.UUID]*projection.Message{}
 	for _, m := range keep {
 		byID[m.ID] = m

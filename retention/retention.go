@@ -73,6 +73,9 @@ type Result struct {
 	Alerts int
 	// HeldByFeed says removals waited for a feed group.
 	HeldByFeed bool
+	// SettingsChanged says the settings changed while the pass ran: it
+	// ended there, and the next begins at once.
+	SettingsChanged bool
 	// Skipped says another process holds the lease.
 	Skipped bool
 }
@@ -91,9 +94,9 @@ type Retention struct {
 	loop  *service.Loop
 	wake  chan struct{}
 
-	// cut, set by tests, is called at the named points of a removal batch;
-	// an error stops the pass there, as a crash would, leaving the files
-	// as they are.
+	// cut, set by tests, is called at the named points of a removal batch
+	// and after each query of the expunge; an error stops the pass there,
+	// as a crash would, leaving the files as they are.
 	cut func(point string) error
 }
 
@@ -145,7 +148,10 @@ func (r *Retention) Start(context.Context) error {
 					"batches", res.Batches, "archive_bytes", res.ArchiveBytes, "alerts", res.Alerts,
 					"held_by_feed", res.HeldByFeed)
 			}
-			if err == nil {
+			switch {
+			case err == nil && res.SettingsChanged:
+				wait = 0
+			case err == nil:
 				wait = Interval(settings)
 			}
 			t := time.NewTimer(wait)
@@ -164,7 +170,8 @@ func (r *Retention) Start(context.Context) error {
 
 // Wake tells the loop the settings changed, so it passes at once with the
 // new periods rather than after the interval of the old ones (a minute
-// while retention was off). It never blocks.
+// while retention was off). A pass under way ends by itself at its next
+// batch, as it finds the settings changed. It never blocks.
 func (r *Retention) Wake() {
 	select {
 	case r.wake <- struct{}{}:
@@ -189,6 +196,9 @@ func Interval(r lifecycle.Retention) time.Duration {
 
 // Pass reads the settings, measures, and, when this process gets the
 // lease, expunges what is due, then removes what is due batch by batch.
+// It ends early, with SettingsChanged, when it finds the settings changed
+// before a query or at a commit: nothing is done under settings no longer
+// in force.
 func (r *Retention) Pass(ctx context.Context) (Result, error) {
 	res, _, err := r.pass(ctx)
 	return res, err
@@ -233,6 +243,21 @@ func (r *Retention) run(ctx context.Context, rs lifecycle.Retention, res *Result
 	}
 	defer r.lease.Release()
 	conn := r.lease.Conn()
+	err = r.work(ctx, conn, rs, res)
+	if errors.Is(err, errSettingsChanged) {
+		res.SettingsChanged, err = true, nil
+	}
+	if err != nil {
+		return err
+	}
+	if res.Expunged+res.Removed() > 0 {
+		return r.journalPass(ctx, conn, res)
+	}
+	return nil
+}
+
+// work expunges, removes and prunes what rs makes due.
+func (r *Retention) work(ctx context.Context, conn *pgxpool.Conn, rs lifecycle.Retention, res *Result) error {
 	if rs.PayloadAfter != nil {
 		if err := r.expunge(ctx, rs, res); err != nil {
 			return fmt.Errorf("expunge: %w", err)
@@ -246,19 +271,38 @@ func (r *Retention) run(ctx context.Context, rs lifecycle.Retention, res *Result
 			return fmt.Errorf("prune alerts: %w", err)
 		}
 	}
-	if res.Expunged+res.Removed() > 0 {
-		return r.journalPass(ctx, conn, res)
+	return nil
+}
+
+// errSettingsChanged ends a pass whose settings are no longer those in
+// force.
+var errSettingsChanged = errors.New("the settings changed")
+
+// unchanged returns errSettingsChanged when the retention settings in
+// force are no longer rs. A pass asks before each query, so that what it
+// chooses next is chosen by the settings in force; the commits check them
+// again under a lock, as a change may come between.
+func (r *Retention) unchanged(ctx context.Context, rs lifecycle.Retention) error {
+	settings, err := r.cfg.Writer.Settings(ctx)
+	if err != nil {
+		return err
+	}
+	if !settings.Retention.Equal(rs) {
+		return errSettingsChanged
 	}
 	return nil
 }
 
 // expunge drops the due payloads, status by status, oldest first, a query
 // of up to Expunges at a time, each through the Writer, which re-checks
-// the rule on the locked message.
+// the rule in force on the locked message.
 func (r *Retention) expunge(ctx context.Context, rs lifecycle.Retention, res *Result) error {
 	for _, status := range lifecycle.ExpungeStatuses() {
 		for {
 			began := time.Now()
+			if err := r.unchanged(ctx, rs); err != nil {
+				return err
+			}
 			ids, err := projection.PayloadsDue(ctx, r.cfg.DB, status, r.cfg.Now().Add(-rs.PayloadAfter.D()), r.cfg.Expunges)
 			if err != nil {
 				return err
@@ -270,7 +314,7 @@ func (r *Retention) expunge(ctx context.Context, rs lifecycle.Retention, res *Re
 			g.SetLimit(r.cfg.Concurrency)
 			for _, id := range ids {
 				g.Go(func() error {
-					ok, err := r.cfg.Writer.ExpungePayload(ctx, id, rs)
+					ok, err := r.cfg.Writer.ExpungePayload(ctx, id)
 					if errors.Is(err, commands.ErrNotFound) {
 						return nil // removed meanwhile
 					}
@@ -284,6 +328,9 @@ func (r *Retention) expunge(ctx context.Context, rs lifecycle.Retention, res *Re
 			res.Expunged += int(done.Load())
 			r.metrics.expunged.Add(float64(done.Load()))
 			if err != nil {
+				return err
+			}
+			if err := r.cutAt("expunged"); err != nil {
 				return err
 			}
 			// A short query is the status's last; so is one in which
@@ -317,6 +364,9 @@ func (r *Retention) remove(ctx context.Context, conn *pgxpool.Conn, rs lifecycle
 		var from projection.DueAt
 		for {
 			began := time.Now()
+			if err := r.unchanged(ctx, rs); err != nil {
+				return err
+			}
 			ids, last, err := projection.RemovalsDue(ctx, conn, status, r.cfg.Now().Add(-after), r.cfg.Batch, from)
 			if err != nil {
 				return err
@@ -371,6 +421,9 @@ func (r *Retention) pruneAlerts(ctx context.Context, conn *pgxpool.Conn, rs life
 	}
 	for {
 		began := time.Now()
+		if err := r.unchanged(ctx, rs); err != nil {
+			return err
+		}
 		n, err := alerts.Prune(ctx, conn, r.cfg.Now().Add(-longest), r.cfg.Batch)
 		if err != nil {
 			return err

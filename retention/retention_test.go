@@ -470,6 +470,142 @@ func TestCrashWhileArchiving(t *testing.T) {
 	}
 }
 
+// periods are the payload_after, settled_after and failed_after of a
+// test, 0 for never.
+type periods [3]time.Duration
+
+// TestSettingsChangedMidPass: a pass that finds the settings changed
+// stops there. Of five messages due, a batch or an expunge query at a
+// time, one goes; then settled_after or payload_after grows, or retention
+// is turned off, and the other four stay.
+func TestSettingsChangedMidPass(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		name               string
+		point              string
+		before, after      periods
+		expunged, removals int
+	}{
+		{"settled_after grows", "committed", periods{0, time.Hour, 0}, periods{0, 720 * time.Hour, 0}, 0, 1},
+		{"removal turned off", "committed", periods{0, time.Hour, 0}, periods{}, 0, 1},
+		{"payload_after grows", "expunged", periods{time.Hour, 0, 0}, periods{720 * time.Hour, 0, 0}, 1, 0},
+		{"expunge turned off", "expunged", periods{time.Hour, 0, 0}, periods{}, 1, 0},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			b.retain(t, tt.before[0], tt.before[1], tt.before[2])
+			var ids []uuid.UUID
+			for range 5 {
+				ids = append(ids, b.settle(t, lifecycle.Delivered("200")).ID)
+			}
+			b.clock.Advance(time.Hour)
+			r, err := retention.New(retention.Config{Base: service.Base{Now: b.clock.Now, Logger: quiet}, Writer: b.w, DB: b.db,
+				Batch: 1, Expunges: 1, Concurrency: 1, Pause: time.Millisecond})
+			if err != nil {
+				t.Fatal(err)
+			}
+			changed := false
+			retention.SetCut(r, func(point string) error {
+				// An expunge query of a status with nothing due changes
+				// nothing yet.
+				var expunged bool
+				if err := b.db.QueryRow(b.ctx, `SELECT EXISTS (SELECT FROM messages WHERE payload_expunged)`).Scan(&expunged); err != nil {
+					t.Fatal(err)
+				}
+				if point == tt.point && !changed && (expunged || point != "expunged") {
+					changed = true
+					b.retain(t, tt.after[0], tt.after[1], tt.after[2])
+					r.Wake()
+				}
+				return nil
+			})
+			res, err := r.Pass(b.ctx)
+			if err != nil || res.Expunged != tt.expunged || res.Removed() != tt.removals || !res.SettingsChanged {
+				t.Fatalf("pass: %+v, %v", res, err)
+			}
+			var live, payloads int
+			for _, id := range ids {
+				l, p := b.live(t, id)
+				live += map[bool]int{true: 1}[l]
+				payloads += map[bool]int{true: 1}[p]
+			}
+			if live != 5-tt.removals || payloads != 5-tt.removals-tt.expunged {
+				t.Errorf("%d messages live, %d with their payload", live, payloads)
+			}
+			b.audit(t)
+		})
+	}
+}
+
+// TestSettingsChangedAtCommit: a change of the settings that is under way
+// when a removal batch or an expunge commits is waited for, and seen:
+// nothing commits under the settings it replaces, and the batch's files
+// go.
+func TestSettingsChangedAtCommit(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		name          string
+		before, after periods
+	}{
+		{"removal", periods{0, time.Hour, 0}, periods{0, 720 * time.Hour, 0}},
+		{"expunge", periods{time.Hour, 0, 0}, periods{720 * time.Hour, 0, 0}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			b.retain(t, tt.before[0], tt.before[1], tt.before[2])
+			m := b.settle(t, lifecycle.Delivered("200"))
+			b.clock.Advance(time.Hour)
+			// The change as SetSettings writes its row, left uncommitted
+			// until the pass waits for it.
+			s := lifecycle.DefaultSettings()
+			s.Retention = lifecycle.Retention{PayloadAfter: period(tt.after[0]), SettledAfter: period(tt.after[1]), ArchiveDir: b.dir}
+			value, err := json.Marshal(s)
+			if err != nil {
+				t.Fatal(err)
+			}
+			tx, err := b.db.Begin(b.ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer tx.Rollback(b.ctx)
+			if _, err := tx.Exec(b.ctx, `UPDATE settings SET value = $1`, value); err != nil {
+				t.Fatal(err)
+			}
+			type passed struct {
+				res retention.Result
+				err error
+			}
+			done := make(chan passed, 1)
+			go func() {
+				res, err := b.r.Pass(b.ctx)
+				done <- passed{res, err}
+			}()
+			testpoll.Until(t, "the commit waits for the settings", func() bool {
+				var waiting bool
+				err := b.db.QueryRow(b.ctx, `SELECT EXISTS (SELECT FROM pg_stat_activity
+					WHERE datname = current_database() AND wait_event_type = 'Lock')`).Scan(&waiting)
+				return err == nil && waiting
+			})
+			if err := tx.Commit(b.ctx); err != nil {
+				t.Fatal(err)
+			}
+			got := <-done
+			if got.err != nil || got.res.Expunged+got.res.Removed() != 0 {
+				t.Fatalf("pass: %+v, %v", got.res, got.err)
+			}
+			if live, payload := b.live(t, m.ID); !live || !payload {
+				t.Errorf("message live %v, with its payload %v", live, payload)
+			}
+			if pending, _ := filepath.Glob(filepath.Join(b.dir, "*", "pending", "*")); len(pending) != 0 {
+				t.Errorf("pending files left: %v", pending)
+			}
+			b.audit(t)
+		})
+	}
+}
+
 // TestAuditNamesACorruptedFile: the archive verifies, and every damage to
 // it (a byte changed, a manifest gone, a file no batch records, a line
 // that folds to nothing settled) is a violation naming the file.
