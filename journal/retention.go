@@ -60,6 +60,10 @@ type RetentionArchived struct {
 	// Archive is the database's archive id, the name of its directory
 	// under archive_dir.
 	Archive uuid.UUID `json:"archive"`
+	// ArchiveDir is the archive_dir the batch's files were written under,
+	// which a later change of the setting does not move; empty in the
+	// records of batches written before records named it.
+	ArchiveDir string `json:"archive_dir,omitempty"`
 	// Batch numbers the batches from 1, without a gap.
 	Batch int64 `json:"batch"`
 	// File and Manifest are the names of the batch's files in the
@@ -104,6 +108,9 @@ func (p *RetentionArchived) Text() string {
 func (p *RetentionArchived) Validate() error {
 	var errs []error
 	errs = append(errs, required("archive", p.Archive != uuid.Nil))
+	if p.ArchiveDir != "" && !filepath.IsAbs(p.ArchiveDir) {
+		errs = append(errs, field("archive_dir", "must be an absolute path"))
+	}
 	if p.Batch < 1 {
 		errs = append(errs, field("batch", "must be 1 or more"))
 	}

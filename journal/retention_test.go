@@ -193,3 +193,18 @@ func TestEnvelopeKeepsKindsToTheirStreams(t *testing.T) {
 		}
 	}
 }
+
+// TestRetentionArchivedArchiveDir: a batch's record names the archive_dir
+// its files went under by an absolute path, or names none, as the records
+// written before records named it.
+func TestRetentionArchivedArchiveDir(t *testing.T) {
+	p := journal.RetentionArchived{Archive: uuid.New(), Batch: 1, File: "batch-00000001.jsonl.gz", SHA256: strings.Repeat("ab", 32),
+		Bytes: 10, Manifest: "batch-00000001.manifest.json", ManifestSHA256: strings.Repeat("cd", 32), Messages: 1, Events: 2,
+		FirstPosition: 1, LastPosition: 2, Settled: 1, Total: journal.RetentionTotal{Messages: 1, Events: 2, Settled: 1}}
+	for dir, valid := range map[string]bool{"": true, "/var/lib/waybill/archive": true, "archive": false} {
+		p.ArchiveDir = dir
+		if err := p.Validate(); (err == nil) != valid || !valid && !strings.Contains(err.Error(), "archive_dir") {
+			t.Errorf("archive_dir %q: %v", dir, err)
+		}
+	}
+}

@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -87,8 +88,10 @@ func finalName(pending string) (string, bool) {
 
 // archive is this database's archive directory, as a pass found it.
 type archive struct {
-	id  uuid.UUID
-	dir string
+	id uuid.UUID
+	// root is the archive_dir in force, and dir the archive's directory
+	// in it, where new batches go.
+	root, dir string
 	// last is the last batch the journal records, nil before the first,
 	// and lastVersion its version in the retention stream.
 	last        *journal.RetentionArchived
@@ -110,41 +113,74 @@ func lastArchived(ctx context.Context, q journal.Querier) (*journal.RetentionArc
 	return events[0].Payload.(*journal.RetentionArchived), events[0].Version, nil
 }
 
-// path is where a final file of a batch lies in the archive's directory.
-func (a *archive) path(batch int64, name string) string {
-	return filepath.Join(a.dir, shard(batch), name)
+// batchPath is where a final file of a batch lies in dir, an archive's
+// directory.
+func batchPath(dir string, batch int64, name string) string {
+	return filepath.Join(dir, shard(batch), name)
+}
+
+// recordedDir is the archive's directory under the archive_dir the record
+// of a batch names, or under root for a record that names none.
+func recordedDir(rec *journal.RetentionArchived, root string) string {
+	if rec.ArchiveDir != "" {
+		root = rec.ArchiveDir
+	}
+	return filepath.Join(root, rec.Archive.String())
 }
 
 // openArchive finds the archive's directory under root, creating it, and
-// settles what an interrupted pass left in its pending directory: the
-// pending files of the last batch the journal records become final when
-// their final files are missing and their digests are the journaled ones
-// (the pass stopped between its commit and its rename); every other
-// pending file is of a batch that never committed, and goes.
+// settles what an interrupted pass left under pending names: in the
+// directory the last batch's record names, which is another when
+// archive_dir changed since, and then in this one (see settle).
 func openArchive(ctx context.Context, q interface {
 	journal.Querier
 	QueryRow(context.Context, string, ...any) pgx.Row
 }, root string) (*archive, error) {
-	a := &archive{}
+	a := &archive{root: root}
 	if err := q.QueryRow(ctx, archiveIDSQL).Scan(&a.id); err != nil {
 		return nil, fmt.Errorf("read the archive id: %w", err)
 	}
 	a.dir = filepath.Join(root, a.id.String())
-	pending := filepath.Join(a.dir, pendingDir)
-	if err := os.MkdirAll(pending, 0o750); err != nil {
+	if err := os.MkdirAll(filepath.Join(a.dir, pendingDir), 0o750); err != nil {
 		return nil, fmt.Errorf("archive directory: %w", err)
 	}
 	var err error
 	if a.last, a.lastVersion, err = lastArchived(ctx, q); err != nil {
 		return nil, fmt.Errorf("read the last archived batch: %w", err)
 	}
-	entries, err := os.ReadDir(pending)
-	if err != nil {
-		return nil, fmt.Errorf("archive directory: %w", err)
+	if a.last != nil {
+		if dir := recordedDir(a.last, root); dir != a.dir {
+			if err := a.settle(dir); err != nil {
+				return nil, err
+			}
+		}
 	}
-	want := map[string]string{}
+	if err := a.settle(a.dir); err != nil {
+		return nil, err
+	}
+	return a, nil
+}
+
+// settle settles the pending files in dir, an archive's directory: those
+// of the last batch the journal records, with the journaled digests, take
+// their final names where its record says when those are missing (the pass
+// stopped between its commit and its rename); every other pending file is
+// of a batch that never committed, or a copy of one that has its final
+// files, and goes. A directory without a pending directory has nothing to
+// settle.
+func (a *archive) settle(dir string) error {
+	pending := filepath.Join(dir, pendingDir)
+	entries, err := os.ReadDir(pending)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("archive directory: %w", err)
+	}
+	want, home := map[string]string{}, ""
 	if a.last != nil {
 		want[a.last.File], want[a.last.Manifest] = a.last.SHA256, a.last.ManifestSHA256
+		home = recordedDir(a.last, a.root)
 	}
 	changed := false
 	for _, e := range entries {
@@ -153,32 +189,29 @@ func openArchive(ctx context.Context, q interface {
 		if !ok {
 			continue
 		}
-		if sum, ok := want[final]; ok && !exists(a.path(a.last.Batch, final)) && fileSHA256(path) == sum {
-			err = a.rename(path, a.last.Batch, final)
+		if sum, ok := want[final]; ok && !exists(batchPath(home, a.last.Batch, final)) && fileSHA256(path) == sum {
+			err = rename(path, batchPath(home, a.last.Batch, final))
 		} else {
 			err = os.Remove(path)
 		}
 		if err != nil {
-			return nil, fmt.Errorf("settle %s: %w", e.Name(), err)
+			return fmt.Errorf("settle %s: %w", path, err)
 		}
 		changed = true
 	}
 	if changed {
-		if err := errors.Join(syncDir(pending), syncDir(a.dir)); err != nil {
-			return nil, err
-		}
+		return errors.Join(syncDir(pending), syncDir(dir))
 	}
-	return a, nil
+	return nil
 }
 
-// rename gives a pending file its final name, in its batch's directory,
-// and makes that durable.
-func (a *archive) rename(pending string, batch int64, name string) error {
-	dir := filepath.Dir(a.path(batch, name))
+// rename gives a pending file its final path, and makes that durable.
+func rename(pending, final string) error {
+	dir := filepath.Dir(final)
 	if err := os.MkdirAll(dir, 0o750); err != nil {
 		return err
 	}
-	if err := os.Rename(pending, filepath.Join(dir, name)); err != nil {
+	if err := os.Rename(pending, final); err != nil {
 		return err
 	}
 	return syncDir(dir)
@@ -245,7 +278,7 @@ func (a *archive) write(batch int64, events []journal.Event, settled, faulted, m
 
 // finish gives the files of a committed batch their final names.
 func (a *archive) finish(w *written) error {
-	return errors.Join(a.rename(w.data, w.batch, w.file), a.rename(w.meta, w.batch, w.manifestName),
+	return errors.Join(rename(w.data, batchPath(a.dir, w.batch, w.file)), rename(w.meta, batchPath(a.dir, w.batch, w.manifestName)),
 		syncDir(filepath.Join(a.dir, pendingDir)))
 }
 

@@ -129,7 +129,7 @@ func (r *Retention) removeBatch(ctx context.Context, conn *pgxpool.Conn, a *arch
 	if err := r.cutAt("written"); err != nil {
 		return out, err
 	}
-	record := &journal.RetentionArchived{Archive: a.id, Batch: batch, File: w.file, SHA256: w.manifest.SHA256,
+	record := &journal.RetentionArchived{Archive: a.id, ArchiveDir: a.root, Batch: batch, File: w.file, SHA256: w.manifest.SHA256,
 		Bytes: w.manifest.Bytes, Manifest: w.manifestName, ManifestSHA256: w.manifestSHA256, Messages: len(keep),
 		Events: len(archived), Records: len(records), FirstPosition: archived[0].Position,
 		LastPosition: archived[len(archived)-1].Position, Settled: settled, Faulted: faulted,

@@ -470,6 +470,60 @@ func TestCrashWhileArchiving(t *testing.T) {
 	}
 }
 
+// TestArchiveDirChanges: a batch's files stay under the archive_dir its
+// record names when the setting changes. A batch that committed but kept
+// its pending names (a crash) before the change takes its final names
+// there at the next pass, the next batch goes under the new archive_dir,
+// and the audit finds each batch where its record says, whichever
+// archive_dir it is given.
+func TestArchiveDirChanges(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	old := b.dir
+	b.retain(t, 0, time.Hour, 0)
+	first := b.settle(t, lifecycle.Delivered("200"))
+	b.clock.Advance(time.Hour)
+	crash := errors.New("crash")
+	retention.SetCut(b.r, func(point string) error {
+		if point == "committed" {
+			return crash
+		}
+		return nil
+	})
+	if _, err := b.r.Pass(b.ctx); !errors.Is(err, crash) {
+		t.Fatalf("pass: %v", err)
+	}
+	retention.SetCut(b.r, nil)
+	b.dir = t.TempDir()
+	b.retain(t, 0, time.Hour, 0)
+	second := b.settle(t, lifecycle.Delivered("200"))
+	b.clock.Advance(time.Hour)
+	if r := b.pass(t); r.Removed() != 1 {
+		t.Fatalf("pass after the change: %+v", r)
+	}
+	for dir, batch := range map[string]string{old: "batch-00000001", b.dir: "batch-00000002"} {
+		for _, name := range []string{batch + ".jsonl.gz", batch + ".manifest.json"} {
+			if files, _ := filepath.Glob(filepath.Join(dir, "*", "000000", name)); len(files) != 1 {
+				t.Errorf("%s in %s: %v", name, dir, files)
+			}
+		}
+		if pending, _ := filepath.Glob(filepath.Join(dir, "*", "pending", "*")); len(pending) != 0 {
+			t.Errorf("pending files left in %s: %v", dir, pending)
+		}
+	}
+	for _, id := range []uuid.UUID{first.ID, second.ID} {
+		if live, _ := b.live(t, id); live {
+			t.Errorf("message %s is live", id)
+		}
+	}
+	for _, dir := range []string{old, b.dir} {
+		r, err := retention.VerifyArchive(b.ctx, b.db, dir)
+		if err != nil || r.Files != 2 || r.Messages != 2 || len(r.Violations) != 0 || len(r.Dirs) != 2 {
+			t.Errorf("archive given %s: %+v, %v", dir, r, err)
+		}
+	}
+}
+
 // periods are the payload_after, settled_after and failed_after of a
 // test, 0 for never.
 type periods [3]time.Duration
@@ -624,8 +678,8 @@ func TestAuditNamesACorruptedFile(t *testing.T) {
 	if err != nil || r.Files != 1 || r.Messages != 3 || r.Events != 12 || len(r.Violations) != 0 {
 		t.Fatalf("archive: %+v, %v", r, err)
 	}
-	file := filepath.Join(r.Dir, "000000", "batch-00000001.jsonl.gz")
-	manifest := filepath.Join(r.Dir, "000000", "batch-00000001.manifest.json")
+	file := filepath.Join(r.Dirs[0], "000000", "batch-00000001.jsonl.gz")
+	manifest := filepath.Join(r.Dirs[0], "000000", "batch-00000001.manifest.json")
 	damage := []struct {
 		name   string
 		do     func() func()
@@ -644,7 +698,7 @@ func TestAuditNamesACorruptedFile(t *testing.T) {
 			return func() { os.WriteFile(manifest, data, 0o640) }
 		}, "batch-00000001.manifest.json"},
 		{"a file no batch records", func() func() {
-			extra := filepath.Join(r.Dir, "000000", "batch-00000002.jsonl.gz")
+			extra := filepath.Join(r.Dirs[0], "000000", "batch-00000002.jsonl.gz")
 			os.WriteFile(extra, []byte("x"), 0o640)
 			return func() { os.Remove(extra) }
 		}, "batch-00000002.jsonl.gz"},

@@ -25,28 +25,32 @@ import (
 
 // ArchiveReport is what VerifyArchive checked and found.
 type ArchiveReport struct {
-	// Dir is the directory the files were read from.
-	Dir string
+	// Dirs are the directories the files were read from: that of the
+	// directory given, then those the batches' records name.
+	Dirs []string
 	// Files, Messages and Events count the batches checked and what they
 	// hold.
 	Files, Messages, Events int
 	Violations              []projection.Violation
 }
 
-// VerifyArchive checks the archive in dir (the archive_dir, or the
-// archive's own directory in it) against the journal. The records of the
+// VerifyArchive checks the archive against the journal. The records of the
 // batches are the journal's retention.archived events and, for the batches
 // whose records left in turn, the same events found in later files: every
-// batch from the first to the last must have one. Each batch has its file
-// and manifest with the recorded SHA-256; the manifest agrees with the
-// record; each line of the file is an event that decodes and passes the
-// envelope check, at the positions the manifest lists; each message's
-// stream folds with every event legal from its first to a settled end; no
-// position is in two files; and nothing archived is live, in the journal
-// or the tables. A file of our naming that no batch records is a
-// violation too. Each violation names the file.
+// batch from the first to the last must have one. Each batch's files are
+// read in the archive's directory under the archive_dir its record names;
+// those of a batch whose record names none, written before records named
+// it, in dir (the archive_dir, or the archive's own directory in it). Each
+// batch has its file and manifest with the recorded SHA-256; the manifest
+// agrees with the record; each line of the file is an event that decodes
+// and passes the envelope check, at the positions the manifest lists; each
+// message's stream folds with every event legal from its first to a
+// settled end; no position is in two files; and nothing archived is live,
+// in the journal or the tables. A file of our naming, in a directory read,
+// that no batch records there is a violation too. Each violation names the
+// file.
 func VerifyArchive(ctx context.Context, db *pgxpool.Pool, dir string) (*ArchiveReport, error) {
-	r := &ArchiveReport{Dir: dir}
+	r := &ArchiveReport{Dirs: []string{filepath.Clean(dir)}}
 	err := pgx.BeginTxFunc(ctx, db, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
 		live, err := archivedBatches(ctx, tx)
 		if err != nil || len(live) == 0 {
@@ -54,7 +58,7 @@ func VerifyArchive(ctx context.Context, db *pgxpool.Pool, dir string) (*ArchiveR
 		}
 		newest := live[len(live)-1]
 		if d := filepath.Join(dir, newest.Archive.String()); exists(d) {
-			r.Dir = d
+			r.Dirs[0] = d
 		}
 		last, err := journal.LastPosition(ctx, tx)
 		if err != nil {
@@ -104,6 +108,7 @@ func archivedBatches(ctx context.Context, q journal.Querier) ([]*journal.Retenti
 }
 
 type verifier struct {
+	// r.Dirs[0] is where the batches whose records name no directory lie.
 	r  *ArchiveReport
 	tx pgx.Tx
 	// seen has a bit per position found in a file so far.
@@ -125,12 +130,26 @@ func (v *verifier) fail(file, problem string) {
 	v.r.Violations = append(v.r.Violations, projection.Violation{Problem: "archive file " + file + ": " + problem})
 }
 
+// dir is the archive's directory a batch's files lie in, as its record
+// says, which it adds to the report's directories.
+func (v *verifier) dir(rec *journal.RetentionArchived) string {
+	if rec.ArchiveDir == "" {
+		return v.r.Dirs[0]
+	}
+	dir := recordedDir(rec, "")
+	if !slices.Contains(v.r.Dirs, dir) {
+		v.r.Dirs = append(v.r.Dirs, dir)
+	}
+	return dir
+}
+
 // open opens a batch's file: the final one, or, in the moment between a
 // batch's commit and its rename, the pending one with the recorded digest.
-func (v *verifier) open(batch int64, name, sum string) (*os.File, error) {
-	path := filepath.Join(v.r.Dir, shard(batch), name)
+func (v *verifier) open(rec *journal.RetentionArchived, name, sum string) (*os.File, error) {
+	dir := v.dir(rec)
+	path := batchPath(dir, rec.Batch, name)
 	if !exists(path) {
-		matches, _ := filepath.Glob(filepath.Join(v.r.Dir, pendingDir, pendingName(name, "*")))
+		matches, _ := filepath.Glob(filepath.Join(dir, pendingDir, pendingName(name, "*")))
 		for _, m := range matches {
 			if fileSHA256(m) == sum {
 				path = m
@@ -144,14 +163,14 @@ func (v *verifier) open(batch int64, name, sum string) (*os.File, error) {
 // batch checks one recorded batch against its files and the journal.
 func (v *verifier) batch(ctx context.Context, rec *journal.RetentionArchived) error {
 	v.r.Files++
-	if !v.digest(rec.Batch, rec.Manifest, rec.ManifestSHA256) || !v.digest(rec.Batch, rec.File, rec.SHA256) {
+	if !v.digest(rec, rec.Manifest, rec.ManifestSHA256) || !v.digest(rec, rec.File, rec.SHA256) {
 		return nil
 	}
 	m, ok := v.manifest(rec)
 	if !ok {
 		return nil
 	}
-	f, err := v.open(rec.Batch, rec.File, rec.SHA256)
+	f, err := v.open(rec, rec.File, rec.SHA256)
 	if err != nil {
 		v.fail(rec.File, err.Error())
 		return nil
@@ -197,9 +216,9 @@ func (v *verifier) batch(ctx context.Context, rec *journal.RetentionArchived) er
 	return v.notLive(ctx, rec.File, ids, positions)
 }
 
-// digest checks that a file has the recorded SHA-256.
-func (v *verifier) digest(batch int64, name, sum string) bool {
-	f, err := v.open(batch, name, sum)
+// digest checks that a file of a batch has the recorded SHA-256.
+func (v *verifier) digest(rec *journal.RetentionArchived, name, sum string) bool {
+	f, err := v.open(rec, name, sum)
 	if err != nil {
 		v.fail(name, "missing: "+err.Error())
 		return false
@@ -214,7 +233,7 @@ func (v *verifier) digest(batch int64, name, sum string) bool {
 
 // manifest reads a batch's manifest and checks it against the record.
 func (v *verifier) manifest(rec *journal.RetentionArchived) (*Manifest, bool) {
-	f, err := v.open(rec.Batch, rec.Manifest, rec.ManifestSHA256)
+	f, err := v.open(rec, rec.Manifest, rec.ManifestSHA256)
 	if err != nil {
 		v.fail(rec.Manifest, err.Error())
 		return nil, false
@@ -322,29 +341,31 @@ func (v *verifier) notLive(ctx context.Context, name string, ids []uuid.UUID, po
 	return nil
 }
 
-// extraFiles reports the files of our naming, outside the pending
-// directory, that no batch records where they lie.
+// extraFiles reports the files of our naming, in the directories read and
+// outside their pending directories, that no batch records where they
+// lie.
 func (v *verifier) extraFiles() {
 	named := map[string]bool{}
 	for _, rec := range v.records {
 		for _, name := range []string{rec.File, rec.Manifest} {
-			named[filepath.Join(shard(rec.Batch), name)] = true
+			named[batchPath(v.dir(rec), rec.Batch, name)] = true
 		}
 	}
-	err := filepath.WalkDir(v.r.Dir, func(path string, d fs.DirEntry, err error) error {
+	for _, dir := range v.r.Dirs {
+		err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+			if err != nil {
+				return err
+			}
+			switch {
+			case d.IsDir() && path == filepath.Join(dir, pendingDir):
+				return filepath.SkipDir
+			case !d.IsDir() && strings.HasPrefix(d.Name(), "batch-") && !named[path]:
+				v.fail(path, "is in no batch the journal records")
+			}
+			return nil
+		})
 		if err != nil {
-			return err
+			v.fail(dir, err.Error())
 		}
-		rel, _ := filepath.Rel(v.r.Dir, path)
-		switch {
-		case d.IsDir() && rel == pendingDir:
-			return filepath.SkipDir
-		case !d.IsDir() && strings.HasPrefix(d.Name(), "batch-") && !named[rel]:
-			v.fail(rel, "is in no batch the journal records")
-		}
-		return nil
-	})
-	if err != nil {
-		v.fail(v.r.Dir, err.Error())
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
 	"github.com/google/uuid"
@@ -32,7 +33,7 @@ const usage = `usage: waybill <command> [flags]
 commands:
   serve    [flags]                              run the service; waybill serve --help lists the flags
   audit    [--message ID] [--archive DIR]       replay the journal and check it against the projections,
-                                                and the retention archive in DIR against the journal
+                                                and the retention archive (DIR: the archive_dir) against the journal
   rebuild  [--online [--share S]]               recreate the projections from the journal, then audit;
                                                 --online beside running servers, switching the new tables in,
                                                 its fold working a share S of the time (default 0.5; 1 full speed)
@@ -136,7 +137,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	switch args[0] {
 	case "audit":
 		message := fs.String("message", "", "audit only this message's stream")
-		archive := fs.String("archive", "", "also verify the retention archive in this directory (the archive_dir) against the journal")
+		archive := fs.String("archive", "", "also verify the retention archive against the journal: each batch where its record says, one whose record names no directory in this one (the archive_dir)")
 		cmd = func(ctx context.Context, db *pgxpool.Pool) (int, error) {
 			id := uuid.Nil
 			if *message != "" {
@@ -293,7 +294,7 @@ func printArchiveReport(w io.Writer, r *retention.ArchiveReport) int {
 	for _, v := range r.Violations {
 		fmt.Fprintf(w, "violation: %s\n", v)
 	}
-	fmt.Fprintf(w, "archive %s: %s, %s, %s checked; %s\n", r.Dir, lifecycle.Count(r.Files, "file", "files"),
+	fmt.Fprintf(w, "archive %s: %s, %s, %s checked; %s\n", strings.Join(r.Dirs, ", "), lifecycle.Count(r.Files, "file", "files"),
 		lifecycle.Count(r.Events, "event", "events"), lifecycle.Count(r.Messages, "message", "messages"),
 		lifecycle.Count(len(r.Violations), "violation", "violations"))
 	if len(r.Violations) > 0 {
