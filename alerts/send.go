@@ -9,13 +9,16 @@ import (
 	"io"
 	"math"
 	"net/http"
+	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go"
 
+	"github.com/waybill/waybill/feed"
 	"github.com/waybill/waybill/internal/plainjson"
+	"github.com/waybill/waybill/journal"
 	"github.com/waybill/waybill/lifecycle"
 	"github.com/waybill/waybill/schema"
 	"github.com/waybill/waybill/targets"
@@ -299,15 +302,32 @@ func flush(ctx context.Context, nc *nats.Conn) error {
 }
 
 // Prune deletes up to limit alerts raised before before that every
-// channel they were owed to has taken, oldest first, and reports how many
-// it deleted. A sent alert is kept only so that its event, handled again
-// after a crash of the alerter, raises nothing twice; an alert still owed
-// stays until it is sent. Retention calls it.
+// channel they were owed to has taken, and whose events the alerter's
+// saved place has passed, oldest first, and reports how many it deleted.
+// A sent alert is kept only so that its event, handled again after a crash
+// of the alerter, raises nothing twice; an alert still owed stays until it
+// is sent. Its raised_at is its event's time, not when the alerter handled
+// it, and the feed saves a place only when a whole read commits: so an
+// alert whose event is after that place, which the alerter may handle
+// again, stays whatever its age, and while the alerter has no place every
+// alert does. Retention calls it.
 func Prune(ctx context.Context, conn *pgxpool.Conn, before time.Time, limit int) (int, error) {
+	places, err := feed.Places(ctx, conn)
+	if err != nil {
+		return 0, fmt.Errorf("prune alerts: %w", err)
+	}
+	// The place was saved without waiting for its flush (feed.md), but
+	// its commit precedes this deletion's in the WAL, so a crash that
+	// loses the place loses the deletion too.
+	place, ok := places[AlerterGroup]
+	if !ok {
+		return 0, nil
+	}
 	tag, err := conn.Exec(ctx, `DELETE FROM alerts WHERE id IN (
-		SELECT id FROM alerts
+		SELECT id FROM alerts a
 		WHERE raised_at < $1 AND nats_sent_at IS NOT NULL AND (NOT webhook OR webhook_sent_at IS NOT NULL)
-		ORDER BY raised_at LIMIT $2)`, before, limit)
+			AND NOT `+journal.AheadSQL("a.position", "$3::text::xid8", "$4")+`
+		ORDER BY raised_at LIMIT $2)`, before, limit, strconv.FormatUint(place.TxID, 10), place.Position)
 	if err != nil {
 		return 0, fmt.Errorf("prune alerts raised before %s: %w", before.Format(time.RFC3339), err)
 	}

@@ -46,3 +46,14 @@ func LagSQL(txid, position string) string {
 	(SELECT j.recorded_at FROM journal j WHERE (j.txid, j.position) > (` + txid + `, ` + position + `)
 		ORDER BY j.txid, j.position LIMIT 1)`
 }
+
+// AheadSQL is a condition that the event at position (an SQL expression)
+// is live and after a place in the feed's (txid, position) order (txid and
+// placePosition, SQL expressions of it, as in TransactionsSQL): a group at
+// that place may read it again. An event before the place in position may
+// be after it in that order, when its transaction got its id later. An
+// event that left the journal is read by no group again.
+func AheadSQL(position, txid, placePosition string) string {
+	return `EXISTS (SELECT FROM journal j WHERE j.position = ` + position + `
+		AND (j.txid, j.position) > (` + txid + `, ` + placePosition + `))`
+}

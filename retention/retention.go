@@ -407,11 +407,11 @@ func (r *Retention) remove(ctx context.Context, conn *pgxpool.Conn, rs lifecycle
 }
 
 // pruneAlerts deletes, a batch at a time, the alerts raised longer ago
-// than the longest removal period that every channel owed has taken. A
+// than the longest removal period that every channel owed has taken and
+// whose events the alerter's saved place has passed (alerts.Prune). A
 // sent alert is kept only so that its event, handled again after a crash
-// of the alerter, raises nothing twice; by then its event is long behind
-// the alerter, and its message removed or about to be. An alert still
-// owed to a channel stays until it is sent.
+// of the alerter, raises nothing twice. An alert still owed to a channel
+// stays until it is sent.
 func (r *Retention) pruneAlerts(ctx context.Context, conn *pgxpool.Conn, rs lifecycle.Retention, res *Result) error {
 	var longest time.Duration
 	for _, status := range lifecycle.SettledStatuses() {

@@ -18,6 +18,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/waybill/waybill/alerts"
 	"github.com/waybill/waybill/commands"
 	"github.com/waybill/waybill/internal/dbtest"
 	"github.com/waybill/waybill/internal/testclock"
@@ -171,6 +172,31 @@ func (b *bundle) audit(t testing.TB) {
 	for _, v := range r.Violations {
 		t.Errorf("archive: %s", v)
 	}
+}
+
+// place saves a feed group's place, making the feed's table as the feed
+// does at its first start.
+func (b *bundle) place(t testing.TB, group string, at journal.Mark) {
+	t.Helper()
+	if _, err := b.db.Exec(b.ctx, `CREATE TABLE IF NOT EXISTS feed_offsets (consumer_group varchar(255) PRIMARY KEY,
+		offset_acked bigint, last_processed_transaction_id xid8 NOT NULL)`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.db.Exec(b.ctx, `INSERT INTO feed_offsets VALUES ($1, $2, $3::text::xid8)
+		ON CONFLICT (consumer_group) DO UPDATE SET offset_acked = excluded.offset_acked,
+		last_processed_transaction_id = excluded.last_processed_transaction_id`, group, at.Position, fmt.Sprint(at.TxID)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// lastMark is the mark of the last event of the stream.
+func (b *bundle) lastMark(t testing.TB, stream string) journal.Mark {
+	t.Helper()
+	events, marks, err := journal.ReadStreams(b.ctx, b.db, []string{stream})
+	if err != nil || len(events) == 0 {
+		t.Fatalf("stream %s: %d events, %v", stream, len(events), err)
+	}
+	return marks[len(marks)-1]
 }
 
 // TestSelectionAgreesWithTheRule runs every status, age and expunge over
@@ -736,29 +762,13 @@ func TestFeedHoldsRemovals(t *testing.T) {
 	if r, err := held.Pass(b.ctx); err != nil || !r.HeldByFeed || r.Removed() != 0 {
 		t.Fatalf("no feed place yet: %+v, %v", r, err)
 	}
-	if _, err := b.db.Exec(b.ctx, `CREATE TABLE feed_offsets (consumer_group varchar(255) PRIMARY KEY,
-		offset_acked bigint, last_processed_transaction_id xid8 NOT NULL)`); err != nil {
-		t.Fatal(err)
-	}
-	events, marks, err := journal.ReadStreams(b.ctx, b.db, []string{journal.MessageStream(m.ID)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	last := marks[len(events)-1]
-	place := func(group string, at journal.Mark) {
-		t.Helper()
-		if _, err := b.db.Exec(b.ctx, `INSERT INTO feed_offsets VALUES ($1, $2, $3::text::xid8)
-			ON CONFLICT (consumer_group) DO UPDATE SET offset_acked = excluded.offset_acked,
-			last_processed_transaction_id = excluded.last_processed_transaction_id`, group, at.Position, fmt.Sprint(at.TxID)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	place("alerts", last)
-	place("events", journal.Mark{TxID: last.TxID, Position: last.Position - 1})
+	last := b.lastMark(t, journal.MessageStream(m.ID))
+	b.place(t, "alerts", last)
+	b.place(t, "events", journal.Mark{TxID: last.TxID, Position: last.Position - 1})
 	if r, err := held.Pass(b.ctx); err != nil || !r.HeldByFeed || r.Removed() != 0 {
 		t.Fatalf("a group short of the last event: %+v, %v", r, err)
 	}
-	place("events", last)
+	b.place(t, "events", last)
 	if r, err := held.Pass(b.ctx); err != nil || r.HeldByFeed || r.Removed() != 1 {
 		t.Fatalf("every group past it: %+v, %v", r, err)
 	}
@@ -862,11 +872,13 @@ func TestShard(t *testing.T) {
 
 // TestSentAlertsLeaveAfterTheLongestPeriod: a pass deletes the alerts
 // raised longer ago than the longest removal period once every channel
-// owed has taken them, a batch at a time; the others stay.
+// owed has taken them, a batch at a time; the others stay. The alerter's
+// place is past their event.
 func TestSentAlertsLeaveAfterTheLongestPeriod(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	b.retain(t, 0, time.Hour, 2*time.Hour)
+	b.place(t, alerts.AlerterGroup, b.lastMark(t, journal.ConfigStream))
 	now := b.clock.Now()
 	for _, a := range []struct {
 		id                     string
@@ -914,5 +926,62 @@ func TestSentAlertsLeaveAfterTheLongestPeriod(t *testing.T) {
 	}
 	if got := metric(t, reg, "waybill_retention_alerts_removed_total"); got != 2 {
 		t.Errorf("metric %v", got)
+	}
+}
+
+// TestSentAlertsLeaveBehindTheAlerter: a sent alert, however old, is
+// deleted only once the alerter's saved place has passed its event in the
+// feed's (txid, position) order, or its event left the journal: the
+// alerter may handle any other again, and would raise it twice. Without a
+// place of the alerter every alert stays; another group's place does not
+// count.
+func TestSentAlertsLeaveBehindTheAlerter(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.retain(t, 0, time.Hour, 0)
+	first := b.lastMark(t, journal.MessageStream(b.settle(t, lifecycle.Delivered("200")).ID))
+	second := b.lastMark(t, journal.MessageStream(b.settle(t, lifecycle.Delivered("200")).ID))
+	if second.TxID <= first.TxID || second.Position <= first.Position {
+		t.Fatalf("marks %+v, %+v", first, second)
+	}
+	raised := b.clock.Now().Add(-3 * time.Hour)
+	for id, position := range map[string]int64{"passed": first.Position, "ahead": second.Position, "event gone": second.Position + 1000} {
+		if _, err := b.db.Exec(b.ctx, `INSERT INTO alerts (id, code, severity, key, position, raised_at, body, webhook,
+			nats_sent_at) VALUES ($1, 'message_failed', 'error', 'k', $2, $3, '{}', false, $3)`, id, position, raised); err != nil {
+			t.Fatal(err)
+		}
+	}
+	left := func() []string {
+		t.Helper()
+		rows, err := b.db.Query(b.ctx, `SELECT id FROM alerts ORDER BY id`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ids
+	}
+	for _, step := range []struct {
+		name  string
+		place func()
+		left  []string
+	}{
+		{"no place", func() {}, []string{"ahead", "event gone", "passed"}},
+		{"another group's place", func() { b.place(t, alerts.StreamGroup, second) }, []string{"ahead", "event gone", "passed"}},
+		// Past the second event's position, but in an earlier
+		// transaction than it: the second is still ahead.
+		{"between the events", func() { b.place(t, alerts.AlerterGroup, journal.Mark{TxID: first.TxID, Position: second.Position + 1}) },
+			[]string{"ahead"}},
+		{"at the second event", func() { b.place(t, alerts.AlerterGroup, second) }, nil},
+	} {
+		step.place()
+		if _, err := b.r.Pass(b.ctx); err != nil {
+			t.Fatalf("%s: %v", step.name, err)
+		}
+		if got := left(); !slices.Equal(got, step.left) {
+			t.Errorf("%s: alerts left %v, want %v", step.name, got, step.left)
+		}
 	}
 }
