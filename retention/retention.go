@@ -204,7 +204,8 @@ func (r *Retention) Pass(ctx context.Context) (Result, error) {
 	return res, err
 }
 
-func (r *Retention) pass(ctx context.Context) (Result, lifecycle.Retention, error) {
+func (r *Retention) pass(ctx context.Context) (_ Result, _ lifecycle.Retention, err error) {
+	defer service.Recovered(r.log, "retention pass", &err)
 	began := time.Now()
 	var res Result
 	settings, err := r.cfg.Writer.Settings(ctx)
