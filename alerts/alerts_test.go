@@ -655,15 +655,7 @@ func TestEventStreamPublishesEachEventOnceInOrder(t *testing.T) {
 	e.fail(t, "410 Gone")
 	check := func() {
 		t.Helper()
-		rows, _ := e.db.Query(e.ctx, `SELECT position, kind FROM journal ORDER BY txid, position`)
-		type row struct {
-			Position int64
-			Kind     string
-		}
-		want, err := pgx.CollectRows(rows, pgx.RowToStructByPos[row])
-		if err != nil {
-			t.Fatal(err)
-		}
+		want := e.feedOrder(t)
 		testpoll.Until(t, "every event published", func() bool { return len(got.all()) >= len(want) && caughtUp(t, reg, alerts.StreamGroup) })
 		msgs := got.all()
 		if len(msgs) != len(want) {
@@ -737,4 +729,21 @@ func counter(t *testing.T, reg *prometheus.Registry, name, label string) float64
 	}
 	t.Fatalf("no %s{%s}", name, label)
 	return 0
+}
+
+// journalRow is an event as the stream's tests check it.
+type journalRow struct {
+	Position int64
+	Kind     string
+}
+
+// feedOrder is every event of the journal in feed order.
+func (e *env) feedOrder(t *testing.T) []journalRow {
+	t.Helper()
+	rows, _ := e.db.Query(e.ctx, `SELECT position, kind FROM journal ORDER BY txid, position`)
+	events, err := pgx.CollectRows(rows, pgx.RowToStructByPos[journalRow])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return events
 }

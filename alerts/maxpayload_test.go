@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -77,15 +76,7 @@ func TestEventStreamPublishesAnEventTooBigWithoutItsPayload(t *testing.T) {
 	e.fail(t, strings.Repeat("x", 20<<10))
 	e.notRouted(t)
 
-	rows, _ := e.db.Query(e.ctx, `SELECT position, kind FROM journal ORDER BY txid, position`)
-	type row struct {
-		Position int64
-		Kind     string
-	}
-	want, err := pgx.CollectRows(rows, pgx.RowToStructByPos[row])
-	if err != nil {
-		t.Fatal(err)
-	}
+	want := e.feedOrder(t)
 	testpoll.Until(t, "every event published", func() bool {
 		return len(got.all()) >= len(want) && caughtUp(t, reg, alerts.StreamGroup)
 	})
