@@ -252,9 +252,11 @@ func stringKey(got map[string]any, key string) (string, error) {
 
 // CheckPath checks a path a transform appends to its target's URL path:
 // empty, or segments each starting with / of the characters a path may
-// hold unescaped or percent-escaped, none of them . or .., and no query
-// or fragment. So the path cannot leave the target's URL: no scheme,
-// host or parent directory is reached from it.
+// hold unescaped (but ;) or percent-escaped, and no query or fragment. No
+// segment may be . or .., nor become a / or \ or a . or .. step as a
+// receiver decodes it, once or more, or cuts it at a ; it decoded. So the
+// path cannot leave the target's URL: no scheme, host or parent
+// directory is reached from it, whatever the receiver's decoding.
 func CheckPath(path string) error {
 	if path == "" {
 		return nil
@@ -266,21 +268,45 @@ func CheckPath(path string) error {
 		return fmt.Errorf("path %q must start with /", path)
 	}
 	for _, seg := range strings.Split(path[1:], "/") {
-		if plain, err := url.PathUnescape(seg); err == nil && (plain == "." || plain == "..") {
-			return fmt.Errorf("path %q must not have a . or .. segment", path)
-		}
 		for i := 0; i < len(seg); i++ {
 			c := seg[i]
 			switch {
-			case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9', strings.IndexByte("-._~!$&'()*+,;=:@", c) >= 0:
+			case c == ';':
+				return fmt.Errorf("path %q must not hold a ;, which some receivers read as the start of a path parameter", path)
+			case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9', strings.IndexByte("-._~!$&'()*+,=:@", c) >= 0:
 			case c == '%' && i+2 < len(seg) && isHex(seg[i+1]) && isHex(seg[i+2]):
 				i += 2
 			default:
 				return fmt.Errorf("path %q holds %q: escape it as %%%02X", path, string(c), c)
 			}
 		}
+		if err := checkSegment(path, seg); err != nil {
+			return err
+		}
 	}
 	return nil
+}
+
+// checkSegment refuses a segment of path that is a . or .. step, or
+// becomes one, or a separator, as a receiver decodes it: each decoding is
+// checked, until one changes nothing.
+func checkSegment(path, seg string) error {
+	for {
+		// A receiver may read what comes before a ; as the step.
+		for step := range strings.SplitSeq(seg, ";") {
+			if step == "." || step == ".." {
+				return fmt.Errorf("path %q must not have a . or .. segment, escaped or not", path)
+			}
+		}
+		if strings.ContainsAny(seg, `/\`) {
+			return fmt.Errorf("path %q must not hold an escaped / or \\ (%%2F, %%5C): some receivers decode it into a separator", path)
+		}
+		plain, err := url.PathUnescape(seg)
+		if err != nil || plain == seg {
+			return nil
+		}
+		seg = plain
+	}
 }
 
 func isHex(c byte) bool { return c >= '0' && c <= '9' || c >= 'a' && c <= 'f' || c >= 'A' && c <= 'F' }

@@ -201,3 +201,48 @@ func TestTransformReasonsAreCut(t *testing.T) {
 		}
 	}
 }
+
+// TestCheckPath: a path stays under its target's URL however the receiver
+// decodes it: no step up or in place, escaped once or twice or cut at a
+// path parameter, and no separator escaped.
+func TestCheckPath(t *testing.T) {
+	for _, tc := range []struct {
+		path, want string // want is "" for a path taken
+	}{
+		{"", ""},
+		{"/", ""},
+		{"/invoices/in-7", ""},
+		{"/a/b%20c/%E2%82%AC", ""},
+		{"/a/...", ""},
+		{"/a/..b/.c", ""},
+		{"/a/%3Bb", ""},
+		{"/a/%25", ""},
+		{"/a/../b", "must not have a . or .. segment"},
+		{"/a/./b", "must not have a . or .. segment"},
+		{"/a/..", "must not have a . or .. segment"},
+		{"/a/%2E%2E/b", "must not have a . or .. segment"},
+		{"/a/%2e./b", "must not have a . or .. segment"},
+		{"/a/%252E%252E/b", "must not have a . or .. segment"},
+		{"/a/..%3B/b", "must not have a . or .. segment"},
+		{"/a/..%253Bx/b", "must not have a . or .. segment"},
+		{"/..%2F..%2Fadmin", `escaped / or \`},
+		{"/%2E%2E%2F%2E%2E%2Fadmin", `escaped / or \`},
+		{"/a%2fb", `escaped / or \`},
+		{"/..%5C..%5Cadmin", `escaped / or \`},
+		{"/a%5cb", `escaped / or \`},
+		{"/a%252Fb", `escaped / or \`},
+		{"/..;/..;/admin", "must not hold a ;"},
+		{"/a;x=1", "must not hold a ;"},
+		{"//evil.example/x?y", `holds "?"`},
+		{`/a\b`, `holds "\\"`},
+		{"/a#b", `holds "#"`},
+		{"/a/%zz", `holds "%"`},
+		{"x", "must start with /"},
+		{"/" + strings.Repeat("a", maxPath), "at most 1024 bytes"},
+	} {
+		err := CheckPath(tc.path)
+		if tc.want == "" && err != nil || tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)) {
+			t.Errorf("CheckPath(%q) = %v; want %q", tc.path, err, tc.want)
+		}
+	}
+}
