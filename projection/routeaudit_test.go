@@ -80,9 +80,10 @@ func TestAuditMatchesRoutingAgain(t *testing.T) {
 }
 
 // TestAuditMatchesUnderTheBoundOfItsTime: a decision is matched again
-// under the bound on its filters' cost that it records; one that records
-// none, of before the meter, under cel-go's tracker, which let finish a
-// filter the meter stops.
+// under the bound on its filters' cost that it records, the meter's of
+// before it priced calls by size included; one that records none, of
+// before the meter, under cel-go's tracker, which let finish a filter the
+// meter stops.
 func TestAuditMatchesUnderTheBoundOfItsTime(t *testing.T) {
 	at := time.Date(2026, 12, 1, 8, 0, 0, 0, time.UTC)
 	near := lifecycle.Route{ID: uuid.New(), Source: "erp", From: "*", To: "*", Target: "billing",
@@ -101,6 +102,7 @@ func TestAuditMatchesUnderTheBoundOfItsTime(t *testing.T) {
 		{"stopped by the meter", journal.Routing{FilterErrors: stopped, ConfigVersion: 1, CostLimit: routing.CostBound}, ""},
 		{"matched under cel-go's tracker", journal.Routing{Routes: matched, ConfigVersion: 1}, ""},
 		{"matched under the meter", journal.Routing{Routes: matched, ConfigVersion: 1, CostLimit: routing.CostBound}, "route it"},
+		{"stopped by the meter of before it priced calls by size", journal.Routing{FilterErrors: stopped, ConfigVersion: 1, CostLimit: "meter 100000"}, ""},
 		{"stopped by cel-go's tracker", journal.Routing{FilterErrors: stopped, ConfigVersion: 1}, "route it"},
 		{"under an unknown bound", journal.Routing{Routes: matched, ConfigVersion: 1, CostLimit: "meter 5"}, `unknown bound on the cost of filters: "meter 5"`},
 	} {

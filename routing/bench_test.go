@@ -69,3 +69,37 @@ func BenchmarkLoops(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkPricedCalls is a filter whose calls' work grows with the
+// values they are given, under the meter of before (legacyBound), which
+// priced them as their overloads resolved when checked (at 1 for a dyn
+// value) once they had run, and under the meter (CostBound), which prices
+// them by the values and stops them before they run: a string's size read
+// at every step of a loop, a list of copies joined or formatted, a list
+// of lists compared at every step.
+func BenchmarkPricedCalls(b *testing.B) {
+	s, t := strings.Repeat("s", 400_000), strings.Repeat("t", 20_000)
+	items := "[" + strings.Repeat("1,", 1_499) + "1]"
+	nested := "[" + strings.Repeat("["+strings.Repeat("1,", 19)+"1],", 499) + "[1]]"
+	payload := []byte(`{"s": "` + s + `", "t": "` + t + `", "items": ` + items + `, "nested": ` + nested + `}`)
+	for _, c := range []struct{ name, filter string }{
+		{"size in a loop", "message.payload.items.all(i, size(message.payload.s) > 0)"},
+		{"join of copies", "message.payload.items.map(i, message.payload.t).join(',') != ''"},
+		{"format of copies", "'%s'.format([message.payload.items.map(i, message.payload.t)]) != ''"},
+		{"lists compared in a loop", "message.payload.items.all(i, message.payload.nested == message.payload.nested)"},
+	} {
+		p, err := CompileFilter(c.filter)
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, bound := range []string{legacyBound, CostBound} {
+			b.Run(c.name+", "+bound, func(b *testing.B) {
+				in := NewInput(Message{ContentType: "application/json", Payload: payload})
+				in.activation(true)
+				for b.Loop() {
+					p.evalUnder(in, bound)
+				}
+			})
+		}
+	}
+}

@@ -32,8 +32,15 @@ import (
 const CostLimit = 100_000
 
 // CostBound names the bound the filters of a decision run under, the meter
-// at CostLimit, which the decision records (journal.Routing.CostLimit).
-const CostBound = "meter 100000"
+// at CostLimit, its calls priced by the sizes of their arguments before
+// they run, which the decision records (journal.Routing.CostLimit).
+const CostBound = "meter2 100000"
+
+// legacyBound names the meter of before, which priced a call as its
+// overload was resolved when checked, so a call on a dyn value at 1, and
+// once it had run: the bound of older decisions, which the audit matches
+// again under it.
+const legacyBound = "meter 100000"
 
 // Message is what an expression sees of a message.
 type Message struct {
@@ -190,9 +197,10 @@ func isJSON(contentType string) bool {
 	return t == "application/json" || strings.HasSuffix(t, "+json")
 }
 
-// run evaluates p on in within CostLimit.
-func (p *Program) run(in *Input) (ref.Val, error) {
-	in.meter.reset(in.activation(p.payload))
+// run evaluates p on in within CostLimit, at the prices of legacyBound
+// if legacy says so.
+func (p *Program) run(in *Input, legacy bool) (ref.Val, error) {
+	in.meter.reset(in.activation(p.payload), legacy)
 	out, _, err := p.prg.Eval(&in.meter)
 	return out, err
 }
@@ -203,14 +211,14 @@ func (p *Program) Eval(in *Input) (bool, error) {
 	return p.evalUnder(in, CostBound)
 }
 
-// evalUnder is Eval with the filter bounded as bound names: CostBound, or
-// "" for cel-go's own tracker.
+// evalUnder is Eval with the filter bounded as bound names: CostBound,
+// legacyBound, or "" for cel-go's own tracker.
 func (p *Program) evalUnder(in *Input, bound string) (bool, error) {
 	var out ref.Val
 	var err error
 	switch bound {
-	case CostBound:
-		out, err = p.run(in)
+	case CostBound, legacyBound:
+		out, err = p.run(in, bound == legacyBound)
 	case "":
 		var prg cel.Program
 		if prg, err = p.tracked(); err == nil {

@@ -227,13 +227,14 @@ func TestMatchTypeFilterMatrix(t *testing.T) {
 }
 
 // TestFilterErrorIsCut: a filter's error that quotes a payload's value of
-// megabytes is cut in the decision.
+// 50 KB is cut in the decision (a value of megabytes is not even parsed:
+// its price passes the cost limit).
 func TestFilterErrorIsCut(t *testing.T) {
 	table, err := NewTable([]lifecycle.Route{route("amount", nil, "timestamp(message.payload.amount) > timestamp('2020-01-01T00:00:00Z')")}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	payload := `{"amount":"` + strings.Repeat("9x", 1<<20) + `"}`
+	payload := `{"amount":"` + strings.Repeat("9x", 25_000) + `"}`
 	d := table.Match(Message{Source: "shop", From: "a", To: "b", ContentType: "application/json", Payload: []byte(payload),
 		Size: int64(len(payload))})
 	if len(d.FilterErrors) != 1 || len(d.FilterErrors[0].Error) > lifecycle.MaxErrorTextLength ||

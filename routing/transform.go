@@ -112,7 +112,7 @@ func (t Transforms) Shape(target string, m Message, in *Input) *Shaped {
 // delivery of m, or why it cannot be sent (an error at run time, the cost
 // limit passed, a key or value not allowed).
 func (p *Program) Transform(m Message, in *Input) (Shaped, error) {
-	out, err := p.run(in)
+	out, err := p.run(in, false)
 	if err != nil {
 		return Shaped{}, err
 	}
