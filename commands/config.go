@@ -25,8 +25,10 @@ type configState struct {
 	routes  []lifecycle.Route
 	// table is the routes with their filters compiled.
 	table *routing.Table
-	// transforms are the targets' transforms compiled.
+	// transforms are the targets' transforms compiled, and maxPayload
+	// bounds a payload one makes (Config.MaxPayload).
 	transforms routing.Transforms
+	maxPayload int64
 	targets    map[string]lifecycle.Target
 	sources    map[string]lifecycle.Source
 	settings   lifecycle.Settings
@@ -66,7 +68,8 @@ func (w *Writer) Invalidate() {
 }
 
 func (w *Writer) loadConfig(ctx context.Context) (*configState, error) {
-	c := &configState{targets: map[string]lifecycle.Target{}, sources: map[string]lifecycle.Source{}, loaded: w.clock()}
+	c := &configState{targets: map[string]lifecycle.Target{}, sources: map[string]lifecycle.Source{}, loaded: w.clock(),
+		maxPayload: w.maxPayload}
 	b := &pgx.Batch{}
 	journal.QueueStreamVersion(b, journal.ConfigStream, &c.version)
 	b.Queue(`SELECT id, source, from_pattern, to_pattern, target, types, filter FROM routes ORDER BY created_at, id`).
@@ -525,5 +528,5 @@ func (w *Writer) Try(ctx context.Context, m routing.Message) (routing.Trial, err
 	if err != nil {
 		return routing.Trial{}, fmt.Errorf("try the routes: %w", err)
 	}
-	return routing.Try(cfg.table, cfg.transforms, m), nil
+	return routing.Try(cfg.table, cfg.transforms, m, cfg.maxPayload), nil
 }

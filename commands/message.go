@@ -412,7 +412,7 @@ func shaper(cfg *configState, m *projection.Message, payload []byte) func(target
 		if in == nil {
 			in = routing.NewInput(rm)
 		}
-		return cfg.transforms.Shape(target, rm, in)
+		return cfg.transforms.Shape(target, rm, in, cfg.maxPayload)
 	}
 }
 

@@ -10,9 +10,11 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/waybill/waybill/commands"
+	"github.com/waybill/waybill/internal/dbtest"
 	"github.com/waybill/waybill/journal"
 	"github.com/waybill/waybill/lifecycle"
 	"github.com/waybill/waybill/projection"
+	"github.com/waybill/waybill/service"
 )
 
 // reshape is a transform that sends a receiver its own format, and no
@@ -160,5 +162,50 @@ func TestTransformShapesDeliveries(t *testing.T) {
 	}
 	if n := count(); n != 0 {
 		t.Fatalf("%d shapes left after the payload's deletion", n)
+	}
+}
+
+// TestTransformPayloadBound: a transform's payload over the Writer's
+// MaxPayload fails its delivery, naming the bound, as the delivery is
+// made and in a trial; the same transform within it shapes the delivery.
+func TestTransformPayloadBound(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	w, err := commands.New(commands.Config{Secrets: dbtest.Secrets(), Base: service.Base{Now: b.clock.Now}, DB: b.db, MaxPayload: 64})
+	if err != nil {
+		t.Fatal(err)
+	}
+	target := lifecycle.Target{Name: "billing", Kind: "http", Enabled: true, Config: sinkConfig,
+		Transform: `{"payload": {"copies": [message.payload, message.payload]}}`}
+	if _, err := w.CreateTarget(b.ctx, target, admin); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.CreateRoute(b.ctx, lifecycle.Route{Source: "erp", From: "*", To: "*", Target: "billing"}, admin); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		payload, fails string
+	}{
+		{`{"id": "in-1"}`, ""},
+		{`{"id": "in-2", "note": "long enough to pass the bound twice"}`, "payload: more than 64 bytes"},
+	} {
+		in := newMessage()
+		in.ContentType, in.Payload = "application/json", []byte(tc.payload)
+		m, _, err := w.Ingest(b.ctx, in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		d := m.Deliveries[0]
+		if tc.fails == "" && (d.State != lifecycle.StateQueued || !d.Shaped) ||
+			tc.fails != "" && (d.State != lifecycle.StateFailed || !strings.Contains(d.LastError, "target billing's transform failed: "+tc.fails)) {
+			t.Errorf("%s: %s, %q", tc.payload, d.State, d.LastError)
+		}
+		trial, err := w.Try(b.ctx, commands.RoutingMessage(m, in.Payload))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s := trial.Shapes["billing"]; s == nil || !strings.Contains(s.Error, tc.fails) || (tc.fails == "") != (s.Error == "") {
+			t.Errorf("%s: tried, %+v", tc.payload, s)
+		}
 	}
 }

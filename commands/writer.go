@@ -68,7 +68,15 @@ type Config struct {
 	// the Writer makes no target that signs and opens no key
 	// (ErrNoSecrets): enough for a client that only ingests.
 	Secrets *seal.Box
+	// MaxPayload bounds the payload a target's transform makes, as the
+	// server bounds a message's (--max-payload): a larger one fails its
+	// delivery. Default DefaultMaxPayload.
+	MaxPayload int64
 }
+
+// DefaultMaxPayload is the default of Config.MaxPayload, the server's
+// default bound of a request body: 10 MiB.
+const DefaultMaxPayload = 10 << 20
 
 // Writer runs the commands.
 type Writer struct {
@@ -80,6 +88,8 @@ type Writer struct {
 	log      *slog.Logger
 	secrets  *seal.Box
 	tracer   trace.Tracer
+	// maxPayload is Config.MaxPayload.
+	maxPayload int64
 
 	mu     sync.Mutex
 	cached *configState
@@ -129,9 +139,12 @@ func New(cfg Config) (*Writer, error) {
 	}
 	base := cfg.Base.WithDefaults()
 	w := &Writer{db: cfg.DB, notifier: cfg.Notifier, observer: cfg.Observer, clock: base.Now, ttl: cfg.ConfigTTL, log: base.Logger, secrets: cfg.Secrets,
-		tracer: base.Tracer}
+		tracer: base.Tracer, maxPayload: cfg.MaxPayload}
 	if w.ttl <= 0 {
 		w.ttl = 30 * time.Second
+	}
+	if w.maxPayload <= 0 {
+		w.maxPayload = DefaultMaxPayload
 	}
 	return w, nil
 }

@@ -34,7 +34,7 @@ func BenchmarkTransform(b *testing.B) {
 	m := Message{Source: "erp", Type: "invoice.paid", ContentType: "application/json",
 		Payload: []byte(`{"id": "in-17", "amount": 500.25, "customer": {"id": 17, "name": "ACME"}, "lines": [{"sku": "A-1", "qty": 2}]}`)}
 	for b.Loop() {
-		if s := tf.Shape("billing", m, NewInput(m)); s == nil || s.Error != "" {
+		if s := tf.Shape("billing", m, NewInput(m), maxPayload); s == nil || s.Error != "" {
 			b.Fatal(s)
 		}
 	}
@@ -100,6 +100,26 @@ func BenchmarkPricedCalls(b *testing.B) {
 					p.evalUnder(in, bound)
 				}
 			})
+		}
+	}
+}
+
+// BenchmarkTransformBound is a transform that repeats a large value of the
+// payload in each item of a list, as JSON 300 MB: 1,500 items, each with
+// a customer of 200 KB. The bound on the payload, 10 MiB, stops its
+// writing.
+func BenchmarkTransformBound(b *testing.B) {
+	tf, err := NewTransforms(map[string]lifecycle.Target{"shop": {Transform: `{"payload": {"lines":
+		message.payload.items.map(i, {"sku": i.sku, "customer": message.payload.customer})}}`}}, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	items := "[" + strings.Repeat(`{"sku": "A-1"},`, 1_499) + `{"sku": "A-2"}]`
+	m := Message{Source: "erp", ContentType: "application/json",
+		Payload: []byte(`{"customer": "` + strings.Repeat("c", 200_000) + `", "items": ` + items + `}`)}
+	for b.Loop() {
+		if s := tf.Shape("shop", m, NewInput(m), 10<<20); s == nil || !strings.Contains(s.Error, "more than 10485760 bytes") {
+			b.Fatal(s)
 		}
 	}
 }

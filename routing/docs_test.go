@@ -85,16 +85,16 @@ func TestDocExamples(t *testing.T) {
 	// The reshaped invoice, as the example says it is sent.
 	m := Message{Source: "shop", Type: "invoice.created", Headers: map[string]string{"x-tenant": "acme"}, ContentType: js,
 		Payload: []byte(`{"id": "in-7", "amount": 12.5}`)}
-	s := tf.Shape("billing", m, NewInput(m))
+	s := tf.Shape("billing", m, NewInput(m), maxPayload)
 	if s == nil || s.Method != "PUT" || s.Path != "/invoices/in-7" || string(s.Body) != `{"cents":1250,"invoice":"in-7"}` ||
 		s.ContentType != js || s.Headers["x-tenant"] != "acme" {
 		t.Errorf("reshaped: %+v", s)
 	}
-	if s := tf.Shape("receiver", m, NewInput(m)); s != nil {
+	if s := tf.Shape("receiver", m, NewInput(m), maxPayload); s != nil {
 		t.Errorf("not test traffic, sent as it is: %+v", s)
 	}
 	m.Headers = map[string]string{"x-test": "1"}
-	if s := tf.Shape("receiver", m, NewInput(m)); s == nil || s.Cancel != "test traffic" {
+	if s := tf.Shape("receiver", m, NewInput(m), maxPayload); s == nil || s.Cancel != "test traffic" {
 		t.Errorf("test traffic: %+v", s)
 	}
 }

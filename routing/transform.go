@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"mime"
@@ -11,9 +12,14 @@ import (
 	"net/url"
 	"reflect"
 	"slices"
+	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/google/cel-go/cel"
+	"github.com/google/cel-go/common/types"
+	"github.com/google/cel-go/common/types/ref"
+	"github.com/google/cel-go/common/types/traits"
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/waybill/waybill/journal"
@@ -88,16 +94,16 @@ func (t Transforms) ReadsPayload() bool {
 // Shape runs the transform of target, if it has one, on in, the message
 // m's input: what the delivery sends where it differs from m, nil when
 // the target has no transform or it changed nothing. A transform that
-// fails, or yields what cannot be sent, settles the delivery as failed
-// with the reason (journal.Shape.Error), cut to
-// lifecycle.MaxErrorTextLength, as a reason to cancel is: either may
-// quote the payload.
-func (t Transforms) Shape(target string, m Message, in *Input) *Shaped {
+// fails, or yields what cannot be sent (a payload over maxPayload bytes
+// among them), settles the delivery as failed with the reason
+// (journal.Shape.Error), cut to lifecycle.MaxErrorTextLength, as a
+// reason to cancel is: either may quote the payload.
+func (t Transforms) Shape(target string, m Message, in *Input, maxPayload int64) *Shaped {
 	p := t[target]
 	if p == nil {
 		return nil
 	}
-	s, err := p.Transform(m, in)
+	s, err := p.Transform(m, in, maxPayload)
 	if err != nil {
 		return &Shaped{Shape: journal.Shape{Error: lifecycle.Cut(err.Error(), lifecycle.MaxErrorTextLength)}}
 	}
@@ -110,19 +116,16 @@ func (t Transforms) Shape(target string, m Message, in *Input) *Shaped {
 
 // Transform runs a transform on in, the input of m: what it makes of a
 // delivery of m, or why it cannot be sent (an error at run time, the cost
-// limit passed, a key or value not allowed).
-func (p *Program) Transform(m Message, in *Input) (Shaped, error) {
+// limit passed, a key or value not allowed, a payload over maxPayload
+// bytes).
+func (p *Program) Transform(m Message, in *Input, maxPayload int64) (Shaped, error) {
 	out, err := p.run(in, false)
 	if err != nil {
 		return Shaped{}, err
 	}
-	native, err := out.ConvertToNative(reflect.TypeFor[*structpb.Value]())
+	got, err := members(out)
 	if err != nil {
-		return Shaped{}, fmt.Errorf("yields a value that is not JSON: %w", err)
-	}
-	got, ok := native.(*structpb.Value).AsInterface().(map[string]any)
-	if !ok {
-		return Shaped{}, fmt.Errorf("yields %s, not a map", out.Type())
+		return Shaped{}, err
 	}
 	for _, k := range slices.Sorted(maps.Keys(got)) {
 		if !slices.Contains(transformKeys, k) {
@@ -131,17 +134,17 @@ func (p *Program) Transform(m Message, in *Input) (Shaped, error) {
 	}
 	var s Shaped
 	if c, ok := got["cancel"]; ok {
-		reason, ok := c.(string)
+		reason, ok := c.(types.String)
 		switch {
-		case !ok || strings.TrimSpace(reason) == "":
+		case !ok || strings.TrimSpace(string(reason)) == "":
 			return Shaped{}, fmt.Errorf("cancel must be a reason, a string that is not blank")
 		case len(got) > 1:
 			return Shaped{}, fmt.Errorf("cancel comes alone: a delivery that is not sent has nothing to send")
 		}
-		s.Cancel = reason
+		s.Cancel = string(reason)
 		return s, nil
 	}
-	if err := shapePayload(&s, m, got); err != nil {
+	if err := shapePayload(&s, m, got, maxPayload); err != nil {
 		return Shaped{}, err
 	}
 	if s.Headers, err = shapeHeaders(got["headers"]); err != nil {
@@ -162,11 +165,31 @@ func (p *Program) Transform(m Message, in *Input) (Shaped, error) {
 	return s, nil
 }
 
+// members are the entries of the map a transform yields, by key; nothing
+// of their values is converted yet.
+func members(out ref.Val) (map[string]ref.Val, error) {
+	m, ok := out.(traits.Mapper)
+	if !ok {
+		return nil, fmt.Errorf("yields %s, not a map", out.Type())
+	}
+	got := map[string]ref.Val{}
+	for it := m.Iterator(); it.HasNext() == types.True; {
+		k := it.Next()
+		key, ok := k.(types.String)
+		if !ok {
+			return nil, fmt.Errorf("yields the key %v, which is not a string", k)
+		}
+		got[string(key)], _ = m.Find(k)
+	}
+	return got, nil
+}
+
 // shapePayload sets the payload the transform yields, with its content
 // type, where it differs from the message's: a string is sent as it is
 // (text/plain unless content_type says otherwise), any other value as
-// JSON (application/json unless content_type says otherwise).
-func shapePayload(s *Shaped, m Message, got map[string]any) error {
+// JSON (application/json unless content_type says otherwise); either at
+// most maxPayload bytes.
+func shapePayload(s *Shaped, m Message, got map[string]ref.Val, maxPayload int64) error {
 	contentType, err := stringKey(got, "content_type")
 	if err != nil {
 		return err
@@ -183,14 +206,24 @@ func shapePayload(s *Shaped, m Message, got map[string]any) error {
 			return fmt.Errorf("content_type %q is not a media type", contentType)
 		}
 	}
+	tooLarge := fmt.Errorf("payload: more than %d bytes, the most a payload may have", maxPayload)
 	var body []byte
-	if text, ok := v.(string); ok {
+	if text, ok := v.(types.String); ok {
+		if int64(len(text)) > maxPayload {
+			return tooLarge
+		}
 		body = []byte(text)
 		if contentType == "" {
 			contentType = "text/plain; charset=utf-8"
 		}
 	} else {
-		if body, err = json.Marshal(v); err != nil {
+		size := jsonSize(v, int(maxPayload))
+		if size > int(maxPayload) {
+			return tooLarge
+		}
+		if body, err = appendJSON(make([]byte, 0, size), v, int(maxPayload)); errors.Is(err, errTooLarge) {
+			return tooLarge
+		} else if err != nil {
 			return fmt.Errorf("payload: %w", err)
 		}
 		if contentType == "" {
@@ -205,24 +238,140 @@ func shapePayload(s *Shaped, m Message, got map[string]any) error {
 	return nil
 }
 
+// escaped reports a rune encoding/json writes otherwise than as it is.
+func escaped(r rune) bool {
+	return r < ' ' || r == '"' || r == '\\' || r == '<' || r == '>' || r == '&' || r >= utf8.RuneSelf
+}
+
+// jsonSize is the least v takes as JSON (appendJSON), counted until it
+// passes max: so a payload that cannot fit is refused before any of it
+// is written, and one that may is written where it fits.
+func jsonSize(v ref.Val, max int) int {
+	switch v := v.(type) {
+	case types.String:
+		return len(v) + 2
+	case traits.Lister:
+		n := 2
+		for it := v.Iterator(); it.HasNext() == types.True && n <= max; {
+			n += jsonSize(it.Next(), max-n) + 1
+		}
+		return n
+	case traits.Mapper:
+		n := 2
+		for it := v.Iterator(); it.HasNext() == types.True && n <= max; {
+			k := it.Next()
+			e, _ := v.Find(k)
+			n += jsonSize(k, max-n) + jsonSize(e, max-n) + 2
+		}
+		return n
+	}
+	return 1
+}
+
+// errTooLarge is JSON that would pass its bound.
+var errTooLarge = errors.New("too large")
+
+// appendJSON appends v to b as JSON, as encoding/json writes the value
+// cel-go converts it to (a google.protobuf.Value: a map's keys in order,
+// bytes in base64, a timestamp in RFC 3339), but an integer as it is, not
+// as a double; or fails with errTooLarge once b would pass max bytes,
+// before a string is copied or a list or map walked further: jsonSize
+// counts no escapes, which may take a payload it let through past max.
+func appendJSON(b []byte, v ref.Val, max int) ([]byte, error) {
+	switch v := v.(type) {
+	case types.Int:
+		b = strconv.AppendInt(b, int64(v), 10)
+	case types.Uint:
+		b = strconv.AppendUint(b, uint64(v), 10)
+	case types.String:
+		if len(b)+len(v)+2 > max {
+			return nil, errTooLarge
+		}
+		if strings.ContainsFunc(string(v), escaped) {
+			text, _ := json.Marshal(string(v)) // a string always encodes
+			b = append(b, text...)
+		} else {
+			b = append(append(append(b, '"'), v...), '"')
+		}
+	case traits.Lister:
+		b = append(b, '[')
+		for i, it := 0, v.Iterator(); it.HasNext() == types.True; i++ {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			var err error
+			if b, err = appendJSON(b, it.Next(), max); err != nil {
+				return nil, err
+			}
+		}
+		b = append(b, ']')
+	case traits.Mapper:
+		var keys []string
+		for it := v.Iterator(); it.HasNext() == types.True; {
+			k, ok := it.Next().(types.String)
+			if !ok {
+				return nil, fmt.Errorf("a map's key must be a string")
+			}
+			keys = append(keys, string(k))
+		}
+		slices.Sort(keys)
+		b = append(b, '{')
+		for i, k := range keys {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			var err error
+			if b, err = appendJSON(b, types.String(k), max); err != nil {
+				return nil, err
+			}
+			b = append(b, ':')
+			e, _ := v.Find(types.String(k))
+			if b, err = appendJSON(b, e, max); err != nil {
+				return nil, err
+			}
+		}
+		b = append(b, '}')
+	default:
+		pb, err := v.ConvertToNative(reflect.TypeFor[*structpb.Value]())
+		if err != nil {
+			return nil, fmt.Errorf("a value that is not JSON: %w", err)
+		}
+		text, err := json.Marshal(pb.(*structpb.Value).AsInterface())
+		if err != nil {
+			return nil, err
+		}
+		b = append(b, text...)
+	}
+	if len(b) > max {
+		return nil, errTooLarge
+	}
+	return b, nil
+}
+
 // shapeHeaders checks the headers a transform yields as a message's are
 // checked, names lower case, and refuses those no message header may set
 // on an attempt (targets.ForwardReserved).
-func shapeHeaders(v any) (map[string]string, error) {
-	if v == nil {
+func shapeHeaders(v ref.Val) (map[string]string, error) {
+	if v == nil || v == types.NullValue {
 		return nil, nil
 	}
-	raw, ok := v.(map[string]any)
+	raw, ok := v.(traits.Mapper)
 	if !ok {
 		return nil, fmt.Errorf("headers must be a map of strings")
 	}
-	h := make(map[string]string, len(raw))
-	for _, name := range slices.Sorted(maps.Keys(raw)) {
-		value, ok := raw[name].(string)
+	h := map[string]string{}
+	for it := raw.Iterator(); it.HasNext() == types.True; {
+		k := it.Next()
+		name, ok := k.(types.String)
+		if !ok {
+			return nil, fmt.Errorf("headers must be a map of strings")
+		}
+		value, _ := raw.Find(k)
+		text, ok := value.(types.String)
 		if !ok {
 			return nil, fmt.Errorf("the header %q must be a string", name)
 		}
-		h[name] = value
+		h[string(name)] = string(text)
 	}
 	h, err := lifecycle.LowerHeaders("headers", h)
 	if err != nil {
@@ -238,16 +387,16 @@ func shapeHeaders(v any) (map[string]string, error) {
 }
 
 // stringKey is the string at key, "" when there is none.
-func stringKey(got map[string]any, key string) (string, error) {
+func stringKey(got map[string]ref.Val, key string) (string, error) {
 	v, ok := got[key]
 	if !ok {
 		return "", nil
 	}
-	s, ok := v.(string)
+	s, ok := v.(types.String)
 	if !ok {
 		return "", fmt.Errorf("%s must be a string", key)
 	}
-	return s, nil
+	return string(s), nil
 }
 
 // CheckPath checks a path a transform appends to its target's URL path:

@@ -3,11 +3,16 @@ package routing
 import (
 	"errors"
 	"maps"
+	"runtime"
 	"strings"
 	"testing"
 
 	"github.com/waybill/waybill/lifecycle"
 )
+
+// maxPayload is the bound on a payload a transform makes in the tests,
+// the server's default.
+const maxPayload = 10 << 20
 
 // TestTransformMatrix is the types × filter × transform matrix: the
 // fan-out of each message, and what each target's transform makes of its
@@ -69,7 +74,7 @@ func TestTransformMatrix(t *testing.T) {
 			in := NewInput(tc.m)
 			for _, target := range d.Targets {
 				want := tc.shapes[target]
-				s := tf.Shape(target, tc.m, in)
+				s := tf.Shape(target, tc.m, in, maxPayload)
 				var got out
 				if s != nil {
 					got = out{body: string(s.Body), contentType: s.ContentType, path: s.Path, method: s.Method, cancel: s.Cancel, headers: s.Headers}
@@ -129,7 +134,7 @@ func TestTransformRefusesAtRunTime(t *testing.T) {
 		}
 		list := "[" + strings.Repeat("1,", 2000) + "1]"
 		m := Message{Source: "shop", ContentType: "application/json", Payload: []byte(list)}
-		if _, err := p.Transform(m, NewInput(m)); err == nil || !strings.Contains(err.Error(), tc.want) {
+		if _, err := p.Transform(m, NewInput(m), maxPayload); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("transform %s: %v; want an error with %q", tc.src, err, tc.want)
 		}
 	}
@@ -161,7 +166,7 @@ func TestTransformUnchanged(t *testing.T) {
 		t.Fatal(err)
 	}
 	m := Message{ContentType: "application/json", Payload: []byte(`{"a":1}`)}
-	if s := tf.Shape("t", m, NewInput(m)); s != nil {
+	if s := tf.Shape("t", m, NewInput(m), maxPayload); s != nil {
 		t.Fatalf("shape %+v; want none", s)
 	}
 }
@@ -174,11 +179,11 @@ func TestCancelTestTrafficTransform(t *testing.T) {
 		t.Fatal(err)
 	}
 	test := Message{Headers: map[string]string{"x-test": "1"}, Payload: []byte("x")}
-	if s := tf.Shape("t", test, NewInput(test)); s == nil || s.Cancel != "test traffic" {
+	if s := tf.Shape("t", test, NewInput(test), maxPayload); s == nil || s.Cancel != "test traffic" {
 		t.Errorf("test traffic: %+v", s)
 	}
 	other := Message{Payload: []byte("x")}
-	if s := tf.Shape("t", other, NewInput(other)); s != nil {
+	if s := tf.Shape("t", other, NewInput(other), maxPayload); s != nil {
 		t.Errorf("other traffic: %+v", s)
 	}
 }
@@ -195,7 +200,7 @@ func TestTransformReasonsAreCut(t *testing.T) {
 	}
 	m := Message{ContentType: "text/plain", Payload: []byte(strings.Repeat("x", 2<<20))}
 	for _, target := range []string{"cancel", "error"} {
-		s := tf.Shape(target, m, NewInput(m))
+		s := tf.Shape(target, m, NewInput(m), maxPayload)
 		if s == nil || len(s.Cancel+s.Error) > lifecycle.MaxErrorTextLength || !strings.HasSuffix(s.Cancel+s.Error, "x"+lifecycle.CutMark) {
 			t.Errorf("%s: %.300v", target, s)
 		}
@@ -243,6 +248,55 @@ func TestCheckPath(t *testing.T) {
 		err := CheckPath(tc.path)
 		if tc.want == "" && err != nil || tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)) {
 			t.Errorf("CheckPath(%q) = %v; want %q", tc.path, err, tc.want)
+		}
+	}
+}
+
+// TestTransformPayloadBound: a transform's payload is written out only up
+// to the bound, so one that holds a value many times (each copy costing
+// the transform nothing) fails with the bound named rather than being
+// made whole; one within it is the JSON of what the transform made, its
+// integers as they are.
+func TestTransformPayloadBound(t *testing.T) {
+	const limit = 1 << 20
+	customer := strings.Repeat("c", 200_000)
+	items := "[" + strings.Repeat(`{"sku": "A-1"},`, 1_499) + `{"sku": "A-2"}]`
+	orders := Message{ContentType: "application/json", Payload: []byte(`{"customer": "` + customer + `", "items": ` + items + `}`)}
+	text := Message{ContentType: "text/plain", Payload: []byte(strings.Repeat("t", limit+1))}
+	small := Message{ContentType: "application/json", Payload: []byte(`{"id": "in-7", "lines": [1, 2.5, "x", null, true, {}]}`)}
+	for _, tc := range []struct {
+		transform string
+		m         Message
+		body, err string
+	}{
+		{`{"payload": {"lines": message.payload.items.map(i, {"sku": i.sku, "customer": message.payload.customer})}}`, orders, "",
+			"payload: more than 1048576 bytes, the most a payload may have"},
+		{`{"payload": [message.payload.customer]` + strings.Repeat(".map(a, [a, a])", 40) + `}`, orders, "", "more than 1048576 bytes"},
+		{`{"payload": message.payload, "content_type": "text/csv"}`, text, "", "more than 1048576 bytes"},
+		{`{"payload": {"data": message.payload}}`, small, `{"data":{"id":"in-7","lines":[1,2.5,"x",null,true,{}]}}`, ""},
+		{`{"payload": {"n": 12345678901234567890u, "i": -9007199254740993, "d": 0.5}}`, small,
+			`{"d":0.5,"i":-9007199254740993,"n":12345678901234567890}`, ""},
+		{`{"payload": {"b": b"hi", "t": timestamp("2020-01-01T00:00:00Z"), "s": "<a>&"}}`, small,
+			`{"b":"aGk=","s":"\u003ca\u003e\u0026","t":"2020-01-01T00:00:00Z"}`, ""},
+		{`{"payload": [0.0 / 0.0]}`, small, `["NaN"]`, ""},
+		{`{"payload": dyn({1: "a"})}`, small, "", "payload: a map's key must be a string"},
+		{`dyn({1: "a"})`, small, "", "yields the key 1, which is not a string"},
+	} {
+		p, err := CompileTransform(tc.transform)
+		if err != nil {
+			t.Fatal(err)
+		}
+		in := NewInput(tc.m)
+		in.activation(true)
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		s, err := p.Transform(tc.m, in, limit)
+		runtime.ReadMemStats(&after)
+		if tc.err == "" && (err != nil || string(s.Body) != tc.body) || tc.err != "" && (err == nil || !strings.Contains(err.Error(), tc.err)) {
+			t.Errorf("%.80s: %.100s, %v; want %s%s", tc.transform, s.Body, err, tc.body, tc.err)
+		}
+		if made := after.TotalAlloc - before.TotalAlloc; made > 2*limit {
+			t.Errorf("%.80s: allocated %d bytes", tc.transform, made)
 		}
 	}
 }

@@ -28,10 +28,10 @@ type Trial struct {
 }
 
 // Try decides m as Match does, with each route's verdict, and runs the
-// transform of each target it goes to as the delivery's making would. It
-// writes nothing and depends on nothing but m, the table and the
-// transforms.
-func Try(t *Table, tf Transforms, m Message) Trial {
+// transform of each target it goes to as the delivery's making would,
+// with payloads of at most maxPayload bytes. It writes nothing and
+// depends on nothing but m, the table and the transforms.
+func Try(t *Table, tf Transforms, m Message, maxPayload int64) Trial {
 	tr := Trial{Decision: t.Match(m), Shapes: map[string]*Shaped{}}
 	failed := map[string]string{}
 	for _, e := range tr.FilterErrors {
@@ -60,7 +60,7 @@ func Try(t *Table, tf Transforms, m Message) Trial {
 	}
 	in := NewInput(m)
 	for _, target := range tr.Targets {
-		tr.Shapes[target] = tf.Shape(target, m, in)
+		tr.Shapes[target] = tf.Shape(target, m, in, maxPayload)
 	}
 	return tr
 }

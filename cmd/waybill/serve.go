@@ -106,7 +106,7 @@ func serveFlags(fs *flag.FlagSet) *serveConfig {
 	fs.DurationVar(&c.shutdownDelay, "shutdown-delay", 2*time.Second,
 		"how long a stop keeps serving with /readyz answering 503, so a load balancer stops sending first, before it stops anything (env WAYBILL_SHUTDOWN_DELAY)")
 	fs.Int64Var(&c.maxPayload, "max-payload", httpapi.DefaultMaxPayload,
-		"largest request body the API takes, and largest file or row a source takes, in bytes (env WAYBILL_MAX_PAYLOAD)")
+		"largest request body the API takes, largest file or row a source takes, and largest payload a target's transform makes, in bytes (env WAYBILL_MAX_PAYLOAD)")
 	return c
 }
 
@@ -353,7 +353,7 @@ func serve(ctx context.Context, cfg *serveConfig, stderr io.Writer) error {
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	metrics := workers.NewMetrics(reg)
 	w, err := commands.New(commands.Config{Base: base, DB: db, Notifier: workers.NewPublisher(nc, log, metrics), Observer: metrics,
-		Secrets: secrets})
+		Secrets: secrets, MaxPayload: cfg.maxPayload})
 	if err != nil {
 		return err
 	}
