@@ -1,6 +1,7 @@
 package routing
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
@@ -121,5 +122,30 @@ func BenchmarkTransformBound(b *testing.B) {
 		if s := tf.Shape("shop", m, NewInput(m), 10<<20); s == nil || !strings.Contains(s.Error, "more than 10485760 bytes") {
 			b.Fatal(s)
 		}
+	}
+}
+
+// BenchmarkParsePayload is the parse of a JSON payload of 1 MB, 10,000
+// items of strings, integers and numbers with a fraction, as filters read
+// it under the bound of before (encoding/json, every number a double) and
+// now (json.Valid, then decodeJSON, every number exact).
+func BenchmarkParsePayload(b *testing.B) {
+	var items []string
+	for i := range 10_000 {
+		items = append(items, fmt.Sprintf(`{"sku": "A-%d", "qty": %d, "price": %d.25, "name": "a product's name", "tags": ["a", "b"]}`, i, i, i))
+	}
+	payload := []byte(`{"items": [` + strings.Join(items, ", ") + `]}`)
+	for _, c := range []struct {
+		name   string
+		legacy bool
+	}{{"doubles, " + legacyBound, true}, {"exact, " + CostBound, false}} {
+		b.Run(c.name, func(b *testing.B) {
+			b.SetBytes(int64(len(payload)))
+			for b.Loop() {
+				if _, ok := parsePayload("application/json", payload, c.legacy).(map[string]any); !ok {
+					b.Fatal("not parsed")
+				}
+			}
+		})
 	}
 }

@@ -90,6 +90,10 @@ func TestDocExamples(t *testing.T) {
 		s.ContentType != js || s.Headers["x-tenant"] != "acme" {
 		t.Errorf("reshaped: %+v", s)
 	}
+	m.Payload = []byte(`{"id": "in-8", "amount": 50}`)
+	if s := tf.Shape("billing", m, NewInput(m), maxPayload); s == nil || string(s.Body) != `{"cents":5000,"invoice":"in-8"}` {
+		t.Errorf("an amount without a fraction, reshaped: %+v", s)
+	}
 	if s := tf.Shape("receiver", m, NewInput(m), maxPayload); s != nil {
 		t.Errorf("not test traffic, sent as it is: %+v", s)
 	}

@@ -33,13 +33,14 @@ const CostLimit = 100_000
 
 // CostBound names the bound the filters of a decision run under, the meter
 // at CostLimit, its calls priced by the sizes of their arguments before
-// they run, which the decision records (journal.Routing.CostLimit).
+// they run, on payloads read exactly (decodeJSON), which the decision
+// records (journal.Routing.CostLimit).
 const CostBound = "meter2 100000"
 
 // legacyBound names the meter of before, which priced a call as its
 // overload was resolved when checked, so a call on a dyn value at 1, and
-// once it had run: the bound of older decisions, which the audit matches
-// again under it.
+// once it had run, on payloads whose numbers were all doubles: the bound
+// of older decisions, which the audit matches again under it.
 const legacyBound = "meter 100000"
 
 // Message is what an expression sees of a message.
@@ -140,6 +141,11 @@ type Input struct {
 	m      Message
 	fields map[string]any
 	parsed bool
+	// legacy reads a JSON payload as the decisions of legacyBound and
+	// before read it: every number a double, a key given twice as its
+	// last value, and a payload with a number past a double's range as
+	// text.
+	legacy bool
 	// act is the variables as made last, with the payload once parsed.
 	act interpreter.Activation
 	// meter is the cost of the evaluation under way.
@@ -147,12 +153,16 @@ type Input struct {
 }
 
 // NewInput makes the input of the expressions on m.
-func NewInput(m Message) *Input {
+func NewInput(m Message) *Input { return newInput(m, false) }
+
+// newInput makes the input of the expressions on m, reading a JSON
+// payload as legacy says.
+func newInput(m Message, legacy bool) *Input {
 	headers := m.Headers
 	if headers == nil {
 		headers = map[string]string{}
 	}
-	return &Input{m: m, fields: map[string]any{
+	return &Input{m: m, legacy: legacy, fields: map[string]any{
 		"source": m.Source, "from": m.From, "to": m.To, "type": m.Type, "headers": headers,
 		"content_type": m.ContentType, "size": m.Size, "payload": nil,
 	}}
@@ -163,7 +173,7 @@ func NewInput(m Message) *Input {
 func (in *Input) activation(payload bool) interpreter.Activation {
 	if payload && !in.parsed {
 		in.parsed = true
-		in.fields["payload"] = parsePayload(in.m.ContentType, in.m.Payload)
+		in.fields["payload"] = parsePayload(in.m.ContentType, in.m.Payload, in.legacy)
 		in.act = nil
 	}
 	if in.act == nil {
@@ -174,14 +184,19 @@ func (in *Input) activation(payload bool) interpreter.Activation {
 }
 
 // parsePayload is the payload as an expression sees it: the JSON value when
-// the content type is JSON and the body parses, else the text when it is
-// UTF-8, else nil.
-func parsePayload(contentType string, body []byte) any {
-	if isJSON(contentType) {
+// the content type is JSON and the body parses (decodeJSON, or as
+// encoding/json decodes it if legacy), else the text when it is UTF-8,
+// else nil.
+func parsePayload(contentType string, body []byte, legacy bool) any {
+	switch {
+	case !isJSON(contentType):
+	case legacy:
 		var v any
 		if json.Unmarshal(body, &v) == nil {
 			return v
 		}
+	case json.Valid(body):
+		return decodeJSON(body)
 	}
 	if utf8.Valid(body) {
 		return string(body)
@@ -321,7 +336,7 @@ func (t *Table) MatchUnder(m Message, bound string) (Decision, error) {
 		}
 		if p := t.programs[i]; p != nil {
 			if in == nil {
-				in = NewInput(m)
+				in = newInput(m, bound != CostBound)
 				d.CostLimit = bound
 			}
 			ok, err := p.evalUnder(in, bound)

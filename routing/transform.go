@@ -331,6 +331,8 @@ func appendJSON(b []byte, v ref.Val, max int) ([]byte, error) {
 			}
 		}
 		b = append(b, '}')
+	case *types.Err:
+		return nil, v.Unwrap()
 	default:
 		pb, err := v.ConvertToNative(reflect.TypeFor[*structpb.Value]())
 		if err != nil {
