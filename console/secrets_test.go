@@ -31,6 +31,30 @@ func TestTargetSecretsShownOnlyToAdmins(t *testing.T) {
 		has(t, html.EscapeString(`"url": "http://hook:pw-s3cret@127.0.0.1:9/in"`), html.EscapeString(`"Authorization": "Bearer t0ken"`))
 }
 
+// TestTransformHeadersShownOnlyToAdmins: the "try it" box shows a
+// reader's session the values of the headers a transform sets written
+// ***, an admin's whole.
+func TestTransformHeadersShownOnlyToAdmins(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	if _, err := b.w.CreateTarget(b.ctx, lifecycle.Target{Name: "billing", Kind: "http", Enabled: true,
+		Config: json.RawMessage(`{"url":"http://127.0.0.1:9/in"}`), Transform: `{"headers": {"x-account": "acct-" + message.payload.id}}`},
+		"operator:setup"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.w.CreateRoute(b.ctx, lifecycle.Route{Source: "erp", From: "*", To: "*", Target: "billing"}, "operator:setup"); err != nil {
+		t.Fatal(err)
+	}
+	form := func() url.Values {
+		return url.Values{"source": {"erp"}, "from": {"a"}, "to": {"b"}, "content_type": {"application/json"}, "payload": {`{"id": "s3cret"}`}}
+	}
+	reader, admin := b.signedIn(t, b.reader), b.signedIn(t, b.admin)
+	reader.get(t, "/ui/try").want(t, http.StatusOK)
+	reader.post(t, "/ui/try", form()).want(t, http.StatusOK).has(t, "x-account: ***").lacks(t, "acct-s3cret")
+	admin.get(t, "/ui/try").want(t, http.StatusOK)
+	admin.post(t, "/ui/try", form()).want(t, http.StatusOK).has(t, "x-account: acct-s3cret")
+}
+
 // TestTargetKeysShownByIDAndRevealedOnAsking: every session sees a signing
 // target's scheme and its keys' ids and fingerprints; the key itself is
 // only on the answer to an admin's confirmed Reveal.

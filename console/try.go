@@ -13,6 +13,7 @@ import (
 	"github.com/waybill/waybill/commands"
 	"github.com/waybill/waybill/lifecycle"
 	"github.com/waybill/waybill/projection"
+	"github.com/waybill/waybill/redact"
 	"github.com/waybill/waybill/routing"
 )
 
@@ -34,8 +35,10 @@ type tryForm struct {
 const recentTries = 20
 
 // tryRoutes shows the box (GET /ui/try) and tries the message it is given
-// (POST), writing nothing; the routes' and targets' pages load the box.
-func (c *Console) tryRoutes(w http.ResponseWriter, r *http.Request, _ *auth.Session) error {
+// (POST), writing nothing; the routes' and targets' pages load the box. A
+// session that may not administer sees the values of the headers a
+// transform sets masked (redact.Shape).
+func (c *Console) tryRoutes(w http.ResponseWriter, r *http.Request, s *auth.Session) error {
 	v := tryView{Form: tryForm{ContentType: "application/json"}}
 	var err error
 	if v.Recent, _, err = projection.ListMessages(r.Context(), c.cfg.DB, projection.MessageFilter{Limit: recentTries}); err != nil {
@@ -51,6 +54,13 @@ func (c *Console) tryRoutes(w http.ResponseWriter, r *http.Request, _ *auth.Sess
 		if err == nil {
 			var trial routing.Trial
 			if trial, err = c.cfg.Writer.Try(r.Context(), m); err == nil {
+				for target, shaped := range trial.Shapes {
+					if shaped != nil && redact.Hides(s.Role) {
+						masked := *shaped
+						masked.Shape = redact.Shape(shaped.Shape)
+						trial.Shapes[target] = &masked
+					}
+				}
 				v.Trial = &trial
 			}
 		}

@@ -12,6 +12,7 @@ import (
 	"github.com/waybill/waybill/journal"
 	"github.com/waybill/waybill/lifecycle"
 	"github.com/waybill/waybill/projection"
+	"github.com/waybill/waybill/redact"
 	"github.com/waybill/waybill/routing"
 )
 
@@ -82,7 +83,7 @@ func (s *Server) tryRoutes(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, trialOf(trial, identity(r).Scope != nil, m.Source))
+	writeJSON(w, http.StatusOK, trialOf(trial, identity(r).Scope != nil, redact.Hides(identity(r).Role), m.Source))
 	return nil
 }
 
@@ -129,8 +130,10 @@ func (s *Server) tryMessage(r *http.Request, req TryRequest) (routing.Message, e
 }
 
 // trialOf is the answer of a trial of a message of source; a scoped
-// token sees the verdicts of that source's routes only.
-func trialOf(t routing.Trial, scoped bool, source string) Trial {
+// token sees the verdicts of that source's routes only, and one that may
+// not administer the values of the headers a transform sets masked
+// (redact.Shape).
+func trialOf(t routing.Trial, scoped, hide bool, source string) Trial {
 	out := Trial{Targets: nonNil(t.Targets), Routes: []RouteVerdict{}, Shapes: make([]TrialShape, 0, len(t.Targets))}
 	failed := map[uuid.UUID]string{}
 	for _, e := range t.FilterErrors {
@@ -146,6 +149,9 @@ func trialOf(t routing.Trial, scoped bool, source string) Trial {
 		sh := TrialShape{Target: target, Outcome: "as_is"}
 		if s := t.Shapes[target]; s != nil {
 			sh = TrialShape{Target: target, Outcome: "shaped", Shape: s.Shape, Payload: string(s.Body)}
+			if hide {
+				sh.Shape = redact.Shape(s.Shape)
+			}
 			switch {
 			case s.Cancel != "":
 				sh = TrialShape{Target: target, Outcome: "cancelled", Shape: journal.Shape{Cancel: s.Cancel}}

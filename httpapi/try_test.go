@@ -14,8 +14,9 @@ import (
 // TestTryRoutes: POST /routes/try answers each route's verdict, where the
 // message would go and what each target's transform makes of it, for a
 // message given or stored, and writes nothing; bad input is a 400 naming
-// the field, an unknown message 404, and a token scoped to sources tries
-// only its sources' messages and sees only their routes.
+// the field, an unknown message 404, a token scoped to sources tries only
+// its sources' messages and sees only their routes, and one that may not
+// administer sees the headers a transform sets masked.
 func TestTryRoutes(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
@@ -73,8 +74,8 @@ func TestTryRoutes(t *testing.T) {
 		s.ContentType != "application/json" || s.PayloadSize != 14 || len(s.PayloadSHA256) != 64 {
 		t.Errorf("billing: %+v", s)
 	}
-	if s := shape(tr, "qa"); s.Outcome != "shaped" || s.Headers["x-seen"] != "yes" || s.Payload != "" {
-		t.Errorf("qa: %+v", s)
+	if s := shape(tr, "qa"); s.Outcome != "shaped" || s.Headers["x-seen"] != "***" || s.Payload != "" {
+		t.Errorf("qa, to a reader: %+v", s)
 	}
 	if s := shape(tr, "review"); s.Outcome != "as_is" {
 		t.Errorf("review: %+v", s)
@@ -103,6 +104,11 @@ func TestTryRoutes(t *testing.T) {
 	tr = try(readerToken, map[string]string{"message_id": stored.ID.String()})
 	if s := shape(tr, "billing"); strings.Join(tr.Targets, ",") != "billing,qa,review" || s.Payload != `{"ref":"in-9"}` {
 		t.Errorf("stored message: %+v", tr)
+	}
+	// An admin, who writes the transforms, sees the headers they set.
+	tr = try(adminToken, map[string]string{"message_id": stored.ID.String()})
+	if s := shape(tr, "qa"); s.Outcome != "shaped" || s.Headers["x-seen"] != "yes" {
+		t.Errorf("qa, to an admin: %+v", s)
 	}
 
 	// Bad input names the field; an unknown message is 404.

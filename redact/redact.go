@@ -3,6 +3,7 @@ package redact
 import (
 	"bytes"
 	"encoding/json"
+	"slices"
 
 	"github.com/waybill/waybill/auth"
 	"github.com/waybill/waybill/journal"
@@ -97,13 +98,52 @@ func SourceConfig(raw json.RawMessage) (json.RawMessage, bool) {
 	return out, true
 }
 
+// Shape is s with the values of the headers a target's transform set
+// masked: they are sent over the target's own headers, so may stand for
+// them.
+func Shape(s journal.Shape) journal.Shape {
+	if len(s.Headers) == 0 {
+		return s
+	}
+	masked := make(map[string]string, len(s.Headers))
+	for name := range s.Headers {
+		masked[name] = Mask
+	}
+	s.Headers = masked
+	return s
+}
+
+// shapes is nd with the shapes of its deliveries masked (Shape), in a
+// new slice.
+func shapes(nd journal.NewDeliveries) journal.NewDeliveries {
+	nd.Deliveries = slices.Clone(nd.Deliveries)
+	for i, d := range nd.Deliveries {
+		if d.Shape != nil {
+			masked := Shape(*d.Shape)
+			nd.Deliveries[i].Shape = &masked
+		}
+	}
+	return nd
+}
+
 // Payload is p with the secrets of a target's or a source's definition
-// masked (Target, SourceConfig), and a message's W3C baggage, whose
-// members are the sender's own (a user, a tenant, a token), masked whole,
-// for readers of the journal who do not write the definitions; any other
-// payload comes back as it is.
+// masked (Target, SourceConfig), the values of the headers its transform
+// set on each delivery it makes (Shape), and a message's W3C baggage,
+// whose members are the sender's own (a user, a tenant, a token), masked
+// whole, for readers of the journal who do not write the definitions; any
+// other payload comes back as it is.
 func Payload(p journal.Payload) journal.Payload {
 	switch p := p.(type) {
+	case *journal.MessageDispatched:
+		return &journal.MessageDispatched{NewDeliveries: shapes(p.NewDeliveries)}
+	case *journal.MessageRedispatched:
+		masked := *p
+		masked.NewDeliveries = shapes(p.NewDeliveries)
+		return &masked
+	case *journal.MessageResent:
+		masked := *p
+		masked.NewDeliveries = shapes(p.NewDeliveries)
+		return &masked
 	case *journal.MessageAccepted:
 		if p.Baggage == "" {
 			return p

@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/google/uuid"
+
 	"github.com/waybill/waybill/auth"
 	"github.com/waybill/waybill/journal"
 	"github.com/waybill/waybill/lifecycle"
@@ -62,6 +64,9 @@ func TestPayload(t *testing.T) {
 	source := lifecycle.Source{Name: "up", Kind: "inbox_table", Config: json.RawMessage(`{"database_url":"postgres://u:s3cret@db/x"}`)}
 	accepted := &journal.MessageAccepted{TraceParent: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
 		Baggage: "session=s3cret"}
+	shaped := journal.NewDeliveries{Deliveries: []journal.NewDelivery{
+		{ID: uuid.New(), Seq: 1, Target: "erp", Shape: &journal.Shape{Path: "/in", Headers: map[string]string{"authorization": "Bearer t0ken"}}},
+		{ID: uuid.New(), Seq: 2, Target: "crm"}}}
 	for _, tc := range []struct {
 		p    journal.Payload
 		want string
@@ -72,6 +77,9 @@ func TestPayload(t *testing.T) {
 		{&journal.SourceUpdated{Source: source}, `"config":{"database_url":"postgres://u:***@db/x"}`},
 		{&journal.TargetDeleted{Name: "erp"}, `{"name":"erp"}`},
 		{accepted, `"baggage":"***"`},
+		{&journal.MessageDispatched{NewDeliveries: shaped}, `"shape":{"path":"/in","headers":{"authorization":"***"}}`},
+		{&journal.MessageRedispatched{NewDeliveries: shaped}, `"headers":{"authorization":"***"}`},
+		{&journal.MessageResent{Generation: 2, NewDeliveries: shaped}, `"headers":{"authorization":"***"}`},
 		{&journal.MessageAccepted{TraceParent: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"},
 			`"traceparent":"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"`},
 	} {
@@ -84,7 +92,7 @@ func TestPayload(t *testing.T) {
 		}
 	}
 	if string(target.Config) != `{"headers":{"Authorization":"Bearer t0ken"}}` || string(source.Config) != `{"database_url":"postgres://u:s3cret@db/x"}` ||
-		accepted.Baggage != "session=s3cret" {
+		accepted.Baggage != "session=s3cret" || shaped.Deliveries[0].Shape.Headers["authorization"] != "Bearer t0ken" {
 		t.Errorf("redact.Payload changed the event it was given")
 	}
 }
