@@ -15,10 +15,10 @@ import (
 // decodeJSON is the JSON text data, which json.Valid has accepted, as an
 // expression reads it: an object as a map[string]any, an array as an
 // []any, a string, a bool or nil as encoding/json decodes them, and a
-// number exact (number). What cannot be read exactly is an error to read,
-// where it is, so the rest is read as usual: a number no int, uint or
-// double holds, and the value of a key an object gives more than once,
-// which a receiver may read otherwise.
+// number as a double when it is exactly one (number). What cannot be read
+// exactly is an error to read, where it is, so the rest is read as usual:
+// a number no double holds, and the value of a key an object gives more
+// than once, which a receiver may read otherwise.
 func decodeJSON(data []byte) any {
 	d := decoder{data: data}
 	return d.value()
@@ -111,23 +111,16 @@ func (d *decoder) string() string {
 	return s
 }
 
-// number is a JSON number exactly: an int when it is an integer int64
-// holds, a uint when it is one only uint64 holds, else a double when the
-// double is the number (its shortest form has the same digits), else an
-// error to read.
+// number is a JSON number as a double, as CEL reads JSON, when the double
+// is the number: its shortest form, which a transform writes back, has the
+// same digits. Any other (more digits than a double keeps, or past its
+// range) is an error to read: rounded, an id of 19 digits would match
+// another's, or be sent on changed, without a word.
 func number(text string) any {
-	if !strings.ContainsAny(text, ".eE") {
-		if i, err := strconv.ParseInt(text, 10, 64); err == nil {
-			return i
-		}
-		if u, err := strconv.ParseUint(text, 10, 64); err == nil {
-			return u
-		}
-	}
 	if f, err := strconv.ParseFloat(text, 64); err == nil && exact(text, f) {
 		return f
 	}
-	return types.NewErr("the number %s is not exactly an int, a uint or a double", lifecycle.Cut(text, 40))
+	return types.NewErr("the number %s is not exactly a double", lifecycle.Cut(text, 40))
 }
 
 // exact reports whether f, the double nearest the number text, is that
