@@ -279,6 +279,14 @@ func TestLiveHistoryCutsAStalledReader(t *testing.T) {
 	// It has the history so far: only what comes next fills its buffers.
 	fmt.Fprintf(conn, "GET /ui/messages/%s/live?after=%d HTTP/1.1\r\nHost: %s\r\nCookie: %s\r\nAccept: text/event-stream\r\n\r\n",
 		m.ID, m.Version, base.Host, strings.Join(cookies, "; "))
+	// Its answer began before the probes below open streams of their own,
+	// any of which would take the place first and have it refused.
+	if err := conn.SetReadDeadline(time.Now().Add(testpoll.Timeout)); err != nil {
+		t.Fatal(err)
+	}
+	if status, err := bufio.NewReader(conn).ReadString('\n'); err != nil || !strings.HasPrefix(status, "HTTP/1.1 200") {
+		t.Fatalf("the stalled reader's answer: %q, %v", status, err)
+	}
 	// Its stream holds the session's one place.
 	testpoll.Until(t, "the stalled reader's stream holds the session's place", func() bool {
 		s := c.openStream(t, m.ID.String())
