@@ -376,14 +376,16 @@ func responseText(resp *http.Response, body []byte) string {
 }
 
 // RequestErrorText is the text of an HTTP request's error, for an
-// outcome: the client's error names the method and the URL, without the
-// URL's password, and its cause, which may quote the receiver's answer (a
-// malformed status line or header, up to the 10 MB of headers the client
-// reads), is cut to lifecycle.MaxErrorTextLength.
+// outcome: the client's error names the method and the URL, here without
+// its user information, query and fragment (tracing.RedactURL), which may
+// hold secrets that the outcome's readers (a trace collector, a callback's
+// receiver) must not see; its cause, which may quote the receiver's answer
+// (a malformed status line or header, up to the 10 MB of headers the
+// client reads), is cut to lifecycle.MaxErrorTextLength.
 func RequestErrorText(err error) string {
 	var ue *url.Error
 	if errors.As(err, &ue) {
-		return fmt.Sprintf("%s %q: %s", ue.Op, ue.URL, lifecycle.Cut(ue.Err.Error(), lifecycle.MaxErrorTextLength))
+		return fmt.Sprintf("%s %q: %s", ue.Op, tracing.RedactURL(ue.URL), lifecycle.Cut(ue.Err.Error(), lifecycle.MaxErrorTextLength))
 	}
 	return lifecycle.Cut(err.Error(), lifecycle.MaxErrorTextLength)
 }

@@ -52,7 +52,7 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if !parent.SpanContext().IsValid() {
 		return t.base.RoundTrip(req)
 	}
-	attrs := []attribute.KeyValue{semconv.HTTPRequestMethodKey.String(req.Method), semconv.URLFull(redactURL(req.URL.String())),
+	attrs := []attribute.KeyValue{semconv.HTTPRequestMethodKey.String(req.Method), semconv.URLFull(RedactURL(req.URL.String())),
 		semconv.ServerAddress(req.URL.Hostname())}
 	port, err := strconv.Atoi(req.URL.Port())
 	if err != nil {

@@ -85,7 +85,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Provider, error) {
 	otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) { log.Warn("tracing", "err", err) }))
 	p.tp = sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp), sdktrace.WithResource(res),
 		sdktrace.WithSampler(cfg.Sampler))
-	log.Info("tracing on", "endpoint", cfg.Endpoint, "protocol", cfg.Protocol, "service", cfg.ServiceName,
+	log.Info("tracing on", "endpoint", RedactURL(cfg.Endpoint), "protocol", cfg.Protocol, "service", cfg.ServiceName,
 		"sampler", cfg.Sampler.Description())
 	return p, nil
 }
@@ -205,10 +205,11 @@ func (c *carrier) Set(key, value string) {
 
 func (c carrier) Keys() []string { return []string{traceParentHeader, traceStateHeader} }
 
-// redactURL is the form of a URL a span carries (url.full): without its
-// user information, whose password is a secret, and without its query
-// and fragment, which may hold tokens. A URL that does not parse is "".
-func redactURL(raw string) string {
+// RedactURL is the form of a URL that leaves the configuration, in a span
+// (url.full) or an outcome's text: without its user information, whose
+// password is a secret, and without its query and fragment, which may hold
+// tokens. A URL that does not parse is "".
+func RedactURL(raw string) string {
 	u, err := url.Parse(raw)
 	if err != nil {
 		return ""

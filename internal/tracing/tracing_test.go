@@ -86,8 +86,8 @@ func TestRedactURL(t *testing.T) {
 		"http://example.com/%zz":        "",
 		"https://example.com/a%2Fb?q=1": "https://example.com/a%2Fb",
 	} {
-		if got := redactURL(raw); got != want {
-			t.Errorf("redactURL(%q) = %q; want %q", raw, got, want)
+		if got := RedactURL(raw); got != want {
+			t.Errorf("RedactURL(%q) = %q; want %q", raw, got, want)
 		}
 	}
 }
