@@ -277,10 +277,16 @@ func actor(r *http.Request) string { return journal.OperatorActor(identity(r).Na
 // adapt turns the route's handler, which returns its error, into an
 // http.Handler that refuses a query the route does not take, so a handler
 // reads its parameters from r.URL.Query(), and answers an error with the
-// envelope.
+// envelope. A webhook's query is left alone: a provider posts to the URL
+// an operator gave it, which may carry a query of the operator's own, and
+// a refusal there would lose its events.
 func (s *Server) adapt(rt route) http.Handler {
+	webhook := rt.pattern() == webhookPattern
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		err := query(r, rt.params)
+		var err error
+		if !webhook {
+			err = query(r, rt.params)
+		}
 		if err == nil {
 			err = rt.handle(s, w, r)
 		}

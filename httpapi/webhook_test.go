@@ -261,7 +261,18 @@ func TestWebhookRouteTakesNoToken(t *testing.T) {
 			t.Errorf("the journal shows a reader %s", e.Payload)
 		}
 	}
-	b.post(t, "gh", "text/plain", ghBody, signed...).want(t, http.StatusCreated, nil)
+	var first, again httpapi.WebhookReceived
+	b.post(t, "gh", "text/plain", ghBody, signed...).want(t, http.StatusCreated, &first)
+	// A query the provider's URL carries is not read: the same webhook
+	// with one is the repeat it is.
+	h = http.Header{"Content-Type": {"text/plain"}}
+	for i := 0; i < len(signed); i += 2 {
+		h.Set(signed[i], signed[i+1])
+	}
+	b.sendHeader(t, "", http.MethodPost, "/sources/gh/webhook?tenant=acme&tenant=x", h, []byte(ghBody)).want(t, http.StatusOK, &again)
+	if again.MessageID != first.MessageID {
+		t.Errorf("the webhook with a query answered %s, not %s", again.MessageID, first.MessageID)
+	}
 }
 
 // TestWebhookSourceHeaders: a webhook source keeps the request headers its
