@@ -70,13 +70,9 @@ type Config struct {
 	Secrets *seal.Box
 	// MaxPayload bounds the payload a target's transform makes, as the
 	// server bounds a message's (--max-payload): a larger one fails its
-	// delivery. Default DefaultMaxPayload.
+	// delivery. Default lifecycle.DefaultMaxPayload.
 	MaxPayload int64
 }
-
-// DefaultMaxPayload is the default of Config.MaxPayload, the server's
-// default bound of a request body: 10 MiB.
-const DefaultMaxPayload = 10 << 20
 
 // Writer runs the commands.
 type Writer struct {
@@ -144,7 +140,7 @@ func New(cfg Config) (*Writer, error) {
 		w.ttl = 30 * time.Second
 	}
 	if w.maxPayload <= 0 {
-		w.maxPayload = DefaultMaxPayload
+		w.maxPayload = lifecycle.DefaultMaxPayload
 	}
 	return w, nil
 }

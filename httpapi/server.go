@@ -25,9 +25,6 @@ import (
 // Prefix is the path every route of the API is under.
 const Prefix = "/api/v1"
 
-// DefaultMaxPayload is the default bound of a request body: 10 MiB.
-const DefaultMaxPayload = 10 << 20
-
 // Authenticator finds who a bearer token belongs to. It returns an error
 // wrapping auth.ErrUnauthorized for a token it does not know; any other
 // error is its own failure.
@@ -47,7 +44,7 @@ type Config struct {
 	// /tokens; without it those routes answer 404.
 	Tokens *auth.Store
 	// MaxPayload bounds a request body in bytes; larger ones are refused
-	// with 413. Default DefaultMaxPayload (10 MiB).
+	// with 413. Default lifecycle.DefaultMaxPayload (10 MiB).
 	MaxPayload int64
 	// Registerer takes the HTTP metrics; nil registers none.
 	Registerer prometheus.Registerer
@@ -95,7 +92,7 @@ func New(cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("httpapi: %w", err)
 	}
 	if cfg.MaxPayload == 0 {
-		cfg.MaxPayload = DefaultMaxPayload
+		cfg.MaxPayload = lifecycle.DefaultMaxPayload
 	}
 	cfg.Base = cfg.Base.WithDefaults()
 	if cfg.Rebuilds == nil {

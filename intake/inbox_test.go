@@ -14,6 +14,7 @@ import (
 	"github.com/waybill/waybill/internal/dbtest"
 	"github.com/waybill/waybill/internal/testpoll"
 	"github.com/waybill/waybill/journal"
+	"github.com/waybill/waybill/lifecycle"
 	"github.com/waybill/waybill/sources"
 )
 
@@ -58,7 +59,7 @@ func (f *fixture) inboxSource(t *testing.T, name, url string, config map[string]
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := newInbox(name, ic, f.w, f.db, f.base, DefaultMaxPayload)
+	p := newInbox(name, ic, f.w, f.db, f.base, lifecycle.DefaultMaxPayload)
 	t.Cleanup(p.close)
 	p.resume(f.watermark(t, name))
 	return p

@@ -50,9 +50,6 @@ type Config struct {
 	Holder string
 }
 
-// DefaultMaxPayload is the default of Config.MaxPayload.
-const DefaultMaxPayload = 10 << 20
-
 // Runtime polls the enabled sources. Every process runs one; a lease in
 // the database (source_state) makes one process at a time poll a given
 // source.
@@ -76,7 +73,7 @@ func New(cfg Config) (*Runtime, error) {
 	}
 	cfg.Base = cfg.Base.WithDefaults()
 	if cfg.MaxPayload <= 0 {
-		cfg.MaxPayload = DefaultMaxPayload
+		cfg.MaxPayload = lifecycle.DefaultMaxPayload
 	}
 	if cfg.Lease <= 0 {
 		cfg.Lease = 30 * time.Second

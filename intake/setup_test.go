@@ -117,7 +117,7 @@ func (f *fixture) dirSource(t *testing.T, name string, config map[string]any) *d
 	if err != nil {
 		t.Fatal(err)
 	}
-	return newDirectory(name, dc, f.w, f.base, DefaultMaxPayload)
+	return newDirectory(name, dc, f.w, f.base, lifecycle.DefaultMaxPayload)
 }
 
 // again is a new poller of the same directory source, as a process

@@ -239,6 +239,11 @@ const MaxExternalIDLength = 255
 // of UTF-8 text without control characters.
 func CheckExternalID(field, id string) error { return CheckParty(field, id) }
 
+// DefaultMaxPayload is the default bound of a message's payload and of a
+// request's body (--max-payload), which a transform's payload keeps too:
+// 10 MiB.
+const DefaultMaxPayload = 10 << 20
+
 // MaxReceiptTextLength bounds a receipt's text, the receiver's detail,
 // which the journal keeps: room for any message a receiver means for
 // people, and far below what the event stream can publish.

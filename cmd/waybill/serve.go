@@ -105,7 +105,7 @@ func serveFlags(fs *flag.FlagSet) *serveConfig {
 		"how long a stop lets attempts in flight finish before it cancels them (env WAYBILL_DRAIN_GRACE)")
 	fs.DurationVar(&c.shutdownDelay, "shutdown-delay", 2*time.Second,
 		"how long a stop keeps serving with /readyz answering 503, so a load balancer stops sending first, before it stops anything (env WAYBILL_SHUTDOWN_DELAY)")
-	fs.Int64Var(&c.maxPayload, "max-payload", httpapi.DefaultMaxPayload,
+	fs.Int64Var(&c.maxPayload, "max-payload", lifecycle.DefaultMaxPayload,
 		"largest request body the API takes, largest file or row a source takes, and largest payload a target's transform makes, in bytes (env WAYBILL_MAX_PAYLOAD)")
 	return c
 }
@@ -241,7 +241,7 @@ const gcPercent = 400
 // of its start, so nothing claims while anything it needs is gone.
 func serve(ctx context.Context, cfg *serveConfig, stderr io.Writer) error {
 	if cfg.maxPayload < 0 {
-		return fmt.Errorf("--max-payload: %d: must be a number of bytes (0 for the default, %d)", cfg.maxPayload, httpapi.DefaultMaxPayload)
+		return fmt.Errorf("--max-payload: %d: must be a number of bytes (0 for the default, %d)", cfg.maxPayload, lifecycle.DefaultMaxPayload)
 	}
 	log, err := newLogger(cfg.logFormat, stderr)
 	if err != nil {
