@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"runtime/debug"
 	"sync"
 	"time"
 
@@ -73,12 +72,7 @@ func (rs *Rebuilds) Start(operator string) Rebuild {
 // it is its error, logged with its stack: it fails the rebuild, not the
 // process.
 func (rs *Rebuilds) run(run *Rebuild) (report *projection.Report, err error) {
-	defer func() {
-		if v := recover(); v != nil {
-			rs.log.Error("online rebuild panicked", "rebuild_id", run.ID, "panic", v, "stack", string(debug.Stack()))
-			err = fmt.Errorf("online rebuild panicked: %v", v)
-		}
-	}()
+	defer service.Recovered(rs.log.With("rebuild_id", run.ID), "online rebuild", &err)
 	return projection.OnlineRebuild(context.Background(), rs.db, projection.OnlineOptions{Log: rs.log, Pause: rs.pause,
 		Progress: func(p projection.OnlineProgress) {
 			rs.mu.Lock()
