@@ -1,13 +1,11 @@
 package alerts_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"log/slog"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -15,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/waybill/waybill/alerts"
+	"github.com/waybill/waybill/internal/testlog"
 	"github.com/waybill/waybill/internal/testpoll"
 	"github.com/waybill/waybill/journal"
 	"github.com/waybill/waybill/lifecycle"
@@ -25,32 +24,8 @@ import (
 // event or an alert of a failure of 20 KiB is over it.
 const smallPayload = 8 << 10
 
-// logs keeps what a logger writes.
-type logs struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (l *logs) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.Write(p)
-}
-
-// lines are the lines written that hold s.
-func (l *logs) lines(s string) []string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	var out []string
-	for line := range strings.Lines(l.buf.String()) {
-		if strings.Contains(line, s) {
-			out = append(out, line)
-		}
-	}
-	return out
-}
-
-func (l *logs) base() service.Base {
+// logTo is a Base whose logger writes to l.
+func logTo(l *testlog.Buffer) service.Base {
 	return service.Base{Logger: slog.New(slog.NewTextHandler(l, nil))}
 }
 
@@ -62,9 +37,9 @@ func TestEventStreamPublishesAnEventTooBigWithoutItsPayload(t *testing.T) {
 	e := setupWith(t, smallPayload)
 	got := e.subscribe(t, "waybill.events.>")
 	reg := prometheus.NewRegistry()
-	log := &logs{}
+	log := &testlog.Buffer{}
 	s, err := alerts.NewEventStream(alerts.StreamConfig{DB: e.db, NATS: e.connect(t), PollInterval: 10 * time.Millisecond,
-		Metrics: reg, Base: log.base()})
+		Metrics: reg, Base: logTo(log)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -116,7 +91,7 @@ func TestEventStreamPublishesAnEventTooBigWithoutItsPayload(t *testing.T) {
 	if reduced == 0 {
 		t.Fatal("no event published without its payload")
 	}
-	if warned := log.lines("event too big for NATS"); len(warned) != 1 || !strings.Contains(warned[0], "level=WARN") ||
+	if warned := log.Lines("event too big for NATS"); len(warned) != 1 || !strings.Contains(warned[0], "level=WARN") ||
 		!strings.Contains(warned[0], "position="+strconv.FormatInt(reduced, 10)) {
 		t.Errorf("warnings %q", warned)
 	}
@@ -130,9 +105,9 @@ func TestAlertTooBigForNATSIsPublishedCut(t *testing.T) {
 	t.Parallel()
 	e := setupWith(t, smallPayload)
 	got := e.subscribe(t, "waybill.alerts.>")
-	log := &logs{}
+	log := &testlog.Buffer{}
 	a, err := alerts.New(alerts.Config{DB: e.db, NATS: e.connect(t), WebhookURL: e.hook.URL,
-		SendBackoff: 20 * time.Millisecond, PollInterval: 10 * time.Millisecond, Base: log.base()})
+		SendBackoff: 20 * time.Millisecond, PollInterval: 10 * time.Millisecond, Base: logTo(log)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -172,7 +147,7 @@ func TestAlertTooBigForNATSIsPublishedCut(t *testing.T) {
 	if whole.Truncated || whole.Details["error"] != reason {
 		t.Errorf("the webhook's copy is not whole: truncated %v, error %.40v", whole.Truncated, whole.Details["error"])
 	}
-	if warned := log.lines("alert too big for NATS"); len(warned) != 1 || !strings.Contains(warned[0], "id="+failed.ID) {
+	if warned := log.Lines("alert too big for NATS"); len(warned) != 1 || !strings.Contains(warned[0], "id="+failed.ID) {
 		t.Errorf("warnings %q", warned)
 	}
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/waybill/waybill/commands"
 	"github.com/waybill/waybill/internal/dbtest"
+	"github.com/waybill/waybill/internal/testlog"
 	"github.com/waybill/waybill/internal/testpoll"
 	"github.com/waybill/waybill/journal"
 	"github.com/waybill/waybill/lifecycle"
@@ -32,7 +33,7 @@ func TestLostAnswerKeepsTheNextClaim(t *testing.T) {
 	b.target(t, spec)
 	ms := b.ingest(t, 2)
 
-	logs := &logBuffer{}
+	logs := &testlog.Buffer{}
 	proxy, _, rt := b.proxiedRuntime(t, slog.New(slog.NewTextHandler(logs, nil)))
 	// The first attempt's outcome is the next COMMIT: the catch-up that
 	// claimed it has, and the slot is busy until the outcome is recorded.
@@ -51,8 +52,8 @@ func TestLostAnswerKeepsTheNextClaim(t *testing.T) {
 		return b.sink.count(ms[0].Deliveries[0].ID.String()) == 1 && b.sink.count(ms[1].Deliveries[0].ID.String()) == 1
 	})
 	b.waitStatus(t, lifecycle.StatusDelivered, ms...)
-	if got := logs.count(`msg="outcome recorded" target=web`); got != 1 {
-		t.Errorf("%d outcomes logged as recorded after a failed try, want 1:\n%s", got, logs.buf.String())
+	if got := len(logs.Lines(`msg="outcome recorded" target=web`)); got != 1 {
+		t.Errorf("%d outcomes logged as recorded after a failed try, want 1:\n%s", got, logs.String())
 	}
 	want := []journal.Kind{journal.KindDeliveryClaimed, journal.KindDeliveryAttempted}
 	for _, m := range ms {

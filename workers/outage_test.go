@@ -1,18 +1,16 @@
 package workers_test
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
 	"net/http"
 	"slices"
-	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/waybill/waybill/commands"
 	"github.com/waybill/waybill/internal/dbtest"
+	"github.com/waybill/waybill/internal/testlog"
 	"github.com/waybill/waybill/internal/testpoll"
 	"github.com/waybill/waybill/journal"
 	"github.com/waybill/waybill/lifecycle"
@@ -41,7 +39,7 @@ func TestOutcomesOutlastADatabaseOutage(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The workers' log tells how each recording went.
-	logs := &logBuffer{}
+	logs := &testlog.Buffer{}
 	rt, err := workers.NewRuntime(workers.RuntimeConfig{Base: service.Base{Now: b.clock.Now, Logger: slog.New(slog.NewTextHandler(logs, nil))},
 		Writer: w, NATS: b.nc, Metrics: b.metrics})
 	if err != nil {
@@ -71,7 +69,7 @@ func TestOutcomesOutlastADatabaseOutage(t *testing.T) {
 	})
 	// The outage lasts for several tries at recording each outcome.
 	testpoll.Until(t, "every recording failed and tried again", func() bool {
-		return logs.count(`msg="outcome not recorded yet`) == n && proxy.Refused() >= 4*n
+		return len(logs.Lines(`msg="outcome not recorded yet`)) == n && proxy.Refused() >= 4*n
 	})
 	var delivering int
 	if err := b.db.QueryRow(b.ctx, `SELECT count(*) FROM deliveries WHERE state = 'delivering'`).Scan(&delivering); err != nil {
@@ -92,7 +90,7 @@ func TestOutcomesOutlastADatabaseOutage(t *testing.T) {
 	// A worker logs its recording once the command returns, after the
 	// state it recorded can be read.
 	testpoll.Until(t, "every outcome logged as recorded after a failed try", func() bool {
-		return logs.count(`msg="outcome recorded"`) == n
+		return len(logs.Lines(`msg="outcome recorded"`)) == n
 	})
 	for _, m := range ms {
 		d := m.Deliveries[0]
@@ -105,23 +103,4 @@ func TestOutcomesOutlastADatabaseOutage(t *testing.T) {
 		}
 	}
 	b.audit(t)
-}
-
-// logBuffer is a log's output, safe for concurrent writes.
-type logBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.Write(p)
-}
-
-// count counts the lines that hold s.
-func (l *logBuffer) count(s string) int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return strings.Count(l.buf.String(), s)
 }

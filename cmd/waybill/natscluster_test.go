@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/waybill/waybill/internal/dbtest"
+	"github.com/waybill/waybill/internal/testlog"
 	"github.com/waybill/waybill/internal/testpoll"
 )
 
@@ -47,7 +48,7 @@ func startNATSCluster(t *testing.T, n int) []*natsNode {
 		_, mport, _ := strings.Cut(monitor, ":")
 		cmd := exec.Command(bin, "-a", host, "-p", port, "-m", mport, "--cluster_name", "waybill-test",
 			"--cluster", routes[i], "--routes", strings.Join(routes, ","))
-		var logs lockedBuffer
+		var logs testlog.Buffer
 		cmd.Stdout, cmd.Stderr = &logs, &logs
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)

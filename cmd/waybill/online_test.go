@@ -16,6 +16,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/waybill/waybill/internal/testlog"
 	"github.com/waybill/waybill/internal/testpoll"
 )
 
@@ -80,9 +81,9 @@ func TestOnlineRebuildBesideAServer(t *testing.T) {
 	moved("before")
 
 	live := tableOIDs(t, db)
-	rebuild := func(pause string) (*exec.Cmd, *lockedBuffer) {
+	rebuild := func(pause string) (*exec.Cmd, *testlog.Buffer) {
 		cmd := exec.Command(bin, "rebuild", "--online", "--database-url", dbURL)
-		out := &lockedBuffer{}
+		out := &testlog.Buffer{}
 		cmd.Stdout, cmd.Stderr = out, out
 		cmd.Env = append(os.Environ(), pauseEnv+"="+pause)
 		if err := cmd.Start(); err != nil {

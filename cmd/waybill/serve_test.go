@@ -24,6 +24,7 @@ import (
 
 	"github.com/waybill/waybill/commands"
 	"github.com/waybill/waybill/internal/dbtest"
+	"github.com/waybill/waybill/internal/testlog"
 	"github.com/waybill/waybill/internal/testpoll"
 	"github.com/waybill/waybill/journal"
 	"github.com/waybill/waybill/lifecycle"
@@ -61,26 +62,7 @@ func buildBinary(t *testing.T) string {
 type server struct {
 	cmd  *exec.Cmd
 	addr string
-	logs lockedBuffer
-}
-
-// lockedBuffer is a buffer that a running process's output may be read
-// from while it is written.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
+	logs testlog.Buffer
 }
 
 // startServer starts `waybill serve` with args and waits until it is
