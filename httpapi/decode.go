@@ -81,11 +81,10 @@ func decodeValue(data []byte, v reflect.Value, path string) []error {
 		if err := json.Unmarshal(data, v.Addr().Interface()); err != nil {
 			return []error{&lifecycle.FieldError{Field: path, Problem: valueProblem(err, t)}}
 		}
-		if t.Kind() == reflect.Map {
-			_, repeated, _ := members(data)
-			return repeats(path, repeated)
-		}
-		return nil
+		// A value read whole (a map, an array, a kind's raw config) may hold
+		// objects at any depth, of which encoding/json keeps a repeated
+		// name's last value without a word.
+		return repeatedWithin(data, path)
 	}
 	object, repeated, ok := members(data)
 	if !ok || (object == nil && path == "") {
@@ -114,6 +113,7 @@ func members(data []byte) (object map[string]json.RawMessage, repeated []string,
 		return nil, nil, err == nil && tok == nil && atEnd(dec)
 	}
 	object = map[string]json.RawMessage{}
+	seen := map[string]int{}
 	for dec.More() {
 		tok, err := dec.Token()
 		name, isName := tok.(string)
@@ -121,7 +121,7 @@ func members(data []byte) (object map[string]json.RawMessage, repeated []string,
 		if err != nil || !isName || dec.Decode(&value) != nil {
 			return nil, nil, false
 		}
-		if _, seen := object[name]; seen && !slices.Contains(repeated, name) {
+		if seen[name]++; seen[name] == 2 {
 			repeated = append(repeated, name)
 		}
 		object[name] = value
@@ -136,6 +136,53 @@ func members(data []byte) (object map[string]json.RawMessage, repeated []string,
 func atEnd(dec *json.Decoder) bool {
 	_, err := dec.Token()
 	return err == io.EOF
+}
+
+// repeatedWithin refuses the names that any object within the JSON value
+// data, itself at path, repeats, each named by its path (arrays' items as
+// path[i]).
+func repeatedWithin(data []byte, path string) []error {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.UseNumber()
+	var errs []error
+	var walk func(path string) bool
+	walk = func(path string) bool {
+		tok, err := dec.Token()
+		if err != nil {
+			return false
+		}
+		switch tok {
+		case json.Delim('{'):
+			seen := map[string]int{}
+			var repeated []string
+			for dec.More() {
+				tok, err := dec.Token()
+				name, ok := tok.(string)
+				if err != nil || !ok {
+					return false
+				}
+				if seen[name]++; seen[name] == 2 {
+					repeated = append(repeated, name)
+				}
+				if !walk(join(path, keyName(name))) {
+					return false
+				}
+			}
+			errs = append(errs, repeats(path, repeated)...)
+		case json.Delim('['):
+			for i := 0; dec.More(); i++ {
+				if !walk(fmt.Sprintf("%s[%d]", path, i)) {
+					return false
+				}
+			}
+		default:
+			return true
+		}
+		_, err = dec.Token() // the closing brace or bracket
+		return err == nil
+	}
+	walk(path)
+	return errs
 }
 
 // repeats are the refusals of the names an object at path repeats.

@@ -117,7 +117,17 @@ func TestRepeatedNamesAreRefused(t *testing.T) {
 		if len(e.Details.Errors) != 0 || e.Details.Problem != "is given more than once" {
 			t.Errorf("%s: details %+v", method, e.Details)
 		}
+		// Within a kind's configuration, read whole, as within the body.
+		b.admin(t, method, path, `{"name":"billing","kind":"http","config":{"url":"http://127.0.0.1:9/","url":"http://127.0.0.1:8/"}}`).
+			invalidField(t, "config.url")
+		b.admin(t, method, path, `{"name":"billing","kind":"http","config":{"url":"http://127.0.0.1:9/","headers":{"X-A":"1","X-A":"2"}}}`).
+			invalidField(t, "config.headers.X-A")
 	}
+	// A PUT reads its body whole first: an object within an array is
+	// walked too.
+	b.admin(t, http.MethodPut, "/targets/billing", target+`"labels":[{"a":1},{"b":1,"b":2}]}`).invalidField(t, "labels[1].b")
+	b.admin(t, http.MethodPost, "/sources", `{"name":"drop","kind":"directory","config":{"dir":"/in","dir":"/etc","from":"a","to":"b"}}`).
+		invalidField(t, "config.dir")
 	b.unchanged(t, before)
 }
 
