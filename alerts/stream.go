@@ -119,7 +119,7 @@ func (s *EventStream) handle(ctx context.Context, events []journal.Event) error 
 // withoutPayload is ev, whose encoding has size bytes, with its payload
 // left out and sized: the server would refuse it whole, and the feed would
 // hand its transaction back for ever. The envelope alone is a few hundred
-// bytes, which any max payload holds.
+// bytes, far below the least max payload serve accepts.
 func (s *EventStream) withoutPayload(ev eventJSON, size int) ([]byte, error) {
 	payload, err := plainjson.Marshal(ev.Payload)
 	if err != nil {

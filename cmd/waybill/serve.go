@@ -632,6 +632,13 @@ func openDB(ctx context.Context, url string) (*pgxpool.Pool, error) {
 	return db, nil
 }
 
+// minNATSPayload is the least max_payload a NATS server may have: an
+// event published without its payload, or an alert with its texts cut,
+// must still fit, or the event stream or the alerts would stop at it for
+// good. Both are a few hundred bytes, their names and ids bounded; NATS's
+// own default is 1 MB.
+const minNATSPayload = 64 << 10
+
 // connectNATS connects to the NATS at url, or to an embedded server it
 // starts on l when url is empty; l's Stop closes the connection, then the
 // server.
@@ -648,6 +655,11 @@ func connectNATS(ctx context.Context, url string, log *slog.Logger, l *service.L
 		nc, err := nats.Connect(url, opts...)
 		if err != nil {
 			return nil, fmt.Errorf("connect to nats %s: %w", natsServers(url), err)
+		}
+		if limit := nc.MaxPayload(); limit < minNATSPayload {
+			nc.Close()
+			return nil, fmt.Errorf("connect to nats %s: its max_payload is %d bytes; Waybill needs at least %d, to publish an event without its payload or an alert cut to fit",
+				natsServers(url), limit, minNATSPayload)
 		}
 		l.Defer(nc.Close)
 		return nc, nil

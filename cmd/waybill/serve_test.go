@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -20,6 +21,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
+	natsd "github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 
 	"github.com/waybill/waybill/commands"
@@ -30,6 +32,7 @@ import (
 	"github.com/waybill/waybill/lifecycle"
 	"github.com/waybill/waybill/natsserver"
 	"github.com/waybill/waybill/projection"
+	"github.com/waybill/waybill/service"
 	"github.com/waybill/waybill/workers"
 )
 
@@ -344,5 +347,27 @@ func TestServeTurnsUnreadyBeforeItStops(t *testing.T) {
 	}
 	if _, err := get("/healthz"); err == nil {
 		t.Error("the server still answers after it exited")
+	}
+}
+
+// TestServeRefusesATinyNATSPayload: a NATS server whose max_payload could
+// not hold even an event's envelope is refused at start, naming it,
+// rather than stalling the event stream at the first event.
+func TestServeRefusesATinyNATSPayload(t *testing.T) {
+	t.Parallel()
+	srv, err := natsd.NewServer(&natsd.Options{Host: "127.0.0.1", Port: -1, NoLog: true, NoSigs: true, MaxPayload: 1024})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.Start()
+	t.Cleanup(srv.Shutdown)
+	if !srv.ReadyForConnections(10 * time.Second) {
+		t.Fatal("nats server not ready")
+	}
+	var l service.List
+	defer l.Stop(context.Background())
+	_, err = connectNATS(t.Context(), srv.ClientURL(), slog.New(slog.DiscardHandler), &l)
+	if err == nil || !strings.Contains(err.Error(), "max_payload is 1024 bytes") {
+		t.Fatalf("connect: %v", err)
 	}
 }
