@@ -142,6 +142,9 @@ func atEnd(dec *json.Decoder) bool {
 // data, itself at path, repeats, each named by its path (arrays' items as
 // path[i]).
 func repeatedWithin(data []byte, path string) []error {
+	if trimmed := bytes.TrimLeft(data, " \t\r\n"); len(trimmed) == 0 || trimmed[0] != '{' && trimmed[0] != '[' {
+		return nil // a scalar, such as a payload, holds no object
+	}
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.UseNumber()
 	var errs []error
