@@ -42,15 +42,24 @@ func CheckOperation(spec OperationSpec) (OperationSpec, error) {
 	if _, err := lifecycle.ParseOperationAction(string(spec.Action)); err != nil {
 		errs = append(errs, &lifecycle.FieldError{Field: "action", Problem: err.Error()})
 	}
-	if len(spec.Reason) > lifecycle.MaxReasonLength {
-		errs = append(errs, &lifecycle.FieldError{Field: "reason",
-			Problem: fmt.Sprintf("must be at most %d bytes, got %d", lifecycle.MaxReasonLength, len(spec.Reason))})
-	}
-	errs = append(errs, spec.Filter.Validate())
+	var err error
+	spec.Reason, err = checkReason(spec.Reason)
+	errs = append(errs, err, spec.Filter.Validate())
 	spec.Filter.CreatedAfter = journal.StoredTime(spec.Filter.CreatedAfter)
 	spec.Filter.CreatedBefore = journal.StoredTime(spec.Filter.CreatedBefore)
-	spec.Reason = journal.StoredText(spec.Reason)
 	return spec, invalid(errors.Join(errs...))
+}
+
+// checkReason returns an operation's reason as the journal keeps it
+// (journal.StoredText: a NUL or an invalid byte takes three), refused
+// past lifecycle.MaxReasonLength in that form, which the journal checks.
+func checkReason(reason string) (string, error) {
+	stored := journal.StoredText(reason)
+	if len(stored) > lifecycle.MaxReasonLength {
+		return stored, &lifecycle.FieldError{Field: "reason", Problem: fmt.Sprintf("must be at most %d bytes, got %d as stored (a NUL or a byte that is not UTF-8 takes 3)",
+			lifecycle.MaxReasonLength, len(stored))}
+	}
+	return stored, nil
 }
 
 // CreateOperation starts a bulk operation: in one transaction it reads the
@@ -115,9 +124,9 @@ func (w *Writer) CancelOperation(ctx context.Context, id uuid.UUID, operator, re
 	if err := (Action{Operator: operator}).check(); err != nil {
 		return nil, fmt.Errorf("cancel operation %s: %w", id, err)
 	}
-	if len(reason) > lifecycle.MaxReasonLength {
-		return nil, fmt.Errorf("cancel operation %s: %w", id, invalid(&lifecycle.FieldError{Field: "reason",
-			Problem: fmt.Sprintf("must be at most %d bytes, got %d", lifecycle.MaxReasonLength, len(reason))}))
+	reason, err := checkReason(reason)
+	if err != nil {
+		return nil, fmt.Errorf("cancel operation %s: %w", id, invalid(err))
 	}
 	o, err := w.changeOperation(ctx, id, func(*projection.Operation) (journal.Event, error) {
 		return journal.Event{Actor: journal.OperatorActor(operator), Payload: &journal.OperationCancelled{Reason: reason}}, nil

@@ -48,11 +48,16 @@ func TestOperationValidation(t *testing.T) {
 		{"bad source", opBody("resend", map[string]any{"source": ""}, map[string]any{}), "filter"},
 		{"bad source name", opBody("resend", map[string]any{"source": "ERP"}, nil), "filter.source"},
 		{"bad time", opBody("resend", map[string]any{"created_after": "yesterday"}, nil), "filter.created_after"},
+		{"past the year 9999 in UTC", opBody("resend", map[string]any{"created_before": "9999-12-31T23:00:00-05:00"}, nil), "filter.created_before"},
+		{"before the year 0 in UTC", opBody("resend", map[string]any{"created_after": "0000-01-01T00:00:00+01:00"}, nil), "filter.created_after"},
+		{"a dry run past the year 9999", opBody("resend", map[string]any{"created_before": "9999-12-31T23:00:00-05:00"},
+			map[string]any{"dry_run": true}), "filter.created_before"},
 		{"times the wrong way", opBody("resend", map[string]any{"created_after": "2026-12-02T00:00:00Z",
 			"created_before": "2026-12-01T00:00:00Z"}, nil), "filter.created_before"},
 		{"unknown filter field", opBody("resend", map[string]any{"source": "erp", "ordering_key": "k"}, nil), "filter.ordering_key"},
 		{"unknown field", opBody("resend", map[string]any{"source": "erp"}, map[string]any{"rate": 5}), "rate"},
 		{"reason too long", opBody("resend", map[string]any{"source": "erp"}, map[string]any{"reason": strings.Repeat("x", 1001)}), "reason"},
+		{"reason too long as stored", opBody("resend", map[string]any{"source": "erp"}, map[string]any{"reason": strings.Repeat("\x00", 400)}), "reason"},
 		{"dry_run not a bool", opBody("resend", map[string]any{"source": "erp"}, map[string]any{"dry_run": "yes"}), "dry_run"},
 		{"not an object", "[1]", "body"},
 	} {
@@ -177,6 +182,9 @@ func TestOperationLifecycle(t *testing.T) {
 	var second httpapi.Operation
 	b.admin(t, http.MethodPost, "/operations", opBody("skip", map[string]any{"target": "billing"}, nil)).
 		want(t, http.StatusAccepted, &second)
+	// A reason is bounded as the journal keeps it: a NUL takes three bytes.
+	b.admin(t, http.MethodPost, "/operations/"+second.ID.String()+"/cancel", map[string]any{"reason": strings.Repeat("\x00", 400)}).
+		invalidField(t, "reason")
 	var cancelled httpapi.Operation
 	b.admin(t, http.MethodPost, "/operations/"+second.ID.String()+"/cancel", map[string]any{"reason": "wrong filter"}).
 		want(t, http.StatusOK, &cancelled)

@@ -115,6 +115,7 @@ func (f OperationFilter) Validate() error {
 	if f.Source != "" {
 		errs = append(errs, CheckName(prefix+"source", f.Source))
 	}
+	errs = append(errs, checkYear(prefix+"created_after", f.CreatedAfter), checkYear(prefix+"created_before", f.CreatedBefore))
 	if !f.CreatedAfter.IsZero() && !f.CreatedBefore.IsZero() && !f.CreatedAfter.Before(f.CreatedBefore) {
 		errs = append(errs, &FieldError{Field: prefix + "created_before", Problem: "must be after created_after"})
 	}
@@ -151,3 +152,13 @@ const (
 	// actions journals.
 	MaxReasonLength = 1000
 )
+
+// checkYear refuses a time whose year in UTC is past what RFC 3339, and so
+// the journal's JSON, can write: an offset can carry 9999-12-31T23:00-05:00
+// into the year 10000.
+func checkYear(field string, t time.Time) error {
+	if y := t.UTC().Year(); y < 0 || y > 9999 {
+		return &FieldError{Field: field, Problem: fmt.Sprintf("must fall in the years 0000 to 9999 in UTC, got %s", t.UTC().Format("2006-01-02T15:04:05Z"))}
+	}
+	return nil
+}
