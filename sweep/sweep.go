@@ -176,17 +176,14 @@ func (s *Sweeper) Pass(ctx context.Context) (_ Result, err error) {
 		s.step(ctx, "report_held_lanes", false, held,
 			func(id uuid.UUID) (journal.Kind, error) { return w.ReportLaneHeld(ctx, id) }, &r),
 	)
-	// The held successes are counted whatever the steps came to, and a
-	// count that fails keeps no gauge from being set: it is a measure.
-	counted := w.CountHeld(ctx)
-	if err == nil {
-		names := make([]string, len(targets))
-		for i, t := range targets {
-			names[i] = t.Name
-		}
-		err = s.measure(ctx, names)
+	// The held successes are counted and the gauges set whatever the
+	// steps came to: a command that keeps failing must not freeze the
+	// gauges that would show what it leaves behind.
+	names := make([]string, len(targets))
+	for i, t := range targets {
+		names[i] = t.Name
 	}
-	err = errors.Join(err, counted)
+	err = errors.Join(err, w.CountHeld(ctx), s.measure(ctx, names))
 	s.metrics.passSeconds.Observe(time.Since(began).Seconds())
 	if err != nil {
 		return r, fmt.Errorf("sweep: %w", err)

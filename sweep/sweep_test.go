@@ -617,6 +617,35 @@ func TestGauges(t *testing.T) {
 	b.audit(t)
 }
 
+// TestGaugesSetWhenAStepFails: a command of a step that keeps failing
+// fails the pass, and the gauges are set all the same.
+func TestGaugesSetWhenAStepFails(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.targets(t, "alpha")
+	held := b.claim(t, b.ingest(t), time.Minute)
+	b.ingest(t)
+	// An event the projections do not know of takes the version the lease's
+	// expiry would append at: every try of ExpireLease fails.
+	if _, err := b.db.Exec(b.ctx, `INSERT INTO journal (recorded_at, stream, version, kind, actor, payload)
+		SELECT now(), stream, max(version) + 1, 'message.accepted', 'source:erp', '{}' FROM journal WHERE stream = $1 GROUP BY stream`,
+		held.Delivery.MessageID.String()); err != nil {
+		t.Fatal(err)
+	}
+	b.clock.Advance(2 * time.Minute)
+	reg := prometheus.NewRegistry()
+	if _, err := b.sweeper(t, sweep.Config{Registerer: reg}).Pass(b.ctx); err == nil {
+		t.Fatal("a pass whose lease expiry cannot be written succeeded")
+	}
+	got := gauges(t, reg)
+	for name, want := range map[string]float64{"waybill_deliveries{state=queued}{target=alpha}": 1,
+		"waybill_deliveries{state=delivering}{target=alpha}": 1, "waybill_target_health{state=closed}{target=alpha}": 1} {
+		if v, ok := got[name]; !ok || v != want {
+			t.Errorf("%s = %v (present %v), want %v", name, v, ok, want)
+		}
+	}
+}
+
 func TestStartAndStop(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
