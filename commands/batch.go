@@ -49,6 +49,10 @@ type op struct {
 	// after its messages are locked and read, so decide sees what they
 	// read under the same locks.
 	read func(b *pgx.Batch)
+	// correlation, for a receipt by a receiver's id, is that id's
+	// correlation, which read locks and reads: decide sees it as the ops
+	// before it in the batch left it.
+	correlation *correlated
 	// gone, for an outcome lifecycle.Gone, is what read read of its
 	// target: the batch disables the target (disabling).
 	gone *goneRead
@@ -502,6 +506,14 @@ func (w *Writer) writeBatch(ctx context.Context, ops []*op, side *operationSide)
 	return nil
 }
 
+// correlated is a receiver's id's correlation as a batch's read locked it
+// (read), and as the ops decided before an op of the batch left it (now),
+// which the batch sets before it decides that op.
+type correlated struct {
+	key       projection.CorrelationKey
+	read, now projection.Correlation
+}
+
 // decided is what deciding a batch's ops came to: the changes to write, one
 // per message, all their events in the order they were recorded, and the
 // lanes they moved; or the lanes that must be read first; or an error
@@ -519,7 +531,10 @@ type decided struct {
 }
 
 // decide decides every op, in order, on the messages and lanes as read,
-// each on the state the ops before it left, and keeps the lanes in step.
+// each on the state the ops before it left, and keeps the lanes in step;
+// so too the correlations, when an op reads one (a receipt by id), by the
+// events the ops before it recorded (projection.Correlates), as the
+// journal will order them.
 func (w *Writer) decide(ops []*op, read map[uuid.UUID]*projection.Message, lanes []projection.LaneRead,
 	latest map[dupKey]uuid.UUID, due map[string][]uuid.UUID, cfg *configState, now time.Time) *decided {
 	latest, due = maps.Clone(latest), maps.Clone(due)
@@ -537,10 +552,23 @@ func (w *Writer) decide(ops []*op, read map[uuid.UUID]*projection.Message, lanes
 	off := func(target string) bool { return dis.off(cfg, target) || w.gates.shut(target, now) }
 	defer func() { d.lanes, d.disabled = book.Changed(), dis.targets }()
 	merged := map[uuid.UUID]*change{}
+	// made are the correlations the events kept so far make, kept only
+	// when an op of the batch reads one.
+	var made map[projection.CorrelationKey]projection.Correlation
+	if slices.ContainsFunc(ops, func(o *op) bool { return o.correlation != nil }) {
+		made = map[projection.CorrelationKey]projection.Correlation{}
+	}
 	keep := func(c *change) {
 		id := c.after.ID
 		state[id] = c.after
 		d.events = append(d.events, c.events...)
+		if made != nil {
+			for _, e := range c.events {
+				if key, cr, ok := projection.Correlates(e, id); ok {
+					made[key] = cr
+				}
+			}
+		}
 		if all := merged[id]; all != nil {
 			all.after = c.after
 			all.events = append(all.events, c.events...)
@@ -574,6 +602,12 @@ func (w *Writer) decide(ops []*op, read map[uuid.UUID]*projection.Message, lanes
 		}
 		if o.dup != nil {
 			o.dup.latest = latest[o.dup.dupKey]
+		}
+		if cr := o.correlation; cr != nil {
+			var ok bool
+			if cr.now, ok = made[cr.key]; !ok {
+				cr.now = cr.read
+			}
 		}
 		c, err := o.decide(m, book, now)
 		var unknown *projection.LaneUnknownError

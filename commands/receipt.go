@@ -80,8 +80,10 @@ func (w *Writer) ReceiptByExternalID(ctx context.Context, r ExternalReceipt, act
 // receiptByExternalID reads the id's correlation, then runs the receipt on
 // its delivery as a command whose batch locks the message's row and then
 // the correlation's, in that order, as every writer locks them, and
-// decides on what it read under the locks: a correlation that moved to
-// another delivery meanwhile is read again, one consumed meanwhile is
+// decides on what it read under the locks, as the commands decided before
+// it in the same batch left it (a hand-over that took the id, a receipt
+// that consumed it): a correlation that moved to another delivery
+// meanwhile is read again, one consumed meanwhile is
 // ErrCorrelationConsumed.
 func (w *Writer) receiptByExternalID(ctx context.Context, r ExternalReceipt, actor string) (*projection.Message, uuid.UUID, error) {
 	key := projection.CorrelationKey{Target: r.Target, ExternalID: r.ExternalID}
@@ -92,16 +94,16 @@ func (w *Writer) receiptByExternalID(ctx context.Context, r ExternalReceipt, act
 	if seen.Consumed {
 		return nil, uuid.Nil, ErrCorrelationConsumed
 	}
-	var locked projection.Correlation
+	corr := &correlated{key: key}
 	read := func(b *pgx.Batch) {
-		locked = projection.Correlation{}
-		projection.QueueCorrelation(b, key, &locked)
+		corr.read = projection.Correlation{}
+		projection.QueueCorrelation(b, key, &corr.read)
 	}
-	m, err := w.runReading(ctx, delivery(seen.DeliveryID), read, func(m *projection.Message, _ *projection.LaneBook, now time.Time) (*change, error) {
+	decide := func(m *projection.Message, _ *projection.LaneBook, now time.Time) (*change, error) {
 		switch {
-		case locked.DeliveryID != seen.DeliveryID:
+		case corr.now.DeliveryID != seen.DeliveryID:
 			return nil, errCorrelationMoved
-		case locked.Consumed:
+		case corr.now.Consumed:
 			return nil, ErrCorrelationConsumed
 		}
 		c := newChange(m)
@@ -123,7 +125,8 @@ func (w *Writer) receiptByExternalID(ctx context.Context, r ExternalReceipt, act
 		}
 		c.result = &StateError{Err: ErrReceiptRefused, State: ill.State, Allowed: ill.Allowed, Reason: ill.Reason}
 		return c, nil
-	})
+	}
+	m, err := w.runOp(&op{ctx: ctx, on: delivery(seen.DeliveryID), read: read, correlation: corr, decide: decide})
 	if err != nil && !errors.Is(err, ErrReceiptRefused) {
 		return nil, uuid.Nil, err
 	}

@@ -2,6 +2,7 @@ package commands_test
 
 import (
 	"errors"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -230,4 +231,107 @@ func TestReceiptByExternalIDLetsTheLaneGo(t *testing.T) {
 		t.Fatalf("the second after the receipt: %v", err)
 	}
 	dbtest.Audit(t, b.db)
+}
+
+// TestFinalReceiptsInOneBatchSettleOnce queues two final receipts by one
+// id behind two busy batches, so that one batch decides both: the first
+// settles the delivery and consumes the id, the second finds the id
+// consumed, as the first left it, and journals nothing.
+func TestFinalReceiptsInOneBatchSettleOnce(t *testing.T) {
+	t.Parallel()
+	lb := setupLock(t)
+	lb.targets(t, "sms")
+	d := lb.handOver(t, "sms", "C")
+	release := lb.busy(t)
+	sizes := lb.batchSizes()
+	var (
+		wg   sync.WaitGroup
+		errs [2]error
+	)
+	for i := range errs {
+		wg.Go(func() {
+			_, _, errs[i] = lb.w.ReceiptByExternalID(lb.ctx, commands.ExternalReceipt{Target: "sms", ExternalID: "C", Final: true,
+				Positive: true, Status: "DELIVRD"}, gateway)
+		})
+		lb.untilPending(t, i+1)
+	}
+	release()
+	wg.Wait()
+	if got := sizes(); !slices.Equal(got, []int{2}) {
+		t.Errorf("batch sizes %v, want [2]", got)
+	}
+	if errs[0] != nil || !errors.Is(errs[1], commands.ErrCorrelationConsumed) {
+		t.Fatalf("the receipts: %v, %v; want nil, then the id consumed", errs[0], errs[1])
+	}
+	kinds := dbtest.Kinds(t, lb.db, d)
+	if want := []journal.Kind{journal.KindDeliveryClaimed, journal.KindDeliveryAttempted, journal.KindReceiptReceived}; !slices.Equal(kinds, want) {
+		t.Fatalf("kinds %v, want %v", kinds, want)
+	}
+	lb.noLostRacesAndAudit(t)
+}
+
+// TestAReceiptAfterAHandOverInOneBatchFollowsTheID queues the hand-over
+// of a second delivery that takes the receiver's id "X" from the first,
+// then a final receipt by "X" read while the first had it, behind two busy
+// batches, so that one batch decides both: the receipt finds the id moved
+// and settles the second delivery, whose id it is; the first still awaits
+// its receipt.
+func TestAReceiptAfterAHandOverInOneBatchFollowsTheID(t *testing.T) {
+	t.Parallel()
+	lb := setupLock(t)
+	lb.targets(t, "sms")
+	first := lb.handOver(t, "sms", "X")
+	second := lb.ingest(t).Deliveries[0]
+	c, err := lb.w.Claim(lb.ctx, second.ID, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	release := lb.busy(t)
+	sizes := lb.batchSizes()
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		o := lifecycle.AwaitingAck("202 Accepted", lb.clock.Now().Add(time.Hour))
+		o.ExternalID = "X"
+		if _, err := lb.w.Complete(lb.ctx, second.ID, c.Token, o); err != nil {
+			t.Errorf("hand-over of the second: %v", err)
+		}
+	})
+	lb.untilPending(t, 1)
+	var (
+		settled uuid.UUID
+		rerr    error
+	)
+	wg.Go(func() {
+		_, settled, rerr = lb.w.ReceiptByExternalID(lb.ctx, commands.ExternalReceipt{Target: "sms", ExternalID: "X", Final: true,
+			Positive: true, Status: "DELIVRD"}, gateway)
+	})
+	lb.untilPending(t, 2)
+	release()
+	wg.Wait()
+	if t.Failed() {
+		t.FailNow()
+	}
+	if got := sizes(); len(got) == 0 || got[0] != 2 {
+		t.Errorf("batch sizes %v, want 2 first", got)
+	}
+	if rerr != nil || settled != second.ID {
+		t.Fatalf("the receipt by X settled %v (the first is %v, the second %v): %v", settled, first.ID, second.ID, rerr)
+	}
+	for _, want := range []struct {
+		d     projection.Delivery
+		state lifecycle.DeliveryState
+	}{{first, lifecycle.StateAwaitingAck}, {second, lifecycle.StateDelivered}} {
+		m, err := projection.Load(lb.ctx, lb.db, want.d.MessageID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := m.Delivery(want.d.ID).State; got != want.state {
+			t.Errorf("delivery %v is %s, want %s", want.d.ID, got, want.state)
+		}
+	}
+	got, err := projection.LoadCorrelation(lb.ctx, lb.db, projection.CorrelationKey{Target: "sms", ExternalID: "X"})
+	if err != nil || got.DeliveryID != second.ID || !got.Consumed {
+		t.Fatalf("correlation of X %+v, %v; want the second's, consumed", got, err)
+	}
+	lb.noLostRacesAndAudit(t)
 }

@@ -26,12 +26,13 @@ type Correlation struct {
 	Consumed              bool
 }
 
-// correlates is the change e, an event of message, makes to the
+// Correlates is the change e, an event of message, makes to the
 // correlations: a hand-over that took the receiver's id makes that id's
 // correlation, open, moving it to this delivery when another had it; a
 // final receipt by the id (received or refused) consumes it. ok is false
-// for every other event.
-func correlates(e journal.Event, message uuid.UUID) (key CorrelationKey, c Correlation, ok bool) {
+// for every other event. The commands' batch keeps, by it, the
+// correlations its earlier commands left, for a later receipt by id.
+func Correlates(e journal.Event, message uuid.UUID) (key CorrelationKey, c Correlation, ok bool) {
 	var id string
 	consumed := false
 	switch p := e.Payload.(type) {
@@ -80,7 +81,7 @@ func correlate(all map[CorrelationKey]Correlation, at map[CorrelationKey]int64, 
 	case *journal.ReceiptIntermediate:
 		check(p.ExternalID)
 	}
-	if key, c, ok := correlates(e, message); ok && e.Position >= at[key] {
+	if key, c, ok := Correlates(e, message); ok && e.Position >= at[key] {
 		all[key], at[key] = c, e.Position
 	}
 	return problem
@@ -93,7 +94,7 @@ func queueCorrelations(b *pgx.Batch, writes []Write) {
 	changed := map[CorrelationKey]Correlation{}
 	for _, w := range writes {
 		for _, e := range w.Events {
-			if key, c, ok := correlates(e, w.Message.ID); ok {
+			if key, c, ok := Correlates(e, w.Message.ID); ok {
 				changed[key] = c
 			}
 		}

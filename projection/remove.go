@@ -37,7 +37,7 @@ func QueueRemove(b *pgx.Batch, ms []*Message, events []journal.Event) {
 	}
 	keys := map[CorrelationKey]bool{}
 	for _, e := range events {
-		if key, _, ok := correlates(e, uuid.Nil); ok {
+		if key, _, ok := Correlates(e, uuid.Nil); ok {
 			keys[key] = true
 		}
 	}
