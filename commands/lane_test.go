@@ -220,3 +220,52 @@ func TestCompleteClaimsTheDeliveryItFrees(t *testing.T) {
 	}
 	b.audit(t)
 }
+
+// TestLaneGoesOnWhateverAStaleConfigurationSays: a process whose cached
+// configuration still says the target keeps no order completes the head
+// of a lane another process made under fifo: the lane goes on in the
+// same transaction all the same.
+func TestLaneGoesOnWhateverAStaleConfigurationSays(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.targets(t, "hl7")
+	// The other process reads the configuration: no order.
+	stale, err := newWriter(b, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m0 := b.ingest(t)
+	if _, err := stale.Claim(b.ctx, m0.Deliveries[0].ID, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	spec := lifecycle.Target{Name: "hl7", Kind: "http", Enabled: true, Config: sinkConfig,
+		Ordering: lifecycle.Ordering{Mode: lifecycle.OrderingFIFO}}
+	if _, err := b.w.UpdateTarget(b.ctx, spec, admin); err != nil {
+		t.Fatal(err)
+	}
+	a1, a2, a3 := b.ingestKeyed(t, "k"), b.ingestKeyed(t, "k"), b.ingestKeyed(t, "k")
+	b.wantStates(t, map[uuid.UUID]lifecycle.DeliveryState{a1.ID: lifecycle.StateQueued, a2.ID: lifecycle.StateBlocked,
+		a3.ID: lifecycle.StateBlocked}, a1, a2, a3)
+
+	c, err := stale.Claim(b.ctx, a1.Deliveries[0].ID, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := stale.Complete(b.ctx, c.Delivery.ID, c.Token, lifecycle.Delivered("200")); err != nil {
+		t.Fatal(err)
+	}
+	b.wantStates(t, map[uuid.UUID]lifecycle.DeliveryState{a1.ID: lifecycle.StateDelivered, a2.ID: lifecycle.StateQueued,
+		a3.ID: lifecycle.StateBlocked}, a1, a2, a3)
+	b.audit(t)
+
+	// Its worker's outcome claims the next as well.
+	c, err = stale.Claim(b.ctx, a2.Deliveries[0].ID, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, next, err := stale.CompleteAndClaimNext(b.ctx, c.Delivery.ID, c.Token, lifecycle.Delivered("200"), time.Minute, false)
+	if err != nil || next == nil || next.Delivery.ID != a3.Deliveries[0].ID {
+		t.Fatalf("the second delivered: %v, next %v", err, next)
+	}
+	b.audit(t)
+}

@@ -32,7 +32,8 @@ type Lane struct {
 	HeadSince         time.Time
 	// HeadSettled says the head settled for its lane (delivered, skipped,
 	// or failed when placed under on_failure continue) and passes the lane
-	// to the first delivery waiting, in the same transaction.
+	// to the first delivery waiting, in the same transaction, whatever its
+	// target's ordering is then.
 	HeadSettled bool
 	// Waiting counts the deliveries blocked behind the head; WaitingSince is
 	// when the first of them began to wait behind it.
@@ -171,11 +172,17 @@ func (b *LaneBook) Head(id LaneID, delivery uuid.UUID) (bool, error) {
 
 // Owed returns the delivery a lane owes its unblocking, with the head
 // that lets it go: the first one waiting, once the head has settled for
-// the lane or there is none, while its target keeps order. ok is false
-// when nothing is owed.
+// the lane or there is none. ok is false when nothing is owed.
+//
+// A lane is owed its pass-on whatever the target's ordering is when its
+// head settles: the lane and the lock it was read under say who waits
+// behind whom, while the configuration a command decides with may lag a
+// change (another process's cache) or see one that is undone before the
+// sweep lets the lane's deliveries go. A target that keeps no order any
+// more has the rest of its blocked deliveries let go by the sweep.
 func (b *LaneBook) Owed(id LaneID) (next Waiter, head uuid.UUID, ok bool, err error) {
 	l := b.lanes[id]
-	if l == nil || l.Waiting == 0 || !b.policy(id.Target).FIFO() || !b.headSettled(l) {
+	if l == nil || l.Waiting == 0 || !b.headSettled(l) {
 		return Waiter{}, uuid.Nil, false, nil
 	}
 	if len(l.waiters) == 0 {
@@ -184,12 +191,12 @@ func (b *LaneBook) Owed(id LaneID) (next Waiter, head uuid.UUID, ok bool, err er
 	return l.waiters[0], l.Head, true, nil
 }
 
-// OwedLanes lists the lanes that owe a delivery its unblocking now, in
-// (target, key) order.
+// OwedLanes lists the lanes that owe a delivery its unblocking now (see
+// Owed), in (target, key) order.
 func (b *LaneBook) OwedLanes() []LaneID {
 	var out []LaneID
 	for id, l := range b.lanes {
-		if l.Waiting > 0 && b.policy(id.Target).FIFO() && b.headSettled(l) {
+		if l.Waiting > 0 && b.headSettled(l) {
 			out = append(out, id)
 		}
 	}
@@ -259,12 +266,11 @@ func compareLaneIDs(a, b LaneID) int {
 
 // Stuck lists the lanes whose head settled while deliveries wait behind
 // it: each should have passed the lane on in the transaction that settled
-// it. A target that stopped keeping order leaves its lanes to the sweep,
-// which lets every waiting delivery go; those are not listed.
+// it, whatever its target's ordering then (see Owed).
 func (b *LaneBook) Stuck() []Lane {
 	var out []Lane
 	for _, l := range b.lanes {
-		if l.Waiting > 0 && l.HeadSettled && b.policy(l.Target).FIFO() {
+		if l.Waiting > 0 && l.HeadSettled {
 			out = append(out, l.Lane)
 		}
 	}

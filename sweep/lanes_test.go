@@ -66,3 +66,71 @@ func TestPassReportsAndReleasesLanes(t *testing.T) {
 	}
 	dbtest.Audit(t, b.db)
 }
+
+// TestLaneGoesOnAfterOrderingTurnedOffAndOn: a lane's head that settles
+// while its target keeps no order passes the lane on all the same, in the
+// same transaction, so a target made fifo again before any pass of the
+// sweep has its lane go on: the delivery waiting is not left blocked for
+// ever, and new messages of the key do not queue behind it.
+func TestLaneGoesOnAfterOrderingTurnedOffAndOn(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	spec := lifecycle.Target{Name: "hl7", Kind: "http", Enabled: true, Config: json.RawMessage(`{"url":"http://127.0.0.1:9/"}`),
+		Ordering: lifecycle.Ordering{Mode: lifecycle.OrderingFIFO}}
+	if _, err := b.w.CreateTarget(b.ctx, spec, admin); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.w.CreateRoute(b.ctx, lifecycle.Route{Source: "erp", From: "*", To: "*", Target: "hl7"}, admin); err != nil {
+		t.Fatal(err)
+	}
+	ingest := func() projection.Delivery {
+		t.Helper()
+		m, _, err := b.w.Ingest(b.ctx, commands.NewMessage{Source: "erp", From: "a", To: "b", Payload: []byte("x"), OrderingKey: "k"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m.Deliveries[0]
+	}
+	ds := []projection.Delivery{ingest(), ingest(), ingest()}
+	c := b.claim(t, ds[0], time.Hour)
+
+	spec.Ordering.Mode = lifecycle.OrderingNone
+	if _, err := b.w.UpdateTarget(b.ctx, spec, admin); err != nil {
+		t.Fatal(err)
+	}
+	b.complete(t, c, lifecycle.Delivered("200 OK"))
+	if got := b.delivery(t, ds[1]); got.State != lifecycle.StateQueued {
+		t.Fatalf("the next of the lane is %s once its head was delivered", got.State)
+	}
+	b.audit(t)
+
+	spec.Ordering.Mode = lifecycle.OrderingFIFO
+	if _, err := b.w.UpdateTarget(b.ctx, spec, admin); err != nil {
+		t.Fatal(err)
+	}
+	s := b.sweeper(t, sweep.Config{})
+	for range 5 {
+		b.clock.Advance(time.Hour)
+		if _, err := s.Pass(b.ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := b.delivery(t, ds[2]); got.State != lifecycle.StateBlocked {
+		t.Fatalf("the third of the lane is %s, want blocked behind the second", got.State)
+	}
+	b.audit(t)
+
+	// The lane goes on in order, a new message of the key behind the rest.
+	last := ingest()
+	for i, d := range []projection.Delivery{ds[1], ds[2], last} {
+		if got := b.delivery(t, d); got.State == lifecycle.StateBlocked {
+			t.Fatalf("delivery %d of the lane is blocked when its turn came", i+2)
+		}
+		b.complete(t, b.claim(t, d, time.Hour), lifecycle.Delivered("200 OK"))
+	}
+	var lanes int
+	if err := b.db.QueryRow(b.ctx, `SELECT count(*) FROM lanes`).Scan(&lanes); err != nil || lanes != 0 {
+		t.Fatalf("lanes left: %d %v", lanes, err)
+	}
+	b.audit(t)
+}
