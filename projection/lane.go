@@ -87,6 +87,10 @@ type LaneBook struct {
 	// fold of the whole journal; a command knows only what it read.
 	whole   bool
 	changed map[LaneID]bool
+	// left are the deliveries let go out of turn, by a target that kept no
+	// order then, until one is placed in a lane again: each is claimed as
+	// any delivery, whatever its target keeps since.
+	left map[uuid.UUID]bool
 }
 
 // laneState is a lane with its first waiting deliveries, in order, as far
@@ -113,7 +117,8 @@ func (e *removedError) Unwrap() error { return e.err }
 // NewLaneBook returns an empty book. whole says it will see every event
 // of the journal from the start.
 func NewLaneBook(policy func(string) lifecycle.Ordering, delivery func(message, delivery uuid.UUID) *Delivery, whole bool) *LaneBook {
-	return &LaneBook{policy: policy, delivery: delivery, lanes: map[LaneID]*laneState{}, whole: whole, changed: map[LaneID]bool{}}
+	return &LaneBook{policy: policy, delivery: delivery, lanes: map[LaneID]*laneState{}, whole: whole, changed: map[LaneID]bool{},
+		left: map[uuid.UUID]bool{}}
 }
 
 // Load enters a lane as a command read it.
@@ -281,7 +286,8 @@ func (b *LaneBook) Stuck() []Lane {
 // Apply folds e's effect on the lanes, m being e's message after e, and
 // checks that e keeps its lane's order: a delivery placed at the next place
 // of its lane and blocked exactly when the lane is held; only the head
-// claimed, redelivered in place or reported held; a blocked delivery
+// claimed (or a delivery let go out of turn), redelivered in place or
+// reported held; a blocked delivery
 // unblocked only when it is the first waiting and the head has settled for
 // the lane (or its target keeps no order any more). On an error the lanes
 // are unchanged.
@@ -344,7 +350,7 @@ func (b *LaneBook) Apply(e journal.Event, m *Message) error {
 		b.changed[id] = true
 		return nil
 	case *journal.DeliveryClaimed:
-		if fifo && l.Head != d.ID {
+		if fifo && l.Head != d.ID && !b.left[d.ID] {
 			return fmt.Errorf("%s: delivery %s was claimed while %s held its lane", id, d.ID, l.Head)
 		}
 		return nil
@@ -427,6 +433,7 @@ func (b *LaneBook) place(id LaneID, p journal.Lane, w Waiter, at time.Time) erro
 		}
 	}
 	l.LastSeq = p.LaneSeq
+	delete(b.left, w.Delivery)
 	if p.Blocked {
 		if b.whole || len(l.waiters) == int(l.Waiting) {
 			l.waiters = append(l.waiters, w)
@@ -478,7 +485,11 @@ func (b *LaneBook) unblock(id LaneID, l *laneState, d *Delivery, message uuid.UU
 		if b.policy(id.Target).FIFO() {
 			return fmt.Errorf("%s: delivery %s is unblocked out of turn, but its target keeps order", id, d.ID)
 		}
-		return b.leave(id, l, d.ID)
+		if err := b.leave(id, l, d.ID); err != nil {
+			return err
+		}
+		b.left[d.ID] = true
+		return nil
 	}
 	var broken error
 	if l.Head != p.After {

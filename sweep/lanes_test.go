@@ -134,3 +134,45 @@ func TestLaneGoesOnAfterOrderingTurnedOffAndOn(t *testing.T) {
 	}
 	b.audit(t)
 }
+
+// TestReleasedDeliveryClaimedAfterOrderingBack: deliveries the sweep let
+// go out of turn while their target kept no order have left their lane;
+// once the target keeps order again, each is claimed as any delivery, and
+// the audit, which knows they left, finds nothing wrong.
+func TestReleasedDeliveryClaimedAfterOrderingBack(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	spec := lifecycle.Target{Name: "hl7", Kind: "http", Enabled: true, Config: json.RawMessage(`{"url":"http://127.0.0.1:9/"}`),
+		Ordering: lifecycle.Ordering{Mode: lifecycle.OrderingFIFO}}
+	if _, err := b.w.CreateTarget(b.ctx, spec, admin); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.w.CreateRoute(b.ctx, lifecycle.Route{Source: "erp", From: "*", To: "*", Target: "hl7"}, admin); err != nil {
+		t.Fatal(err)
+	}
+	var ds []projection.Delivery
+	for range 3 {
+		m, _, err := b.w.Ingest(b.ctx, commands.NewMessage{Source: "erp", From: "a", To: "b", Payload: []byte("x"), OrderingKey: "k"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ds = append(ds, m.Deliveries[0])
+	}
+	head := b.claim(t, ds[0], time.Hour)
+	spec.Ordering.Mode = lifecycle.OrderingNone
+	if _, err := b.w.UpdateTarget(b.ctx, spec, admin); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := b.sweeper(t, sweep.Config{}).Pass(b.ctx); err != nil || r.Released != 2 {
+		t.Fatalf("pass: %+v %v", r, err)
+	}
+	spec.Ordering.Mode = lifecycle.OrderingFIFO
+	if _, err := b.w.UpdateTarget(b.ctx, spec, admin); err != nil {
+		t.Fatal(err)
+	}
+	b.complete(t, b.claim(t, ds[2], time.Hour), lifecycle.Delivered("200 OK"))
+	b.audit(t)
+	b.complete(t, head, lifecycle.Delivered("200 OK"))
+	b.complete(t, b.claim(t, ds[1], time.Hour), lifecycle.Delivered("200 OK"))
+	b.audit(t)
+}
