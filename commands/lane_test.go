@@ -269,3 +269,40 @@ func TestLaneGoesOnWhateverAStaleConfigurationSays(t *testing.T) {
 	}
 	b.audit(t)
 }
+
+// TestReleaseFollowsTheTargetAsItIsNow: a release out of turn decides on
+// the target's ordering as it is when the release is written, under a
+// lock the target's change takes too, not on a configuration a process
+// read before the target kept order again.
+func TestReleaseFollowsTheTargetAsItIsNow(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.targets(t, "hl7")
+	spec := lifecycle.Target{Name: "hl7", Kind: "http", Enabled: true, Config: sinkConfig,
+		Ordering: lifecycle.Ordering{Mode: lifecycle.OrderingFIFO}}
+	if _, err := b.w.UpdateTarget(b.ctx, spec, admin); err != nil {
+		t.Fatal(err)
+	}
+	a1, a2 := b.ingestKeyed(t, "k"), b.ingestKeyed(t, "k")
+	spec.Ordering.Mode = lifecycle.OrderingNone
+	if _, err := b.w.UpdateTarget(b.ctx, spec, admin); err != nil {
+		t.Fatal(err)
+	}
+	// The sweep's process reads the configuration now: no order.
+	stale, err := newWriter(b, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if kind, err := stale.ReleaseBlocked(b.ctx, a1.Deliveries[0].ID); err != nil || kind != "" {
+		t.Fatalf("release of the head: %q %v", kind, err)
+	}
+	spec.Ordering.Mode = lifecycle.OrderingFIFO
+	if _, err := b.w.UpdateTarget(b.ctx, spec, admin); err != nil {
+		t.Fatal(err)
+	}
+	if kind, err := stale.ReleaseBlocked(b.ctx, a2.Deliveries[0].ID); err != nil || kind != "" {
+		t.Fatalf("release: %q %v", kind, err)
+	}
+	b.wantStates(t, map[uuid.UUID]lifecycle.DeliveryState{a1.ID: lifecycle.StateQueued, a2.ID: lifecycle.StateBlocked}, a1, a2)
+	b.audit(t)
+}

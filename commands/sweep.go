@@ -2,11 +2,13 @@ package commands
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 
 	"github.com/waybill/waybill/journal"
 	"github.com/waybill/waybill/lifecycle"
@@ -25,7 +27,7 @@ import (
 // lifecycle.SweepWakeRule would leave a retry due now alone for
 // lifecycle.WakeGrace. It returns journal.KindDeliveryLeaseExpired.
 func (w *Writer) ExpireLease(ctx context.Context, deliveryID uuid.UUID) (journal.Kind, error) {
-	return w.sweepStep(ctx, "expire lease of", deliveryID, func(d *projection.Delivery, _ *configState, _ *projection.LaneBook, now time.Time) (journal.Payload, error) {
+	return w.sweepStep(ctx, "expire lease of", deliveryID, nil, func(d *projection.Delivery, _ *configState, _ *projection.LaneBook, now time.Time) (journal.Payload, error) {
 		return &journal.DeliveryLeaseExpired{Token: d.ClaimToken, LeaseEnd: d.LeaseEnd}, nil
 	})
 }
@@ -35,7 +37,7 @@ func (w *Writer) ExpireLease(ctx context.Context, deliveryID uuid.UUID) (journal
 // lifecycle.DispatchBackoff; the wake-up is published after commit. A
 // delivery woken max_dispatches times already stalls instead.
 func (w *Writer) Wake(ctx context.Context, deliveryID uuid.UUID) (journal.Kind, error) {
-	return w.sweepStep(ctx, "wake", deliveryID, func(d *projection.Delivery, cfg *configState, _ *projection.LaneBook, now time.Time) (journal.Payload, error) {
+	return w.sweepStep(ctx, "wake", deliveryID, nil, func(d *projection.Delivery, cfg *configState, _ *projection.LaneBook, now time.Time) (journal.Payload, error) {
 		if !lifecycle.SweepWakeRule.Holds(d.Facts(), now) {
 			return nil, nil
 		}
@@ -52,7 +54,7 @@ func (w *Writer) Wake(ctx context.Context, deliveryID uuid.UUID) (journal.Kind, 
 // (lifecycle.DueRule) and wakes it: delivery.due, the wake-up published
 // after commit.
 func (w *Writer) ComeDue(ctx context.Context, deliveryID uuid.UUID) (journal.Kind, error) {
-	return w.sweepStep(ctx, "queue scheduled", deliveryID, func(d *projection.Delivery, _ *configState, _ *projection.LaneBook, now time.Time) (journal.Payload, error) {
+	return w.sweepStep(ctx, "queue scheduled", deliveryID, nil, func(d *projection.Delivery, _ *configState, _ *projection.LaneBook, now time.Time) (journal.Payload, error) {
 		if !lifecycle.DueRule.Holds(d.Facts(), now) {
 			return nil, nil
 		}
@@ -63,7 +65,7 @@ func (w *Writer) ComeDue(ctx context.Context, deliveryID uuid.UUID) (journal.Kin
 // TimeoutReceipt fails a delivery whose receipt deadline has passed, with a
 // reason that names how long it waited from the hand-over.
 func (w *Writer) TimeoutReceipt(ctx context.Context, deliveryID uuid.UUID) (journal.Kind, error) {
-	return w.sweepStep(ctx, "time out receipt of", deliveryID, func(d *projection.Delivery, _ *configState, _ *projection.LaneBook, now time.Time) (journal.Payload, error) {
+	return w.sweepStep(ctx, "time out receipt of", deliveryID, nil, func(d *projection.Delivery, _ *configState, _ *projection.LaneBook, now time.Time) (journal.Payload, error) {
 		return &journal.ReceiptTimedOut{Deadline: d.NextDue,
 			Reason: fmt.Sprintf("no receipt within %s", d.NextDue.Sub(d.UpdatedAt))}, nil
 	})
@@ -72,9 +74,30 @@ func (w *Writer) TimeoutReceipt(ctx context.Context, deliveryID uuid.UUID) (jour
 // ReleaseBlocked lets a blocked delivery go whose target keeps no order any
 // more (its ordering turned from fifo to none, or the target is gone): it is
 // queued and woken, whatever waits ahead of it.
+//
+// It decides on the target as its row is when the release is written,
+// read under a share lock that a change of the target waits for (a
+// change writes the row before it journals), and as this process's
+// configuration has it: a configuration read before the target kept
+// order again would otherwise release out of turn after the change.
 func (w *Writer) ReleaseBlocked(ctx context.Context, deliveryID uuid.UUID) (journal.Kind, error) {
-	return w.sweepStep(ctx, "release", deliveryID, func(d *projection.Delivery, cfg *configState, _ *projection.LaneBook, now time.Time) (journal.Payload, error) {
-		if cfg.targets[d.Target].Ordering.FIFO() {
+	var spec []byte
+	read := func(b *pgx.Batch) {
+		spec = nil
+		b.Queue(`SELECT spec FROM targets WHERE name = (SELECT target FROM deliveries WHERE id = $1) FOR SHARE`, deliveryID).
+			Query(func(rows pgx.Rows) error {
+				_, err := pgx.ForEachRow(rows, []any{&spec}, func() error { return nil })
+				return err
+			})
+	}
+	return w.sweepStep(ctx, "release", deliveryID, read, func(d *projection.Delivery, cfg *configState, _ *projection.LaneBook, now time.Time) (journal.Payload, error) {
+		var t lifecycle.Target
+		if spec != nil {
+			if err := json.Unmarshal(spec, &t); err != nil {
+				return nil, fmt.Errorf("read target %s: %w", d.Target, err)
+			}
+		}
+		if cfg.targets[d.Target].Ordering.FIFO() || t.Ordering.FIFO() {
 			return nil, nil
 		}
 		return &journal.DeliveryUnblocked{DispatchCount: 1, NextDue: now.Add(lifecycle.DispatchBackoff(1))}, nil
@@ -85,7 +108,7 @@ func (w *Writer) ReleaseBlocked(ctx context.Context, deliveryID uuid.UUID) (jour
 // deliveries waiting behind it for longer than its target's
 // head_alert_after: the event raises the alert lane_blocked.
 func (w *Writer) ReportLaneHeld(ctx context.Context, headID uuid.UUID) (journal.Kind, error) {
-	return w.sweepStep(ctx, "report the lane held by", headID, func(d *projection.Delivery, cfg *configState, lanes *projection.LaneBook, now time.Time) (journal.Payload, error) {
+	return w.sweepStep(ctx, "report the lane held by", headID, nil, func(d *projection.Delivery, cfg *configState, lanes *projection.LaneBook, now time.Time) (journal.Payload, error) {
 		after := cfg.targets[d.Target].Ordering.HeadAlertAfter.D()
 		if d.LaneSeq == 0 || after <= 0 {
 			return nil, nil
@@ -101,14 +124,14 @@ func (w *Writer) ReportLaneHeld(ctx context.Context, headID uuid.UUID) (journal.
 	})
 }
 
-func (w *Writer) sweepStep(ctx context.Context, verb string, deliveryID uuid.UUID,
+func (w *Writer) sweepStep(ctx context.Context, verb string, deliveryID uuid.UUID, read func(*pgx.Batch),
 	payload func(d *projection.Delivery, cfg *configState, lanes *projection.LaneBook, now time.Time) (journal.Payload, error)) (journal.Kind, error) {
 	cfg, err := w.config(ctx)
 	if err != nil {
 		return "", fmt.Errorf("%s delivery %s: %w", verb, deliveryID, err)
 	}
 	var kind journal.Kind
-	_, err = w.run(ctx, delivery(deliveryID), func(m *projection.Message, lanes *projection.LaneBook, now time.Time) (*change, error) {
+	_, err = w.runReading(ctx, delivery(deliveryID), read, func(m *projection.Message, lanes *projection.LaneBook, now time.Time) (*change, error) {
 		kind = ""
 		c := newChange(m)
 		d := c.after.Delivery(deliveryID)
