@@ -760,3 +760,58 @@ func TestDryRunWithinItsTime(t *testing.T) {
 			pv.Matched, pv.Decided, pv.Done, refused)
 	}
 }
+
+// TestResendKeepsTheLanesOrder: messages of one ordering key are resent in
+// their lane's order, not in that of their creation times, which
+// processes whose clocks differ can give the other way round.
+func TestResendKeepsTheLanesOrder(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	if _, err := b.w.CreateTarget(b.ctx, lifecycle.Target{Name: "orders", Kind: "http", Enabled: true,
+		Config:   json.RawMessage(`{"url":"http://127.0.0.1:9/"}`),
+		Ordering: lifecycle.Ordering{Mode: lifecycle.OrderingFIFO}}, admin); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.w.CreateRoute(b.ctx, lifecycle.Route{Source: "erp", From: "*", To: "*", Target: "orders"}, admin); err != nil {
+		t.Fatal(err)
+	}
+	// A second process, its clock a second behind.
+	behind := testclock.New(b.clock.Now().Add(-time.Second))
+	w2, err := commands.New(commands.Config{Secrets: dbtest.Secrets(), Base: service.Base{Now: behind.Now, Logger: quiet}, DB: b.db})
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyed := func(w *commands.Writer) *projection.Message {
+		m, _, err := w.Ingest(b.ctx, commands.NewMessage{Source: "erp", From: "a", To: "b", Payload: []byte("x"), OrderingKey: "k"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	first, second := keyed(b.w), keyed(w2) // created the other way round
+	b.settle(t, first, "orders", lifecycle.Delivered("200"))
+	b.settle(t, second, "orders", lifecycle.Delivered("200"))
+
+	o := b.run(t, b.r, b.create(t, commands.OperationSpec{Action: lifecycle.ActionResend, Filter: lifecycle.OperationFilter{Source: "erp"}}))
+	if o.Done != 2 {
+		t.Fatalf("operation %+v", o)
+	}
+	seq := func(m *projection.Message) int64 {
+		t.Helper()
+		now, err := projection.Load(b.ctx, b.db, m.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, d := range now.Deliveries {
+			if d.Generation == now.Generation {
+				return d.LaneSeq
+			}
+		}
+		t.Fatalf("message %s has no delivery of its generation", m.ID)
+		return 0
+	}
+	if a, b := seq(first), seq(second); a > b {
+		t.Errorf("the resend put the lane's second (place %d) ahead of its first (place %d)", b, a)
+	}
+	dbtest.Audit(t, b.db)
+}

@@ -64,7 +64,8 @@ func checkReason(reason string) (string, error) {
 
 // CreateOperation starts a bulk operation: in one transaction it reads the
 // ids of the messages the filter matches (one statement, so one
-// snapshot), oldest first, and journals the operation's creation with
+// snapshot), oldest first but each ordering key's in its lanes' order
+// (projection.InLaneOrder), and journals the operation's creation with
 // those ids; messages that arrive later are not among them. A filter that
 // matches more than lifecycle.MaxOperationMessages is ErrInvalid.
 func (w *Writer) CreateOperation(ctx context.Context, spec OperationSpec, operator string) (*projection.Operation, error) {
@@ -85,6 +86,9 @@ func (w *Writer) CreateOperation(ctx context.Context, spec OperationSpec, operat
 		}
 		if len(ids) > lifecycle.MaxOperationMessages {
 			return tooManyMessages()
+		}
+		if ids, err = projection.InLaneOrder(ctx, tx, ids); err != nil {
+			return err
 		}
 		now := w.now()
 		o = &projection.Operation{}

@@ -1,6 +1,8 @@
 package projection
 
 import (
+	"cmp"
+	"container/heap"
 	"context"
 	"fmt"
 	"slices"
@@ -232,6 +234,121 @@ type MatchAt struct {
 func MatchMessages(ctx context.Context, q journal.Querier, f lifecycle.OperationFilter, limit int) ([]uuid.UUID, error) {
 	ids, _, err := MatchPage(ctx, q, f, MatchAt{}, limit)
 	return ids, err
+}
+
+// InLaneOrder puts ids, messages in the order an operation takes them
+// (oldest first), so that the messages of each ordering key come in their
+// lanes' order. A lane's order is the one in which its messages took the
+// lane's lock, which creation times from processes whose clocks differ can
+// contradict, and a resend or a replay puts messages in their lanes again
+// in the order it takes them. Each key's messages take, in lane order, the
+// places in the list that key's messages had; a message in no lane stays
+// where it is. Where two lanes disagree (a delivery that joined the back
+// of one), the list's order decides.
+func InLaneOrder(ctx context.Context, q journal.Querier, ids []uuid.UUID) ([]uuid.UUID, error) {
+	rows, err := q.Query(ctx, `SELECT d.message_id, d.target, d.lane_key, d.lane_seq FROM deliveries d
+		JOIN messages m ON m.id = d.message_id AND m.generation = d.generation
+		WHERE d.message_id = ANY($1) AND d.lane_seq > 0`, ids)
+	if err != nil {
+		return nil, fmt.Errorf("read the messages' lanes: %w", err)
+	}
+	lanes := map[LaneID][]lanePlace{}
+	var (
+		id   LaneID
+		p    lanePlace
+		lane pgtype.Text
+	)
+	if _, err := pgx.ForEachRow(rows, []any{&p.message, &id.Target, &lane, &p.seq}, func() error {
+		id.Key = lane.String
+		lanes[id] = append(lanes[id], p)
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("read the messages' lanes: %w", err)
+	}
+	return inLaneOrder(ids, lanes), nil
+}
+
+// lanePlace is a message's place in a lane.
+type lanePlace struct {
+	message uuid.UUID
+	seq     int64
+}
+
+// inLaneOrder is InLaneOrder's ordering of ids by the places of their
+// messages in lanes.
+func inLaneOrder(ids []uuid.UUID, lanes map[LaneID][]lanePlace) []uuid.UUID {
+	// The lanes' order as edges from each message to the next of its lane.
+	keyOf := map[uuid.UUID]string{}
+	next := map[uuid.UUID][]uuid.UUID{}
+	waits := map[uuid.UUID]int{}
+	for id, l := range lanes {
+		slices.SortFunc(l, func(a, b lanePlace) int { return cmp.Compare(a.seq, b.seq) })
+		for i, p := range l {
+			keyOf[p.message] = id.Key
+			if i > 0 {
+				next[l[i-1].message] = append(next[l[i-1].message], p.message)
+				waits[p.message]++
+			}
+		}
+	}
+	places := map[string][]int{}
+	for i, id := range ids {
+		if key, ok := keyOf[id]; ok {
+			places[key] = append(places[key], i)
+		}
+	}
+	at := make(map[uuid.UUID]int, len(keyOf))
+	for i, id := range ids {
+		at[id] = i
+	}
+	out := slices.Clone(ids)
+	for _, ps := range places {
+		// Among the key's messages whose lane predecessors are taken, the
+		// earliest in the list goes next; when none is free (lanes that
+		// disagree), the earliest left goes.
+		ready := &positions{}
+		for _, i := range ps {
+			if waits[ids[i]] == 0 {
+				heap.Push(ready, i)
+			}
+		}
+		done := make(map[int]bool, len(ps))
+		first := 0
+		for _, slot := range ps {
+			for ready.Len() > 0 && done[(*ready)[0]] {
+				heap.Pop(ready)
+			}
+			if ready.Len() == 0 {
+				for done[ps[first]] {
+					first++
+				}
+				heap.Push(ready, ps[first])
+			}
+			i := heap.Pop(ready).(int)
+			done[i] = true
+			out[slot] = ids[i]
+			for _, n := range next[ids[i]] {
+				if waits[n]--; waits[n] == 0 && !done[at[n]] {
+					heap.Push(ready, at[n])
+				}
+			}
+		}
+	}
+	return out
+}
+
+// positions is a min-heap of places in a list.
+type positions []int
+
+func (h positions) Len() int           { return len(h) }
+func (h positions) Less(i, j int) bool { return h[i] < h[j] }
+func (h positions) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *positions) Push(x any)        { *h = append(*h, x.(int)) }
+func (h *positions) Pop() any {
+	old := *h
+	x := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return x
 }
 
 // MatchPage returns the ids of at most limit of the messages f chooses
