@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -77,11 +78,25 @@ type Lock struct {
 	shared bool
 }
 
-// LockServer takes the server lock shared, as every running server does.
-// It fails with ErrDatabaseInUse while a rebuild holds it.
-func LockServer(ctx context.Context, db *pgxpool.Pool) (*Lock, error) {
-	return lock(ctx, db, `SELECT pg_try_advisory_lock_shared($1)`, `SELECT pg_advisory_unlock_shared($1)`,
-		"a rebuild is running on this database; start the server when it has finished")
+// ServerAfterConnect is a server's pool's AfterConnect: AfterConnect, and
+// the server lock taken shared for as long as the connection lives. So no
+// connection of a server opens while a rebuild or a reset holds the lock
+// alone (it fails with ErrDatabaseInUse), and none can take it alone while
+// any connection of a server is open: a server that loses a session (to a
+// restart of PostgreSQL, a failover, a dropped connection) has lost no
+// lock that its other connections, and its next ones, do not hold.
+func ServerAfterConnect(ctx context.Context, conn *pgx.Conn) error {
+	if err := AfterConnect(ctx, conn); err != nil {
+		return err
+	}
+	var ok bool
+	if err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock_shared($1)`, int64(KeyServer)).Scan(&ok); err != nil {
+		return fmt.Errorf("lock database: %w", err)
+	}
+	if !ok {
+		return fmt.Errorf("%w: a rebuild or a reset is running on this database; start the server when it has finished", ErrDatabaseInUse)
+	}
+	return nil
 }
 
 // LockExclusive takes the server lock alone, for a rebuild or a reset.

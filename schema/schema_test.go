@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/waybill/waybill/internal/dbtest"
+	"github.com/waybill/waybill/internal/testpoll"
 	"github.com/waybill/waybill/schema"
 )
 
@@ -92,36 +93,69 @@ func TestEnsureOnACurrentSchemaWaitsForNoWriter(t *testing.T) {
 	}
 }
 
+// serverPool opens a pool as a server's, each connection holding the
+// server lock shared.
+func serverPool(t *testing.T, url string) *pgxpool.Pool {
+	t.Helper()
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.AfterConnect = schema.ServerAfterConnect
+	db, err := pgxpool.NewWithConfig(t.Context(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(db.Close)
+	return db
+}
+
+// TestServerLockExcludesRebuild: servers share the database, a rebuild
+// or a reset takes it alone, and a server that lost every session it had
+// (a restart of PostgreSQL, a failover) writes nothing while a rebuild
+// holds the database, then goes on once it is done.
 func TestServerLockExcludesRebuild(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	db, err := pgxpool.New(ctx, dbtest.URL(t))
+	url := dbtest.URL(t)
+	tool, err := pgxpool.New(ctx, url)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer db.Close()
-	a, err := schema.LockServer(ctx, db)
-	if err != nil {
-		t.Fatal(err)
+	defer tool.Close()
+	a, b := serverPool(t, url), serverPool(t, url)
+	for _, db := range []*pgxpool.Pool{a, b} {
+		if err := db.Ping(ctx); err != nil {
+			t.Fatalf("two servers: %v", err)
+		}
 	}
-	b, err := schema.LockServer(ctx, db)
-	if err != nil {
-		t.Fatalf("two servers: %v", err)
-	}
-	if _, err := schema.LockExclusive(ctx, db); !errors.Is(err, schema.ErrDatabaseInUse) {
+	if _, err := schema.LockExclusive(ctx, tool); !errors.Is(err, schema.ErrDatabaseInUse) {
 		t.Fatalf("exclusive beside servers: %v", err)
 	}
-	a.Release()
-	b.Release()
-	b.Release()
-	x, err := schema.LockExclusive(ctx, db)
-	if err != nil {
+	b.Close()
+	// Server a loses its sessions: no connection of a server is open.
+	var pids []int32
+	if err := tool.QueryRow(ctx, `SELECT array_agg(pid) FROM pg_locks WHERE locktype = 'advisory' AND mode = 'ShareLock' AND granted
+		AND objid = ($1::bigint & x'ffffffff'::bigint)::text::oid`, int64(schema.KeyServer)).Scan(&pids); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := schema.LockServer(ctx, db); !errors.Is(err, schema.ErrDatabaseInUse) {
-		t.Fatalf("server beside a rebuild: %v", err)
+	if _, err := tool.Exec(ctx, `SELECT pg_terminate_backend(pid) FROM unnest($1::int[]) AS pid`, pids); err != nil {
+		t.Fatal(err)
 	}
+	var x *schema.Lock
+	testpoll.Until(t, "the database alone once the server's sessions ended", func() bool {
+		x, err = schema.LockExclusive(ctx, tool)
+		return err == nil
+	})
+	// Its next sessions cannot open while the rebuild holds the database.
+	testpoll.Until(t, "a server's sessions refused while a rebuild holds the database", func() bool {
+		_, err := a.Exec(ctx, `SELECT 1`)
+		return errors.Is(err, schema.ErrDatabaseInUse)
+	})
 	x.Release()
+	if _, err := a.Exec(ctx, `SELECT 1`); err != nil {
+		t.Fatalf("a server once the rebuild is done: %v", err)
+	}
 }
 
 func TestAlertsSurviveAProjectionReset(t *testing.T) {

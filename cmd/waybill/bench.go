@@ -10,7 +10,10 @@ import (
 	"os/exec"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/waybill/waybill/internal/bench"
+	"github.com/waybill/waybill/schema"
 )
 
 const benchUsage = `usage: waybill bench [--http] [--messages N] [--clients C] [--rate R] [--slots S] [--concurrency K] [--statements] [--database-url URL] [--cpuprofile FILE]
@@ -87,7 +90,9 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		cmd.Env = append(os.Environ(), "WAYBILL_DATABASE_URL="+s.DatabaseURL)
 		return cmd, nil
 	}
-	cfg.OpenDB = openDB
+	cfg.OpenDB = func(ctx context.Context, url string) (*pgxpool.Pool, error) {
+		return openDB(ctx, url, schema.AfterConnect)
+	}
 	if err := cfg.Validate(); err != nil {
 		fmt.Fprintf(stderr, "waybill bench: %v\n", err)
 		return 2

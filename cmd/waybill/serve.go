@@ -19,6 +19,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
@@ -303,7 +304,10 @@ func serve(ctx context.Context, cfg *serveConfig, stderr io.Writer) error {
 		}
 		dbURL = url
 	}
-	db, err := openDB(ctx, dbURL)
+	// Each connection holds the server lock shared (schema.ServerAfterConnect):
+	// a rebuild or a reset refuses while this server runs, and this server
+	// neither starts nor writes while one runs.
+	db, err := openDB(ctx, dbURL, schema.ServerAfterConnect)
 	if err != nil {
 		return err
 	}
@@ -314,11 +318,6 @@ func serve(ctx context.Context, cfg *serveConfig, stderr io.Writer) error {
 	if err := secrets.Check(ctx, db); err != nil {
 		return fmt.Errorf("%w: every server on one database seals with one key; give this one the --secrets-key-file (env WAYBILL_SECRETS_KEY_FILE) of the others", err)
 	}
-	lock, err := schema.LockServer(ctx, db)
-	if err != nil {
-		return err
-	}
-	resources.Defer(lock.Release)
 	if cfg.databaseURL == "" {
 		// The operator's commands on this data directory (audit, token)
 		// find the server's database through this file.
@@ -609,7 +608,7 @@ func startEmbeddedPostgres(ctx context.Context, dataDir string, settings map[str
 // guessed at ten rows, joined to a guess) often pass jit_above_cost, and
 // compiling one took 100 to 200 ms where running it takes one
 // (performance.md).
-func openDB(ctx context.Context, url string) (*pgxpool.Pool, error) {
+func openDB(ctx context.Context, url string, afterConnect func(context.Context, *pgx.Conn) error) (*pgxpool.Pool, error) {
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		return nil, fmt.Errorf("database url: %w", err)
@@ -617,7 +616,7 @@ func openDB(ctx context.Context, url string) (*pgxpool.Pool, error) {
 	cfg.ConnConfig.RuntimeParams["idle_in_transaction_session_timeout"] = "60000"
 	cfg.ConnConfig.RuntimeParams["jit"] = "off"
 	cfg.ConnConfig.RuntimeParams["application_name"] = "waybill"
-	cfg.AfterConnect = schema.AfterConnect
+	cfg.AfterConnect = afterConnect
 	if cfg.MaxConns < 32 && !strings.Contains(url, "pool_max_conns") {
 		cfg.MaxConns = 32
 	}

@@ -256,7 +256,7 @@ func tokenExpiry(t auth.Token) string {
 // PostgreSQL only if this call started it.
 func openCommandDB(ctx context.Context, url, dataDir, command string, stderr io.Writer) (db *pgxpool.Pool, done func(), err error) {
 	if url != "" {
-		if db, err = openDB(ctx, url); err != nil {
+		if db, err = openDB(ctx, url, schema.AfterConnect); err != nil {
 			return nil, nil, err
 		}
 		return db, db.Close, nil
@@ -284,7 +284,7 @@ func openCommandDB(ctx context.Context, url, dataDir, command string, stderr io.
 		stop()
 		return nil, nil, err
 	}
-	if db, err = openDB(ctx, dbURL); err != nil {
+	if db, err = openDB(ctx, dbURL, schema.AfterConnect); err != nil {
 		stop()
 		return nil, nil, err
 	}
@@ -303,7 +303,7 @@ func openOwnerDB(ctx context.Context, dataDir string, held *dirlock.HeldError) (
 	if err != nil {
 		return nil, nil, fmt.Errorf("read the URL of the server's database: %w", err)
 	}
-	db, err := openDB(ctx, strings.TrimSpace(string(data)))
+	db, err := openDB(ctx, strings.TrimSpace(string(data)), schema.AfterConnect)
 	if err != nil {
 		return nil, nil, fmt.Errorf("%w, but its database does not answer: %w", held, err)
 	}
