@@ -138,3 +138,44 @@ func TestLanesDeliverInOrderAcrossProcesses(t *testing.T) {
 	}
 	b.audit(t)
 }
+
+// TestABusyLaneLetsOthersHaveTheSlot: with one slot, a lane whose next
+// delivery is always ready does not keep the slot from a delivery of
+// another lane whose wake-up came first: an outcome claims no lane's next
+// while a wake-up waits for the slot, so the next joins the queue behind it.
+func TestABusyLaneLetsOthersHaveTheSlot(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	arrived, release := make(chan string, 100), make(chan struct{}, 100)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		arrived <- string(body)
+		<-release
+	}))
+	t.Cleanup(srv.Close)
+	t.Cleanup(func() { close(release) })
+	cfg, _ := json.Marshal(map[string]string{"url": srv.URL})
+	b.target(t, lifecycle.Target{Name: "ordered", Kind: "http", Enabled: true, Config: cfg, Slots: 1,
+		Ordering: lifecycle.Ordering{Mode: lifecycle.OrderingFIFO}})
+	b.runtime(t, time.Millisecond)
+	ingest := func(key string, i int) {
+		t.Helper()
+		if _, _, err := b.w.Ingest(b.ctx, commands.NewMessage{Source: "erp", From: "a", To: "b", ContentType: "text/plain",
+			Payload: fmt.Appendf(nil, "%s %d", key, i), OrderingKey: key}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ingest("a", 0)
+	if got := <-arrived; got != "a 0" {
+		t.Fatalf("first attempt %q", got)
+	}
+	ingest("b", 0)
+	for i := 1; i <= 10; i++ {
+		ingest("a", i)
+		release <- struct{}{}
+		if got := <-arrived; got == "b 0" {
+			return
+		}
+	}
+	t.Fatal("the other lane's delivery waited behind ten of the busy lane's")
+}

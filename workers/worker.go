@@ -35,7 +35,8 @@ type Next int
 
 // The Nexts a worker asks for.
 const (
-	// NextNone claims nothing: the worker is stopping.
+	// NextNone claims nothing: the worker is stopping, or a wake-up waits
+	// for the slot.
 	NextNone Next = iota
 	// NextFreed claims the job the outcome lets go, if any: the delivery
 	// next in its lane.
@@ -119,6 +120,9 @@ type Worker[T any] struct {
 	// wake holds the ids of wake-ups not yet taken; full, a wake-up is
 	// dropped and a catch-up is asked for instead.
 	wake chan uuid.UUID
+	// waiting is set while the loop holds a wake-up and waits for a slot
+	// for it.
+	waiting atomic.Bool
 	// poke asks the loop for a catch-up.
 	poke chan struct{}
 	// dropped is set when a wake-up is dropped; empty counts the catch-ups
@@ -252,7 +256,10 @@ func (w *Worker[T]) loop() {
 		case <-w.poke:
 			w.catchUp()
 		case id := <-w.wake:
-			if !w.acquire() {
+			w.waiting.Store(true)
+			ok := w.acquire()
+			w.waiting.Store(false)
+			if !ok {
 				return
 			}
 			w.attempts.Add(1)
@@ -273,6 +280,10 @@ func (w *Worker[T]) acquire() bool {
 
 func (w *Worker[T]) releaseSlot() { <-w.slots }
 
+// waitedFor reports a wake-up that waits for a slot: queued, or held by the
+// loop until one is free.
+func (w *Worker[T]) waitedFor() bool { return w.waiting.Load() || len(w.wake) > 0 }
+
 // reserve holds a free slot for a job claimed for the worker elsewhere
 // (commands.Taker), which run or free then ends. Only when nothing waits
 // for a slot: no wake-up queued or dropped, no backlog, so the work
@@ -280,7 +291,7 @@ func (w *Worker[T]) releaseSlot() { <-w.slots }
 func (w *Worker[T]) reserve() bool {
 	w.reserving.Lock()
 	defer w.reserving.Unlock()
-	if w.soft.Err() != nil || w.backlog.Load() || w.dropped.Load() || len(w.wake) > 0 {
+	if w.soft.Err() != nil || w.backlog.Load() || w.dropped.Load() || w.waitedFor() {
 		return false
 	}
 	select {
@@ -477,6 +488,12 @@ func (w *Worker[T]) attempt(job Job[T]) *Job[T] {
 	claim := NextFreed
 	switch {
 	case w.soft.Err() != nil:
+		claim = NextNone
+	case w.waitedFor():
+		// The job the outcome lets go (its lane's next) is woken, and
+		// queues behind the wake-ups that came first: a lane whose next
+		// is always ready must not keep the slot from other lanes. The
+		// slot is not left idle: the wake-up takes it.
 		claim = NextNone
 	case w.backlog.Load():
 		claim = NextDue
