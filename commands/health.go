@@ -253,6 +253,12 @@ func (w *Writer) HeldUntil(target string) time.Time {
 			until = t
 		}
 	}
+	if until.IsZero() && seen.gate.Breaker == lifecycle.HealthOpen {
+		// The cooldown is over, but the step to half-open, which a
+		// catch-up's claim takes, is not written yet (it failed, or it is
+		// another process's and not read here): come back soon, not never.
+		until = now.Add(heldFor)
+	}
 	return until
 }
 

@@ -100,8 +100,13 @@ func TestBreakerOpensHoldsProbesAndCloses(t *testing.T) {
 		t.Fatal("a wake-up's claim went through an open breaker")
 	}
 
-	// After the cooldown: one probe, whichever Writer asks.
+	// After the cooldown: one probe, whichever Writer asks. Until one asks
+	// (a step to half-open that failed, one that has not been tried), a
+	// worker is told to come back soon, not never.
 	b.clock.Advance(10 * time.Second)
+	if until := other.HeldUntil("alpha"); !until.After(b.clock.Now()) || until.After(b.clock.Now().Add(time.Minute)) {
+		t.Errorf("held until %s at %s, once the cooldown is over", until, b.clock.Now())
+	}
 	probe, err := other.ClaimDue(b.ctx, "alpha", 5, lease)
 	if err != nil || len(probe) != 1 {
 		t.Fatalf("probe: %d claimed, %v", len(probe), err)
