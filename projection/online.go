@@ -82,7 +82,11 @@ const catchUpRead = 8192
 // in a snapshot as the audit reads. A crash at any point leaves the live
 // tables as they were, and the next run starts over. It holds
 // schema.LockOnline throughout, and the retention lease (a pass removes
-// streams the fold holds), waiting for a pass that runs.
+// streams the fold holds), waiting for a pass that runs. Both are session
+// locks, lost with their sessions (a restart of PostgreSQL, a terminated
+// backend, a failover): each write into the shadow tables and the switch
+// confirm them before they commit, and a run that lost one stops with an
+// error matching schema.ErrLockLost, having switched nothing in.
 func OnlineRebuild(ctx context.Context, db *pgxpool.Pool, opt OnlineOptions) (*Report, error) {
 	if opt.Share == 0 {
 		opt.Share = DefaultShare
@@ -110,7 +114,11 @@ func OnlineRebuild(ctx context.Context, db *pgxpool.Pool, opt OnlineOptions) (*R
 type online struct {
 	db  *pgxpool.Pool
 	opt OnlineOptions
-	f   *Folded
+	// lock and lease are the online rebuild's lock and the retention
+	// lease, which held checks.
+	lock  *schema.Lock
+	lease *schema.Lease
+	f     *Folded
 	// versions holds the version of the last event folded of each
 	// stream: an event at or below it was folded already (reading from a
 	// mark returns some the snapshot held). pending holds events ahead of
@@ -128,17 +136,17 @@ type online struct {
 }
 
 func (o *online) run(ctx context.Context) (*Report, error) {
-	lock, err := schema.LockOnline(ctx, o.db)
-	if err != nil {
+	var err error
+	if o.lock, err = schema.LockOnline(ctx, o.db); err != nil {
 		return nil, err
 	}
-	defer lock.Release()
+	defer o.lock.Release()
 	if err := schema.CheckJournal(ctx, o.db); err != nil {
 		return nil, err
 	}
-	retention := schema.NewLease(o.db, schema.KeyRetention, "retention", o.opt.Log, nil)
+	o.lease = schema.NewLease(o.db, schema.KeyRetention, "retention", o.opt.Log, nil)
 	for {
-		held, err := retention.Take(ctx)
+		held, err := o.lease.Take(ctx)
 		if err != nil {
 			return nil, err
 		}
@@ -151,7 +159,7 @@ func (o *online) run(ctx context.Context) (*Report, error) {
 		case <-time.After(time.Second):
 		}
 	}
-	defer retention.Release()
+	defer o.lease.Release()
 
 	o.progress.Phase = PhaseFold // told with the snapshot's size
 	if err := o.fold(ctx); err != nil {
@@ -187,7 +195,10 @@ func (o *online) run(ctx context.Context) (*Report, error) {
 				return fmt.Errorf("carry the targets' health over: %w", err)
 			}
 			o.pause(PhaseSwitch)
-			return nil
+			// With the live tables and the journal held: a pass that
+			// takes the lease from here on removes nothing before the
+			// switch commits, and then removes from the new tables.
+			return o.held(ctx)
 		})
 		if errors.Is(err, schema.ErrSwitchBusy) {
 			o.opt.Log.Info("online rebuild: the live tables are busy; catching up and switching again")
@@ -255,7 +266,7 @@ func (o *online) fold(ctx context.Context) error {
 			return err
 		}
 		o.pause(PhaseFold)
-		return nil
+		return o.held(ctx)
 	})
 }
 
@@ -271,7 +282,7 @@ func (o *online) catchUp(ctx context.Context) (int, error) {
 			return err
 		}
 		o.pause(PhaseCatchUp)
-		return nil
+		return o.held(ctx)
 	})
 	if err != nil {
 		return 0, fmt.Errorf("catch up: %w", err)
@@ -444,6 +455,33 @@ func (o *online) audit(ctx context.Context) (*Report, error) {
 	}
 	o.f.finish()
 	return checkTables(ctx, s.queriers(), o.f, uuid.Nil)
+}
+
+// held confirms, at the end of a transaction that writes the shadow
+// tables or switches them in, that the sessions holding the rebuild's
+// locks still live and hold them, with a query on each lock's own
+// connection. A session lock is held exactly while its session lives, and
+// a session that ended does not come back: so a lock confirmed held was
+// held throughout since it was taken. Lost, the rebuild stops before the
+// commit: without the online rebuild's lock another run may have made the
+// shadow tables anew (and this one would write into its tables); without
+// the retention lease a pass may have removed messages the fold holds,
+// whose rows the catch-up would leave in (the catch-up folds new events,
+// and a removal takes nothing out of the fold).
+func (o *online) held(ctx context.Context) error {
+	if err := o.lock.Check(ctx); err != nil {
+		if errors.Is(err, schema.ErrLockLost) {
+			return fmt.Errorf("%w; another online rebuild may have started and made the shadow tables anew, so this one stops, with the live tables as they were: run it again", err)
+		}
+		return err
+	}
+	if err := o.lease.Check(ctx); err != nil {
+		if errors.Is(err, schema.ErrLockLost) {
+			return fmt.Errorf("%w; a retention pass may have removed messages the fold holds, so this rebuild stops, with the live tables as they were: run it again", err)
+		}
+		return err
+	}
+	return nil
 }
 
 func (o *online) phase(p OnlinePhase) {

@@ -336,3 +336,56 @@ func TestAuditAndOnlineRebuildWaitForNoWriter(t *testing.T) {
 		t.Fatalf("online rebuild: %v %+v", err, r)
 	}
 }
+
+// TestOnlineRebuildStopsOnALostLock ends the PostgreSQL session that holds
+// the online rebuild's lock, or the retention lease it holds, while the
+// rebuild is paused in each of the fold, the catch-up and the switch (as a
+// restart of PostgreSQL or a failover would): the rebuild stops with
+// schema.ErrLockLost naming the lock, nothing of it is committed (the live
+// tables are the same tables, with the same rows), and the next run
+// finishes with a clean audit.
+func TestOnlineRebuildStopsOnALostLock(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.lifecycles(t, 40, rand.New(rand.NewPCG(11, 12)))
+	before, live := b.tables(t), liveOIDs(t, b)
+	for _, lost := range []struct {
+		key  schema.LockKey
+		name string
+	}{{schema.KeyOnlineRebuild, "the online rebuild lock"}, {schema.KeyRetention, "the retention lease"}} {
+		for _, phase := range []projection.OnlinePhase{projection.PhaseFold, projection.PhaseCatchUp, projection.PhaseSwitch} {
+			done := false
+			_, err := projection.OnlineRebuild(b.ctx, b.db, projection.OnlineOptions{Pause: func(p projection.OnlinePhase) {
+				if p == phase && !done {
+					done = true
+					dbtest.TerminateHolder(t, b.db, lost.key)
+				}
+			}})
+			if !errors.Is(err, schema.ErrLockLost) || !strings.Contains(err.Error(), lost.name+" was lost") {
+				t.Fatalf("%s lost in %s: the rebuild ended with %v", lost.name, phase, err)
+			}
+			if now := liveOIDs(t, b); now != live {
+				t.Fatalf("%s lost in %s: the live tables were switched", lost.name, phase)
+			}
+			sameRows(t, "before", before, "after "+lost.name+" was lost in "+string(phase), b.tables(t))
+		}
+	}
+	r, err := projection.OnlineRebuild(b.ctx, b.db, projection.OnlineOptions{})
+	if err != nil || len(r.Violations) > 0 || r.Messages != 40 {
+		t.Fatalf("rebuild after: %v %+v", err, r)
+	}
+	sameRows(t, "before", before, "after the online rebuild", b.tables(t))
+	dbtest.Audit(t, b.db)
+}
+
+// liveOIDs names the live projection tables by their ids: a switch
+// replaces them.
+func liveOIDs(t *testing.T, b *bundle) string {
+	t.Helper()
+	var s string
+	if err := b.db.QueryRow(b.ctx, `SELECT concat_ws(',', 'public.messages'::regclass::oid, 'public.deliveries'::regclass::oid,
+		'public.lanes'::regclass::oid, 'public.delivery_counts'::regclass::oid)`).Scan(&s); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
