@@ -84,11 +84,7 @@ func (l *Lock) Check(ctx context.Context) error {
 			name = "online rebuild lock"
 		}
 	}
-	mode := "ExclusiveLock"
-	if l.unlock == `SELECT pg_advisory_unlock_shared($1)` {
-		mode = "ShareLock"
-	}
-	want := []heldLock{{key, mode}}
+	want := []heldLock{{key, "ExclusiveLock"}}
 	if l.shared {
 		want = append(want, heldLock{KeyServer, "ShareLock"})
 	}
