@@ -20,20 +20,8 @@ func TestPassReportsAndReleasesLanes(t *testing.T) {
 	b := setup(t)
 	spec := lifecycle.Target{Name: "hl7", Kind: "http", Enabled: true, Config: json.RawMessage(`{"url":"http://127.0.0.1:9/"}`),
 		Ordering: lifecycle.Ordering{Mode: lifecycle.OrderingFIFO, HeadAlertAfter: lifecycle.Duration(time.Minute)}}
-	if _, err := b.w.CreateTarget(b.ctx, spec, admin); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := b.w.CreateRoute(b.ctx, lifecycle.Route{Source: "erp", From: "*", To: "*", Target: "hl7"}, admin); err != nil {
-		t.Fatal(err)
-	}
-	var ds []projection.Delivery
-	for range 3 {
-		m, _, err := b.w.Ingest(b.ctx, commands.NewMessage{Source: "erp", From: "a", To: "b", Payload: []byte("x"), OrderingKey: "k"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		ds = append(ds, m.Deliveries[0])
-	}
+	b.laneTarget(t, spec)
+	ds := []projection.Delivery{b.ingestKeyed(t), b.ingestKeyed(t), b.ingestKeyed(t)}
 	// The head is being attempted: the sweep must not wake it.
 	b.claim(t, ds[0], time.Hour)
 	s := b.sweeper(t, sweep.Config{})
@@ -77,21 +65,8 @@ func TestLaneGoesOnAfterOrderingTurnedOffAndOn(t *testing.T) {
 	b := setup(t)
 	spec := lifecycle.Target{Name: "hl7", Kind: "http", Enabled: true, Config: json.RawMessage(`{"url":"http://127.0.0.1:9/"}`),
 		Ordering: lifecycle.Ordering{Mode: lifecycle.OrderingFIFO}}
-	if _, err := b.w.CreateTarget(b.ctx, spec, admin); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := b.w.CreateRoute(b.ctx, lifecycle.Route{Source: "erp", From: "*", To: "*", Target: "hl7"}, admin); err != nil {
-		t.Fatal(err)
-	}
-	ingest := func() projection.Delivery {
-		t.Helper()
-		m, _, err := b.w.Ingest(b.ctx, commands.NewMessage{Source: "erp", From: "a", To: "b", Payload: []byte("x"), OrderingKey: "k"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return m.Deliveries[0]
-	}
-	ds := []projection.Delivery{ingest(), ingest(), ingest()}
+	b.laneTarget(t, spec)
+	ds := []projection.Delivery{b.ingestKeyed(t), b.ingestKeyed(t), b.ingestKeyed(t)}
 	c := b.claim(t, ds[0], time.Hour)
 
 	spec.Ordering.Mode = lifecycle.OrderingNone
@@ -121,7 +96,7 @@ func TestLaneGoesOnAfterOrderingTurnedOffAndOn(t *testing.T) {
 	b.audit(t)
 
 	// The lane goes on in order, a new message of the key behind the rest.
-	last := ingest()
+	last := b.ingestKeyed(t)
 	for i, d := range []projection.Delivery{ds[1], ds[2], last} {
 		if got := b.delivery(t, d); got.State == lifecycle.StateBlocked {
 			t.Fatalf("delivery %d of the lane is blocked when its turn came", i+2)
@@ -144,20 +119,8 @@ func TestReleasedDeliveryClaimedAfterOrderingBack(t *testing.T) {
 	b := setup(t)
 	spec := lifecycle.Target{Name: "hl7", Kind: "http", Enabled: true, Config: json.RawMessage(`{"url":"http://127.0.0.1:9/"}`),
 		Ordering: lifecycle.Ordering{Mode: lifecycle.OrderingFIFO}}
-	if _, err := b.w.CreateTarget(b.ctx, spec, admin); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := b.w.CreateRoute(b.ctx, lifecycle.Route{Source: "erp", From: "*", To: "*", Target: "hl7"}, admin); err != nil {
-		t.Fatal(err)
-	}
-	var ds []projection.Delivery
-	for range 3 {
-		m, _, err := b.w.Ingest(b.ctx, commands.NewMessage{Source: "erp", From: "a", To: "b", Payload: []byte("x"), OrderingKey: "k"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		ds = append(ds, m.Deliveries[0])
-	}
+	b.laneTarget(t, spec)
+	ds := []projection.Delivery{b.ingestKeyed(t), b.ingestKeyed(t), b.ingestKeyed(t)}
 	head := b.claim(t, ds[0], time.Hour)
 	spec.Ordering.Mode = lifecycle.OrderingNone
 	if _, err := b.w.UpdateTarget(b.ctx, spec, admin); err != nil {
@@ -175,4 +138,27 @@ func TestReleasedDeliveryClaimedAfterOrderingBack(t *testing.T) {
 	b.complete(t, head, lifecycle.Delivered("200 OK"))
 	b.complete(t, b.claim(t, ds[1], time.Hour), lifecycle.Delivered("200 OK"))
 	b.audit(t)
+}
+
+// laneTarget creates the target spec, "hl7", and a route from source
+// "erp" for any parties to it.
+func (b *bundle) laneTarget(t *testing.T, spec lifecycle.Target) {
+	t.Helper()
+	if _, err := b.w.CreateTarget(b.ctx, spec, admin); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.w.CreateRoute(b.ctx, lifecycle.Route{Source: "erp", From: "*", To: "*", Target: "hl7"}, admin); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// ingestKeyed stores and dispatches a message of ordering key "k"; it
+// returns its delivery.
+func (b *bundle) ingestKeyed(t *testing.T) projection.Delivery {
+	t.Helper()
+	m, _, err := b.w.Ingest(b.ctx, commands.NewMessage{Source: "erp", From: "a", To: "b", Payload: []byte("x"), OrderingKey: "k"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m.Deliveries[0]
 }
