@@ -788,6 +788,9 @@ func Ensure(ctx context.Context, db *pgxpool.Pool) error {
 		if _, err := tx.Exec(ctx, versionDDL); err != nil {
 			return fmt.Errorf("create schema_version: %w", err)
 		}
+		if err := refuseResetBesideJournal(ctx, tx); err != nil {
+			return err
+		}
 		// Versions first: DDL of this build may not apply to tables of another.
 		if err := errors.Join(
 			checkVersion(ctx, tx, PartJournal, JournalVersion),
@@ -924,9 +927,38 @@ func RecreateProjections(ctx context.Context, db *pgxpool.Pool, load func(pgx.Tx
 	return nil
 }
 
+// ErrProjectionsReset is Ensure's refusal to make the projection tables
+// anew, empty, beside a journal that holds events: the projections were
+// reset and not rebuilt. Served, empty tables would lose every message to
+// the API and the workers, and would take a sender's retry, or a source's
+// file or row read again, as new, under a key that has its message.
+var ErrProjectionsReset = errors.New("the projections were reset and not rebuilt")
+
+// refuseResetBesideJournal returns ErrProjectionsReset when the database
+// records no projections' version (new, or reset) while its journal holds
+// an event: only a rebuild may make those tables.
+func refuseResetBesideJournal(ctx context.Context, tx pgx.Tx) error {
+	var missing bool
+	err := tx.QueryRow(ctx, `SELECT NOT EXISTS (SELECT FROM schema_version WHERE part = $1)
+		AND to_regclass('journal') IS NOT NULL`, PartProjections).Scan(&missing)
+	if err == nil && missing {
+		// A statement of its own: the journal may not exist when the first
+		// is planned.
+		err = tx.QueryRow(ctx, `SELECT EXISTS (SELECT FROM journal)`).Scan(&missing)
+	}
+	if err != nil {
+		return fmt.Errorf("read the projections' state: %w", err)
+	}
+	if missing {
+		return fmt.Errorf("%w: the journal holds events, so run `waybill rebuild` (with no server running) before anything else", ErrProjectionsReset)
+	}
+	return nil
+}
+
 // ResetProjections drops the projection tables and forgets their
-// version; the journal, the payloads and the configuration stay. The next
-// Ensure creates them empty, for a rebuild to fill.
+// version; the journal, the payloads and the configuration stay. Until a
+// rebuild fills them, Ensure refuses (ErrProjectionsReset) when the
+// journal holds an event, so no server starts on them.
 func ResetProjections(ctx context.Context, db *pgxpool.Pool) error {
 	_, err := db.Exec(ctx, `DROP TABLE IF EXISTS `+strings.Join(projectionTables, ", ")+`;
 		`+versionDDL+`;

@@ -158,6 +158,31 @@ func TestServerLockExcludesRebuild(t *testing.T) {
 	}
 }
 
+// TestEnsureRefusesAResetBesideAJournal: once the projections are reset, a
+// database whose journal holds an event gets no empty tables from Ensure
+// (a server's start, an audit): only a rebuild makes them.
+func TestEnsureRefusesAResetBesideAJournal(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	db := dbtest.Pool(t)
+	if _, err := db.Exec(ctx, `INSERT INTO journal (recorded_at, stream, version, kind, actor, payload)
+		VALUES (now(), 'config', 1, 'settings.changed', 'operator:admin', '{}')`); err != nil {
+		t.Fatal(err)
+	}
+	if err := schema.ResetProjections(ctx, db); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if err := schema.Ensure(ctx, db); !errors.Is(err, schema.ErrProjectionsReset) || !strings.Contains(err.Error(), "waybill rebuild") {
+			t.Fatalf("Ensure after a reset beside a journal: %v", err)
+		}
+	}
+	var n int
+	if err := db.QueryRow(ctx, `SELECT count(*) FROM pg_class WHERE relname IN ('messages', 'deliveries') AND relkind = 'r'`).Scan(&n); err != nil || n != 0 {
+		t.Fatalf("Ensure made %d of the projection tables: %v", n, err)
+	}
+}
+
 func TestAlertsSurviveAProjectionReset(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()

@@ -94,6 +94,11 @@ func TestAuditRebuildReset(t *testing.T) {
 	if code, out := waybill("reset", "--projections"); code != 0 {
 		t.Fatalf("reset: %d %s", code, out)
 	}
+	// Nothing but a rebuild makes the tables again: not an audit, nor a
+	// server's start, which would serve them empty.
+	if code, out := waybill("audit"); code != 1 || !strings.Contains(out, "the projections were reset and not rebuilt") {
+		t.Fatalf("audit after reset: %d %s", code, out)
+	}
 	if code, out := waybill("rebuild"); code != 0 || !strings.Contains(out, "1 message,") {
 		t.Fatalf("rebuild after reset: %d %s", code, out)
 	}
