@@ -3,15 +3,18 @@ package commands
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/waybill/waybill/journal"
 	"github.com/waybill/waybill/lifecycle"
+	"github.com/waybill/waybill/schema"
 	"github.com/waybill/waybill/sources"
 )
 
@@ -111,8 +114,11 @@ func (w *Writer) DeleteSource(ctx context.Context, name, actor string) error {
 // PassHole journals that an inbox_table source passes the ids from to to as
 // a permanent hole, and in the same transaction moves its watermark on to
 // watermark, which the caller computed with the hole passed (a watermark
-// only rises). A source that no longer exists is ErrNotFound.
-func (w *Writer) PassHole(ctx context.Context, hole journal.SourceHolePassed, watermark int64) error {
+// only rises). Only holder, the process holding the source's lease, may:
+// one whose lease another took may have taken a row of the hole, and
+// PassHole then returns ErrSourceNotHeld. A source that no longer exists
+// is ErrNotFound.
+func (w *Writer) PassHole(ctx context.Context, hole journal.SourceHolePassed, watermark int64, holder string) error {
 	if err := hole.Validate(); err != nil {
 		return invalid(err)
 	}
@@ -121,11 +127,19 @@ func (w *Writer) PassHole(ctx context.Context, hole journal.SourceHolePassed, wa
 			return nil, nil, ErrNotFound
 		}
 		return []journal.Payload{&hole}, func(b *pgx.Batch) {
-			sources.QueueRaiseWatermark(b, hole.Source, watermark)
+			sources.QueuePassHole(b, hole.Source, holder, watermark)
 		}, nil
 	})
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == schema.CodeSourceNotHeld {
+		err = fmt.Errorf("%w: %s", ErrSourceNotHeld, pgErr.Message)
+	}
 	if err != nil {
 		return fmt.Errorf("pass hole %d-%d of source %s: %w", hole.From, hole.To, hole.Source, err)
 	}
 	return nil
 }
+
+// ErrSourceNotHeld is PassHole's refusal of a process that no longer holds
+// the source's lease.
+var ErrSourceNotHeld = errors.New("the source is not held by this process")

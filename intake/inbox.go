@@ -35,7 +35,9 @@ import (
 // permanent hole and passed. Everything above the watermark may be read
 // again after a restart; its rows are found stored already by their keys.
 type inbox struct {
-	name       string
+	name string
+	// holder is the process in the source's lease: only it passes holes.
+	holder     string
 	cfg        sources.InboxConfig
 	w          *commands.Writer
 	db         *pgxpool.Pool
@@ -70,9 +72,9 @@ const (
 	maxMarkerBackoff = time.Hour
 )
 
-func newInbox(name string, cfg sources.InboxConfig, w *commands.Writer, db *pgxpool.Pool, base service.Base, maxPayload int64) *inbox {
-	return &inbox{name: name, cfg: cfg, w: w, db: db, now: base.Now, log: base.Logger.With("source", name), maxPayload: maxPayload,
-		tracer: base.Tracer}
+func newInbox(name, holder string, cfg sources.InboxConfig, w *commands.Writer, db *pgxpool.Pool, base service.Base, maxPayload int64) *inbox {
+	return &inbox{name: name, holder: holder, cfg: cfg, w: w, db: db, now: base.Now, log: base.Logger.With("source", name),
+		maxPayload: maxPayload, tracer: base.Tracer}
 }
 
 // resume starts over from the stored watermark: the gaps and the frontier
@@ -270,7 +272,7 @@ func (p *inbox) passHoles(ctx context.Context, now time.Time) error {
 		rest := append(append(gaps(nil), p.gaps[:i]...), p.gaps[i+1:]...)
 		w := rest.watermark(p.frontier)
 		err := p.w.PassHole(ctx, journal.SourceHolePassed{Source: p.name, From: g.from, To: g.to,
-			MissingSince: g.since, MaxCommitDelay: p.cfg.MaxCommitDelay}, w)
+			MissingSince: g.since, MaxCommitDelay: p.cfg.MaxCommitDelay}, w, p.holder)
 		if err != nil {
 			return err
 		}

@@ -2,6 +2,7 @@ package intake
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -59,17 +60,23 @@ func (f *fixture) inboxSource(t *testing.T, name, url string, config map[string]
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := newInbox(name, ic, f.w, f.db, f.base, lifecycle.DefaultMaxPayload)
+	p := newInbox(name, testHolder, ic, f.w, f.db, f.base, lifecycle.DefaultMaxPayload)
 	t.Cleanup(p.close)
+	if _, held, err := sources.TakeLease(f.ctx, f.db, name, testHolder, f.clock.Now().Add(time.Hour), f.clock.Now()); err != nil || !held {
+		t.Fatalf("take the lease of %s: %v, held %v", name, err, held)
+	}
 	p.resume(f.watermark(t, name))
 	return p
 }
+
+// testHolder holds the leases of the tests' inbox pollers.
+const testHolder = "test"
 
 // restart is a new poller of the same source, as a process started after
 // a crash makes it.
 func (f *fixture) restart(t *testing.T, p *inbox) *inbox {
 	t.Helper()
-	q := newInbox(p.name, p.cfg, p.w, p.db, f.base, p.maxPayload)
+	q := newInbox(p.name, p.holder, p.cfg, p.w, p.db, f.base, p.maxPayload)
 	t.Cleanup(q.close)
 	q.resume(f.watermark(t, p.name))
 	return q
@@ -212,6 +219,52 @@ func TestInboxRolledBackIDIsPassed(t *testing.T) {
 		t.Errorf("after a restart: %+v", rep)
 	}
 	if got := f.bodies(t, "ciims"); got != "after" {
+		t.Errorf("messages %s", got)
+	}
+}
+
+// TestInboxHolePassedOnlyByItsHolder: a poller that stalled after it
+// searched a gap, while another process took the source over and took the
+// row that then appeared in it, does not pass that gap as a hole: only the
+// lease's holder may, and the journal never holds a hole over a row taken.
+func TestInboxHolePassedOnlyByItsHolder(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	url, up := inboxDB(t)
+	a := f.inboxSource(t, "ciims", url, map[string]any{"max_commit_delay": "10m"})
+	slow, err := up.Begin(f.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer slow.Rollback(context.Background())
+	late := insert(t, slow, "late")
+	insert(t, up, "second")
+	f.poll(t, a)
+	f.clock.Advance(10 * time.Minute)
+	now := f.clock.Now()
+	var rep report
+	if _, err := a.takeLate(f.ctx, &rep); err != nil || rep.taken != 0 {
+		t.Fatalf("late rows: %+v, %v", rep, err)
+	}
+
+	// a stalls; its lease runs out and another process takes the source.
+	f.clock.Advance(time.Hour)
+	b := newInbox(a.name, "other", a.cfg, a.w, a.db, f.base, a.maxPayload)
+	t.Cleanup(b.close)
+	if _, held, err := sources.TakeLease(f.ctx, f.db, "ciims", "other", f.clock.Now().Add(time.Minute), f.clock.Now()); err != nil || !held {
+		t.Fatalf("take over: %v, held %v", err, held)
+	}
+	b.resume(f.watermark(t, "ciims"))
+	if err := slow.Commit(f.ctx); err != nil {
+		t.Fatal(err)
+	}
+	if rep := f.poll(t, b); rep.taken != 1 {
+		t.Fatalf("the late row: %+v", rep)
+	}
+	if err := a.passHoles(f.ctx, now); !errors.Is(err, commands.ErrSourceNotHeld) {
+		t.Fatalf("the stalled poller passed %d as a hole: %v", late, err)
+	}
+	if got := f.bodies(t, "ciims"); got != "second,late" {
 		t.Errorf("messages %s", got)
 	}
 }

@@ -235,7 +235,7 @@ func (r *Runtime) newPoller(s lifecycle.Source) (poller, time.Duration, error) {
 		if err != nil {
 			return nil, 0, err
 		}
-		return newInbox(s.Name, cfg, r.cfg.Writer, r.cfg.DB, r.cfg.Base, r.cfg.MaxPayload), cfg.Interval.D(), nil
+		return newInbox(s.Name, r.cfg.Holder, cfg, r.cfg.Writer, r.cfg.DB, r.cfg.Base, r.cfg.MaxPayload), cfg.Interval.D(), nil
 	}
 	return nil, 0, fmt.Errorf("no poller for kind %q", s.Kind)
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/waybill/waybill/commands"
 	"github.com/waybill/waybill/journal"
 	"github.com/waybill/waybill/lifecycle"
+	"github.com/waybill/waybill/sources"
 )
 
 // TestAuditHoldsAnInboxWatermarkToTheJournal: the audit accepts a
@@ -24,6 +25,9 @@ func TestAuditHoldsAnInboxWatermarkToTheJournal(t *testing.T) {
 	if _, err := b.w.CreateSource(b.ctx, lifecycle.Source{Name: "ciims", Kind: "inbox_table", Config: config}, "operator:admin"); err != nil {
 		t.Fatal(err)
 	}
+	if _, held, err := sources.TakeLease(b.ctx, b.db, "ciims", "test", b.now.Add(time.Hour), b.now); err != nil || !held {
+		t.Fatalf("take the lease: %v, held %v", err, held)
+	}
 	take := func(id int64) {
 		t.Helper()
 		_, _, err := b.w.Ingest(b.ctx, commands.NewMessage{Source: "ciims", From: "a", To: "b", Payload: []byte("x"),
@@ -35,7 +39,7 @@ func TestAuditHoldsAnInboxWatermarkToTheJournal(t *testing.T) {
 	hole := func(from, to int64, missing time.Duration, watermark int64) {
 		t.Helper()
 		err := b.w.PassHole(b.ctx, journal.SourceHolePassed{Source: "ciims", From: from, To: to,
-			MissingSince: b.now.Add(-missing), MaxCommitDelay: lifecycle.Duration(5 * time.Minute)}, watermark)
+			MissingSince: b.now.Add(-missing), MaxCommitDelay: lifecycle.Duration(5 * time.Minute)}, watermark, "test")
 		if err != nil {
 			t.Fatal(err)
 		}

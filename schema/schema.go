@@ -46,6 +46,10 @@ const (
 	CodeTargetLimited  = "WB004"
 )
 
+// CodeSourceNotHeld is source_pass_hole's refusal of a process that no
+// longer holds the source's lease.
+const CodeSourceNotHeld = "WB005"
+
 // CodeProjectionsMoved refuses an append to the journal by a build whose
 // projections version is not the database's (journal.Queue): after an
 // online rebuild of another build switched the tables, the servers of the

@@ -39,4 +39,18 @@ CREATE TABLE IF NOT EXISTS inbox_markers (
 	last_error text,
 	PRIMARY KEY (source, row_id)
 );
+
+-- An inbox's hole is passed only by the process that holds the source:
+-- one whose lease another took over may have found a row of the hole
+-- taken meanwhile. The update locks the state row, as the lease's take
+-- does, so the two go one after the other.
+CREATE OR REPLACE FUNCTION source_pass_hole(source text, by_holder text, mark bigint) RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+	UPDATE source_state SET watermark = greatest(watermark, mark) WHERE name = source AND holder = by_holder;
+	IF NOT FOUND THEN
+		RAISE EXCEPTION 'source % is not held by %: another process polls it now', source, by_holder
+			USING ERRCODE = '` + CodeSourceNotHeld + `';
+	END IF;
+END $$;
 `

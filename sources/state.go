@@ -44,11 +44,12 @@ func QueueDeleteState(b *pgx.Batch, name string) {
 // it, so a stale writer cannot undo another's progress.
 const raiseWatermarkSQL = `UPDATE source_state SET watermark = greatest(watermark, $2) WHERE name = $1`
 
-// QueueRaiseWatermark adds to b the raise of a source's watermark to w (a
-// lower w changes nothing), for a hole passed in the transaction that
-// journals it.
-func QueueRaiseWatermark(b *pgx.Batch, name string, w int64) {
-	b.Queue(raiseWatermarkSQL, name, w)
+// QueuePassHole adds to b the raise of a source's watermark to w (a lower
+// w changes nothing) for a hole passed in the transaction that journals
+// it, by holder: a holder that no longer holds the source fails the
+// transaction with schema.CodeSourceNotHeld.
+func QueuePassHole(b *pgx.Batch, name, holder string, w int64) {
+	b.Queue(`SELECT source_pass_hole($1, $2, $3)`, name, holder, w)
 }
 
 // RaiseWatermark raises a source's watermark to w (a lower w changes
