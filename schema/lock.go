@@ -99,6 +99,21 @@ func ServerAfterConnect(ctx context.Context, conn *pgx.Conn) error {
 	return nil
 }
 
+// ReleaseServer gives up the server lock that the idle connections of a
+// server's pool hold (ServerAfterConnect), and closes them, before the
+// pool closes: a backend gives its locks up only as it ends, a moment
+// after its client has gone, and a rebuild run the moment the server
+// stopped would find them held still. Call it once the server's work has
+// stopped, so that every connection is idle.
+func ReleaseServer(ctx context.Context, db *pgxpool.Pool) {
+	for _, c := range db.AcquireAllIdle(ctx) {
+		_, _ = c.Exec(ctx, `SELECT pg_advisory_unlock_shared($1)`, int64(KeyServer))
+		// Without the lock the connection is no server's: it goes.
+		_ = c.Conn().Close(ctx)
+		c.Release()
+	}
+}
+
 // LockExclusive takes the server lock alone, for a rebuild or a reset.
 // It fails with ErrDatabaseInUse while any server runs on the database.
 func LockExclusive(ctx context.Context, db *pgxpool.Pool) (*Lock, error) {

@@ -312,6 +312,11 @@ func serve(ctx context.Context, cfg *serveConfig, stderr io.Writer) error {
 		return err
 	}
 	resources.Defer(db.Close)
+	resources.Defer(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		schema.ReleaseServer(ctx, db)
+	})
 	if err := ensureOwnProjections(ctx, db, l, log); err != nil {
 		return err
 	}
