@@ -136,7 +136,8 @@ func TestServerLockExcludesRebuild(t *testing.T) {
 	// Server a loses its sessions: no connection of a server is open.
 	var pids []int32
 	if err := tool.QueryRow(ctx, `SELECT array_agg(pid) FROM pg_locks WHERE locktype = 'advisory' AND mode = 'ShareLock' AND granted
-		AND objid = ($1::bigint & x'ffffffff'::bigint)::text::oid`, int64(schema.KeyServer)).Scan(&pids); err != nil {
+		AND database = (SELECT oid FROM pg_database WHERE datname = current_database()) AND objsubid = 1
+		AND classid = ($1::bigint >> 32)::text::oid AND objid = ($1::bigint & x'ffffffff'::bigint)::text::oid`, int64(schema.KeyServer)).Scan(&pids); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := tool.Exec(ctx, `SELECT pg_terminate_backend(pid) FROM unnest($1::int[]) AS pid`, pids); err != nil {
