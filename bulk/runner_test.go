@@ -789,6 +789,7 @@ func TestResendKeepsTheLanesOrder(t *testing.T) {
 		return m
 	}
 	first, second := keyed(b.w), keyed(w2) // created the other way round
+	dbtest.Audit(t, b.db)                  // the second blocked behind the first
 	b.settle(t, first, "orders", lifecycle.Delivered("200"))
 	b.settle(t, second, "orders", lifecycle.Delivered("200"))
 

@@ -68,12 +68,11 @@ var ErrDatabaseInUse = errors.New("database in use")
 // database.
 var ErrRebuildRunning = errors.New("an online rebuild is running")
 
-// Lock is a held advisory lock; it lives as long as its connection.
+// Lock is an advisory lock held alone; it lives as long as its connection.
 type Lock struct {
-	conn   *pgxpool.Conn
-	unlock string
-	// key is the lock unlock gives up, KeyServer unless set; shared says
-	// the server lock is held shared beside it.
+	conn *pgxpool.Conn
+	// key is the lock, KeyServer unless set; shared says the server lock
+	// is held shared beside it.
 	key    LockKey
 	shared bool
 }
@@ -117,28 +116,24 @@ func ReleaseServer(ctx context.Context, db *pgxpool.Pool) {
 // LockExclusive takes the server lock alone, for a rebuild or a reset.
 // It fails with ErrDatabaseInUse while any server runs on the database.
 func LockExclusive(ctx context.Context, db *pgxpool.Pool) (*Lock, error) {
-	return lock(ctx, db, `SELECT pg_try_advisory_lock($1)`, `SELECT pg_advisory_unlock($1)`,
-		"a Waybill server is running on this database: stop it first (Ctrl-C where `waybill serve` runs, or send its process SIGTERM; every one, when several share the database), then run this again")
-}
-
-func lock(ctx context.Context, db *pgxpool.Pool, sql, unlock, inUse string) (*Lock, error) {
 	conn, err := db.Acquire(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("lock database: %w", err)
 	}
 	var ok bool
-	if err := conn.QueryRow(ctx, sql, int64(KeyServer)).Scan(&ok); err != nil {
+	if err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock($1)`, int64(KeyServer)).Scan(&ok); err != nil {
 		conn.Release()
 		return nil, fmt.Errorf("lock database: %w", err)
 	}
 	if !ok {
+		inUse := "a Waybill server is running on this database: stop it first (Ctrl-C where `waybill serve` runs, or send its process SIGTERM; every one, when several share the database), then run this again"
 		if who := holder(ctx, conn, KeyOnlineRebuild); who != "" {
 			inUse = "an online rebuild is running on this database (" + who + "): let it finish, or stop it, then run this again"
 		}
 		conn.Release()
 		return nil, fmt.Errorf("%w: %s", ErrDatabaseInUse, inUse)
 	}
-	return &Lock{conn: conn, unlock: unlock}, nil
+	return &Lock{conn: conn}, nil
 }
 
 // LockOnline takes the online rebuild's locks: KeyOnlineRebuild alone, so
@@ -160,7 +155,7 @@ func LockOnline(ctx context.Context, db *pgxpool.Pool) (*Lock, error) {
 		conn.Release()
 		return nil, fmt.Errorf("%w on this database (%s): let it finish; only one runs at a time", ErrRebuildRunning, who)
 	}
-	l := &Lock{conn: conn, unlock: `SELECT pg_advisory_unlock($1)`, key: KeyOnlineRebuild}
+	l := &Lock{conn: conn, key: KeyOnlineRebuild}
 	if err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock_shared($1)`, int64(KeyServer)).Scan(&shared); err != nil || !shared {
 		l.Release()
 		if err != nil {
@@ -199,7 +194,7 @@ func (l *Lock) Release() {
 		_, _ = l.conn.Exec(ctx, `SELECT pg_advisory_unlock_shared($1)`, int64(KeyServer))
 		cancel()
 	}
-	releaseConn(l.conn, l.unlock, cmp.Or(l.key, KeyServer))
+	releaseConn(l.conn, `SELECT pg_advisory_unlock($1)`, cmp.Or(l.key, KeyServer))
 	l.conn = nil
 }
 

@@ -174,6 +174,8 @@ func TestABusyLaneLetsOthersHaveTheSlot(t *testing.T) {
 		ingest("a", i)
 		release <- struct{}{}
 		if got := <-arrived; got == "b 0" {
+			// Mid-way: b 0 in flight, lane a's next woken or waiting.
+			b.audit(t)
 			return
 		}
 	}
