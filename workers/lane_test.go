@@ -71,7 +71,10 @@ func TestLanesDeliverInOrderAcrossProcesses(t *testing.T) {
 	cfg, _ := json.Marshal(map[string]string{"url": srv.URL})
 	spec := lifecycle.Target{Name: "ordered", Kind: "http", Enabled: true, Config: cfg, MaxConcurrent: 8,
 		Retry:    lifecycle.RetryPolicy{BaseDelay: lifecycle.Duration(5 * time.Millisecond), MaxDelay: lifecycle.Duration(20 * time.Millisecond)},
-		Ordering: lifecycle.Ordering{Mode: lifecycle.OrderingFIFO}}
+		Ordering: lifecycle.Ordering{Mode: lifecycle.OrderingFIFO},
+		// No breaker: a run of the sink's random 503s can trip the default
+		// one (half of 10 requests), whose cooldown outlasts the test.
+		Health: &lifecycle.Health{}}
 	b.target(t, spec)
 	real := time.Now
 	var ws []*commands.Writer
