@@ -104,6 +104,42 @@ func (w *Writer) ReleaseBlocked(ctx context.Context, deliveryID uuid.UUID) (jour
 	})
 }
 
+// PassLaneOn passes on the lane of a head that settled for it without
+// letting the first delivery waiting behind it go, as a journal an earlier
+// build wrote can hold (projection.LaneBook.Stuck), or of a delivery
+// waiting first in a lane that has no head: that delivery is queued and
+// woken, as the head's settling would have done. A command on a delivery
+// locks the message first waiting in its lane with its own, so the one
+// transaction sees both the head and the delivery it lets go. On any other
+// delivery it writes nothing.
+func (w *Writer) PassLaneOn(ctx context.Context, deliveryID uuid.UUID) (journal.Kind, error) {
+	var kind journal.Kind
+	_, err := w.run(ctx, delivery(deliveryID), func(m *projection.Message, lanes *projection.LaneBook, _ time.Time) (*change, error) {
+		kind = ""
+		d := m.Delivery(deliveryID)
+		if d.LaneSeq == 0 {
+			return nil, nil
+		}
+		id := projection.LaneID{Target: d.Target, Key: d.LaneKey}
+		// Lane has the batch read the lane, which Owed takes for empty
+		// when it is not read.
+		if _, err := lanes.Lane(id); err != nil {
+			return nil, err
+		}
+		if _, _, ok, err := lanes.Owed(id); err != nil || !ok {
+			return nil, err
+		}
+		// The change records nothing of its own: the batch passes every
+		// lane it read that is owed its pass-on (keepLanes), this one too.
+		kind = journal.KindDeliveryUnblocked
+		return newChange(m), nil
+	})
+	if err != nil {
+		return "", fmt.Errorf("pass the lane on from delivery %s: %w", deliveryID, err)
+	}
+	return kind, nil
+}
+
 // ReportLaneHeld records, once per head, that the head of a lane has kept
 // deliveries waiting behind it for longer than its target's
 // head_alert_after: the event raises the alert lane_blocked.

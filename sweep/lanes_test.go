@@ -2,11 +2,13 @@ package sweep_test
 
 import (
 	"encoding/json"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/waybill/waybill/commands"
 	"github.com/waybill/waybill/internal/dbtest"
+	"github.com/waybill/waybill/journal"
 	"github.com/waybill/waybill/lifecycle"
 	"github.com/waybill/waybill/projection"
 	"github.com/waybill/waybill/sweep"
@@ -161,4 +163,66 @@ func (b *bundle) ingestKeyed(t *testing.T) projection.Delivery {
 		t.Fatal(err)
 	}
 	return m.Deliveries[0]
+}
+
+// TestPassLetsGoALaneLeftOwed: a journal in which a lane's head settled
+// without passing the lane on, as an earlier build could write one,
+// rebuilds into a lane stuck behind its delivered head, which the audit
+// names. A sweep pass lets the first delivery waiting go, after that head,
+// and the rest of the lane follows in order; the audit is then clean.
+func TestPassLetsGoALaneLeftOwed(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.laneTarget(t, lifecycle.Target{Name: "hl7", Kind: "http", Enabled: true, Config: json.RawMessage(`{"url":"http://127.0.0.1:9/"}`),
+		Ordering: lifecycle.Ordering{Mode: lifecycle.OrderingFIFO}})
+	ds := []projection.Delivery{b.ingestKeyed(t), b.ingestKeyed(t), b.ingestKeyed(t)}
+	b.complete(t, b.claim(t, ds[0], time.Hour), lifecycle.Delivered("200 OK"))
+	// The pass-on is the last event of its message's stream: without it,
+	// the journal is one an earlier build wrote.
+	tx, err := b.db.Begin(b.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(b.ctx)
+	for _, sql := range []string{`ALTER TABLE journal DISABLE TRIGGER journal_removal`,
+		`DELETE FROM journal WHERE delivery_id = '` + ds[1].ID.String() + `' AND kind = '` + string(journal.KindDeliveryUnblocked) + `'`,
+		`ALTER TABLE journal ENABLE TRIGGER journal_removal`} {
+		if _, err := tx.Exec(b.ctx, sql); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := tx.Commit(b.ctx); err != nil {
+		t.Fatal(err)
+	}
+	r, err := projection.Rebuild(b.ctx, b.db)
+	if err != nil || len(r.Violations) != 1 || !strings.Contains(r.Violations[0].Problem, "were not let go") {
+		t.Fatalf("rebuild: %v %+v", err, r)
+	}
+	if got := b.delivery(t, ds[1]); got.State != lifecycle.StateBlocked {
+		t.Fatalf("the second of the lane is %s after the rebuild", got.State)
+	}
+	b.wake.take(t)
+	s := b.sweeper(t, sweep.Config{})
+	if r, err := s.Pass(b.ctx); err != nil || r.Released != 1 {
+		t.Fatalf("pass: %+v %v", r, err)
+	}
+	if woken := b.wake.take(t); len(woken) != 1 || woken[ds[1].ID] == nil {
+		t.Errorf("wake-ups of the pass: %v", woken)
+	}
+	if r, err := s.Pass(b.ctx); err != nil || r != (sweep.Result{}) {
+		t.Fatalf("second pass: %+v %v", r, err)
+	}
+	b.audit(t)
+	for i, d := range ds[1:] {
+		if got := b.delivery(t, d); got.State != lifecycle.StateQueued {
+			t.Fatalf("delivery %d of the lane is %s when its turn came", i+2, got.State)
+		}
+		if i == 0 {
+			if got := b.delivery(t, ds[2]); got.State != lifecycle.StateBlocked {
+				t.Fatalf("the third of the lane is %s behind the second", got.State)
+			}
+		}
+		b.complete(t, b.claim(t, d, time.Hour), lifecycle.Delivered("200 OK"))
+	}
+	b.audit(t)
 }

@@ -63,7 +63,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 }
 
 // steps names the steps of a pass, in their order.
-var steps = []string{"expire_leases", "scheduled_due", "wake", "time_out_receipts", "release_blocked", "report_held_lanes"}
+var steps = []string{"expire_leases", "scheduled_due", "wake", "time_out_receipts", "release_blocked", "pass_lanes_on", "report_held_lanes"}
 
 // track removes the per-target series of targets no longer among targets
 // (deleted ones); the pass then sets those of each target.

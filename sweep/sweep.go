@@ -4,7 +4,7 @@
 // (so a lost wake-up, or a retry whose process went away, costs time, never
 // a delivery) and stalls those woken
 // max_dispatches times unclaimed, fails deliveries whose receipt is
-// overdue, and measures the deliveries for the metrics. Each step is a
+// overdue, passes on the lanes an earlier build left owed, and measures the deliveries for the metrics. Each step is a
 // command of the core, conditional on the state it finds, so any number of
 // processes may sweep one database and each change happens once.
 package sweep
@@ -58,7 +58,8 @@ type Config struct {
 type Result struct {
 	Expired, Woken, Stalled, TimedOut int
 	// Released counts blocked deliveries let go because their target keeps
-	// no order any more; Reported the lanes reported held too long.
+	// no order any more, or because their lane's head settled without
+	// passing the lane on; Reported the lanes reported held too long.
 	Released, Reported int
 	// Due counts the scheduled deliveries queued as their time came.
 	Due int
@@ -158,6 +159,7 @@ func (s *Sweeper) Pass(ctx context.Context) (_ Result, err error) {
 		return func() ([]uuid.UUID, error) { return sel(ctx, s.cfg.DB, s.cfg.Now(), n) }
 	}
 	released := func() ([]uuid.UUID, error) { return projection.BlockedOutOfOrder(ctx, s.cfg.DB, fifo, s.cfg.Batch) }
+	owed := func() ([]uuid.UUID, error) { return projection.OwedLanes(ctx, s.cfg.DB, fifo, s.cfg.Batch) }
 	held := func() ([]uuid.UUID, error) {
 		return projection.HeldLaneHeads(ctx, s.cfg.DB, alerted, after, s.cfg.Now(), s.cfg.Batch)
 	}
@@ -173,6 +175,8 @@ func (s *Sweeper) Pass(ctx context.Context) (_ Result, err error) {
 			func(id uuid.UUID) (journal.Kind, error) { return w.TimeoutReceipt(ctx, id) }, &r),
 		s.step(ctx, "release_blocked", false, released,
 			func(id uuid.UUID) (journal.Kind, error) { return w.ReleaseBlocked(ctx, id) }, &r),
+		s.step(ctx, "pass_lanes_on", false, owed,
+			func(id uuid.UUID) (journal.Kind, error) { return w.PassLaneOn(ctx, id) }, &r),
 		s.step(ctx, "report_held_lanes", false, held,
 			func(id uuid.UUID) (journal.Kind, error) { return w.ReportLaneHeld(ctx, id) }, &r),
 	)
