@@ -139,12 +139,28 @@ func (f *Folded) compareRouting(position int64, id uuid.UUID, rv *routeVersion, 
 // sameRouting compares the routes matched and the filters failed, in any
 // order: routes created in one instant are listed by id. A filter's error
 // is compared as routing cuts it (lifecycle.MaxErrorTextLength): a journal
-// may hold one whole, recorded before errors were cut.
+// may hold one whole, recorded before errors were cut. A route whose
+// filter the time limit stopped in either is left out: that limit reads a
+// clock, so the same filter on the same message may run to its end on
+// another machine or stop on this one (routing.TimeLimit).
 func sameRouting(a, b journal.Routing) bool {
+	clocked := map[uuid.UUID]bool{}
+	for _, e := range slices.Concat(a.FilterErrors, b.FilterErrors) {
+		if routing.TimeLimited(e.Error) {
+			clocked[e.Route] = true
+		}
+	}
 	byID := func(x, y journal.MatchedRoute) int { return cmp.Compare(x.ID.String(), y.ID.String()) }
 	errByID := func(x, y journal.FilterError) int { return cmp.Compare(x.Route.String(), y.Route.String()) }
-	ar, br := slices.SortedFunc(slices.Values(a.Routes), byID), slices.SortedFunc(slices.Values(b.Routes), byID)
-	ae, be := slices.SortedFunc(slices.Values(a.FilterErrors), errByID), slices.SortedFunc(slices.Values(b.FilterErrors), errByID)
+	kept := func(r journal.Routing) ([]journal.MatchedRoute, []journal.FilterError) {
+		routes := slices.DeleteFunc(slices.Clone(r.Routes), func(m journal.MatchedRoute) bool { return clocked[m.ID] })
+		failed := slices.DeleteFunc(slices.Clone(r.FilterErrors), func(e journal.FilterError) bool { return clocked[e.Route] })
+		slices.SortFunc(routes, byID)
+		slices.SortFunc(failed, errByID)
+		return routes, failed
+	}
+	ar, ae := kept(a)
+	br, be := kept(b)
 	return slices.EqualFunc(ar, br, func(x, y journal.MatchedRoute) bool {
 		return x.ID == y.ID && x.Target == y.Target && slices.Equal(x.Types, y.Types) && x.Filter == y.Filter
 	}) && slices.EqualFunc(ae, be, func(x, y journal.FilterError) bool {

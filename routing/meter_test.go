@@ -185,7 +185,13 @@ func TestTimeLimit(t *testing.T) {
 	}
 	in.meter.reset(in.activation(true), false)
 	in.meter.start = time.Now().Add(-TimeLimit)
-	if _, _, err := p.prg.Eval(&in.meter); err == nil || !strings.Contains(err.Error(), "time limit of 1s exceeded") {
+	_, _, err = p.prg.Eval(&in.meter)
+	if err == nil || !strings.Contains(err.Error(), "time limit of 1s exceeded") {
 		t.Fatalf("an evaluation begun %s ago: %v", TimeLimit, err)
+	}
+	// The error as a decision records it, cut, is known for the time
+	// limit's.
+	if !TimeLimited(lifecycle.Cut(err.Error(), lifecycle.MaxErrorTextLength)) || TimeLimited(errCostLimit.Error()) {
+		t.Errorf("TimeLimited(%q) is false, or true of the cost limit", err)
 	}
 }
