@@ -453,6 +453,9 @@ func (c WebhookConfig) github(h http.Header, body []byte) (Inbound, error) {
 // stripe verifies Stripe-Signature: t=<Unix seconds>,v1=<hex>[,v1=…], each
 // v1 the HMAC-SHA256 of "{t}.{body}" under the endpoint's secret used as
 // it is written (whsec_ and all). The event's id and type are the body's.
+// Each secret's MAC is made once and compared with every v1, of which
+// there are at most maxStripeSignatures: a request that anyone may send
+// must not make the server hash its body once for each value it lists.
 func (c WebhookConfig) stripe(h http.Header, body []byte, now time.Time) (Inbound, error) {
 	sig, err := header(h, headerStripeSignature)
 	if err != nil {
@@ -460,6 +463,7 @@ func (c WebhookConfig) stripe(h http.Header, body []byte, now time.Time) (Inboun
 	}
 	var tsText string
 	var macs [][]byte
+	v1s := 0
 	for part := range strings.SplitSeq(sig, ",") {
 		k, v, _ := strings.Cut(strings.TrimSpace(part), "=")
 		switch k {
@@ -469,6 +473,10 @@ func (c WebhookConfig) stripe(h http.Header, body []byte, now time.Time) (Inboun
 			}
 			tsText = v
 		case "v1":
+			if v1s++; v1s > maxStripeSignatures {
+				return Inbound{}, &Unverified{Reason: RefusedMissingHeader,
+					Detail: fmt.Sprintf("Stripe-Signature: more than %d v1 signatures", maxStripeSignatures)}
+			}
 			if mac, err := hex.DecodeString(v); err == nil && len(mac) == sha256.Size {
 				macs = append(macs, mac)
 			}
@@ -482,14 +490,24 @@ func (c WebhookConfig) stripe(h http.Header, body []byte, now time.Time) (Inboun
 	}
 	signed := make([]byte, 0, len(tsText)+1+len(body))
 	signed = append(append(append(signed, tsText...), '.'), body...)
-	for _, mac := range macs {
-		if c.anySecret(sha256.New, mac, signed) {
-			f := fieldsOf(body)
-			return Inbound{ID: validID(f.ID), Type: f.Type}, nil
+	for _, secret := range c.Verify.Secrets {
+		m := hmac.New(sha256.New, []byte(secret))
+		m.Write(signed)
+		want := m.Sum(nil)
+		for _, mac := range macs {
+			if hmac.Equal(want, mac) {
+				f := fieldsOf(body)
+				return Inbound{ID: validID(f.ID), Type: f.Type}, nil
+			}
 		}
 	}
 	return Inbound{}, &Unverified{Reason: RefusedSignature, Detail: fmt.Sprintf("none of %d v1 signatures matches a secret", len(macs))}
 }
+
+// maxStripeSignatures is the most v1 signatures a Stripe-Signature may
+// list: Stripe lists one for each secret it signs with, two while a
+// secret is rolled.
+const maxStripeSignatures = 8
 
 // validID is an id read from a body when it fits a key, else none.
 func validID(id string) string {

@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"reflect"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -160,6 +161,9 @@ func TestWebhookSchemesVerify(t *testing.T) {
 		{"stripe: six minutes old", stripe,
 			headers("Stripe-Signature", stripeSignature(stripeSecret, stripeAt.Unix(), stripeBody)),
 			stripeBody, stripeAt.Add(6 * time.Minute), sources.Inbound{}, sources.RefusedTimestamp},
+		{"stripe: more v1 signatures than a roll makes", stripe,
+			headers("Stripe-Signature", fmt.Sprintf("t=%d", stripeAt.Unix())+strings.Repeat(",v1="+hex.EncodeToString(make([]byte, 32)), 9)),
+			stripeBody, stripeAt, sources.Inbound{}, sources.RefusedMissingHeader},
 		{"stripe: no time", stripe, headers("Stripe-Signature", "v1=00"), stripeBody, stripeAt, sources.Inbound{}, sources.RefusedMissingHeader},
 
 		{"hmac: base64, with an id header", shop,
