@@ -6,9 +6,11 @@ import (
 	"testing"
 )
 
-// TestAuthenticatedTakesATokenOfAnyRole: what is served beside the API
-// (the metrics) answers an unscoped token of any role, and nothing else.
-func TestAuthenticatedTakesATokenOfAnyRole(t *testing.T) {
+// TestAuthenticatedTakesATokenThatReads: what is served beside the API
+// (the metrics, which name every source and target) answers an unscoped
+// token that may read, and nothing else: not a token that may only post
+// messages or receipts, nor a scoped one.
+func TestAuthenticatedTakesATokenThatReads(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	srv := httptest.NewServer(b.api.Authenticated(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
@@ -16,7 +18,7 @@ func TestAuthenticatedTakesATokenOfAnyRole(t *testing.T) {
 	})))
 	t.Cleanup(srv.Close)
 	for token, want := range map[string]int{"": http.StatusUnauthorized, "not-a-token": http.StatusUnauthorized,
-		adminToken: http.StatusOK, ingestToken: http.StatusOK, readerToken: http.StatusOK, receiptToken: http.StatusOK,
+		adminToken: http.StatusOK, readerToken: http.StatusOK, ingestToken: http.StatusForbidden, receiptToken: http.StatusForbidden,
 		scopedReaderToken: http.StatusForbidden, scopedIngestToken: http.StatusForbidden} {
 		req, err := http.NewRequestWithContext(b.ctx, http.MethodGet, srv.URL+"/metrics", nil)
 		if err != nil {

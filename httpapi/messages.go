@@ -369,7 +369,9 @@ func (s *Server) receipt(w http.ResponseWriter, r *http.Request) error {
 			return err
 		}
 		if !id.Target(target) {
-			return outOfScope(r, auth.Confirm, scopeOf(id)+", not to "+target)
+			// The other target is not named: the token learns nothing of
+			// a delivery outside its scope.
+			return outOfScope(r, auth.Confirm, scopeOf(id)+", not to this delivery's")
 		}
 	}
 	operator := identity(r).Name

@@ -174,14 +174,19 @@ func (s *Server) authenticate(r *http.Request) (auth.Identity, error) {
 }
 
 // Authenticated serves h only to a request with an unscoped bearer token
-// of any role, answering any other as the API answers it (401 with the
-// error envelope, 403 for a scoped token): what is served beside the API,
-// such as the metrics, takes the same tokens. A scoped token is refused
-// because the metrics name every source and target.
+// that may read (auth.Read), answering any other as the API answers it
+// (401 with the error envelope, 403 for a token that may not): what is
+// served beside the API, such as the metrics, takes the same tokens. The
+// metrics name every source and target, so a scoped token, or one that
+// may only post messages or receipts, is refused.
 func (s *Server) Authenticated(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		id, err := s.authenticate(r)
-		if err == nil && id.Scope != nil {
+		switch {
+		case err != nil:
+		case !id.Role.Allows(auth.Read):
+			err = &forbiddenError{role: id.Role, needs: auth.Read}
+		case id.Scope != nil:
 			err = &forbiddenError{role: id.Role, needs: auth.Read,
 				reason: "a scoped token reads only its own messages; the metrics name every source and target"}
 		}
