@@ -59,6 +59,10 @@ type op struct {
 	// key is the id of the op's message when the Writer knows it, else
 	// uuid.Nil: a new message, or a delivery it has not written.
 	key uuid.UUID
+	// made, for an ingest, is the id of the message its last decision
+	// made, which a transaction that failed for a reason that can pass may
+	// have committed all the same (storedAnyway).
+	made uuid.UUID
 	// dup, for an ingest with a duplicate key, is the latest earlier
 	// message of its source with the key, which the batch finds before it
 	// decides.
@@ -474,7 +478,7 @@ func (w *Writer) writeBatch(ctx context.Context, ops []*op, side *operationSide)
 	}
 	got, err := w.commit(ctx, conn, cfg, d.changes, d.events, d.lanes, d.operation, explicit, w.uncounted.take(tallies(d.events, cfg), now), now)
 	if err != nil {
-		return err
+		return &sentError{err}
 	}
 	counted := got.counted
 	steps := healthSteps(counted, d.events, attemptLeases(d.changes), cfg, now)
@@ -505,6 +509,14 @@ func (w *Writer) writeBatch(ctx context.Context, ops []*op, side *operationSide)
 	}
 	return nil
 }
+
+// sentError is the error of a batch whose writes and commit were sent: a
+// connection lost then may have lost only the answer to the commit
+// (storedAnyway). It reads as the error it wraps.
+type sentError struct{ err error }
+
+func (e *sentError) Error() string { return e.err.Error() }
+func (e *sentError) Unwrap() error { return e.err }
 
 // correlated is a receiver's id's correlation as a batch's read locked it
 // (read), and as the ops decided before an op of the batch left it (now),

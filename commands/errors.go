@@ -29,6 +29,10 @@ var (
 	ErrExists = errors.New("already exists")
 	// ErrTargetInUse: a target that routes still name cannot be deleted.
 	ErrTargetInUse = errors.New("target in use")
+	// ErrMaybeStored: the transaction that stored a message lost its
+	// connection, and whether it committed could not be learned: the
+	// message may be stored.
+	ErrMaybeStored = errors.New("the message may have been stored")
 	// ErrNotAccepted: the message is past its intake and cannot be refused.
 	ErrNotAccepted = errors.New("message not accepted")
 	// ErrNotClaimable: the delivery is not in a state a worker may take.

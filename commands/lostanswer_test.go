@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/waybill/waybill/commands"
 	"github.com/waybill/waybill/internal/dbtest"
 	"github.com/waybill/waybill/lifecycle"
@@ -141,4 +143,71 @@ func (b *bundle) proxied(t *testing.T) (*dbtest.Proxy, *commands.Writer) {
 		t.Fatal(err)
 	}
 	return proxy, w
+}
+
+// TestLostAnswerOfAnIngest: an ingest, alone or in a batch, commits but
+// its answer is lost; the Writer finds each message stored and returns
+// it as created, so a sender is never told to send again what is stored.
+func TestLostAnswerOfAnIngest(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.targets(t, "billing")
+	proxy, w := b.proxied(t)
+	stored := func(payload string) int {
+		t.Helper()
+		var n int
+		if err := b.db.QueryRow(b.ctx, `SELECT count(*) FROM payloads WHERE body = $1`, []byte(payload)).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+
+	in := newMessage()
+	in.Payload = []byte("the answer to this ingest is lost")
+	proxy.LoseAnswerTo(in.Payload)
+	m, created, err := w.Ingest(b.ctx, in)
+	if err != nil || !created || m == nil || m.Source != in.Source || len(m.Deliveries) != 1 {
+		t.Fatalf("an ingest whose answer was lost: %v, created %v, %+v", err, created, m)
+	}
+	if n := stored(string(in.Payload)); n != 1 {
+		t.Fatalf("%d messages stored", n)
+	}
+
+	ins := []commands.NewMessage{newMessage(), newMessage()}
+	ins[0].Payload, ins[1].Payload = []byte("first of a batch whose answer is lost"), []byte("second of a batch whose answer is lost")
+	proxy.LoseAnswerTo(ins[1].Payload)
+	for i, got := range w.IngestMany(b.ctx, ins) {
+		if got.Err != nil || !got.Created || got.Message == nil {
+			t.Fatalf("message %d of a batch whose answer was lost: %+v", i, got)
+		}
+		if n := stored(string(ins[i].Payload)); n != 1 {
+			t.Fatalf("message %d: %d stored", i, n)
+		}
+	}
+	b.audit(t)
+}
+
+// TestIngestMaybeStored: an ingest whose connection is lost once its
+// writes were sent, and whose Writer then cannot reach the database to
+// look, reports that the message may be stored, not that it is not.
+func TestIngestMaybeStored(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.targets(t, "billing")
+	proxy, w := b.proxied(t)
+	w.SetCut(func(at string, _ *pgx.Batch) {
+		if at == "appended" {
+			proxy.Cut()
+		}
+	})
+	if _, _, err := w.Ingest(b.ctx, newMessage()); !errors.Is(err, commands.ErrMaybeStored) {
+		t.Fatalf("an ingest lost with its database: %v", err)
+	}
+	w.SetCut(nil)
+	proxy.Restore()
+	// Nothing was stored, as the first try never left.
+	if _, _, err := w.Ingest(b.ctx, newMessage()); err != nil {
+		t.Fatal(err)
+	}
+	b.audit(t)
 }

@@ -106,7 +106,35 @@ func (w *Writer) accept(ctx context.Context, in NewMessage, dispatch bool) (*pro
 		return nil, false, err
 	}
 	m, err := w.runOp(o)
+	if err != nil {
+		m, err = w.storedAnyway(ctx, o)
+	}
 	return w.held(ctx, in, m, err)
+}
+
+// storedAnyway finds the message an ingest op stored when its transaction
+// failed, for a reason that can pass, once its commit was sent: the commit
+// may have gone through with its answer lost, and a message told "not
+// stored" is sent again. It returns the message as stored; the op's error
+// when it is not there, or was surely not stored; ErrMaybeStored when it
+// cannot look. A commit that the server carries out only after the look
+// is not found by it.
+func (w *Writer) storedAnyway(ctx context.Context, o *op) (*projection.Message, error) {
+	var sent *sentError
+	if !Transient(o.err) || !errors.As(o.err, &sent) || o.made == uuid.Nil {
+		return nil, o.err
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rollbackTimeout)
+	defer cancel()
+	m, err := projection.Load(ctx, w.db, o.made)
+	switch {
+	case err == nil:
+		w.log.Warn("message stored, its commit's answer lost", "message_id", m.ID, "err", o.err)
+		return m, nil
+	case errors.Is(err, projection.ErrNotFound):
+		return nil, o.err
+	}
+	return nil, fmt.Errorf("%w: %w", ErrMaybeStored, errors.Join(o.err, err))
 }
 
 // acceptance checks a new message and returns the op that stores it and,
@@ -143,6 +171,7 @@ func (w *Writer) acceptance(ctx context.Context, in NewMessage, cfg *configState
 		// they were decided: the latest earlier message of a duplicate
 		// key is the one decided before.
 		id := uuid.Must(uuid.NewV7())
+		o.made = id
 		c := newChange(nil)
 		c.body = in.Payload
 		if c.body == nil {
@@ -268,11 +297,14 @@ func (w *Writer) IngestMany(ctx context.Context, ins []NewMessage) []Ingested {
 			i := index[k]
 			var m *projection.Message
 			w.handOver(o)
-			if o.err == nil {
+			err := o.err
+			if err == nil {
 				m = o.c.after
 				w.committed(o.c)
+			} else {
+				m, err = w.storedAnyway(ctx, o)
 			}
-			m, created, err := w.held(ctx, ins[i], m, o.err)
+			m, created, err := w.held(ctx, ins[i], m, err)
 			if err != nil {
 				err = fmt.Errorf("ingest: %w", err)
 			}

@@ -282,6 +282,10 @@ func failureOf(err error) failure {
 	case commands.ProjectionsMoved(err):
 		return failure{status: http.StatusServiceUnavailable, body: ErrorBody{Code: CodeUnavailable,
 			Message: ProjectionsMovedMessage}}
+	case errors.Is(err, commands.ErrMaybeStored):
+		return failure{status: http.StatusServiceUnavailable, body: ErrorBody{Code: CodeUnavailable,
+			Message: "the service lost its database while it stored the message, which may be stored or not; " +
+				"sent again with the same idempotency_key, it is stored once"}}
 	case errors.Is(err, errNotStored) || unavailable(err):
 		// The cause is ours and may name internals: the log has it.
 		return failure{status: http.StatusServiceUnavailable, body: ErrorBody{Code: CodeUnavailable,
@@ -374,8 +378,9 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="waybill"`)
 	}
 	if f.status == http.StatusServiceUnavailable {
-		// Nothing was changed: the client may try again at once, and a
-		// load balancer may send it to another server.
+		// Nothing was changed, or a message sent again with its key is
+		// stored once: the client may try again at once, and a load
+		// balancer may send it to another server.
 		w.Header().Set("Retry-After", "1")
 	}
 	var method *methodError
