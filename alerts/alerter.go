@@ -208,8 +208,10 @@ func (a *Alerter) Stop(ctx context.Context) {
 const maxStates = 4096
 
 // handle derives the alerts of one event and records the new ones. It runs
-// on the feed consumer's goroutine, one event at a time in feed order, which
-// is version order within a stream.
+// on the feed consumer's goroutine, one event at a time in feed order,
+// which may hand a stream's versions over out of order (docs/feed.md,
+// "Order"): an event that does not follow the state held is folded from
+// the journal.
 func (a *Alerter) handle(ctx context.Context, events []journal.Event) error {
 	read, clean, err := a.readUnknown(ctx, events)
 	if err != nil {
