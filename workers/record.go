@@ -40,7 +40,13 @@ func (w *Worker[T]) record(job Job[T], what string, write func(context.Context) 
 	wait := recordBackoff
 	for tries := 1; ; tries++ {
 		ctx, cancel := context.WithTimeout(context.Background(), recordTimeout)
-		stop := context.AfterFunc(w.quit, cancel)
+		// Stop ends the tries going on when it gives up; a recording that
+		// begins after that (the release of a job an ingest claimed for a
+		// slot, committed late) still gets its one try.
+		stop := func() bool { return false }
+		if w.quit.Err() == nil {
+			stop = context.AfterFunc(w.quit, cancel)
+		}
 		err := write(ctx)
 		stop()
 		cancel()

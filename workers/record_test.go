@@ -54,7 +54,14 @@ func (s *flakyStore) ClaimDue(context.Context, int) ([]workers.Job[string], erro
 	return jobs, nil
 }
 
-func (s *flakyStore) record(work, as string) error {
+// record takes the time of a round trip, which a cancelled context cuts
+// short, as the database's does.
+func (s *flakyStore) record(ctx context.Context, work, as string) error {
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(10 * time.Millisecond):
+	}
 	s.mu.Lock()
 	s.tries[work]++
 	err := s.fail(work, s.tries[work])
@@ -66,12 +73,12 @@ func (s *flakyStore) record(work, as string) error {
 	return nil
 }
 
-func (s *flakyStore) Complete(_ context.Context, job workers.Job[string], _ lifecycle.Outcome, _ workers.Next) (*workers.Job[string], error) {
-	return nil, s.record(job.Work, job.Work)
+func (s *flakyStore) Complete(ctx context.Context, job workers.Job[string], _ lifecycle.Outcome, _ workers.Next) (*workers.Job[string], error) {
+	return nil, s.record(ctx, job.Work, job.Work)
 }
 
-func (s *flakyStore) Release(_ context.Context, job workers.Job[string], _ bool, _ string) error {
-	return s.record(job.Work, "released "+job.Work)
+func (s *flakyStore) Release(ctx context.Context, job workers.Job[string], _ bool, _ string) error {
+	return s.record(ctx, job.Work, "released "+job.Work)
 }
 
 func (s *flakyStore) triesOf(work string) int {
@@ -290,4 +297,30 @@ func TestJobsRunOnTheWorkersGoroutines(t *testing.T) {
 	}
 	w.Stop(t.Context())
 	testpoll.Until(t, "the worker's goroutine ended", func() bool { return goroutineState(first) == "" })
+}
+
+// TestReleaseAfterTheStopGaveUp: a job claimed for a slot an ingest held
+// (reserve), whose claim commits only once Stop has given up on the
+// recordings, is still released, by a try of its own, rather than left
+// to its lease.
+func TestReleaseAfterTheStopGaveUp(t *testing.T) {
+	t.Parallel()
+	clock := testclock.New(time.Now())
+	store := newFlakyStore(func(string, int) error { return nil })
+	w := startWorker(t, store, okDeliverer{}, clock, time.Millisecond)
+	if !w.Reserve() {
+		t.Fatal("no slot to reserve")
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	stopped := make(chan struct{})
+	go func() {
+		w.Stop(ctx)
+		close(stopped)
+	}()
+	// Stop waits for the slot held, having given up on recordings at once.
+	testpoll.Until(t, "the stop to give up on recordings", w.GaveUp)
+	w.RunReserved(job("late", clock.Now().Add(time.Minute)))
+	store.expect(t, "released late")
+	<-stopped
 }
