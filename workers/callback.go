@@ -145,8 +145,7 @@ const callbackReleased = "released"
 // to a refused address is caught however it resolved at ingest, and so is
 // a literal address allowed then but not now.
 type callbackDeliverer struct {
-	client      *http.Client
-	transport   *http.Transport
+	timeout     time.Duration
 	now         func() time.Time
 	maxAttempts func() int
 	// settings are the Writer's, cached as dispatch reads them.
@@ -154,8 +153,12 @@ type callbackDeliverer struct {
 	// keys are the callbacks' signing keys, the Writer's (OwnKeys).
 	keys func(context.Context) ([]targets.Key, error)
 
-	mu   sync.Mutex
-	last netguard.Policy
+	// mu guards the policy of the last call and the client made for it,
+	// whose transport keeps only connections dialed under that policy.
+	mu        sync.Mutex
+	last      netguard.Policy
+	client    *http.Client
+	transport *http.Transport
 }
 
 // newCallbackDeliverer makes the deliverer and its client: no proxy, so
@@ -163,16 +166,21 @@ type callbackDeliverer struct {
 // returned as the answer, as for a target: following one would reach an
 // address the sender did not name.
 func newCallbackDeliverer(cfg CallbackConfig, maxAttempts func() int) *callbackDeliverer {
-	d := &callbackDeliverer{now: cfg.Now, maxAttempts: maxAttempts, settings: cfg.Writer.CachedSettings,
+	d := &callbackDeliverer{timeout: cfg.Timeout, now: cfg.Now, maxAttempts: maxAttempts, settings: cfg.Writer.CachedSettings,
 		keys: func(ctx context.Context) ([]targets.Key, error) {
 			return cfg.Writer.OwnKeys(ctx, lifecycle.KeyOwnerCallbacks)
 		}}
+	d.newClient()
+	return d
+}
+
+// newClient gives the deliverer a client of a transport of its own.
+func (d *callbackDeliverer) newClient() {
 	d.transport = &http.Transport{DialContext: dial, ForceAttemptHTTP2: true, MaxIdleConns: 100,
 		IdleConnTimeout: 90 * time.Second, TLSHandshakeTimeout: 10 * time.Second, ExpectContinueTimeout: time.Second}
 	// A callback passes no baggage on: its URL is the sender's, who has it.
-	d.client = &http.Client{Transport: tracing.Transport(d.transport, false), Timeout: cfg.Timeout,
+	d.client = &http.Client{Transport: tracing.Transport(d.transport, false), Timeout: d.timeout,
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
-	return d
 }
 
 // policyKey holds, in a call's context, the policy its dials are held to.
@@ -186,22 +194,25 @@ func dial(ctx context.Context, network, address string) (net.Conn, error) {
 	return d.DialContext(ctx, network, address)
 }
 
-// policy is the callbacks' policy in the settings now. A kept connection
-// was dialed under the policy before, so the idle ones are closed when it
-// changes.
-func (d *callbackDeliverer) policy(ctx context.Context) (netguard.Policy, error) {
+// policy is the callbacks' policy in the settings now, with the client to
+// call under it. A kept connection was dialed under the policy of its
+// time, and a dial is where an address is checked, so a new policy gets a
+// client of its own: the old one's idle connections are closed, and those
+// in use then are never used again once their calls end.
+func (d *callbackDeliverer) policy(ctx context.Context) (netguard.Policy, *http.Client, error) {
 	s, err := d.settings(ctx)
 	if err != nil {
-		return netguard.Policy{}, err
+		return netguard.Policy{}, nil, err
 	}
 	p := netguard.Policy{Networks: s.Callbacks.Networks(), Hosts: s.Callbacks.AllowedHosts}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if !slices.Equal(p.Networks, d.last.Networks) || !slices.Equal(p.Hosts, d.last.Hosts) {
 		d.transport.CloseIdleConnections()
+		d.newClient()
 		d.last = p
 	}
-	return p, nil
+	return p, d.client, nil
 }
 
 // callbackRetry is the retry policy of the calls, but for the number of
@@ -226,7 +237,7 @@ func (d *callbackDeliverer) Deliver(ctx context.Context, work CallbackWork) life
 }
 
 func (d *callbackDeliverer) call(ctx context.Context, work CallbackWork) lifecycle.Outcome {
-	policy, err := d.policy(ctx)
+	policy, client, err := d.policy(ctx)
 	if err != nil {
 		return lifecycle.Outcome{Kind: lifecycle.OutcomeRetry, Text: fmt.Sprintf("read the settings: %v", err)}
 	}
@@ -251,7 +262,7 @@ func (d *callbackDeliverer) call(ctx context.Context, work CallbackWork) lifecyc
 	id := work.MessageID.String() + "/" + strconv.Itoa(work.Seq)
 	req.Header.Set("Idempotency-Key", id)
 	targets.SignHeaders(req.Header, keys, id, d.now(), work.Body)
-	resp, err := d.client.Do(req)
+	resp, err := client.Do(req)
 	if o, refused := refusedCall(err); refused {
 		return o
 	}

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -398,6 +399,61 @@ func TestCallbacksAreSigned(t *testing.T) {
 	if call.header.Get(targets.HeaderWebhookID) != id || len(strings.Fields(call.header.Get(targets.HeaderWebhookSignature))) != 1 ||
 		targets.Verify(call.header, call.body, second, b.clock.Now()) != nil || targets.Verify(call.header, call.body, first[0], b.clock.Now()) == nil {
 		t.Fatalf("after the grace: %v", call.header)
+	}
+	b.audit(t)
+}
+
+// TestCallbackPolicyNarrowedMidCall: a connection dialed while loopback
+// was allowed, busy with a call when an admin narrows
+// callbacks.allowed_networks, is not used again once the call ends: the
+// next call to the same address dials under the new policy and is refused.
+func TestCallbackPolicyNarrowedMidCall(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	held, release := make(chan struct{}), make(chan struct{})
+	var mu sync.Mutex
+	var paths []string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		paths = append(paths, r.URL.Path)
+		mu.Unlock()
+		if r.URL.Path == "/held" {
+			close(held)
+			<-release
+		}
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	t.Cleanup(srv.Close)
+	b.callbacks(t, nil)
+	ingest := func(path string) *projection.Message {
+		t.Helper()
+		m, _, err := b.w.Ingest(b.ctx, commands.NewMessage{Source: "nowhere", From: "a", To: "b", Payload: []byte("x"), CallbackURL: srv.URL + path})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	refused := func(m *projection.Message) {
+		t.Helper()
+		testpoll.Until(t, "a call refused", func() bool { return b.callbackState(t, m).State == lifecycle.StateRetrying })
+		if cb := b.callbackState(t, m); !strings.Contains(cb.LastError, "is a loopback address") {
+			t.Errorf("a call after the change: %+v", cb)
+		}
+	}
+	first := ingest("/held")
+	<-held
+	if err := b.w.SetSettings(b.ctx, lifecycle.Settings{}, admin); err != nil {
+		t.Fatal(err)
+	}
+	// A call while the first is held is the first under the new policy.
+	refused(ingest("/between"))
+	close(release)
+	testpoll.Until(t, "the held call delivered", func() bool { return b.callbackState(t, first).State == lifecycle.StateDelivered })
+	refused(ingest("/after"))
+	mu.Lock()
+	defer mu.Unlock()
+	if !slices.Equal(paths, []string{"/held"}) {
+		t.Errorf("the server got %v", paths)
 	}
 	b.audit(t)
 }
