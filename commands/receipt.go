@@ -95,9 +95,18 @@ func (w *Writer) receiptByExternalID(ctx context.Context, r ExternalReceipt, act
 		return nil, uuid.Nil, ErrCorrelationConsumed
 	}
 	corr := &correlated{key: key}
+	// A negative receipt reads the delivery's last hand-over, in the
+	// transaction that holds its message, to know whether the id came from
+	// an earlier one.
+	superseding := r.Final && !r.Positive
+	var last journal.HandOver
 	read := func(b *pgx.Batch) {
 		corr.read = projection.Correlation{}
 		projection.QueueCorrelation(b, key, &corr.read)
+		if superseding {
+			last = journal.HandOver{}
+			journal.QueueLastHandOver(b, seen.MessageID, seen.DeliveryID, &last)
+		}
 	}
 	decide := func(m *projection.Message, _ *projection.LaneBook, now time.Time) (*change, error) {
 		switch {
@@ -112,6 +121,19 @@ func (w *Writer) receiptByExternalID(ctx context.Context, r ExternalReceipt, act
 		if !r.Final {
 			e.Payload = &journal.ReceiptIntermediate{Receipt: receipt}
 			return c, c.record(e)
+		}
+		if superseding && supersedes(last, c.after.Delivery(seen.DeliveryID), r.ExternalID) {
+			as := "without an id"
+			if last.ExternalID != "" {
+				as = fmt.Sprintf("as %q", last.ExternalID)
+			}
+			reason := fmt.Sprintf("the delivery was handed over again, %s, after the hand-over that gave %q, and awaits that receipt", as, r.ExternalID)
+			e.Payload = &journal.ReceiptRefused{Receipt: receipt, Reason: reason, SupersededBy: last.Version}
+			if err := c.record(e); err != nil {
+				return nil, err
+			}
+			c.result = &StateError{Err: ErrReceiptRefused, State: string(lifecycle.StateAwaitingAck), Reason: reason}
+			return c, nil
 		}
 		e.Payload = &journal.ReceiptReceived{Positive: r.Positive, Receipt: receipt}
 		err := c.record(e)
@@ -131,4 +153,13 @@ func (w *Writer) receiptByExternalID(ctx context.Context, r ExternalReceipt, act
 		return nil, uuid.Nil, err
 	}
 	return m, seen.DeliveryID, err
+}
+
+// supersedes reports whether last, the last hand-over of d the journal
+// holds, came after the hand-over that gave id: d awaits that one's
+// receipt, made under another id or none. A hand-over by a command of the
+// same batch is not in the journal yet (d's attempts have moved past
+// last's): no receipt is refused for it.
+func supersedes(last journal.HandOver, d *projection.Delivery, id string) bool {
+	return last.Version > 0 && d.State == lifecycle.StateAwaitingAck && d.Attempts == last.Attempt && last.ExternalID != id
 }

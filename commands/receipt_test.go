@@ -335,3 +335,55 @@ func TestAReceiptAfterAHandOverInOneBatchFollowsTheID(t *testing.T) {
 	}
 	lb.noLostRacesAndAudit(t)
 }
+
+// TestLateReceiptOfAnEarlierHandOver: a delivery handed over as SM-1,
+// timed out and redelivered, is handed over again as SM-2. A late
+// negative receipt by SM-1 is refused and consumes SM-1, naming the later
+// hand-over, while the delivery still awaits SM-2's, which settles it. A
+// late positive receipt by an earlier id still delivers: the receiver
+// says the message arrived.
+func TestLateReceiptOfAnEarlierHandOver(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.targets(t, "sms")
+	again := func(d projection.Delivery, id string) {
+		t.Helper()
+		b.clock.Advance(2 * time.Hour)
+		if kind, err := b.w.TimeoutReceipt(b.ctx, d.ID); err != nil || kind != journal.KindReceiptTimedOut {
+			t.Fatalf("time out: %v %v", kind, err)
+		}
+		if _, err := b.w.Redeliver(b.ctx, d.MessageID, d.ID, commands.Action{Operator: "admin"}); err != nil {
+			t.Fatal(err)
+		}
+		c, err := b.w.Claim(b.ctx, d.ID, time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		o := lifecycle.AwaitingAck("202 Accepted", b.clock.Now().Add(time.Hour))
+		o.ExternalID = id
+		if _, err := b.w.Complete(b.ctx, d.ID, c.Token, o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	d := b.handOver(t, "sms", "SM-1")
+	again(d, "SM-2")
+	m, id, err := b.receiptBy("sms", "SM-1", true, false)
+	var se *commands.StateError
+	if !errors.Is(err, commands.ErrReceiptRefused) || !errors.As(err, &se) || !strings.Contains(se.Reason, `handed over again, as "SM-2"`) ||
+		id != d.ID || m.Delivery(d.ID).State != lifecycle.StateAwaitingAck {
+		t.Fatalf("a late negative receipt by SM-1: %v, %v, %+v", err, id, m)
+	}
+	if _, _, err := b.receiptBy("sms", "SM-1", true, false); !errors.Is(err, commands.ErrCorrelationConsumed) {
+		t.Fatalf("SM-1 again: %v", err)
+	}
+	if m, _, err := b.receiptBy("sms", "SM-2", true, true); err != nil || m.Delivery(d.ID).State != lifecycle.StateDelivered {
+		t.Fatalf("SM-2's receipt: %v", err)
+	}
+
+	late := b.handOver(t, "sms", "SM-3")
+	again(late, "SM-4")
+	if m, _, err := b.receiptBy("sms", "SM-3", true, true); err != nil || m.Delivery(late.ID).State != lifecycle.StateDelivered {
+		t.Fatalf("a late positive receipt by SM-3: %v", err)
+	}
+	b.audit(t)
+}

@@ -86,9 +86,11 @@ type ErrorDetails struct {
 	// Limit is the body limit in bytes (PAYLOAD_TOO_LARGE), or the keys
 	// that may sign at once (TOO_MANY_KEYS).
 	Limit int64 `json:"limit,omitempty"`
-	// Reason says why a message cannot be sent again (NOT_RESENDABLE), or
-	// why a token may not make the request (FORBIDDEN: its scope, or the
-	// kind of source Waybill polls under the name posted to).
+	// Reason says why a message cannot be sent again (NOT_RESENDABLE), why
+	// a receipt was refused (RECEIPT_REFUSED: an earlier hand-over's id
+	// among the reasons), or why a token may not make the request
+	// (FORBIDDEN: its scope, or the kind of source Waybill polls under the
+	// name posted to).
 	Reason string `json:"reason,omitempty"`
 	// Version is the message's current version (PRECONDITION_FAILED).
 	Version int `json:"version,omitempty"`
@@ -256,7 +258,8 @@ func failureOf(err error) failure {
 			return f(http.StatusConflict, CodeNotResendable, ErrorDetails{State: state.State, Allowed: state.Allowed,
 				Reason: state.Reason})
 		case commands.ErrReceiptRefused:
-			return f(http.StatusConflict, CodeReceiptRefused, ErrorDetails{State: state.State, Allowed: state.Allowed})
+			return f(http.StatusConflict, CodeReceiptRefused, ErrorDetails{State: state.State, Allowed: state.Allowed,
+				Reason: state.Reason})
 		case commands.ErrPayloadExpunged:
 			// Gone, as the payload's own resource answers: the action
 			// needs what is no longer there.

@@ -864,13 +864,22 @@ func (p *ReceiptReceived) Text() string {
 }
 func (p *ReceiptReceived) Validate() error { return p.Receipt.validate() }
 
-// ReceiptRefused: a receipt arrived for a delivery that was not awaiting one.
-// It changes nothing but is kept, so the history shows it; a final receipt
-// by the receiver's id consumed that id's correlation all the same.
+// ReceiptRefused: a receipt arrived for a delivery that was not awaiting one,
+// or a negative one by a receiver's id that an earlier hand-over of the
+// delivery gave (SupersededBy). It changes nothing but is kept, so the
+// history shows it; a final receipt by the receiver's id consumed that
+// id's correlation all the same.
 type ReceiptRefused struct {
 	Positive bool `json:"positive"`
 	Receipt
 	Reason string `json:"reason"`
+	// SupersededBy, for a negative receipt by a receiver's id, is the
+	// version of the message's stream whose delivery.attempted handed the
+	// delivery over again, under another id or none, after the hand-over
+	// that gave this one: the later hand-over may yet succeed, so the
+	// receipt is refused while the delivery awaits it. 0 for any other
+	// refusal.
+	SupersededBy int `json:"superseded_by,omitempty"`
 }
 
 func (*ReceiptRefused) Kind() Kind { return KindReceiptRefused }
@@ -878,7 +887,14 @@ func (p *ReceiptRefused) Text() string {
 	return p.Receipt.text(receiptWord(p.Positive) + " receipt refused: " + p.Reason)
 }
 func (p *ReceiptRefused) Validate() error {
-	return errors.Join(required("reason", p.Reason != ""), p.Receipt.validate())
+	var superseded error
+	switch {
+	case p.SupersededBy < 0:
+		superseded = field("superseded_by", fmt.Sprintf("must be 0 or more, got %d", p.SupersededBy))
+	case p.SupersededBy > 0 && (p.Positive || p.ExternalID == ""):
+		superseded = field("superseded_by", "is only for a negative receipt by a receiver's id")
+	}
+	return errors.Join(required("reason", p.Reason != ""), superseded, p.Receipt.validate())
 }
 
 // ReceiptIntermediate: a receiver's receipt by its own id that is not

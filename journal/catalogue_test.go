@@ -28,6 +28,8 @@ func TestDecodeRefusesWhatIsNotInTheCatalogue(t *testing.T) {
 		{"disabled for no reason given", KindTargetDisabled, `{"target":"web","reason":"tired","message_id":"0194a2b1-0000-7000-8000-000000000001","delivery_id":"0194a2b1-0000-7000-8000-000000000002","status_code":410}`, `allowed are "gone" and "failing"`},
 		{"gone without 410", KindTargetDisabled, `{"target":"web","reason":"gone","message_id":"0194a2b1-0000-7000-8000-000000000001","delivery_id":"0194a2b1-0000-7000-8000-000000000002","status_code":404}`, "status_code"},
 		{"gone without its delivery", KindTargetDisabled, `{"target":"web","reason":"gone","message_id":"0194a2b1-0000-7000-8000-000000000001","status_code":410}`, "delivery_id"},
+		{"a positive receipt superseded", KindReceiptRefused, `{"positive":true,"external_id":"SM-1","reason":"r","superseded_by":3}`, "superseded_by"},
+		{"a receipt without an id superseded", KindReceiptRefused, `{"positive":false,"reason":"r","superseded_by":3}`, "superseded_by"},
 		{"bad outcome", KindDeliveryAttempted, `{"token":"0194a2b1-0000-7000-8000-000000000001","attempt":1,"outcome":{"kind":"retry","text":"x"}}`, "retry_at"},
 	}
 	for _, tt := range tests {

@@ -450,7 +450,7 @@ func (p *ReceiptReceived) decodeFast(d *fastDecoder) {
 func (p *ReceiptRefused) decodeFast(d *fastDecoder) {
 	o := d.begin()
 	for {
-		switch d.field(&o, "positive", "detail", "external_id", "status", "code", "reason") {
+		switch d.field(&o, "positive", "detail", "external_id", "status", "code", "reason", "superseded_by") {
 		case 0:
 			d.bool(&p.Positive)
 		case 1:
@@ -463,6 +463,8 @@ func (p *ReceiptRefused) decodeFast(d *fastDecoder) {
 			d.string(&p.Receipt.Code)
 		case 5:
 			d.string(&p.Reason)
+		case 6:
+			d.int(&p.SupersededBy)
 		default:
 			return
 		}

@@ -48,6 +48,7 @@ func fastSamples() []Payload {
 		&ReceiptReceived{Receipt: Receipt{Detail: "d", ExternalID: "SM-1", Status: "UNDELIV", Code: "013"}},
 		&ReceiptRefused{Positive: true, Receipt: Receipt{Detail: "d"}, Reason: "not awaited"},
 		&ReceiptRefused{Positive: true, Receipt: Receipt{ExternalID: "x", Status: "DELIVRD", Code: "000"}, Reason: "late"},
+		&ReceiptRefused{Receipt: Receipt{ExternalID: "SM-1", Status: "UNDELIV"}, Reason: "handed over again", SupersededBy: 12},
 		&ReceiptIntermediate{Receipt: Receipt{ExternalID: "SM-1"}},
 		&ReceiptIntermediate{Receipt: Receipt{Detail: "on its way", ExternalID: "SM-1", Status: "ENROUTE", Code: "0"}},
 		&ReceiptTimedOut{Deadline: at, Reason: "overdue"},

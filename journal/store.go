@@ -515,3 +515,26 @@ func (r *rowReader) share(b []byte) string {
 	}
 	return s
 }
+
+// HandOver is a delivery's hand-over to a receiver that confirms later: the
+// version of the message's stream whose delivery.attempted made it, the
+// attempt, and the receiver's id for the message, if it gave one.
+type HandOver struct {
+	Version, Attempt int
+	ExternalID       string
+}
+
+// lastHandOverSQL reads the last hand-over of a delivery ($2) in its
+// message's stream ($1), on the stream's key, newest first.
+var lastHandOverSQL = `SELECT version, (payload->>'attempt')::int, coalesce(payload->'outcome'->>'external_id', '')
+	FROM journal WHERE stream = $1 AND delivery_id = $2 AND kind = '` + string(KindDeliveryAttempted) + `'
+	AND new_state = '` + string(lifecycle.StateAwaitingAck) + `' ORDER BY version DESC LIMIT 1`
+
+// QueueLastHandOver queues on b the read of the delivery's last hand-over
+// in the stream of its message into h, left zero when it has none.
+func QueueLastHandOver(b *pgx.Batch, message, delivery uuid.UUID, h *HandOver) {
+	b.Queue(lastHandOverSQL, MessageStream(message), delivery).Query(func(rows pgx.Rows) error {
+		_, err := pgx.ForEachRow(rows, []any{&h.Version, &h.Attempt, &h.ExternalID}, func() error { return nil })
+		return err
+	})
+}

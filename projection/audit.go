@@ -120,8 +120,10 @@ type Folded struct {
 	earlierRows  map[string][]int64
 	Correlations map[CorrelationKey]Correlation
 	// correlatedAt holds, by key, the position of the event that made its
-	// correlation (correlate).
+	// correlation, and handedOver each delivery's last hand-over
+	// (correlate).
 	correlatedAt map[CorrelationKey]int64
+	handedOver   map[uuid.UUID]journal.HandOver
 	// keys holds the signing keys the journal records of each target
 	// that exists; nil for one stream.
 	keys map[string]map[string]targets.KeyRecord
@@ -339,7 +341,7 @@ func foldSnapshot(ctx context.Context, s *snapshot, rd reading) (*Folded, error)
 func newFolded() *Folded {
 	f := &Folded{Messages: map[uuid.UUID]*Message{}, ordering: map[string]lifecycle.Ordering{},
 		inboxes: map[string]*inboxLedger{}, earlierRows: map[string][]int64{}, Correlations: map[CorrelationKey]Correlation{},
-		correlatedAt: map[CorrelationKey]int64{}, Operations: map[uuid.UUID]*Operation{}, trails: map[uuid.UUID]*opTrail{},
+		correlatedAt: map[CorrelationKey]int64{}, handedOver: map[uuid.UUID]journal.HandOver{}, Operations: map[uuid.UUID]*Operation{}, trails: map[uuid.UUID]*opTrail{},
 		keys: map[string]map[string]targets.KeyRecord{}, disabled: map[string]int64{}, health: map[string]*TargetHealth{},
 		inFlight: map[string]*flight{}, probes: map[string]time.Time{}}
 	f.lanes = NewLaneBook(func(target string) lifecycle.Ordering { return f.ordering[target] },
@@ -500,7 +502,7 @@ func (f *Folded) fold(e journal.Event) error {
 				f.Violations = append(f.Violations, v)
 			}
 		}
-		if problem := correlate(f.Correlations, f.correlatedAt, e, id); problem != "" {
+		if problem := correlate(f.Correlations, f.correlatedAt, f.handedOver, e, id); problem != "" {
 			f.Violations = append(f.Violations, Violation{Position: e.Position, MessageID: id, DeliveryID: e.DeliveryID, Problem: problem})
 		}
 	}

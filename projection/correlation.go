@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/waybill/waybill/journal"
+	"github.com/waybill/waybill/lifecycle"
 )
 
 // CorrelationKey is a receiver's own id for a message. It is unique per
@@ -61,7 +62,14 @@ func Correlates(e journal.Event, message uuid.UUID) (key CorrelationKey, c Corre
 // transactions that take one key the second waits for the first's commit
 // and appends after it. An online rebuild's catch-up folds in the order
 // of transaction ids, which such a pair may hold the other way round.
-func correlate(all map[CorrelationKey]Correlation, at map[CorrelationKey]int64, e journal.Event, message uuid.UUID) string {
+//
+// handed keeps each delivery's last hand-over, by which a negative receipt
+// refused as superseded (journal.ReceiptRefused.SupersededBy) must name
+// the delivery's last hand-over, made under an id not the receipt's: one
+// later than the hand-over that gave the receipt's id, which is the
+// delivery's open correlation.
+func correlate(all map[CorrelationKey]Correlation, at map[CorrelationKey]int64, handed map[uuid.UUID]journal.HandOver,
+	e journal.Event, message uuid.UUID) string {
 	var problem string
 	check := func(id string) {
 		c, ok := all[CorrelationKey{e.Target, id}]
@@ -78,8 +86,16 @@ func correlate(all map[CorrelationKey]Correlation, at map[CorrelationKey]int64, 
 		if p.ExternalID != "" {
 			check(p.ExternalID)
 		}
+		if h := handed[e.DeliveryID]; p.SupersededBy > 0 && problem == "" && (h.Version != p.SupersededBy || h.ExternalID == p.ExternalID) {
+			problem = fmt.Sprintf("a receipt by id %q of %s refused as superseded by version %d, which is not the delivery's last hand-over under another id",
+				p.ExternalID, e.Target, p.SupersededBy)
+		}
 	case *journal.ReceiptIntermediate:
 		check(p.ExternalID)
+	case *journal.DeliveryAttempted:
+		if p.Outcome.Kind == lifecycle.OutcomeAwaitingAck && e.Version > handed[e.DeliveryID].Version {
+			handed[e.DeliveryID] = journal.HandOver{Version: e.Version, Attempt: p.Attempt, ExternalID: p.Outcome.ExternalID}
+		}
 	}
 	if key, c, ok := Correlates(e, message); ok && e.Position >= at[key] {
 		all[key], at[key] = c, e.Position

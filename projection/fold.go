@@ -377,8 +377,15 @@ func deliveryStep(d *Delivery, e *journal.Event) error {
 			d.State, d.LastError = lifecycle.StateFailed, negativeReceipt(p.Receipt)
 		}
 	case *journal.ReceiptRefused:
-		if d.State == lifecycle.StateAwaitingAck {
+		// A receipt superseded by a later hand-over is refused while that
+		// one awaits its own; which hand-over is later, the audit checks
+		// (correlate).
+		switch superseded := p.SupersededBy > 0; {
+		case d.State == lifecycle.StateAwaitingAck && !superseded:
 			return illegal("a receipt is awaited: it settles the delivery")
+		case d.State != lifecycle.StateAwaitingAck && superseded:
+			return illegal("a receipt superseded by a later hand-over is refused only while that one awaits its receipt",
+				lifecycle.StateAwaitingAck)
 		}
 		// A refused receipt is kept in the journal and changes nothing.
 		return nil
