@@ -13,6 +13,7 @@ import (
 	"reflect"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/waybill/waybill/lifecycle"
 )
@@ -79,6 +80,9 @@ func decodeValue(data []byte, v reflect.Value, path string) []error {
 	}
 	if !isObject(t) {
 		if err := json.Unmarshal(data, v.Addr().Interface()); err != nil {
+			if errs := mapValues(data, t, path); len(errs) > 0 {
+				return errs
+			}
 			return []error{&lifecycle.FieldError{Field: path, Problem: valueProblem(err, t)}}
 		}
 		// A value read whole (a map, an array, a kind's raw config) may hold
@@ -88,7 +92,7 @@ func decodeValue(data []byte, v reflect.Value, path string) []error {
 	}
 	object, repeated, ok := members(data)
 	if !ok || (object == nil && path == "") {
-		return []error{&lifecycle.FieldError{Field: orBody(path), Problem: "must be a JSON object"}}
+		return []error{&lifecycle.FieldError{Field: orBody(path), Problem: notObject(data)}}
 	}
 	fields := jsonFields(t)
 	errs := repeats(path, repeated)
@@ -102,6 +106,42 @@ func decodeValue(data []byte, v reflect.Value, path string) []error {
 		errs = append(errs, decodeValue(object[name], v.Field(index), join(path, name))...)
 	}
 	return errs
+}
+
+// mapValues names each value of data, a JSON object read into a map of
+// type t at path, that is not of the map's values' type; none when t is
+// not a map or data not an object.
+func mapValues(data []byte, t reflect.Type, path string) []error {
+	if t.Kind() != reflect.Map {
+		return nil
+	}
+	object, _, ok := members(data)
+	if !ok {
+		return nil
+	}
+	var errs []error
+	for _, key := range slices.Sorted(maps.Keys(object)) {
+		if err := json.Unmarshal(object[key], reflect.New(t.Elem()).Interface()); err != nil {
+			errs = append(errs, &lifecycle.FieldError{Field: join(path, keyName(key)), Problem: valueProblem(err, t.Elem())})
+		}
+	}
+	return errs
+}
+
+// notObject says why data, which members refused, is not one JSON object:
+// where it stops being JSON (a body a shell's quoting broke), or that it
+// is JSON of another kind.
+func notObject(data []byte) string {
+	var v any
+	err := json.Unmarshal(data, &v)
+	var syntax *json.SyntaxError
+	switch {
+	case len(bytes.TrimSpace(data)) == 0:
+		return "must be a JSON object, and is empty"
+	case errors.As(err, &syntax):
+		return fmt.Sprintf("must be a JSON object, and is not JSON at byte %d: %v", syntax.Offset, err)
+	}
+	return "must be a JSON object"
 }
 
 // members reads the JSON object data by name, with the names it gives
@@ -223,16 +263,20 @@ func jsonFields(t reflect.Type) map[string]int {
 
 // valueProblem says what a value should have been, in JSON's words.
 func valueProblem(err error, t reflect.Type) string {
-	var typeErr *json.UnmarshalTypeError
-	if !errors.As(err, &typeErr) {
-		return err.Error() // the type's own words, such as lifecycle.Duration's
-	}
 	for t.Kind() == reflect.Pointer {
 		t = t.Elem()
 	}
+	var typeErr *json.UnmarshalTypeError
+	var parseErr *time.ParseError
+	switch {
+	case errors.As(err, &parseErr):
+		return fmt.Sprintf("%q is not an RFC 3339 time such as 2026-12-01T08:00:00Z", parseErr.Value)
+	case !errors.As(err, &typeErr):
+		return err.Error() // the type's own words, such as lifecycle.Duration's
+	}
 	switch {
 	case reflect.PointerTo(t).Implements(textUnmarshaler), t.Kind() == reflect.String:
-		return "must be a string"
+		return "must be a string, not " + typeErr.Value
 	case t.Kind() == reflect.Bool:
 		return "must be true or false"
 	case t.Kind() >= reflect.Int && t.Kind() <= reflect.Uint64:

@@ -29,6 +29,12 @@ import (
 func (s *Server) ingest(w http.ResponseWriter, r *http.Request) error {
 	var req IngestRequest
 	if err := s.readJSON(w, r, &req, false); err != nil {
+		for _, fe := range fieldErrors(err) {
+			if fe.Field == "payload" && strings.HasPrefix(fe.Problem, "must be a string") {
+				// A JSON document given as JSON, the likeliest slip.
+				fe.Problem += `: a JSON document goes in it as text ("{\"order\": 1}"), other bytes in payload_base64`
+			}
+		}
 		return err
 	}
 	if err := s.mayPost(r, req.Source); err != nil {

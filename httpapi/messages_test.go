@@ -179,7 +179,7 @@ func TestIngestRefusesBadInputAndWritesNothing(t *testing.T) {
 		{"not JSON", `{"source":`, "body"},
 		{"empty", ``, "body"},
 		{"long key", `{"source":"erp","from":"acme","to":"globex","payload":"hi","idempotency_key":"` + strings.Repeat("k", 256) + `"}`, "idempotency_key"},
-		{"headers not strings", `{"source":"erp","from":"acme","to":"globex","payload":"hi","headers":{"x-a":1}}`, "headers"},
+		{"headers not strings", `{"source":"erp","from":"acme","to":"globex","payload":"hi","headers":{"x-a":1}}`, "headers.x-a"},
 		{"header name", `{"source":"erp","from":"acme","to":"globex","payload":"hi","headers":{"x a":"1"}}`, "headers"},
 		{"header value", `{"source":"erp","from":"acme","to":"globex","payload":"hi","headers":{"x-a":"1\r\nx-b: 2"}}`, "headers.x-a"},
 		{"header twice", `{"source":"erp","from":"acme","to":"globex","payload":"hi","headers":{"X-A":"1","x-a":"2"}}`, "headers.x-a"},

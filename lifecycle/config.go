@@ -77,12 +77,21 @@ func (r Route) Validate() error {
 	}
 	return errors.Join(
 		CheckName("source", r.Source),
-		CheckParty("from", r.From),
-		CheckParty("to", r.To),
+		checkPattern("from", r.From),
+		checkPattern("to", r.To),
 		CheckName("target", r.Target),
 		checkTypePatterns(r.Types),
 		filter,
 	)
+}
+
+// checkPattern checks a route's party pattern as CheckParty checks a
+// party, saying, when it is missing, how a route takes any party.
+func checkPattern(field, pattern string) error {
+	if pattern == "" {
+		return &FieldError{Field: field, Problem: fmt.Sprintf("is required: a party's name, or %q for any", AnyParty)}
+	}
+	return CheckParty(field, pattern)
 }
 
 // checkTypePatterns checks a route's types: AnyParty, a message type, or a
@@ -485,6 +494,9 @@ func (e *FieldError) Error() string { return e.Field + ": " + e.Problem }
 // lower-case letters, digits, '_' and '-', starting with a letter or digit,
 // which keeps it safe as one token of a NATS subject and a file name.
 func CheckName(field, name string) error {
+	if name == "" {
+		return &FieldError{Field: field, Problem: "is required: a name of 1 to 63 of a-z, 0-9, '_' and '-', starting with a letter or digit"}
+	}
 	if !isName(name) {
 		return &FieldError{Field: field,
 			Problem: fmt.Sprintf("%q is not a name: use 1 to 63 of a-z, 0-9, '_' and '-', starting with a letter or digit", name)}
@@ -514,7 +526,10 @@ const MaxPartyLength = 255
 // CheckParty validates a party name or pattern: 1 to 255 bytes of UTF-8
 // text without control characters.
 func CheckParty(field, party string) error {
-	if party == "" || len(party) > MaxPartyLength {
+	if party == "" {
+		return &FieldError{Field: field, Problem: fmt.Sprintf("is required: 1 to %d bytes", MaxPartyLength)}
+	}
+	if len(party) > MaxPartyLength {
 		return &FieldError{Field: field, Problem: fmt.Sprintf("must be 1 to %d bytes", MaxPartyLength)}
 	}
 	return checkText(field, party)
