@@ -22,6 +22,9 @@ type SourceRequest struct {
 	Kind    string          `json:"kind"`
 	Enabled bool            `json:"enabled"`
 	Config  json.RawMessage `json:"config"`
+	// Status is what a source read shows of its running, ignored: a
+	// definition read can be sent back as it is.
+	Status json.RawMessage `json:"status,omitempty"`
 }
 
 // Source is the source resource: its definition, defaults filled, and

@@ -31,8 +31,6 @@ func TestSources(t *testing.T) {
 		}
 	}
 	b.admin(t, http.MethodPost, "/sources", map[string]any{"name": "drop", "kind": "ftp", "config": map[string]any{}}).invalidField(t, "kind")
-	b.admin(t, http.MethodPost, "/sources", map[string]any{"name": "drop", "kind": "directory",
-		"config": map[string]any{"dir": "/in", "from": "a", "to": "b"}, "status": map[string]any{}}).invalidField(t, "status")
 	b.as(t, ingestToken, http.MethodPost, "/sources", map[string]any{"name": "drop"}).fails(t, http.StatusForbidden, httpapi.CodeForbidden)
 
 	// Only the required fields: enabled, every default filled, no status
@@ -50,6 +48,22 @@ func TestSources(t *testing.T) {
 	}
 	b.admin(t, http.MethodPost, "/sources", map[string]any{"name": "drop", "kind": "directory",
 		"config": map[string]any{"dir": "/in", "from": "a", "to": "b"}}).fails(t, http.StatusConflict, httpapi.CodeAlreadyExists)
+
+	// A source read, changed and sent back as it is: its status is
+	// ignored.
+	read := b.admin(t, http.MethodGet, "/sources/drop", nil).want(t, http.StatusOK, nil).body
+	var back map[string]any
+	if err := json.Unmarshal(read, &back); err != nil {
+		t.Fatal(err)
+	}
+	back["enabled"] = false
+	var updated httpapi.Source
+	b.admin(t, http.MethodPut, "/sources/drop", back).want(t, http.StatusOK, &updated)
+	if updated.Enabled {
+		t.Errorf("sent back disabled: %+v", updated)
+	}
+	back["enabled"] = true
+	b.admin(t, http.MethodPut, "/sources/drop", back).want(t, http.StatusOK, nil)
 
 	// An inbox shows its watermark and markers; the state a poll records
 	// shows as the status.
@@ -131,8 +145,8 @@ func TestSources(t *testing.T) {
 	if err := b.db.QueryRow(b.ctx, `SELECT count(*) FROM source_state WHERE name = 'ciims'`).Scan(&n); err != nil || n != 0 {
 		t.Errorf("the deleted source's state stays: %d %v", n, err)
 	}
-	if got := b.changes.Load(); got != 4 {
-		t.Errorf("%d configuration changes told, want 4", got)
+	if got := b.changes.Load(); got != 6 {
+		t.Errorf("%d configuration changes told, want 6", got)
 	}
 }
 
