@@ -118,7 +118,9 @@ func (s *Store) New(ctx context.Context, spec Spec) (string, Token, error) {
 	if err := errors.Join(errs...); err != nil {
 		return "", Token{}, err
 	}
-	t := Token{Name: spec.Name, Role: spec.Role, CreatedAt: s.now().UTC()}
+	// To the microsecond, as the row keeps it: the answer shows what a read
+	// shows later.
+	t := Token{Name: spec.Name, Role: spec.Role, CreatedAt: s.now().UTC().Truncate(time.Microsecond)}
 	if spec.Scope != nil {
 		t.Sources, t.Targets = spec.Scope.Sources, spec.Scope.Targets
 	}

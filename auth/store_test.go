@@ -453,3 +453,23 @@ func TestListAndRevoke(t *testing.T) {
 		t.Fatalf("left: %+v, %v", listed, err)
 	}
 }
+
+// TestNewTokenShowsItsTimeAsKept: a token's description, answered once at
+// its making, shows its times as every read of it does later, to the
+// microsecond, on a clock that reads nanoseconds.
+func TestNewTokenShowsItsTimeAsKept(t *testing.T) {
+	t.Parallel()
+	db := dbtest.Pool(t)
+	s := auth.NewStore(db, func() time.Time { return time.Date(2026, 12, 1, 8, 0, 0, 123456789, time.UTC) })
+	_, made, err := s.New(t.Context(), auth.Spec{Name: "erp-feed", Role: auth.RoleIngest, Lifetime: 24 * time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	list, err := s.List(t.Context())
+	if err != nil || len(list) != 1 {
+		t.Fatalf("list %+v, %v", list, err)
+	}
+	if got := list[0]; !got.CreatedAt.Equal(made.CreatedAt) || made.CreatedAt.Nanosecond() != 123456000 || !got.ExpiresAt.Equal(*made.ExpiresAt) {
+		t.Errorf("made %v until %v, kept %v until %v", made.CreatedAt, made.ExpiresAt, got.CreatedAt, got.ExpiresAt)
+	}
+}

@@ -36,7 +36,9 @@ type Rebuilds struct {
 // clock; give the API and the console the same one.
 func NewRebuilds(base service.Base, db *pgxpool.Pool) *Rebuilds {
 	base = base.WithDefaults()
-	return &Rebuilds{db: db, log: base.Logger, now: base.Now, runs: map[uuid.UUID]*Rebuild{}}
+	// Its times are shown to the microsecond, as the API's others are.
+	now := func() time.Time { return base.Now().UTC().Truncate(time.Microsecond) }
+	return &Rebuilds{db: db, log: base.Logger, now: now, runs: map[uuid.UUID]*Rebuild{}}
 }
 
 // Start starts an online rebuild in this process for operator and returns
