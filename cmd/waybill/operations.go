@@ -61,11 +61,30 @@ var progressInterval = 500 * time.Millisecond
 // shownRefusals is how many refusals show prints.
 const shownRefusals = 20
 
+// operationsUsage is what `waybill operations` alone, or with -h, prints.
+const operationsUsage = `usage: waybill operations create --action A [--status S ...] [--target T] [--source S] [--created-after T] [--created-before T] [--reason R] [--dry-run]
+       waybill operations list [--limit N] [--cursor C]
+       waybill operations show ID
+       waybill operations cancel ID [--reason R]
+
+A bulk operation acts on every message a filter matches, in paced batches,
+on the server (docs/operations.md, "Bulk operations"). "waybill operations
+SUB -h" lists a subcommand's flags.
+`
+
 // runOperations runs `waybill operations create|list|show|cancel`.
 func runOperations(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	sub := ""
 	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
 		sub, args = args[0], args[1:]
+	}
+	switch {
+	case sub == "help", sub == "" && len(args) > 0 && (args[0] == "-h" || args[0] == "-help" || args[0] == "--help"):
+		fmt.Fprint(stderr, operationsUsage)
+		return 0
+	case sub == "":
+		fmt.Fprint(stderr, operationsUsage)
+		return 2
 	}
 	name := "waybill operations " + sub
 	fs := newFlagSet(name, stderr)

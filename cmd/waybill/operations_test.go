@@ -173,4 +173,11 @@ next page: waybill operations list --limit 1 --cursor abc
 	if n := len(api.seen()); n != before {
 		t.Errorf("misuse sent %d requests", n-before)
 	}
+	// Asked for help, or given no subcommand, it says how it is used.
+	for args, want := range map[string]int{"operations --help": 0, "operations help": 0, "operations": 2} {
+		code, _, errOut := waybillCLI(t, strings.Fields(args)...)
+		if code != want || !strings.Contains(errOut, "usage: waybill operations create --action A") || !strings.Contains(errOut, "waybill operations cancel ID") {
+			t.Errorf("%s: exit %d, stderr %q", args, code, errOut)
+		}
+	}
 }

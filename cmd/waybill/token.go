@@ -117,8 +117,13 @@ func runToken(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		if *name == "" {
 			*name = id
 		}
-		if *name == "" || *role == "" {
-			return misuse("--name and --role are required")
+		switch {
+		case *name == "" && *role == "":
+			return misuse("a name (NAME or --name) and --role are required")
+		case *name == "":
+			return misuse("a name (NAME or --name) is required")
+		case *role == "":
+			return misuse("--role is required: admin, ingest, reader or receipt")
 		}
 		if err := lifecycle.CheckName("--name", *name); err != nil {
 			return misuse(err.Error())

@@ -60,8 +60,9 @@ func TestTokenCreate(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"--name", "alice"}, "--name and --role are required"},
-		{[]string{"--role", "admin"}, "--name and --role are required"},
+		{[]string{"--name", "alice"}, "--role is required: admin, ingest, reader or receipt"},
+		{[]string{"alice"}, "--role is required"},
+		{[]string{"--role", "admin"}, "a name (NAME or --name) is required"},
 		{[]string{"--name", "Alice", "--role", "admin"}, `--name: "Alice" is not a name`},
 		{[]string{"--name", "alice", "--role", "root"}, `--role: "root" is not a role: allowed are admin, ingest, reader, receipt`},
 		{[]string{"--name", "alice", "--role", "admin", "extra"}, `unexpected argument "extra"`},
