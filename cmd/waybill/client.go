@@ -270,6 +270,9 @@ func (c *clientConfig) newClient(stderr io.Writer) (*client, error) {
 	if cl.token == "" {
 		path := filepath.Join(c.dataDir, auth.AdminTokenFile)
 		switch {
+		case running == "" && c.server == "":
+			return nil, fmt.Errorf("no server runs on --data-dir %s (there is no %s): start one with `waybill serve`, or give another's --server and --token (or WAYBILL_TOKEN); the admin token of a data directory goes only to the server running on it",
+				c.dataDir, filepath.Join(c.dataDir, serverURLFile))
 		case running == "":
 			return nil, fmt.Errorf("no token: pass --token or set WAYBILL_TOKEN (`waybill token create` makes one); the admin token of --data-dir %s goes only to the server running on it, and none is (there is no %s)",
 				c.dataDir, filepath.Join(c.dataDir, serverURLFile))

@@ -356,6 +356,13 @@ func TestClientTokenSources(t *testing.T) {
 	if code, _, errOut := waybillCLI(t, "messages"); code != 2 || !strings.Contains(errOut, "no token: pass --token or set WAYBILL_TOKEN") {
 		t.Fatalf("without a token: exit %d: %s", code, errOut)
 	}
+	// Nor a server: that is what is said first.
+	t.Setenv("WAYBILL_SERVER", "")
+	if code, _, errOut := waybillCLI(t, "messages"); code != 2 || !strings.HasPrefix(errOut, "waybill messages: no server runs on --data-dir") ||
+		!strings.Contains(errOut, "start one with `waybill serve`") {
+		t.Fatalf("without a server: exit %d: %s", code, errOut)
+	}
+	t.Setenv("WAYBILL_SERVER", api.URL)
 	// The server's token file, with its newline, goes only to the server
 	// whose address its data directory holds.
 	if err := os.WriteFile(filepath.Join(dir, "admin.token"), []byte("wb_from_file\n"), 0o600); err != nil {
