@@ -80,7 +80,7 @@ func decodeValue(data []byte, v reflect.Value, path string) []error {
 	}
 	if !isObject(t) {
 		if err := json.Unmarshal(data, v.Addr().Interface()); err != nil {
-			if errs := mapValues(data, t, path); len(errs) > 0 {
+			if errs := itemErrors(data, t, path); len(errs) > 0 {
 				return errs
 			}
 			return []error{&lifecycle.FieldError{Field: path, Problem: valueProblem(err, t)}}
@@ -108,21 +108,33 @@ func decodeValue(data []byte, v reflect.Value, path string) []error {
 	return errs
 }
 
-// mapValues names each value of data, a JSON object read into a map of
-// type t at path, that is not of the map's values' type; none when t is
-// not a map or data not an object.
-func mapValues(data []byte, t reflect.Type, path string) []error {
-	if t.Kind() != reflect.Map {
-		return nil
-	}
-	object, _, ok := members(data)
-	if !ok {
-		return nil
-	}
+// itemErrors names each item of data, a JSON object read into a map of
+// type t at path (each by its key) or an array read into a slice (each as
+// path[i]), that is not of the items' type; none when t is neither or
+// data is not what t reads.
+func itemErrors(data []byte, t reflect.Type, path string) []error {
 	var errs []error
-	for _, key := range slices.Sorted(maps.Keys(object)) {
-		if err := json.Unmarshal(object[key], reflect.New(t.Elem()).Interface()); err != nil {
-			errs = append(errs, &lifecycle.FieldError{Field: join(path, keyName(key)), Problem: valueProblem(err, t.Elem())})
+	item := func(field string, raw json.RawMessage) {
+		if err := json.Unmarshal(raw, reflect.New(t.Elem()).Interface()); err != nil {
+			errs = append(errs, &lifecycle.FieldError{Field: field, Problem: valueProblem(err, t.Elem())})
+		}
+	}
+	switch t.Kind() {
+	case reflect.Map:
+		object, _, ok := members(data)
+		if !ok {
+			return nil
+		}
+		for _, key := range slices.Sorted(maps.Keys(object)) {
+			item(join(path, keyName(key)), object[key])
+		}
+	case reflect.Slice:
+		var items []json.RawMessage
+		if t.Elem().Kind() == reflect.Uint8 || json.Unmarshal(data, &items) != nil {
+			return nil
+		}
+		for i, raw := range items {
+			item(fmt.Sprintf("%s[%d]", path, i), raw)
 		}
 	}
 	return errs

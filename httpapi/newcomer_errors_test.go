@@ -47,3 +47,15 @@ func TestNewcomersMistakes(t *testing.T) {
 	}
 	b.unchanged(t, before)
 }
+
+// TestItemsAreNamedByTheirPlace: a value of an array that its type does
+// not read is named by its index, as the docs name filter.status[1].
+func TestItemsAreNamedByTheirPlace(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	e := b.admin(t, http.MethodPost, "/operations", `{"action":"redeliver","filter":{"status":["error","failed"]},"dry_run":true}`).
+		fails(t, http.StatusBadRequest, "INVALID_FIELD")
+	if e.Details.Field != "filter.status[1]" || !strings.Contains(e.Details.Problem, `"failed"`) {
+		t.Errorf("%+v", e)
+	}
+}

@@ -41,7 +41,7 @@ func TestOperationValidation(t *testing.T) {
 		{"unknown action", opBody("delete", map[string]any{"source": "erp"}, nil), "action"},
 		{"no filter", map[string]any{"action": "resend"}, "filter"},
 		{"empty filter", opBody("resend", map[string]any{}, nil), "filter"},
-		{"unknown status", opBody("resend", map[string]any{"status": []string{"error", "broken"}}, nil), "filter.status"},
+		{"unknown status", opBody("resend", map[string]any{"status": []string{"error", "broken"}}, nil), "filter.status[1]"},
 		{"status twice", opBody("resend", map[string]any{"status": []string{"error", "error"}}, nil), "filter.status[1]"},
 		{"status not a list", opBody("resend", map[string]any{"status": "error"}, nil), "filter.status"},
 		{"bad target", opBody("resend", map[string]any{"target": "Billing!"}, nil), "filter.target"},
