@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -145,20 +144,9 @@ func CheckScope(role Role, scope *Scope) error {
 // ParseLifetime reads how long a token lasts: a Go duration ("720h",
 // "90m") or a whole number of days ("90d"), more than zero.
 func ParseLifetime(s string) (time.Duration, error) {
-	var (
-		d   time.Duration
-		err error
-	)
-	if days, ok := strings.CutSuffix(s, "d"); ok {
-		var n int64
-		if n, err = strconv.ParseInt(days, 10, 64); err == nil && n > 0 && n <= 100*365 {
-			d = time.Duration(n) * 24 * time.Hour
-		}
-	} else {
-		d, err = time.ParseDuration(s)
-	}
+	d, err := lifecycle.ParseDuration(s)
 	if err != nil || d <= 0 {
-		return 0, fmt.Errorf("%q is not a lifetime: give a number of days such as 90d, or a Go duration such as 12h", s)
+		return 0, fmt.Errorf("%q is not a lifetime, which must be more than zero: give a number of days such as 90d, or a Go duration such as 12h", s)
 	}
 	return d, nil
 }

@@ -3,6 +3,8 @@ package lifecycle
 import (
 	"encoding/json"
 	"fmt"
+	"strconv"
+	"strings"
 	"time"
 	"unicode/utf8"
 )
@@ -20,14 +22,35 @@ func (d Duration) String() string { return time.Duration(d).String() }
 // MarshalText writes the Go duration string.
 func (d Duration) MarshalText() ([]byte, error) { return []byte(d.String()), nil }
 
-// UnmarshalText reads a Go duration string.
+// UnmarshalText reads a Go duration string or a number of days
+// (ParseDuration).
 func (d *Duration) UnmarshalText(text []byte) error {
-	v, err := time.ParseDuration(string(text))
+	v, err := ParseDuration(string(text))
 	if err != nil {
 		return durationError(fmt.Sprintf("%q", text))
 	}
 	*d = Duration(v)
 	return nil
+}
+
+// maxDays bounds a duration given in days: a century, well within what a
+// time.Duration holds.
+const maxDays = 100 * 365
+
+// ParseDuration reads a Go duration string such as "1h30m", or a whole
+// number of days such as "30d", the unit periods of weeks and months are
+// thought in, which Go's notation lacks. A duration written back is in
+// Go's notation ("720h0m0s").
+func ParseDuration(s string) (time.Duration, error) {
+	days, ok := strings.CutSuffix(s, "d")
+	if !ok {
+		return time.ParseDuration(s)
+	}
+	n, err := strconv.Atoi(days)
+	if err != nil || n < 0 || n > maxDays || days[0] == '+' {
+		return 0, fmt.Errorf("%q is not a number of days from 0 to %d", s, maxDays)
+	}
+	return time.Duration(n) * 24 * time.Hour, nil
 }
 
 // UnmarshalJSON reads a JSON string holding a Go duration; null leaves d
@@ -66,5 +89,5 @@ func plainString(data []byte) ([]byte, bool) {
 }
 
 func durationError(input string) error {
-	return fmt.Errorf("%s is not a duration: write it as a string such as \"200ms\", \"30s\" or \"1h30m\"", input)
+	return fmt.Errorf("%s is not a duration: write it as a string such as \"200ms\", \"30s\", \"1h30m\" or \"30d\"", input)
 }

@@ -53,6 +53,27 @@ func TestDurationRefusesBadInput(t *testing.T) {
 	}
 }
 
+// TestDurationInDays: a whole number of days is taken, as periods are
+// thought in, and written back in Go's notation; anything else ending in
+// d is refused.
+func TestDurationInDays(t *testing.T) {
+	for in, want := range map[string]time.Duration{`"30d"`: 30 * 24 * time.Hour, `"0d"`: 0, `"36500d"`: 36500 * 24 * time.Hour} {
+		var d Duration
+		if err := json.Unmarshal([]byte(in), &d); err != nil || d.D() != want {
+			t.Errorf("%s = %v, %v", in, d, err)
+		}
+	}
+	for _, in := range []string{`"1.5d"`, `"-1d"`, `"+1d"`, `"d"`, `"1dd"`, `"36501d"`, `"1h1d"`} {
+		var d Duration
+		if err := json.Unmarshal([]byte(in), &d); err == nil || !strings.Contains(err.Error(), `"30d"`) {
+			t.Errorf("%s: %v, %v", in, d, err)
+		}
+	}
+	if b, _ := json.Marshal(Duration(30 * 24 * time.Hour)); string(b) != `"720h0m0s"` {
+		t.Errorf("written as %s", b)
+	}
+}
+
 // TestDurationPlainStringAgrees checks that the short way UnmarshalJSON
 // takes with a string without escapes reads what encoding/json reads.
 func TestDurationPlainStringAgrees(t *testing.T) {
