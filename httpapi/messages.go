@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"mime"
 	"net/http"
 	"net/url"
 	"slices"
@@ -129,6 +130,14 @@ func newMessage(req IngestRequest) (commands.NewMessage, error) {
 		in.DeliverAt = *req.DeliverAt
 	}
 	var errs []error
+	if ct := req.ContentType; ct != "" {
+		// What a target sends the receiver as its Content-Type: a media
+		// type, type/subtype, with parameters if any.
+		if mt, _, err := mime.ParseMediaType(ct); err != nil || !strings.Contains(mt, "/") {
+			errs = append(errs, &lifecycle.FieldError{Field: "content_type",
+				Problem: fmt.Sprintf("%q is not a media type such as application/json or text/plain; charset=utf-8", lifecycle.Cut(ct, 100))})
+		}
+	}
 	if sources.ReservedKey(req.IdempotencyKey) {
 		errs = append(errs, &lifecycle.FieldError{Field: "idempotency_key", Problem: fmt.Sprintf(
 			"may not start with %q, %q or %q: those keys are the sources' own", sources.RowKeyPrefix, sources.FileKeyPrefix,

@@ -29,6 +29,8 @@ func TestNewcomersMistakes(t *testing.T) {
 			"deliver_at", `"2026-12-07T17:00:00" is not an RFC 3339 time such as 2026-12-01T08:00:00Z`},
 		{"a header that is a number", "/messages", `{"source":"erp","from":"a","to":"b","payload":"x","headers":{"x-a":"1","x-b":2}}`,
 			"headers.x-b", "must be a string, not number"},
+		{"a content type that is not a media type", "/messages", `{"source":"erp","from":"a","to":"b","payload":"x","content_type":"json"}`,
+			"content_type", `"json" is not a media type such as application/json`},
 		{"a route without parties", "/routes", `{"source":"erp","target":"billing"}`, "from", `is required: a party's name, or "*" for any`},
 		{"a target without a name", "/targets", `{"kind":"http","config":{"url":"http://127.0.0.1:9/"}}`, "name", "is required"},
 	} {
