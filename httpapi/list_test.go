@@ -181,6 +181,7 @@ func TestListFilters(t *testing.T) {
 		"limit=0": "limit", "limit=501": "limit", "limit=ten": "limit", "cursor=bm9wZQ": "cursor", "cursor=%%%": "query",
 		"created_after=yesterday": "created_after", "source=ERP": "source", "target=a%20b": "target",
 		"stauts=error": "stauts", "status=error&status=stalled": "status",
+		"possible_duplicate=1": "possible_duplicate", "possible_duplicate=false": "possible_duplicate",
 	} {
 		b.as(t, readerToken, http.MethodGet, "/messages?"+query, nil).invalidField(t, field)
 	}

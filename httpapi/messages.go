@@ -245,7 +245,8 @@ func messageFilterOf(q url.Values) (projection.MessageFilter, error) {
 	f.IdempotencyKey = q.Get("idempotency_key")
 	errs = append(errs, lifecycle.CheckKey("idempotency_key", f.IdempotencyKey))
 	if v := q.Get("possible_duplicate"); v != "" {
-		if f.PossibleDuplicate, err = strconv.ParseBool(v); err != nil || !f.PossibleDuplicate {
+		// One spelling, as the docs give it: true.
+		if f.PossibleDuplicate = v == "true"; !f.PossibleDuplicate {
 			errs = append(errs, &lifecycle.FieldError{Field: "possible_duplicate", Problem: fmt.Sprintf("%q: allowed is true", v)})
 		}
 	}
