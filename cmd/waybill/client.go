@@ -336,7 +336,7 @@ func runClient(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	var targets stringList
 	switch cmd {
 	case "messages":
-		fs.usage = "waybill messages [--status S] [--type T] [--from F] [--to T] [--idempotency-key K] [--possible-duplicates] [--limit N] [--cursor C]\n       waybill messages show MESSAGE_ID"
+		fs.usage = "waybill messages [--status S] [--source S] [--target T] [--ordering-key K] [--type T] [--from F] [--to T] [--idempotency-key K] [--possible-duplicates] [--limit N] [--cursor C]\n       waybill messages show MESSAGE_ID"
 		for i, f := range messageFilters {
 			fs.StringVar(&filters[i], f.flag, "", f.usage)
 		}
@@ -509,6 +509,9 @@ func (l *stringList) Set(v string) error {
 // the query parameter it sets.
 var messageFilters = []struct{ flag, param, usage string }{
 	{"status", "status", "only messages of this status: " + strings.Join(lifecycle.Strings(lifecycle.MessageStatuses), ", ")},
+	{"source", "source", "only messages of this source"},
+	{"target", "target", "only messages with a delivery to this target"},
+	{"ordering-key", "ordering_key", "only messages with exactly this ordering key"},
 	{"type", "type", "only messages of exactly this type"},
 	{"from", "from", "only messages from exactly this party"},
 	{"to", "to", "only messages to exactly this party"},

@@ -109,8 +109,15 @@ func TestMessagesList(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errOut)
 	}
+	// The filters of the API a newcomer reaches for first.
+	if code, _, errOut := waybillCLI(t, "messages", "--server", api.URL, "--source", "erp", "--target", "billing",
+		"--ordering-key", "patient-42", "--token", "wb_secret"); code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
 	checkRequests(t, api.seen(), request{Method: "GET", Path: "/api/v1/messages", Query: "from=acme&limit=2&status=retrying&type=invoice.created",
-		Authorization: "Bearer wb_secret", Accept: "application/json"})
+		Authorization: "Bearer wb_secret", Accept: "application/json"},
+		request{Method: "GET", Path: "/api/v1/messages", Query: "ordering_key=patient-42&source=erp&target=billing",
+			Authorization: "Bearer wb_secret", Accept: "application/json"})
 	want := `ID                                    CREATED               STATUS    STAGE       SOURCE  FROM  TO       ERROR
 0190a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a01  2025-03-04T10:11:12Z  retrying  dispatched  erp     acme  globex   -
 0190a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a02  2025-03-04T10:00:00Z  refused   refused     erp     acme  initech  no route matched and the payload was refused by a rule that…

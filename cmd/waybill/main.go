@@ -50,8 +50,8 @@ commands:
 
 commands that talk to a running server (--server URL or the data dir's server.url; the token
 $WAYBILL_TOKEN, else the data dir's admin.token; --token T works too, but shows in ps):
-  messages [--status S] [--type T] [--from F] [--to T] [--idempotency-key K] [--possible-duplicates]
-           [--limit N] [--cursor C]
+  messages [--status S] [--source S] [--target T] [--ordering-key K] [--type T] [--from F] [--to T]
+           [--idempotency-key K] [--possible-duplicates] [--limit N] [--cursor C]
                                                 list messages, newest first, a page at a time
   messages show MESSAGE_ID                      a message, its deliveries and its history
   lanes    TARGET [--blocked] [--limit N] [--cursor C]
