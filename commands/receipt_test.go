@@ -376,6 +376,7 @@ func TestLateReceiptOfAnEarlierHandOver(t *testing.T) {
 	if _, _, err := b.receiptBy("sms", "SM-1", true, false); !errors.Is(err, commands.ErrCorrelationConsumed) {
 		t.Fatalf("SM-1 again: %v", err)
 	}
+	b.audit(t) // awaiting SM-2's receipt, SM-1 refused as superseded
 	if m, _, err := b.receiptBy("sms", "SM-2", true, true); err != nil || m.Delivery(d.ID).State != lifecycle.StateDelivered {
 		t.Fatalf("SM-2's receipt: %v", err)
 	}
