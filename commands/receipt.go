@@ -47,7 +47,8 @@ func (r ExternalReceipt) Validate() error {
 }
 
 // errCorrelationMoved: the id's correlation moved to another delivery
-// between its read and its lock; the receipt is decided again.
+// between its read and its lock, or the delivery was handed over again in
+// the receipt's own batch; the receipt is decided again.
 var errCorrelationMoved = errors.New("correlation moved")
 
 // ReceiptByExternalID applies a receipt that names its delivery by the
@@ -122,7 +123,14 @@ func (w *Writer) receiptByExternalID(ctx context.Context, r ExternalReceipt, act
 			e.Payload = &journal.ReceiptIntermediate{Receipt: receipt}
 			return c, c.record(e)
 		}
-		if superseding && supersedes(last, c.after.Delivery(seen.DeliveryID), r.ExternalID) {
+		d := c.after.Delivery(seen.DeliveryID)
+		if superseding && d.State == lifecycle.StateAwaitingAck && d.Attempts != last.Attempt {
+			// The hand-over the delivery awaits is an earlier command's
+			// of this batch, not in the journal yet: decide again once
+			// it is.
+			return nil, errCorrelationMoved
+		}
+		if superseding && supersedes(last, d, r.ExternalID) {
 			as := "without an id"
 			if last.ExternalID != "" {
 				as = fmt.Sprintf("as %q", last.ExternalID)
@@ -156,10 +164,8 @@ func (w *Writer) receiptByExternalID(ctx context.Context, r ExternalReceipt, act
 }
 
 // supersedes reports whether last, the last hand-over of d the journal
-// holds, came after the hand-over that gave id: d awaits that one's
-// receipt, made under another id or none. A hand-over by a command of the
-// same batch is not in the journal yet (d's attempts have moved past
-// last's): no receipt is refused for it.
+// holds and the one d awaits the receipt of, came after the hand-over that
+// gave id: it was made under another id, or none.
 func supersedes(last journal.HandOver, d *projection.Delivery, id string) bool {
-	return last.Version > 0 && d.State == lifecycle.StateAwaitingAck && d.Attempts == last.Attempt && last.ExternalID != id
+	return last.Version > 0 && d.State == lifecycle.StateAwaitingAck && last.ExternalID != id
 }

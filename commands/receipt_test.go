@@ -388,3 +388,58 @@ func TestLateReceiptOfAnEarlierHandOver(t *testing.T) {
 	}
 	b.audit(t)
 }
+
+// TestLateReceiptInTheBatchOfTheLaterHandOver: a late negative receipt by
+// an earlier hand-over's id, in the batch that hands the delivery over
+// again, is decided again once that hand-over is in the journal, and
+// refused: the delivery awaits the later one's receipt.
+func TestLateReceiptInTheBatchOfTheLaterHandOver(t *testing.T) {
+	t.Parallel()
+	lb := setupLock(t)
+	lb.targets(t, "sms")
+	d := lb.handOver(t, "sms", "SM-1")
+	lb.clock.Advance(2 * time.Hour)
+	if _, err := lb.w.TimeoutReceipt(lb.ctx, d.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := lb.w.Redeliver(lb.ctx, d.MessageID, d.ID, commands.Action{Operator: "admin"}); err != nil {
+		t.Fatal(err)
+	}
+	c, err := lb.w.Claim(lb.ctx, d.ID, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	release := lb.busy(t)
+	sizes := lb.batchSizes()
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		o := lifecycle.AwaitingAck("202 Accepted", lb.clock.Now().Add(time.Hour))
+		o.ExternalID = "SM-2"
+		if _, err := lb.w.Complete(lb.ctx, d.ID, c.Token, o); err != nil {
+			t.Errorf("the hand-over as SM-2: %v", err)
+		}
+	})
+	lb.untilPending(t, 1)
+	var rerr error
+	wg.Go(func() {
+		_, _, rerr = lb.w.ReceiptByExternalID(lb.ctx, commands.ExternalReceipt{Target: "sms", ExternalID: "SM-1", Final: true,
+			Status: "UNDELIV"}, gateway)
+	})
+	lb.untilPending(t, 2)
+	release()
+	wg.Wait()
+	if t.Failed() {
+		t.FailNow()
+	}
+	if got := sizes(); len(got) == 0 || got[0] != 2 {
+		t.Errorf("batch sizes %v, want 2 first", got)
+	}
+	m, err := projection.Load(lb.ctx, lb.db, d.MessageID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !errors.Is(rerr, commands.ErrReceiptRefused) || m.Delivery(d.ID).State != lifecycle.StateAwaitingAck {
+		t.Fatalf("the receipt by SM-1: %v; the delivery %s", rerr, m.Delivery(d.ID).State)
+	}
+	lb.noLostRacesAndAudit(t)
+}
