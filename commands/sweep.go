@@ -106,12 +106,11 @@ func (w *Writer) ReleaseBlocked(ctx context.Context, deliveryID uuid.UUID) (jour
 
 // PassLaneOn passes on the lane of a head that settled for it without
 // letting the first delivery waiting behind it go, as a journal an earlier
-// build wrote can hold (projection.LaneBook.Stuck), or of a delivery
-// waiting first in a lane that has no head: that delivery is queued and
-// woken, as the head's settling would have done. A command on a delivery
-// locks the message first waiting in its lane with its own, so the one
-// transaction sees both the head and the delivery it lets go. On any other
-// delivery it writes nothing.
+// build wrote can hold (projection.LaneBook.Stuck): that delivery is
+// queued and woken, as the head's settling would have done. A command on a
+// delivery locks the message first waiting in its lane with its own, so
+// the one transaction sees both the head and the delivery it lets go. On
+// any other delivery it writes nothing.
 func (w *Writer) PassLaneOn(ctx context.Context, deliveryID uuid.UUID) (journal.Kind, error) {
 	var kind journal.Kind
 	_, err := w.run(ctx, delivery(deliveryID), func(m *projection.Message, lanes *projection.LaneBook, _ time.Time) (*change, error) {

@@ -49,15 +49,12 @@ var (
 			WHERE d.target = l.target AND d.lane_key = l.ordering_key AND ` + lifecycle.UnblockRule.StatesSQL("d") + `
 			ORDER BY d.lane_seq LIMIT $2) d
 		WHERE l.waiting > 0 AND NOT (l.target = ANY(coalesce($1::text[], '{}'))) LIMIT $2`
-	// owedSQL finds, in each lane of the targets $1 that is owed its
-	// pass-on (LaneBook.Owed), the head that settled for it, or the first
-	// delivery waiting when it has no head. A command settling a head
-	// passes its lane on in the same transaction, so only a journal an
-	// earlier build wrote leaves one (LaneBook.Stuck).
-	owedSQL = `SELECT coalesce(l.head_delivery_id, (SELECT id FROM deliveries d
-			WHERE d.target = l.target AND d.lane_key = l.ordering_key AND ` + lifecycle.UnblockRule.StatesSQL("d") + `
-			ORDER BY d.lane_seq LIMIT 1))
-		FROM lanes l WHERE l.waiting > 0 AND (l.head_settled OR l.head_delivery_id IS NULL) AND l.target = ANY($1) LIMIT $2`
+	// owedSQL finds the heads of the lanes of the targets $1 that settled
+	// for their lane with deliveries waiting behind them (LaneBook.Stuck).
+	// A command settling a head passes its lane on in the same
+	// transaction, so only a journal an earlier build wrote leaves one.
+	owedSQL = `SELECT l.head_delivery_id FROM lanes l
+		WHERE l.waiting > 0 AND l.head_settled AND l.target = ANY($1) LIMIT $2`
 	// heldSQL finds the heads of the lanes of the targets $1, each with its
 	// head_alert_after $2, that have kept deliveries waiting that long at
 	// $3, and were not reported yet.
@@ -99,9 +96,8 @@ func BlockedOutOfOrder(ctx context.Context, q journal.Querier, fifo []string, li
 	return deliveryIDs(ctx, q, "deliveries blocked", releaseSQL, fifo, limit)
 }
 
-// OwedLanes returns up to limit deliveries, one in each lane of the
-// targets fifo that is owed its pass-on: its settled head, or the first
-// delivery waiting in a lane with none.
+// OwedLanes returns up to limit heads of lanes of the targets fifo that
+// settled for their lane without passing it on.
 func OwedLanes(ctx context.Context, q journal.Querier, fifo []string, limit int) ([]uuid.UUID, error) {
 	return deliveryIDs(ctx, q, "lanes owed", owedSQL, fifo, limit)
 }
