@@ -165,9 +165,14 @@ func TestLostAnswerOfAnIngest(t *testing.T) {
 	in := newMessage()
 	in.Payload = []byte("the answer to this ingest is lost")
 	proxy.LoseAnswerTo(in.Payload)
+	b.wake.take()
 	m, created, err := w.Ingest(b.ctx, in)
 	if err != nil || !created || m == nil || m.Source != in.Source || len(m.Deliveries) != 1 {
 		t.Fatalf("an ingest whose answer was lost: %v, created %v, %+v", err, created, m)
+	}
+	// Its delivery is woken, as the commit's answer would have had it.
+	if woken := b.wake.take(); len(woken) != 1 || woken[0].DeliveryID != m.Deliveries[0].ID {
+		t.Errorf("wake-ups %+v", woken)
 	}
 	if n := stored(string(in.Payload)); n != 1 {
 		t.Fatalf("%d messages stored", n)

@@ -107,34 +107,66 @@ func (w *Writer) accept(ctx context.Context, in NewMessage, dispatch bool) (*pro
 	}
 	m, err := w.runOp(o)
 	if err != nil {
-		m, err = w.storedAnyway(ctx, o)
+		ms, errs := w.storedAnyway(ctx, []*op{o})
+		m, err = ms[0], errs[0]
 	}
 	return w.held(ctx, in, m, err)
 }
 
-// storedAnyway finds the message an ingest op stored when its transaction
-// failed, for a reason that can pass, once its commit was sent: the commit
-// may have gone through with its answer lost, and a message told "not
-// stored" is sent again. It returns the message as stored; the op's error
-// when it is not there, or was surely not stored; ErrMaybeStored when it
-// cannot look. A commit that the server carries out only after the look
-// is not found by it.
-func (w *Writer) storedAnyway(ctx context.Context, o *op) (*projection.Message, error) {
-	var sent *sentError
-	if !Transient(o.err) || !errors.As(o.err, &sent) || o.made == uuid.Nil {
-		return nil, o.err
+// storedAnyway finds the messages ingest ops stored when their
+// transaction failed, for a reason that can pass, once its commit was sent:
+// the commit may have gone through with its answer lost, and a message
+// told "not stored" is sent again. The ops are those of one batch, looked
+// for at once. For each op it returns the message as stored, whose queued
+// deliveries it wakes, as the commit's answer would have; or the op's
+// error when the message is not there, or surely was not stored;
+// ErrMaybeStored when it cannot look. A commit that the server carries out
+// only after the look is not found by it.
+func (w *Writer) storedAnyway(ctx context.Context, ops []*op) ([]*projection.Message, []error) {
+	ms, errs := make([]*projection.Message, len(ops)), make([]error, len(ops))
+	var ids []uuid.UUID
+	for i, o := range ops {
+		errs[i] = o.err
+		var sent *sentError
+		if Transient(o.err) && errors.As(o.err, &sent) && o.made != uuid.Nil {
+			ids = append(ids, o.made)
+		}
+	}
+	if len(ids) == 0 {
+		return ms, errs
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rollbackTimeout)
 	defer cancel()
-	m, err := projection.Load(ctx, w.db, o.made)
-	switch {
-	case err == nil:
-		w.log.Warn("message stored, its commit's answer lost", "message_id", m.ID, "err", o.err)
-		return m, nil
-	case errors.Is(err, projection.ErrNotFound):
-		return nil, o.err
+	found, err := projection.LoadMany(ctx, w.db, ids)
+	byID := map[uuid.UUID]*projection.Message{}
+	for _, m := range found {
+		byID[m.ID] = m
 	}
-	return nil, fmt.Errorf("%w: %w", ErrMaybeStored, errors.Join(o.err, err))
+	for i, o := range ops {
+		switch m := byID[o.made]; {
+		case !slices.Contains(ids, o.made):
+		case m != nil:
+			w.log.Warn("message stored, its commit's answer lost", "message_id", m.ID, "err", o.err)
+			ms[i], errs[i] = m, nil
+			w.wakeQueued(m)
+		case err != nil:
+			errs[i] = fmt.Errorf("%w: %w", ErrMaybeStored, errors.Join(o.err, err))
+		}
+	}
+	return ms, errs
+}
+
+// wakeQueued publishes the wake-ups of m's queued deliveries.
+func (w *Writer) wakeQueued(m *projection.Message) {
+	var wakeups []Wakeup
+	for _, d := range m.Deliveries {
+		if d.State == lifecycle.StateQueued {
+			wakeups = append(wakeups, Wakeup{DeliveryID: d.ID, Target: d.Target})
+		}
+	}
+	if len(wakeups) > 0 && w.notifier != nil {
+		w.notifier.Notify(wakeups)
+	}
 }
 
 // acceptance checks a new message and returns the op that stores it and,
@@ -293,16 +325,14 @@ func (w *Writer) IngestMany(ctx context.Context, ins []NewMessage) []Ingested {
 		if len(ops) > 0 {
 			w.runBatch(ops)
 		}
+		lost, lostErrs := w.storedAnyway(ctx, ops)
 		for k, o := range ops {
 			i := index[k]
-			var m *projection.Message
 			w.handOver(o)
-			err := o.err
-			if err == nil {
+			m, err := lost[k], lostErrs[k]
+			if o.err == nil {
 				m = o.c.after
 				w.committed(o.c)
-			} else {
-				m, err = w.storedAnyway(ctx, o)
 			}
 			m, created, err := w.held(ctx, ins[i], m, err)
 			if err != nil {
