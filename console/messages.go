@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
-	"strconv"
 	"strings"
 	"time"
 
@@ -128,8 +127,7 @@ func parseFilter(q url.Values) (projection.MessageFilter, filterForm, error) {
 	}
 	if v := form.PossibleDuplicate; v != "" {
 		// As the API: only true keeps a filter; every message is either.
-		var err error
-		if f.PossibleDuplicate, err = strconv.ParseBool(v); err != nil || !f.PossibleDuplicate {
+		if f.PossibleDuplicate = v == "true"; !f.PossibleDuplicate {
 			errs = append(errs, &lifecycle.FieldError{Field: "possible_duplicate", Problem: fmt.Sprintf("%q: allowed is true", v)})
 		}
 	}

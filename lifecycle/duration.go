@@ -47,7 +47,7 @@ func ParseDuration(s string) (time.Duration, error) {
 		return time.ParseDuration(s)
 	}
 	n, err := strconv.Atoi(days)
-	if err != nil || n < 0 || n > maxDays || days[0] == '+' {
+	if err != nil || n < 0 || n > maxDays || days[0] == '+' || days[0] == '-' {
 		return 0, fmt.Errorf("%q is not a number of days from 0 to %d", s, maxDays)
 	}
 	return time.Duration(n) * 24 * time.Hour, nil

@@ -63,7 +63,7 @@ func TestDurationInDays(t *testing.T) {
 			t.Errorf("%s = %v, %v", in, d, err)
 		}
 	}
-	for _, in := range []string{`"1.5d"`, `"-1d"`, `"+1d"`, `"d"`, `"1dd"`, `"36501d"`, `"1h1d"`} {
+	for _, in := range []string{`"1.5d"`, `"-1d"`, `"-0d"`, `"+1d"`, `"d"`, `"1dd"`, `"36501d"`, `"1h1d"`} {
 		var d Duration
 		if err := json.Unmarshal([]byte(in), &d); err == nil || !strings.Contains(err.Error(), `"30d"`) {
 			t.Errorf("%s: %v, %v", in, d, err)

@@ -98,7 +98,7 @@ var errTimeLimit = interpreter.EvalCancelledError{Cause: interpreter.ContextCanc
 // TimeLimited reports whether text, a filter's error as a decision
 // records it, is TimeLimit's: a stop by the clock, which an evaluation
 // of the same filter on the same message need not repeat.
-func TimeLimited(text string) bool { return strings.Contains(text, errTimeLimit.Message) }
+func TimeLimited(text string) bool { return text == errTimeLimit.Message }
 
 // check stops the evaluation if price would take it past CostLimit.
 func (m *meter) check(price uint64) {
