@@ -160,6 +160,7 @@ type message struct {
 	DuplicateKey  *string    `json:"duplicate_key"`
 	DuplicateOf   *string    `json:"possible_duplicate_of"`
 	Type          *string    `json:"type"`
+	DeliverAt     *string    `json:"deliver_at"`
 	Deliveries    []delivery `json:"deliveries"`
 }
 
@@ -599,7 +600,6 @@ func showMessage(ctx context.Context, c *client, w io.Writer, id string) error {
 	return nil
 }
 
-// printMessage shows a message's fields, then its deliveries.
 // listLanes prints a page of a target's lanes.
 func listLanes(ctx context.Context, c *client, w io.Writer, target string, blocked bool, limit int, cursor string) error {
 	q := url.Values{}
@@ -634,6 +634,7 @@ func listLanes(ctx context.Context, c *client, w io.Writer, target string, block
 	return nil
 }
 
+// printMessage shows a message's fields, then its deliveries.
 func printMessage(w io.Writer, m *message) {
 	t := newTable(w)
 	t.row("message", m.ID)
@@ -659,6 +660,9 @@ func printMessage(w io.Writer, m *message) {
 	}
 	if m.DuplicateOf != nil {
 		t.row("possible duplicate of", *m.DuplicateOf)
+	}
+	if m.DeliverAt != nil {
+		t.row("deliver at", timeCell(*m.DeliverAt))
 	}
 	t.row("created", timeCell(m.CreatedAt))
 	t.row("updated", timeCell(m.UpdatedAt))

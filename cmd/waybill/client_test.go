@@ -24,7 +24,7 @@ const (
 )
 
 const messageJSON = `{"id":"` + msgID + `","version":7,"generation":2,"source":"erp","from":"acme","to":"globex","stage":"dispatched",
-	"status":"retrying","error":"","duplicate_key":"ctl-9","possible_duplicate_of":"` + msgID2 + `","type":"invoice.created","created_at":"2025-03-04T10:11:12.345678Z","updated_at":"2025-03-04T10:12:00Z",
+	"status":"retrying","error":"","duplicate_key":"ctl-9","possible_duplicate_of":"` + msgID2 + `","type":"invoice.created","deliver_at":"2025-03-04T10:11:00Z","created_at":"2025-03-04T10:11:12.345678Z","updated_at":"2025-03-04T10:12:00Z",
 	"payload_size":1234,"payload_sha256":"9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08",
 	"deliveries":[
 	 {"id":"` + dlvID + `","generation":2,"target":"billing","state":"retrying","attempts":3,"next_attempt_at":"2025-03-04T10:13:00+01:00",
@@ -166,6 +166,7 @@ type                   invoice.created
 payload                1234 bytes, sha256 9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08
 duplicate key          ctl-9
 possible duplicate of  0190a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a02
+deliver at             2025-03-04T10:11:00Z
 created                2025-03-04T10:11:12Z
 updated                2025-03-04T10:12:00Z
 
