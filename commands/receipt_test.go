@@ -348,17 +348,7 @@ func TestLateReceiptOfAnEarlierHandOver(t *testing.T) {
 	b.targets(t, "sms")
 	again := func(d projection.Delivery, id string) {
 		t.Helper()
-		b.clock.Advance(2 * time.Hour)
-		if kind, err := b.w.TimeoutReceipt(b.ctx, d.ID); err != nil || kind != journal.KindReceiptTimedOut {
-			t.Fatalf("time out: %v %v", kind, err)
-		}
-		if _, err := b.w.Redeliver(b.ctx, d.MessageID, d.ID, commands.Action{Operator: "admin"}); err != nil {
-			t.Fatal(err)
-		}
-		c, err := b.w.Claim(b.ctx, d.ID, time.Minute)
-		if err != nil {
-			t.Fatal(err)
-		}
+		c := b.redeliverLate(t, d)
 		o := lifecycle.AwaitingAck("202 Accepted", b.clock.Now().Add(time.Hour))
 		o.ExternalID = id
 		if _, err := b.w.Complete(b.ctx, d.ID, c.Token, o); err != nil {
@@ -398,17 +388,7 @@ func TestLateReceiptInTheBatchOfTheLaterHandOver(t *testing.T) {
 	lb := setupLock(t)
 	lb.targets(t, "sms")
 	d := lb.handOver(t, "sms", "SM-1")
-	lb.clock.Advance(2 * time.Hour)
-	if _, err := lb.w.TimeoutReceipt(lb.ctx, d.ID); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := lb.w.Redeliver(lb.ctx, d.MessageID, d.ID, commands.Action{Operator: "admin"}); err != nil {
-		t.Fatal(err)
-	}
-	c, err := lb.w.Claim(lb.ctx, d.ID, time.Minute)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := lb.redeliverLate(t, d)
 	release := lb.busy(t)
 	sizes := lb.batchSizes()
 	var wg sync.WaitGroup
@@ -442,4 +422,22 @@ func TestLateReceiptInTheBatchOfTheLaterHandOver(t *testing.T) {
 		t.Fatalf("the receipt by SM-1: %v; the delivery %s", rerr, m.Delivery(d.ID).State)
 	}
 	lb.noLostRacesAndAudit(t)
+}
+
+// redeliverLate lets the receipt of d, handed over, time out, redelivers
+// it as an operator would, and claims it again.
+func (b *bundle) redeliverLate(t *testing.T, d projection.Delivery) commands.Claim {
+	t.Helper()
+	b.clock.Advance(2 * time.Hour)
+	if kind, err := b.w.TimeoutReceipt(b.ctx, d.ID); err != nil || kind != journal.KindReceiptTimedOut {
+		t.Fatalf("time out: %v %v", kind, err)
+	}
+	if _, err := b.w.Redeliver(b.ctx, d.MessageID, d.ID, commands.Action{Operator: "admin"}); err != nil {
+		t.Fatal(err)
+	}
+	c, err := b.w.Claim(b.ctx, d.ID, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
 }
