@@ -16,6 +16,8 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"runtime"
+	"runtime/debug"
 	"strings"
 	"syscall"
 
@@ -38,6 +40,7 @@ commands:
                                                 --online beside running servers, switching the new tables in,
                                                 its fold working a share S of the time (default 0.5; 1 full speed)
   reset    --projections                        drop the projection tables
+  version                                       the build: its module version, its revision and Go's version
   token    create NAME|--name N --role R [--sources S,…|--targets T,…] [--expires 90d]
                                                 create an API token (admin, ingest, reader or receipt), maybe
                                                 scoped to sources or targets and expiring, and print it
@@ -108,6 +111,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
 		fmt.Fprint(stderr, usage)
 		return 2
+	}
+	if args[0] == "version" {
+		if len(args) > 1 {
+			fmt.Fprintln(stderr, "waybill version: takes no arguments")
+			return 2
+		}
+		fmt.Fprintln(stdout, version())
+		return 0
 	}
 	fs := flag.NewFlagSet("waybill "+args[0], flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -301,4 +312,30 @@ func printArchiveReport(w io.Writer, r *retention.ArchiveReport) int {
 		return 1
 	}
 	return 0
+}
+
+// version describes the build from what the Go toolchain recorded in it:
+// the module's version, the VCS revision and time it was built from (and
+// whether the tree had changes), and the Go version. Servers of several
+// builds may share a database during an upgrade; this says which is which.
+func version() string {
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "waybill (no build information), " + runtime.Version()
+	}
+	v := "waybill " + bi.Main.Version
+	settings := map[string]string{}
+	for _, s := range bi.Settings {
+		settings[s.Key] = s.Value
+	}
+	if rev := settings["vcs.revision"]; rev != "" {
+		v += " " + rev[:min(12, len(rev))]
+		if at := settings["vcs.time"]; at != "" {
+			v += " " + at
+		}
+		if settings["vcs.modified"] == "true" {
+			v += " (modified)"
+		}
+	}
+	return v + ", " + bi.GoVersion
 }

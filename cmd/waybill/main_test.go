@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"regexp"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -156,5 +157,17 @@ func TestHelpNamesEveryCommandAndFlag(t *testing.T) {
 				t.Errorf("waybill help does not name --%s of %s", f[1], name)
 			}
 		}
+	}
+}
+
+// TestVersion: waybill version prints the build and takes no arguments.
+func TestVersion(t *testing.T) {
+	t.Parallel()
+	code, out, _ := waybillCLI(t, "version")
+	if code != 0 || !strings.HasPrefix(out, "waybill ") || !strings.HasSuffix(out, ", "+runtime.Version()+"\n") {
+		t.Errorf("exit %d: %q", code, out)
+	}
+	if code, _, errOut := waybillCLI(t, "version", "now"); code != 2 || !strings.Contains(errOut, "takes no arguments") {
+		t.Errorf("with an argument: exit %d: %q", code, errOut)
 	}
 }

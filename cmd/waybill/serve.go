@@ -464,7 +464,7 @@ func serve(ctx context.Context, cfg *serveConfig, stderr io.Writer) error {
 	}
 	ready.Store(true)
 	log.Info("waybill serving", "api", "http://"+web.addr()+"/api/v1", "console", "http://"+web.addr()+console.Prefix,
-		"metrics", metricsURL)
+		"metrics", metricsURL, "version", version())
 	if firstStart {
 		abs, _ := filepath.Abs(tokenFile)
 		fmt.Fprintf(stderr, "\nWaybill is up: the API is at http://%s/api/v1, the console at http://%s/ui/\n"+
