@@ -286,34 +286,8 @@ func TestAReceiptAfterAHandOverInOneBatchFollowsTheID(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	release := lb.busy(t)
-	sizes := lb.batchSizes()
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		o := lifecycle.AwaitingAck("202 Accepted", lb.clock.Now().Add(time.Hour))
-		o.ExternalID = "X"
-		if _, err := lb.w.Complete(lb.ctx, second.ID, c.Token, o); err != nil {
-			t.Errorf("hand-over of the second: %v", err)
-		}
-	})
-	lb.untilPending(t, 1)
-	var (
-		settled uuid.UUID
-		rerr    error
-	)
-	wg.Go(func() {
-		_, settled, rerr = lb.w.ReceiptByExternalID(lb.ctx, commands.ExternalReceipt{Target: "sms", ExternalID: "X", Final: true,
-			Positive: true, Status: "DELIVRD"}, gateway)
-	})
-	lb.untilPending(t, 2)
-	release()
-	wg.Wait()
-	if t.Failed() {
-		t.FailNow()
-	}
-	if got := sizes(); len(got) == 0 || got[0] != 2 {
-		t.Errorf("batch sizes %v, want 2 first", got)
-	}
+	_, settled, rerr := lb.handOverThenReceipt(t, second.ID, c.Token, "X", commands.ExternalReceipt{Target: "sms", ExternalID: "X",
+		Final: true, Positive: true, Status: "DELIVRD"})
 	if rerr != nil || settled != second.ID {
 		t.Fatalf("the receipt by X settled %v (the first is %v, the second %v): %v", settled, first.ID, second.ID, rerr)
 	}
@@ -389,31 +363,8 @@ func TestLateReceiptInTheBatchOfTheLaterHandOver(t *testing.T) {
 	lb.targets(t, "sms")
 	d := lb.handOver(t, "sms", "SM-1")
 	c := lb.redeliverLate(t, d)
-	release := lb.busy(t)
-	sizes := lb.batchSizes()
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		o := lifecycle.AwaitingAck("202 Accepted", lb.clock.Now().Add(time.Hour))
-		o.ExternalID = "SM-2"
-		if _, err := lb.w.Complete(lb.ctx, d.ID, c.Token, o); err != nil {
-			t.Errorf("the hand-over as SM-2: %v", err)
-		}
-	})
-	lb.untilPending(t, 1)
-	var rerr error
-	wg.Go(func() {
-		_, _, rerr = lb.w.ReceiptByExternalID(lb.ctx, commands.ExternalReceipt{Target: "sms", ExternalID: "SM-1", Final: true,
-			Status: "UNDELIV"}, gateway)
-	})
-	lb.untilPending(t, 2)
-	release()
-	wg.Wait()
-	if t.Failed() {
-		t.FailNow()
-	}
-	if got := sizes(); len(got) == 0 || got[0] != 2 {
-		t.Errorf("batch sizes %v, want 2 first", got)
-	}
+	_, _, rerr := lb.handOverThenReceipt(t, d.ID, c.Token, "SM-2", commands.ExternalReceipt{Target: "sms", ExternalID: "SM-1",
+		Final: true, Status: "UNDELIV"})
 	m, err := projection.Load(lb.ctx, lb.db, d.MessageID)
 	if err != nil {
 		t.Fatal(err)
@@ -440,4 +391,39 @@ func (b *bundle) redeliverLate(t *testing.T, d projection.Delivery) commands.Cla
 		t.Fatal(err)
 	}
 	return c
+}
+
+// handOverThenReceipt queues the hand-over of the delivery id, claimed
+// with token, under the receiver's id as, then the receipt r, behind busy
+// batches, so that one batch decides both; it returns what the receipt
+// returned.
+func (lb *lockBundle) handOverThenReceipt(t *testing.T, id, token uuid.UUID, as string, r commands.ExternalReceipt) (*projection.Message, uuid.UUID, error) {
+	t.Helper()
+	release := lb.busy(t)
+	sizes := lb.batchSizes()
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		o := lifecycle.AwaitingAck("202 Accepted", lb.clock.Now().Add(time.Hour))
+		o.ExternalID = as
+		if _, err := lb.w.Complete(lb.ctx, id, token, o); err != nil {
+			t.Errorf("the hand-over as %s: %v", o.ExternalID, err)
+		}
+	})
+	lb.untilPending(t, 1)
+	var (
+		m       *projection.Message
+		settled uuid.UUID
+		err     error
+	)
+	wg.Go(func() { m, settled, err = lb.w.ReceiptByExternalID(lb.ctx, r, gateway) })
+	lb.untilPending(t, 2)
+	release()
+	wg.Wait()
+	if t.Failed() {
+		t.FailNow()
+	}
+	if got := sizes(); len(got) == 0 || got[0] != 2 {
+		t.Errorf("batch sizes %v, want 2 first", got)
+	}
+	return m, settled, err
 }
